@@ -1,0 +1,13 @@
+"""jaxrank: learning embeddings by optimising rank-based retrieval metrics, in JAX."""
+
+from jaxrank.metrics import ap_metric as ap_metric
+from jaxrank.metrics import map_at_r_metric as map_at_r_metric
+from jaxrank.metrics import ndcg_metric as ndcg_metric
+from jaxrank.metrics import precision_at_k_metric as precision_at_k_metric
+from jaxrank.metrics import recall_at_k_metric as recall_at_k_metric
+from jaxrank.metrics import tie_aware_ap_metric as tie_aware_ap_metric
+from jaxrank.metrics import tie_aware_ndcg_metric as tie_aware_ndcg_metric
+from jaxrank.retrieval import batch_retrieval as batch_retrieval
+from jaxrank.retrieval import evaluate_retrieval as evaluate_retrieval
+
+__version__ = "0.1.0.dev0"

@@ -1,0 +1,372 @@
+"""Exact retrieval metrics on lists: AP, tie-aware AP, NDCG, Recall@k, Precision@k, MAP@R.
+
+Every function follows rax's conventions:
+
+* `scores` `[..., n]`, higher is better; the last axis is the list, leading axes are batch;
+* `labels` `[..., n]`; an item is relevant iff its label is `>= 1` (NDCG uses the label as a
+  graded relevance, with gain `2**label - 1`);
+* keyword-only `where` `[..., n]` (or broadcastable to it), a boolean mask of valid items; masked
+  items are ignored entirely, as if sliced out;
+* keyword-only `reduce_fn` (default `jnp.mean`), called as `reduce_fn(values, where=...)` over
+  the lists; `None` returns one value per list, shaped `scores.shape[:-1]`.
+
+A list without a relevant valid item (or with every item masked) has no defined value: it gives 0
+and is left out of the reduction, so a batch of such lists gives 0, never NaN.
+
+**Ties.** The plain metrics rank tied items pessimistically (within a group of equal scores,
+non-relevant items first, lower labels first for NDCG): a model never gains by tying scores, and the
+value does not depend on the order of the items in the list. The `tie_aware_*` metrics give the
+expectation over every ordering of the tied items instead (He et al. 2018, Prop. 1).
+
+**NaN scores.** A valid NaN score makes its list's value NaN (so a mean over lists is NaN too): a
+NaN is a bug upstream and jaxrank does not hide it. Masked NaN scores are ignored.
+
+**Cost.** One sort of each list: O(n log n) time and O(n) memory per list. These metrics are not
+differentiable (their gradient is zero almost everywhere); the losses approximate them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from jaxrank import _utils
+from jaxrank import ranking
+
+ReduceFn = Callable[..., jax.Array] | None
+
+
+def _sorted_relevant(fn, scores, labels, where):
+  """Sorts lists into tie groups and returns what the rank metrics need, in sorted order."""
+  scores, labels, where = _utils.check_lists(fn, scores, labels, where)
+  dtype = _utils.compute_dtype(scores.dtype)
+  groups = ranking.tie_groups(scores, labels.astype(dtype), where)
+  relevant = groups.valid & (groups.labels >= 1)
+  stats = ranking.list_relevant_statistics(groups, relevant, dtype)
+  num_relevant = jnp.sum(relevant, axis=-1)
+  num_valid = jnp.sum(groups.valid, axis=-1)
+  return scores, where, dtype, relevant, stats, num_relevant, num_valid
+
+
+def _finish(values, scores, where, valid_lists, reduce_fn):
+  return _utils.safe_reduce(_utils.nan_if_any(values, scores, where), valid_lists, reduce_fn)
+
+
+# The reductions below are shared with `evaluate_retrieval`, which computes the same statistics by
+# counting instead of sorting. `relevant` masks the entries of the last axis that are relevant items.
+
+
+def _average_precision(stats, relevant, num_relevant, dtype):
+  precision = stats.hits.astype(dtype) / jnp.maximum(stats.rank, 1).astype(dtype)
+  total = jnp.sum(jnp.where(relevant, precision, 0), axis=-1)
+  return total / jnp.maximum(num_relevant, 1).astype(dtype)
+
+
+def _tie_aware_average_precision(stats, relevant, num_relevant, dtype):
+  total = jnp.sum(jnp.where(relevant, stats.expected_precision, 0), axis=-1)
+  return total / jnp.maximum(num_relevant, 1).astype(dtype)
+
+
+def _map_at_r(stats, relevant, num_relevant, dtype):
+  in_top_r = relevant & (stats.rank <= num_relevant[..., None])
+  precision = stats.hits.astype(dtype) / jnp.maximum(stats.rank, 1).astype(dtype)
+  total = jnp.sum(jnp.where(in_top_r, precision, 0), axis=-1)
+  return total / jnp.maximum(num_relevant, 1).astype(dtype)
+
+
+def _recall_at_k(stats, relevant, k, dtype):
+  return jnp.any(relevant & (stats.rank <= k), axis=-1).astype(dtype)
+
+
+def ap_metric(
+    scores: jax.typing.ArrayLike,
+    labels: jax.typing.ArrayLike,
+    *,
+    where: jax.typing.ArrayLike | None = None,
+    reduce_fn: ReduceFn = jnp.mean,
+) -> jax.Array:
+  r"""Average Precision of each list, ties ranked pessimistically.
+
+  .. math::
+    \mathrm{AP} = \frac{1}{R} \sum_{i:\, y_i \geq 1} \frac{\#\{j : y_j \geq 1,\ \mathrm{rank}_j
+        \leq \mathrm{rank}_i\}}{\mathrm{rank}_i}
+
+  with `R` the number of relevant valid items. Ties: inside a group of equal scores the non-relevant
+  items are ranked first, so AP here is a lower bound of `tie_aware_ap_metric` and equal to it (and
+  to `sklearn.metrics.average_precision_score`) when relevant items are not tied with others.
+
+  Args:
+    scores: `[..., n]` floating scores, higher is better.
+    labels: `[..., n]` labels; relevant iff `>= 1`.
+    where: optional `[..., n]` boolean mask of valid items.
+    reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
+
+  Returns:
+    The reduced AP, or `[...]` per list with `reduce_fn=None`. Lists without a relevant valid item
+    give 0 and are left out of the reduction.
+
+  >>> import jax.numpy as jnp
+  >>> round(float(ap_metric(jnp.array([0.9, 0.8, 0.7, 0.1]), jnp.array([1, 0, 1, 0]))), 4)
+  0.8333
+  """
+  scores, where, dtype, relevant, stats, num_rel, _ = _sorted_relevant(
+      "ap_metric", scores, labels, where
+  )
+  values = _average_precision(stats, relevant, num_rel, dtype)
+  return _finish(values, scores, where, num_rel > 0, reduce_fn)
+
+
+def tie_aware_ap_metric(
+    scores: jax.typing.ArrayLike,
+    labels: jax.typing.ArrayLike,
+    *,
+    where: jax.typing.ArrayLike | None = None,
+    reduce_fn: ReduceFn = jnp.mean,
+) -> jax.Array:
+  r"""Tie-aware Average Precision: the mean of AP over every ordering of tied items.
+
+  For a tie group `d` (valid items with equal scores) of `n_d` items, `n_d^+` of them relevant, after
+  `N_{d-1}` items of which `N_{d-1}^+` are relevant, the group contributes (He et al. 2018, Prop. 1,
+  eq. 6, as derived in App. A, eq. 19, from McSherry and Najork 2008):
+
+  .. math::
+    \mathrm{AP}_T(d) = \frac{n_d^+}{n_d N^+} \sum_{j = N_{d-1}+1}^{N_{d-1}+n_d}
+        \frac{N_{d-1}^+ + 1 + (j - N_{d-1} - 1)\frac{n_d^+ - 1}{n_d - 1}}{j}
+
+  with `N^+` the number of relevant items. It works for any real scores (groups are found by a
+  sort), not only integer Hamming distances; the inner sum is evaluated in closed form, so the cost
+  is O(n log n) per list however large the ties. Without ties it equals `ap_metric`.
+
+  Args:
+    scores: `[..., n]` floating scores, higher is better.
+    labels: `[..., n]` labels; relevant iff `>= 1`.
+    where: optional `[..., n]` boolean mask of valid items.
+    reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
+
+  Returns:
+    The reduced tie-aware AP, or `[...]` per list. Lists without a relevant valid item give 0 and
+    are left out of the reduction.
+
+  >>> import jax.numpy as jnp
+  >>> # Two items tied: AP is 1 or 1/2 depending on the order; the mean is 3/4.
+  >>> float(tie_aware_ap_metric(jnp.array([0.5, 0.5]), jnp.array([1, 0])))
+  0.75
+  """
+  scores, where, dtype, relevant, stats, num_rel, _ = _sorted_relevant(
+      "tie_aware_ap_metric", scores, labels, where
+  )
+  values = _tie_aware_average_precision(stats, relevant, num_rel, dtype)
+  return _finish(values, scores, where, num_rel > 0, reduce_fn)
+
+
+def map_at_r_metric(
+    scores: jax.typing.ArrayLike,
+    labels: jax.typing.ArrayLike,
+    *,
+    where: jax.typing.ArrayLike | None = None,
+    reduce_fn: ReduceFn = jnp.mean,
+) -> jax.Array:
+  r"""MAP@R (Musgrave et al. 2020): AP truncated at R, the number of relevant items of the list.
+
+  .. math::
+    \mathrm{MAP@R} = \frac{1}{R} \sum_{i=1}^{R} P(i)\, \mathbb{1}[\text{item at rank } i
+        \text{ is relevant}]
+
+  with `P(i)` the precision at rank `i`. Ties are ranked pessimistically, as in `ap_metric`.
+
+  Args:
+    scores: `[..., n]` floating scores, higher is better.
+    labels: `[..., n]` labels; relevant iff `>= 1`.
+    where: optional `[..., n]` boolean mask of valid items.
+    reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
+
+  Returns:
+    The reduced MAP@R, or `[...]` per list. Lists without a relevant valid item give 0 and are left
+    out of the reduction.
+
+  >>> import jax.numpy as jnp
+  >>> # R = 2; ranks 1 and 3 are relevant; only rank 1 is within the top R.
+  >>> float(map_at_r_metric(jnp.array([0.9, 0.8, 0.7]), jnp.array([1, 0, 1])))
+  0.5
+  """
+  scores, where, dtype, relevant, stats, num_rel, _ = _sorted_relevant(
+      "map_at_r_metric", scores, labels, where
+  )
+  values = _map_at_r(stats, relevant, num_rel, dtype)
+  return _finish(values, scores, where, num_rel > 0, reduce_fn)
+
+
+def recall_at_k_metric(
+    scores: jax.typing.ArrayLike,
+    labels: jax.typing.ArrayLike,
+    *,
+    k: int,
+    where: jax.typing.ArrayLike | None = None,
+    reduce_fn: ReduceFn = jnp.mean,
+) -> jax.Array:
+  r"""Recall@k as reported in metric learning: 1 if a relevant item is in the top `k`, else 0.
+
+  This is the "Recall@K" of every seed paper (a hit rate), not the fraction of relevant items
+  retrieved. Ties are ranked pessimistically, as in `ap_metric`: a relevant item tied at the
+  `k`-th place with non-relevant items is counted after them.
+
+  Args:
+    scores: `[..., n]` floating scores, higher is better.
+    labels: `[..., n]` labels; relevant iff `>= 1`.
+    k: the cut-off, a positive Python int.
+    where: optional `[..., n]` boolean mask of valid items.
+    reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
+
+  Returns:
+    The reduced Recall@k, or `[...]` per list. Lists without a relevant valid item give 0 and are
+    left out of the reduction.
+
+  >>> import jax.numpy as jnp
+  >>> scores, labels = jnp.array([0.9, 0.8, 0.7]), jnp.array([0, 0, 1])
+  >>> float(recall_at_k_metric(scores, labels, k=2)), float(recall_at_k_metric(scores, labels, k=3))
+  (0.0, 1.0)
+  """
+  _utils.check_positive_int("recall_at_k_metric", "k", k)
+  scores, where, dtype, relevant, stats, num_rel, _ = _sorted_relevant(
+      "recall_at_k_metric", scores, labels, where
+  )
+  values = _recall_at_k(stats, relevant, k, dtype)
+  return _finish(values, scores, where, num_rel > 0, reduce_fn)
+
+
+def precision_at_k_metric(
+    scores: jax.typing.ArrayLike,
+    labels: jax.typing.ArrayLike,
+    *,
+    k: int,
+    where: jax.typing.ArrayLike | None = None,
+    reduce_fn: ReduceFn = jnp.mean,
+) -> jax.Array:
+  r"""Precision@k: the fraction of relevant items among the top `k`.
+
+  .. math::
+    \mathrm{P@k} = \frac{\#\{i : y_i \geq 1,\ \mathrm{rank}_i \leq k\}}{\min(k, n_{\mathrm{valid}})}
+
+  The denominator is `min(k, n_valid)` so that a list shorter than `k` can still reach 1 (as in
+  rax). Ties are ranked pessimistically, as in `ap_metric`.
+
+  Args:
+    scores: `[..., n]` floating scores, higher is better.
+    labels: `[..., n]` labels; relevant iff `>= 1`.
+    k: the cut-off, a positive Python int.
+    where: optional `[..., n]` boolean mask of valid items.
+    reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
+
+  Returns:
+    The reduced Precision@k, or `[...]` per list. Lists without a relevant valid item give 0 and
+    are left out of the reduction.
+
+  >>> import jax.numpy as jnp
+  >>> float(precision_at_k_metric(jnp.array([0.9, 0.8, 0.7]), jnp.array([1, 0, 1]), k=2))
+  0.5
+  """
+  _utils.check_positive_int("precision_at_k_metric", "k", k)
+  scores, where, dtype, relevant, stats, num_rel, num_valid = _sorted_relevant(
+      "precision_at_k_metric", scores, labels, where
+  )
+  hits = jnp.sum(relevant & (stats.rank <= k), axis=-1).astype(dtype)
+  values = hits / jnp.maximum(jnp.minimum(num_valid, k), 1).astype(dtype)
+  return _finish(values, scores, where, num_rel > 0, reduce_fn)
+
+
+def _ndcg(fn, scores, labels, where, topn, reduce_fn, tie_aware):
+  _utils.check_positive_int(fn, "topn", topn, allow_none=True)
+  scores, labels, where = _utils.check_lists(fn, scores, labels, where)
+  dtype = _utils.compute_dtype(scores.dtype)
+  n = scores.shape[-1]
+  groups = ranking.tie_groups(scores, labels.astype(dtype), where)
+  gains = jnp.where(groups.valid, jnp.exp2(groups.labels) - 1, 0)
+  position = jnp.arange(1, n + 1, dtype=dtype)
+  discount = 1 / jnp.log2(1 + position)
+  if topn is not None:
+    discount = jnp.where(position <= topn, discount, 0)
+  if tie_aware:
+    # He et al. 2018, eq. 7: each position of a tie group receives the group's mean gain.
+    _, group_gain = ranking.segment_totals(groups, gains)
+    gains = jnp.where(groups.valid, group_gain / groups.group_size.astype(dtype), 0)
+  dcg = jnp.sum(gains * discount, axis=-1)
+  ideal_gains = -jnp.sort(-jnp.where(where, jnp.exp2(labels.astype(dtype)) - 1, 0), axis=-1)
+  ideal = jnp.sum(ideal_gains * discount, axis=-1)
+  values = dcg / jnp.where(ideal > 0, ideal, 1)
+  return _finish(values, scores, where, ideal > 0, reduce_fn)
+
+
+def ndcg_metric(
+    scores: jax.typing.ArrayLike,
+    labels: jax.typing.ArrayLike,
+    *,
+    topn: int | None = None,
+    where: jax.typing.ArrayLike | None = None,
+    reduce_fn: ReduceFn = jnp.mean,
+) -> jax.Array:
+  r"""Normalised Discounted Cumulative Gain with graded labels, ties ranked pessimistically.
+
+  .. math::
+    \mathrm{DCG@k} = \sum_{i:\, \mathrm{rank}_i \leq k} \frac{2^{y_i} - 1}{\log_2(1 + \mathrm{rank}_i)},
+    \qquad \mathrm{NDCG@k} = \frac{\mathrm{DCG@k}}{\mathrm{DCG@k} \text{ of the ideal order}}
+
+  Ties: inside a group of equal scores, lower labels are ranked first (a lower bound of
+  `tie_aware_ndcg_metric`).
+
+  Args:
+    scores: `[..., n]` floating scores, higher is better.
+    labels: `[..., n]` non-negative graded labels (gain `2**label - 1`).
+    topn: optional cut-off `k`, a positive Python int; `None` uses the whole list.
+    where: optional `[..., n]` boolean mask of valid items.
+    reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
+
+  Returns:
+    The reduced NDCG, or `[...]` per list. Lists whose ideal DCG is 0 (no valid item with a
+    positive label) give 0 and are left out of the reduction.
+
+  >>> import jax.numpy as jnp
+  >>> round(float(ndcg_metric(jnp.array([0.9, 0.8]), jnp.array([0, 1]))), 4)
+  0.6309
+  """
+  return _ndcg("ndcg_metric", scores, labels, where, topn, reduce_fn, tie_aware=False)
+
+
+def tie_aware_ndcg_metric(
+    scores: jax.typing.ArrayLike,
+    labels: jax.typing.ArrayLike,
+    *,
+    topn: int | None = None,
+    where: jax.typing.ArrayLike | None = None,
+    reduce_fn: ReduceFn = jnp.mean,
+) -> jax.Array:
+  r"""Tie-aware NDCG: the mean of NDCG over every ordering of tied items.
+
+  Each tie group `d` of `n_d` items starting after `N_{d-1}` items contributes its mean gain times
+  the discounts of the positions it occupies (He et al. 2018, Prop. 1, eq. 7; McSherry and Najork
+  2008, whose cut-off version drops positions past `k`):
+
+  .. math::
+    \mathrm{DCG}_T(d) = \frac{1}{n_d}\sum_{i \in d} (2^{y_i} - 1)
+        \sum_{j=N_{d-1}+1}^{N_{d-1}+n_d} \frac{\mathbb{1}[j \leq k]}{\log_2(1 + j)}
+
+  normalised by the DCG of the ideal order. Without ties it equals `ndcg_metric`.
+
+  Args:
+    scores: `[..., n]` floating scores, higher is better.
+    labels: `[..., n]` non-negative graded labels (gain `2**label - 1`).
+    topn: optional cut-off `k`, a positive Python int; `None` uses the whole list.
+    where: optional `[..., n]` boolean mask of valid items.
+    reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
+
+  Returns:
+    The reduced tie-aware NDCG, or `[...]` per list. Lists whose ideal DCG is 0 give 0 and are
+    left out of the reduction.
+
+  >>> import jax.numpy as jnp
+  >>> # The two orders give NDCG 1 and 0.6309; the tie-aware value is their mean.
+  >>> round(float(tie_aware_ndcg_metric(jnp.array([0.5, 0.5]), jnp.array([0, 1]))), 4)
+  0.8155
+  """
+  return _ndcg("tie_aware_ndcg_metric", scores, labels, where, topn, reduce_fn, tie_aware=True)

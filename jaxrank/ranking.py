@@ -1,0 +1,202 @@
+"""Hard ranking primitives: tie groups and the ranks of relevant items.
+
+Every exact metric in jaxrank is a function of where the relevant items of a list land. This
+module computes that once, in two ways that give the same statistics:
+
+* `tie_groups` sorts a list (O(n log n)) and describes the group of tied scores each item is in;
+* `evaluate_retrieval` counts, for each relevant item, the items scored above it and tied with it
+  without sorting (O(n) per relevant item), which is faster for long lists with few relevant items.
+
+Both feed `relevant_item_statistics`, the single place where the tie policy lives:
+
+* **pessimistic rank**: tied items are ordered worst first (lower labels before higher labels), so
+  a model never gains by tying scores; this is what `ap_metric` and the other plain metrics use,
+  and it makes them invariant to the order in which items are listed;
+* **tie-aware expected precision**: the expectation over all orderings of the tied items
+  (McSherry and Najork 2008; He et al. 2018, Prop. 1, eq. 6 and App. A, eq. 19), used by
+  `tie_aware_ap_metric`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+
+class TieGroups(NamedTuple):
+  """A list sorted into groups of tied scores, each array `[..., n]` in sorted order.
+
+  Attributes:
+    order: index (into the original list) of the item at each sorted position. Valid items come
+      first by decreasing score; inside a group of equal scores, items come by increasing label
+      (worst first), then by original index; masked items come last.
+    valid: whether the item at each position is valid (not masked).
+    labels: the labels in sorted order.
+    num_above: number of valid items scored strictly higher than the item (the start of its group).
+    group_size: number of valid items whose score equals the item's (itself included).
+  """
+
+  order: jax.Array
+  valid: jax.Array
+  labels: jax.Array
+  num_above: jax.Array
+  group_size: jax.Array
+
+
+def tie_groups(scores: jax.Array, labels: jax.Array, where: jax.Array) -> TieGroups:
+  """Sorts lists by decreasing score into tie groups, worst label first inside a group.
+
+  Args:
+    scores: `[..., n]` floating scores, higher is better.
+    labels: `[..., n]` labels; inside a tie group lower labels are placed first.
+    where: `[..., n]` boolean mask of valid items.
+
+  Returns:
+    A `TieGroups` whose arrays are `[..., n]`. One stable sort of the last axis: O(n log n) time,
+    O(n) memory per list. Scores `0.0` and `-0.0` are one group; each NaN is a group of its own.
+  """
+  n = scores.shape[-1]
+  invalid = (~where).astype(jnp.int32)
+  neg = -scores
+  neg = jnp.where(neg == 0, jnp.zeros_like(neg), neg)  # -0.0 and 0.0 sort as one key.
+  iota = lax.broadcasted_iota(jnp.int32, scores.shape, scores.ndim - 1)
+  invalid_s, neg_s, labels_s, order = lax.sort(
+      (invalid, neg, labels, iota), dimension=scores.ndim - 1, is_stable=True, num_keys=3
+  )
+  differs = (neg_s[..., 1:] != neg_s[..., :-1]) | (invalid_s[..., 1:] != invalid_s[..., :-1])
+  first = jnp.ones(scores.shape[:-1] + (1,), dtype=bool)
+  starts = jnp.concatenate([first, differs], axis=-1)
+  ends = jnp.concatenate([differs, first], axis=-1)
+  start = lax.cummax(jnp.where(starts, iota, 0), axis=scores.ndim - 1)
+  end = lax.cummin(jnp.where(ends, iota, n - 1), axis=scores.ndim - 1, reverse=True)
+  return TieGroups(
+      order=order,
+      valid=invalid_s == 0,
+      labels=labels_s,
+      num_above=start,
+      group_size=end - start + 1,
+  )
+
+
+def segment_totals(groups: TieGroups, values: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Sums of `values` (in sorted order) above each item's group and inside its group.
+
+  Args:
+    groups: the `TieGroups` of the lists.
+    values: `[..., n]` values in sorted order (0 at masked positions).
+
+  Returns:
+    `(above, within)`, each `[..., n]`: the sum over items scored strictly higher, and the sum over
+    the item's tie group.
+  """
+  axis = values.ndim - 1
+  inclusive = jnp.cumsum(values, axis=axis)
+  exclusive = inclusive - values
+  above = jnp.take_along_axis(exclusive, groups.num_above, axis=axis)
+  last = groups.num_above + groups.group_size - 1
+  within = jnp.take_along_axis(inclusive, last, axis=axis) - above
+  return above, within
+
+
+@functools.lru_cache(maxsize=32)
+def _harmonic_table(size: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+  """Harmonic numbers H(0..size) split as hi + lo in `dtype`, so differences keep full precision.
+
+  H(m) grows like log(m) while a difference H(a) - H(b) of nearby arguments is tiny; in float32
+  the plain difference of two rounded values would lose most digits. Subtracting the rounded
+  values is exact when they are close (Sterbenz), and the low parts restore what rounding dropped.
+  """
+  h = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, size + 1, dtype=np.float64))])
+  hi = h.astype(dtype)
+  lo = (h - hi.astype(np.float64)).astype(dtype)
+  return hi, lo
+
+
+class RelevantItemStatistics(NamedTuple):
+  """Where relevant items land, each array shaped like the inputs of `relevant_item_statistics`.
+
+  Attributes:
+    rank: the pessimistic 1-based rank (tied non-relevant items counted above).
+    hits: number of relevant items at or above `rank` in the pessimistic order.
+    expected_precision: the expectation, over all orderings of the tied items, of the precision
+      at the item's rank (He et al. 2018, eq. 19, one relevant item's share of its tie group).
+  """
+
+  rank: jax.Array
+  hits: jax.Array
+  expected_precision: jax.Array
+
+
+def relevant_item_statistics(
+    num_above: jax.Array,
+    num_tied: jax.Array,
+    relevant_above: jax.Array,
+    relevant_tied: jax.Array,
+    tie_position: jax.Array,
+    *,
+    list_size: int,
+    dtype: jnp.dtype,
+) -> RelevantItemStatistics:
+  """Ranks and precisions of relevant items from counts of the items around them.
+
+  For a relevant item whose tie group (the valid items with exactly its score) starts after
+  `N = num_above` items, holds `n = num_tied` items of which `r = relevant_tied` are relevant,
+  with `R = relevant_above` relevant items above it, and which is the `p = tie_position`-th
+  relevant item of its group:
+
+  .. math::
+    \\mathrm{rank} = N + (n - r) + p, \\qquad \\mathrm{hits} = R + p,
+
+    E[\\mathrm{precision}] = \\frac{1}{n} \\sum_{j=1}^{n}
+        \\frac{R + 1 + (j - 1)\\frac{r - 1}{n - 1}}{N + j}
+
+  (He et al. 2018, App. A, eq. 19, divided among the group's `r` relevant items; the fraction
+  `(r - 1)/(n - 1)` is 0 when `n = 1`). The sum is evaluated in closed form with harmonic numbers,
+  so the cost is O(1) per item whatever the size of the tie.
+
+  Args:
+    num_above, num_tied, relevant_above, relevant_tied, tie_position: integer arrays of one
+      shape, meaningful only at relevant items (other entries may hold anything finite).
+    list_size: an upper bound on `num_above + num_tied` (the list length), static.
+    dtype: the floating dtype of the ratios.
+
+  Returns:
+    `RelevantItemStatistics` of the inputs' shape.
+  """
+  hi, lo = _harmonic_table(list_size, jnp.dtype(dtype).name)
+  hi, lo = jnp.asarray(hi), jnp.asarray(lo)
+  n_above = jnp.clip(num_above, 0, list_size)
+  top = jnp.clip(num_above + num_tied, 0, list_size)
+  harmonic = (hi[top] - hi[n_above]) + (lo[top] - lo[n_above])  # sum_{j=1}^{n} 1 / (N + j)
+  n = num_tied.astype(dtype)
+  big_n = num_above.astype(dtype)
+  slope = (relevant_tied - 1).astype(dtype) / jnp.maximum(n - 1, 1)
+  # sum_j (j - 1) / (N + j) = n - (N + 1) * harmonic.
+  total = (relevant_above + 1).astype(dtype) * harmonic + slope * (n - (big_n + 1) * harmonic)
+  expected_precision = total / jnp.maximum(n, 1)
+  rank = num_above + (num_tied - relevant_tied) + tie_position
+  hits = relevant_above + tie_position
+  return RelevantItemStatistics(rank=rank, hits=hits, expected_precision=expected_precision)
+
+
+def list_relevant_statistics(
+    groups: TieGroups, relevant: jax.Array, dtype: jnp.dtype
+) -> RelevantItemStatistics:
+  """`relevant_item_statistics` for every position of sorted lists (`relevant` in sorted order)."""
+  rel = relevant.astype(jnp.int32)
+  relevant_above, relevant_tied = segment_totals(groups, rel)
+  tie_position = jnp.cumsum(rel, axis=rel.ndim - 1) - relevant_above
+  return relevant_item_statistics(
+      groups.num_above,
+      groups.group_size,
+      relevant_above,
+      relevant_tied,
+      tie_position,
+      list_size=relevant.shape[-1],
+      dtype=dtype,
+  )

@@ -1,0 +1,358 @@
+"""In-batch retrieval lists and retrieval evaluation at the scale of real test sets.
+
+`batch_retrieval` turns a batch of embeddings and labels into the `(scores, relevance, where)` lists
+that every list-level metric and loss takes: each embedding is a query ranking the rest of the batch
+(and, optionally, a gallery such as a memory bank).
+
+`evaluate_retrieval` measures Recall@k, MAP@R, mAP and tie-aware mAP of a whole test set, query
+chunk by query chunk, without a `Q x N` matrix and without sorting the lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrank import _utils
+from jaxrank import metrics
+from jaxrank import ranking
+
+
+def _inverse_norms(x: jax.Array, dtype) -> jax.Array:
+  """1 / max(||x||, 1e-12) per row, with a finite gradient at x = 0."""
+  squares = jnp.sum(jnp.square(x.astype(dtype)), axis=-1)
+  return jax.lax.rsqrt(jnp.maximum(squares, jnp.asarray(1e-24, dtype)))
+
+
+def cosine_similarity(x: jax.Array, y: jax.Array) -> jax.Array:
+  """Cosine similarity `[Q, N]` of the rows of `x [Q, D]` and `y [N, D]`, in at least float32.
+
+  Computed as `(x @ y.T) / (|x| |y|)`: the dot products of the raw rows are scaled afterwards, so
+  rows of one norm (binary codes, for instance) whose dot products are equal get bit-identical
+  similarities, and ties stay ties. A zero row has similarity 0 with everything.
+  """
+  dtype = _utils.compute_dtype(jnp.result_type(x, y))
+  dots = jnp.matmul(x, y.T, preferred_element_type=dtype)
+  return dots * _inverse_norms(x, dtype)[:, None] * _inverse_norms(y, dtype)[None, :]
+
+
+def _relevance(fn, labels, gallery_labels):
+  """Relevance `[B, B + M]` from integer labels `[B]` or multi-hot labels `[B, C]`."""
+  labels = jnp.asarray(labels)
+  if labels.ndim not in (1, 2):
+    raise ValueError(
+        f"{fn}: labels must be integer class labels [B] or multi-hot labels [B, C], got shape "
+        f"{labels.shape}; pass a [B, B] affinity matrix as affinity= instead."
+    )
+  if labels.ndim == 1 and not jnp.issubdtype(labels.dtype, jnp.integer):
+    raise TypeError(f"{fn}: class labels [B] must be integers, got dtype {labels.dtype}.")
+  targets = labels
+  if gallery_labels is not None:
+    gallery_labels = jnp.asarray(gallery_labels)
+    if gallery_labels.ndim != labels.ndim or gallery_labels.shape[1:] != labels.shape[1:]:
+      raise ValueError(
+          f"{fn}: gallery_labels have shape {gallery_labels.shape}, which does not match labels "
+          f"of shape {labels.shape} (same kind of labels, one row per gallery item)."
+      )
+    targets = jnp.concatenate([labels, gallery_labels.astype(labels.dtype)], axis=0)
+  if labels.ndim == 1:
+    return (labels[:, None] == targets[None, :]).astype(jnp.int32)
+  # Multi-hot: the number of labels two items share (the hashing paper's multi-level affinity).
+  out = jnp.int32 if not jnp.issubdtype(labels.dtype, jnp.floating) else labels.dtype
+  return jnp.matmul(labels.astype(out), targets.astype(out).T, preferred_element_type=out)
+
+
+def batch_retrieval(
+    embeddings: jax.typing.ArrayLike,
+    labels: jax.typing.ArrayLike | None = None,
+    *,
+    affinity: jax.typing.ArrayLike | None = None,
+    include_self: bool = False,
+    gallery_embeddings: jax.typing.ArrayLike | None = None,
+    gallery_labels: jax.typing.ArrayLike | None = None,
+    gallery_where: jax.typing.ArrayLike | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Every item of a batch as a query ranking the batch (and a gallery): the lists of the losses.
+
+  Scores are cosine similarities of the L2-normalised embeddings. Relevance comes from one of:
+
+  * integer class labels `[B]`: 1 where two items share the class, else 0;
+  * multi-hot labels `[B, C]`: the number of labels two items share (the multi-level affinity of
+    He et al. 2018; relevant iff >= 1, graded for NDCG);
+  * `affinity=`, a given `[B, B + M]` relevance matrix (then `labels` must be `None`).
+
+  **Self-inclusion.** By default the query itself is masked out of its own list (`where[i, i]` is
+  False), the convention of FastAP, RaMBO and mAP_Q. `include_self=True` keeps it, as a relevant
+  item with score 1: the convention of the Smooth-AP and ROADMAP code, where the query counts as its
+  own positive.
+
+  A gallery (`gallery_embeddings [M, D]`, `gallery_labels` of the same kind as `labels`, optional
+  `gallery_where [M]` for unfilled slots) appends `M` columns: lists are `[B, B + M]`. Gradients flow
+  through the gallery embeddings as through the batch; wrap them in `jax.lax.stop_gradient` for a
+  memory bank of past batches.
+
+  Args:
+    embeddings: `[B, D]` floating embeddings (need not be normalised).
+    labels: `[B]` integer labels or `[B, C]` multi-hot labels; `None` when `affinity` is given.
+    affinity: optional `[B, B + M]` relevance matrix, instead of labels.
+    include_self: keep each query in its own list (see above).
+    gallery_embeddings: optional `[M, D]` extra items for every list.
+    gallery_labels: `[M]` or `[M, C]` labels of the gallery (with `labels`).
+    gallery_where: optional `[M]` boolean mask of valid gallery items.
+
+  Returns:
+    `(scores, relevance, where)`, each `[B, B + M]`: cosine similarities (at least float32),
+    relevance (int32 for integer or boolean labels), and the boolean mask of valid items. O((B + M)
+    B D) time and O(B (B + M)) memory.
+
+  >>> import jax.numpy as jnp
+  >>> import jaxrank
+  >>> e = jnp.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+  >>> scores, relevance, where = jaxrank.batch_retrieval(e, jnp.array([0, 0, 1, 1]))
+  >>> float(jaxrank.ap_metric(scores, relevance, where=where))
+  1.0
+  """
+  fn = "batch_retrieval"
+  embeddings = jnp.asarray(embeddings)
+  if not jnp.issubdtype(embeddings.dtype, jnp.floating):
+    raise TypeError(f"{fn}: embeddings must be floating point, got dtype {embeddings.dtype}.")
+  if embeddings.ndim != 2:
+    raise ValueError(f"{fn}: embeddings must be [B, D], got shape {embeddings.shape}.")
+  b = embeddings.shape[0]
+  gallery = embeddings
+  m = 0
+  if gallery_embeddings is not None:
+    gallery_embeddings = jnp.asarray(gallery_embeddings)
+    if gallery_embeddings.ndim != 2 or gallery_embeddings.shape[1] != embeddings.shape[1]:
+      raise ValueError(
+          f"{fn}: gallery_embeddings must be [M, {embeddings.shape[1]}] like the embeddings "
+          f"{embeddings.shape}, got shape {gallery_embeddings.shape}."
+      )
+    if not jnp.issubdtype(gallery_embeddings.dtype, jnp.floating):
+      raise TypeError(
+          f"{fn}: gallery_embeddings must be floating point, got {gallery_embeddings.dtype}."
+      )
+    m = gallery_embeddings.shape[0]
+    gallery = jnp.concatenate([embeddings, gallery_embeddings.astype(embeddings.dtype)], axis=0)
+  elif gallery_labels is not None or gallery_where is not None:
+    raise ValueError(f"{fn}: gallery_labels/gallery_where given without gallery_embeddings.")
+
+  if (labels is None) == (affinity is None):
+    raise ValueError(f"{fn}: give exactly one of labels ([B] or [B, C]) and affinity ([B, B + M]).")
+  if affinity is not None:
+    relevance = jnp.asarray(affinity)
+    if relevance.shape != (b, b + m):
+      raise ValueError(
+          f"{fn}: affinity must be [B, B + M] = {(b, b + m)}, got shape {relevance.shape}."
+      )
+  else:
+    if jnp.shape(labels)[:1] != (b,):
+      raise ValueError(
+          f"{fn}: labels have shape {jnp.shape(labels)} but embeddings have {b} rows."
+      )
+    if m and gallery_labels is None:
+      raise ValueError(f"{fn}: gallery_embeddings need gallery_labels.")
+    if gallery_labels is not None and jnp.shape(gallery_labels)[:1] != (m,):
+      raise ValueError(
+          f"{fn}: gallery_labels have shape {jnp.shape(gallery_labels)} but the gallery has "
+          f"{m} rows."
+      )
+    relevance = _relevance(fn, labels, gallery_labels)
+
+  scores = cosine_similarity(embeddings, gallery)
+  where = jnp.ones((b, b + m), dtype=bool)
+  if not include_self:
+    where = where.at[:, :b].set(~jnp.eye(b, dtype=bool))
+  if gallery_where is not None:
+    gallery_where = jnp.asarray(gallery_where)
+    if gallery_where.shape != (m,) or gallery_where.dtype != jnp.bool_:
+      raise ValueError(
+          f"{fn}: gallery_where must be a boolean [M] = [{m}] mask, got "
+          f"{gallery_where.dtype} {gallery_where.shape}."
+      )
+    where = where.at[:, b:].set(jnp.broadcast_to(gallery_where, (b, m)))
+  return scores, relevance, where
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation at scale.
+
+
+def _evaluate_chunk(queries, self_index, relevant_index, relevant_ok, gallery, *, ks):
+  """Per-query metrics of one chunk of queries against the whole gallery.
+
+  Counting instead of sorting: for each relevant item of a query, the gallery items scored above it
+  and tied with it (O(N) per relevant item), then `ranking.relevant_item_statistics`.
+  """
+  scores = cosine_similarity(queries, gallery)  # [c, N]
+  dtype = scores.dtype
+  n = gallery.shape[0]
+  column = jax.lax.broadcasted_iota(jnp.int32, scores.shape, 1)
+  scores = jnp.where(column == self_index[:, None], -jnp.inf, scores)  # Leave the query out.
+  rel = jnp.take_along_axis(scores, relevant_index, axis=1)  # [c, R]
+  rel = jnp.where(relevant_ok, rel, jnp.nan)  # NaN compares False: empty slots count nothing.
+  above = jnp.sum(scores[:, None, :] > rel[:, :, None], axis=-1, dtype=jnp.int32)
+  tied = jnp.sum(scores[:, None, :] == rel[:, :, None], axis=-1, dtype=jnp.int32)
+  other = rel[:, None, :]  # [c, 1, R]: the other relevant items of the query.
+  mine = rel[:, :, None]  # [c, R, 1]
+  slot = jnp.arange(rel.shape[1])
+  relevant_above = jnp.sum(other > mine, axis=-1, dtype=jnp.int32)
+  relevant_tied = jnp.sum(other == mine, axis=-1, dtype=jnp.int32)
+  earlier = (other == mine) & (slot[None, None, :] < slot[None, :, None])
+  tie_position = 1 + jnp.sum(earlier, axis=-1, dtype=jnp.int32)
+  stats = ranking.relevant_item_statistics(
+      above, tied, relevant_above, relevant_tied, tie_position, list_size=n, dtype=dtype
+  )
+  num_rel = jnp.sum(relevant_ok, axis=-1)
+  out = {
+      "map@r": metrics._map_at_r(stats, relevant_ok, num_rel, dtype),
+      "map": metrics._average_precision(stats, relevant_ok, num_rel, dtype),
+      "tie_aware_map": metrics._tie_aware_average_precision(stats, relevant_ok, num_rel, dtype),
+  }
+  for k in ks:
+    out[f"recall@{k}"] = metrics._recall_at_k(stats, relevant_ok, k, dtype)
+  return out, num_rel
+
+
+_evaluate_chunk_jit = jax.jit(_evaluate_chunk, static_argnames=("ks",))
+
+
+def _as_embeddings(fn, name, x):
+  x = np.asarray(x)
+  if x.ndim != 2 or not np.issubdtype(x.dtype, np.floating):
+    raise ValueError(f"{fn}: {name} must be a floating [N, D] array, got {x.dtype} {x.shape}.")
+  if not np.all(np.isfinite(x)):
+    raise ValueError(f"{fn}: {name} contain NaN or infinite values.")
+  wide = x.dtype == np.float64 and jax.config.read("jax_enable_x64")
+  return x.astype(np.float64 if wide else np.float32)
+
+
+def _as_labels(fn, name, y, n):
+  y = np.asarray(y)
+  if y.shape != (n,) or not np.issubdtype(y.dtype, np.integer):
+    raise ValueError(f"{fn}: {name} must be integer class labels [{n}], got {y.dtype} {y.shape}.")
+  return y
+
+
+def evaluate_retrieval(
+    query_embeddings: jax.typing.ArrayLike,
+    query_labels: jax.typing.ArrayLike,
+    gallery_embeddings: jax.typing.ArrayLike | None = None,
+    gallery_labels: jax.typing.ArrayLike | None = None,
+    *,
+    ks: Sequence[int] = (1, 2, 4, 8),
+    chunk_size: int = 256,
+) -> dict[str, float]:
+  """Retrieval metrics of a whole test set, computed in query chunks of bounded memory.
+
+  Without a gallery every query ranks the rest of the query set, itself left out (the SOP, CUB and
+  Cars196 protocol); with a gallery every query ranks the gallery (the In-Shop protocol). Items are
+  relevant to a query iff they share its class label. Scores are cosine similarities, as in
+  `batch_retrieval`.
+
+  Returned metrics, each the mean over the queries that have at least one relevant item (others
+  are left out, as in the list-level metrics):
+
+  * `recall@k` for each `k` in `ks`: `recall_at_k_metric`;
+  * `map@r`: `map_at_r_metric`;
+  * `map`: `ap_metric` over the full ranking;
+  * `tie_aware_map`: `tie_aware_ap_metric` over the full ranking.
+
+  Ties are treated as by those functions (pessimistic rank, or the expectation over orderings).
+
+  Lists are never sorted: for each relevant item of a query, the gallery items scored above it and
+  tied with it are counted, which is all the metrics need. Time O(Q N (D + R)) with `R` the size of
+  the largest class, memory O(chunk_size * N + N D): never the `Q x N` matrix. A Python loop over
+  chunks calls one jitted function (compiled once: the last chunk is padded).
+
+  Args:
+    query_embeddings: `[Q, D]` floating embeddings, finite.
+    query_labels: `[Q]` integer class labels.
+    gallery_embeddings: optional `[N, D]` gallery; `None` for leave-one-out within the queries.
+    gallery_labels: `[N]` integer labels of the gallery (with `gallery_embeddings`).
+    ks: the cut-offs of Recall@k, positive ints.
+    chunk_size: queries per step; memory grows linearly with it.
+
+  Returns:
+    A dict of Python floats with keys `recall@k` (for each k), `map@r`, `map`, `tie_aware_map`.
+
+  >>> import numpy as np
+  >>> e = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+  >>> evaluate_retrieval(e, np.array([0, 0, 1, 1]), ks=(1,))
+  {'recall@1': 1.0, 'map@r': 1.0, 'map': 1.0, 'tie_aware_map': 1.0}
+  """
+  fn = "evaluate_retrieval"
+  ks = tuple(ks)
+  if not ks:
+    raise ValueError(f"{fn}: ks must name at least one cut-off.")
+  for k in ks:
+    _utils.check_positive_int(fn, "each k in ks", k)
+  _utils.check_positive_int(fn, "chunk_size", chunk_size)
+  queries = _as_embeddings(fn, "query_embeddings", query_embeddings)
+  q_labels = _as_labels(fn, "query_labels", query_labels, queries.shape[0])
+  if gallery_embeddings is None:
+    if gallery_labels is not None:
+      raise ValueError(f"{fn}: gallery_labels given without gallery_embeddings.")
+    gallery, g_labels, leave_one_out = queries, q_labels, True
+  else:
+    gallery = _as_embeddings(fn, "gallery_embeddings", gallery_embeddings)
+    if gallery.shape[1] != queries.shape[1]:
+      raise ValueError(
+          f"{fn}: gallery_embeddings {gallery.shape} and query_embeddings {queries.shape} differ "
+          "in dimension."
+      )
+    if gallery_labels is None:
+      raise ValueError(f"{fn}: gallery_embeddings need gallery_labels.")
+    g_labels = _as_labels(fn, "gallery_labels", gallery_labels, gallery.shape[0])
+    leave_one_out = False
+  num_queries, n = queries.shape[0], gallery.shape[0]
+
+  # The relevant items of a class are one block of the gallery sorted by label.
+  order = np.argsort(g_labels, kind="stable").astype(np.int32)
+  classes, starts, counts = np.unique(g_labels[order], return_index=True, return_counts=True)
+  max_relevant = int(counts.max())
+  slots = np.arange(max_relevant)
+
+  chunk = min(chunk_size, num_queries)
+  gallery_device = jnp.asarray(gallery)
+  results = []  # Device arrays: gathered once at the end so that chunks dispatch asynchronously.
+  for begin in range(0, num_queries, chunk):
+    rows = np.arange(begin, min(begin + chunk, num_queries))
+    labels = q_labels[rows]
+    pos = np.clip(np.searchsorted(classes, labels), 0, len(classes) - 1)
+    count = np.where(classes[pos] == labels, counts[pos], 0)
+    relevant_index = order[np.clip(starts[pos][:, None] + slots, 0, n - 1)]
+    relevant_ok = slots[None, :] < count[:, None]
+    self_index = rows if leave_one_out else np.full(rows.shape, -1)
+    relevant_ok &= relevant_index != self_index[:, None]
+    pad = chunk - len(rows)
+    block = queries[rows]
+    if pad:
+      block = np.pad(block, ((0, pad), (0, 0)))
+      self_index = np.pad(self_index, (0, pad), constant_values=-1)
+      relevant_index = np.pad(relevant_index, ((0, pad), (0, 0)))
+      relevant_ok = np.pad(relevant_ok, ((0, pad), (0, 0)))
+    results.append(
+        _evaluate_chunk_jit(
+            jnp.asarray(block),
+            jnp.asarray(self_index, jnp.int32),
+            jnp.asarray(relevant_index, jnp.int32),
+            jnp.asarray(relevant_ok),
+            gallery_device,
+            ks=ks,
+        )
+    )
+  fetched = jax.device_get(results)
+  counted = np.concatenate([num_rel for _, num_rel in fetched])[:num_queries] > 0
+  denominator = max(int(counted.sum()), 1)
+  keys = [f"recall@{k}" for k in ks] + ["map@r", "map", "tie_aware_map"]
+  per_query = {
+      key: np.concatenate([values[key] for values, _ in fetched])[:num_queries] for key in keys
+  }
+  return {
+      key: float(value[counted].astype(np.float64).sum()) / denominator
+      for key, value in per_query.items()
+  }
