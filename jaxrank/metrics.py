@@ -19,7 +19,8 @@ value does not depend on the order of the items in the list. The `tie_aware_*` m
 expectation over every ordering of the tied items instead (He et al. 2018, Prop. 1).
 
 **NaN scores.** A valid NaN score makes its list's value NaN (so a mean over lists is NaN too): a
-NaN is a bug upstream and jaxrank does not hide it. Masked NaN scores are ignored.
+NaN is a bug upstream and jaxrank does not hide it. Masked NaN scores are ignored, and a list
+without a relevant valid item gives 0 even if it holds a NaN (that rule comes first).
 
 **Cost.** One sort of each list: O(n log n) time and O(n) memory per list. These metrics are not
 differentiable (their gradient is zero almost everywhere); the losses approximate them.

@@ -181,21 +181,42 @@ def batch_retrieval(
 # Evaluation at scale.
 
 
-def _evaluate_chunk(queries, self_index, relevant_index, relevant_ok, gallery, *, ks):
+def _count_above_and_tied(scores_t: jax.Array, thresholds: jax.Array) -> tuple[jax.Array, ...]:
+  """For each threshold `[c, R]`, the scores in its column of `scores_t [N, c]` above and equal.
+
+  A loop over the `N` rows with `[R, c]` accumulators: each step is a vectorised compare-and-add.
+  On CPU this runs about 50x faster than `jnp.sum(scores[:, None, :] > thresholds[..., None])`,
+  whose XLA reduction is not vectorised, and it never materialises the `[c, R, N]` comparison.
+  """
+  thresholds = thresholds.T  # [R, c]
+
+  def step(j, counts):
+    above, tied = counts
+    row = scores_t[j][None, :]
+    return above + (row > thresholds).astype(jnp.int32), tied + (row == thresholds).astype(jnp.int32)
+
+  zeros = jnp.zeros(thresholds.shape, jnp.int32)
+  above, tied = jax.lax.fori_loop(0, scores_t.shape[0], step, (zeros, zeros), unroll=4)
+  return above.T, tied.T
+
+
+def _evaluate_chunk(queries, self_index, relevant_index, relevant_ok, gallery, gallery_inv_norms, *, ks):
   """Per-query metrics of one chunk of queries against the whole gallery.
 
   Counting instead of sorting: for each relevant item of a query, the gallery items scored above it
   and tied with it (O(N) per relevant item), then `ranking.relevant_item_statistics`.
   """
-  scores = cosine_similarity(queries, gallery)  # [c, N]
-  dtype = scores.dtype
-  n = gallery.shape[0]
-  column = jax.lax.broadcasted_iota(jnp.int32, scores.shape, 1)
-  scores = jnp.where(column == self_index[:, None], -jnp.inf, scores)  # Leave the query out.
-  rel = jnp.take_along_axis(scores, relevant_index, axis=1)  # [c, R]
+  dtype = gallery_inv_norms.dtype
+  n, c = gallery.shape[0], queries.shape[0]
+  # Scores transposed, [N, c]: the counting loop runs over gallery rows. Scaled after the dot
+  # products, as in `cosine_similarity`, so that ties stay exact.
+  dots = jnp.matmul(gallery, queries.T, preferred_element_type=dtype)
+  scores_t = dots * gallery_inv_norms[:, None] * _inverse_norms(queries, dtype)[None, :]
+  row = jax.lax.broadcasted_iota(jnp.int32, scores_t.shape, 0)
+  scores_t = jnp.where(row == self_index[None, :], -jnp.inf, scores_t)  # Leave the query out.
+  rel = scores_t[relevant_index, jnp.arange(c)[:, None]]  # [c, R]
   rel = jnp.where(relevant_ok, rel, jnp.nan)  # NaN compares False: empty slots count nothing.
-  above = jnp.sum(scores[:, None, :] > rel[:, :, None], axis=-1, dtype=jnp.int32)
-  tied = jnp.sum(scores[:, None, :] == rel[:, :, None], axis=-1, dtype=jnp.int32)
+  above, tied = _count_above_and_tied(scores_t, rel)
   other = rel[:, None, :]  # [c, 1, R]: the other relevant items of the query.
   mine = rel[:, :, None]  # [c, R, 1]
   slot = jnp.arange(rel.shape[1])
@@ -318,6 +339,7 @@ def evaluate_retrieval(
 
   chunk = min(chunk_size, num_queries)
   gallery_device = jnp.asarray(gallery)
+  gallery_inv_norms = jax.jit(_inverse_norms, static_argnums=1)(gallery_device, gallery_device.dtype)
   results = []  # Device arrays: gathered once at the end so that chunks dispatch asynchronously.
   for begin in range(0, num_queries, chunk):
     rows = np.arange(begin, min(begin + chunk, num_queries))
@@ -342,6 +364,7 @@ def evaluate_retrieval(
             jnp.asarray(relevant_index, jnp.int32),
             jnp.asarray(relevant_ok),
             gallery_device,
+            gallery_inv_norms,
             ks=ks,
         )
     )

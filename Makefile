@@ -1,0 +1,31 @@
+# The two commands of the README: `make demo` (the main job) and `make test` (the whole suite).
+# Each creates the virtual environment .venv when it is absent (or when pyproject.toml changed)
+# and installs jaxrank with everything it needs.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export TF_CPP_MIN_LOG_LEVEL := 2
+
+.PHONY: demo test bench-evaluate clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[train,dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m experiments.demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests jaxrank --doctest-modules
+
+# Benchmarks need baselines that the library does not (faiss-cpu): the `bench` extra.
+bench-evaluate: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) -m experiments.bench_evaluate
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -1,0 +1,208 @@
+"""Plain-numpy, loop-based reference implementations of jaxrank's exact metrics, in float64.
+
+Written from the definitions, not from jaxrank's formulas, so that the tests compare two independent
+derivations:
+
+* one list is a 1-D `scores[n]` (higher is better), `labels[n]` and an optional boolean `where[n]`;
+  masked items are removed before anything else, as if sliced out; an item is relevant iff its
+  label is `>= 1` (NDCG uses the label as a grade, with gain `2**label - 1`);
+* plain metrics rank ties pessimistically: valid items by decreasing score and, among equal scores,
+  by increasing label; ranks are 1-based positions in that order;
+* tie-aware metrics are the mean of the plain metric over every ordering of the tied items,
+  enumerated by brute force (`itertools.permutations` inside each tie group), so keep such lists
+  short (`n <= 7`);
+* a list with no relevant valid item (for NDCG: ideal DCG 0) has value 0 and is excluded from the
+  mean over lists (`mean_over_lists`); a valid NaN score makes a defined list's value NaN.
+
+Every list-level function takes one list and returns a Python float; `per_list` maps one over the
+leading axes of `[..., n]` arrays.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+
+Item = tuple[float, float]  # (score, label) of one valid item.
+
+
+def _valid_items(scores, labels, where) -> list[Item]:
+  scores = np.asarray(scores, dtype=np.float64)
+  labels = np.asarray(labels, dtype=np.float64)
+  if scores.ndim != 1 or scores.shape != labels.shape:
+    raise ValueError(f"one list expected, got shapes {scores.shape} and {labels.shape}")
+  if where is None:
+    where = np.ones(scores.shape, dtype=bool)
+  where = np.broadcast_to(np.asarray(where, dtype=bool), scores.shape)
+  return [(float(scores[i]), float(labels[i])) for i in range(len(scores)) if where[i]]
+
+
+def _is_relevant(label: float) -> bool:
+  return label >= 1
+
+
+def pessimistic_order(items: Sequence[Item]) -> list[Item]:
+  """Items by decreasing score; among equal scores, by increasing label (worst first)."""
+  out = list(items)
+  # Insertion sort with an explicit comparison, to spell out the tie policy.
+  for i in range(1, len(out)):
+    j = i
+    while j > 0 and _ranks_before(out[j], out[j - 1]):
+      out[j - 1], out[j] = out[j], out[j - 1]
+      j -= 1
+  return out
+
+
+def _ranks_before(a: Item, b: Item) -> bool:
+  if a[0] != b[0]:
+    return a[0] > b[0]
+  return a[1] < b[1]
+
+
+def tie_groups(items: Sequence[Item]) -> list[list[Item]]:
+  """Groups of equal scores, best group first (each group in pessimistic order)."""
+  groups: list[list[Item]] = []
+  for item in pessimistic_order(items):
+    if groups and groups[-1][0][0] == item[0]:
+      groups[-1].append(item)
+    else:
+      groups.append([item])
+  return groups
+
+
+def tie_orderings(items: Sequence[Item]) -> Iterator[list[float]]:
+  """The labels in rank order, for every ordering of the tied items (with multiplicity)."""
+  groups = tie_groups(items)
+  for choice in itertools.product(*(itertools.permutations(g) for g in groups)):
+    yield [label for group in choice for _, label in group]
+
+
+# Metrics of one ranking, given as the labels in rank order (rank r is index r - 1).
+
+
+def ranking_ap(ranked: Sequence[float]) -> float:
+  num_relevant = sum(1 for y in ranked if _is_relevant(y))
+  if num_relevant == 0:
+    return 0.0
+  total = 0.0
+  for rank in range(1, len(ranked) + 1):
+    if _is_relevant(ranked[rank - 1]):
+      hits = sum(1 for y in ranked[:rank] if _is_relevant(y))
+      total += hits / rank
+  return total / num_relevant
+
+
+def ranking_map_at_r(ranked: Sequence[float]) -> float:
+  num_relevant = sum(1 for y in ranked if _is_relevant(y))
+  if num_relevant == 0:
+    return 0.0
+  total = 0.0
+  for i in range(1, num_relevant + 1):
+    if _is_relevant(ranked[i - 1]):
+      precision_at_i = sum(1 for y in ranked[:i] if _is_relevant(y)) / i
+      total += precision_at_i
+  return total / num_relevant
+
+
+def ranking_recall_at_k(ranked: Sequence[float], k: int) -> float:
+  return 1.0 if any(_is_relevant(y) for y in ranked[:k]) else 0.0
+
+
+def ranking_precision_at_k(ranked: Sequence[float], k: int) -> float:
+  if not ranked:
+    return 0.0
+  hits = sum(1 for y in ranked[:k] if _is_relevant(y))
+  return hits / min(k, len(ranked))
+
+
+def _dcg(ranked: Sequence[float], topn: int | None) -> float:
+  total = 0.0
+  for rank in range(1, len(ranked) + 1):
+    if topn is not None and rank > topn:
+      break
+    total += (2.0 ** ranked[rank - 1] - 1.0) / math.log2(1 + rank)
+  return total
+
+
+def ranking_ndcg(ranked: Sequence[float], topn: int | None = None) -> float:
+  ideal = _dcg(sorted(ranked, reverse=True), topn)
+  if ideal == 0:
+    return 0.0
+  return _dcg(ranked, topn) / ideal
+
+
+# List-level metrics.
+
+
+def _defined(items: Sequence[Item], ndcg: bool, topn: int | None = None) -> bool:
+  if ndcg:
+    return _dcg(sorted((y for _, y in items), reverse=True), topn) > 0
+  return any(_is_relevant(y) for _, y in items)
+
+
+def _plain(ranking_fn: Callable[..., float], ndcg: bool = False):
+  def metric(scores, labels, where=None, **kwargs) -> float:
+    items = _valid_items(scores, labels, where)
+    if not _defined(items, ndcg, kwargs.get("topn")):
+      return 0.0
+    if any(math.isnan(s) for s, _ in items):
+      return math.nan
+    return ranking_fn([y for _, y in pessimistic_order(items)], **kwargs)
+
+  return metric
+
+
+def _tie_aware(ranking_fn: Callable[..., float], ndcg: bool = False):
+  def metric(scores, labels, where=None, **kwargs) -> float:
+    items = _valid_items(scores, labels, where)
+    if not _defined(items, ndcg, kwargs.get("topn")):
+      return 0.0
+    if any(math.isnan(s) for s, _ in items):
+      return math.nan
+    values = [ranking_fn(ranked, **kwargs) for ranked in tie_orderings(items)]
+    return math.fsum(values) / len(values)
+
+  return metric
+
+
+ap = _plain(ranking_ap)
+tie_aware_ap = _tie_aware(ranking_ap)
+ndcg = _plain(ranking_ndcg, ndcg=True)
+tie_aware_ndcg = _tie_aware(ranking_ndcg, ndcg=True)
+recall_at_k = _plain(ranking_recall_at_k)
+precision_at_k = _plain(ranking_precision_at_k)
+map_at_r = _plain(ranking_map_at_r)
+
+
+def has_relevant(labels, where=None) -> np.ndarray:
+  """`[...]`: whether each list of `labels [..., n]` has a relevant valid item."""
+  labels = np.asarray(labels, dtype=np.float64)
+  where = np.ones(labels.shape, bool) if where is None else np.asarray(where, bool)
+  where = np.broadcast_to(where, labels.shape)
+  out = np.zeros(labels.shape[:-1], dtype=bool)
+  for idx in np.ndindex(labels.shape[:-1]):
+    out[idx] = any(where[idx][i] and _is_relevant(labels[idx][i]) for i in range(labels.shape[-1]))
+  return out
+
+
+def per_list(metric: Callable[..., float], scores, labels, where=None, **kwargs) -> np.ndarray:
+  """Applies a list-level reference metric to every list of `[..., n]` arrays; returns `[...]`."""
+  scores = np.asarray(scores, dtype=np.float64)
+  labels = np.asarray(labels, dtype=np.float64)
+  where = np.ones(scores.shape, bool) if where is None else np.asarray(where, bool)
+  where = np.broadcast_to(where, scores.shape)
+  out = np.zeros(scores.shape[:-1], dtype=np.float64)
+  for idx in np.ndindex(scores.shape[:-1]):
+    out[idx] = metric(scores[idx], labels[idx], where[idx], **kwargs)
+  return out
+
+
+def mean_over_lists(values, defined) -> float:
+  """Mean of `values` over the lists where `defined` holds; 0 when there is none."""
+  values = np.asarray(values, dtype=np.float64).reshape(-1)
+  defined = np.asarray(defined, dtype=bool).reshape(-1)
+  kept = [float(v) for v, d in zip(values, defined) if d]
+  return math.fsum(kept) / len(kept) if kept else 0.0

@@ -1,0 +1,269 @@
+"""Tests of `batch_retrieval` and `evaluate_retrieval` against brute force."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrank
+from jaxrank import retrieval
+import reference
+
+# ---------------------------------------------------------------------------------------------
+# batch_retrieval
+
+
+def _embeddings(seed, b=6, d=3):
+  return np.random.default_rng(seed).standard_normal((b, d)).astype(np.float32)
+
+
+def _cosine(x, y):
+  x = np.asarray(x, np.float64)
+  y = np.asarray(y, np.float64)
+  x = x / np.linalg.norm(x, axis=1, keepdims=True)
+  y = y / np.linalg.norm(y, axis=1, keepdims=True)
+  return x @ y.T
+
+
+def test_integer_labels_give_same_class_relevance_and_exclude_self():
+  e = _embeddings(0)
+  labels = np.array([0, 1, 0, 2, 1, 0])
+  scores, relevance, where = jaxrank.batch_retrieval(e, labels)
+  np.testing.assert_allclose(scores, _cosine(e, e), atol=1e-6)
+  np.testing.assert_array_equal(relevance, labels[:, None] == labels[None, :])
+  assert relevance.dtype == jnp.int32
+  np.testing.assert_array_equal(where, ~np.eye(6, dtype=bool))
+
+
+def test_include_self_keeps_the_query_as_its_own_positive():
+  e = _embeddings(1)
+  labels = np.array([0, 1, 0, 2, 1, 0])
+  scores, relevance, where = jaxrank.batch_retrieval(e, labels, include_self=True)
+  assert bool(jnp.all(where))
+  np.testing.assert_allclose(jnp.diagonal(scores), 1.0, atol=1e-6)
+  np.testing.assert_array_equal(jnp.diagonal(relevance), 1)
+
+
+def test_multi_hot_labels_count_shared_labels():
+  e = _embeddings(2, b=4)
+  multi_hot = np.array([[1, 1, 0], [1, 0, 0], [0, 1, 1], [0, 0, 1]], dtype=np.int32)
+  _, relevance, _ = jaxrank.batch_retrieval(e, multi_hot)
+  np.testing.assert_array_equal(relevance, multi_hot @ multi_hot.T)
+  # Boolean multi-hot gives the same integer counts.
+  _, relevance_bool, _ = jaxrank.batch_retrieval(e, multi_hot.astype(bool))
+  np.testing.assert_array_equal(relevance_bool, multi_hot @ multi_hot.T)
+
+
+def test_affinity_is_passed_through():
+  e = _embeddings(3, b=3)
+  affinity = np.array([[3, 1, 0], [1, 3, 2], [0, 2, 3]], dtype=np.float32)
+  _, relevance, where = jaxrank.batch_retrieval(e, affinity=affinity)
+  np.testing.assert_array_equal(relevance, affinity)
+  np.testing.assert_array_equal(where, ~np.eye(3, dtype=bool))
+
+
+def test_gallery_appends_columns_and_its_mask():
+  e, g = _embeddings(4, b=4), _embeddings(5, b=3)
+  labels, gallery_labels = np.array([0, 1, 0, 1]), np.array([1, 0, 2])
+  gallery_where = np.array([True, False, True])
+  scores, relevance, where = jaxrank.batch_retrieval(
+      e, labels, gallery_embeddings=g, gallery_labels=gallery_labels, gallery_where=gallery_where
+  )
+  assert scores.shape == relevance.shape == where.shape == (4, 7)
+  np.testing.assert_allclose(scores, _cosine(e, np.concatenate([e, g])), atol=1e-6)
+  targets = np.concatenate([labels, gallery_labels])
+  np.testing.assert_array_equal(relevance, labels[:, None] == targets[None, :])
+  np.testing.assert_array_equal(where[:, :4], ~np.eye(4, dtype=bool))
+  np.testing.assert_array_equal(where[:, 4:], np.broadcast_to(gallery_where, (4, 3)))
+
+
+def test_composes_with_every_list_metric_and_equals_the_reference():
+  rng = np.random.default_rng(6)
+  e = rng.standard_normal((12, 4)).astype(np.float32)
+  labels = rng.integers(0, 3, 12)
+  scores, relevance, where = jaxrank.batch_retrieval(e, labels)
+  got = jaxrank.ap_metric(scores, relevance, where=where, reduce_fn=None)
+  want = reference.per_list(reference.ap, np.asarray(scores), np.asarray(relevance), np.asarray(where))
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_binary_codes_keep_exact_ties():
+  rng = np.random.default_rng(7)
+  codes = np.sign(rng.standard_normal((40, 6))).astype(np.float32)
+  scores, _, _ = jaxrank.batch_retrieval(codes, np.zeros(40, np.int32))
+  hamming = (6 - codes @ codes.T) / 2
+  # Equal Hamming distance <=> bit-identical scores, and scores decrease with the distance.
+  same_distance = hamming[:, :, None, None] == hamming[None, None, :, :]
+  same_score = np.asarray(scores)[:, :, None, None] == np.asarray(scores)[None, None, :, :]
+  np.testing.assert_array_equal(same_distance, same_score)
+
+
+def test_gradients_are_finite_for_a_zero_embedding_and_flow_through_the_gallery():
+  e = jnp.asarray(_embeddings(8, b=4)).at[0].set(0.0)
+  g = jnp.asarray(_embeddings(9, b=2))
+
+  def loss(e, g):
+    scores, _, where = jaxrank.batch_retrieval(
+        e, jnp.array([0, 1, 0, 1]), gallery_embeddings=g, gallery_labels=jnp.array([0, 1])
+    )
+    return jnp.sum(jnp.where(where, scores, 0) ** 2)
+
+  grad_e, grad_g = jax.grad(loss, argnums=(0, 1))(e, g)
+  assert bool(jnp.all(jnp.isfinite(grad_e))) and bool(jnp.all(jnp.isfinite(grad_g)))
+  assert float(jnp.abs(grad_g).sum()) > 0
+  scores, _, _ = jaxrank.batch_retrieval(e, jnp.array([0, 1, 0, 1]))
+  np.testing.assert_array_equal(scores[0], 0.0)
+
+
+def test_jit_and_bfloat16_inputs():
+  e = _embeddings(10)
+  labels = np.array([0, 1, 0, 2, 1, 0])
+  eager = jaxrank.batch_retrieval(e, labels)
+  jitted = jax.jit(jaxrank.batch_retrieval)(e, labels)
+  for a, b in zip(eager, jitted):
+    np.testing.assert_allclose(a, b, atol=1e-6)
+  scores, _, _ = jaxrank.batch_retrieval(jnp.asarray(e, jnp.bfloat16), labels)
+  assert scores.dtype == jnp.float32
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(embeddings=np.ones((4, 2), np.int32), labels=np.zeros(4, np.int32)), TypeError, "floating"),
+        (dict(embeddings=np.ones(4, np.float32), labels=np.zeros(4, np.int32)), ValueError, r"\[B, D\]"),
+        (dict(embeddings=np.ones((4, 2), np.float32), labels=np.zeros(3, np.int32)), ValueError, r"\(3,\)"),
+        (dict(embeddings=np.ones((4, 2), np.float32), labels=np.zeros(4, np.float32)), TypeError, "integers"),
+        (dict(embeddings=np.ones((4, 2), np.float32)), ValueError, "exactly one"),
+        (
+            dict(embeddings=np.ones((4, 2), np.float32), affinity=np.ones((4, 5), np.float32)),
+            ValueError,
+            r"\(4, 4\)",
+        ),
+        (
+            dict(
+                embeddings=np.ones((4, 2), np.float32),
+                labels=np.zeros(4, np.int32),
+                gallery_embeddings=np.ones((3, 5), np.float32),
+                gallery_labels=np.zeros(3, np.int32),
+            ),
+            ValueError,
+            r"\(3, 5\)",
+        ),
+        (
+            dict(
+                embeddings=np.ones((4, 2), np.float32),
+                labels=np.zeros(4, np.int32),
+                gallery_embeddings=np.ones((3, 2), np.float32),
+            ),
+            ValueError,
+            "gallery_labels",
+        ),
+    ],
+)
+def test_batch_retrieval_errors(kwargs, error, match):
+  embeddings = kwargs.pop("embeddings")
+  with pytest.raises(error, match=match):
+    jaxrank.batch_retrieval(embeddings, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluate_retrieval against brute force
+
+
+def _clustered(seed, n, d=8, num_classes=40, noise=1.0):
+  rng = np.random.default_rng(seed)
+  labels = rng.integers(0, num_classes, n)
+  centres = rng.standard_normal((num_classes, d))
+  x = centres[labels] + noise * rng.standard_normal((n, d))
+  return x.astype(np.float32), labels
+
+
+def _brute_force(scores, relevance, where, ks):
+  """Plain metrics from the numpy reference, one full ranking per query (numpy's sort, ties by
+  increasing relevance: the pessimistic order); tie-aware mAP from jaxrank's list-level metric,
+  itself tied to a brute-force reference over tie orderings in test_metrics.py."""
+  scores, relevance, where = map(np.asarray, (scores, relevance, where))
+  values = {f"recall@{k}": [] for k in ks} | {"map@r": [], "map": []}
+  for s, y in zip(scores, relevance):
+    if not y.any():
+      continue
+    ranked = list(y[np.lexsort((y, -s))].astype(float))
+    for k in ks:
+      values[f"recall@{k}"].append(reference.ranking_recall_at_k(ranked, k))
+    values["map@r"].append(reference.ranking_map_at_r(ranked))
+    values["map"].append(reference.ranking_ap(ranked))
+  out = {key: float(np.mean(value)) for key, value in values.items()}
+  out["tie_aware_map"] = float(jaxrank.tie_aware_ap_metric(scores, relevance, where=where))
+  return out
+
+
+def _leave_one_out(x):
+  """Lists without the query itself (the diagonal), as the brute force expects them."""
+  keep = ~np.eye(len(x), dtype=bool)
+  return x[keep].reshape(len(x), len(x) - 1)
+
+
+@pytest.mark.parametrize("n, chunk_size", [(2000, 384), (300, 1000)])
+def test_evaluate_leave_one_out_equals_brute_force(n, chunk_size):
+  x, labels = _clustered(0, n, num_classes=n // 6)
+  ks = (1, 2, 4, 8, 16)
+  got = jaxrank.evaluate_retrieval(x, labels, ks=ks, chunk_size=chunk_size)
+  relevance = _leave_one_out(labels[:, None] == labels[None, :])
+  scores = _leave_one_out(_cosine(x, x))
+  want = _brute_force(scores, relevance, np.ones_like(relevance), ks)
+  assert list(got) == [f"recall@{k}" for k in ks] + ["map@r", "map", "tie_aware_map"]
+  for key in want:
+    assert got[key] == pytest.approx(want[key], abs=1e-5), key
+
+
+def test_evaluate_with_gallery_equals_brute_force():
+  x, labels = _clustered(1, 500)
+  queries, gallery = x[:150], x[150:]
+  q_labels, g_labels = labels[:150], labels[150:]
+  q_labels[:3] = 1000  # Queries without a relevant gallery item are left out.
+  got = jaxrank.evaluate_retrieval(queries, q_labels, gallery, g_labels, chunk_size=64)
+  relevance = q_labels[:, None] == g_labels[None, :]
+  want = _brute_force(_cosine(queries, gallery), relevance, np.ones_like(relevance), (1, 2, 4, 8))
+  for key in want:
+    assert got[key] == pytest.approx(want[key], abs=1e-5), key
+
+
+def test_evaluate_on_binary_codes_handles_ties_exactly():
+  rng = np.random.default_rng(2)
+  labels = rng.integers(0, 8, 300)
+  codes = np.sign(rng.standard_normal((8, 10))[labels] + 1.5 * rng.standard_normal((300, 10)))
+  codes = codes.astype(np.float32)
+  got = jaxrank.evaluate_retrieval(codes, labels, chunk_size=128)
+  hamming = (10 - codes.astype(np.float64) @ codes.T.astype(np.float64)) / 2
+  relevance = labels[:, None] == labels[None, :]
+  want = _brute_force(_leave_one_out(-hamming), _leave_one_out(relevance), np.ones((300, 299), bool), (1, 2, 4, 8))
+  for key in want:
+    assert got[key] == pytest.approx(want[key], abs=1e-5), key
+  assert got["tie_aware_map"] > got["map"] + 0.01  # Ties are many, and they matter.
+
+
+def test_evaluate_memory_does_not_depend_on_the_number_of_queries():
+  """The chunk function is compiled once and its shapes depend on chunk_size and N only."""
+  x, labels = _clustered(3, 300)
+  retrieval._evaluate_chunk_jit.clear_cache()
+  jaxrank.evaluate_retrieval(x, labels, chunk_size=64)  # 5 chunks, the last one padded.
+  assert retrieval._evaluate_chunk_jit._cache_size() == 1
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, match",
+    [
+        ((np.ones((4, 2), np.float32), np.zeros(3, np.int32)), {}, r"\[4\]"),
+        ((np.ones((4, 2), np.float32), np.zeros(4, np.float32)), {}, "integer"),
+        ((np.full((4, 2), np.nan, np.float32), np.zeros(4, np.int32)), {}, "NaN"),
+        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32), np.ones((3, 3), np.float32), np.zeros(3, np.int32)), {}, "dimension"),
+        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32), np.ones((3, 2), np.float32)), {}, "gallery_labels"),
+        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32)), {"ks": (0,)}, "positive"),
+        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32)), {"ks": ()}, "at least one"),
+    ],
+)
+def test_evaluate_errors(args, kwargs, match):
+  with pytest.raises((ValueError, TypeError), match=match):
+    jaxrank.evaluate_retrieval(*args, **kwargs)
