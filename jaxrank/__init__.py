@@ -1,5 +1,8 @@
 """jaxrank: learning embeddings by optimising rank-based retrieval metrics, in JAX."""
 
+from jaxrank import memory as memory
+from jaxrank.blackbox import blackbox_ap_loss as blackbox_ap_loss
+from jaxrank.blackbox import blackbox_recall_loss as blackbox_recall_loss
 from jaxrank.metrics import ap_metric as ap_metric
 from jaxrank.metrics import map_at_r_metric as map_at_r_metric
 from jaxrank.metrics import ndcg_metric as ndcg_metric
@@ -7,6 +10,7 @@ from jaxrank.metrics import precision_at_k_metric as precision_at_k_metric
 from jaxrank.metrics import recall_at_k_metric as recall_at_k_metric
 from jaxrank.metrics import tie_aware_ap_metric as tie_aware_ap_metric
 from jaxrank.metrics import tie_aware_ndcg_metric as tie_aware_ndcg_metric
+from jaxrank.ranking import blackbox_ranks as blackbox_ranks
 from jaxrank.retrieval import batch_retrieval as batch_retrieval
 from jaxrank.retrieval import evaluate_retrieval as evaluate_retrieval
 

@@ -200,3 +200,130 @@ def list_relevant_statistics(
       list_size=relevant.shape[-1],
       dtype=dtype,
   )
+
+
+# ---------------------------------------------------------------------------------------------
+# Blackbox ranks (RaMBO).
+
+
+def _xla_descending_ranks(scores: jax.Array) -> jax.Array:
+  """`descending_ranks` by XLA's sort: the path on GPU and TPU."""
+  axis = scores.ndim - 1
+  iota = lax.broadcasted_iota(jnp.int32, scores.shape, axis)
+  negated = jnp.where(scores == 0, jnp.zeros_like(scores), -scores)
+  _, order = lax.sort((negated, iota), dimension=axis, is_stable=True, num_keys=1)
+  # Invert the permutation: the item at sorted position p gets rank p + 1.
+  positions = (iota + 1).astype(scores.dtype)
+  return jnp.put_along_axis(jnp.zeros_like(scores), order, positions, axis=axis, inplace=False)
+
+
+def _numpy_descending_ranks(scores: np.ndarray) -> np.ndarray:
+  """`descending_ranks` in numpy, for the CPU path (about 10x faster than XLA's CPU sort).
+
+  float32 keys become order-preserving 32-bit integers, packed above the 32-bit position into one
+  uint64 whose plain (unstable) sort gives the stable order. Other dtypes use a stable argsort.
+  """
+  scores = np.asarray(scores)
+  n = scores.shape[-1]
+  positions = np.arange(1, n + 1, dtype=scores.dtype)
+  negated = np.where(scores == 0, 0, -scores).astype(scores.dtype)  # -0.0 and 0.0: one key.
+  if scores.dtype == np.float32 and n < 2**32:
+    bits = negated.view(np.uint32)
+    keys = np.where(bits >> 31, ~bits, bits | np.uint32(0x80000000)).astype(np.uint64)
+    packed = (keys << np.uint64(32)) | np.arange(n, dtype=np.uint64)
+    order = (np.sort(packed, axis=-1) & np.uint64(0xFFFFFFFF)).astype(np.intp)
+  else:
+    order = np.argsort(negated, axis=-1, kind="stable")
+  ranks = np.empty_like(scores)
+  np.put_along_axis(ranks, order, np.broadcast_to(positions, scores.shape), axis=-1)
+  return ranks
+
+
+def _cpu_descending_ranks(scores: jax.Array) -> jax.Array:
+  shape = jax.ShapeDtypeStruct(scores.shape, scores.dtype)
+  return jax.pure_callback(_numpy_descending_ranks, shape, scores, vmap_method="expand_dims")
+
+
+def descending_ranks(scores: jax.Array) -> jax.Array:
+  """Ranks `[..., n]` along the last axis: 1 = highest score, ties by position; not differentiable.
+
+  One sort of each list. On CPU the sort runs in numpy through `jax.pure_callback` (XLA's CPU sort
+  is about 10x slower); on other platforms it is XLA's sort. Both give identical ranks for finite
+  scores (`0.0` and `-0.0` are the same score). Works under `jit` and `vmap`.
+
+  Args:
+    scores: `[..., n]` floating scores; finite.
+
+  Returns:
+    `[..., n]` ranks in `scores`' dtype (exact integers up to 2**24 in float32).
+  """
+  return lax.platform_dependent(scores, cpu=_cpu_descending_ranks, default=_xla_descending_ranks)
+
+
+@jax.custom_vjp
+def _blackbox_ranks(scores: jax.Array, lam: jax.Array) -> jax.Array:
+  return descending_ranks(scores)
+
+
+def _blackbox_ranks_fwd(scores, lam):
+  ranks = descending_ranks(scores)
+  return ranks, (scores, ranks, lam)
+
+
+def _blackbox_ranks_bwd(residuals, cotangent):
+  scores, ranks, lam = residuals
+  lam = jnp.asarray(lam, scores.dtype)
+  perturbed = descending_ranks(scores + lam[..., None] * cotangent)
+  return -(ranks - perturbed) / lam[..., None], None
+
+
+_blackbox_ranks.defvjp(_blackbox_ranks_fwd, _blackbox_ranks_bwd)
+
+
+def check_lam(fn: str, lam) -> jax.Array:
+  if isinstance(lam, (int, float)) and not lam > 0:
+    raise ValueError(f"{fn}: lam must be positive, got {lam}.")
+  return jnp.asarray(lam)
+
+
+def blackbox_ranks(scores: jax.typing.ArrayLike, lam: jax.typing.ArrayLike) -> jax.Array:
+  r"""Ranks of a list (1 = highest score) with RaMBO's blackbox gradient.
+
+  The forward pass is an exact ranking by one stable sort of the last axis (ties are ranked by
+  position: the earlier item first). The backward pass is Algorithm 1 of Rolinek et al. 2020:
+  given the incoming gradient :math:`g = \partial L / \partial \mathrm{rk}`,
+
+  .. math::
+    \nabla_y = -\frac{1}{\lambda}\left[\mathrm{rk}(y) - \mathrm{rk}(y + \lambda g)\right],
+
+  one more sort. **This is not the derivative of the ranks** (which is zero almost everywhere) but
+  the gradient of a piecewise-linear interpolation of the loss, whose width grows with `lam`.
+
+  Args:
+    scores: `[..., n]` floating scores; finite.
+    lam: the interpolation strength :math:`\lambda > 0`, a scalar or `[...]` (one per list). It
+      gets no gradient.
+
+  Returns:
+    `[..., n]` ranks in `scores`' dtype (exact integers up to 2**24 in float32). O(n log n) time
+    for each of the forward and backward passes, O(n) memory.
+
+  >>> import jax, jax.numpy as jnp
+  >>> blackbox_ranks(jnp.array([0.1, 0.9, 0.5]), 1.0)
+  Array([3., 1., 2.], dtype=float32)
+  >>> # Pushing the rank of item 0 down (towards 1) raises its score and lowers those it passes.
+  >>> jax.grad(lambda s: blackbox_ranks(s, 1.0)[0])(jnp.array([0.1, 0.9, 0.5]))
+  Array([-2.,  1.,  1.], dtype=float32)
+  """
+  scores = jnp.asarray(scores)
+  if not jnp.issubdtype(scores.dtype, jnp.floating):
+    raise TypeError(f"blackbox_ranks: scores must be floating point, got dtype {scores.dtype}.")
+  if scores.ndim < 1:
+    raise ValueError("blackbox_ranks: scores must have at least one axis (the list, last).")
+  lam = check_lam("blackbox_ranks", lam)
+  if lam.ndim and lam.shape != scores.shape[:-1]:
+    raise ValueError(
+        f"blackbox_ranks: lam must be a scalar or one value per list {scores.shape[:-1]}, got "
+        f"shape {lam.shape}."
+    )
+  return _blackbox_ranks(scores, jnp.broadcast_to(lam.astype(scores.dtype), scores.shape[:-1]))

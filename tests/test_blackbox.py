@@ -1,0 +1,247 @@
+"""Tests of `blackbox_ranks` and the RaMBO losses against numpy references of the paper's formulas."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrank
+from jaxrank import ranking
+
+# ---------------------------------------------------------------------------------------------
+# numpy references, from Rolinek et al. 2020 (Algorithm 1, eq. 14-22).
+
+
+def np_ranks(y):
+  """Ranks of a 1-D list, 1 = highest, ties by position (a stable descending sort)."""
+  order = sorted(range(len(y)), key=lambda i: (-y[i], i))
+  ranks = np.empty(len(y))
+  for position, i in enumerate(order):
+    ranks[i] = position + 1
+  return ranks
+
+
+def np_blackbox_backward(y, g, lam):
+  """Algorithm 1's backward: -(rk(y) - rk(y + lam g)) / lam."""
+  return -(np_ranks(y) - np_ranks(y + lam * g)) / lam
+
+
+def np_shift(y, relevant, margin):
+  return np.where(relevant, y - margin / 2, y + margin / 2)  # eq. 14
+
+
+def np_ap_loss_and_grad(y, labels, where, lam, margin, cotangent=1.0):
+  """Value and gradient (w.r.t. y) of eq. 22 on one list, with the blackbox backward.
+
+  The blackbox backward is not linear in the incoming cotangent (it moves scores by lam times it),
+  so the cotangent the loss receives (1 / number of lists for a mean) is part of the reference.
+  """
+  y, labels, where = np.asarray(y, float), np.asarray(labels), np.asarray(where, bool)
+  valid = np.flatnonzero(where)
+  relevant = labels[valid] >= 1
+  if not relevant.any():
+    return 0.0, np.zeros(len(y)), False
+  shifted = np_shift(y[valid], relevant, margin)
+  rk = np_ranks(shifted)
+  rk_pos = np.array([sum(relevant[j] and rk[j] <= rk[i] for j in range(len(rk))) for i in range(len(rk))])
+  p = relevant.sum()
+  loss = 1 - np.sum(np.where(relevant, rk_pos / rk, 0)) / p
+  d_rk = cotangent * np.where(relevant, rk_pos / rk**2, 0) / p  # rk_pos is a constant.
+  grad = np.zeros(len(y))
+  grad[valid] = np_blackbox_backward(shifted, d_rk, lam * len(valid))
+  return loss, grad, True
+
+
+def np_recall_loss(y, labels, where, margin, weight_fn):
+  y, labels, where = np.asarray(y, float), np.asarray(labels), np.asarray(where, bool)
+  y, labels = y[where], labels[where]
+  relevant = labels >= 1
+  if not relevant.any():
+    return 0.0, False
+  rk = np_ranks(np_shift(y, relevant, margin))
+  # r_i: non-relevant items ranked above relevant item i (eq. 17).
+  outrun = [sum((not relevant[j]) and rk[j] < rk[i] for j in range(len(y))) for i in np.flatnonzero(relevant)]
+  return float(np.mean([weight_fn(r) for r in outrun])), True
+
+
+def random_lists(seed, shape=(3, 9), ties=False):
+  rng = np.random.default_rng(seed)
+  scores = rng.integers(0, 4, shape).astype(np.float32) if ties else rng.standard_normal(shape).astype(np.float32)
+  labels = (rng.random(shape) < 0.35).astype(np.int32)
+  where = rng.random(shape) < 0.85
+  return scores, labels, where
+
+
+# ---------------------------------------------------------------------------------------------
+# blackbox_ranks
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_ranks_forward_and_both_sort_paths(ties):
+  scores, _, _ = random_lists(0, (4, 11), ties)
+  scores[0, :3] = [0.0, -0.0, 0.0]  # Signed zeros are one score.
+  want = np.stack([np_ranks(row) for row in scores])
+  np.testing.assert_array_equal(jaxrank.blackbox_ranks(scores, 1.0), want)
+  np.testing.assert_array_equal(jax.jit(ranking._xla_descending_ranks)(jnp.asarray(scores)), want)
+  np.testing.assert_array_equal(ranking._numpy_descending_ranks(scores), want)
+  np.testing.assert_array_equal(ranking._numpy_descending_ranks(scores.astype(np.float64)), want)
+
+
+@pytest.mark.parametrize("lam", [0.5, 3.0])
+def test_ranks_backward_is_algorithm_1(lam):
+  rng = np.random.default_rng(1)
+  y = rng.standard_normal((2, 10)).astype(np.float32)
+  g = rng.standard_normal((2, 10)).astype(np.float32)
+  _, vjp = jax.vjp(lambda s: jaxrank.blackbox_ranks(s, lam), jnp.asarray(y))
+  (got,) = vjp(jnp.asarray(g))
+  want = np.stack([np_blackbox_backward(y[i], g[i], np.float32(lam)) for i in range(2)])
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_ranks_per_list_lam_jit_and_vmap():
+  rng = np.random.default_rng(2)
+  y = jnp.asarray(rng.standard_normal((3, 8)), jnp.float32)
+  g = jnp.asarray(rng.standard_normal((3, 8)), jnp.float32)
+  lam = jnp.array([0.5, 1.0, 4.0])
+
+  def vjp_of(fn):
+    return jax.vjp(fn, y)[1](g)[0]
+
+  batched = vjp_of(lambda s: jaxrank.blackbox_ranks(s, lam))
+  mapped = vjp_of(lambda s: jax.vmap(jaxrank.blackbox_ranks)(s, lam))
+  jitted = vjp_of(jax.jit(lambda s: jaxrank.blackbox_ranks(s, lam)))
+  np.testing.assert_allclose(batched, mapped)
+  np.testing.assert_allclose(batched, jitted)
+  for i in range(3):
+    np.testing.assert_allclose(batched[i], np_blackbox_backward(np.asarray(y[i]), np.asarray(g[i]), float(lam[i])), rtol=1e-6)
+
+
+def test_ranks_lam_gets_no_gradient_and_errors():
+  y = jnp.array([0.3, 0.1, 0.2])
+  grad_lam = jax.grad(lambda lam: jnp.sum(jaxrank.blackbox_ranks(y, lam) * y))(1.0)
+  assert float(grad_lam) == 0.0
+  with pytest.raises(ValueError, match="lam must be positive"):
+    jaxrank.blackbox_ranks(y, 0.0)
+  with pytest.raises(TypeError, match="floating"):
+    jaxrank.blackbox_ranks(jnp.array([1, 2, 3]), 1.0)
+  with pytest.raises(ValueError, match="one value per list"):
+    jaxrank.blackbox_ranks(jnp.ones((2, 3)), jnp.ones(3))
+
+
+# ---------------------------------------------------------------------------------------------
+# blackbox_ap_loss and blackbox_recall_loss
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("lam, margin", [(0.2, 0.02), (4.0, 0.0)])
+def test_ap_loss_value_and_gradient_equal_the_reference(ties, lam, margin):
+  scores, labels, where = random_lists(3, (4, 9), ties)
+  labels[0] = 0  # A list without positives is left out of the mean.
+  value, grad = jax.value_and_grad(
+      lambda s: jaxrank.blackbox_ap_loss(s, labels, where=where, lam=lam, margin=margin)
+  )(jnp.asarray(scores))
+  count = np.sum(np.any(where & (labels >= 1), axis=-1))
+  results = [
+      np_ap_loss_and_grad(scores[i], labels[i], where[i], lam, margin, cotangent=1 / count)
+      for i in range(4)
+  ]
+  assert float(value) == pytest.approx(sum(loss for loss, _, d in results if d) / count, abs=1e-6)
+  np.testing.assert_allclose(grad, np.stack([g for _, g, _ in results]), atol=1e-6)
+
+
+def test_ap_loss_without_margin_is_the_exact_ap_loss():
+  scores, labels, where = random_lists(4, (5, 12))
+  got = jaxrank.blackbox_ap_loss(scores, labels, where=where, margin=0.0, reduce_fn=None)
+  want = 1 - jaxrank.ap_metric(scores, labels, where=where, reduce_fn=None)
+  has_positive = np.any(where & (labels >= 1), axis=-1)
+  np.testing.assert_allclose(got, np.where(has_positive, want, 0), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "weight_fn", [np.log1p, lambda r: np.log1p(np.log1p(r))], ids=["log", "log_log"]
+)
+def test_recall_loss_equals_the_reference(weight_fn):
+  scores, labels, where = random_lists(5, (4, 10))
+  got = jaxrank.blackbox_recall_loss(
+      scores, labels, where=where, margin=0.05, weight_fn=weight_fn, reduce_fn=None
+  )
+  for i in range(4):
+    want, _ = np_recall_loss(scores[i], labels[i], where[i], 0.05, weight_fn)
+    assert float(got[i]) == pytest.approx(want, abs=1e-6)
+
+
+def test_recall_loss_gradient_pushes_positives_up():
+  scores = jnp.array([0.9, 0.5, 0.4, 0.1])
+  labels = jnp.array([0, 1, 0, 1])
+  grad = jax.grad(lambda s: jaxrank.blackbox_recall_loss(s, labels, lam=1.0))(scores)
+  assert float(grad[1]) < 0 and float(grad[3]) < 0  # Descent raises the positives' scores.
+  assert float(grad[0]) > 0  # and lowers the negative above them.
+
+
+def test_map_over_classes_and_apc_are_compositions():
+  rng = np.random.default_rng(6)
+  logits = rng.standard_normal((7, 3)).astype(np.float32)
+  targets = (rng.random((7, 3)) < 0.4).astype(np.int32)
+  targets[0] = 1
+  per_class = jaxrank.blackbox_ap_loss(logits.T, targets.T, margin=0.0, reduce_fn=None)
+  for c in range(3):  # eq. 6: one list per class, over the batch.
+    want, _, _ = np_ap_loss_and_grad(logits[:, c], targets[:, c], np.ones(7, bool), 1.0, 0.0)
+    assert float(per_class[c]) == pytest.approx(want, abs=1e-6)
+  apc = jaxrank.blackbox_ap_loss(logits.ravel(), targets.ravel(), margin=0.0)
+  want, _, _ = np_ap_loss_and_grad(logits.ravel(), targets.ravel(), np.ones(21, bool), 1.0, 0.0)
+  assert float(apc) == pytest.approx(want, abs=1e-6)  # eq. 23: one list of all pairs.
+
+
+@pytest.mark.parametrize("loss_fn", [jaxrank.blackbox_ap_loss, jaxrank.blackbox_recall_loss])
+def test_invariances(loss_fn):
+  scores, labels, where = random_lists(7, (3, 8))
+  value_and_grad = jax.value_and_grad(lambda s, y, w: loss_fn(s, y, where=w, reduce_fn=jnp.sum))
+  value, grad = value_and_grad(jnp.asarray(scores), labels, where)
+  # jit.
+  jit_value, jit_grad = jax.jit(value_and_grad)(jnp.asarray(scores), labels, where)
+  np.testing.assert_allclose(jit_value, value, rtol=1e-6)
+  np.testing.assert_allclose(jit_grad, grad, atol=1e-6)
+  # vmap over lists equals leading axes.
+  per_list = jax.vmap(lambda s, y, w: loss_fn(s, y, where=w, reduce_fn=None))(scores, labels, where)
+  np.testing.assert_allclose(per_list, loss_fn(scores, labels, where=where, reduce_fn=None), atol=1e-6)
+  # Masked padding (even NaN) changes neither values nor gradients.
+  pad = ((0, 0), (0, 3))
+  padded_scores = np.pad(scores, pad, constant_values=np.nan)
+  padded = value_and_grad(jnp.asarray(padded_scores), np.pad(labels, pad), np.pad(where, pad))
+  np.testing.assert_allclose(padded[0], value, rtol=1e-6)
+  np.testing.assert_allclose(padded[1][:, :8], grad, atol=1e-6)
+  np.testing.assert_array_equal(padded[1][:, 8:], 0)
+  # where equals slicing, on one list.
+  keep = where[0]
+  sliced = value_and_grad(jnp.asarray(scores[0][keep]), labels[0][keep], None)
+  masked = value_and_grad(jnp.asarray(scores[0]), labels[0], where[0])
+  np.testing.assert_allclose(sliced[0], masked[0], rtol=1e-6)
+  np.testing.assert_allclose(sliced[1], masked[1][keep], atol=1e-6)
+
+
+@pytest.mark.parametrize("loss_fn", [jaxrank.blackbox_ap_loss, jaxrank.blackbox_recall_loss])
+@pytest.mark.parametrize(
+    "labels, where",
+    [
+        ([0, 0, 0, 0], [True] * 4),  # no positives
+        ([1, 1, 1, 1], [True] * 4),  # all positives
+        ([1, 0, 1, 0], [False] * 4),  # all masked
+        ([1, 0, 0, 1], [True] * 4),  # with all-tied scores below
+    ],
+)
+def test_degenerate_lists_are_finite(loss_fn, labels, where):
+  scores = jnp.full(4, 0.5)
+  value, grad = jax.value_and_grad(lambda s: loss_fn(s, jnp.array(labels), where=jnp.array(where)))(scores)
+  assert np.isfinite(float(value)) and bool(jnp.all(jnp.isfinite(grad)))
+
+
+def test_loss_errors():
+  s, y = jnp.ones(3), jnp.array([1, 0, 1])
+  with pytest.raises(ValueError, match="lam must be positive"):
+    jaxrank.blackbox_ap_loss(s, y, lam=-1.0)
+  with pytest.raises(ValueError, match="margin must be non-negative"):
+    jaxrank.blackbox_recall_loss(s, y, margin=-0.1)
+  with pytest.raises(TypeError, match="floating"):
+    jaxrank.blackbox_ap_loss(jnp.array([1, 2, 3]), y)
