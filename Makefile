@@ -19,8 +19,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m experiments.demo
 
+# Two pytest processes: the multi-device tests need 8 simulated CPU devices, set before JAX starts.
 test: $(STAMP)
-	$(PY) -m pytest -q tests jaxrank --doctest-modules
+	$(PY) -m pytest -q tests jaxrank --doctest-modules --ignore=tests/multidevice
+	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(PY) -m pytest -q tests/multidevice
 
 # Benchmarks need baselines that the library does not (faiss-cpu): the `bench` extra.
 bench-evaluate: $(STAMP)

@@ -3,6 +3,7 @@
 from jaxrank import memory as memory
 from jaxrank.blackbox import blackbox_ap_loss as blackbox_ap_loss
 from jaxrank.blackbox import blackbox_recall_loss as blackbox_recall_loss
+from jaxrank.chunked import chunked_value_and_grad as chunked_value_and_grad
 from jaxrank.metrics import ap_metric as ap_metric
 from jaxrank.metrics import map_at_r_metric as map_at_r_metric
 from jaxrank.metrics import ndcg_metric as ndcg_metric
@@ -13,5 +14,8 @@ from jaxrank.metrics import tie_aware_ndcg_metric as tie_aware_ndcg_metric
 from jaxrank.ranking import blackbox_ranks as blackbox_ranks
 from jaxrank.retrieval import batch_retrieval as batch_retrieval
 from jaxrank.retrieval import evaluate_retrieval as evaluate_retrieval
+from jaxrank.sharded import sharded_batch_retrieval as sharded_batch_retrieval
+from jaxrank.sharded import sharded_loss as sharded_loss
+from jaxrank.sharded import sharded_mean as sharded_mean
 
 __version__ = "0.1.0.dev0"

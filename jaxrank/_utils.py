@@ -78,24 +78,122 @@ def check_positive_int(fn: str, name: str, value: Any, *, allow_none: bool = Fal
     raise ValueError(f"{fn}: {name} must be a positive int, got {value}.")
 
 
-def safe_reduce(values: jax.Array, valid: jax.Array, reduce_fn: ReduceFn) -> jax.Array:
+def check_int_at_least(fn: str, name: str, value: Any, minimum: int) -> None:
+  """Raises unless `value` is a Python int `>= minimum` (a static hyperparameter)."""
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+    raise TypeError(f"{fn}: {name} must be an int >= {minimum}, got {value!r}.")
+  if value < minimum:
+    raise ValueError(f"{fn}: {name} must be an int >= {minimum}, got {value}.")
+
+
+def check_list_weights(
+    fn: str, weights: jax.typing.ArrayLike | None, scores_shape: tuple[int, ...], dtype: Any
+) -> jax.Array | None:
+  """Validates per-list weights and returns them broadcast to `scores_shape[:-1]` in `dtype`.
+
+  Raises `TypeError` for non-numeric weights and `ValueError`, naming both shapes, when they do
+  not broadcast to the lists' shape (per-item weights `[..., n]` are the usual mistake).
+  """
+  if weights is None:
+    return None
+  kind = weights.dtype if hasattr(weights, "dtype") else np.asarray(weights).dtype
+  if not (jnp.issubdtype(kind, jnp.number) or jnp.issubdtype(kind, jnp.bool_)):
+    raise TypeError(f"{fn}: weights must be numeric, got dtype {kind}.")
+  weights = jnp.asarray(weights)
+  lists = tuple(scores_shape[:-1])
+  try:
+    if jnp.broadcast_shapes(weights.shape, lists) != lists:
+      raise ValueError
+  except ValueError:
+    raise ValueError(
+        f"{fn}: weights have shape {weights.shape}, which does not broadcast to the lists' shape "
+        f"{lists} (the scores' shape {tuple(scores_shape)} without its last axis): weights are "
+        "per list, one per query, not per item."
+    ) from None
+  return jnp.broadcast_to(weights.astype(dtype), lists)
+
+
+def safe_reduce(
+    values: jax.Array,
+    valid: jax.Array,
+    reduce_fn: ReduceFn,
+    *,
+    weights: jax.Array | None = None,
+) -> jax.Array:
   """Reduces per-list values over the lists where `valid` holds.
 
   Invalid lists are set to 0 and left out of the reduction. With every list invalid the result
   is 0, not NaN, and so is its gradient. `reduce_fn` is called as `reduce_fn(values, where=valid)`
-  (the signature of `jnp.mean` and `jnp.sum`); `None` returns the per-list values.
+  (the signature of `jnp.mean` and `jnp.sum`); `None` returns the per-list values. `jnp.mean` is
+  computed here as a sum over a count, so an empty mask gives 0 with a zero gradient; any other
+  `reduce_fn` must give 0 for an empty mask itself (`jnp.sum` does).
+
+  With per-list `weights` (shaped like `values`) the values are multiplied by them first, so
+  `None` returns `weights * values`, `jnp.sum` gives `sum(weights * values)`, and `jnp.mean` gives
+  the weighted mean `sum(weights * values) / sum(weights)` over the valid lists (0 when the valid
+  weights sum to 0); any other `reduce_fn` gets the weighted values.
   """
+  if weights is not None:
+    weights = jnp.where(valid, weights, jnp.zeros_like(weights))
+    values = values * weights
   values = jnp.where(valid, values, jnp.zeros_like(values))
   if reduce_fn is None:
     return values
   if reduce_fn is jnp.mean:
+    if weights is not None:
+      total = jnp.sum(weights).astype(values.dtype)
+      return jnp.sum(values) / jnp.where(total != 0, total, jnp.ones_like(total))
     count = jnp.sum(valid, dtype=values.dtype)
     return jnp.sum(values) / jnp.maximum(count, 1)
-  out = reduce_fn(values, where=valid)
-  return jnp.where(jnp.any(valid), out, jnp.zeros_like(out))
+  # Any other reduce_fn sees the masked values and the mask, and must itself give 0 for an empty
+  # mask (jnp.sum does). It may use collectives (see sharded_mean), so no local test is added here.
+  return reduce_fn(values, where=valid)
 
 
 def nan_if_any(values: jax.Array, scores: jax.Array, where: jax.Array) -> jax.Array:
   """Makes a list's value NaN when one of its valid scores is NaN (masked NaNs are ignored)."""
   has_nan = jnp.any(jnp.isnan(scores) & where, axis=-1)
   return jnp.where(has_nan, jnp.asarray(jnp.nan, values.dtype), values)
+
+
+def check_real(
+    fn: str,
+    name: str,
+    value: Any,
+    *,
+    above: float | None = None,
+    at_least: float | None = None,
+    at_most: float | None = None,
+    hint: str = "",
+) -> float | None:
+  """Validates a real scalar hyperparameter (a Python number or a 0-d array) and returns it.
+
+  Returns the value as a Python float when it is known at trace time, after checking
+  `value > above`, `value >= at_least` and `value <= at_most` (each when given); returns `None`,
+  unchecked, when it is a traced array (a hyperparameter under `jit` or `grad` is the caller's
+  responsibility). Raises `TypeError` for a non-real value, `ValueError` for a non-scalar, NaN or
+  out-of-range one; `hint` is appended to the range message.
+  """
+  if isinstance(value, (bool, np.bool_)):
+    raise TypeError(f"{fn}: {name} must be a real number, got {value!r}.")
+  shape = jnp.shape(value)
+  if shape != ():
+    raise ValueError(f"{fn}: {name} must be a scalar, got an array of shape {shape}.")
+  try:
+    known = np.asarray(value)
+  except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+    return None
+  if not (np.issubdtype(known.dtype, np.floating) or np.issubdtype(known.dtype, np.integer)):
+    raise TypeError(f"{fn}: {name} must be a real number, got {value!r}.")
+  number = float(known)
+  bounds = []
+  if above is not None:
+    bounds.append((number > above, f"> {above}"))
+  if at_least is not None:
+    bounds.append((number >= at_least, f">= {at_least}"))
+  if at_most is not None:
+    bounds.append((number <= at_most, f"<= {at_most}"))
+  for ok, text in bounds:
+    if not ok:  # NaN fails every comparison.
+      raise ValueError(f"{fn}: {name} must be {text}, got {number}.{' ' + hint if hint else ''}")
+  return number

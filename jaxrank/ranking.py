@@ -241,7 +241,13 @@ def _numpy_descending_ranks(scores: np.ndarray) -> np.ndarray:
 
 def _cpu_descending_ranks(scores: jax.Array) -> jax.Array:
   shape = jax.ShapeDtypeStruct(scores.shape, scores.dtype)
-  return jax.pure_callback(_numpy_descending_ranks, shape, scores, vmap_method="expand_dims")
+  ranks = jax.pure_callback(_numpy_descending_ranks, shape, scores, vmap_method="expand_dims")
+  # Inside shard_map, the ranks vary over the same mesh axes as the scores, which the callback's
+  # result does not record (newer JAX calls them `manual_axis_type.varying`, older `vma`).
+  aval = jax.typeof(scores)
+  manual = getattr(aval, "manual_axis_type", None)
+  varying = tuple(manual.varying if manual is not None else getattr(aval, "vma", ()) or ())
+  return jax.lax.pcast(ranks, varying, to="varying") if varying else ranks
 
 
 def descending_ranks(scores: jax.Array) -> jax.Array:
@@ -297,7 +303,9 @@ def blackbox_ranks(scores: jax.typing.ArrayLike, lam: jax.typing.ArrayLike) -> j
     \nabla_y = -\frac{1}{\lambda}\left[\mathrm{rk}(y) - \mathrm{rk}(y + \lambda g)\right],
 
   one more sort. **This is not the derivative of the ranks** (which is zero almost everywhere) but
-  the gradient of a piecewise-linear interpolation of the loss, whose width grows with `lam`.
+  the gradient of a piecewise-linear interpolation of the loss, whose width grows with `lam`. Unlike
+  a derivative it is not linear in :math:`g`: scaling the loss (a mean over more lists, say) moves
+  the perturbed scores less, so `lam` and the loss's scale go together.
 
   Args:
     scores: `[..., n]` floating scores; finite.

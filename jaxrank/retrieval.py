@@ -39,8 +39,8 @@ def cosine_similarity(x: jax.Array, y: jax.Array) -> jax.Array:
   return dots * _inverse_norms(x, dtype)[:, None] * _inverse_norms(y, dtype)[None, :]
 
 
-def _relevance(fn, labels, gallery_labels):
-  """Relevance `[B, B + M]` from integer labels `[B]` or multi-hot labels `[B, C]`."""
+def check_labels(fn: str, labels: jax.typing.ArrayLike) -> jax.Array:
+  """Integer class labels `[B]` or multi-hot labels `[B, C]`, else a clear error."""
   labels = jnp.asarray(labels)
   if labels.ndim not in (1, 2):
     raise ValueError(
@@ -49,19 +49,18 @@ def _relevance(fn, labels, gallery_labels):
     )
   if labels.ndim == 1 and not jnp.issubdtype(labels.dtype, jnp.integer):
     raise TypeError(f"{fn}: class labels [B] must be integers, got dtype {labels.dtype}.")
-  targets = labels
-  if gallery_labels is not None:
-    gallery_labels = jnp.asarray(gallery_labels)
-    if gallery_labels.ndim != labels.ndim or gallery_labels.shape[1:] != labels.shape[1:]:
-      raise ValueError(
-          f"{fn}: gallery_labels have shape {gallery_labels.shape}, which does not match labels "
-          f"of shape {labels.shape} (same kind of labels, one row per gallery item)."
-      )
-    targets = jnp.concatenate([labels, gallery_labels.astype(labels.dtype)], axis=0)
+  return labels
+
+
+def relevance_matrix(labels: jax.Array, targets: jax.Array) -> jax.Array:
+  """Relevance `[B, N]` of `targets` to each query, from class labels `[.]` or multi-hot `[., C]`.
+
+  Class labels: 1 where the classes are equal. Multi-hot: the number of labels two items share (the
+  multi-level affinity of He et al. 2018), int32 for integer or boolean labels.
+  """
   if labels.ndim == 1:
     return (labels[:, None] == targets[None, :]).astype(jnp.int32)
-  # Multi-hot: the number of labels two items share (the hashing paper's multi-level affinity).
-  out = jnp.int32 if not jnp.issubdtype(labels.dtype, jnp.floating) else labels.dtype
+  out = labels.dtype if jnp.issubdtype(labels.dtype, jnp.floating) else jnp.int32
   return jnp.matmul(labels.astype(out), targets.astype(out).T, preferred_element_type=out)
 
 
@@ -160,7 +159,17 @@ def batch_retrieval(
           f"{fn}: gallery_labels have shape {jnp.shape(gallery_labels)} but the gallery has "
           f"{m} rows."
       )
-    relevance = _relevance(fn, labels, gallery_labels)
+    labels = check_labels(fn, labels)
+    targets = labels
+    if gallery_labels is not None:
+      gallery_labels = jnp.asarray(gallery_labels)
+      if gallery_labels.ndim != labels.ndim or gallery_labels.shape[1:] != labels.shape[1:]:
+        raise ValueError(
+            f"{fn}: gallery_labels have shape {gallery_labels.shape}, which does not match "
+            f"labels of shape {labels.shape} (same kind of labels, one row per gallery item)."
+        )
+      targets = jnp.concatenate([labels, gallery_labels.astype(labels.dtype)], axis=0)
+    relevance = relevance_matrix(labels, targets)
 
   scores = cosine_similarity(embeddings, gallery)
   where = jnp.ones((b, b + m), dtype=bool)

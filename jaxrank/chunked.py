@@ -1,0 +1,114 @@
+"""The exact gradient of a non-decomposable loss over a batch too large to backpropagate at once.
+
+AP surrogates couple every item of a batch, so bigger batches train better, but a network's
+activations for the whole batch may not fit in memory. FastAP (Cakir et al. 2019, sec. 4.1) and
+Revaud et al. 2019 (sec. 3.3, "multistaged backpropagation") compute the same gradient in three
+stages:
+
+1. embed the batch chunk by chunk, keeping only the embeddings (no activations);
+2. take the loss and its gradient with respect to the embeddings, `[B, D]`;
+3. embed each chunk again and backpropagate its slice of that gradient into the parameters
+   (a `jax.vjp` per chunk), summing over chunks.
+
+Peak memory is that of one chunk's activations plus what the loss needs for `B` embeddings (for
+in-batch retrieval, the `B x B` score matrix), instead of the activations of the whole batch. The
+price is a second forward pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+PyTree = Any
+
+
+def _split(tree: PyTree, num_chunks: int) -> PyTree:
+  return jax.tree.map(lambda x: x.reshape(num_chunks, x.shape[0] // num_chunks, *x.shape[1:]), tree)
+
+
+def chunked_value_and_grad(
+    embed_fn: Callable[[PyTree, PyTree], jax.Array],
+    loss_fn: Callable[[jax.Array, PyTree], jax.Array],
+    *,
+    chunk_size: int,
+) -> Callable[[PyTree, PyTree, PyTree], tuple[jax.Array, PyTree]]:
+  """Returns `f(params, inputs, labels) -> (loss, grad_params)` computed in chunks of the batch.
+
+  `f` gives the value and gradient of `loss_fn(embed_fn(params, inputs), labels)` over the whole
+  batch, exactly (up to floating-point summation order), while backpropagating through the network
+  one chunk of `chunk_size` inputs at a time (the three stages of the module docstring). Chunks are
+  a `lax.map` and a `lax.scan`, so `f` is jittable and traces `embed_fn` twice (once per stage),
+  never once per chunk.
+
+  Args:
+    embed_fn: `embed_fn(params, inputs_chunk) -> embeddings_chunk [c, D]`, pure. With Flax NNX,
+      split the model once (`graphdef, params, rest = nnx.split(model, nnx.Param, ...)`) and merge
+      inside: `lambda p, x: nnx.merge(graphdef, p, rest)(x)`.
+    loss_fn: `loss_fn(embeddings [B, D], labels) -> scalar`, any jaxrank loss through
+      `batch_retrieval` (or anything else that couples the batch).
+    chunk_size: inputs per chunk; the batch size must be a multiple of it.
+
+  Returns:
+    `f(params, inputs, labels)`: `inputs` is an array (or pytree of arrays) with the batch on the
+    leading axis, `labels` is passed to `loss_fn` as is. It returns `(loss, grad_params)`.
+
+  **BatchNorm.** Each chunk is normalised with its own batch statistics, so a network in training
+  mode gives different embeddings (and gradients) in chunks than on the whole batch, and running
+  averages are not updated (`embed_fn` must be pure). Use the network in inference mode (frozen
+  statistics, as both papers do with their pretrained backbones), or a normalisation that does not
+  look across examples (LayerNorm, GroupNorm); update running statistics, if needed, in a separate
+  pass.
+
+  >>> import jax, jax.numpy as jnp
+  >>> from flax import nnx
+  >>> import jaxrank
+  >>> model = nnx.Linear(8, 4, rngs=nnx.Rngs(0))
+  >>> graphdef, params = nnx.split(model, nnx.Param)
+  >>> embed = lambda p, x: nnx.merge(graphdef, p)(x)
+  >>> def loss(e, y):
+  ...   s, r, w = jaxrank.batch_retrieval(e, y)
+  ...   return jaxrank.blackbox_ap_loss(s, r, where=w)
+  >>> x, y = jnp.ones((16, 8)).at[::2].set(-1.0), jnp.arange(16) % 2
+  >>> value, grads = jax.jit(jaxrank.chunked_value_and_grad(embed, loss, chunk_size=4))(params, x, y)
+  >>> full_value, full_grads = jax.value_and_grad(lambda p: loss(embed(p, x), y))(params)
+  >>> bool(jnp.allclose(value, full_value))
+  True
+  """
+  if not isinstance(chunk_size, int) or chunk_size < 1:
+    raise ValueError(f"chunked_value_and_grad: chunk_size must be a positive int, got {chunk_size!r}.")
+
+  def value_and_grad(params, inputs, labels):
+    sizes = {x.shape[0] for x in jax.tree.leaves(inputs)}
+    if len(sizes) != 1:
+      raise ValueError(f"chunked_value_and_grad: inputs disagree on the batch size: {sorted(sizes)}.")
+    (batch,) = sizes
+    if batch % chunk_size:
+      raise ValueError(
+          f"chunked_value_and_grad: the batch of {batch} is not a multiple of chunk_size "
+          f"{chunk_size}; pick a chunk size that divides it."
+      )
+    chunks = _split(inputs, batch // chunk_size)
+
+    # Stage 1: embeddings only; nothing is kept for a backward pass.
+    embeddings = jax.lax.map(lambda x: embed_fn(params, x), chunks)
+    embeddings = embeddings.reshape(batch, *embeddings.shape[2:])
+    # Stage 2: the loss and its gradient with respect to the embeddings.
+    loss, grad_embeddings = jax.value_and_grad(loss_fn)(embeddings, labels)
+    grad_chunks = grad_embeddings.reshape(batch // chunk_size, chunk_size, *grad_embeddings.shape[1:])
+
+    # Stage 3: embed each chunk again and pull its slice of the gradient back into the parameters.
+    def accumulate(total, chunk):
+      x, cotangent = chunk
+      _, pullback = jax.vjp(lambda p: embed_fn(p, x), params)
+      (grad,) = pullback(cotangent.astype(embeddings.dtype))
+      return jax.tree.map(jnp.add, total, grad), None
+
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    grads, _ = jax.lax.scan(accumulate, zeros, (chunks, grad_chunks))
+    return loss, grads
+
+  return value_and_grad

@@ -1,0 +1,123 @@
+"""In-batch retrieval sharded over devices, with exactly the single-device gradient.
+
+Ordinary data parallelism changes a listwise loss: each device would rank its queries against its
+own slice of the batch only. Here each device holds a slice of the queries, all-gathers the
+embeddings and labels of the whole batch, and ranks its queries against all of them: the
+`[B_local, B]` lists that `batch_retrieval` would give for those queries. The mean over all queries
+is a `psum`. Under `jax.shard_map` (with its default replication checking), differentiating that
+mean gives each device the gradient of the global loss for its own embeddings (the all-gather's
+transpose sums every device's contribution) and, for replicated parameters, the full gradient.
+
+Per-device work and memory are O(B_local * B) for the lists plus O(B D) for the gathered
+embeddings, so B devices together do the work of one device on the whole batch, each holding 1/N of
+the score matrix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from jaxrank import retrieval
+
+PyTree = Any
+
+
+def sharded_batch_retrieval(
+    embeddings: jax.Array,
+    labels: jax.Array,
+    *,
+    axis_name: str,
+    include_self: bool = False,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """`batch_retrieval` for this device's queries against the whole batch; inside `shard_map`.
+
+  Args:
+    embeddings: `[B_local, D]` this device's slice of the batch (slices in device order along
+      `axis_name` make up the batch).
+    labels: `[B_local]` integer labels or `[B_local, C]` multi-hot labels of the slice.
+    axis_name: the mesh axis the batch is sharded over.
+    include_self: keep each query in its own list, as in `batch_retrieval`.
+
+  Returns:
+    `(scores, relevance, where)`, each `[B_local, B]`: the rows of `batch_retrieval(all_embeddings,
+    all_labels)` for this device's queries, the query itself excluded by its global index.
+  """
+  labels = retrieval.check_labels("sharded_batch_retrieval", labels)
+  gathered = jax.lax.all_gather(embeddings, axis_name, tiled=True)
+  gathered_labels = jax.lax.all_gather(labels, axis_name, tiled=True)
+  b_local, b = embeddings.shape[0], gathered.shape[0]
+  scores = retrieval.cosine_similarity(embeddings, gathered)
+  relevance = retrieval.relevance_matrix(labels, gathered_labels)
+  first = jax.lax.axis_index(axis_name) * b_local
+  columns = jnp.arange(b)[None, :]
+  rows = first + jnp.arange(b_local)[:, None]
+  where = jnp.ones((b_local, b), bool) if include_self else columns != rows
+  return scores, relevance, where
+
+
+def sharded_mean(axis_name: str) -> Callable[..., jax.Array]:
+  """A `reduce_fn` for list-level losses: the mean over the valid lists of every device.
+
+  `loss_fn(scores, relevance, where=where, reduce_fn=sharded_mean("batch"))` inside `shard_map`
+  returns, on every device, the mean over all devices' valid lists (lists without a relevant item
+  are left out, as in the single-device mean), 0 when there is none.
+  """
+
+  def reduce(values: jax.Array, where: jax.Array) -> jax.Array:
+    total = jax.lax.psum(jnp.sum(jnp.where(where, values, 0)), axis_name)
+    count = jax.lax.psum(jnp.sum(where, dtype=values.dtype), axis_name)
+    return total / jnp.maximum(count, 1)
+
+  return reduce
+
+
+def sharded_loss(
+    loss_fn: Callable[..., jax.Array],
+    mesh: jax.sharding.Mesh,
+    axis_name: str,
+    *,
+    include_self: bool = False,
+) -> Callable[[jax.Array, jax.Array], jax.Array]:
+  """Wraps a list-level loss into `f(embeddings [B, D], labels [B]) -> scalar`, sharded over devices.
+
+  `f` runs `sharded_batch_retrieval` and `loss_fn(..., reduce_fn=sharded_mean(axis_name))` under
+  `jax.shard_map` with the batch split over `axis_name`. It equals
+  `loss_fn(*batch_retrieval(embeddings, labels))` and so do its gradients, for every jaxrank loss
+  (fix hyperparameters with `functools.partial`). Callable from outside `shard_map`, under `jit`
+  and `grad`.
+
+  Args:
+    loss_fn: a list-level loss `loss_fn(scores, labels, *, where, reduce_fn)`.
+    mesh: the device mesh.
+    axis_name: the mesh axis to shard the batch over; the batch size must be a multiple of its
+      size.
+    include_self: as in `batch_retrieval`.
+
+  Returns:
+    The sharded loss function.
+  """
+  num_devices = mesh.shape[axis_name]
+
+  def local(embeddings, labels):
+    scores, relevance, where = sharded_batch_retrieval(
+        embeddings, labels, axis_name=axis_name, include_self=include_self
+    )
+    return loss_fn(scores, relevance, where=where, reduce_fn=sharded_mean(axis_name))
+
+  def loss(embeddings: jax.Array, labels: jax.Array) -> jax.Array:
+    if embeddings.shape[0] % num_devices:
+      raise ValueError(
+          f"sharded_loss: a batch of {embeddings.shape[0]} cannot be split evenly over the "
+          f"{num_devices} devices of mesh axis {axis_name!r}; use a batch size that is a multiple "
+          f"of {num_devices}."
+      )
+    return jax.shard_map(
+        local, mesh=mesh, in_specs=(P(axis_name), P(axis_name)), out_specs=P()
+    )(embeddings, labels)
+
+  return loss
