@@ -56,6 +56,13 @@ def chunked_value_and_grad(
     `f(params, inputs, labels)`: `inputs` is an array (or pytree of arrays) with the batch on the
     leading axis, `labels` is passed to `loss_fn` as is. It returns `(loss, grad_params)`.
 
+  **Speed on CPU.** XLA's CPU backend computes the weight gradients of convolutions inside a loop
+  body about 15x slower than outside one (measured with jax 0.10.2: the loop gets a non-canonical
+  convolution layout), so on CPU a chunked step of a convolutional network is much slower than an
+  unchunked one (`experiments/bench_chunked.py`). Unrolling the loop restores the speed but lets
+  XLA keep every chunk's activations alive, which defeats the purpose; GPUs and TPUs do not have
+  this problem, and dense layers are not affected.
+
   **BatchNorm.** Each chunk is normalised with its own batch statistics, so a network in training
   mode gives different embeddings (and gradients) in chunks than on the whole batch, and running
   averages are not updated (`embed_fn` must be pure). Use the network in inference mode (frozen
