@@ -4,6 +4,9 @@ from jaxrank import memory as memory
 from jaxrank.blackbox import blackbox_ap_loss as blackbox_ap_loss
 from jaxrank.blackbox import blackbox_recall_loss as blackbox_recall_loss
 from jaxrank.chunked import chunked_value_and_grad as chunked_value_and_grad
+from jaxrank.histogram import class_balancing_weights as class_balancing_weights
+from jaxrank.histogram import fastap_loss as fastap_loss
+from jaxrank.histogram import soft_binning_ap_loss as soft_binning_ap_loss
 from jaxrank.metrics import ap_metric as ap_metric
 from jaxrank.metrics import map_at_r_metric as map_at_r_metric
 from jaxrank.metrics import ndcg_metric as ndcg_metric

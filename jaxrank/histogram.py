@@ -1,0 +1,473 @@
+r"""Histogram surrogates of Average Precision: FastAP and the quantized mAP_Q.
+
+Both losses are one mechanism with two bin placements:
+
+1. `soft_histograms`, a triangular soft binning (Ustinova and Lempitsky 2016, as used by Cakir et
+   al. 2019, eq. 22-23, and Revaud et al. 2019, eq. 7): each valid item of a list adds weight
+   `1 - |v - c| / width` to the two bin centres `c` nearest to its value `v` (weights summing to 1),
+   giving per-list histograms of relevant items and of all valid items;
+2. a per-bin AP estimator on those histograms, bins ordered best first,
+
+   .. math::
+     \widehat{\mathrm{AP}} = \frac{1}{N^+} \sum_{m} \hat h^+_m \, \frac{\hat H^+_m}{\hat H_m},
+     \qquad \hat H_m = \sum_{m' \leq m} \hat h_{m'},
+
+   with `N^+` the number of relevant valid items. This is Cakir et al.'s FastAP (eq. 14) and, term
+   for term, Revaud et al.'s AP_Q (eq. 9-11: `\hat P_m = \hat H^+_m / \hat H_m`,
+   `\Delta \hat r_m = \hat h^+_m / N^+`).
+
+`fastap_loss` bins squared Euclidean distances `2 - 2 s` of unit embeddings on `[0, 4]` with
+`num_bins + 1` centres; `soft_binning_ap_loss` bins similarities on `[-1, 1]` with `num_bins`
+centres. Since `d = 2 - 2 s` maps one grid onto the other, `fastap_loss(s, y, num_bins=L)` equals
+`soft_binning_ap_loss(s, y, num_bins=L + 1)`.
+
+**Conventions shared by both losses.**
+
+* Values outside the range of the centres are clipped to it: they count fully (weight 1) in the
+  end bin and get no gradient. The released FastAP code and pytorch-metric-learning let the weight
+  of such a value fall off linearly instead (`relu(1 - |d - c| / width)`); the two agree on the
+  range, and cosine similarities leave it only by rounding.
+* A bin whose cumulative count `\hat H_m` is 0 contributes 0 (every `0/0` is guarded, in the value
+  and in the gradient). A list without a relevant valid item (or with every item masked) gives 0
+  and is left out of the reduction, as in pytorch-metric-learning, which drops such queries.
+* Masked items (`where` False) contribute nothing; a valid NaN score makes its list NaN.
+* Limit of many bins. Without ties, once every item has its two bins to itself the estimate is AP
+  with each item split between two consecutive ranks in proportion to its bin weights; it is at
+  most AP and at least `AP - (1 / (4 N^+)) \sum_{i \text{ relevant}} 1 / \mathrm{rank}_i`, and equals
+  AP when the items sit on bin centres (hard binning). It does not converge to AP for arbitrary
+  scores: soft binning keeps a bias of order `1 / rank`.
+
+**Cost.** Each item is scattered into two bins (`segment_sum` over flattened indices): O(n)
+time and memory per list, O(B n) for `B` lists, plus O(B M) for the `M` bins; no `[..., n, M]`
+tensor is built, in the forward pass or in the gradient. Through `jaxrank.batch_retrieval` add the
+`[B, B]` similarity matrix and its O(B^2 D) matrix product.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrank import _utils
+
+ReduceFn = Callable[..., jax.Array] | None
+
+
+class SoftHistograms(NamedTuple):
+  """Per-list soft histograms, bins ordered best first, each `[..., num_centres]`.
+
+  Attributes:
+    relevant: the relevance-weighted histogram `\\hat h^+` (counts of relevant items for 0/1
+      relevance).
+    total: the histogram `\\hat h` of all valid items.
+  """
+
+  relevant: jax.Array
+  total: jax.Array
+
+
+# The private bodies below are jitted (as jax.nn's functions are): eager calls then dispatch one
+# compiled computation per shape instead of every primitive, and under an outer jit they inline.
+
+
+@functools.partial(
+    jax.jit, static_argnames=("num_centres", "first_centre", "last_centre", "dtype")
+)
+def _soft_histograms(values, relevance, where, *, num_centres, first_centre, last_centre, dtype):
+  """`soft_histograms` on checked inputs (relevance already 0 where masked, in `dtype`)."""
+  m = num_centres
+  batch, n = values.shape[:-1], values.shape[-1]
+  # Position in units of bins: 0 at the first (best) centre, m - 1 at the last.
+  scale = (m - 1) / (last_centre - first_centre)
+  t = (values.astype(dtype) - first_centre) * scale
+  t = jnp.where(where, t, jnp.zeros_like(t))  # Masked values (maybe NaN or inf) never enter.
+  top = m - 1
+  # Clip to [0, m - 1]; `where` rather than `clip` keeps a full one-sided gradient at the ends.
+  t = jnp.where(t < 0, jnp.zeros_like(t), jnp.where(t > top, jnp.full_like(t, top), t))
+  # Lower bin k in [0, m - 2] and the fraction f in [0, 1] past it: weight 1 - f goes to bin k and f
+  # to bin k + 1 (eq. 23 with width = the spacing of the centres). floor() carries no gradient, so
+  # the gradient flows through f only. NaN positions become bin 0 with a NaN weight.
+  lower = jnp.clip(jnp.floor(jnp.where(jnp.isnan(t), jnp.zeros_like(t), t)), 0, m - 2)
+  frac = t - lower
+  valid = where.astype(dtype)
+  # Scatter-add (weight, relevance * weight) into bins k and k + 1 of each list, flattened to one
+  # axis of rows * m segments. Every bin is a sum of non-negative terms (exactly 0 when empty), the
+  # relevant one over a subset of the same terms, so h+ <= h up to rounding and the estimator's
+  # gradients stay bounded. (Scattering counts and fractions to bin k alone and shifting would
+  # save a scatter but cancel C - F in float32.)
+  rows = int(np.prod(batch, dtype=np.int64))
+  row = jnp.arange(rows, dtype=jnp.int32)[:, None]
+  index = (row * m + lower.reshape(rows, n).astype(jnp.int32)).reshape(-1)
+  pair = jnp.stack([valid, relevance], axis=-1).reshape(rows * n, 2)
+  to_lower = (1 - frac).reshape(rows * n, 1) * pair
+  to_upper = frac.reshape(rows * n, 1) * pair
+  hist = jax.ops.segment_sum(to_lower, index, num_segments=rows * m) + jax.ops.segment_sum(
+      to_upper, index + 1, num_segments=rows * m
+  )
+  hist = hist.reshape(batch + (m, 2))
+  return SoftHistograms(relevant=hist[..., 1], total=hist[..., 0])
+
+
+def soft_histograms(
+    values: jax.typing.ArrayLike,
+    relevance: jax.typing.ArrayLike,
+    *,
+    where: jax.typing.ArrayLike | None = None,
+    num_centres: int,
+    first_centre: float,
+    last_centre: float,
+) -> SoftHistograms:
+  r"""Triangular soft binning of each list into uniformly spaced bins, best bin first.
+
+  The `M = num_centres` centres run from `first_centre` (bin 0, the best: the highest similarity
+  or the smallest distance) to `last_centre`, spaced `\Delta = |last - first| / (M - 1)`. Each valid
+  item adds to bin `m` (Cakir et al. 2019, eq. 22-23; Revaud et al. 2019, eq. 7)
+
+  .. math::
+    \delta(v, c_m) = \max\Bigl(0,\ 1 - \frac{|v - c_m|}{\Delta}\Bigr),
+    \qquad \hat h_m = \sum_{i \text{ valid}} \delta(v_i, c_m),
+    \qquad \hat h^+_m = \sum_{i \text{ valid}} r_i\, \delta(v_i, c_m),
+
+  so an item touches only its two nearest centres, with weights summing to 1. Values beyond the
+  end centres are clipped to them (weight 1 in the end bin, zero gradient); the released FastAP code
+  lets such weights fall off instead. Histograms are accumulated in at least float32 and their
+  gradient flows through the weights (piecewise constant in `v`, `\pm 1/\Delta`).
+
+  Cost: a scatter-add (`jax.ops.segment_sum`) of two weights per item, O(n) time and memory per
+  list, O(B n + B M) for `B` lists: an `[..., n, M]` tensor is never built, nor in the gradient.
+
+  Args:
+    values: `[..., n]` floating values to bin (similarities, distances).
+    relevance: `[..., n]` numeric relevance weights `r_i` of the items (boolean or 0/1 for
+      counts of relevant items).
+    where: optional `[..., n]` boolean mask of valid items; masked items contribute nothing.
+    num_centres: `M >= 2`, the number of bin centres.
+    first_centre: the centre of bin 0, the best bin.
+    last_centre: the centre of bin `M - 1`, different from `first_centre`.
+
+  Returns:
+    `SoftHistograms(relevant, total)`, each `[..., M]`, in at least float32.
+
+  >>> import jax.numpy as jnp
+  >>> h = soft_histograms(jnp.array([1.0, 0.25, -1.0]), jnp.array([1, 1, 0]),
+  ...                     num_centres=3, first_centre=1.0, last_centre=-1.0)
+  >>> h.relevant.tolist(), h.total.tolist()
+  ([1.25, 0.75, 0.0], [1.25, 0.75, 1.0])
+  """
+  fn = "soft_histograms"
+  _utils.check_int_at_least(fn, "num_centres", num_centres, 2)
+  first_centre, last_centre = float(first_centre), float(last_centre)
+  if not (np.isfinite(first_centre) and np.isfinite(last_centre)) or first_centre == last_centre:
+    raise ValueError(
+        f"{fn}: first_centre and last_centre must be finite and different, got {first_centre} "
+        f"and {last_centre}."
+    )
+  values, relevance, where = _utils.check_lists(fn, values, relevance, where)
+  dtype = _utils.compute_dtype(values.dtype)
+  relevance = jnp.where(where, relevance.astype(dtype), jnp.zeros((), dtype))
+  return _soft_histograms(
+      values,
+      relevance,
+      where,
+      num_centres=num_centres,
+      first_centre=first_centre,
+      last_centre=last_centre,
+      dtype=dtype,
+  )
+
+
+def _histogram_ap(hist: SoftHistograms, num_relevant: jax.Array) -> jax.Array:
+  """The per-bin AP estimate `(1/N+) sum_m h+_m H+_m / H_m`, empty prefixes giving 0.
+
+  Every partial derivative of `h+ H+ / H` is bounded (since `h+ <= H+ <= H`), so gradients stay
+  finite however small a bin is; where `H_m = 0` the term and its gradient are 0.
+  """
+  cum_relevant = jnp.cumsum(hist.relevant, axis=-1)
+  cum_total = jnp.cumsum(hist.total, axis=-1)
+  nonempty = cum_total > 0
+  precision = cum_relevant / jnp.where(nonempty, cum_total, jnp.ones_like(cum_total))
+  terms = jnp.where(nonempty, hist.relevant * precision, jnp.zeros_like(precision))
+  total = jnp.sum(terms, axis=-1)
+  return total / jnp.maximum(num_relevant, 1).astype(total.dtype)
+
+
+def _squared_distance(scores):
+  """`2 - 2 s`: the squared Euclidean distance of unit vectors of cosine similarity `s`."""
+  return 2 - 2 * scores
+
+
+def _similarity(scores):
+  return scores
+
+
+@functools.partial(
+    jax.jit, static_argnames=("to_values", "num_centres", "first_centre", "last_centre")
+)
+def _binned_ap_losses(scores, labels, where, *, to_values, num_centres, first_centre, last_centre):
+  """Per-list `1 - AP estimate` `[...]` and whether each list has a relevant valid item."""
+  dtype = _utils.compute_dtype(scores.dtype)
+  relevant = where & (labels >= 1)
+  hist = _soft_histograms(
+      to_values(scores.astype(dtype)),
+      relevant.astype(dtype),
+      where,
+      num_centres=num_centres,
+      first_centre=first_centre,
+      last_centre=last_centre,
+      dtype=dtype,
+  )
+  num_relevant = jnp.sum(relevant, axis=-1)
+  values = 1 - _histogram_ap(hist, num_relevant)
+  return _utils.nan_if_any(values, scores, where), num_relevant > 0
+
+
+def _binned_ap_loss(fn, scores, labels, where, weights, reduce_fn, **binning):
+  """Checks, the per-list losses, and the (weighted) reduction: the body of both losses."""
+  scores, labels, where = _utils.check_lists(fn, scores, labels, where)
+  dtype = _utils.compute_dtype(scores.dtype)
+  weights = _utils.check_list_weights(fn, weights, scores.shape, dtype)
+  values, valid = _binned_ap_losses(scores, labels, where, **binning)
+  return _utils.safe_reduce(values, valid, reduce_fn, weights=weights)
+
+
+def fastap_loss(
+    scores: jax.typing.ArrayLike,
+    labels: jax.typing.ArrayLike,
+    *,
+    where: jax.typing.ArrayLike | None = None,
+    num_bins: int = 10,
+    reduce_fn: ReduceFn = jnp.mean,
+) -> jax.Array:
+  r"""1 - FastAP (Cakir et al. 2019), the histogram approximation of AP on squared distances.
+
+  Scores are cosine similarities `s` in `[-1, 1]` of unit embeddings; FastAP bins their squared
+  Euclidean distances `d = 2 - 2 s` in `[0, 4]` (eq. 22-23, App. C.1) and estimates AP (eq. 14):
+
+  .. math::
+    \mathrm{FastAP} = \frac{1}{N^+} \sum_{j=0}^{L} \frac{\hat H^+_j\, \hat h^+_j}{\hat H_j},
+    \qquad \hat h_j = \sum_{i \text{ valid}} \max\Bigl(0,\ 1 - \frac{|d_i - c_j|}{\Delta}\Bigr),
+    \qquad c_j = \frac{4 j}{L},\ \Delta = \frac{4}{L},
+
+  with `\hat h^+_j` the same sum over relevant items, `\hat H_j`, `\hat H^+_j` their cumulative sums
+  and `N^+` the number of relevant valid items. Loss: `1 - FastAP` per list, reduced over lists.
+
+  **Bins.** `L = num_bins` intervals and `L + 1` centres `0, 4/L, ..., 4`, width `4/L`: the
+  convention of the authors' released code and of pytorch-metric-learning's `FastAPLoss(num_bins)`
+  (the paper's text speaks of `L` centres). The default `L = 10` is where the paper's ablation peaks
+  (sec. 5, Fig. 4b) and pytorch-metric-learning's default. Distances outside `[0, 4]` are clipped
+  to the end bins (see the module docstring). This equals `soft_binning_ap_loss(scores, labels,
+  num_bins=L + 1)`.
+
+  **Self-inclusion.** The list is taken as given. Through `jaxrank.batch_retrieval` the query is
+  left out of its own list by default, as in the paper (`B \setminus \{x_i\}`, eq. 22), the
+  released code and pytorch-metric-learning, with which `fastap_loss(scores, relevance,
+  where=where)` then agrees; `include_self=True` adds the query as a relevant item at distance 0.
+
+  **Degenerate lists.** Bins with an empty prefix contribute 0; a list without a relevant valid item
+  gives 0 and is left out of the reduction (pytorch-metric-learning drops such queries too); a list
+  of relevant items only gives loss 0. Values and gradients are finite in every case. The exact
+  gradient is the autodiff one; it equals the analytic gradient of App. C (eq. 33-46).
+
+  **Cost.** O(n) time and memory per list (a scatter-add into two bins per item) plus O(L): O(B n)
+  for `B` lists, never an `[..., n, L]` tensor. Through `batch_retrieval` add the `[B, B]` score
+  matrix and its O(B^2 D) product.
+
+  Args:
+    scores: `[..., n]` floating cosine similarities, higher is better.
+    labels: `[..., n]` labels; relevant iff `>= 1`.
+    where: optional `[..., n]` boolean mask of valid items.
+    num_bins: `L >= 2`, the number of distance intervals (`L + 1` centres).
+    reduce_fn: reduction over lists (default `jnp.mean`), called as `reduce_fn(values, where=...)`;
+      `None` gives `[...]`.
+
+  Returns:
+    The reduced loss, or `[...]` per list with `reduce_fn=None`, in at least float32.
+
+  >>> import jax.numpy as jnp
+  >>> # Distances 0.4, 1.2, 2.0, 3.6 on centres 0, 1, ..., 4: h+ = (.6, .4, 1, 0, 0),
+  >>> # h = (.6, 1.2, 1.2, .4, .6), FastAP = (.6 + .4 / 1.8 + 2 / 3) / 2 = 0.7444 (AP is 0.8333).
+  >>> scores, labels = jnp.array([0.8, 0.4, 0.0, -0.8]), jnp.array([1, 0, 1, 0])
+  >>> round(float(fastap_loss(scores, labels, num_bins=4)), 4)
+  0.2556
+  """
+  fn = "fastap_loss"
+  _utils.check_int_at_least(fn, "num_bins", num_bins, 2)
+  return _binned_ap_loss(
+      fn,
+      scores,
+      labels,
+      where,
+      None,
+      reduce_fn,
+      to_values=_squared_distance,
+      num_centres=num_bins + 1,
+      first_centre=0.0,
+      last_centre=4.0,
+  )
+
+
+def soft_binning_ap_loss(
+    scores: jax.typing.ArrayLike,
+    labels: jax.typing.ArrayLike,
+    *,
+    where: jax.typing.ArrayLike | None = None,
+    weights: jax.typing.ArrayLike | None = None,
+    num_bins: int = 20,
+    reduce_fn: ReduceFn = jnp.mean,
+) -> jax.Array:
+  r"""1 - mAP_Q (Revaud et al. 2019), the quantized AP of similarities soft-binned on `[-1, 1]`.
+
+  With `M = num_bins` centres `b_m = 1 - (m - 1)\Delta`, `\Delta = 2 / (M - 1)`, and the triangular
+  kernel `\delta(x, m) = \max(1 - |x - b_m| / \Delta, 0)` (eq. 7), the quantized precision and
+  incremental recall of each bin (eq. 9-10) give AP_Q (eq. 11):
+
+  .. math::
+    \hat P_m = \frac{\sum_{m' \leq m} \delta(S, m')^\top Y}{\sum_{m' \leq m} \delta(S, m')^\top
+        \mathbf{1}},
+    \qquad \Delta \hat r_m = \frac{\delta(S, m)^\top Y}{N^+},
+    \qquad \mathrm{AP}_Q = \sum_{m=1}^{M} \hat P_m\, \Delta \hat r_m,
+
+  and the loss is `1 - AP_Q` per list, reduced over lists: `1 - mAP_Q` (eq. 12) with the default
+  mean. The default `M = 20` is the one of the authors' code; the paper finds `M` of little
+  influence (Fig. 4). Similarities outside `[-1, 1]` are clipped to the end bins, and bins with an
+  empty prefix contribute 0. `fastap_loss(scores, labels, num_bins=L)` equals this loss with
+  `num_bins=L + 1`.
+
+  **Class balancing** (sec. 4.2). Per-list `weights` (one per query; see
+  `class_balancing_weights`) make the default `jnp.mean` the weighted mean
+  `\sum_i w_i \ell_i / \sum_i w_i` over the lists that have a relevant valid item, so that every
+  class counts equally in the batch. `jnp.sum` gives `\sum_i w_i \ell_i`, `reduce_fn=None` returns
+  the weighted per-list losses `w_i \ell_i` (so their sum is the `jnp.sum` reduction), and any
+  other `reduce_fn` is called on `w_i \ell_i` with `where=` the valid lists. Weights should be
+  non-negative.
+
+  **Self-inclusion.** The list is taken as given. Through `jaxrank.batch_retrieval` the query is
+  left out of its own list by default, as in the paper (eq. 12 compares each query "to all other
+  batch images"); `include_self=True` adds it as a relevant item with similarity 1.
+
+  **Degenerate lists.** A list without a relevant valid item gives 0 and is left out of the
+  reduction; a list of relevant items only gives loss 0; values and gradients are finite in every
+  case.
+
+  **Cost.** O(n) time and memory per list (a scatter-add into two bins per item) plus O(M): O(B n)
+  for `B` lists, never an `[..., n, M]` tensor. Through `batch_retrieval` add the `[B, B]` score
+  matrix and its O(B^2 D) product.
+
+  Args:
+    scores: `[..., n]` floating similarities in `[-1, 1]`, higher is better.
+    labels: `[..., n]` labels; relevant iff `>= 1`.
+    where: optional `[..., n]` boolean mask of valid items.
+    weights: optional `[...]` non-negative per-list weights (broadcastable to the lists' shape).
+    num_bins: `M >= 2`, the number of bin centres.
+    reduce_fn: reduction over lists (default `jnp.mean`, weighted with `weights`); `None` gives
+      `[...]`.
+
+  Returns:
+    The reduced loss, or `[...]` per list (times `weights` when given) with `reduce_fn=None`, in
+    at least float32.
+
+  >>> import jax.numpy as jnp
+  >>> scores, labels = jnp.array([0.8, 0.4, 0.0, -0.8]), jnp.array([1, 0, 1, 0])
+  >>> round(float(soft_binning_ap_loss(scores, labels, num_bins=5)), 4)  # = fastap_loss, L = 4.
+  0.2556
+  >>> # Three queries, the first two of one class, on 3 centres (1, 0, -1): losses 0, 0.5, 0.
+  >>> s = jnp.array([[1.0, -1.0], [-1.0, 1.0], [1.0, -1.0]])
+  >>> y = jnp.array([[1, 0], [1, 0], [1, 0]])
+  >>> soft_binning_ap_loss(s, y, num_bins=3, reduce_fn=None).tolist()
+  [0.0, 0.5, 0.0]
+  >>> w = class_balancing_weights(jnp.array([0, 0, 1]))
+  >>> w.tolist()
+  [0.75, 0.75, 1.5]
+  >>> # Unweighted: 0.5 / 3; weighted: the mean over classes of (0 + 0.5) / 2 and 0.
+  >>> [round(float(soft_binning_ap_loss(s, y, num_bins=3, weights=v)), 4) for v in (None, w)]
+  [0.1667, 0.125]
+  """
+  fn = "soft_binning_ap_loss"
+  _utils.check_int_at_least(fn, "num_bins", num_bins, 2)
+  return _binned_ap_loss(
+      fn,
+      scores,
+      labels,
+      where,
+      weights,
+      reduce_fn,
+      to_values=_similarity,
+      num_centres=num_bins,
+      first_centre=1.0,
+      last_centre=-1.0,
+  )
+
+
+def class_balancing_weights(
+    labels: jax.typing.ArrayLike,
+    *,
+    where: jax.typing.ArrayLike | None = None,
+) -> jax.Array:
+  r"""Per-query weights that make every class of a batch count equally (Revaud et al. 2019, 4.2).
+
+  For integer class labels `y [B]`, with `n_c` the number of (valid) queries of class `c` and `C`
+  the number of classes present,
+
+  .. math::
+    w_i = \frac{B}{C\, n_{y_i}},
+
+  so the queries of each class sum to `B / C` and the weights' mean is 1. Passed as `weights` to
+  `soft_binning_ap_loss`, the default weighted mean is then the mean over classes of each class's
+  mean loss (classes whose queries have no relevant item drop out, the others still count
+  equally). Counts come from a sort: O(B log B) time, O(B) memory.
+
+  Args:
+    labels: `[B]` integer class labels of the queries.
+    where: optional `[B]` boolean mask of valid queries; masked queries get weight 0 and are not
+      counted (`B` is then the number of valid queries).
+
+  Returns:
+    `[B]` weights in the default floating dtype (float32, or float64 with x64 enabled).
+
+  >>> import jax.numpy as jnp
+  >>> class_balancing_weights(jnp.array([3, 3, 3, 7])).tolist()
+  [0.6666666865348816, 0.6666666865348816, 0.6666666865348816, 2.0]
+  """
+  fn = "class_balancing_weights"
+  labels = jnp.asarray(labels)
+  if labels.ndim != 1:
+    raise ValueError(f"{fn}: labels must be integer class labels [B], got shape {labels.shape}.")
+  if not (jnp.issubdtype(labels.dtype, jnp.integer) or labels.dtype == jnp.bool_):
+    raise TypeError(f"{fn}: labels must be integer class labels, got dtype {labels.dtype}.")
+  if where is None:
+    where = jnp.ones(labels.shape, bool)
+  else:
+    where = jnp.asarray(where)
+    if where.shape != labels.shape or where.dtype != jnp.bool_:
+      raise ValueError(
+          f"{fn}: where must be a boolean mask shaped like labels {labels.shape}, got "
+          f"{where.dtype} {where.shape}."
+      )
+  if labels.dtype == jnp.bool_:
+    labels = labels.astype(jnp.int32)
+  return _class_balancing_weights(labels, where)
+
+
+@jax.jit
+def _class_balancing_weights(labels, where):
+  dtype = jnp.result_type(float)
+  # The size of each query's class among the valid queries: sort (masked last, then by label), find
+  # the runs of equal labels, and send each run's length back to the original positions.
+  b = labels.shape[0]
+  iota = jnp.arange(b, dtype=jnp.int32)
+  invalid = (~where).astype(jnp.int32)
+  invalid_s, labels_s, order = jax.lax.sort((invalid, labels, iota), num_keys=2)
+  differs = (labels_s[1:] != labels_s[:-1]) | (invalid_s[1:] != invalid_s[:-1])
+  edge = jnp.ones((1,), bool)
+  start = jax.lax.cummax(jnp.where(jnp.concatenate([edge, differs]), iota, 0))
+  end = jax.lax.cummin(jnp.where(jnp.concatenate([differs, edge]), iota, b - 1), reverse=True)
+  count = jnp.zeros((b,), jnp.int32).at[order].set(end - start + 1).astype(dtype)
+  inverse = jnp.where(where, 1 / count, jnp.zeros((), dtype))
+  num_classes = jnp.sum(inverse)  # Each class's queries add up to 1.
+  scale = jnp.sum(where).astype(dtype) / jnp.where(num_classes > 0, num_classes, 1)
+  return inverse * scale

@@ -1,0 +1,665 @@
+"""Tests of jaxrank.histogram (FastAP, mAP_Q, soft binning) against `reference_histogram.py`."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import reference
+import reference_histogram as ref
+from jax import test_util as jtu
+
+import jaxrank
+from jaxrank import histogram
+
+
+class Case(NamedTuple):
+  name: str
+  fn: Callable[..., jax.Array]
+  ref: Callable[..., float]
+  kwargs: dict[str, Any]
+
+
+CASES = [
+    Case("fastap", histogram.fastap_loss, ref.fastap_loss, {}),
+    Case("fastap_L3", histogram.fastap_loss, ref.fastap_loss, {"num_bins": 3}),
+    Case("sb_ap", histogram.soft_binning_ap_loss, ref.soft_binning_ap_loss, {}),
+    Case("sb_ap_M4", histogram.soft_binning_ap_loss, ref.soft_binning_ap_loss, {"num_bins": 4}),
+]
+CASE_IDS = [c.name for c in CASES]
+DEFAULT_CASES = [CASES[0], CASES[2]]  # Default bins: the cases that the costlier tests run.
+DEFAULT_IDS = [CASE_IDS[0], CASE_IDS[2]]
+LOSSES = [histogram.fastap_loss, histogram.soft_binning_ap_loss]
+LOSS_IDS = ["fastap", "sb_ap"]
+
+BATCH = (3, 4)
+N = 9
+# Most tests call the losses eagerly on a few shared shapes (their bodies are jitted inside, so each
+# shape and hyperparameter compiles once); helpers built from many ops are shared jitted functions.
+ap_metric = jax.jit(jaxrank.ap_metric, static_argnames="reduce_fn")
+batch_retrieval = jax.jit(jaxrank.batch_retrieval)
+TOL64 = dict(rtol=1e-10, atol=1e-12)
+TOL32 = dict(rtol=2e-5, atol=2e-6)
+
+
+def run(case, scores, labels, *, where=None, reduce_fn=jnp.mean, **kwargs):
+  return case.fn(scores, labels, where=where, reduce_fn=reduce_fn, **case.kwargs, **kwargs)
+
+
+def expected(case, scores, labels, where=None):
+  return reference.per_list(case.ref, scores, labels, where, **case.kwargs)
+
+
+@contextlib.contextmanager
+def precision(dtype):
+  """Enables float64 inside the block when `dtype` is float64 (never at import)."""
+  if np.dtype(dtype) == np.float64:
+    with jax.enable_x64(True):
+      yield
+  else:
+    yield
+
+
+@pytest.fixture
+def x64():
+  with jax.enable_x64(True):
+    yield
+
+
+def random_lists(seed, shape=BATCH + (N,), *, mask=True, dtype=np.float64, relevant=0.4):
+  """Similarities uniform in [-1, 1], binary labels, an optional mask (all tie-free)."""
+  rng = np.random.default_rng(seed)
+  scores = rng.uniform(-1, 1, shape).astype(dtype)
+  labels = (rng.random(shape) < relevant).astype(np.int32)
+  where = rng.random(shape) < 0.8 if mask else np.ones(shape, bool)
+  return scores, labels, where
+
+
+def off_centres(scores, num_centres, margin=1e-3):
+  """Moves similarities at least `margin` (in bin units) away from the centres on [-1, 1]."""
+  t = (1 - np.asarray(scores, np.float64)) * (num_centres - 1) / 2
+  frac = t - np.floor(t)
+  t = np.floor(t) + np.clip(frac, margin, 1 - margin)
+  return 1 - 2 * t / (num_centres - 1)
+
+
+def _with_empty_lists(seed):
+  scores, labels, where = random_lists(seed)
+  labels[..., 0] = 1  # Most lists are defined...
+  where[..., 0] = True
+  labels[0, 1] = 0  # ...but not these: no relevant item,
+  where[1, 2] = False  # every item masked,
+  labels[2, 3] = np.where(where[2, 3], 0, 1)  # relevant items only where masked.
+  return scores, labels, where
+
+
+def _embeddings(seed, b=12, d=4, num_classes=3):
+  rng = np.random.default_rng(seed)
+  e = rng.standard_normal((b, d))
+  labels = np.arange(b) % num_classes
+  return e, labels
+
+
+# 0. The references themselves, by hand.
+
+
+def test_reference_hand_values():
+  # Distances 0.4, 1.2, 2.0, 3.6 on centres 0..4: h+ = (.6, .4, 1, 0, 0), h = (.6, 1.2, 1.2, .4, .6).
+  scores, labels = [0.8, 0.4, 0.0, -0.8], [1, 0, 1, 0]
+  want = (0.6 + 0.4 * 1.0 / 1.8 + 1.0 * 2.0 / 3.0) / 2
+  assert ref.fastap(scores, labels, num_bins=4) == pytest.approx(want, rel=1e-14)
+  assert ref.ap_q(scores, labels, num_bins=5) == pytest.approx(want, rel=1e-14)
+  # Items on the centres of fine bins: the exact AP.
+  assert ref.ap_q([1.0, 0.0, -1.0], [1, 0, 1], num_bins=5) == pytest.approx((1 + 2 / 3) / 2)
+  # Clipping: a similarity past 1 counts fully in the best bin.
+  assert ref.ap_q([1.5, -2.0], [0, 1], num_bins=3) == pytest.approx(0.5)
+  assert ref.fastap([0.9], [0]) == 0.0
+  np.testing.assert_allclose(ref.class_balancing_weights([0, 0, 1]), [0.75, 0.75, 1.5])
+
+
+def test_hand_values():
+  scores, labels = jnp.array([0.8, 0.4, 0.0, -0.8]), jnp.array([1, 0, 1, 0])
+  want = 1 - (0.6 + 0.4 / 1.8 + 2 / 3) / 2
+  np.testing.assert_allclose(histogram.fastap_loss(scores, labels, num_bins=4), want, rtol=1e-6)
+  np.testing.assert_allclose(
+      histogram.soft_binning_ap_loss(scores, labels, num_bins=5), want, rtol=1e-6
+  )
+
+
+# 1. The primitive.
+
+
+@pytest.mark.parametrize(
+    ("first", "last", "num_centres"), [(1.0, -1.0, 5), (0.0, 4.0, 11), (0.0, 6.0, 7)]
+)
+def test_soft_histograms_match_reference(first, last, num_centres, x64):
+  rng = np.random.default_rng(0)
+  shape = (2, 3, N)
+  low, high = min(first, last), max(first, last)
+  values = rng.uniform(low - 0.3, high + 0.3, shape)  # Some beyond the ends: clipped.
+  relevance = rng.uniform(0, 2, shape) * (rng.random(shape) < 0.5)  # Real-valued weights too.
+  where = rng.random(shape) < 0.8
+  got = histogram.soft_histograms(
+      values, relevance, where=where, num_centres=num_centres, first_centre=first,
+      last_centre=last,
+  )
+  centres = list(np.linspace(first, last, num_centres))
+  width = abs(last - first) / (num_centres - 1)
+  for idx in np.ndindex(shape[:-1]):
+    keep = where[idx]
+    h_pos, h = ref.histograms(values[idx][keep], relevance[idx][keep], centres, width)
+    np.testing.assert_allclose(got.relevant[idx], h_pos, **TOL64)
+    np.testing.assert_allclose(got.total[idx], h, **TOL64)
+  # Each valid item adds exactly 1 in all.
+  np.testing.assert_allclose(got.total.sum(-1), where.sum(-1), **TOL64)
+
+
+def test_soft_histograms_accumulate_in_float32():
+  values = jnp.linspace(-1, 1, 16, dtype=jnp.bfloat16)
+  got = histogram.soft_histograms(
+      values, jnp.ones(16), num_centres=4, first_centre=1.0, last_centre=-1.0
+  )
+  assert got.total.dtype == jnp.float32 and got.relevant.dtype == jnp.float32
+  np.testing.assert_allclose(got.total.sum(), 16.0, rtol=1e-6)
+
+
+def _max_intermediate_size(jaxpr) -> int:
+  """The largest array (elements) any equation of a jaxpr, or of its sub-jaxprs, produces."""
+  biggest = 0
+  for eqn in jaxpr.eqns:
+    for var in eqn.outvars:
+      biggest = max(biggest, int(np.prod(getattr(var.aval, "shape", ()), dtype=np.int64)))
+    for param in eqn.params.values():
+      for sub in param if isinstance(param, (tuple, list)) else (param,):
+        inner = sub if hasattr(sub, "eqns") else getattr(sub, "jaxpr", None)  # Jaxpr or Closed.
+        if inner is not None and hasattr(inner, "eqns"):
+          biggest = max(biggest, _max_intermediate_size(inner))
+  return biggest
+
+
+@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
+def test_no_items_by_bins_tensor(fn):
+  # P lists of n items into ~M bins: nothing of size P * n * M in the forward or backward pass.
+  p, n, m = 4, 64, 128
+  scores, labels, where = random_lists(1, (p, n))
+  loss = functools.partial(fn, labels=labels, where=where, num_bins=m)
+  jaxpr = jax.make_jaxpr(jax.value_and_grad(lambda s: loss(s)))(scores.astype(np.float32))
+  biggest = _max_intermediate_size(jaxpr.jaxpr)
+  # The per-item statistics [p, n, 4] and the per-bin sums [p, m + 1, 4] at most.
+  assert biggest <= 4 * p * max(n, m + 1), biggest
+  assert biggest < p * n * m // 8
+
+
+# 2. Random lists against the references.
+
+
+@pytest.mark.parametrize(
+    ("case", "dtype"),
+    [(c, np.float64) for c in CASES] + [(c, np.float32) for c in DEFAULT_CASES],
+    ids=[f"{i}-f64" for i in CASE_IDS] + [f"{i}-f32" for i in DEFAULT_IDS],
+)
+def test_matches_reference(case, dtype):
+  scores, labels, where = _with_empty_lists(2)
+  scores = scores.astype(dtype)
+  want = expected(case, scores, labels, where)
+  with precision(dtype):
+    got = run(case, scores, labels, where=where, reduce_fn=None)
+    assert got.shape == BATCH
+    assert got.dtype == dtype
+    tol = TOL64 if dtype == np.float64 else TOL32
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, **tol)
+    mean = run(case, scores, labels, where=where)
+    defined = reference.has_relevant(labels, where)
+    np.testing.assert_allclose(float(mean), reference.mean_over_lists(want, defined), **tol)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_matches_reference_without_mask_and_with_scores_out_of_range(case, x64):
+  scores, labels, _ = random_lists(3, mask=False)
+  scores[..., :2] = [1.2, -1.5]  # Clipped to the end bins.
+  labels[..., 0] = 1
+  got = run(case, scores, labels, reduce_fn=None)
+  np.testing.assert_allclose(got, expected(case, scores, labels), **TOL64)
+
+
+@pytest.mark.parametrize("num_bins", [4, 10])
+def test_fastap_equals_soft_binning_ap_with_one_more_bin(num_bins, x64):
+  e, labels = _embeddings(4, b=16, d=5, num_classes=4)
+  scores, relevance, where = batch_retrieval(e, labels)
+  fastap = histogram.fastap_loss(scores, relevance, where=where, num_bins=num_bins, reduce_fn=None)
+  sb = histogram.soft_binning_ap_loss(
+      scores, relevance, where=where, num_bins=num_bins + 1, reduce_fn=None
+  )
+  np.testing.assert_allclose(fastap, sb, rtol=1e-12, atol=1e-14)
+  assert float(jnp.std(fastap)) > 0  # Not a trivial case.
+
+
+# 3. Gradients.
+
+
+@pytest.mark.parametrize("num_bins", [3, 10])
+def test_fastap_gradient_matches_appendix_c(num_bins, x64):
+  scores, labels, where = _with_empty_lists(5)
+  scores = off_centres(scores, num_bins + 1)
+  got = jax.grad(
+      lambda s: histogram.fastap_loss(s, labels, where=where, num_bins=num_bins, reduce_fn=jnp.sum)
+  )(scores)
+  want = np.zeros(scores.shape)
+  for idx in np.ndindex(BATCH):
+    want[idx] = -ref.fastap_gradient(scores[idx], labels[idx], where[idx], num_bins=num_bins)
+  np.testing.assert_allclose(got, want, **TOL64)
+  assert np.abs(want).max() > 0.1
+
+
+def test_fastap_batch_gradient_matches_eq_33(x64):
+  # eq. 33 is the gradient with respect to unit embeddings of the mean FastAP over the batch, each
+  # query retrieving the rest: jaxrank's loss on the raw dot products, the query masked out.
+  e, labels = _embeddings(6, b=10, d=4, num_classes=3)
+  e = e / np.linalg.norm(e, axis=1, keepdims=True)
+  relevance = labels[:, None] == labels[None, :]
+  where = ~np.eye(len(labels), dtype=bool)
+  num_bins = 6
+
+  def loss(psi):
+    return histogram.fastap_loss(psi @ psi.T, relevance, where=where, num_bins=num_bins)
+
+  got = jax.grad(loss)(e)
+  want = -ref.fastap_batch_gradient(e, labels, num_bins=num_bins)
+  np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", DEFAULT_CASES, ids=DEFAULT_IDS)
+def test_check_grads(case, x64):
+  scores, labels, where = _with_empty_lists(7)
+  num_centres = case.kwargs.get("num_bins", 10 if "fastap" in case.name else 20)
+  num_centres += 1 if "fastap" in case.name else 0
+  scores = off_centres(scores, num_centres, margin=0.02)
+  weights = np.random.default_rng(7).uniform(0.5, 2, BATCH)
+  extra = {"weights": weights} if case.fn is histogram.soft_binning_ap_loss else {}
+  fn = functools.partial(run, case, labels=labels, where=where, **extra)
+  jtu.check_grads(lambda s: fn(scores=s), (scores,), order=1, modes=["rev"], eps=1e-6)
+
+
+def test_weights_gradient_is_the_loss(x64):
+  scores, labels, where = _with_empty_lists(8)
+  weights = np.random.default_rng(8).uniform(0.5, 2, BATCH)
+  grad = jax.grad(
+      lambda w: histogram.soft_binning_ap_loss(
+          scores, labels, where=where, weights=w, reduce_fn=jnp.sum
+      )
+  )(weights)
+  per = histogram.soft_binning_ap_loss(scores, labels, where=where, reduce_fn=None)
+  np.testing.assert_allclose(grad, per, **TOL64)
+
+
+# 4. Invariances.
+
+
+@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
+def test_jit_equals_eager(fn, x64):
+  scores, labels, where = _with_empty_lists(9)
+  jitted = jax.jit(fn, static_argnames=("reduce_fn", "num_bins"))
+  for reduce_fn in (None, jnp.mean):
+    np.testing.assert_allclose(
+        jitted(scores, labels, where=where, reduce_fn=reduce_fn),
+        fn(scores, labels, where=where, reduce_fn=reduce_fn),
+        rtol=1e-14,
+        atol=1e-15,
+    )
+
+
+@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
+def test_vmap_equals_batch_axes(fn, x64):
+  scores, labels, where = _with_empty_lists(10)
+  batched = fn(scores, labels, where=where, reduce_fn=None)
+  per_row = jax.vmap(lambda s, y, w: fn(s, y, where=w, reduce_fn=None))
+  np.testing.assert_allclose(per_row(scores, labels, where), batched, rtol=1e-14, atol=1e-15)
+  reduced = jax.vmap(lambda s, y, w: fn(s, y, where=w, reduce_fn=jnp.sum))
+  np.testing.assert_allclose(reduced(scores, labels, where), batched.sum(-1), rtol=1e-12)
+
+
+@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
+def test_where_equals_slicing(fn, x64):
+  rng = np.random.default_rng(11)
+  scores, labels, _ = random_lists(11, mask=False)
+  masked = np.argsort(rng.random(scores.shape), axis=-1)[..., :2]
+  where = np.ones(scores.shape, bool)
+  np.put_along_axis(where, masked, False, axis=-1)
+  sliced = BATCH + (N - 2,)
+  got = fn(scores, labels, where=where, reduce_fn=None)
+  want = fn(scores[where].reshape(sliced), labels[where].reshape(sliced), reduce_fn=None)
+  np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-15)
+
+
+@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
+def test_masked_padding_changes_nothing(fn, x64):
+  scores, labels, where = _with_empty_lists(12)
+  pad = BATCH + (4,)
+  padded = (
+      np.concatenate([scores, np.broadcast_to([np.nan, np.inf, 1e30, -np.inf], pad)], axis=-1),
+      np.concatenate([labels, np.broadcast_to(np.array([1, 1, 0, 1], np.int32), pad)], axis=-1),
+      np.concatenate([where, np.zeros(pad, bool)], axis=-1),
+  )
+  for reduce_fn in (None, jnp.mean):
+    np.testing.assert_allclose(
+        fn(padded[0], padded[1], where=padded[2], reduce_fn=reduce_fn),
+        fn(scores, labels, where=where, reduce_fn=reduce_fn),
+        rtol=1e-14,
+        atol=1e-15,
+    )
+  grad_padded = jax.grad(lambda s: fn(s, padded[1], where=padded[2]))(padded[0])
+  grad = jax.grad(lambda s: fn(s, labels, where=where))(scores)
+  np.testing.assert_allclose(grad_padded[..., :N], grad, rtol=1e-14, atol=1e-15)
+  np.testing.assert_array_equal(grad_padded[..., N:], 0.0)
+
+
+@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
+def test_joint_permutation_changes_nothing(fn, x64):
+  rng = np.random.default_rng(13)
+  scores, labels, where = _with_empty_lists(13)
+  perm = np.argsort(rng.random(scores.shape), axis=-1)
+  permuted = [np.take_along_axis(a, perm, axis=-1) for a in (scores, labels, where)]
+  np.testing.assert_allclose(
+      fn(permuted[0], permuted[1], where=permuted[2], reduce_fn=None),
+      fn(scores, labels, where=where, reduce_fn=None),
+      rtol=1e-13,
+      atol=1e-15,
+  )
+
+
+# 5. The limit of many bins.
+
+
+def _well_separated(seed, n, num_centres, *, on_centres):
+  """Tie-free similarities at least 3 bins apart, on the centres or anywhere between."""
+  rng = np.random.default_rng(seed)
+  slots = rng.choice(np.arange(0, num_centres - 1, 3), size=n, replace=False)
+  t = slots + (0.0 if on_centres else rng.uniform(0.05, 0.95, n))
+  scores = 1 - 2 * t / (num_centres - 1)
+  labels = (rng.random(n) < 0.5).astype(np.int32)
+  labels[rng.integers(n)] = 1
+  return scores, labels
+
+
+def test_items_on_bin_centres_give_exact_ap(x64):
+  for seed in range(4):
+    scores, labels = _well_separated(seed, 12, 1001, on_centres=True)
+    exact = float(ap_metric(scores, labels))
+    got = 1 - float(histogram.soft_binning_ap_loss(scores, labels, num_bins=1001))
+    np.testing.assert_allclose(got, exact, rtol=1e-10)
+    got = 1 - float(histogram.fastap_loss(scores, labels, num_bins=1000))
+    np.testing.assert_allclose(got, exact, rtol=1e-10)
+
+
+def test_many_bins_split_each_item_between_two_ranks(x64):
+  # With every item alone on its two bins, the estimate is AP with each item split in two, in
+  # closed form; it lies between AP minus the bound and AP.
+  for seed in range(4):
+    scores, labels = _well_separated(seed, 12, 1001, on_centres=False)
+    got = 1 - float(histogram.soft_binning_ap_loss(scores, labels, num_bins=1001))
+    np.testing.assert_allclose(got, ref.split_rank_ap(scores, labels, num_bins=1001), rtol=1e-10)
+    exact = float(ap_metric(scores, labels))
+    assert exact - ref.split_rank_bound(scores, labels) - 1e-12 <= got <= exact + 1e-12
+
+
+@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
+def test_tends_to_ap_as_bins_grow(fn, x64):
+  # Soft binning keeps a bias of order 1 / rank (see above): the error falls about 4-fold from 10
+  # to 1000 bins on these lists of 40 items, then stays.
+  scores, labels, _ = random_lists(14, (32, 40), mask=False, relevant=0.3)
+  labels[:, 0] = 1
+  exact = np.asarray(ap_metric(scores, labels, reduce_fn=None))
+
+  def error(num_bins):
+    ap = 1 - np.asarray(fn(scores, labels, num_bins=num_bins, reduce_fn=None))
+    return np.abs(ap - exact).mean()
+
+  errors = [error(b) for b in (10, 1000)]
+  assert errors[1] < errors[0] / 3, errors
+  assert errors[1] < 0.015, errors
+
+
+# 6. Reductions and weights.
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_sum_of_per_list_equals_reduce_sum(case, x64):
+  scores, labels, where = _with_empty_lists(15)
+  per = run(case, scores, labels, where=where, reduce_fn=None)
+  total = run(case, scores, labels, where=where, reduce_fn=jnp.sum)
+  np.testing.assert_allclose(jnp.sum(per), total, rtol=1e-12)
+  defined = reference.has_relevant(labels, where)
+  assert not defined.all()
+  np.testing.assert_array_equal(np.asarray(per)[~defined], 0.0)
+
+
+@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
+def test_reduce_fn_is_called_with_where(fn):
+  scores, labels, where = _with_empty_lists(16)
+  seen = {}
+
+  def reduce_fn(values, *, where):
+    seen["where"] = where
+    return jnp.sum(values, where=where)
+
+  fn(scores.astype(np.float32), labels, where=where, reduce_fn=reduce_fn)
+  np.testing.assert_array_equal(seen["where"], reference.has_relevant(labels, where))
+
+
+def test_weighted_reductions(x64):
+  scores, labels, where = _with_empty_lists(17)
+  weights = np.random.default_rng(17).uniform(0, 3, BATCH)
+  fn = functools.partial(histogram.soft_binning_ap_loss, scores, labels, where=where)
+  want = reference.per_list(ref.soft_binning_ap_loss, scores, labels, where)
+  defined = reference.has_relevant(labels, where)
+  # None: the weighted per-list losses; jnp.sum: their sum; jnp.mean: the weighted mean.
+  per = fn(weights=weights, reduce_fn=None)
+  np.testing.assert_allclose(per, weights * want, **TOL64)
+  np.testing.assert_allclose(fn(weights=weights, reduce_fn=jnp.sum), jnp.sum(per), rtol=1e-12)
+  np.testing.assert_allclose(
+      fn(weights=weights), ref.weighted_mean_over_lists(want, defined, weights), **TOL64
+  )
+  # Any other reduce_fn gets the weighted values.
+  np.testing.assert_allclose(
+      fn(weights=weights, reduce_fn=lambda v, where: jnp.max(v, where=where, initial=0.0)),
+      np.max(weights * want),
+      **TOL64,
+  )
+  # Uniform weights (a scalar broadcasts) change no mean.
+  np.testing.assert_allclose(fn(weights=2.5), fn(), **TOL64)
+  # Valid weights all zero: 0, not NaN.
+  assert float(fn(weights=np.zeros(BATCH))) == 0.0
+
+
+def test_class_balancing_weights_match_reference(x64):
+  rng = np.random.default_rng(18)
+  labels = rng.integers(0, 4, 15)
+  labels[:6] = 7  # An over-represented class.
+  got = histogram.class_balancing_weights(labels)
+  assert got.dtype == jnp.float64
+  np.testing.assert_allclose(got, ref.class_balancing_weights(labels), **TOL64)
+  np.testing.assert_allclose(jnp.mean(got), 1.0, **TOL64)
+  totals = [float(jnp.sum(got[labels == c])) for c in np.unique(labels)]
+  np.testing.assert_allclose(totals, totals[0], **TOL64)
+  where = rng.random(15) < 0.7
+  got = histogram.class_balancing_weights(labels, where=where)
+  np.testing.assert_allclose(got, ref.class_balancing_weights(labels, where), **TOL64)
+  np.testing.assert_array_equal(np.asarray(got)[~where], 0.0)
+  np.testing.assert_allclose(jnp.sum(got), where.sum(), **TOL64)
+  # Jittable, and float32 without x64.
+  np.testing.assert_allclose(
+      jax.jit(histogram.class_balancing_weights)(labels), ref.class_balancing_weights(labels),
+      **TOL64,
+  )
+
+
+def test_class_balancing_weights_default_dtype():
+  got = histogram.class_balancing_weights(np.array([0, 0, 1], np.int32))
+  assert got.dtype == jnp.float32
+  np.testing.assert_allclose(got, [0.75, 0.75, 1.5])
+
+
+def test_class_balanced_loss_is_mean_over_classes(x64):
+  # 3 + 5 + 2 queries of three classes and one singleton, whose list has no positive.
+  e, _ = _embeddings(19, b=11, d=4)
+  labels = np.array([0, 0, 0, 1, 1, 1, 1, 1, 2, 2, 3])
+  scores, relevance, where = batch_retrieval(e, labels)
+  weights = histogram.class_balancing_weights(jnp.asarray(labels))
+  per = np.asarray(histogram.soft_binning_ap_loss(scores, relevance, where=where, reduce_fn=None))
+  by_class = [per[labels == c].mean() for c in (0, 1, 2)]  # Class 3 has no relevant item.
+  got = histogram.soft_binning_ap_loss(scores, relevance, where=where, weights=weights)
+  np.testing.assert_allclose(got, np.mean(by_class), **TOL64)
+  assert abs(np.mean(by_class) - per[:10].mean()) > 1e-3  # Balancing changes the value.
+
+
+# 7. Degenerate lists.
+
+DEGENERATE = {
+    "no_relevant": ([0.3, 0.2, -0.5, 0.1], [0, 0, 0, 0], [True] * 4),
+    "all_relevant": ([0.3, 0.2, -0.5, 0.1], [1, 1, 1, 1], [True] * 4),
+    "all_tied": ([0.37, 0.37, 0.37, 0.37], [0, 1, 0, 1], [True] * 4),
+    "all_in_one_bin": ([0.301, 0.303, 0.305, 0.307], [0, 1, 1, 0], [True] * 4),
+    "all_on_one_centre": ([0.0, 0.0, 0.0, 0.0], [1, 0, 0, 1], [True] * 4),
+    "all_beyond_the_ends": ([3.0, 1.5, -1.5, -3.0], [0, 1, 0, 1], [True] * 4),
+    "all_masked": ([0.3, 0.2, -0.5, 0.1], [1, 0, 1, 0], [False] * 4),
+    "one_valid_item": ([0.3, 0.2, -0.5, 0.1], [1, 0, 1, 0], [False, False, True, False]),
+    "best_and_worst_ends": ([1.0, 1.0, -1.0, -1.0], [0, 1, 1, 0], [True] * 4),
+}
+
+
+@pytest.mark.parametrize("lst", list(DEGENERATE), ids=list(DEGENERATE))
+@pytest.mark.parametrize("case", DEFAULT_CASES, ids=DEFAULT_IDS)
+def test_degenerate_lists(case, lst, x64):
+  scores, labels, where = (np.array(a) for a in DEGENERATE[lst])
+  scores = scores.astype(np.float64)
+  per = run(case, scores, labels, where=where, reduce_fn=None)
+  assert np.isfinite(per)
+  np.testing.assert_allclose(per, case.ref(scores, labels, where, **case.kwargs), **TOL64)
+  for reduce_fn in (jnp.mean, None):
+    grad = jax.grad(lambda s: jnp.sum(run(case, s, labels, where=where, reduce_fn=reduce_fn)))(
+        scores
+    )
+    assert np.all(np.isfinite(grad)), grad
+  if lst in ("no_relevant", "all_masked"):
+    assert float(per) == 0.0 and float(run(case, scores, labels, where=where)) == 0.0
+    np.testing.assert_array_equal(grad, 0.0)
+  if lst in ("all_relevant", "one_valid_item"):
+    assert float(per) == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
+def test_batch_without_defined_list_gives_zero(fn, x64):
+  scores, labels, where = random_lists(20)
+  for reduce_fn in (jnp.mean, jnp.sum):
+    assert float(fn(scores, np.zeros_like(labels), where=where, reduce_fn=reduce_fn)) == 0.0
+    assert float(fn(scores, labels, where=np.zeros_like(where), reduce_fn=reduce_fn)) == 0.0
+  grad = jax.grad(lambda s: fn(s, labels, where=np.zeros_like(where)))(scores)
+  np.testing.assert_array_equal(grad, 0.0)
+
+
+@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
+def test_valid_nan_makes_list_nan(fn, x64):
+  scores, labels, where = random_lists(21, mask=False)
+  labels[..., 0] = 1
+  scores[0, 1, 4] = np.nan
+  scores[1, 2, 5] = np.nan
+  where[1, 2, 5] = False  # A masked NaN is ignored.
+  per = np.asarray(fn(scores, labels, where=where, reduce_fn=None))
+  nan_lists = np.zeros(BATCH, bool)
+  nan_lists[0, 1] = True
+  np.testing.assert_array_equal(np.isnan(per), nan_lists)
+  assert np.isnan(fn(scores, labels, where=where))
+
+
+@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
+def test_output_dtypes(fn):
+  scores, labels, _ = random_lists(22, mask=False)
+  assert fn(scores.astype(np.float32), labels).dtype == jnp.float32
+  low = fn(jnp.asarray(scores, jnp.bfloat16), labels, reduce_fn=None)
+  assert low.dtype == jnp.float32
+  with jax.enable_x64(True):
+    assert fn(scores, labels).dtype == jnp.float64
+
+
+# 8. Errors.
+
+
+@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
+def test_input_errors(fn):
+  scores, labels = jnp.array([0.3, 0.2, 0.1]), jnp.array([1, 0, 1])
+  for bad in (1, 0, -3):
+    with pytest.raises(ValueError, match="num_bins"):
+      fn(scores, labels, num_bins=bad)
+  for bad in (2.5, None, True):
+    with pytest.raises(TypeError, match="num_bins"):
+      fn(scores, labels, num_bins=bad)
+  with pytest.raises(TypeError, match="floating"):
+    fn(jnp.array([3, 2, 1]), labels)
+  with pytest.raises(ValueError) as err:
+    fn(scores, jnp.array([1, 0, 1, 0]))
+  assert "(3,)" in str(err.value) and "(4,)" in str(err.value)
+  with pytest.raises(TypeError):
+    fn(scores, labels, where=jnp.array([1, 1, 0]))
+
+
+def test_weights_errors():
+  scores, labels = jnp.zeros((2, 3)), jnp.ones((2, 3), jnp.int32)
+  with pytest.raises(ValueError) as err:
+    histogram.soft_binning_ap_loss(scores, labels, weights=jnp.ones((2, 3)))  # Per item.
+  assert "(2, 3)" in str(err.value) and "(2,)" in str(err.value)
+  with pytest.raises(ValueError, match=r"\(3,\)"):
+    histogram.soft_binning_ap_loss(scores, labels, weights=jnp.ones(3))
+  with pytest.raises(TypeError, match="weights"):
+    histogram.soft_binning_ap_loss(scores, labels, weights=np.array(["a", "b"]))
+
+
+def test_class_balancing_weights_errors():
+  with pytest.raises(ValueError, match="shape"):
+    histogram.class_balancing_weights(jnp.ones((3, 2), jnp.int32))
+  with pytest.raises(TypeError, match="integer"):
+    histogram.class_balancing_weights(jnp.array([0.0, 1.0]))
+  with pytest.raises(ValueError, match="where"):
+    histogram.class_balancing_weights(jnp.array([0, 1]), where=jnp.array([True]))
+
+
+def test_soft_histograms_errors():
+  with pytest.raises(ValueError, match="num_centres"):
+    histogram.soft_histograms(
+        jnp.zeros(3), jnp.ones(3), num_centres=1, first_centre=0.0, last_centre=1.0
+    )
+  with pytest.raises(ValueError, match="different"):
+    histogram.soft_histograms(
+        jnp.zeros(3), jnp.ones(3), num_centres=3, first_centre=1.0, last_centre=1.0
+    )
+
+
+# 9. pytorch-metric-learning's FastAPLoss, when installed.
+
+
+def test_fastap_matches_pytorch_metric_learning(x64):
+  torch = pytest.importorskip("torch", reason="torch is not installed (it is not a dependency)")
+  pml_losses = pytest.importorskip(
+      "pytorch_metric_learning.losses", reason="pytorch-metric-learning is not installed"
+  )
+  rng = np.random.default_rng(23)
+  e = rng.standard_normal((20, 6))
+  labels = np.array([0, 1, 2, 3] * 4 + [4, 5, 5, 6])  # Classes 4 and 6: queries without positives.
+
+  def loss(x, y, num_bins):
+    scores, relevance, where = jaxrank.batch_retrieval(x, y)
+    return histogram.fastap_loss(scores, relevance, where=where, num_bins=num_bins)
+
+  value_and_grad = jax.jit(jax.value_and_grad(loss), static_argnums=2)
+
+  for num_bins in (3, 10):
+    e_torch = torch.tensor(e, requires_grad=True)  # float64, as the embeddings.
+    want = pml_losses.FastAPLoss(num_bins=num_bins)(e_torch, torch.tensor(labels))
+    want.backward()
+    got, grad = value_and_grad(e, labels, num_bins)
+    np.testing.assert_allclose(float(got), float(want.detach()), **TOL64)
+    np.testing.assert_allclose(grad, e_torch.grad.numpy(), **TOL64)
