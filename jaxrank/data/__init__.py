@@ -1,0 +1,51 @@
+"""Input pipelines for training with listwise losses: samplers, data sets and tf.data pipelines.
+
+Needs the `train` extra (TensorFlow, tensorflow-datasets, scikit-learn). The library core
+(`import jaxrank`) never imports TensorFlow; this subpackage does.
+
+**Importing `jaxrank.data` hides the GPUs from TensorFlow** (`tf.config.set_visible_devices([],
+"GPU")`), as big_vision and the Flax examples do: tf.data runs on the CPU and would otherwise grab
+GPU memory that JAX needs. It is the one side effect of the import, and it changes TensorFlow's
+device list only; if TensorFlow has already initialised its devices the call is skipped (then hide
+the GPUs yourself, before any TensorFlow op).
+
+Typical training input:
+
+>>> import functools
+>>> import jaxrank.data as jd
+>>> train = jd.load_digits("train")
+>>> sampler = functools.partial(jd.m_per_class_batches, train.labels, classes_per_batch=5,
+...                             samples_per_class=4, seed=0)
+>>> ds = jd.make_pipeline(train, sampler)
+>>> next(ds.as_numpy_iterator())["label"].reshape(5, 4)[:, 0].size
+5
+"""
+
+import tensorflow as tf
+
+try:
+  tf.config.set_visible_devices([], "GPU")
+except RuntimeError:  # TensorFlow's devices are already initialised: leave them as they are.
+  pass
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
+from jaxrank.data import datasets as datasets
+from jaxrank.data import pipeline as pipeline
+from jaxrank.data import preprocess as preprocess
+from jaxrank.data import samplers as samplers
+from jaxrank.data.datasets import LabeledImages as LabeledImages
+from jaxrank.data.datasets import load_cars196 as load_cars196
+from jaxrank.data.datasets import load_cub200 as load_cub200
+from jaxrank.data.datasets import load_digits as load_digits
+from jaxrank.data.datasets import load_image_folder as load_image_folder
+from jaxrank.data.datasets import load_stanford_online_products as load_stanford_online_products
+from jaxrank.data.datasets import select as select
+from jaxrank.data.datasets import select_classes as select_classes
+from jaxrank.data.datasets import unreadable_images as unreadable_images
+from jaxrank.data.pipeline import make_pipeline as make_pipeline
+from jaxrank.data.preprocess import eval_preprocess as eval_preprocess
+from jaxrank.data.preprocess import train_preprocess as train_preprocess
+from jaxrank.data.samplers import m_per_class_batches as m_per_class_batches
+from jaxrank.data.samplers import random_batches as random_batches
+from jaxrank.data.samplers import sequential_batches as sequential_batches
+from jaxrank.data.samplers import super_class_batches as super_class_batches

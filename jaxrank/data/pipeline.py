@@ -1,0 +1,154 @@
+"""From a data set and a sampler to a tf.data pipeline of fixed-shape batches.
+
+The sampler decides which examples form each batch (`samplers`); the pipeline reads them, decodes
+and preprocesses each image in parallel (`map`), batches with `drop_remainder=True` and prefetches,
+big_vision style. Iterate it as numpy: `for batch in ds.as_numpy_iterator()`.
+
+Each element is a dict of numpy-convertible tensors with a fixed leading batch dimension `B`:
+
+* `image`: `[B, ...]`, the preprocessed images (`[B, H, W, C]` float32 after `train_preprocess`);
+* `label`: `[B]` int32 class labels (-1 for padding);
+* `super_label`: `[B]` int32 super-class labels (-1 for padding), only if the data has them;
+* `index`: `[B]` int64 indices into the data set (-1 for padding);
+* `mask`: `[B]` bool, False for the padding of `sequential_batches` (always True for training).
+
+>>> import functools
+>>> from jaxrank.data import datasets, pipeline, samplers
+>>> train = datasets.load_digits("train")
+>>> sampler = functools.partial(samplers.m_per_class_batches, train.labels,
+...                             classes_per_batch=4, samples_per_class=8, seed=0)
+>>> ds = pipeline.make_pipeline(train, sampler)
+>>> batch = next(ds.as_numpy_iterator())
+>>> batch["image"].shape, batch["label"].shape, bool(batch["mask"].all())
+((32, 8, 8, 1), (32,), True)
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import numpy as np
+import tensorflow as tf
+
+from jaxrank.data import datasets
+from jaxrank.data import preprocess
+
+PreprocessFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+Batches = np.ndarray | Callable[..., np.ndarray]
+
+
+def _checked(fn: str, indices, num_examples: int, batch_size: int | None, epoch: int) -> np.ndarray:
+  indices = np.asarray(indices)
+  if indices.ndim != 2 or indices.shape[0] == 0 or not np.issubdtype(indices.dtype, np.integer):
+    raise ValueError(
+        f"{fn}: the batches of epoch {epoch} must be a non-empty integer array [num_batches, B], "
+        f"got {indices.dtype} {indices.shape}."
+    )
+  if batch_size is not None and indices.shape[1] != batch_size:
+    raise ValueError(
+        f"{fn}: epoch {epoch} has batches of {indices.shape[1]} but epoch 0 had {batch_size}; a "
+        "pipeline's batches keep one shape."
+    )
+  if indices.max() >= num_examples or indices.min() < -1:
+    raise ValueError(
+        f"{fn}: the batches of epoch {epoch} hold indices outside [-1, {num_examples}) for a "
+        f"data set of {num_examples} examples."
+    )
+  return indices.astype(np.int64)
+
+
+def make_pipeline(
+    data: datasets.LabeledImages,
+    batches: Batches,
+    *,
+    preprocess_fn: PreprocessFn | None = None,
+    seed: int = 0,
+    num_epochs: int | None = None,
+    num_parallel_calls: int = tf.data.AUTOTUNE,
+) -> tf.data.Dataset:
+  """A tf.data pipeline of the batches a sampler chooses, read, decoded and preprocessed.
+
+  Args:
+    data: the examples (`LabeledImages`). Encoded images and paths are decoded to uint8
+      `[H, W, 3]`; arrays are used as they are.
+    batches: the sampler: a function called as `batches(epoch=e)` that returns the `[num_batches,
+      B]` int array of indices of epoch `e` (for example
+      `functools.partial(samplers.m_per_class_batches, data.labels, classes_per_batch=...,
+      samples_per_class=..., seed=...)`), or one such array used for every epoch (for example
+      `samplers.sequential_batches(data.num_examples, batch_size=...)` for evaluation). Index -1
+      is padding. Epoch 0 is built here, so a sampler's errors are raised before iterating.
+    preprocess_fn: `fn(image, seed) -> image` applied to each decoded image, with a `[2]` int64
+      seed unique to the example's position in the stream (`preprocess.train_preprocess`,
+      `preprocess.eval_preprocess`, fixed with `functools.partial`); None keeps the images as they
+      are, which needs images of one shape.
+    seed: seed of the augmentation (the sampler has its own); the same seed, sampler and data give
+      the same batches, bit for bit.
+    num_epochs: epochs to run; None repeats forever.
+    num_parallel_calls: parallelism of the decode-and-preprocess `map`.
+
+  Returns:
+    A `tf.data.Dataset` of dicts (`image`, `label`, [`super_label`], `index`, `mask`), each with
+    leading dimension `B`; see the module docstring.
+
+  Raises:
+    ValueError: the sampler's own errors for an impossible request, or batches that are not
+      `[num_batches, B]` indices into `data`.
+  """
+  fn = "make_pipeline"
+  if num_epochs is not None and (not isinstance(num_epochs, int) or num_epochs < 1):
+    raise ValueError(f"{fn}: num_epochs must be a positive int or None, got {num_epochs!r}.")
+  sampler = batches if callable(batches) else (lambda epoch, fixed=np.asarray(batches): fixed)
+  first = _checked(fn, sampler(epoch=0), data.num_examples, None, 0)
+  batch_size = first.shape[1]
+  images, labels, supers = data.images, data.labels, data.super_labels
+
+  def generate():
+    epochs = itertools.count() if num_epochs is None else range(num_epochs)
+    for epoch in epochs:
+      if epoch == 0:
+        rows = first
+      else:
+        rows = _checked(fn, sampler(epoch=epoch), len(labels), batch_size, epoch)
+      for row in rows:
+        valid = row >= 0
+        safe = np.where(valid, row, 0)
+        out = {
+            "image": images[safe],
+            "label": np.where(valid, labels[safe], -1).astype(np.int32),
+            "index": row,
+            "mask": valid,
+        }
+        if supers is not None:
+          out["super_label"] = np.where(valid, supers[safe], -1).astype(np.int32)
+        yield out
+
+  if data.image_format == "array":
+    image_spec = tf.TensorSpec((batch_size, *images.shape[1:]), tf.as_dtype(images.dtype))
+  else:
+    image_spec = tf.TensorSpec((batch_size,), tf.string)
+  spec = {
+      "image": image_spec,
+      "label": tf.TensorSpec((batch_size,), tf.int32),
+      "index": tf.TensorSpec((batch_size,), tf.int64),
+      "mask": tf.TensorSpec((batch_size,), tf.bool),
+  }
+  if supers is not None:
+    spec["super_label"] = tf.TensorSpec((batch_size,), tf.int32)
+  ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
+  if data.image_format == "array" and preprocess_fn is None:
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+  def load(position, example):
+    image = example["image"]
+    if data.image_format == "path":
+      image = tf.io.read_file(image)
+    if data.image_format != "array":
+      image = preprocess.decode_image(image)
+    if preprocess_fn is not None:
+      image = preprocess_fn(image, tf.stack([tf.constant(seed, tf.int64), position]))
+    return {**example, "image": image}
+
+  ds = ds.unbatch().enumerate()
+  ds = ds.map(load, num_parallel_calls=num_parallel_calls, deterministic=True)
+  return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
