@@ -68,11 +68,12 @@ def jaxrank_step(loss_name: str, embeddings, labels):
 
   import jaxrank
 
-  loss_fn, include_self = {
-      "fastap": (functools.partial(jaxrank.fastap_loss, num_bins=10), False),
-      "smoothap": (functools.partial(jaxrank.smoothap_loss, temperature=0.01), True),
-      "supap": (jaxrank.supap_loss, True),
-  }[loss_name]
+  if loss_name == "fastap":
+    loss_fn, include_self = functools.partial(jaxrank.fastap_loss, num_bins=10), False
+  elif loss_name == "smoothap":
+    loss_fn, include_self = functools.partial(jaxrank.smoothap_loss, temperature=0.01), True
+  else:
+    loss_fn, include_self = jaxrank.supap_loss, True
 
   def loss(e, y):
     scores, relevance, where = jaxrank.batch_retrieval(e, y, include_self=include_self)

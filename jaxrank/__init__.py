@@ -17,6 +17,11 @@ from jaxrank.metrics import tie_aware_ndcg_metric as tie_aware_ndcg_metric
 from jaxrank.ranking import blackbox_ranks as blackbox_ranks
 from jaxrank.retrieval import batch_retrieval as batch_retrieval
 from jaxrank.retrieval import evaluate_retrieval as evaluate_retrieval
+from jaxrank.smooth_rank import calibration_loss as calibration_loss
+from jaxrank.smooth_rank import decomposability_gap as decomposability_gap
+from jaxrank.smooth_rank import roadmap_loss as roadmap_loss
+from jaxrank.smooth_rank import smoothap_loss as smoothap_loss
+from jaxrank.smooth_rank import supap_loss as supap_loss
 from jaxrank.sharded import sharded_batch_retrieval as sharded_batch_retrieval
 from jaxrank.sharded import sharded_loss as sharded_loss
 from jaxrank.sharded import sharded_mean as sharded_mean

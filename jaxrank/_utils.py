@@ -197,3 +197,20 @@ def check_real(
     if not ok:  # NaN fails every comparison.
       raise ValueError(f"{fn}: {name} must be {text}, got {number}.{' ' + hint if hint else ''}")
   return number
+
+
+def varying_like(x: jax.Array, template: jax.Array) -> jax.Array:
+  """`x`, marked as varying over the same `shard_map` mesh axes as `template` (no-op outside).
+
+  Loop carries and callback results must carry the same device-variance type as the values they
+  are combined with; a fresh constant (`jnp.zeros`) is device-invariant. (Newer JAX records the
+  axes as `manual_axis_type.varying`, older as `vma`.)
+  """
+  missing = tuple(sorted(_varying_axes(template) - _varying_axes(x)))
+  return jax.lax.pcast(x, missing, to="varying") if missing else x
+
+
+def _varying_axes(x: jax.Array) -> frozenset:
+  aval = jax.typeof(x)
+  manual = getattr(aval, "manual_axis_type", None)
+  return frozenset(manual.varying if manual is not None else getattr(aval, "vma", ()) or ())

@@ -27,6 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxrank import _utils
+
 
 class TieGroups(NamedTuple):
   """A list sorted into groups of tied scores, each array `[..., n]` in sorted order.
@@ -242,12 +244,8 @@ def _numpy_descending_ranks(scores: np.ndarray) -> np.ndarray:
 def _cpu_descending_ranks(scores: jax.Array) -> jax.Array:
   shape = jax.ShapeDtypeStruct(scores.shape, scores.dtype)
   ranks = jax.pure_callback(_numpy_descending_ranks, shape, scores, vmap_method="expand_dims")
-  # Inside shard_map, the ranks vary over the same mesh axes as the scores, which the callback's
-  # result does not record (newer JAX calls them `manual_axis_type.varying`, older `vma`).
-  aval = jax.typeof(scores)
-  manual = getattr(aval, "manual_axis_type", None)
-  varying = tuple(manual.varying if manual is not None else getattr(aval, "vma", ()) or ())
-  return jax.lax.pcast(ranks, varying, to="varying") if varying else ranks
+  # Inside shard_map the ranks vary over the scores' mesh axes; the callback does not record it.
+  return _utils.varying_like(ranks, scores)
 
 
 def descending_ranks(scores: jax.Array) -> jax.Array:

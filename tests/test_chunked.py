@@ -52,6 +52,8 @@ def in_batch(loss_fn):
 
 
 LOSSES = {
+    "fastap": in_batch(jaxrank.fastap_loss),
+    "smoothap": in_batch(functools.partial(jaxrank.smoothap_loss, temperature=0.05)),
     "blackbox_ap": in_batch(jaxrank.blackbox_ap_loss),
     "blackbox_recall": in_batch(functools.partial(jaxrank.blackbox_recall_loss, lam=1.0)),
 }

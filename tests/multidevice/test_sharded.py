@@ -30,6 +30,11 @@ def data(batch=32, dim=6, seed=0):
 
 # One loss of each family (histogram, blackbox, smooth rank) and an exact metric.
 LOSSES = {
+    "fastap": jaxrank.fastap_loss,
+    "soft_binning_ap": jaxrank.soft_binning_ap_loss,
+    "smoothap": functools.partial(jaxrank.smoothap_loss, temperature=0.05),
+    "supap": jaxrank.supap_loss,
+    "roadmap": jaxrank.roadmap_loss,
     "blackbox_ap": jaxrank.blackbox_ap_loss,
     "blackbox_recall": functools.partial(jaxrank.blackbox_recall_loss, lam=1.0),
     "ap_metric": jaxrank.ap_metric,

@@ -1,0 +1,825 @@
+r"""Smooth-rank AP losses: SmoothAP, SupAP, calibration and ROADMAP; the decomposability gap.
+
+Average Precision of a list is the mean, over its relevant items `k`, of the precision at `k`
+(Ramzi et al. 2021, eq. 1 and 3):
+
+.. math::
+  \mathrm{AP} = \frac{1}{|P|} \sum_{k \in P} \frac{\mathrm{rank}^+(k)}{\mathrm{rank}(k)}, \qquad
+  \mathrm{rank}^+(k) = 1 + \sum_{j \in P \setminus \{k\}} H^+(s_j - s_k), \qquad
+  \mathrm{rank}(k) = \mathrm{rank}^+(k) + \sum_{j \in N} H^-(s_j - s_k)
+
+with `P` the relevant valid items of the list, `N` the non-relevant valid ones and, for the exact
+metric, `H^+ = H^- = H` the Heaviside step `H(t) = 1` if `t >= 0` else 0. One mechanism,
+`smooth_rank_ap_loss`, computes `1 - AP` for any pair of step functions passed in as functions;
+the losses of the papers are choices of them:
+
+* **SmoothAP** (Brown et al. 2020, the baseline of Ramzi et al. 2021, sec. 3.1, Fig. 3c):
+  `H^+ = H^- = sigmoid(t / temperature)` (`sigmoid_step`);
+* **SupAP** (Ramzi et al. 2021, eq. 3-5): `H^+ = H` (`heaviside_step`, no gradient: the paper keeps
+  the exact rank among positives on purpose) and `H^-` the sigmoid-then-linear step of eq. 4
+  (`supap_negative_step`), which lies above `H`, so that the SupAP loss is an upper bound of the
+  exact AP loss `1 - ap_metric` (on lists whose relevant items are not tied with each other).
+
+`calibration_loss` (eq. 7) pushes relevant scores above `alpha` and the others below `beta`;
+`roadmap_loss` is eq. 2, `(1 - lam) * supap_loss + lam * calibration_loss`. `decomposability_gap`
+(eq. 6) measures how much the mean AP over batches of a list differs from the AP of the whole list.
+
+Conventions (rax's, as in `jaxrank.metrics`): `scores` and `labels` are `[..., n]`, the last axis
+is the list; an item is relevant iff its label is `>= 1`; `where` masks items out as if sliced
+away; `reduce_fn` reduces over lists, `None` returns one value per list. A list without a relevant
+valid item gives 0 and is left out of the reduction. A valid NaN score makes its list's value NaN.
+
+**Self-inclusion.** These functions rank whatever list they are given. For in-batch retrieval,
+`jaxrank.batch_retrieval(..., include_self=True)` reproduces the code of Smooth-AP, ROADMAP and
+pytorch-metric-learning, where the query is its own positive with similarity 1 (it sits at the top
+of its list and raises every precision); the default `include_self=False` leaves it out, as
+FastAP, RaMBO and mAP_Q do.
+
+**Cost.** The reference codes build a `[B, n, n]` tensor of score differences. Here each relevant
+item is compared with the `n` items of its list, `chunk_size` relevant items of every list at a
+time, in a loop that stops after the largest number of relevant items of a list: time
+O(B * P * n) for `B` lists with at most `P` relevant items each, memory O(B * n) plus one chunk of
+O(B * chunk_size * n). The gradient is a custom VJP that runs the same loop again, so the
+backward pass stores no `[B, n, n]` tensor either. It is the exact derivative of the surrogate
+(not an interpolation), flows to the scores and to the step functions' hyperparameters, and is
+reverse-mode only: `jax.grad`, `jax.vjp` and `jax.jacrev` work; `jax.jvp` and `jax.jacfwd` of
+these losses raise.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.extend
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxrank import _utils
+from jaxrank import metrics
+
+ReduceFn = Callable[..., jax.Array] | None
+StepFn = Callable[[jax.Array], jax.Array]
+
+# With `chunk_size=None`, each step of the loop holds at most this many pairs (about 16 MB of
+# float32 per temporary), and never fewer than one relevant item of every list.
+_CHUNK_PAIRS = 2**22
+
+
+# ---------------------------------------------------------------------------------------------
+# Step functions. The private forms take their hyperparameters as explicit arguments, so that the
+# jitted loop below is compiled once per shape whatever their values, and gets their gradients.
+
+
+def _heaviside(x):
+  return (x >= 0).astype(x.dtype)
+
+
+def _sigmoid(x, temperature):
+  return jax.nn.sigmoid(x / temperature)
+
+
+def _supap_negative(x, tau, rho, delta):
+  sigmoid = jax.nn.sigmoid(x / tau)
+  linear = rho * (x - delta) + jax.nn.sigmoid(delta / tau) + 0.5
+  return jnp.where(x < 0, sigmoid, jnp.where(x <= delta, sigmoid + 0.5, linear))
+
+
+def heaviside_step(x: jax.typing.ArrayLike) -> jax.Array:
+  r"""The Heaviside step of the exact rank, `1` where `x >= 0`, else `0` (Ramzi et al. 2021, eq. 3).
+
+  .. math::
+    H(t) = \begin{cases} 1 & t \geq 0 \\ 0 & t < 0 \end{cases}
+
+  Its gradient is zero: used as `H^+` it keeps the exact rank among relevant items and sends no
+  gradient through it, as SupAP does (sec. 3.1: the gradient of AP with respect to `rank^+` would
+  push relevant scores down). `H(0) = 1` counts a tied item as ranked above, as the pessimistic
+  ties of `ap_metric` do.
+
+  Args:
+    x: score differences `s_j - s_k`, any shape.
+
+  Returns:
+    `0.` or `1.`, shaped like `x`, in at least float32.
+
+  >>> heaviside_step(jnp.array([-0.5, 0.0, 0.5]))
+  Array([0., 1., 1.], dtype=float32)
+  """
+  x = jnp.asarray(x)
+  return _heaviside(x.astype(_utils.compute_dtype(x.dtype)))
+
+
+def sigmoid_step(x: jax.typing.ArrayLike, *, temperature: jax.typing.ArrayLike = 0.01) -> jax.Array:
+  r"""The sigmoid step of SmoothAP (Brown et al. 2020; Ramzi et al. 2021, Fig. 3c).
+
+  .. math::
+    \sigma_\mathrm{T}(t) = \frac{1}{1 + e^{-t / \mathrm{T}}}
+
+  It tends to the Heaviside step as the temperature `T` goes to 0, except at `t = 0` where it is
+  `1/2`. Fix the temperature with `functools.partial(sigmoid_step, temperature=0.05)`.
+
+  Args:
+    x: score differences `s_j - s_k`, any shape.
+    temperature: `T > 0` (SmoothAP's default 0.01, for cosine similarities).
+
+  Returns:
+    `sigmoid(x / temperature)`, shaped like `x`.
+
+  >>> [round(v, 4) for v in sigmoid_step(jnp.array([-0.05, 0.0, 0.05])).tolist()]
+  [0.0067, 0.5, 0.9933]
+  """
+  return _sigmoid(jnp.asarray(x), temperature)
+
+
+def supap_negative_step(
+    x: jax.typing.ArrayLike,
+    *,
+    tau: jax.typing.ArrayLike = 0.01,
+    rho: jax.typing.ArrayLike = 100.0,
+    delta: jax.typing.ArrayLike = 0.05,
+) -> jax.Array:
+  r"""SupAP's step `H^-` between a relevant item and a non-relevant one (Ramzi et al. 2021, eq. 4).
+
+  .. math::
+    H^-(t) = \begin{cases}
+      \sigma(t / \tau) & t < 0 \\
+      \sigma(t / \tau) + 0.5 & 0 \leq t \leq \delta \\
+      \rho\,(t - \delta) + \sigma(\delta / \tau) + 0.5 & t > \delta
+    \end{cases}
+
+  with `t = s_j - s_k` the score of the non-relevant item minus that of the relevant one.
+
+  * Below 0 (correctly ordered pair) it is a sigmoid: a margin `tau` keeps a small gradient.
+  * At 0 it jumps by 1/2, to `sigma(0) + 0.5 = 1`, so that `H^- >= H` everywhere (`H(0) = 1`):
+    this is what makes the SupAP loss an upper bound of the AP loss. Eq. 4 lists `t = 0` in both
+    of its first two cases; the second is taken (the authors' code takes the first, 1/2, at
+    exact ties only).
+  * After `delta` it is linear with slope `rho`, so that a badly misordered pair still gets a
+    gradient where the sigmoid has saturated. The constant `sigma(delta / tau) + 0.5` is the one
+    written in eq. 4: it makes `H^-` continuous at `delta` (a kink there, no jump). The authors'
+    code instead adds a configured constant to `rho * t` (`offset: 1.44` in their configs, so their
+    step jumps from 1.49 to 6.44 at `delta`); the gradient is the same, the loss value differs.
+
+  Defaults are the paper's (sec. 4, "ROADMAP settings": `tau = 0.01`, `rho = 100`; `delta = 0.05`
+  from the authors' configs, where `sigma(delta / tau) = sigma(5)` is saturated). Fix them with
+  `functools.partial`.
+
+  Args:
+    x: score differences `s_j - s_k`, any shape.
+    tau: temperature of the sigmoid part, `> 0`.
+    rho: slope of the linear part, `>= 0`.
+    delta: where the linear part starts, `>= 0`.
+
+  Returns:
+    `H^-(x)`, shaped like `x`.
+
+  >>> [round(v, 4) for v in supap_negative_step(jnp.array([-0.01, 0.0, 0.05, 0.06])).tolist()]
+  [0.2689, 1.0, 1.4933, 2.4933]
+  """
+  x = jnp.asarray(x)
+  return _supap_negative(x, tau, rho, jnp.asarray(delta, x.dtype))
+
+
+# ---------------------------------------------------------------------------------------------
+# The shared mechanism: sums of smoothed precisions, chunked over relevant items, custom VJP.
+#
+# A step is a pair `(fn, params)`: `fn(x, *params)` is elementwise in `x`, and `params` is a tuple
+# of arrays (hyperparameters) that the custom VJP differentiates. `fn` is static (jit-hashed by
+# identity), so module-level functions compile once per shape.
+
+
+def _relevant_slots(relevant: jax.Array, width: int) -> jax.Array:
+  """`[B, width]` int32: slot `p` of a list holds the index of its `p`-th relevant item (else 0)."""
+  num_lists, n = relevant.shape
+  slot = jnp.cumsum(relevant, axis=-1, dtype=jnp.int32) - 1
+  slot = jnp.where(relevant, slot, width)  # Out of range: dropped by the scatter.
+  items = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (num_lists, n))
+  rows = jnp.arange(num_lists)[:, None]
+  return jnp.zeros((num_lists, width), jnp.int32).at[rows, slot].set(items, mode="drop")
+
+
+def _chunk_pairs(scores, relevant, other, slots, start, chunk):
+  """Pairs `(k, j)` of one step: `k` runs over `chunk` relevant slots of each list, `j` over items.
+
+  Returns the differences `s_j - s_k` `[B, chunk, n]`, the masks of the pairs counted by `H^+`
+  (`j` relevant, `j != k`) and by `H^-` (`j` valid, not relevant), and the items `k` `[B, chunk]`.
+  """
+  items = lax.dynamic_slice_in_dim(slots, start, chunk, axis=1)
+  s_k = jnp.take_along_axis(scores, items, axis=1)
+  diff = scores[:, None, :] - s_k[:, :, None]
+  not_self = items[:, :, None] != jnp.arange(scores.shape[1], dtype=jnp.int32)
+  return diff, relevant[:, None, :] & not_self, other[:, None, :], items
+
+
+def _steps(positive_step, negative_step, diff, params):
+  """`(H^+(diff), H^-(diff))` in the dtype of `diff`; `negative_step=None` means the same step."""
+  up = positive_step(diff, *params[0]).astype(diff.dtype)
+  if negative_step is None:
+    return up, up
+  return up, negative_step(diff, *params[1]).astype(diff.dtype)
+
+
+def _precision_sums_fwd(positive_step, negative_step, chunk, scores, relevant, other, params):
+  num_lists, n = scores.shape
+  width = -(-n // chunk) * chunk
+  slots = _relevant_slots(relevant, width)
+  num_relevant = jnp.sum(relevant, axis=-1, dtype=jnp.int32)
+  # The loop stops after the list with the most relevant items: a data-dependent trip count.
+  num_steps = (jnp.max(num_relevant) + chunk - 1) // chunk
+
+  def body(c, ranks):
+    rank_pos, rank_neg = ranks
+    diff, pos_pairs, neg_pairs, _ = _chunk_pairs(scores, relevant, other, slots, c * chunk, chunk)
+    h_pos, h_neg = _steps(positive_step, negative_step, diff, params)
+    above_pos = 1 + jnp.sum(jnp.where(pos_pairs, h_pos, 0), axis=-1)
+    above_neg = jnp.sum(jnp.where(neg_pairs, h_neg, 0), axis=-1)
+    return (
+        lax.dynamic_update_slice_in_dim(rank_pos, above_pos, c * chunk, axis=1),
+        lax.dynamic_update_slice_in_dim(rank_neg, above_neg, c * chunk, axis=1),
+    )
+
+  zeros = _utils.varying_like(jnp.zeros((num_lists, width), scores.dtype), scores)
+  rank_pos, rank_neg = lax.fori_loop(0, num_steps, body, (zeros + 1, zeros))
+  in_slot = jnp.arange(width) < num_relevant[:, None]
+  rank = jnp.where(in_slot, rank_pos + rank_neg, 1)
+  precision = jnp.where(in_slot, rank_pos / rank, 0)
+  residuals = (scores, relevant, other, params, slots, num_steps, in_slot, rank_pos, rank_neg)
+  return jnp.sum(precision, axis=-1), residuals
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def _precision_sums(positive_step, negative_step, chunk, scores, relevant, other, params):
+  """`[B]`: for each list, the sum over its relevant items `k` of `rank^+(k) / rank(k)`."""
+  out, _ = _precision_sums_fwd(positive_step, negative_step, chunk, scores, relevant, other, params)
+  return out
+
+
+def _precision_sums_bwd(positive_step, negative_step, chunk, residuals, cotangent):
+  scores, relevant, other, params, slots, num_steps, in_slot, rank_pos, rank_neg = residuals
+  rank = jnp.where(in_slot, rank_pos + rank_neg, 1)
+  # With rank = rank^+ + rank^-: d(rank^+ / rank) / d rank^+ = rank^- / rank^2 and
+  # d(rank^+ / rank) / d rank^- = -rank^+ / rank^2.
+  scale = jnp.where(in_slot, cotangent[:, None] / jnp.square(rank), 0)
+  coef_pos, coef_neg = scale * rank_neg, -scale * rank_pos
+  rows = jnp.arange(scores.shape[0])[:, None]
+  # Only floating hyperparameters get a cotangent; the others are held fixed.
+  inexact = jax.tree.map(lambda p: jnp.issubdtype(jnp.result_type(p), jnp.inexact), params)
+  free = jax.tree.map(lambda p, d: p if d else None, params, inexact)
+
+  def steps_of_free(diff, free):
+    merged = jax.tree.map(
+        lambda p, d, f: f if d else p, params, inexact, free, is_leaf=lambda x: x is None
+    )
+    return _steps(positive_step, negative_step, diff, merged)
+
+  def body(c, carry):
+    grad, grad_params = carry
+    start = c * chunk
+    diff, pos_pairs, neg_pairs, items = _chunk_pairs(scores, relevant, other, slots, start, chunk)
+    cp = lax.dynamic_slice_in_dim(coef_pos, start, chunk, axis=1)[:, :, None]
+    cn = lax.dynamic_slice_in_dim(coef_neg, start, chunk, axis=1)[:, :, None]
+    ct_pos = jnp.where(pos_pairs, cp, 0)
+    ct_neg = jnp.where(neg_pairs, cn, 0)
+    _, vjp = jax.vjp(steps_of_free, diff, free)
+    if negative_step is None:  # One evaluation of the shared step; the masks are disjoint.
+      ct_diff, ct_free = vjp((ct_pos + ct_neg, jnp.zeros_like(ct_neg)))
+    else:
+      ct_diff, ct_free = vjp((ct_pos, ct_neg))
+    # diff = s_j - s_k: the cotangent goes to every item j, and negated to the slot's item k.
+    grad = grad + jnp.sum(ct_diff, axis=1)
+    grad = grad.at[rows, items].add(-jnp.sum(ct_diff, axis=2))
+    return grad, jax.tree.map(jnp.add, grad_params, ct_free)
+
+  init = (_utils.varying_like(jnp.zeros_like(scores), scores), jax.tree.map(jnp.zeros_like, free))
+  grad, grad_free = lax.fori_loop(0, num_steps, body, init)
+  return grad, None, None, grad_free
+
+
+_precision_sums.defvjp(_precision_sums_fwd, _precision_sums_bwd)
+
+
+def _chunk_for(chunk_size: int | None, num_lists: int, n: int) -> int:
+  if chunk_size is None:
+    chunk_size = _CHUNK_PAIRS // max(num_lists * n, 1)
+  return max(1, min(chunk_size, n))
+
+
+def _smooth_ap_lists(scores, relevant, where, params, *, positive_step, negative_step, chunk):
+  """Per-list smoothed AP `[...]` (0 without a relevant item) and the mask of lists with one."""
+  dtype = _utils.compute_dtype(scores.dtype)
+  other = where & ~relevant
+  relevant = where & relevant
+  lists, n = scores.shape[:-1], scores.shape[-1]
+  num_lists = int(np.prod(lists, dtype=np.int64))
+  # Masked scores are replaced before any arithmetic, so that a masked NaN or inf changes neither
+  # the value nor the gradient.
+  flat = jnp.where(where, scores, 0).astype(dtype).reshape(num_lists, n)
+  sums = _precision_sums(
+      positive_step,
+      negative_step,
+      chunk,
+      flat,
+      relevant.reshape(num_lists, n),
+      other.reshape(num_lists, n),
+      params,
+  )
+  num_relevant = jnp.sum(relevant, axis=-1)
+  return sums.reshape(lists) / jnp.maximum(num_relevant, 1).astype(dtype), num_relevant > 0
+
+
+# Compiled once per shape for a given pair of step functions (static, hashed by identity): the
+# built-in steps are module-level functions whose hyperparameters are arguments.
+_smooth_ap_lists_jit = jax.jit(
+    _smooth_ap_lists, static_argnames=("positive_step", "negative_step", "chunk")
+)
+
+
+def _closure_convert(step_fn, example):
+  """`step_fn` as `(fn(x, *consts), consts)`, every value it closes over made explicit.
+
+  `jax.closure_convert` hoists only the floating values that may be differentiated; a custom VJP
+  must not close over any traced value (an integer traced by an outer `jit` would leak into the
+  backward pass), so all the constants of the traced function are hoisted here. The function is
+  traced at the shape of `example`, the only shape the loop calls it with.
+  """
+  closed = jax.make_jaxpr(step_fn)(example)
+  if not closed.consts:
+    return step_fn, ()
+  jaxpr = closed.jaxpr
+
+  def converted(x, *consts):
+    return jax.extend.core.jaxpr_as_fun(jax.extend.core.ClosedJaxpr(jaxpr, consts))(x)[0]
+
+  return converted, tuple(closed.consts)
+
+
+def _smooth_ap(fn, scores, labels, where, positive, negative, chunk_size):
+  """Per-list smoothed AP `[...]`, the mask of lists with a relevant item, the checked inputs.
+
+  `positive` is a step `(fn, params)`, `params` a tuple of hyperparameters (numbers or arrays,
+  cast to the computation's dtype); `negative` is another, or `None` for the same step. Either
+  may instead hold a callable of one argument and `None`: it is closure-converted here, so that the
+  values it closes over become explicit parameters (and it runs unjitted, in the caller's trace,
+  when there are any: a fresh converted function would compile anew at each call).
+  """
+  _utils.check_positive_int(fn, "chunk_size", chunk_size, allow_none=True)
+  scores, labels, where = _utils.check_lists(fn, scores, labels, where)
+  dtype = _utils.compute_dtype(scores.dtype)
+  lists, n = scores.shape[:-1], scores.shape[-1]
+  num_lists = int(np.prod(lists, dtype=np.int64))
+  if n == 0 or num_lists == 0:
+    return jnp.zeros(lists, dtype), jnp.zeros(lists, bool), scores, where
+  chunk = _chunk_for(chunk_size, num_lists, n)
+  example = jax.ShapeDtypeStruct((num_lists, chunk, n), dtype)
+
+  def explicit(step):
+    step_fn, params = step
+    if params is None:
+      return _closure_convert(step_fn, example)
+    return step_fn, tuple(jnp.asarray(p).astype(dtype) for p in params)
+
+  positive_fn, positive_params = explicit(positive)
+  negative_fn, negative_params = (None, ()) if negative is None else explicit(negative)
+  converted = (positive_fn is not positive[0]) or (
+      negative is not None and negative_fn is not negative[0]
+  )
+  ap, valid = (_smooth_ap_lists if converted else _smooth_ap_lists_jit)(
+      scores,
+      labels >= 1,  # A boolean mask: one compilation whatever the labels' dtype.
+      where,
+      (positive_params, negative_params),
+      positive_step=positive_fn,
+      negative_step=negative_fn,
+      chunk=chunk,
+  )
+  return ap, valid, scores, where
+
+
+def _finish(values, scores, where, valid_lists, reduce_fn):
+  return _utils.safe_reduce(_utils.nan_if_any(values, scores, where), valid_lists, reduce_fn)
+
+
+# ---------------------------------------------------------------------------------------------
+# Public losses.
+
+
+def smooth_rank_ap_loss(
+    scores: jax.typing.ArrayLike,
+    labels: jax.typing.ArrayLike,
+    *,
+    positive_step_fn: StepFn,
+    negative_step_fn: StepFn,
+    where: jax.typing.ArrayLike | None = None,
+    chunk_size: int | None = None,
+    reduce_fn: ReduceFn = jnp.mean,
+) -> jax.Array:
+  r"""`1 - AP` with ranks smoothed by the given step functions: the mechanism of every loss here.
+
+  For each relevant valid item `k` of a list (Ramzi et al. 2021, eq. 3 and 5):
+
+  .. math::
+    \mathrm{rank}^+(k) = 1 + \sum_{j \in P \setminus \{k\}} H^+(s_j - s_k), \qquad
+    \mathrm{rank}^-(k) = \sum_{j \in N} H^-(s_j - s_k), \qquad
+    \mathcal{L} = 1 - \frac{1}{|P|} \sum_{k \in P}
+        \frac{\mathrm{rank}^+(k)}{\mathrm{rank}^+(k) + \mathrm{rank}^-(k)}
+
+  with `P` the relevant valid items (label `>= 1`) and `N` the other valid items. With
+  `heaviside_step` for both it is `1 - ap_metric` on lists without ties among relevant items;
+  `smoothap_loss` and `supap_loss` are this function with their steps.
+
+  Step functions must be elementwise and non-negative; they are traced once per shape at
+  `[B, chunk_size, n]`. They may close over hyperparameters, traced ones included, and the gradient
+  reaches those too. Compilation: a step function that closes over no array (a module-level
+  function, or a `functools.partial` with Python numbers, kept across calls) is compiled once per
+  shape; one that closes over arrays runs in the caller's trace, so jit the caller.
+
+  Time O(B * P * n) for `B` lists of `n` items with at most `P` relevant items each (all lists
+  advance together, so the list with the most relevant items sets the number of steps); memory
+  O(B * n) plus one chunk of `B * chunk_size * n` pairs, in the forward and in the backward pass
+  (custom VJP: reverse mode only).
+
+  Args:
+    scores: `[..., n]` floating scores, higher is better.
+    labels: `[..., n]` labels; relevant iff `>= 1`.
+    positive_step_fn: `H^+`, applied to `s_j - s_k` for relevant `j != k`.
+    negative_step_fn: `H^-`, applied to `s_j - s_k` for non-relevant `j`. Pass the same function
+      object as `positive_step_fn` to evaluate it once per pair.
+    where: optional `[..., n]` boolean mask of valid items.
+    chunk_size: relevant items of every list compared with their lists at each step (a positive
+      int); `None` picks the largest that keeps a step within 2**22 pairs (at least 1). It changes
+      the memory, never the result.
+    reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
+
+  Returns:
+    The reduced loss, or `[...]` per list with `reduce_fn=None`, in at least float32. Lists
+    without a relevant valid item give 0 and are left out of the reduction.
+
+  >>> import jax.numpy as jnp
+  >>> scores, labels = jnp.array([0.9, 0.8, 0.7, 0.1]), jnp.array([1, 0, 1, 0])
+  >>> loss = smooth_rank_ap_loss(
+  ...     scores, labels, positive_step_fn=heaviside_step, negative_step_fn=heaviside_step)
+  >>> round(float(loss), 4)  # 1 - AP = 1 - (1/1 + 2/3) / 2.
+  0.1667
+  """
+  fn = "smooth_rank_ap_loss"
+  if not callable(positive_step_fn) or not callable(negative_step_fn):
+    raise TypeError(f"{fn}: the step functions must be callables, e.g. heaviside_step.")
+  positive = (positive_step_fn, None)
+  negative = None if negative_step_fn is positive_step_fn else (negative_step_fn, None)
+  ap, valid, scores, where = _smooth_ap(fn, scores, labels, where, positive, negative, chunk_size)
+  return _finish(1 - ap, scores, where, valid, reduce_fn)
+
+
+def _check_temperature(fn, temperature):
+  _utils.check_real(
+      fn, "temperature", temperature, above=0, hint="It is the sigmoid's temperature (0.01)."
+  )
+
+
+def _check_supap(fn, tau, rho, delta):
+  _utils.check_real(fn, "tau", tau, above=0, hint="It is the sigmoid's temperature (0.01).")
+  _utils.check_real(fn, "rho", rho, at_least=0, hint="It is the slope after delta (ROADMAP: 100).")
+  _utils.check_real(fn, "delta", delta, at_least=0, hint="The linear part starts there (0.05).")
+
+
+def _check_calibration(fn, alpha, beta):
+  a = _utils.check_real(fn, "alpha", alpha)
+  b = _utils.check_real(fn, "beta", beta)
+  if a is not None and b is not None and a < b:
+    raise ValueError(
+        f"{fn}: alpha ({a}) must be >= beta ({b}): relevant scores are pushed above alpha and the "
+        "others below beta (ROADMAP: alpha=0.9, beta=0.6)."
+    )
+
+
+def smoothap_loss(
+    scores: jax.typing.ArrayLike,
+    labels: jax.typing.ArrayLike,
+    *,
+    where: jax.typing.ArrayLike | None = None,
+    temperature: jax.typing.ArrayLike = 0.01,
+    chunk_size: int | None = None,
+    reduce_fn: ReduceFn = jnp.mean,
+) -> jax.Array:
+  r"""The Smooth-AP loss (Brown et al. 2020): every step of the ranks is a sigmoid.
+
+  .. math::
+    \mathcal{L}_\mathrm{SmoothAP} = 1 - \frac{1}{|P|} \sum_{k \in P}
+      \frac{1 + \sum_{j \in P \setminus \{k\}} \sigma_\mathrm{T}(s_j - s_k)}
+           {1 + \sum_{j \neq k} \sigma_\mathrm{T}(s_j - s_k)}
+
+  with `sigma_T(t) = sigmoid(t / T)` (`sigmoid_step`), `P` the relevant valid items and the sum
+  in the denominator over all valid items but `k` (Brown et al. 2020; the baseline of
+  Ramzi et al. 2021, sec. 3.1). It tends to `1 - ap_metric` as `T -> 0` on lists without ties. It
+  is not a bound of the AP loss, and its gradient vanishes for pairs misordered by more than a few
+  `T` (Ramzi et al. 2021, Fig. 3c); `supap_loss` fixes both.
+
+  Self-inclusion: `smoothap_loss(*jaxrank.batch_retrieval(embeddings, labels, include_self=True))`
+  is the loss of the Smooth-AP code and of pytorch-metric-learning's `SmoothAPLoss`, where each
+  query is its own positive; the default `include_self=False` leaves the query out of its list.
+
+  Time O(B * P * n), memory O(B * n) plus a chunk of `B * chunk_size * n` pairs (see
+  `smooth_rank_ap_loss`); no `[B, n, n]` tensor, forward or backward.
+
+  Args:
+    scores: `[..., n]` floating scores (cosine similarities for the default temperature).
+    labels: `[..., n]` labels; relevant iff `>= 1`.
+    where: optional `[..., n]` boolean mask of valid items.
+    temperature: `T > 0`, default 0.01 (the Smooth-AP code's and ROADMAP's setting). A Python
+      number is checked at once; a traced array is not, and gets a gradient.
+    chunk_size: relevant items per list per step, or `None` (see `smooth_rank_ap_loss`).
+    reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
+
+  Returns:
+    The reduced loss, or `[...]` per list with `reduce_fn=None`. Lists without a relevant valid
+    item give 0 and are left out of the reduction.
+
+  >>> import jax.numpy as jnp
+  >>> scores, labels = jnp.array([0.9, 0.8, 0.7, 0.1]), jnp.array([1, 0, 1, 0])
+  >>> round(float(smoothap_loss(scores, labels)), 4)  # 1 - AP = 0.1667 for T -> 0.
+  0.1667
+  >>> round(float(smoothap_loss(scores, labels, temperature=0.1)), 4)
+  0.2373
+  """
+  fn = "smoothap_loss"
+  _check_temperature(fn, temperature)
+  step = (_sigmoid, (temperature,))
+  ap, valid, scores, where = _smooth_ap(fn, scores, labels, where, step, None, chunk_size)
+  return _finish(1 - ap, scores, where, valid, reduce_fn)
+
+
+def _supap(fn, scores, labels, where, tau, rho, delta, chunk_size):
+  negative = (_supap_negative, (tau, rho, delta))
+  return _smooth_ap(fn, scores, labels, where, (_heaviside, ()), negative, chunk_size)
+
+
+def supap_loss(
+    scores: jax.typing.ArrayLike,
+    labels: jax.typing.ArrayLike,
+    *,
+    where: jax.typing.ArrayLike | None = None,
+    tau: jax.typing.ArrayLike = 0.01,
+    rho: jax.typing.ArrayLike = 100.0,
+    delta: jax.typing.ArrayLike = 0.05,
+    chunk_size: int | None = None,
+    reduce_fn: ReduceFn = jnp.mean,
+) -> jax.Array:
+  r"""The SupAP loss (Ramzi et al. 2021, eq. 3-5): exact rank among positives, `H^-` for the rest.
+
+  .. math::
+    \mathcal{L}_\mathrm{SupAP} = 1 - \frac{1}{|P|} \sum_{k \in P}
+      \frac{\mathrm{rank}^+(k)}{\mathrm{rank}^+(k) + \sum_{j \in N} H^-(s_j - s_k)}, \qquad
+    \mathrm{rank}^+(k) = 1 + \sum_{j \in P \setminus \{k\}} H(s_j - s_k)
+
+  with `H` the Heaviside step (`heaviside_step`, no gradient) and `H^-` the sigmoid-then-linear
+  step of eq. 4 (`supap_negative_step`: sigmoid below 0, `+ 1/2` from 0 to `delta`, slope `rho`
+  after `delta`, continuous at `delta`). Since `H^- >= H`, the loss is an upper bound of
+  `1 - ap_metric` on lists whose relevant items are not tied with each other (sec. 3.1, property 1;
+  with tied relevant items the exact `rank^+` counts each of them above the others and AP can be
+  overestimated), and every misordered pair keeps a gradient of at least `rho` once it is more
+  than `delta` apart (property 2). The loss jumps where a non-relevant score crosses a relevant
+  one (the 1/2 step of `H^-` at 0), as in the paper.
+
+  Self-inclusion: the ROADMAP code ranks each query among the whole batch, itself included as a
+  positive with similarity 1: `jaxrank.batch_retrieval(..., include_self=True)`.
+
+  Time O(B * P * n), memory O(B * n) plus a chunk of `B * chunk_size * n` pairs (see
+  `smooth_rank_ap_loss`).
+
+  Args:
+    scores: `[..., n]` floating scores (cosine similarities for the default hyperparameters).
+    labels: `[..., n]` labels; relevant iff `>= 1`.
+    where: optional `[..., n]` boolean mask of valid items.
+    tau: temperature of `H^-`'s sigmoid, `> 0` (paper: 0.01).
+    rho: slope of `H^-` after `delta`, `>= 0` (paper: 100; 0 gives a constant after `delta`).
+    delta: start of the linear part, `>= 0` (0.05, the authors' configs).
+    chunk_size: relevant items per list per step, or `None` (see `smooth_rank_ap_loss`).
+    reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
+
+  Returns:
+    The reduced loss, or `[...]` per list with `reduce_fn=None`. Lists without a relevant valid
+    item give 0 and are left out of the reduction.
+
+  >>> import jax.numpy as jnp
+  >>> scores, labels = jnp.array([0.9, 0.8, 0.7, 0.1]), jnp.array([1, 0, 1, 0])
+  >>> # The negative 0.8 is 0.1 above the relevant 0.7, on the linear part of H^-:
+  >>> # H^-(0.1) = 100 * (0.1 - 0.05) + sigmoid(5) + 0.5 = 6.49, so rank(0.7) = 2 + 6.49.
+  >>> round(float(supap_loss(scores, labels)), 4)  # The exact AP loss is 0.1667.
+  0.3823
+  """
+  fn = "supap_loss"
+  _check_supap(fn, tau, rho, delta)
+  ap, valid, scores, where = _supap(fn, scores, labels, where, tau, rho, delta, chunk_size)
+  return _finish(1 - ap, scores, where, valid, reduce_fn)
+
+
+def _calibration(scores, labels, where, alpha, beta):
+  return _calibration_lists(scores, labels >= 1, where, alpha, beta)
+
+
+@jax.jit
+def _calibration_lists(scores, relevant, where, alpha, beta):
+  dtype = _utils.compute_dtype(scores.dtype)
+  s = jnp.where(where, scores, 0).astype(dtype)
+  other = where & ~relevant
+  relevant = where & relevant
+  num_relevant = jnp.sum(relevant, axis=-1)
+  num_other = jnp.sum(other, axis=-1)
+  above = jnp.sum(jnp.where(relevant, jax.nn.relu(alpha - s), 0), axis=-1)
+  below = jnp.sum(jnp.where(other, jax.nn.relu(s - beta), 0), axis=-1)
+  values = above / jnp.maximum(num_relevant, 1).astype(dtype) + below / jnp.maximum(
+      num_other, 1
+  ).astype(dtype)
+  return values, num_relevant > 0
+
+
+def calibration_loss(
+    scores: jax.typing.ArrayLike,
+    labels: jax.typing.ArrayLike,
+    *,
+    where: jax.typing.ArrayLike | None = None,
+    alpha: jax.typing.ArrayLike = 0.9,
+    beta: jax.typing.ArrayLike = 0.6,
+    reduce_fn: ReduceFn = jnp.mean,
+) -> jax.Array:
+  r"""The calibration loss of ROADMAP (Ramzi et al. 2021, eq. 7): absolute thresholds on the scores.
+
+  .. math::
+    \mathcal{L}_\mathrm{calibr.} = \frac{1}{|P|} \sum_{j \in P} [\alpha - s_j]_+
+      + \frac{1}{|N|} \sum_{j \in N} [s_j - \beta]_+
+
+  per list, with `P` the relevant valid items, `N` the other valid items and `[x]_+ = max(x, 0)`;
+  the second term is 0 when `N` is empty. Relevant scores are pushed above `alpha` and the others
+  below `beta <= alpha`, so that the scores of different batches are comparable and the mean AP
+  over batches gets closer to the AP of the whole set (sec. 3.2; see `decomposability_gap`).
+
+  Normalisation: eq. 7 as written, a mean over the relevant items plus a mean over the others, per
+  list, then the mean over lists. The authors' code uses pytorch-metric-learning's
+  `ContrastiveLoss(pos_margin=alpha, neg_margin=beta)` on the pairs of the batch (the query itself
+  left out), which averages each hinge over the pairs where it is non-zero, across the whole batch:
+  same minimisers, different weights. A list without a relevant valid item gives 0 and is left out,
+  as for every loss of this module, so that `roadmap_loss` combines two losses defined on the same
+  lists. With `batch_retrieval(..., include_self=True)` the query counts as a relevant item with
+  score 1 (zero hinge) and dilutes the first mean; `include_self=False` matches the authors' pairs.
+
+  O(n) time and memory per list.
+
+  Args:
+    scores: `[..., n]` floating scores (cosine similarities for the default thresholds).
+    labels: `[..., n]` labels; relevant iff `>= 1`.
+    where: optional `[..., n]` boolean mask of valid items.
+    alpha: threshold above which relevant scores cost nothing (paper: 0.9).
+    beta: threshold below which the other scores cost nothing, `<= alpha` (paper: 0.6).
+    reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
+
+  Returns:
+    The reduced loss, or `[...]` per list with `reduce_fn=None`. Lists without a relevant valid
+    item give 0 and are left out of the reduction.
+
+  >>> import jax.numpy as jnp
+  >>> scores, labels = jnp.array([0.95, 0.7, 0.8, 0.1]), jnp.array([1, 0, 1, 0])
+  >>> round(float(calibration_loss(scores, labels)), 4)  # (0 + 0.1) / 2 + (0.1 + 0) / 2
+  0.1
+  """
+  fn = "calibration_loss"
+  _check_calibration(fn, alpha, beta)
+  scores, labels, where = _utils.check_lists(fn, scores, labels, where)
+  values, valid = _calibration(scores, labels, where, alpha, beta)
+  return _finish(values, scores, where, valid, reduce_fn)
+
+
+def roadmap_loss(
+    scores: jax.typing.ArrayLike,
+    labels: jax.typing.ArrayLike,
+    *,
+    where: jax.typing.ArrayLike | None = None,
+    lam: jax.typing.ArrayLike = 0.5,
+    tau: jax.typing.ArrayLike = 0.01,
+    rho: jax.typing.ArrayLike = 100.0,
+    delta: jax.typing.ArrayLike = 0.05,
+    alpha: jax.typing.ArrayLike = 0.9,
+    beta: jax.typing.ArrayLike = 0.6,
+    chunk_size: int | None = None,
+    reduce_fn: ReduceFn = jnp.mean,
+) -> jax.Array:
+  r"""The ROADMAP loss (Ramzi et al. 2021, eq. 2): SupAP plus the calibration loss.
+
+  .. math::
+    \mathcal{L}_\mathrm{ROADMAP} = (1 - \lambda)\, \mathcal{L}_\mathrm{SupAP}
+      + \lambda\, \mathcal{L}_\mathrm{calibr.}
+
+  per list (`supap_loss`, eq. 5, and `calibration_loss`, eq. 7), then reduced over lists. `lam = 0`
+  is SupAP alone and `lam = 1` the calibration loss alone (sec. 4.3). The paper uses `lam = 0.5`;
+  the authors' configs add both losses with weight 1, which is twice eq. 2 at `lam = 0.5` (the
+  same direction; Adam does not see the factor).
+
+  Self-inclusion: see `supap_loss` and `calibration_loss` (the authors rank the query among its
+  batch, itself included, and leave it out of the calibration pairs).
+
+  Args:
+    scores: `[..., n]` floating scores (cosine similarities for the default hyperparameters).
+    labels: `[..., n]` labels; relevant iff `>= 1`.
+    where: optional `[..., n]` boolean mask of valid items.
+    lam: weight of the calibration loss, in [0, 1] (paper: 0.5).
+    tau: see `supap_loss` (0.01).
+    rho: see `supap_loss` (100).
+    delta: see `supap_loss` (0.05).
+    alpha: see `calibration_loss` (0.9).
+    beta: see `calibration_loss` (0.6).
+    chunk_size: relevant items per list per step, or `None` (see `smooth_rank_ap_loss`).
+    reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
+
+  Returns:
+    The reduced loss, or `[...]` per list with `reduce_fn=None`. Lists without a relevant valid
+    item give 0 and are left out of the reduction.
+
+  >>> import jax.numpy as jnp
+  >>> scores, labels = jnp.array([0.95, 0.7, 0.8, 0.1]), jnp.array([1, 0, 1, 0])
+  >>> supap = float(supap_loss(scores, labels))
+  >>> calibration = float(calibration_loss(scores, labels))
+  >>> round(float(roadmap_loss(scores, labels)) - (0.5 * supap + 0.5 * calibration), 6)
+  0.0
+  """
+  fn = "roadmap_loss"
+  _utils.check_real(fn, "lam", lam, at_least=0, at_most=1, hint="It weighs the calibration loss.")
+  _check_supap(fn, tau, rho, delta)
+  _check_calibration(fn, alpha, beta)
+  ap, valid, scores, where = _supap(fn, scores, labels, where, tau, rho, delta, chunk_size)
+  labels = jnp.asarray(labels)
+  calibration, _ = _calibration(scores, labels, where, alpha, beta)
+  values = (1 - lam) * (1 - ap) + lam * calibration
+  return _finish(values, scores, where, valid, reduce_fn)
+
+
+def decomposability_gap(
+    scores: jax.typing.ArrayLike,
+    labels: jax.typing.ArrayLike,
+    *,
+    num_batches: int,
+    where: jax.typing.ArrayLike | None = None,
+    reduce_fn: ReduceFn = jnp.mean,
+) -> jax.Array:
+  r"""The decomposability gap of AP (Ramzi et al. 2021, eq. 6): mean batch AP minus global AP.
+
+  .. math::
+    \mathrm{DG}_\mathrm{AP} = \frac{1}{K} \sum_{b=1}^{K} \mathrm{AP}^b - \mathrm{AP}
+
+  Each list of `n` items (one query ranking its retrieval set) is split into `K = num_batches`
+  consecutive batches of `n / K` items: batch `b` holds items `b n / K` to `(b + 1) n / K - 1` (in
+  the order given; shuffle first for random batches). `AP^b` is `ap_metric` on batch `b` alone and
+  `AP` is `ap_metric` on the whole list; masked items are left out of both.
+
+  Sign: positive when the batches overestimate the AP of the whole list, the usual case, since
+  within a batch a relevant item is outranked only by that batch's items (the paper's motivation:
+  small-batch training sees too optimistic an AP). It can be negative. A batch without a relevant
+  valid item has no AP and is left out of the mean over batches (so `1/K` becomes one over the
+  batches with a relevant item); a list without any relevant valid item gives 0 and is left out of
+  the reduction. Not differentiable (it is a diagnostic: one sort per batch and one per list,
+  O(n log n)).
+
+  Args:
+    scores: `[..., n]` floating scores, higher is better.
+    labels: `[..., n]` labels; relevant iff `>= 1`.
+    num_batches: `K`, a positive int dividing `n`.
+    where: optional `[..., n]` boolean mask of valid items.
+    reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
+
+  Returns:
+    The reduced gap, or `[...]` per list with `reduce_fn=None`.
+
+  >>> import jax.numpy as jnp
+  >>> # Each batch is ranked perfectly (AP 1), but the whole list puts a negative (0.8) before the
+  >>> # relevant item of the second batch (0.7): AP = (1 + 2/3) / 2.
+  >>> scores, labels = jnp.array([0.9, 0.8, 0.7, 0.1]), jnp.array([1, 0, 1, 0])
+  >>> round(float(decomposability_gap(scores, labels, num_batches=2)), 4)
+  0.1667
+  """
+  fn = "decomposability_gap"
+  _utils.check_positive_int(fn, "num_batches", num_batches)
+  scores, labels, where = _utils.check_lists(fn, scores, labels, where)
+  n = scores.shape[-1]
+  if n % num_batches:
+    raise ValueError(
+        f"{fn}: num_batches={num_batches} does not divide the list size {n}; batches must be "
+        "equal (eq. 6 assumes N / B = K batches of B items)."
+    )
+  gap, defined = _gap(scores, labels >= 1, where, num_batches=num_batches)
+  return _finish(gap, scores, where, defined, reduce_fn)
+
+
+@functools.partial(jax.jit, static_argnames="num_batches")
+def _gap(scores, relevant, where, *, num_batches):
+  labels = relevant.astype(jnp.int32)
+  n = scores.shape[-1]
+  split = scores.shape[:-1] + (num_batches, n // num_batches)
+  batch_ap = metrics.ap_metric(
+      scores.reshape(split), labels.reshape(split), where=where.reshape(split), reduce_fn=None
+  )
+  batch_defined = jnp.any((where & (labels >= 1)).reshape(split), axis=-1)
+  count = jnp.sum(batch_defined, axis=-1)
+  total = jnp.sum(jnp.where(batch_defined, batch_ap, 0), axis=-1)
+  mean_batch = total / jnp.maximum(count, 1).astype(batch_ap.dtype)
+  whole = metrics.ap_metric(scores, labels, where=where, reduce_fn=None)
+  return mean_batch - whole, count > 0

@@ -1,0 +1,760 @@
+"""Tests of `jaxrank.smooth_rank` against the loop-based references of `reference_smooth_rank.py`.
+
+Run: .venv/bin/python -m pytest tests/test_smooth_rank.py -q
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import reference
+import reference_smooth_rank as ref
+from jax.test_util import check_grads
+
+import jaxrank
+from jaxrank import smooth_rank as sr
+
+
+class Case(NamedTuple):
+  name: str
+  fn: Callable[..., jax.Array]
+  ref: Callable[..., float]
+  kwargs: dict[str, Any]
+
+
+SMOOTH_CASES = [
+    Case("smoothap", sr.smoothap_loss, ref.smoothap_loss, {}),
+    Case("smoothap_t0.1", sr.smoothap_loss, ref.smoothap_loss, {"temperature": 0.1}),
+    Case("supap", sr.supap_loss, ref.supap_loss, {}),
+    Case("supap_custom", sr.supap_loss, ref.supap_loss, {"tau": 0.05, "rho": 10.0, "delta": 0.1}),
+    Case("calibration", sr.calibration_loss, ref.calibration_loss, {}),
+    Case("calibration_0.1", sr.calibration_loss, ref.calibration_loss, dict(alpha=0.1, beta=-0.1)),
+    Case("roadmap", sr.roadmap_loss, ref.roadmap_loss, {}),
+    Case(
+        "roadmap_custom",
+        sr.roadmap_loss,
+        ref.roadmap_loss,
+        {"lam": 0.2, "tau": 0.05, "rho": 10.0, "delta": 0.1, "alpha": 0.1, "beta": -0.1},
+    ),
+]
+GAP_CASES = [
+    Case("gap_k2", sr.decomposability_gap, ref.decomposability_gap, {"num_batches": 2}),
+    Case("gap_k4", sr.decomposability_gap, ref.decomposability_gap, {"num_batches": 4}),
+]
+CASES = SMOOTH_CASES + GAP_CASES
+# One case per function, for the invariance tests: the hyperparameters are arrays inside, so the
+# other cases run the same code. Compilations dominate the suite's time; every shape, dtype and
+# transformation compiles anew, hence the shared shapes below.
+CORE = [c for c in CASES if c.name in ("smoothap", "supap", "calibration", "roadmap", "gap_k2")]
+# The losses (differentiable). The gap is a diagnostic built on `ap_metric`, whose invariances
+# test_metrics.py checks.
+LOSSES = [c for c in CORE if "gap" not in c.name]
+# The losses that run the chunked loop of relevant items (roadmap runs supap's).
+CHUNKED = [c for c in CORE if c.name in ("smoothap", "supap")]
+
+
+def ids(cases):
+  return [c.name for c in cases]
+
+
+def run(case, scores, labels, *, where=None, reduce_fn=jnp.mean, **extra):
+  return case.fn(scores, labels, where=where, reduce_fn=reduce_fn, **case.kwargs, **extra)
+
+
+def expected(case, scores, labels, where=None):
+  return reference.per_list(case.ref, scores, labels, where, **case.kwargs)
+
+
+BATCH = (3, 4)
+N = 8
+TOL64 = dict(rtol=1e-10, atol=1e-12)
+TOL32 = dict(rtol=2e-4, atol=2e-5)
+
+
+@contextlib.contextmanager
+def precision(dtype):
+  """Enables float64 inside the block when `dtype` is float64 (never at import)."""
+  if np.dtype(dtype) == np.float64:
+    with jax.enable_x64(True):
+      yield
+  else:
+    yield
+
+
+@pytest.fixture
+def x64():
+  with jax.enable_x64(True):
+    yield
+
+
+@jax.jit
+def ap_lists(scores, labels, where):
+  """`jaxrank.ap_metric` per list, compiled once per shape (eagerly it compiles every op)."""
+  return jaxrank.ap_metric(scores, labels, where=where, reduce_fn=None)
+
+
+def random_lists(seed, shape=BATCH + (N,), *, scale=0.1, mask=True, dtype=np.float64):
+  """Scores around 0 with spread `scale` (all regimes of the steps), labels in {0, 1, 2}, a mask."""
+  rng = np.random.default_rng(seed)
+  scores = (scale * rng.normal(size=shape)).astype(dtype)
+  labels = rng.integers(0, 3, shape).astype(np.int32)
+  where = rng.random(shape) < 0.8 if mask else np.ones(shape, bool)
+  return scores, labels, where
+
+
+def embedded(lists, seed=24):
+  """A batch of the shared shape whose first lists are `lists` (`(scores, labels, where)` each,
+  shorter than N) padded with masked items; random lists fill the rest."""
+  scores, labels, where = random_lists(seed)
+  for i, (s, y, w) in enumerate(lists):
+    idx, pad = np.unravel_index(i, BATCH), N - len(s)
+    scores[idx] = np.concatenate([s, np.zeros(pad)])
+    labels[idx] = np.concatenate([y, np.ones(pad)])
+    where[idx] = np.concatenate([w, np.zeros(pad, bool)])
+  return scores, labels, where
+
+
+def well_separated(seed, shape, *, avoid=(0.0,), gap=2e-3, scale=0.1):
+  """Scores whose pairwise differences stay `gap` away from every value in `avoid` (0: ties)."""
+  rng = np.random.default_rng(seed)
+  lists = []
+  off_diagonal = ~np.eye(shape[-1], dtype=bool)
+  while len(lists) < int(np.prod(shape[:-1])):
+    s = scale * rng.normal(size=shape[-1])
+    diffs = np.abs(s[:, None] - s[None, :])[off_diagonal]
+    if all(np.all(np.abs(diffs - a) > gap) for a in avoid):
+      lists.append(s)
+  return np.array(lists).reshape(shape)
+
+
+# 1. The references themselves, by hand.
+
+
+def test_reference_hand_values():
+  # AP of [+ (0.9), - (0.8), + (0.7), - (0.1)] is (1 + 2/3) / 2; Heaviside steps give it exactly.
+  heaviside_ap = ref.smooth_rank_ap(
+      [0.9, 0.8, 0.7, 0.1], [1, 0, 1, 0], h_pos=ref.heaviside, h_neg=ref.heaviside
+  )
+  assert heaviside_ap == pytest.approx((1 + 2 / 3) / 2)
+  # SmoothAP with a huge temperature: every step is 1/2, so rank+(k) = 1 + (|P| - 1) / 2 and
+  # rank(k) = 1 + (n - 1) / 2 for every positive.
+  assert ref.smoothap_loss([0.3, 0.2, 0.1], [1, 1, 0], temperature=1e9) == pytest.approx(
+      1 - 1.5 / 2
+  )
+  # SupAP: one negative 0.1 above the only positive: H^- = rho (0.1 - delta) + sigma(5) + 0.5.
+  h = 100 * (0.1 - 0.05) + 1 / (1 + math.exp(-5)) + 0.5
+  assert ref.supap_loss([0.5, 0.6], [1, 0]) == pytest.approx(1 - 1 / (1 + h))
+  # Calibration: (0.9 - 0.5) / 1 + (0.7 - 0.6 + 0) / 2.
+  assert ref.calibration_loss([0.5, 0.7, 0.2], [1, 0, 0]) == pytest.approx(0.4 + 0.05)
+  assert ref.roadmap_loss([0.5, 0.7, 0.2], [1, 0, 0], lam=1.0) == pytest.approx(0.45)
+  # Gap: batches [+ -] and [+ -] both perfect; whole list + - + -.
+  assert ref.decomposability_gap([0.9, 0.8, 0.7, 0.1], [1, 0, 1, 0], num_batches=2) == (
+      pytest.approx(1 - (1 + 2 / 3) / 2)
+  )
+  assert ref.smoothap_loss([0.3, 0.2], [0, 0]) == 0.0
+  assert ref.supap_loss([0.3, 0.2], [1, 0], [False, True]) == 0.0
+
+
+# 2. Random lists against the references.
+
+
+@pytest.mark.parametrize(
+    ("case", "dtype"),
+    [(c, np.float64) for c in CASES] + [(c, np.float32) for c in CORE],
+    ids=[f"{c.name}-f64" for c in CASES] + [f"{c.name}-f32" for c in CORE],
+)
+def test_matches_reference(case, dtype):
+  scores, labels, where = random_lists(0, dtype=dtype)
+  want = expected(case, scores, labels, where)
+  with precision(dtype):
+    got = run(case, scores, labels, where=where, reduce_fn=None)
+    assert got.shape == BATCH
+    assert got.dtype == dtype
+    tol = TOL64 if dtype == np.float64 else TOL32
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, **tol)
+    mean = run(case, scores, labels, where=where)
+    np.testing.assert_allclose(
+        float(mean), reference.mean_over_lists(want, reference.has_relevant(labels, where)), **tol
+    )
+
+
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_matches_reference_wide_scores_no_mask(case, x64):
+  # Cosine-like spread: most pairs in the saturated / linear regimes.
+  scores, labels, _ = random_lists(1, scale=0.6, mask=False)
+  got = run(case, scores, labels, reduce_fn=None)
+  np.testing.assert_allclose(got, expected(case, scores, labels), **TOL64)
+
+
+def test_generic_mechanism_matches_reference(x64):
+  scores, labels, where = random_lists(2)
+  positive = functools.partial(sr.sigmoid_step, temperature=0.03)
+  negative = functools.partial(sr.supap_negative_step, tau=0.02, rho=5.0, delta=0.02)
+  got = sr.smooth_rank_ap_loss(
+      scores,
+      labels,
+      where=where,
+      positive_step_fn=positive,
+      negative_step_fn=negative,
+      reduce_fn=None,
+  )
+  want = reference.per_list(
+      lambda s, y, w: (
+          1 - ref.smooth_rank_ap(
+              s,
+              y,
+              w,
+              h_pos=lambda t: ref.sigmoid(t / 0.03),
+              h_neg=lambda t: ref.supap_negative_step(t, 0.02, 5.0, 0.02),
+          )
+      )
+      if reference.has_relevant(y, w)
+      else 0.0,
+      scores,
+      labels,
+      where,
+  )
+  np.testing.assert_allclose(got, want, **TOL64)
+
+
+# 3. The step functions.
+
+
+def test_supap_negative_step(x64):
+  tau, rho, delta = 0.01, 100.0, 0.05
+  step = functools.partial(sr.supap_negative_step, tau=tau, rho=rho, delta=delta)
+  at_delta = 1 / (1 + math.exp(-delta / tau)) + 0.5
+  special = np.array([0.0, -1e-12, delta, delta + 1e-12, delta + 0.1])
+  t = np.concatenate([np.linspace(-1, 1, 4001), special])
+  values, slopes = jax.jit(lambda x: (step(x), jax.vmap(jax.grad(step))(x)))(t)
+  values, slopes = np.asarray(values), np.asarray(slopes)
+  zero, below_zero, at, after, far = values[-5:]
+  # An upper bound of the Heaviside step (what makes SupAP an upper bound of the AP loss).
+  assert np.all(values >= (t >= 0))
+  # The jump of 1/2 at 0, to exactly 1.
+  assert zero == 1.0 and below_zero == pytest.approx(0.5)
+  # Continuous at delta, with the constant of eq. 4, then slope rho.
+  assert at == pytest.approx(at_delta, rel=1e-14)
+  assert after == pytest.approx(at_delta, rel=1e-9)
+  assert far == pytest.approx(at_delta + rho * 0.1)
+  assert slopes[-1] == pytest.approx(rho) and slopes[-2] == pytest.approx(rho)
+  # The reference agrees everywhere.
+  want = [ref.supap_negative_step(x, tau, rho, delta) for x in t]
+  np.testing.assert_allclose(values, want, rtol=1e-13)
+
+
+def test_heaviside_and_sigmoid_steps(x64):
+  t = np.array([-1.0, -1e-9, 0.0, 1e-9, 1.0])
+  np.testing.assert_array_equal(sr.heaviside_step(t), [0, 0, 1, 1, 1])
+  np.testing.assert_array_equal(jax.vmap(jax.grad(sr.heaviside_step))(t), 0.0)
+  np.testing.assert_allclose(
+      sr.sigmoid_step(t, temperature=0.5), [ref.sigmoid(x / 0.5) for x in t], rtol=1e-14
+  )
+
+
+# 4. Limits and bounds.
+
+
+def test_smoothap_tends_to_ap(x64):
+  shape = BATCH + (N,)
+  scores = well_separated(3, shape)
+  labels = np.random.default_rng(3).integers(0, 2, shape)
+  labels[..., 0] = 1
+  exact = 1 - ap_lists(scores, labels, np.ones(shape, bool))
+  errors = [
+      np.max(np.abs(sr.smoothap_loss(scores, labels, temperature=t, reduce_fn=None) - exact))
+      for t in (1e-1, 1e-2, 1e-3, 1e-5)
+  ]
+  assert errors[-1] < 1e-12
+  assert all(a > b for a, b in zip(errors, errors[1:]))
+  # The Heaviside steps give the exact AP loss itself.
+  hard = sr.smooth_rank_ap_loss(
+      scores,
+      labels,
+      positive_step_fn=sr.heaviside_step,
+      negative_step_fn=sr.heaviside_step,
+      reduce_fn=None,
+  )
+  np.testing.assert_allclose(hard, exact, **TOL64)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"rho": 0.0, "delta": 0.0}, {"tau": 1.0, "rho": 1.0}, {"tau": 1e-4, "delta": 0.5}],
+    ids=["paper", "rho0_delta0", "soft", "sharp"],
+)
+def test_supap_upper_bounds_ap_loss(kwargs, x64):
+  """Sec. 3.1, property 1: L_SupAP >= L_AP, on many random lists without ties."""
+  rng = np.random.default_rng(4)
+  undershoots = 0
+  for _ in range(40):  # 480 lists of the shared shape (one compilation).
+    shape = BATCH + (N,)
+    scores = rng.normal(size=shape) * rng.choice([0.01, 0.1, 1.0], size=BATCH + (1,))
+    labels = rng.integers(0, 2, shape)
+    where = rng.random(shape) < 0.9
+    exact = np.asarray(1 - ap_lists(scores, labels, where))
+    supap = np.asarray(sr.supap_loss(scores, labels, where=where, reduce_fn=None, **kwargs))
+    defined = reference.has_relevant(labels, where)
+    assert np.all(supap[defined] >= exact[defined] - 1e-12)
+    # SmoothAP is no bound: it undershoots on some lists.
+    smooth = np.asarray(sr.smoothap_loss(scores, labels, where=where, reduce_fn=None))
+    undershoots += np.sum(smooth[defined] < exact[defined] - 1e-3)
+  assert undershoots > 0
+
+
+def test_supap_bound_convention_with_ties(x64):
+  lists = [
+      # A negative tied with a positive counts as ranked above it (H^-(0) = 1 = H(0)), as in
+      # ap_metric's pessimistic ties: the bound holds.
+      ([0.5, 0.5, 0.2], [1, 0, 1], [True] * 3),
+      # Relevant items tied with each other: rank+ counts each tied positive above the other, so
+      # the surrogate can fall below the pessimistic AP loss (documented; measure zero for real
+      # scores).
+      ([0.5, 0.5, 0.5], [1, 1, 0], [True] * 3),
+  ]
+  scores, labels, where = embedded(lists)
+  supap = np.asarray(sr.supap_loss(scores, labels, where=where, reduce_fn=None))[0]
+  assert supap[0] >= 1 - reference.ap(*lists[0])
+  assert supap[1] == pytest.approx(1 - 2 / 3)
+  assert 1 - reference.ap(*lists[1]) == pytest.approx(1 - (1 / 2 + 2 / 3) / 2)
+
+
+# 5. Gradients.
+
+
+def _grad_inputs(seed, avoid):
+  shape = BATCH + (N,)
+  scores = well_separated(seed, shape, avoid=avoid)
+  labels = np.random.default_rng(seed).integers(0, 2, shape)
+  labels[..., 0] = 1
+  where = np.ones(shape, bool)
+  where[0, 1, 3] = where[1, 2, 5] = where[2, 3, 6] = False
+  return scores, labels, where
+
+
+GRAD_CASES = [
+    ("smoothap", functools.partial(sr.smoothap_loss, temperature=0.05), (0.0,)),
+    ("supap", sr.supap_loss, (0.0, 0.05)),
+    ("roadmap", sr.roadmap_loss, (0.0, 0.05)),
+]
+
+
+@pytest.mark.parametrize(("name", "loss", "avoid"), GRAD_CASES, ids=[c[0] for c in GRAD_CASES])
+def test_check_grads(name, loss, avoid, x64):
+  scores, labels, where = _grad_inputs(5, avoid)
+  if name == "roadmap":
+    # Thresholds between two consecutive scores, so that the hinges' kinks are away too.
+    ordered = np.sort(scores.ravel())
+    size = len(ordered)
+    alpha = (ordered[2 * size // 3] + ordered[2 * size // 3 + 1]) / 2
+    beta = (ordered[size // 3] + ordered[size // 3 + 1]) / 2
+    loss = functools.partial(loss, alpha=alpha, beta=beta)
+  f = lambda s: loss(s, labels, where=where)  # noqa: E731
+  check_grads(f, (scores,), order=1, modes=("rev",), eps=1e-6, atol=1e-6, rtol=1e-6)
+  g = jax.grad(f)(scores)
+  assert np.all(np.asarray(g)[~where] == 0)
+
+
+def test_check_grads_calibration(x64):
+  scores, labels, where = _grad_inputs(6, (0.0,))
+  scores = scores + 0.6  # Around the thresholds, but off their kinks.
+  assert np.all(np.abs(scores - 0.9) > 1e-4) and np.all(np.abs(scores - 0.6) > 1e-4)
+  f = lambda s: sr.calibration_loss(s, labels, where=where)  # noqa: E731
+  check_grads(f, (scores,), order=1, modes=("fwd", "rev"), eps=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("name", "loss"),
+    [
+        ("temperature", lambda s, y, p: sr.smoothap_loss(s, y, temperature=p)),
+        ("tau", lambda s, y, p: sr.supap_loss(s, y, tau=p)),
+        ("rho", lambda s, y, p: sr.supap_loss(s, y, rho=p)),
+        ("delta", lambda s, y, p: sr.supap_loss(s, y, delta=p)),
+        ("lam", lambda s, y, p: sr.roadmap_loss(s, y, lam=p)),
+    ],
+    ids=["temperature", "tau", "rho", "delta", "lam"],
+)
+def test_hyperparameter_gradients(name, loss, x64):
+  scores, labels, _ = _grad_inputs(7, (0.0, 0.05, 0.07))
+  value = {"temperature": 0.05, "tau": 0.02, "rho": 50.0, "delta": 0.07, "lam": 0.3}[name]
+  f = lambda p: loss(scores, labels, p)  # noqa: E731
+  check_grads(f, (value,), order=1, modes=("rev",), eps=1e-7, atol=1e-6, rtol=1e-6)
+  if name == "temperature":  # Under jit the hyperparameter is a tracer the custom VJP carries.
+    np.testing.assert_allclose(jax.jit(jax.grad(f))(value), jax.grad(f)(value), rtol=1e-12)
+
+
+def test_gradient_flows_through_a_closed_over_array(x64):
+  scores, labels, _ = _grad_inputs(8, (0.0,))
+
+  def f(scale, power):
+    # Closes over a float (differentiated) and an integer (held fixed), both traced under jit.
+    step = lambda t: jax.nn.sigmoid(t * scale) ** power  # noqa: E731
+    return sr.smooth_rank_ap_loss(
+        scores, labels, positive_step_fn=step, negative_step_fn=sr.heaviside_step
+    )
+
+  # Under jit, `scale` is a tracer that the closure conversion turns into a parameter of the
+  # custom VJP (eagerly, each new closure would compile anew).
+  jitted = jax.jit(f)
+  check_grads(lambda s: jitted(s, 2), (20.0,), order=1, modes=("rev",), eps=1e-6)
+
+
+# 6. Invariances.
+
+
+@pytest.mark.parametrize("case", LOSSES, ids=ids(LOSSES))
+def test_jit_equals_eager(case, x64):
+  scores, labels, where = random_lists(9)
+  jitted = jax.jit(lambda s, y, w: run(case, s, y, where=w, reduce_fn=None))
+  np.testing.assert_allclose(
+      jitted(scores, labels, where),
+      run(case, scores, labels, where=where, reduce_fn=None),
+      rtol=1e-13,
+      atol=1e-15,
+  )
+
+
+@pytest.mark.parametrize("case", CHUNKED, ids=ids(CHUNKED))
+def test_jit_grad_equals_eager_grad(case, x64):
+  scores, labels, where = random_lists(10)
+  f = lambda s: run(case, s, labels, where=where)  # noqa: E731
+  np.testing.assert_allclose(
+      jax.jit(jax.grad(f))(scores), jax.grad(f)(scores), rtol=1e-12, atol=1e-14
+  )
+
+
+@pytest.mark.parametrize("case", CORE, ids=ids(CORE))
+def test_vmap_equals_batch_axes(case, x64):
+  scores, labels, where = random_lists(11)
+  per_row = jax.vmap(lambda s, y, w: run(case, s, y, where=w, reduce_fn=None))
+  batched = run(case, scores, labels, where=where, reduce_fn=None)
+  np.testing.assert_allclose(per_row(scores, labels, where), batched, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("case", CHUNKED, ids=ids(CHUNKED))
+def test_vmap_of_grad_equals_grad_of_batch(case, x64):
+  scores, labels, where = random_lists(12)
+  per_row = jax.vmap(jax.grad(lambda s, y, w: run(case, s, y, where=w, reduce_fn=jnp.sum)))
+  batched = jax.grad(lambda s: run(case, s, labels, where=where, reduce_fn=jnp.sum))(scores)
+  np.testing.assert_allclose(per_row(scores, labels, where), batched, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("case", LOSSES, ids=ids(LOSSES))
+def test_where_equals_slicing(case, x64):
+  rng = np.random.default_rng(13)
+  scores, labels, _ = random_lists(13, mask=False)
+  keep = N - 2
+  masked = np.argsort(rng.random(scores.shape), axis=-1)[..., : N - keep]
+  where = np.ones(scores.shape, bool)
+  np.put_along_axis(where, masked, False, axis=-1)
+  sliced_shape = BATCH + (keep,)
+  got = run(case, scores, labels, where=where, reduce_fn=None)
+  want = run(
+      case,
+      scores[where].reshape(sliced_shape),
+      labels[where].reshape(sliced_shape),
+      reduce_fn=None,
+  )
+  np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("case", LOSSES, ids=ids(LOSSES))
+def test_masked_padding_changes_nothing(case, x64):
+  scores, labels, where = random_lists(14)
+  pad = BATCH + (4,)
+  pad_scores = np.resize(np.array([np.nan, np.inf, 1e30, -np.inf]), pad)
+  pad_labels = np.resize(np.array([2, 1, 2, 0], np.int32), pad)
+  padded = (
+      np.concatenate([scores, pad_scores], axis=-1),
+      np.concatenate([labels, pad_labels], axis=-1),
+      np.concatenate([where, np.zeros(pad, bool)], axis=-1),
+  )
+  f = lambda s, y, w, r: case.fn(s, y, where=w, reduce_fn=r, **case.kwargs)  # noqa: E731
+  np.testing.assert_allclose(
+      f(*padded, None),
+      run(case, scores, labels, where=where, reduce_fn=None),
+      rtol=1e-13,
+      atol=1e-15,
+  )
+  grad = jax.grad(lambda s: f(s, *padded[1:], jnp.mean))(padded[0])
+  assert np.all(np.isfinite(grad))
+  np.testing.assert_array_equal(grad[..., N:], 0)
+  want = jax.grad(lambda s: run(case, s, labels, where=where))(scores)
+  np.testing.assert_allclose(grad[..., :N], want, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("case", LOSSES, ids=ids(LOSSES))
+def test_joint_permutation_changes_nothing(case, x64):
+  rng = np.random.default_rng(15)
+  scores, labels, where = random_lists(15)
+  perm = np.argsort(rng.random(scores.shape), axis=-1)
+  permuted = [np.take_along_axis(a, perm, axis=-1) for a in (scores, labels, where)]
+  got = run(case, *permuted[:2], where=permuted[2], reduce_fn=None)
+  want = run(case, scores, labels, where=where, reduce_fn=None)
+  np.testing.assert_allclose(got, want, rtol=1e-13)
+
+
+@pytest.mark.parametrize("case", CHUNKED, ids=ids(CHUNKED))
+def test_chunk_size_changes_nothing(case, x64):
+  scores, labels, where = random_lists(16, shape=(3, 11))
+  labels[0] = 1  # A list with many relevant items: several steps of the loop.
+
+  def value_and_grad(chunk):
+    f = lambda s: run(case, s, labels, where=where, reduce_fn=None, chunk_size=chunk)  # noqa: E731
+    return jax.jit(lambda s: (f(s), jax.grad(lambda x: f(x).sum())(s)))(scores)
+
+  want, want_grad = value_and_grad(None)  # One step: 3 * 11 * 11 pairs fit in one chunk.
+  for chunk in (1, 4) if case.name == "smoothap" else (4,):
+    got, grad = value_and_grad(chunk)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-12, atol=1e-14)
+
+
+def test_relevant_labels_are_thresholded(x64):
+  scores, labels, where = random_lists(17)
+  for case in SMOOTH_CASES:
+    want = run(case, scores, labels, where=where, reduce_fn=None)
+    for other in ((labels >= 1), (labels >= 1).astype(np.float64) * 3.5):
+      np.testing.assert_allclose(
+          run(case, scores, other, where=where, reduce_fn=None), want, rtol=1e-14
+      )
+
+
+# 7. Reductions.
+
+
+def _with_empty_lists(seed):
+  scores, labels, where = random_lists(seed)
+  labels[0, 1] = 0  # No relevant item at all.
+  where[1, 2] = False  # Every item masked.
+  labels[2, 3] = np.where(where[2, 3], 0, labels[2, 3])  # Relevant items only where masked.
+  return scores, labels, where
+
+
+@pytest.mark.parametrize("case", CORE, ids=ids(CORE))
+def test_sum_of_per_list_equals_reduce_sum(case, x64):
+  scores, labels, where = _with_empty_lists(18)
+  per = run(case, scores, labels, where=where, reduce_fn=None)
+  total = run(case, scores, labels, where=where, reduce_fn=jnp.sum)
+  np.testing.assert_allclose(jnp.sum(per), total, rtol=1e-12, atol=1e-15)
+  defined = reference.has_relevant(labels, where)
+  np.testing.assert_array_equal(np.asarray(per)[~defined], 0.0)
+  np.testing.assert_allclose(
+      run(case, scores, labels, where=where),
+      reference.mean_over_lists(expected(case, scores, labels, where), defined),
+      **TOL64,
+  )
+
+
+@pytest.mark.parametrize("case", CORE, ids=ids(CORE))
+def test_reduce_fn_is_called_with_where(case, x64):
+  scores, labels, where = _with_empty_lists(19)
+  seen = {}
+
+  def reduce_fn(values, *, where):
+    seen["where"] = where
+    return jnp.sum(values, where=where)
+
+  run(case, scores, labels, where=where, reduce_fn=reduce_fn)
+  np.testing.assert_array_equal(seen["where"], reference.has_relevant(labels, where))
+
+
+@pytest.mark.parametrize("reduce_fn", [jnp.mean, jnp.sum], ids=["mean", "sum"])
+@pytest.mark.parametrize("case", LOSSES, ids=ids(LOSSES))
+def test_batch_without_defined_list_gives_zero(case, reduce_fn, x64):
+  scores, labels, where = random_lists(20)
+  for y, w in ((np.zeros_like(labels), where), (labels, np.zeros_like(where))):
+    f = lambda s: run(case, s, y, where=w, reduce_fn=reduce_fn)  # noqa: E731
+    value, grad = jax.value_and_grad(f)(scores)
+    assert value.shape == () and float(value) == 0.0
+    np.testing.assert_array_equal(grad, 0.0)
+
+
+# 8. Degenerate lists and NaN.
+
+DEGENERATE = {
+    "no_relevant": ([0.3, 0.2, 0.2, 0.1], [0, 0, 0, 0], [True] * 4),
+    "all_relevant": ([0.3, 0.2, 0.2, 0.1], [1, 1, 1, 1], [True] * 4),
+    "all_tied": ([0.5, 0.5, 0.5, 0.5], [0, 1, 0, 2], [True] * 4),
+    "all_tied_relevant": ([0.5, 0.5, 0.5, 0.5], [1, 1, 1, 1], [True] * 4),
+    "all_masked": ([0.3, 0.2, 0.2, 0.1], [1, 0, 1, 0], [False] * 4),
+    "one_valid_item": ([0.3, 0.2, 0.2, 0.1], [1, 0, 1, 0], [False, False, True, False]),
+    "huge_gaps": ([1e6, -1e6, 3e5, -2e5], [1, 0, 0, 1], [True] * 4),
+}
+
+
+@pytest.mark.parametrize("case", CORE, ids=ids(CORE))
+def test_degenerate_lists(case, x64):
+  # Padded with masked items to the shared shape (masked padding changes nothing, tested above).
+  scores, labels, where = embedded(DEGENERATE.values())
+  per = np.asarray(run(case, scores, labels, where=where, reduce_fn=None))
+  assert np.all(np.isfinite(per)) and np.isfinite(run(case, scores, labels, where=where))
+  np.testing.assert_allclose(per, expected(case, scores, labels, where), **TOL64)
+  per = dict(zip(DEGENERATE, per.reshape(-1)))
+  assert per["no_relevant"] == 0.0 and per["all_masked"] == 0.0
+  if case.name in ("smoothap", "supap"):  # No negative: rank = rank+, AP = 1, whatever the steps.
+    assert per["all_relevant"] == pytest.approx(0.0, abs=1e-12)
+    assert per["all_tied_relevant"] == pytest.approx(0.0, abs=1e-12)
+  if case in LOSSES:
+    grad = np.asarray(jax.grad(lambda s: run(case, s, labels, where=where))(scores))
+    assert np.all(np.isfinite(grad))
+    np.testing.assert_array_equal(grad[~where], 0.0)
+
+
+@pytest.mark.parametrize("case", CORE, ids=ids(CORE))
+def test_valid_nan_makes_list_nan(case, x64):
+  scores, labels, where = random_lists(21, mask=False)
+  labels[..., 0] = 1
+  scores[0, 1, 4] = np.nan
+  scores[1, 2, 5] = np.nan
+  where[1, 2, 5] = False  # A masked NaN is ignored.
+  per = np.asarray(run(case, scores, labels, where=where, reduce_fn=None))
+  nan_lists = np.zeros(BATCH, bool)
+  nan_lists[0, 1] = True
+  np.testing.assert_array_equal(np.isnan(per), nan_lists)
+  want = expected(case, np.where(where, scores, 0.0), labels, where)
+  np.testing.assert_allclose(per[~nan_lists], want[~nan_lists], **TOL64)
+
+
+# 9. The decomposability gap.
+
+
+def test_gap_single_batch_is_zero(x64):
+  scores, labels, where = random_lists(22)
+  np.testing.assert_array_equal(
+      sr.decomposability_gap(scores, labels, where=where, num_batches=1, reduce_fn=None), 0.0
+  )
+
+
+def test_gap_sign(x64):
+  # Batches ranked perfectly, but the second batch's positive falls below the first's negative.
+  assert float(sr.decomposability_gap([0.9, 0.8, 0.7, 0.1], [1, 0, 1, 0], num_batches=2)) > 0
+  # And a negative gap: batch APs 1/2 and 1, whole-list AP (1 + 1 + 3/4) / 3.
+  gap = sr.decomposability_gap([0.9, 0.1, 0.95, 0.94], [0, 1, 1, 1], num_batches=2)
+  assert float(gap) == pytest.approx(0.75 - (1 + 1 + 3 / 4) / 3)
+
+
+# 10. Errors.
+
+
+def test_hyperparameter_errors():
+  s, y = jnp.array([0.3, 0.2, 0.1]), jnp.array([1, 0, 1])
+  bad = [
+      (sr.smoothap_loss, {"temperature": 0.0}, "temperature"),
+      (sr.smoothap_loss, {"temperature": -1.0}, "temperature"),
+      (sr.smoothap_loss, {"temperature": float("nan")}, "temperature"),
+      (sr.supap_loss, {"tau": 0.0}, "tau"),
+      (sr.supap_loss, {"rho": -1.0}, "rho"),
+      (sr.supap_loss, {"delta": -0.1}, "delta"),
+      (sr.calibration_loss, {"alpha": 0.5, "beta": 0.6}, "alpha"),
+      (sr.roadmap_loss, {"alpha": 0.5, "beta": 0.6}, "alpha"),
+      (sr.roadmap_loss, {"lam": -0.1}, "lam"),
+      (sr.roadmap_loss, {"lam": 1.5}, "lam"),
+      (sr.roadmap_loss, {"tau": -1.0}, "tau"),
+  ]
+  for fn, kwargs, name in bad:
+    with pytest.raises(ValueError, match=name):
+      fn(s, y, **kwargs)
+  with pytest.raises(ValueError, match="scalar"):
+    sr.smoothap_loss(s, y, temperature=jnp.ones(3))
+  with pytest.raises(TypeError):
+    sr.smoothap_loss(s, y, temperature="0.01")
+  for chunk in (0, -1, 1.5):
+    with pytest.raises((TypeError, ValueError)):
+      sr.supap_loss(s, y, chunk_size=chunk)
+  with pytest.raises(ValueError, match="divide"):
+    sr.decomposability_gap(s, y, num_batches=2)
+  with pytest.raises((TypeError, ValueError)):
+    sr.decomposability_gap(s, y, num_batches=0)
+  with pytest.raises(TypeError):
+    sr.smooth_rank_ap_loss(s, y, positive_step_fn=None, negative_step_fn=sr.heaviside_step)
+  # Limits that are allowed: alpha == beta, lam at 0 and 1, rho = delta = 0 (and Python lists).
+  sr.calibration_loss(s, y, alpha=0.6, beta=0.6)
+  sr.roadmap_loss(s, y, lam=0.0)
+  sr.roadmap_loss([0.3, 0.2, 0.1], [1, 0, 1], lam=1, rho=0, delta=0)
+  sr.smoothap_loss([0.3, 0.2, 0.1], [1, 0, 1])
+
+
+def test_traced_hyperparameters_are_not_checked():
+  s, y = jnp.array([0.3, 0.2, 0.1]), jnp.array([1, 0, 1])
+  # Under jit the values are unknown: no error, the math runs as given.
+  out = jax.jit(lambda t: sr.smoothap_loss(s, y, temperature=t))(-1.0)
+  assert out.shape == ()
+  out = jax.jit(lambda a: sr.calibration_loss(s, y, alpha=a, beta=0.6))(0.1)
+  assert np.isfinite(out)
+
+
+@pytest.mark.parametrize("case", CORE, ids=ids(CORE))
+def test_input_errors(case):
+  scores, labels = jnp.array([0.3, 0.2, 0.1, 0.0]), jnp.array([1, 0, 1, 0])
+  with pytest.raises(TypeError):
+    run(case, jnp.array([3, 2, 1, 0]), labels)
+  with pytest.raises(ValueError):
+    run(case, scores, jnp.array([1, 0, 1]))
+  with pytest.raises(TypeError):
+    run(case, scores, labels, where=jnp.array([1, 1, 0, 1]))
+  with pytest.raises(ValueError):
+    run(case, scores, labels, where=jnp.array([True, False]))
+
+
+# 11. Memory: no [B, n, n] tensor, forward or backward.
+
+
+@pytest.mark.parametrize("loss", [sr.smoothap_loss, sr.supap_loss], ids=["smoothap", "supap"])
+def test_no_cubic_intermediate(loss):
+  b = n = 96
+  scores = jnp.zeros((b, n), jnp.float32)
+  labels = (jnp.arange(n) % 16 == 0)[None].repeat(b, 0)
+  f = jax.jit(jax.value_and_grad(lambda s: loss(s, labels, chunk_size=2)))
+  analysis = f.lower(scores).compile().memory_analysis()
+  if analysis is None:
+    pytest.skip("this backend reports no memory analysis")
+  cubic = b * n * n * 4
+  # One chunk is b * 2 * n pairs; allow a few of them and the [b, n] arrays.
+  assert analysis.temp_size_in_bytes < cubic / 8, analysis
+
+
+# 12. pytorch-metric-learning.
+
+
+def test_smoothap_matches_pytorch_metric_learning(x64):
+  """`SmoothAPLoss` of pytorch-metric-learning equals `smoothap_loss` with `include_self=True`.
+
+  Its `compute_loss` ranks each query among the whole batch, itself included as a positive, so the
+  lists are `batch_retrieval(..., include_self=True)`. It requires the classes in equal,
+  consecutive blocks, and it is only correct when the number of classes in the batch equals the
+  number of samples per class: it reshapes the batch to `[samples per class, classes, D]` (the two
+  sizes swapped) and treats consecutive blocks of `classes` items as the classes. The comparison
+  uses 4 classes of 4 samples.
+  """
+  torch = pytest.importorskip("torch", reason="pytorch-metric-learning needs torch")
+  pml_losses = pytest.importorskip(
+      "pytorch_metric_learning.losses", reason="pytorch-metric-learning is not installed"
+  )
+  rng = np.random.default_rng(23)
+  classes = per_class = 4
+  labels = np.repeat(np.arange(classes), per_class)
+  embeddings = rng.normal(size=(classes * per_class, 8))
+
+  @jax.jit
+  @jax.value_and_grad
+  def f(x, temperature):
+    scores, relevance, where = jaxrank.batch_retrieval(x, jnp.asarray(labels), include_self=True)
+    return sr.smoothap_loss(scores, relevance, where=where, temperature=temperature)
+
+  for temperature in (0.01, 0.1):
+    e = torch.tensor(embeddings, dtype=torch.float64, requires_grad=True)
+    want = pml_losses.SmoothAPLoss(temperature=temperature)(e, torch.tensor(labels))
+    want.backward()
+    value, grad = f(embeddings, temperature)
+    # SmoothAPLoss stores each query's AP in a float32 tensor (`torch.zeros(batch_size)`), even
+    # for float64 embeddings: agreement to float32 precision.
+    np.testing.assert_allclose(float(value), want.item(), rtol=1e-6)
+    np.testing.assert_allclose(grad, e.grad.numpy(), rtol=1e-5, atol=1e-7)
