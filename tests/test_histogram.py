@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from typing import Any, Callable, NamedTuple
 
@@ -11,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference
+from helpers import precision
 import reference_histogram as ref
 from jax import test_util as jtu
 
@@ -53,22 +53,6 @@ def run(case, scores, labels, *, where=None, reduce_fn=jnp.mean, **kwargs):
 
 def expected(case, scores, labels, where=None):
   return reference.per_list(case.ref, scores, labels, where, **case.kwargs)
-
-
-@contextlib.contextmanager
-def precision(dtype):
-  """Enables float64 inside the block when `dtype` is float64 (never at import)."""
-  if np.dtype(dtype) == np.float64:
-    with jax.enable_x64(True):
-      yield
-  else:
-    yield
-
-
-@pytest.fixture
-def x64():
-  with jax.enable_x64(True):
-    yield
 
 
 def random_lists(seed, shape=BATCH + (N,), *, mask=True, dtype=np.float64, relevant=0.4):

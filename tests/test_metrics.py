@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 from typing import Any, Callable, NamedTuple
@@ -12,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference
+from helpers import precision
 from sklearn import metrics as sk_metrics
 
 import jaxrank
@@ -59,22 +59,6 @@ BATCH = (3, 4)
 N = 7
 TOL64 = dict(rtol=1e-10, atol=1e-12)
 TOL32 = dict(rtol=1e-5, atol=1e-6)
-
-
-@contextlib.contextmanager
-def precision(dtype):
-  """Enables float64 inside the block when `dtype` is float64 (never at import)."""
-  if np.dtype(dtype) == np.float64:
-    with jax.enable_x64(True):
-      yield
-  else:
-    yield
-
-
-@pytest.fixture
-def x64():
-  with jax.enable_x64(True):
-    yield
 
 
 def random_lists(seed, shape=BATCH + (N,), *, ties, num_grades=3, mask=True, dtype=np.float64):

@@ -5,7 +5,6 @@ Run: .venv/bin/python -m pytest tests/test_smooth_rank.py -q
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 from typing import Any, Callable, NamedTuple
@@ -15,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference
+from helpers import precision
 import reference_smooth_rank as ref
 from jax.test_util import check_grads
 
@@ -76,22 +76,6 @@ BATCH = (3, 4)
 N = 8
 TOL64 = dict(rtol=1e-10, atol=1e-12)
 TOL32 = dict(rtol=2e-4, atol=2e-5)
-
-
-@contextlib.contextmanager
-def precision(dtype):
-  """Enables float64 inside the block when `dtype` is float64 (never at import)."""
-  if np.dtype(dtype) == np.float64:
-    with jax.enable_x64(True):
-      yield
-  else:
-    yield
-
-
-@pytest.fixture
-def x64():
-  with jax.enable_x64(True):
-    yield
 
 
 @jax.jit
