@@ -4,6 +4,13 @@ from jaxrank import memory as memory
 from jaxrank.blackbox import blackbox_ap_loss as blackbox_ap_loss
 from jaxrank.blackbox import blackbox_recall_loss as blackbox_recall_loss
 from jaxrank.chunked import chunked_value_and_grad as chunked_value_and_grad
+from jaxrank import hashing as hashing
+from jaxrank.hashing import hamming_tie_aware_ap_metric as hamming_tie_aware_ap_metric
+from jaxrank.hashing import hamming_tie_aware_ndcg_metric as hamming_tie_aware_ndcg_metric
+from jaxrank.hashing import simplified_tie_aware_ap_loss as simplified_tie_aware_ap_loss
+from jaxrank.hashing import simplified_tie_aware_ndcg_loss as simplified_tie_aware_ndcg_loss
+from jaxrank.hashing import tie_aware_ap_loss as tie_aware_ap_loss
+from jaxrank.hashing import tie_aware_ndcg_loss as tie_aware_ndcg_loss
 from jaxrank.histogram import class_balancing_weights as class_balancing_weights
 from jaxrank.histogram import fastap_loss as fastap_loss
 from jaxrank.histogram import soft_binning_ap_loss as soft_binning_ap_loss
