@@ -287,25 +287,6 @@ def _ideal_dcg(gains: jax.Array) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnames=("estimator", "num_centres", "first", "last"))
-def _ap_values(scores, labels, where, *, estimator, num_centres, first, last):
-  """Per-list AP estimate `[...]` and whether each list has a relevant valid item."""
-  dtype = _utils.compute_dtype(scores.dtype)
-  relevant = where & (labels >= 1)
-  hist = histogram._soft_histograms(  # pylint: disable=protected-access
-      scores.astype(dtype),
-      relevant.astype(dtype),
-      where,
-      num_centres=num_centres,
-      first_centre=first,
-      last_centre=last,
-      dtype=dtype,
-  )
-  num_relevant = jnp.sum(relevant, axis=-1)
-  values = _utils.nan_if_any(estimator(hist, num_relevant), scores, where)
-  return values, num_relevant > 0
-
-
-@functools.partial(jax.jit, static_argnames=("estimator", "num_centres", "first", "last"))
 def _ndcg_values(scores, labels, where, *, estimator, num_centres, first, last):
   """Per-list NDCG estimate `[...]` and whether each list has a positive ideal DCG."""
   dtype = _utils.compute_dtype(scores.dtype)
@@ -330,10 +311,21 @@ def _loss(fn, kind, estimator, scores, labels, where, num_bins, reduce_fn):
   scores, labels, where = _utils.check_lists(fn, scores, labels, where)
   # Labels as floats: integer, boolean and floating labels then share one compiled body.
   labels = labels.astype(_utils.compute_dtype(scores.dtype))
-  body = _ap_values if kind == "ap" else _ndcg_values
-  values, valid = body(
-      scores, labels, where, estimator=estimator, num_centres=num_bins, first=1.0, last=-1.0
-  )
+  if kind == "ap":
+    values, valid = histogram.binned_ap_estimates(
+        scores,
+        labels,
+        where,
+        estimator=estimator,
+        to_values=histogram._identity,  # pylint: disable=protected-access
+        num_centres=num_bins,
+        first_centre=1.0,
+        last_centre=-1.0,
+    )
+  else:
+    values, valid = _ndcg_values(
+        scores, labels, where, estimator=estimator, num_centres=num_bins, first=1.0, last=-1.0
+    )
   return _utils.safe_reduce(1 - values, valid, reduce_fn)
 
 
@@ -704,14 +696,15 @@ def hamming_tie_aware_ap_metric(
   """
   fn = "hamming_tie_aware_ap_metric"
   distances, labels, where = _check_distances(fn, distances, labels, where, num_bits)
-  values, valid = _ap_values(
+  values, valid = histogram.binned_ap_estimates(
       distances,
       labels,
       where,
       estimator=_tie_aware_ap,
+      to_values=histogram._identity,  # pylint: disable=protected-access
       num_centres=num_bits + 1,
-      first=0.0,
-      last=float(num_bits),
+      first_centre=0.0,
+      last_centre=float(num_bits),
   )
   return _utils.safe_reduce(values, valid, reduce_fn)
 

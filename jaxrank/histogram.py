@@ -201,15 +201,23 @@ def _squared_distance(scores):
   return 2 - 2 * scores
 
 
-def _similarity(scores):
+def _identity(scores):
   return scores
 
 
 @functools.partial(
-    jax.jit, static_argnames=("to_values", "num_centres", "first_centre", "last_centre")
+    jax.jit,
+    static_argnames=("estimator", "to_values", "num_centres", "first_centre", "last_centre"),
 )
-def _binned_ap_losses(scores, labels, where, *, to_values, num_centres, first_centre, last_centre):
-  """Per-list `1 - AP estimate` `[...]` and whether each list has a relevant valid item."""
+def binned_ap_estimates(
+    scores, labels, where, *, estimator, to_values, num_centres, first_centre, last_centre
+):
+  """Per-list AP estimates `[...]` and whether each list has a relevant valid item.
+
+  The body shared by every histogram estimator of AP (FastAP, mAP_Q, and the tie-aware ones of
+  `jaxrank.hashing`): relevance histograms of `to_values(scores)`, then
+  `estimator(histograms, num_relevant)`. Inputs are checked by the caller.
+  """
   dtype = _utils.compute_dtype(scores.dtype)
   relevant = where & (labels >= 1)
   hist = _soft_histograms(
@@ -222,7 +230,7 @@ def _binned_ap_losses(scores, labels, where, *, to_values, num_centres, first_ce
       dtype=dtype,
   )
   num_relevant = jnp.sum(relevant, axis=-1)
-  values = 1 - _histogram_ap(hist, num_relevant)
+  values = estimator(hist, num_relevant)
   return _utils.nan_if_any(values, scores, where), num_relevant > 0
 
 
@@ -231,8 +239,8 @@ def _binned_ap_loss(fn, scores, labels, where, weights, reduce_fn, **binning):
   scores, labels, where = _utils.check_lists(fn, scores, labels, where)
   dtype = _utils.compute_dtype(scores.dtype)
   weights = _utils.check_list_weights(fn, weights, scores.shape, dtype)
-  values, valid = _binned_ap_losses(scores, labels, where, **binning)
-  return _utils.safe_reduce(values, valid, reduce_fn, weights=weights)
+  values, valid = binned_ap_estimates(scores, labels, where, estimator=_histogram_ap, **binning)
+  return _utils.safe_reduce(1 - values, valid, reduce_fn, weights=weights)
 
 
 def fastap_loss(
@@ -396,7 +404,7 @@ def soft_binning_ap_loss(
       where,
       weights,
       reduce_fn,
-      to_values=_similarity,
+      to_values=_identity,
       num_centres=num_bins,
       first_centre=1.0,
       last_centre=-1.0,
