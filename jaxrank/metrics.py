@@ -293,7 +293,11 @@ def _ndcg(fn, scores, labels, where, topn, reduce_fn, tie_aware):
     _, group_gain = ranking.segment_totals(groups, gains)
     gains = jnp.where(groups.valid, group_gain / groups.group_size.astype(dtype), 0)
   dcg = jnp.sum(gains * discount, axis=-1)
-  ideal_gains = -jnp.sort(-jnp.where(where, jnp.exp2(labels.astype(dtype)) - 1, 0), axis=-1)
+  # The barrier stops XLA from constant-folding this sort when the labels are constants captured
+  # by jit (folding a [1024, 1024] sort took minutes of compile time).
+  valid_gains = jnp.where(where, jnp.exp2(labels.astype(dtype)) - 1, 0)
+  valid_gains = jax.lax.optimization_barrier(valid_gains)
+  ideal_gains = -jnp.sort(-valid_gains, axis=-1)
   ideal = jnp.sum(ideal_gains * discount, axis=-1)
   values = dcg / jnp.where(ideal > 0, ideal, 1)
   return _finish(values, scores, where, ideal > 0, reduce_fn)
