@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference
+import helpers
 from helpers import precision
 import reference_histogram as ref
 from jax import test_util as jtu
@@ -575,20 +576,7 @@ def test_output_dtypes(fn):
 
 @pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
 def test_input_errors(fn):
-  scores, labels = jnp.array([0.3, 0.2, 0.1]), jnp.array([1, 0, 1])
-  for bad in (1, 0, -3):
-    with pytest.raises(ValueError, match="num_bins"):
-      fn(scores, labels, num_bins=bad)
-  for bad in (2.5, None, True):
-    with pytest.raises(TypeError, match="num_bins"):
-      fn(scores, labels, num_bins=bad)
-  with pytest.raises(TypeError, match="floating"):
-    fn(jnp.array([3, 2, 1]), labels)
-  with pytest.raises(ValueError) as err:
-    fn(scores, jnp.array([1, 0, 1, 0]))
-  assert "(3,)" in str(err.value) and "(4,)" in str(err.value)
-  with pytest.raises(TypeError):
-    fn(scores, labels, where=jnp.array([1, 1, 0]))
+  helpers.assert_binned_loss_input_errors(fn)
 
 
 def test_weights_errors():
