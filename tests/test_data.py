@@ -320,6 +320,39 @@ def test_digits_pipeline_with_augmentation_is_deterministic_by_seed(digits):
   assert not np.array_equal(a, images(1))
 
 
+def test_pipeline_started_mid_run_yields_the_rest_of_the_run(digits):
+  """A pipeline started at (epoch, batch) is the tail of one started at (0, 0), augmentation too."""
+  train, _ = digits
+  augment = functools.partial(
+      jd.train_preprocess, resize_size=10, crop_size=8, mean=(0.5,), std=(0.5,)
+  )
+  sampler = functools.partial(
+      jd.m_per_class_batches, train.labels, classes_per_batch=5, samples_per_class=8, seed=3
+  )
+  per_epoch = sampler(epoch=0).shape[0]
+  whole = _take(jd.make_pipeline(train, sampler, preprocess_fn=augment, seed=5), per_epoch + 4)
+  for epoch, batch in ((0, 3), (1, 0), (1, 2)):
+    skipped = epoch * per_epoch + batch
+    tail = _take(
+        jd.make_pipeline(
+            train, sampler, preprocess_fn=augment, seed=5, start_epoch=epoch, start_batch=batch
+        ),
+        len(whole) - skipped,
+    )
+    assert len(tail) == len(whole) - skipped
+    for a, b in zip(whole[skipped:], tail):
+      assert a.keys() == b.keys() == {"image", "label", "index", "mask"}
+      for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+  # Different epochs get different augmentation of the same example.
+  first = _take(jd.make_pipeline(train, np.arange(8)[None], preprocess_fn=augment, num_epochs=2), 2)
+  assert not np.array_equal(first[0]["image"], first[1]["image"])
+  with pytest.raises(ValueError, match="past the end of epoch 0"):
+    jd.make_pipeline(train, sampler, start_batch=per_epoch)
+  with pytest.raises(ValueError, match="start_epoch must be a non-negative int"):
+    jd.make_pipeline(train, sampler, start_epoch=-1)
+
+
 # ---------------------------------------------------------------------------------------------
 # Preprocessing.
 

@@ -35,6 +35,7 @@ from jaxrank.data import datasets
 from jaxrank.data import preprocess
 
 PreprocessFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+_SEED = "_augmentation_seed"  # Internal: carried from the generator to the map, then dropped.
 Batches = np.ndarray | Callable[..., np.ndarray]
 
 
@@ -65,6 +66,8 @@ def make_pipeline(
     preprocess_fn: PreprocessFn | None = None,
     seed: int = 0,
     num_epochs: int | None = None,
+    start_epoch: int = 0,
+    start_batch: int = 0,
     num_parallel_calls: int = tf.data.AUTOTUNE,
 ) -> tf.data.Dataset:
   """A tf.data pipeline of the batches a sampler chooses, read, decoded and preprocessed.
@@ -79,12 +82,17 @@ def make_pipeline(
       `samplers.sequential_batches(data.num_examples, batch_size=...)` for evaluation). Index -1
       is padding. Epoch 0 is built here, so a sampler's errors are raised before iterating.
     preprocess_fn: `fn(image, seed) -> image` applied to each decoded image, with a `[2]` int64
-      seed unique to the example's position in the stream (`preprocess.train_preprocess`,
-      `preprocess.eval_preprocess`, fixed with `functools.partial`); None keeps the images as they
-      are, which needs images of one shape.
+      seed unique to the example's place in the stream, `(seed, epoch * 2**32 + position in the
+      epoch)` (`preprocess.train_preprocess`, `preprocess.eval_preprocess`, fixed with
+      `functools.partial`); None keeps the images as they are, which needs images of one shape.
     seed: seed of the augmentation (the sampler has its own); the same seed, sampler and data give
       the same batches, bit for bit.
-    num_epochs: epochs to run; None repeats forever.
+    num_epochs: epochs to run, counted from `start_epoch`; None repeats forever.
+    start_epoch: the first epoch to read (the sampler is called with `epoch=start_epoch` first).
+    start_batch: batches of `start_epoch` to leave out. A pipeline started at `(start_epoch,
+      start_batch)` yields exactly what one started at `(0, 0)` yields from that point on,
+      augmentation included: a training run restored from a checkpoint resumes its data where it
+      stopped without reading the batches before.
     num_parallel_calls: parallelism of the decode-and-preprocess `map`.
 
   Returns:
@@ -98,26 +106,37 @@ def make_pipeline(
   fn = "make_pipeline"
   if num_epochs is not None and (not isinstance(num_epochs, int) or num_epochs < 1):
     raise ValueError(f"{fn}: num_epochs must be a positive int or None, got {num_epochs!r}.")
+  for name, value in (("start_epoch", start_epoch), ("start_batch", start_batch)):
+    if not isinstance(value, int) or value < 0:
+      raise ValueError(f"{fn}: {name} must be a non-negative int, got {value!r}.")
   sampler = batches if callable(batches) else (lambda epoch, fixed=np.asarray(batches): fixed)
-  first = _checked(fn, sampler(epoch=0), data.num_examples, None, 0)
+  first = _checked(fn, sampler(epoch=start_epoch), data.num_examples, None, start_epoch)
+  if start_batch >= first.shape[0]:
+    raise ValueError(
+        f"{fn}: start_batch {start_batch} is past the end of epoch {start_epoch}, which has "
+        f"{first.shape[0]} batches."
+    )
   batch_size = first.shape[1]
   images, labels, supers = data.images, data.labels, data.super_labels
 
   def generate():
-    epochs = itertools.count() if num_epochs is None else range(num_epochs)
-    for epoch in epochs:
-      if epoch == 0:
-        rows = first
+    stop = None if num_epochs is None else start_epoch + num_epochs
+    for epoch in itertools.count(start_epoch) if stop is None else range(start_epoch, stop):
+      if epoch == start_epoch:
+        rows, skip = first, start_batch
       else:
-        rows = _checked(fn, sampler(epoch=epoch), len(labels), batch_size, epoch)
-      for row in rows:
+        rows, skip = _checked(fn, sampler(epoch=epoch), len(labels), batch_size, epoch), 0
+      for b in range(skip, len(rows)):
+        row = rows[b]
         valid = row >= 0
         safe = np.where(valid, row, 0)
+        positions = (epoch << 32) + b * batch_size + np.arange(batch_size, dtype=np.int64)
         out = {
             "image": images[safe],
             "label": np.where(valid, labels[safe], -1).astype(np.int32),
             "index": row,
             "mask": valid,
+            _SEED: np.stack([np.full(batch_size, seed, np.int64), positions], axis=1),
         }
         if supers is not None:
           out["super_label"] = np.where(valid, supers[safe], -1).astype(np.int32)
@@ -132,23 +151,27 @@ def make_pipeline(
       "label": tf.TensorSpec((batch_size,), tf.int32),
       "index": tf.TensorSpec((batch_size,), tf.int64),
       "mask": tf.TensorSpec((batch_size,), tf.bool),
+      _SEED: tf.TensorSpec((batch_size, 2), tf.int64),
   }
   if supers is not None:
     spec["super_label"] = tf.TensorSpec((batch_size,), tf.int32)
   ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
   if data.image_format == "array" and preprocess_fn is None:
-    return ds.prefetch(tf.data.AUTOTUNE)
+    drop_seed = lambda example: {k: v for k, v in example.items() if k != _SEED}
+    return ds.map(drop_seed).prefetch(tf.data.AUTOTUNE)
 
-  def load(position, example):
+  def load(example):
+    example = dict(example)
+    example_seed = example.pop(_SEED)
     image = example["image"]
     if data.image_format == "path":
       image = tf.io.read_file(image)
     if data.image_format != "array":
       image = preprocess.decode_image(image)
     if preprocess_fn is not None:
-      image = preprocess_fn(image, tf.stack([tf.constant(seed, tf.int64), position]))
+      image = preprocess_fn(image, example_seed)
     return {**example, "image": image}
 
-  ds = ds.unbatch().enumerate()
+  ds = ds.unbatch()
   ds = ds.map(load, num_parallel_calls=num_parallel_calls, deterministic=True)
   return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
