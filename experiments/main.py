@@ -1,0 +1,102 @@
+"""Runs a training config: `python -m experiments.main --config FILE --workdir DIR [--set k=v ...]`.
+
+A config file defines `get_config() -> experiments.train.Config` and, optionally, `get_sweep() ->
+{run name: {field: value}}`: then every run of the sweep trains in `DIR/<run name>`, an untrained
+network (the same config with `num_steps=0`) is evaluated in `DIR/untrained`, and a table of the
+final metrics on the test split (classes unseen in training) is printed and written to
+`DIR/results.json`. Rerunning the same command resumes every unfinished run from its latest
+checkpoint and reuses finished ones. `--set field=value` (repeatable) overrides a field of the config
+for every run, e.g. `--set num_steps=50`; values are Python literals (`--set loss_kwargs={'num_bins':20}`)
+or plain strings (`--set loss=smoothap`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import importlib.util
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from experiments import train
+
+
+def load_config_module(path: str):
+  """Imports a config file by path."""
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"--config {path!r} is not a file; configs live in experiments/configs/.")
+  spec = importlib.util.spec_from_file_location(f"_jaxrank_config_{abs(hash(path))}", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  if not hasattr(module, "get_config"):
+    raise ValueError(f"config file {path!r} defines no get_config().")
+  return module
+
+
+def apply_overrides(config: train.Config, overrides: Sequence[str] | dict[str, Any]) -> train.Config:
+  """`config` with fields replaced: from `{"field": value}` or `["field=value", ...]` strings."""
+  if not isinstance(overrides, dict):
+    parsed = {}
+    for item in overrides:
+      if "=" not in item:
+        raise ValueError(f"--set {item!r} must look like field=value.")
+      key, text = item.split("=", 1)
+      try:
+        parsed[key.strip()] = ast.literal_eval(text)
+      except (ValueError, SyntaxError):
+        parsed[key.strip()] = text
+    overrides = parsed
+  fields = {f.name for f in dataclasses.fields(train.Config)}
+  unknown = sorted(set(overrides) - fields)
+  if unknown:
+    raise ValueError(f"{unknown} are not fields of the config; the fields are {sorted(fields)}.")
+  overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
+  return dataclasses.replace(config, **overrides)
+
+
+def run(config_path: str, workdir: str, overrides: Sequence[str] = ()) -> dict[str, dict[str, float]]:
+  """Runs a config file (its sweep, with an untrained baseline, if it has one); returns the metrics."""
+  module = load_config_module(config_path)
+  config = apply_overrides(module.get_config(), overrides)
+  sweep = module.get_sweep() if hasattr(module, "get_sweep") else None
+  if not sweep:
+    return {config.loss: train.train_and_evaluate(config, workdir)}
+  runs = {name: apply_overrides(config, changes) for name, changes in sweep.items()}
+  for c in runs.values():  # Every run's configuration errors before any training starts.
+    train.check_config(c)
+  results = {"untrained": train.train_and_evaluate(dataclasses.replace(config, num_steps=0),
+                                                   os.path.join(workdir, "untrained"))}
+  for name, c in runs.items():
+    start = time.perf_counter()
+    results[name] = train.train_and_evaluate(c, os.path.join(workdir, name))
+    logging.info("%s: %.1f s", name, time.perf_counter() - start)
+  with open(os.path.join(workdir, "results.json"), "w") as f:
+    json.dump(results, f, indent=1)
+  return results
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--config", required=True, help="a config file in experiments/configs/")
+  parser.add_argument("--workdir", required=True, help="where checkpoints, metrics and plots go")
+  parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                      help="override a config field (repeatable)")
+  args = parser.parse_args(argv)
+  logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+  logging.getLogger("absl").setLevel(logging.WARNING)
+  start = time.perf_counter()
+  results = run(args.config, args.workdir, args.set)
+  print(f"\nTest split (classes unseen in training), {args.config}:\n")
+  print(train.format_table(results))
+  curves = "curves.png" if len(results) == 1 else "*/curves.png"
+  print(f"\nTotal {time.perf_counter() - start:.0f} s; metrics and curves in {args.workdir}/{curves}")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,257 @@
+"""The training job (experiments/train.py, experiments/main.py) end to end, on tiny configs."""
+
+import dataclasses
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+import jaxrank
+import jaxrank.data as jd
+from experiments import main as main_lib
+from experiments import train
+from jaxrank import models
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TINY_PATH = str(ROOT / "experiments" / "configs" / "tiny.py")
+TINY = main_lib.load_config_module(TINY_PATH).get_config()
+
+
+def _leaves(model):
+  return [np.asarray(x) for x in jax.tree.leaves(nnx.state(model))]
+
+
+def _assert_same_model(a, b):
+  la, lb = _leaves(a), _leaves(b)
+  assert len(la) == len(lb) > 0
+  for x, y in zip(la, lb):
+    np.testing.assert_array_equal(x, y)
+
+
+def _test_embeddings(model, config):
+  test = jd.load_digits("test")
+  scale = None if config.head == "embedding" else 1.0
+  return np.asarray(model(test.images, scale=scale)), test.labels
+
+
+def test_tiny_run_writes_metrics_checkpoints_and_plot(tmp_path):
+  config = dataclasses.replace(TINY, eval_seen_classes=True)
+  metrics = train.train_and_evaluate(config, str(tmp_path))
+  assert metrics["step"] == 6
+  for key in ("recall@1", "recall@2", "recall@4", "recall@8", "map@r", "map", "tie_aware_map",
+              "seen/map@r"):
+    assert 0.0 <= metrics[key] <= 1.0, key
+  records = train.read_metrics(str(tmp_path))
+  losses = [r for r in records if "loss" in r]
+  evals = [r for r in records if "map@r" in r]
+  assert [r["step"] for r in losses] == [1, 2, 3, 4, 5, 6]
+  assert all(np.isfinite(r["loss"]) and r["images_per_second"] > 0 for r in losses)
+  assert [r["learning_rate"] for r in losses][:3] == pytest.approx([0.0, 5e-4, 1e-3])
+  assert [r["step"] for r in evals] == [0, 3, 6]
+  assert (tmp_path / "curves.png").stat().st_size > 1000
+  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["4", "6"]  # keep_checkpoints=2.
+  assert json.loads((tmp_path / "config.json").read_text())["loss"] == "fastap"
+  # Rerunning a finished run trains nothing and returns the same metrics.
+  assert train.train_and_evaluate(config, str(tmp_path)) == metrics
+  assert train.read_metrics(str(tmp_path)) == records
+
+
+def test_training_improves_the_training_loss(tmp_path):
+  config = dataclasses.replace(TINY, num_steps=40, learning_rate=3e-3, eval_every=40, log_every=1,
+                               checkpoint_every=40)
+  train.train_and_evaluate(config, str(tmp_path))
+  losses = [r["loss"] for r in train.read_metrics(str(tmp_path)) if "loss" in r]
+  assert np.mean(losses[-10:]) < 0.7 * np.mean(losses[:5])
+
+
+def test_checkpoint_restores_into_a_fresh_model_with_identical_outputs(tmp_path):
+  metrics = train.train_and_evaluate(TINY, str(tmp_path))
+  restored = train.restore_model(TINY, str(tmp_path))
+  embeddings, labels = _test_embeddings(restored, TINY)
+  # The restored network reproduces the final evaluation of the trained one (up to the float
+  # rounding of embedding all images at once instead of in jitted batches of 512).
+  again = jaxrank.evaluate_retrieval(embeddings, labels, ks=TINY.eval_ks)
+  assert again == pytest.approx({k: v for k, v in metrics.items() if k != "step"}, rel=1e-4)
+  # Its variables differ from a fresh network's, and survive a weights file.
+  fresh = train.make_model(TINY, 1, nnx.Rngs(123))
+  assert not np.allclose(_test_embeddings(fresh, TINY)[0], embeddings)
+  models.save_weights(restored, tmp_path / "w.npz")
+  models.load_weights(fresh, tmp_path / "w.npz")
+  fresh.eval()
+  np.testing.assert_array_equal(_test_embeddings(fresh, TINY)[0], embeddings)
+  # An earlier checkpoint is a different network.
+  earlier = train.restore_model(TINY, str(tmp_path), step=4)
+  assert not np.array_equal(_test_embeddings(earlier, TINY)[0], embeddings)
+  with pytest.raises(FileNotFoundError, match="no checkpoint of step 5"):
+    train.restore_model(TINY, str(tmp_path), step=5)
+
+
+def _wait_for(predicate, proc, timeout=120.0):
+  start = time.monotonic()
+  while time.monotonic() - start < timeout:
+    if predicate():
+      return True
+    if proc.poll() is not None:
+      return False
+    time.sleep(0.001)
+  return False
+
+
+def test_sigkill_during_and_between_saves_then_rerun_matches_an_uninterrupted_run(tmp_path):
+  overrides = ["num_steps=60", "checkpoint_every=3", "eval_every=30"]
+  config = main_lib.apply_overrides(TINY, overrides)
+  reference = train.train_and_evaluate(config, str(tmp_path / "reference"))
+
+  workdir = tmp_path / "killed"
+  checkpoints = workdir / "checkpoints"
+  command = [sys.executable, "-m", "experiments.main", "--config", TINY_PATH, "--workdir",
+             str(workdir)]
+  for o in overrides:
+    command += ["--set", o]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+
+  def entries():
+    return os.listdir(checkpoints) if checkpoints.is_dir() else []
+
+  def finished_steps():
+    return sorted(int(n) for n in entries() if n.isdigit())
+
+  # First kill: in the middle of a save (orbax writes into a *.orbax-checkpoint-tmp directory and
+  # renames it when complete). Second kill: between saves, after the resumed run saved again.
+  kills = [
+      lambda: any("tmp" in n for n in entries()) and len(finished_steps()) >= 1,
+      lambda: finished_steps() and finished_steps()[-1] > resumed_from,
+  ]
+  resumed_from = 0
+  for kill_when in kills:
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+      hit = _wait_for(kill_when, proc)
+      assert hit, f"the run ended before it could be killed: {proc.stderr.read()[-2000:]!r}"
+      os.kill(proc.pid, signal.SIGKILL)
+    finally:
+      proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert finished_steps()[-1] < 60  # Killed before the end.
+    resumed_from = finished_steps()[-1]
+
+  resumed = train.train_and_evaluate(config, str(workdir))
+  assert resumed == reference
+  _assert_same_model(train.restore_model(config, str(workdir)),
+                     train.restore_model(config, str(tmp_path / "reference")))
+  # The metrics file holds each step once, as the uninterrupted run's does.
+  steps = lambda wd: [(r["step"], "loss" in r) for r in train.read_metrics(str(wd))]
+  assert steps(workdir) == steps(tmp_path / "reference")
+  assert not any("tmp" in n for n in entries())
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        ({"loss": "fast_ap"}, "config.loss='fast_ap' is not a known loss; use one of"),
+        ({"loss_kwargs": {"bins": 3}}, r"has \['bins'\] which loss 'fastap' does not take"),
+        ({"batch_size": 21}, "is not a multiple of config.samples_per_class=4"),
+        ({"batch_size": 24}, "6 classes per batch, but the train split of digits has only 5"),
+        ({"samples_per_class": 20}, "holds a single class"),
+        ({"dataset": "cub200", "data_dir": "/nonexistent/cub"}, "does not exist: point it at"),
+        ({"dataset": "sop"}, "config.data_dir is None but dataset='sop' is read from disk"),
+        ({"model": "resnet18"}, "use model='small_convnet' for digits"),
+        ({"head": "binary"}, "config.head='binary' is not known"),
+        ({"chunk_size": 7}, "does not divide config.batch_size=20"),
+        ({"chunk_size": 10, "memory_batches": 1}, "cannot be combined"),
+        ({"num_steps": -1}, "num_steps must be a non-negative int"),
+        ({"init_weights": "/nonexistent/w.npz"}, "nothing is ever downloaded"),
+        ({"sampler": "super_class"}, "needs super-classes"),
+    ],
+)
+def test_bad_configs_fail_before_training(tmp_path, overrides, match):
+  workdir = tmp_path / "run"
+  with pytest.raises(ValueError, match=match):
+    train.train_and_evaluate(dataclasses.replace(TINY, **overrides), str(workdir))
+  assert not workdir.exists()
+
+
+def test_a_workdir_refuses_another_config(tmp_path):
+  train.train_and_evaluate(dataclasses.replace(TINY, num_steps=0), str(tmp_path))
+  with pytest.raises(ValueError, match=r"another configuration \(it differs in \['loss'\]\)"):
+    train.train_and_evaluate(dataclasses.replace(TINY, num_steps=0, loss="smoothap"), str(tmp_path))
+  # Cosmetic fields do not count.
+  train.train_and_evaluate(dataclasses.replace(TINY, num_steps=0, progress_bar=True), str(tmp_path))
+
+
+def test_overrides_parse_literals_and_reject_unknown_fields():
+  c = main_lib.apply_overrides(TINY, ["loss=smoothap", "num_steps=3", "loss_kwargs={'temperature': 0.05}",
+                                      "model_features=[2, 3]"])
+  assert (c.loss, c.num_steps, c.loss_kwargs, c.model_features) == (
+      "smoothap", 3, {"temperature": 0.05}, (2, 3))
+  with pytest.raises(ValueError, match=r"\['nonsense'\] are not fields of the config"):
+    main_lib.apply_overrides(TINY, ["nonsense=1"])
+  with pytest.raises(ValueError, match="must look like field=value"):
+    main_lib.apply_overrides(TINY, ["loss"])
+
+
+def test_every_loss_of_the_table_takes_the_lists_of_batch_retrieval():
+  from experiments import losses  # pylint: disable=g-import-not-at-top
+
+  e = jax.random.normal(jax.random.key(0), (12, 4))
+  scores, relevance, where = jaxrank.batch_retrieval(e, np.arange(12) % 3)
+  for name in losses.LOSSES:
+    fn = losses.get_loss(name)
+    value, grad = jax.value_and_grad(lambda s: fn(s, relevance, where=where))(scores)
+    assert np.isfinite(value) and np.all(np.isfinite(grad)), name
+
+
+def test_main_runs_a_sweep_with_an_untrained_baseline(tmp_path, capsys):
+  config_file = tmp_path / "sweep.py"
+  config_file.write_text(
+      f"import importlib.util\n"
+      f"spec = importlib.util.spec_from_file_location('tiny', {TINY_PATH!r})\n"
+      "tiny = importlib.util.module_from_spec(spec); spec.loader.exec_module(tiny)\n"
+      "get_config = tiny.get_config\n"
+      "def get_sweep():\n"
+      "  return {'fastap': {'loss': 'fastap'}, 'blackbox_ap': {'loss': 'blackbox_ap'}}\n"
+  )
+  main_lib.main(["--config", str(config_file), "--workdir", str(tmp_path / "out"),
+                 "--set", "num_steps=2"])
+  out = capsys.readouterr().out
+  table = [line.split()[0] for line in out.splitlines() if line[:1].isalpha()]
+  assert table[-4:-1] == ["untrained", "fastap", "blackbox_ap"]
+  results = json.loads((tmp_path / "out" / "results.json").read_text())
+  assert set(results) == {"untrained", "fastap", "blackbox_ap"}
+  assert results["untrained"]["step"] == 0 and results["fastap"]["step"] == 2
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"loss": "blackbox_ap", "memory_batches": 2},
+        {"loss": "tie_aware_ap", "head": "hashing", "loss_kwargs": {"num_bins": 9}, "tanh_every": 2},
+        {"loss": "roadmap", "include_self": True, "sampler": "random"},
+    ],
+    ids=["memory", "hashing", "random-sampler-include-self"],
+)
+def test_options_train(tmp_path, overrides):
+  metrics = train.train_and_evaluate(dataclasses.replace(TINY, num_steps=3, **overrides), str(tmp_path))
+  assert metrics["step"] == 3 and 0 < metrics["map@r"] <= 1
+  if overrides.get("head") == "hashing":
+    # Binary codes tie a lot: the tie-aware mAP differs from the pessimistic one.
+    assert metrics["tie_aware_map"] > metrics["map"]
+
+
+def test_chunked_gradient_trains_the_same_network(tmp_path):
+  config = dataclasses.replace(TINY, num_steps=3)
+  train.train_and_evaluate(config, str(tmp_path / "whole"))
+  train.train_and_evaluate(dataclasses.replace(config, chunk_size=5), str(tmp_path / "chunked"))
+  a = _leaves(train.restore_model(config, str(tmp_path / "whole")))
+  b = _leaves(train.restore_model(dataclasses.replace(config, chunk_size=5), str(tmp_path / "chunked")))
+  for x, y in zip(a, b):
+    np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
