@@ -16,8 +16,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[train,dev]'
 	touch $(STAMP)
 
+# The main job: every loss family trained on the bundled digits, beside an untrained network.
+# Rerunning resumes unfinished runs from their checkpoints and reuses finished ones.
 demo: $(STAMP)
-	$(PY) -m experiments.demo
+	$(PY) -m experiments.main --config experiments/configs/digits.py --workdir runs/digits
 
 # Two pytest processes: the multi-device tests need 8 simulated CPU devices, set before JAX starts.
 test: $(STAMP)
@@ -30,4 +32,4 @@ bench-evaluate: $(STAMP)
 	$(PY) -m experiments.bench_evaluate
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache
+	rm -rf $(VENV) *.egg-info .pytest_cache runs

@@ -255,3 +255,42 @@ def test_chunked_gradient_trains_the_same_network(tmp_path):
   b = _leaves(train.restore_model(dataclasses.replace(config, chunk_size=5), str(tmp_path / "chunked")))
   for x, y in zip(a, b):
     np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "experiments" / "configs").glob("*.py")),
+                         ids=lambda p: p.name)
+def test_every_config_file_is_valid_or_asks_for_its_data(path):
+  module = main_lib.load_config_module(str(path))
+  text = path.read_text()
+  assert "python -m experiments.main --config experiments/configs/" in text  # The command.
+  assert "Expected" in text  # And the result it should give.
+  config = module.get_config()
+  runs = [main_lib.apply_overrides(config, o) for o in getattr(module, "get_sweep", dict)().values()]
+  for c in [config] + runs:
+    if c.dataset == "digits":
+      train.check_config(c)
+    else:
+      with pytest.raises(ValueError, match="config.data_dir is None"):
+        train.check_config(c)
+
+
+def test_image_folder_with_a_resnet18_and_frozen_batchnorm_chunked(tmp_path):
+  """The photograph path: decode, augment, ResNet-18 in inference-mode BatchNorm, chunked gradient."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(0)
+  for split, classes in (("train", ("a", "b", "c")), ("test", ("d", "e"))):
+    for c in classes:
+      (tmp_path / "data" / split / c).mkdir(parents=True)
+      for i in range(4):
+        image = rng.integers(0, 256, size=(40, 36, 3), dtype=np.uint8)
+        (tmp_path / "data" / split / c / f"{i}.png").write_bytes(tf.io.encode_png(image).numpy())
+  config = dataclasses.replace(
+      TINY, dataset="image_folder", data_dir=str(tmp_path / "data"), model="resnet18",
+      freeze_batchnorm=True, chunk_size=4, batch_size=8, samples_per_class=4, image_size=32,
+      resize_size=36, num_steps=2, eval_every=2,
+  )
+  metrics = train.train_and_evaluate(config, str(tmp_path / "run"))
+  assert metrics["step"] == 2 and 0 <= metrics["map@r"] <= 1
+  with pytest.raises(ValueError, match="needs freeze_batchnorm=True"):
+    train.check_config(dataclasses.replace(config, freeze_batchnorm=False))

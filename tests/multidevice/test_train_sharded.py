@@ -1,0 +1,34 @@
+"""The training job with the in-batch retrieval sharded over 8 devices (config.shard=True)."""
+
+import dataclasses
+import pathlib
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from experiments import main as main_lib
+from experiments import train
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TINY = main_lib.load_config_module(str(ROOT / "experiments" / "configs" / "tiny.py")).get_config()
+
+
+@pytest.mark.parametrize("loss", ["fastap", "blackbox_ap"])
+def test_sharded_training_equals_single_device(tmp_path, loss):
+  # 5 classes x 8 images: a batch of 40 splits into 8 device slices of 5.
+  config = dataclasses.replace(TINY, loss=loss, batch_size=40, samples_per_class=8, num_steps=3)
+  single = train.train_and_evaluate(config, str(tmp_path / "single"))
+  sharded_config = dataclasses.replace(config, shard=True)
+  sharded = train.train_and_evaluate(sharded_config, str(tmp_path / "sharded"))
+  assert sharded == pytest.approx(single, rel=1e-3)
+  a = jax.tree.leaves(nnx.state(train.restore_model(config, str(tmp_path / "single"))))
+  b = jax.tree.leaves(nnx.state(train.restore_model(sharded_config, str(tmp_path / "sharded"))))
+  for x, y in zip(a, b):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-5)
+
+
+def test_sharded_batch_must_split_evenly(tmp_path):
+  with pytest.raises(ValueError, match="is not a multiple of 8"):
+    train.train_and_evaluate(dataclasses.replace(TINY, shard=True), str(tmp_path))

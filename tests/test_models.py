@@ -1,0 +1,344 @@
+"""Tests of `jaxrank.models`: shapes, normalisation, BatchNorm modes, gradients, saved weights.
+
+On CPU, compiling an eager op or a random draw costs a fraction of a second per new shape, and a
+ResNet has dozens of shapes: ResNet-18 is built for real (twice, the second time from the cache of
+compiled shapes), always at the input shape `[2, 32, 32, 3]`; ResNet-50 only abstractly.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jaxrank import hashing, models
+
+IMAGES = (2, 32, 32, 3)
+DIGITS = (4, 8, 8, 1)
+
+# Shared jitted functions: nnx.jit compiles once per model structure and input shape.
+forward = nnx.jit(lambda model, x: model(x))
+weighted_sum_grad = nnx.jit(nnx.grad(lambda model, x, w: jnp.sum(model(x) * w)))
+
+
+def images(shape, seed=0):
+  return jnp.asarray(np.random.default_rng(seed).normal(size=shape), jnp.float32)
+
+
+def small_model(head="embedding", seed=0):
+  rngs = nnx.Rngs(seed)
+  backbone = models.SmallConvNet(1, features=(4, 8), rngs=rngs)
+  if head == "embedding":
+    return models.EmbeddingModel(backbone, models.EmbeddingHead(8, 6, rngs=rngs))
+  return models.EmbeddingModel(backbone, models.HashingHead(8, 6, rngs=rngs))
+
+
+def variables(model):
+  return {path: np.asarray(v[...]) for path, v in nnx.to_flat_state(nnx.state(model))}
+
+
+@pytest.fixture(scope="module")
+def resnet18():
+  return models.resnet18(rngs=nnx.Rngs(0))
+
+
+# Shapes.
+
+
+@pytest.mark.parametrize("shape, features", [
+    (DIGITS, (32, 64)),
+    (IMAGES, (4, 8, 16)),
+])
+def test_small_conv_net_shape(shape, features):
+  net = models.SmallConvNet(shape[-1], features=features, rngs=nnx.Rngs(0))
+  out = forward(net, images(shape))
+  assert net.out_features == features[-1]
+  assert out.shape == (shape[0], features[-1])
+  assert np.all(np.isfinite(out))
+
+
+def test_small_conv_net_output_does_not_depend_on_the_batch():
+  model = small_model()
+  assert not nnx.state(model, nnx.BatchStat)
+  x = images(DIGITS)
+  other = x.at[1:].set(images(DIGITS[1:], seed=1))
+  np.testing.assert_array_equal(forward(model, x)[0], forward(model, other)[0])
+
+
+def test_resnet18_shape(resnet18):
+  resnet18.eval()
+  out = resnet18(images(IMAGES))
+  assert resnet18.out_features == 512
+  assert out.shape == (2, 512)
+  assert np.all(np.isfinite(out))
+
+
+def test_resnet50_shape():
+  # Abstract (`nnx.eval_shape`): building and running it for real would take 10-20 s on CPU.
+  net = nnx.eval_shape(lambda: models.resnet50(rngs=nnx.Rngs(0)))
+  out = nnx.eval_shape(lambda m, x: m(x), net, jax.ShapeDtypeStruct(IMAGES, jnp.float32))
+  assert net.out_features == 2048
+  assert (out.shape, out.dtype) == ((2, 2048), jnp.float32)
+  assert [len(s) for s in (net.layer1, net.layer2, net.layer3, net.layer4)] == [3, 4, 6, 3]
+  assert net.layer1[0].conv3.kernel.shape == (1, 1, 64, 256)
+  assert net.layer2[0].conv2.strides == (2, 2) and net.layer2[0].conv1.strides == (1, 1)
+  assert net.layer4[0].downsample[0].kernel.shape == (1, 1, 1024, 2048)
+  num_params = sum(v.size for _, v in nnx.to_flat_state(nnx.state(net, nnx.Param)))
+  assert num_params == 23_508_032  # torchvision's resnet50 without `fc`
+
+
+def test_resnet_in_channels():
+  net = nnx.eval_shape(lambda: models.resnet18(in_channels=1, rngs=nnx.Rngs(0)))
+  out = nnx.eval_shape(lambda m, x: m(x), net, jax.ShapeDtypeStruct((2, 32, 32, 1), jnp.float32))
+  assert net.conv1.kernel.shape == (7, 7, 1, 64) and out.shape == (2, 512)
+
+
+def test_resnet18_structure(resnet18):
+  assert [len(s) for s in (resnet18.layer1, resnet18.layer2, resnet18.layer3, resnet18.layer4)] \
+      == [2, 2, 2, 2]
+  assert resnet18.layer1[0].downsample is None
+  assert resnet18.layer2[0].downsample[0].kernel.shape == (1, 1, 64, 128)
+  assert resnet18.layer2[0].downsample[0].strides == (2, 2)
+  bn = resnet18.bn1
+  assert (bn.momentum, bn.epsilon) == (0.9, 1e-5)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: models.SmallConvNet(1, features=(), rngs=nnx.Rngs(0)), "SmallConvNet"),
+    (lambda: models.ResNet((2, 2, 2), bottleneck=False, rngs=nnx.Rngs(0)), "ResNet"),
+])
+def test_bad_arguments(make, message):
+  with pytest.raises(ValueError, match=message):
+    make()
+
+
+def test_wrong_channels():
+  net = models.SmallConvNet(3, features=(4,), rngs=nnx.Rngs(0))
+  with pytest.raises(ValueError, match=r"SmallConvNet: x must be \[N, H, W, 3\]"):
+    net(images(DIGITS))
+
+
+# Heads.
+
+
+def test_embedding_head_unit_rows():
+  head = models.EmbeddingHead(5, 3, rngs=nnx.Rngs(0))
+  out = head(images((7, 5)))
+  assert out.shape == (7, 3)
+  np.testing.assert_allclose(np.linalg.norm(out, axis=-1), 1.0, rtol=1e-6)
+
+
+def test_embedding_of_zeros_is_finite():
+  model = small_model()
+  x = jnp.zeros(DIGITS)
+  out = forward(model, x)
+  assert out.shape == (4, 6)
+  # The whole network maps zeros to zeros (zero biases): the head keeps them zero, not NaN.
+  assert np.all(np.isfinite(out))
+  norms = np.linalg.norm(out, axis=-1)
+  assert np.all(np.isclose(norms, 1.0, rtol=1e-6) | (norms == 0.0))
+  grads = weighted_sum_grad(model, x, images((4, 6), seed=3))
+  assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
+  head = models.EmbeddingHead(4, 3, rngs=nnx.Rngs(0))
+  nnx.update(head, {"linear": {"bias": jnp.ones(3)}})
+  np.testing.assert_allclose(np.linalg.norm(head(jnp.zeros((1, 4))), axis=-1), 1.0, rtol=1e-6)
+
+
+def test_hashing_head_range_and_sign_limit():
+  head = models.HashingHead(5, 16, rngs=nnx.Rngs(0))
+  x = images((8, 5))
+  signs = hashing.binarize(head.linear(x))
+  codes = head(x)
+  np.testing.assert_allclose(codes, jnp.tanh(head.linear(x)), rtol=1e-6)
+  assert codes.shape == (8, 16)
+  gaps = []
+  for scale in (0.5, 1.0, 4.0, 16.0, jnp.float32(64.0)):
+    codes = head(x, scale=scale)
+    if scale <= 1.0:
+      assert np.all(np.abs(codes) < 1)
+    gaps.append(float(jnp.mean(jnp.abs(codes - signs))))
+  assert all(a > b for a, b in zip(gaps[:-1], gaps[1:]))
+  assert gaps[-1] < 0.05
+  np.testing.assert_array_equal(hashing.binarize(head(x, scale=64.0)), signs)
+
+
+def test_embedding_model_passes_scale_only_when_given():
+  x = images(DIGITS)
+  model = small_model("embedding")
+  assert set(nnx.state(model)) == {"backbone", "head"}
+  np.testing.assert_array_equal(model(x), model.head(model.backbone(x)))
+  with pytest.raises(TypeError):
+    model(x, scale=2.0)
+  model = small_model("hashing")
+  features = model.backbone(x)
+  np.testing.assert_array_equal(model(x, scale=3.0), model.head(features, scale=3.0))
+  np.testing.assert_array_equal(model(x), model.head(features))
+  scale = hashing.tanh_scale(20, every=10)
+  np.testing.assert_array_equal(model(x, scale=scale), model.head(features, scale=4.0))
+
+
+# jit, BatchNorm modes and gradients.
+
+
+@pytest.mark.parametrize("head", ["embedding", "hashing"])
+def test_jit_equals_eager(head):
+  model = small_model(head)
+  x = images(DIGITS)
+  scale = None if head == "embedding" else jnp.float32(2.5)
+  jitted = nnx.jit(lambda m, x, s: m(x, scale=s))(model, x, scale)
+  np.testing.assert_allclose(jitted, model(x, scale=scale), rtol=1e-5, atol=1e-6)
+
+
+def test_resnet_jit_equals_eager_in_both_modes(resnet18):
+  x = images(IMAGES)
+  resnet18.eval()
+  np.testing.assert_allclose(forward(resnet18, x), resnet18(x), rtol=1e-4, atol=1e-5)
+  # In training mode, nnx.jit propagates the update of the running statistics. (The outputs are
+  # not compared: the last stage normalises over 2 values per channel, which amplifies rounding.)
+  resnet18.train()
+  twin = nnx.clone(resnet18)
+  forward(resnet18, x)
+  twin(x)
+  for name in ("bn1", "layer1"):
+    for (path, a), (_, b) in zip(
+        nnx.to_flat_state(nnx.state(getattr(resnet18, name), nnx.BatchStat)),
+        nnx.to_flat_state(nnx.state(getattr(twin, name), nnx.BatchStat))):
+      np.testing.assert_allclose(a[...], b[...], rtol=1e-4, atol=1e-5, err_msg=str(path))
+
+
+def test_batchnorm_train_mode_depends_on_the_batch_eval_mode_does_not(resnet18):
+  x = images(IMAGES, seed=1)
+  other = x.at[1].set(3.0 * images(IMAGES[1:], seed=2))
+  resnet18.train()
+  assert resnet18.bn1.use_running_average is False
+  before = variables(resnet18)
+  assert not np.allclose(resnet18(x)[0], resnet18(other)[0], rtol=1e-3, atol=1e-4)
+  after = variables(resnet18)
+  assert not np.array_equal(before[("bn1", "mean")], after[("bn1", "mean")])
+  resnet18.eval()
+  assert resnet18.layer4[1].bn2.use_running_average is True
+  np.testing.assert_allclose(resnet18(x)[0], resnet18(other)[0], rtol=1e-5, atol=1e-6)
+  assert all(np.array_equal(after[k], v) for k, v in variables(resnet18).items())
+
+
+def test_gradients_reach_every_parameter():
+  model = small_model()
+  grads = weighted_sum_grad(model, images(DIGITS), images((4, 6), seed=3))
+  flat = nnx.to_flat_state(grads)
+  assert {path[0] for path, _ in flat} == {"backbone", "head"}
+  assert len(flat) == len(nnx.to_flat_state(nnx.state(model, nnx.Param)))
+  for path, g in flat:
+    assert np.all(np.isfinite(g[...])) and np.any(g[...] != 0), path
+
+
+# Saved weights.
+
+
+def test_round_trip_small_model(tmp_path):
+  path = tmp_path / "weights.npz"
+  model = small_model("hashing", seed=0)
+  models.save_weights(model, path)
+  other = small_model("hashing", seed=1)
+  x = images(DIGITS)
+  assert not np.allclose(other(x, scale=2.0), model(x, scale=2.0))
+  assert models.load_weights(other, path) is None
+  np.testing.assert_array_equal(other(x, scale=2.0), model(x, scale=2.0))
+  with np.load(path) as data:
+    assert "backbone/convs/0/kernel" in data.files
+    assert data["head/linear/kernel"].dtype == np.float32
+
+
+def test_round_trip_resnet_with_batch_statistics(tmp_path, resnet18):
+  path = str(tmp_path / "resnet18.npz")
+  resnet18.train()
+  resnet18(images(IMAGES, seed=4))  # moves the running statistics away from their init
+  resnet18.eval()
+  models.save_weights(resnet18, path)
+  other = models.resnet18(rngs=nnx.Rngs(1))
+  other.eval()
+  x = images(IMAGES, seed=5)
+  assert not np.allclose(other(x), resnet18(x))
+  models.load_weights(other, path)
+  np.testing.assert_array_equal(other(x), resnet18(x))
+  expected = variables(resnet18)
+  assert not np.all(expected[("layer1", 0, "bn1", "var")] == 1.0)
+  for key, value in variables(other).items():
+    np.testing.assert_array_equal(value, expected[key], err_msg=str(key))
+
+
+def test_round_trip_leaves_out_rng_state(tmp_path):
+
+  class Dropped(nnx.Module):
+
+    def __init__(self, rngs):
+      self.linear = nnx.Linear(3, 2, rngs=rngs)
+      self.dropout = nnx.Dropout(0.5, rngs=rngs)
+
+  path = tmp_path / "dropped.npz"
+  models.save_weights(Dropped(nnx.Rngs(0)), path)
+  model = Dropped(nnx.Rngs(1))
+  models.load_weights(model, path)
+  with np.load(path) as data:
+    assert sorted(data.files) == ["linear/bias", "linear/kernel"]
+    np.testing.assert_array_equal(model.linear.kernel[...], data["linear/kernel"])
+
+
+def edited_file(tmp_path, edit):
+  model = small_model()
+  path = tmp_path / "weights.npz"
+  models.save_weights(model, path)
+  with np.load(path) as data:
+    arrays = {k: data[k] for k in data.files}
+  edit(arrays)
+  edited = tmp_path / "edited.npz"
+  np.savez(edited, **arrays)
+  return model, edited
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda a: a.pop("head/linear/bias"), r"missing keys head/linear/bias\."),
+    (lambda a: a.update({"head/extra": np.zeros(2)}), r"unexpected keys head/extra\."),
+    (lambda a: a.update({"head/linear/kernel": np.zeros((8, 5))}),
+     r"shape mismatches head/linear/kernel \(file \(8, 5\), model \(8, 6\)\)\."),
+])
+def test_load_rejects_a_file_that_does_not_match(tmp_path, edit, message):
+  model, path = edited_file(tmp_path, edit)
+  before = variables(model)
+  with pytest.raises(ValueError, match=r"load_weights: .* does not match the model: " + message):
+    models.load_weights(model, path)
+  assert all(np.array_equal(before[k], v) for k, v in variables(model).items())
+
+
+def test_load_lists_the_first_few_keys(tmp_path):
+  model, path = edited_file(tmp_path, lambda a: a.clear())
+  with pytest.raises(ValueError, match=r"missing keys backbone/convs/0/bias, .* \(and 5 more\)\."):
+    models.load_weights(model, path)
+
+
+def test_load_converts_dtypes(tmp_path):
+  model, path = edited_file(
+      tmp_path, lambda a: a.update({k: v.astype(np.float64) for k, v in a.items()}))
+  models.load_weights(model, path)
+  assert model.head.linear.kernel[...].dtype == jnp.float32
+
+
+def test_load_missing_or_invalid_file(tmp_path):
+  model = small_model()
+  with pytest.raises(FileNotFoundError, match="load_weights: no weights file at"):
+    models.load_weights(model, tmp_path / "absent.npz")
+  npy = tmp_path / "array.npy"
+  np.save(npy, np.zeros(3))
+  with pytest.raises(ValueError, match="is not an .npz archive"):
+    models.load_weights(model, npy)
+
+
+def test_save_writes_the_exact_path(tmp_path):
+  path = tmp_path / "weights.bin"
+  models.save_weights(small_model(), path)
+  assert os.listdir(tmp_path) == ["weights.bin"]
+  with np.load(path) as data:
+    assert len(data.files) == len(nnx.to_flat_state(nnx.state(small_model())))
