@@ -311,6 +311,9 @@ def _smooth_ap_lists(scores, relevant, where, params, *, positive_step, negative
   dtype = _utils.compute_dtype(scores.dtype)
   other = where & ~relevant
   relevant = where & relevant
+  # The barrier stops XLA from constant-folding the slot compaction of the relevant items when the
+  # labels are constants captured by jit (10-15x longer compiles at [896, 896]).
+  relevant, other = jax.lax.optimization_barrier((relevant, other))
   lists, n = scores.shape[:-1], scores.shape[-1]
   num_lists = int(np.prod(lists, dtype=np.int64))
   # Masked scores are replaced before any arithmetic, so that a masked NaN or inf changes neither
