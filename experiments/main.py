@@ -39,6 +39,15 @@ def load_config_module(path: str):
   return module
 
 
+def parse_value(text: str) -> Any:
+  """A command-line value: a Python literal (`10`, `0.5`, `[2, 3]`, `0.02,2` is a tuple), else the
+  string itself (`smoothap`)."""
+  try:
+    return ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    return text
+
+
 def apply_overrides(config: train.Config, overrides: Sequence[str] | dict[str, Any]) -> train.Config:
   """`config` with fields replaced: from `{"field": value}` or `["field=value", ...]` strings."""
   if not isinstance(overrides, dict):
@@ -47,10 +56,7 @@ def apply_overrides(config: train.Config, overrides: Sequence[str] | dict[str, A
       if "=" not in item:
         raise ValueError(f"--set {item!r} must look like field=value.")
       key, text = item.split("=", 1)
-      try:
-        parsed[key.strip()] = ast.literal_eval(text)
-      except (ValueError, SyntaxError):
-        parsed[key.strip()] = text
+      parsed[key.strip()] = parse_value(text)
     overrides = parsed
   fields = {f.name for f in dataclasses.fields(train.Config)}
   unknown = sorted(set(overrides) - fields)
@@ -58,6 +64,30 @@ def apply_overrides(config: train.Config, overrides: Sequence[str] | dict[str, A
     raise ValueError(f"{unknown} are not fields of the config; the fields are {sorted(fields)}.")
   overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
   return dataclasses.replace(config, **overrides)
+
+
+def run_sweep(
+    base: train.Config, runs: dict[str, train.Config], workdir: str, *, untrained: bool = True
+) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+  """Trains each run in `workdir/<name>`, after checking every config; first, optionally, `base`
+  untrained (`num_steps=0`) in `workdir/untrained`.
+
+  Returns:
+    `(results, seconds)`: run name -> final metrics (`"untrained"` first when asked) and run name
+    -> wall time in seconds.
+  """
+  if "untrained" in runs:
+    raise ValueError("a run of a sweep cannot be called 'untrained': that is the baseline's name.")
+  for config in runs.values():  # Every run's configuration errors before any training starts.
+    train.check_config(config)
+  baseline = {"untrained": dataclasses.replace(base, num_steps=0)} if untrained else {}
+  results, seconds = {}, {}
+  for name, config in {**baseline, **runs}.items():
+    start = time.perf_counter()
+    results[name] = train.train_and_evaluate(config, os.path.join(workdir, name))
+    seconds[name] = time.perf_counter() - start
+    logging.info("%s: %.1f s", name, seconds[name])
+  return results, seconds
 
 
 def run(config_path: str, workdir: str, overrides: Sequence[str] = ()) -> dict[str, dict[str, float]]:
@@ -68,14 +98,7 @@ def run(config_path: str, workdir: str, overrides: Sequence[str] = ()) -> dict[s
   if not sweep:
     return {config.loss: train.train_and_evaluate(config, workdir)}
   runs = {name: apply_overrides(config, changes) for name, changes in sweep.items()}
-  for c in runs.values():  # Every run's configuration errors before any training starts.
-    train.check_config(c)
-  results = {"untrained": train.train_and_evaluate(dataclasses.replace(config, num_steps=0),
-                                                   os.path.join(workdir, "untrained"))}
-  for name, c in runs.items():
-    start = time.perf_counter()
-    results[name] = train.train_and_evaluate(c, os.path.join(workdir, name))
-    logging.info("%s: %.1f s", name, time.perf_counter() - start)
+  results, _ = run_sweep(config, runs, workdir)
   with open(os.path.join(workdir, "results.json"), "w") as f:
     json.dump(results, f, indent=1)
   return results

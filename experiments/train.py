@@ -75,6 +75,7 @@ class Config:
   batch_size: int = 60
   samples_per_class: int = 12  # K; batch_size / K classes per batch.
   super_classes_per_batch: int = 2  # For sampler="super_class".
+  batches_per_group: int = 5  # sampler="super_class": batches drawn from one group of super-classes.
   # Model.
   model: str = "small_convnet"  # One of MODELS.
   model_features: tuple[int, ...] = (32, 64)  # SmallConvNet's stage widths.
@@ -148,7 +149,7 @@ def check_config(config: Config) -> None:
   losses.get_loss(config.loss, config.loss_kwargs)
   for name in ("batch_size", "samples_per_class", "embedding_dim", "eval_every", "eval_batch_size",
                "checkpoint_every", "keep_checkpoints", "log_every", "tanh_every",
-               "super_classes_per_batch"):
+               "super_classes_per_batch", "batches_per_group"):
     _positive_int(config, name)
   if not isinstance(config.num_steps, int) or config.num_steps < 0:
     _fail(f"config.num_steps must be a non-negative int, got {config.num_steps!r}.")
@@ -169,6 +170,20 @@ def check_config(config: Config) -> None:
         f"{config.samples_per_class} images, so no list has a non-relevant item to rank; make "
         "batch_size at least twice samples_per_class."
     )
+  if config.sampler == "super_class":
+    if config.dataset in ("digits", "cub200", "cars196"):
+      _fail(
+          f"config.sampler='super_class' needs super-classes (categories such as SOP's 'bicycle'), "
+          f"which {config.dataset} does not have; use sampler='m_per_class', or dataset='sop' or "
+          "an image_folder tree category/class/image."
+      )
+    if config.classes_per_batch % config.super_classes_per_batch:
+      _fail(
+          f"config.sampler='super_class' takes the same number of classes from each of "
+          f"super_classes_per_batch={config.super_classes_per_batch} super-classes, but "
+          f"batch_size / samples_per_class = {config.classes_per_batch} classes is not a multiple "
+          "of it; change batch_size or super_classes_per_batch."
+      )
   if config.learning_rate <= 0 or config.head_lr_multiplier <= 0 or config.weight_decay < 0:
     _fail("config.learning_rate and config.head_lr_multiplier must be positive and "
           "config.weight_decay non-negative.")
@@ -260,7 +275,8 @@ def _sampler(config: Config, train: jd.LabeledImages) -> Callable[..., np.ndarra
     sampler = functools.partial(
         jd.super_class_batches, train.labels, train.super_labels,
         classes_per_batch=config.classes_per_batch, samples_per_class=config.samples_per_class,
-        super_classes_per_batch=config.super_classes_per_batch, seed=config.seed,
+        super_classes_per_batch=config.super_classes_per_batch,
+        batches_per_group=config.batches_per_group, seed=config.seed,
     )
   else:
     sampler = functools.partial(

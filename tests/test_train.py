@@ -65,7 +65,7 @@ def test_tiny_run_writes_metrics_checkpoints_and_plot(tmp_path):
 
 
 def test_training_improves_the_training_loss(tmp_path):
-  config = dataclasses.replace(TINY, num_steps=40, learning_rate=3e-3, eval_every=40, log_every=1,
+  config = dataclasses.replace(TINY, num_steps=40, learning_rate=1e-2, eval_every=40, log_every=1,
                                checkpoint_every=40)
   train.train_and_evaluate(config, str(tmp_path))
   losses = [r["loss"] for r in train.read_metrics(str(tmp_path)) if "loss" in r]

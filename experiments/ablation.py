@@ -1,0 +1,219 @@
+"""What every `ablate_*.py` script shares: its flags, one training run per swept value, table, plot.
+
+A script names what it sweeps (`what`), the default values, how a value changes the config
+(`overrides(base, value) -> {field: value}`), and how a run's config is named in the table and
+placed on the plot, and calls `main`. Then
+
+    python -m experiments.ablate_<what> [--config FILE] [--workdir DIR] [--set field=value ...]
+                                        [--values V [V ...]]
+
+1. loads `--config` (default `experiments/configs/digits.py`; its `get_sweep`, if any, is ignored)
+   and applies every `--set` to it: the base config;
+2. builds one config per value, the base with the script's overrides on top (so `--set` cannot undo
+   what is swept), and checks them all (`train.check_config` and the script's own `check`) before
+   anything trains;
+3. evaluates the base network untrained (`num_steps=0`) in `DIR/untrained` (unless `--no-untrained`:
+   on a large test split that evaluation costs as much as any other), then trains each value in
+   `DIR/<run name>` with `train.train_and_evaluate`;
+4. prints a table of the final Recall@k and MAP@R on the test split (classes unseen in training),
+   writes it with the metrics to `DIR/results.json`, and plots MAP@R and R@1 against the swept value
+   in `DIR/<what>.png` (the untrained network as a dashed line).
+
+Values given to `--values` are Python literals (`10`, `0.5`, `0.02,2` for a tuple) or plain strings
+(`super_class`). Rerunning the same command reuses finished runs and resumes unfinished ones (the
+workdirs keep their checkpoints); a run of another configuration needs another `--workdir`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from experiments import main as main_lib
+from experiments import train
+
+DEFAULT_CONFIG = "experiments/configs/digits.py"
+
+
+def loss_overrides(base: train.Config, loss: str, **hyperparameters: Any) -> dict[str, Any]:
+  """`{"loss": loss, "loss_kwargs": ...}` with `hyperparameters` set on top of the base's own.
+
+  The base config's `loss_kwargs` are kept when it already trains `loss` (so `--set
+  loss_kwargs={'lam':4}` still holds while an ablation sweeps `margin`) and dropped otherwise (they
+  would belong to another loss).
+  """
+  kept = dict(base.loss_kwargs) if base.loss == loss else {}
+  return {"loss": loss, "loss_kwargs": {**kept, **hyperparameters}}
+
+
+def format_table(
+    rows: dict[str, dict[str, float]], column: str, ks: Sequence[int] = (1, 2, 4, 8),
+    seconds: dict[str, float] | None = None,
+) -> str:
+  """Recall@k and MAP@R per run, like `train.format_table`; seen-class MAP@R and time when known."""
+  keys = [f"recall@{k}" for k in ks] + ["map@r"]
+  names = [f"R@{k}" for k in ks] + ["MAP@R"]
+  if all("seen/map@r" in m for m in rows.values()):
+    keys, names = keys + ["seen/map@r"], names + ["seen MAP@R"]
+  width = max([len(n) for n in rows] + [len(column)])
+  header = f"{column:{width}} " + " ".join(f"{n:>6}" for n in names)
+  if seconds is not None:
+    header += f" {'time':>6}"
+  lines = [header, "-" * len(header)]
+  for name, metrics in rows.items():
+    cells = [f"{metrics[k]:{max(6, len(n))}.3f}" for k, n in zip(keys, names)]
+    line = f"{name:{width}} " + " ".join(cells)
+    if seconds is not None:
+      line += f" {seconds[name]:5.0f}s" if name in seconds else " " * 7
+    lines.append(line)
+  return "\n".join(lines)
+
+
+def plot(
+    results: dict[str, dict[str, float]],
+    points: dict[str, tuple[Any, str | None]],
+    path: str,
+    *,
+    xlabel: str,
+    title: str,
+    baseline: dict[str, float] | None = None,
+    log_x: bool = False,
+    k: int = 1,
+) -> str:
+  """Writes MAP@R (top) and R@k (bottom) against the swept value, the untrained network dashed.
+
+  Args:
+    results: run name -> final metrics.
+    points: run name -> `(x, series)`: where the run sits on the x axis (a number, or a string for
+      categories) and the line it belongs to (`None` for a single line).
+    path: the PNG to write.
+    xlabel, title: axis label and figure title.
+    baseline: metrics of the untrained network, drawn as horizontal dashed lines.
+    log_x: logarithmic x axis (base 2), for values that double.
+    k: which Recall@k to plot (the metrics must hold `recall@<k>`).
+  """
+  import matplotlib  # pylint: disable=g-import-not-at-top
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  fig, axes = plt.subplots(2, 1, figsize=(5, 3.5), sharex=True)
+  series = list(dict.fromkeys(points[n][1] for n in results))
+  for ax, key, label in zip(axes, ("map@r", f"recall@{k}"), ("MAP@R", f"R@{k}")):
+    for s in series:
+      names = [n for n in results if points[n][1] == s]
+      ax.plot([points[n][0] for n in names], [results[n][key] for n in names], marker="o",
+              label=s if s is not None else label)
+    if baseline is not None:
+      ax.axhline(baseline[key], color="grey", linestyle="--", linewidth=1, label="untrained")
+    ax.set_ylabel(label)
+    ax.grid(alpha=0.3)
+  axes[0].legend(fontsize=7, loc="best")
+  if log_x:
+    axes[1].set_xscale("log", base=2)
+    xs = sorted({points[n][0] for n in results})
+    axes[1].set_xticks(xs, [f"{x:g}" for x in xs])
+    axes[1].minorticks_off()
+  axes[1].set_xlabel(xlabel)
+  fig.suptitle(title, fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path, dpi=80)
+  plt.close(fig)
+  return path
+
+
+def run(
+    base: train.Config,
+    values: Sequence[Any],
+    workdir: str,
+    *,
+    overrides: Callable[[train.Config, Any], dict[str, Any]],
+    name: Callable[[train.Config], str],
+    untrained: bool = True,
+) -> tuple[dict[str, train.Config], dict[str, dict[str, float]], dict[str, float]]:
+  """Trains one run per value (after checking them all), and first the untrained baseline.
+
+  Returns:
+    `(configs, results, seconds)`: run name -> config of each value, in order; run name -> final
+    metrics, `"untrained"` first when `untrained`; run name -> wall time in seconds.
+  """
+  configs = {}
+  for value in values:
+    config = main_lib.apply_overrides(base, overrides(base, value))
+    run_name = name(config)
+    if run_name in configs or run_name == "untrained":
+      raise ValueError(f"--values gives the run {run_name!r} twice; give each value once.")
+    configs[run_name] = config
+  results, seconds = main_lib.run_sweep(base, configs, workdir, untrained=untrained)
+  return configs, results, seconds
+
+
+def main(
+    argv: Sequence[str] | None,
+    *,
+    what: str,
+    doc: str,
+    values: Sequence[Any],
+    overrides: Callable[[train.Config, Any], dict[str, Any]],
+    name: Callable[[train.Config], str],
+    column: str,
+    xlabel: str,
+    point: Callable[[train.Config], tuple[Any, str | None]],
+    log_x: bool = False,
+) -> dict[str, dict[str, float]]:
+  """The command line of an ablation script; returns run name -> final metrics.
+
+  Args:
+    argv: the arguments (`sys.argv[1:]` when None).
+    what: the ablation's name: default workdir `runs/ablate_<what>`, plot `<workdir>/<what>.png`.
+    doc: the script's docstring; its first line describes the command.
+    values: the values swept by default (`--values` replaces them).
+    overrides: `(base config, value) -> {field: value}`, applied on top of the base config.
+    name: a run's config -> its name (a row of the table and a subdirectory of the workdir).
+    column: the header of the table's first column.
+    xlabel: the plot's x label.
+    point: a run's config -> `(x, series)` on the plot (see `plot`).
+    log_x: logarithmic x axis.
+  """
+  parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+  parser.add_argument("--config", default=DEFAULT_CONFIG, help="config file (default: %(default)s)")
+  parser.add_argument("--workdir", default=f"runs/ablate_{what}", help="default: %(default)s")
+  parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                      help="override a field of the base config (repeatable)")
+  parser.add_argument("--values", nargs="+", type=main_lib.parse_value, default=list(values),
+                      help=f"the values swept (default: {' '.join(_cli(v) for v in values)})")
+  parser.add_argument("--untrained", action=argparse.BooleanOptionalAction, default=True,
+                      help="also evaluate the untrained network (default: %(default)s)")
+  args = parser.parse_args(argv)
+  logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+  logging.getLogger("absl").setLevel(logging.WARNING)
+
+  start = time.perf_counter()
+  base = main_lib.apply_overrides(main_lib.load_config_module(args.config).get_config(), args.set)
+  configs, results, seconds = run(base, args.values, args.workdir, overrides=overrides, name=name,
+                                  untrained=args.untrained)
+  with open(os.path.join(args.workdir, "results.json"), "w") as f:
+    json.dump({"values": dict(zip(configs, map(_cli, args.values))), "metrics": results,
+               "seconds": seconds}, f, indent=1)
+  swept = {n: m for n, m in results.items() if n != "untrained"}
+  path = plot(swept, {n: point(c) for n, c in configs.items()},
+              os.path.join(args.workdir, f"{what}.png"), xlabel=xlabel, log_x=log_x,
+              title=f"{what} on {base.dataset} (unseen classes)", baseline=results.get("untrained"),
+              k=min(base.eval_ks))
+  print(f"\nTest split (classes unseen in training), {' '.join([args.config, *args.set])}:\n")
+  print(format_table(results, column, ks=base.eval_ks, seconds=seconds))
+  print(f"\nTotal {time.perf_counter() - start:.0f} s; plot in {path}")
+  return results
+
+
+def _cli(value: Any) -> str:
+  """A value as `--values` takes it."""
+  if isinstance(value, tuple):
+    return ",".join(repr(v) for v in value)
+  return value if isinstance(value, str) else repr(value)
