@@ -59,7 +59,9 @@ LOSSES: Mapping[str, Callable[..., object]] = {
 }
 
 
-def get_loss(name: str, hyperparameters: Mapping[str, object] | None = None) -> Callable[..., object]:
+def get_loss(
+    name: str, hyperparameters: Mapping[str, object] | None = None
+) -> Callable[..., object]:
   """The loss called `name` with its hyperparameters fixed; errors say what to change.
 
   Args:

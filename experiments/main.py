@@ -5,9 +5,9 @@ A config file defines `get_config() -> experiments.train.Config` and, optionally
 network (the same config with `num_steps=0`) is evaluated in `DIR/untrained`, and a table of the
 final metrics on the test split (classes unseen in training) is printed and written to
 `DIR/results.json`. Rerunning the same command resumes every unfinished run from its latest
-checkpoint and reuses finished ones. `--set field=value` (repeatable) overrides a field of the config
-for every run, e.g. `--set num_steps=50`; values are Python literals (`--set loss_kwargs={'num_bins':20}`)
-or plain strings (`--set loss=smoothap`).
+checkpoint and reuses finished ones. `--set field=value` (repeatable) overrides a field of the
+config for every run, e.g. `--set num_steps=50`; values are Python literals (`--set
+loss_kwargs={'num_bins':20}`) or plain strings (`--set loss=smoothap`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ from experiments import train
 def load_config_module(path: str):
   """Imports a config file by path."""
   if not os.path.isfile(path):
-    raise FileNotFoundError(f"--config {path!r} is not a file; configs live in experiments/configs/.")
+    raise FileNotFoundError(
+        f"--config {path!r} is not a file; configs live in experiments/configs/."
+    )
   spec = importlib.util.spec_from_file_location(f"_jaxrank_config_{abs(hash(path))}", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
@@ -48,7 +50,9 @@ def parse_value(text: str) -> Any:
     return text
 
 
-def apply_overrides(config: train.Config, overrides: Sequence[str] | dict[str, Any]) -> train.Config:
+def apply_overrides(
+    config: train.Config, overrides: Sequence[str] | dict[str, Any]
+) -> train.Config:
   """`config` with fields replaced: from `{"field": value}` or `["field=value", ...]` strings."""
   if not isinstance(overrides, dict):
     parsed = {}
@@ -90,8 +94,10 @@ def run_sweep(
   return results, seconds
 
 
-def run(config_path: str, workdir: str, overrides: Sequence[str] = ()) -> dict[str, dict[str, float]]:
-  """Runs a config file (its sweep, with an untrained baseline, if it has one); returns the metrics."""
+def run(
+    config_path: str, workdir: str, overrides: Sequence[str] = ()
+) -> dict[str, dict[str, float]]:
+  """Runs a config file (its sweep and an untrained baseline, if any); returns the metrics."""
   module = load_config_module(config_path)
   config = apply_overrides(module.get_config(), overrides)
   sweep = module.get_sweep() if hasattr(module, "get_sweep") else None
@@ -108,8 +114,13 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--config", required=True, help="a config file in experiments/configs/")
   parser.add_argument("--workdir", required=True, help="where checkpoints, metrics and plots go")
-  parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                      help="override a config field (repeatable)")
+  parser.add_argument(
+      "--set",
+      action="append",
+      default=[],
+      metavar="FIELD=VALUE",
+      help="override a config field (repeatable)",
+  )
   args = parser.parse_args(argv)
   logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
   logging.getLogger("absl").setLevel(logging.WARNING)
@@ -118,7 +129,9 @@ def main(argv: Sequence[str] | None = None) -> None:
   print(f"\nTest split (classes unseen in training), {args.config}:\n")
   print(train.format_table(results))
   curves = "curves.png" if len(results) == 1 else "*/curves.png"
-  print(f"\nTotal {time.perf_counter() - start:.0f} s; metrics and curves in {args.workdir}/{curves}")
+  print(
+      f"\nTotal {time.perf_counter() - start:.0f} s; metrics and curves in {args.workdir}/{curves}"
+  )
 
 
 if __name__ == "__main__":

@@ -16,10 +16,10 @@ workdir out, the final retrieval metrics returned. In the workdir:
 One step: a batch of `P x K` images (`samples_per_class` images of each of `batch_size /
 samples_per_class` classes) is embedded, `jaxrank.batch_retrieval` makes every image a query ranking
 the rest of the batch (and the memory of past batches when `memory_batches > 0`), and the loss named
-by `config.loss` (`experiments/losses.py`) is minimised with AdamW, a warm-up + cosine learning rate,
-and a learning rate `head_lr_multiplier` times larger on the embedding layer (the papers use 10x).
-Optionally the gradient is computed in chunks (`chunk_size`, `jaxrank.chunked_value_and_grad`) or
-the in-batch retrieval is sharded over every device (`shard=True`, `jaxrank.sharded_loss`).
+by `config.loss` (`experiments/losses.py`) is minimised with AdamW, a warm-up + cosine learning
+rate, and a learning rate `head_lr_multiplier` times larger on the embedding layer (the papers use
+10x). Optionally the gradient is computed in chunks (`chunk_size`, `jaxrank.chunked_value_and_grad`)
+or the in-batch retrieval is sharded over every device (`shard=True`, `jaxrank.sharded_loss`).
 
 Evaluation embeds the test split (unseen classes) with the network in inference mode and computes
 `jaxrank.evaluate_retrieval` (leave-one-out). A hashing model (`head="hashing"`) trains on relaxed
@@ -75,7 +75,9 @@ class Config:
   batch_size: int = 60
   samples_per_class: int = 12  # K; batch_size / K classes per batch.
   super_classes_per_batch: int = 2  # For sampler="super_class".
-  batches_per_group: int = 5  # sampler="super_class": batches drawn from one group of super-classes.
+  batches_per_group: int = (
+      5  # sampler="super_class": batches drawn from one group of super-classes.
+  )
   # Model.
   model: str = "small_convnet"  # One of MODELS.
   model_features: tuple[int, ...] = (32, 64)  # SmallConvNet's stage widths.
@@ -147,9 +149,19 @@ def check_config(config: Config) -> None:
   _one_of(config, "head", HEADS)
   _one_of(config, "sampler", SAMPLERS)
   losses.get_loss(config.loss, config.loss_kwargs)
-  for name in ("batch_size", "samples_per_class", "embedding_dim", "eval_every", "eval_batch_size",
-               "checkpoint_every", "keep_checkpoints", "log_every", "tanh_every",
-               "super_classes_per_batch", "batches_per_group"):
+  for name in (
+      "batch_size",
+      "samples_per_class",
+      "embedding_dim",
+      "eval_every",
+      "eval_batch_size",
+      "checkpoint_every",
+      "keep_checkpoints",
+      "log_every",
+      "tanh_every",
+      "super_classes_per_batch",
+      "batches_per_group",
+  ):
     _positive_int(config, name)
   if not isinstance(config.num_steps, int) or config.num_steps < 0:
     _fail(f"config.num_steps must be a non-negative int, got {config.num_steps!r}.")
@@ -185,8 +197,10 @@ def check_config(config: Config) -> None:
           "of it; change batch_size or super_classes_per_batch."
       )
   if config.learning_rate <= 0 or config.head_lr_multiplier <= 0 or config.weight_decay < 0:
-    _fail("config.learning_rate and config.head_lr_multiplier must be positive and "
-          "config.weight_decay non-negative.")
+    _fail(
+        "config.learning_rate and config.head_lr_multiplier must be positive and "
+        "config.weight_decay non-negative."
+    )
   if config.dataset == "digits":
     if config.data_dir is not None:
       _fail("config.data_dir must be None for dataset='digits', which ships with scikit-learn.")
@@ -253,15 +267,20 @@ def _load_data(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
             f"dataset='image_folder'; {d!r} is missing."
         )
     supers = config.sampler == "super_class"
-    return (jd.load_image_folder(train_dir, super_classes=supers),
-            jd.load_image_folder(test_dir, super_classes=supers))
-  load = {"cub200": jd.load_cub200, "cars196": jd.load_cars196,
-          "sop": jd.load_stanford_online_products}[config.dataset]
+    return (
+        jd.load_image_folder(train_dir, super_classes=supers),
+        jd.load_image_folder(test_dir, super_classes=supers),
+    )
+  load = {
+      "cub200": jd.load_cub200,
+      "cars196": jd.load_cars196,
+      "sop": jd.load_stanford_online_products,
+  }[config.dataset]
   return load(config.data_dir, split="train"), load(config.data_dir, split="test")
 
 
 def _sampler(config: Config, train: jd.LabeledImages) -> Callable[..., np.ndarray]:
-  """The training sampler, `sampler(epoch=e) -> [num_batches, B]`; its errors become config errors."""
+  """The training sampler `sampler(epoch=e) -> [num_batches, B]`; its errors are config errors."""
   if config.sampler == "random":
     sampler = functools.partial(
         jd.random_batches, train.num_examples, batch_size=config.batch_size, seed=config.seed
@@ -273,15 +292,22 @@ def _sampler(config: Config, train: jd.LabeledImages) -> Callable[..., np.ndarra
           "have; use sampler='m_per_class'."
       )
     sampler = functools.partial(
-        jd.super_class_batches, train.labels, train.super_labels,
-        classes_per_batch=config.classes_per_batch, samples_per_class=config.samples_per_class,
+        jd.super_class_batches,
+        train.labels,
+        train.super_labels,
+        classes_per_batch=config.classes_per_batch,
+        samples_per_class=config.samples_per_class,
         super_classes_per_batch=config.super_classes_per_batch,
-        batches_per_group=config.batches_per_group, seed=config.seed,
+        batches_per_group=config.batches_per_group,
+        seed=config.seed,
     )
   else:
     sampler = functools.partial(
-        jd.m_per_class_batches, train.labels, classes_per_batch=config.classes_per_batch,
-        samples_per_class=config.samples_per_class, seed=config.seed,
+        jd.m_per_class_batches,
+        train.labels,
+        classes_per_batch=config.classes_per_batch,
+        samples_per_class=config.samples_per_class,
+        seed=config.seed,
     )
   if config.sampler != "random" and train.num_classes < config.classes_per_batch:
     _fail(
@@ -293,7 +319,9 @@ def _sampler(config: Config, train: jd.LabeledImages) -> Callable[..., np.ndarra
   try:
     sampler(epoch=0)
   except ValueError as e:
-    raise ValueError(f"config cannot be sampled from the train split of {config.dataset}: {e}") from e
+    raise ValueError(
+        f"config cannot be sampled from the train split of {config.dataset}: {e}"
+    ) from e
   return sampler
 
 
@@ -312,8 +340,12 @@ class _Batches:
     self._sizes: dict[int, int] = {}
     self.position = position
     self._iterator = jd.make_pipeline(
-        data, sampler, preprocess_fn=_preprocess(config, train=True), seed=config.seed,
-        start_epoch=position[0], start_batch=position[1],
+        data,
+        sampler,
+        preprocess_fn=_preprocess(config, train=True),
+        seed=config.seed,
+        start_epoch=position[0],
+        start_batch=position[1],
     ).as_numpy_iterator()
 
   def _num_batches(self, epoch: int) -> int:
@@ -346,7 +378,9 @@ def make_model(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.Embed
   if config.init_weights is not None:
     models.load_weights(backbone, config.init_weights)
   head_type = models.EmbeddingHead if config.head == "embedding" else models.HashingHead
-  return models.EmbeddingModel(backbone, head_type(backbone.out_features, config.embedding_dim, rngs=rngs))
+  return models.EmbeddingModel(
+      backbone, head_type(backbone.out_features, config.embedding_dim, rngs=rngs)
+  )
 
 
 def learning_rate_schedule(config: Config) -> optax.Schedule:
@@ -392,18 +426,21 @@ def _batch_loss_fn(config: Config) -> Callable[[jax.Array, Any], jax.Array]:
   """`fn(embeddings [B, D], (labels [B], memory or None)) -> scalar`: retrieval, then the loss."""
   list_loss = losses.get_loss(config.loss, config.loss_kwargs)
   if config.shard:
-    mesh = jax.make_mesh((jax.device_count(),), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
+    mesh = jax.make_mesh(
+        (jax.device_count(),), ("batch",), axis_types=(jax.sharding.AxisType.Auto,)
+    )
     sharded = jaxrank.sharded_loss(list_loss, mesh, "batch", include_self=config.include_self)
     return lambda embeddings, targets: sharded(embeddings, targets[0])
 
   def loss(embeddings, targets):
     labels, memory = targets
-    gallery = {}
-    if memory is not None:
-      gallery = dict(gallery_embeddings=memory.embeddings, gallery_labels=memory.labels,
-                     gallery_where=memory.where)
     scores, relevance, where = jaxrank.batch_retrieval(
-        embeddings, labels, include_self=config.include_self, **gallery
+        embeddings,
+        labels,
+        include_self=config.include_self,
+        gallery_embeddings=None if memory is None else memory.embeddings,
+        gallery_labels=None if memory is None else memory.labels,
+        gallery_where=None if memory is None else memory.where,
     )
     if config.head == "hashing":
       # He et al. eq. 10: the similarity 1 - 2 d / b of the relaxed Hamming distance, which the
@@ -440,7 +477,9 @@ def _init_state(config: Config, in_channels: int, tx: optax.GradientTransformati
   train_graph, _, _ = nnx.split(model, nnx.Param, ...)
   state = {"params": params, "rest": rest, "opt_state": tx.init(params), "step": jnp.int32(0)}
   if config.memory_batches:
-    state["memory"] = jaxrank.memory.init(config.memory_batches * config.batch_size, config.embedding_dim)
+    state["memory"] = jaxrank.memory.init(
+        config.memory_batches * config.batch_size, config.embedding_dim
+    )
   return _Model(train_graph, eval_graph), state
 
 
@@ -461,7 +500,9 @@ def _make_train_step(config: Config, model: _Model, tx: optax.GradientTransforma
         embeddings, rest = embed(params, state["rest"], images, scale)
         return batch_loss(embeddings, (labels, memory)), (embeddings, rest)
 
-      (loss, (embeddings, rest)), grads = jax.value_and_grad(objective, has_aux=True)(state["params"])
+      (loss, (embeddings, rest)), grads = jax.value_and_grad(objective, has_aux=True)(
+          state["params"]
+      )
     else:
       embed_params = lambda params, x: embed(params, state["rest"], x, scale)[0]
       loss, grads = jaxrank.chunked_value_and_grad(
@@ -494,14 +535,18 @@ def _make_embed_fn(config: Config, model: _Model):
 
 def evaluate(config: Config, embed_fn, state, test: jd.LabeledImages) -> dict[str, float]:
   """Leave-one-out retrieval metrics of the test split (unseen classes) under the current state."""
-  batches = jd.sequential_batches(test.num_examples, batch_size=min(config.eval_batch_size, test.num_examples))
+  batches = jd.sequential_batches(
+      test.num_examples, batch_size=min(config.eval_batch_size, test.num_examples)
+  )
   ds = jd.make_pipeline(test, batches, preprocess_fn=_preprocess(config, train=False), num_epochs=1)
   embeddings, labels = [], []
   for batch in ds.as_numpy_iterator():
     e = np.asarray(embed_fn(state["params"], state["rest"], batch["image"], state["step"]))
     embeddings.append(e[batch["mask"]])
     labels.append(batch["label"][batch["mask"]])
-  return jaxrank.evaluate_retrieval(np.concatenate(embeddings), np.concatenate(labels), ks=config.eval_ks)
+  return jaxrank.evaluate_retrieval(
+      np.concatenate(embeddings), np.concatenate(labels), ks=config.eval_ks
+  )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -510,7 +555,11 @@ def evaluate(config: Config, embed_fn, state, test: jd.LabeledImages) -> dict[st
 
 def _config_json(config: Config) -> dict[str, Any]:
   values = dataclasses.asdict(config)
-  return {k: (list(v) if isinstance(v, tuple) else v) for k, v in values.items() if k not in _COSMETIC_FIELDS}
+  return {
+      k: (list(v) if isinstance(v, tuple) else v)
+      for k, v in values.items()
+      if k not in _COSMETIC_FIELDS
+  }
 
 
 def _claim_workdir(config: Config, workdir: str) -> None:
@@ -548,7 +597,7 @@ def read_metrics(workdir: str) -> list[dict[str, Any]]:
 
 
 class _MetricsWriter:
-  """Appends records to `metrics.jsonl`; on resume, first drops those logged after the checkpoint."""
+  """Appends records to `metrics.jsonl`; on resume, first drops those logged after its step."""
 
   def __init__(self, workdir: str, resumed_step: int):
     self.path = os.path.join(workdir, "metrics.jsonl")
@@ -642,9 +691,7 @@ def train_and_evaluate(config: Config, workdir: str) -> dict[str, float]:
   if manager.latest_step() is not None:
     restored = manager.restore(
         manager.latest_step(),
-        args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(state), data=ocp.args.JsonRestore()
-        ),
+        args=ocp.args.Composite(state=ocp.args.StandardRestore(state), data=ocp.args.JsonRestore()),
     )
     state, position = restored["state"], tuple(restored["data"]["position"])
     logging.info("Resumed %s from step %d.", workdir, int(state["step"]))
@@ -655,7 +702,8 @@ def train_and_evaluate(config: Config, workdir: str) -> dict[str, float]:
     manager.save(
         step,
         args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), data=ocp.args.JsonSave({"position": list(batches.position)})
+            state=ocp.args.StandardSave(state),
+            data=ocp.args.JsonSave({"position": list(batches.position)}),
         ),
         force=True,
     )
@@ -688,7 +736,9 @@ def train_and_evaluate(config: Config, workdir: str) -> dict[str, float]:
         writer.write({"step": step, "loss": loss, "learning_rate": lr, "images_per_second": speed})
         progress.set_postfix(loss=f"{loss:.4f}", img_per_s=f"{speed:.0f}")
         if not np.isfinite(loss):
-          raise FloatingPointError(f"The training loss is {loss} at step {step}; lower the learning rate.")
+          raise FloatingPointError(
+              f"The training loss is {loss} at step {step}; lower the learning rate."
+          )
       progress.update(1)
       if step % config.checkpoint_every == 0 or step == config.num_steps:
         save(step)
@@ -734,8 +784,8 @@ def restore_model(config: Config, workdir: str, step: int | None = None) -> mode
     step = manager.latest_step() if step is None else step
     if step is None or step not in manager.all_steps():
       raise FileNotFoundError(
-          f"restore_model: {workdir!r} holds no checkpoint{'' if step is None else f' of step {step}'}; "
-          f"it has steps {list(manager.all_steps())}."
+          f"restore_model: {workdir!r} holds no checkpoint"
+          f"{'' if step is None else f' of step {step}'}; it has steps {list(manager.all_steps())}."
       )
     restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(state)))
   finally:
@@ -748,6 +798,11 @@ def _progress_bar(config: Config, step: int):
   from tqdm import auto as tqdm  # pylint: disable=g-import-not-at-top
 
   return tqdm.tqdm(
-      total=config.num_steps, initial=step, desc=config.loss, disable=not config.progress_bar,
-      unit="step", dynamic_ncols=True, leave=False,
+      total=config.num_steps,
+      initial=step,
+      desc=config.loss,
+      disable=not config.progress_bar,
+      unit="step",
+      dynamic_ncols=True,
+      leave=False,
   )

@@ -46,8 +46,16 @@ def test_tiny_run_writes_metrics_checkpoints_and_plot(tmp_path):
   config = dataclasses.replace(TINY, eval_seen_classes=True)
   metrics = train.train_and_evaluate(config, str(tmp_path))
   assert metrics["step"] == 6
-  for key in ("recall@1", "recall@2", "recall@4", "recall@8", "map@r", "map", "tie_aware_map",
-              "seen/map@r"):
+  for key in (
+      "recall@1",
+      "recall@2",
+      "recall@4",
+      "recall@8",
+      "map@r",
+      "map",
+      "tie_aware_map",
+      "seen/map@r",
+  ):
     assert 0.0 <= metrics[key] <= 1.0, key
   records = train.read_metrics(str(tmp_path))
   losses = [r for r in records if "loss" in r]
@@ -65,8 +73,9 @@ def test_tiny_run_writes_metrics_checkpoints_and_plot(tmp_path):
 
 
 def test_training_improves_the_training_loss(tmp_path):
-  config = dataclasses.replace(TINY, num_steps=40, learning_rate=1e-2, eval_every=40, log_every=1,
-                               checkpoint_every=40)
+  config = dataclasses.replace(
+      TINY, num_steps=40, learning_rate=1e-2, eval_every=40, log_every=1, checkpoint_every=40
+  )
   train.train_and_evaluate(config, str(tmp_path))
   losses = [r["loss"] for r in train.read_metrics(str(tmp_path)) if "loss" in r]
   assert np.mean(losses[-10:]) < 0.7 * np.mean(losses[:5])
@@ -112,8 +121,15 @@ def test_sigkill_during_and_between_saves_then_rerun_matches_an_uninterrupted_ru
 
   workdir = tmp_path / "killed"
   checkpoints = workdir / "checkpoints"
-  command = [sys.executable, "-m", "experiments.main", "--config", TINY_PATH, "--workdir",
-             str(workdir)]
+  command = [
+      sys.executable,
+      "-m",
+      "experiments.main",
+      "--config",
+      TINY_PATH,
+      "--workdir",
+      str(workdir),
+  ]
   for o in overrides:
     command += ["--set", o]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
@@ -132,8 +148,9 @@ def test_sigkill_during_and_between_saves_then_rerun_matches_an_uninterrupted_ru
   ]
   resumed_from = 0
   for kill_when in kills:
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     try:
       hit = _wait_for(kill_when, proc)
       assert hit, f"the run ended before it could be killed: {proc.stderr.read()[-2000:]!r}"
@@ -146,8 +163,10 @@ def test_sigkill_during_and_between_saves_then_rerun_matches_an_uninterrupted_ru
 
   resumed = train.train_and_evaluate(config, str(workdir))
   assert resumed == reference
-  _assert_same_model(train.restore_model(config, str(workdir)),
-                     train.restore_model(config, str(tmp_path / "reference")))
+  _assert_same_model(
+      train.restore_model(config, str(workdir)),
+      train.restore_model(config, str(tmp_path / "reference")),
+  )
   # The metrics file holds each step once, as the uninterrupted run's does.
   steps = lambda wd: [(r["step"], "loss" in r) for r in train.read_metrics(str(wd))]
   assert steps(workdir) == steps(tmp_path / "reference")
@@ -189,10 +208,21 @@ def test_a_workdir_refuses_another_config(tmp_path):
 
 
 def test_overrides_parse_literals_and_reject_unknown_fields():
-  c = main_lib.apply_overrides(TINY, ["loss=smoothap", "num_steps=3", "loss_kwargs={'temperature': 0.05}",
-                                      "model_features=[2, 3]"])
+  c = main_lib.apply_overrides(
+      TINY,
+      [
+          "loss=smoothap",
+          "num_steps=3",
+          "loss_kwargs={'temperature': 0.05}",
+          "model_features=[2, 3]",
+      ],
+  )
   assert (c.loss, c.num_steps, c.loss_kwargs, c.model_features) == (
-      "smoothap", 3, {"temperature": 0.05}, (2, 3))
+      "smoothap",
+      3,
+      {"temperature": 0.05},
+      (2, 3),
+  )
   with pytest.raises(ValueError, match=r"\['nonsense'\] are not fields of the config"):
     main_lib.apply_overrides(TINY, ["nonsense=1"])
   with pytest.raises(ValueError, match="must look like field=value"):
@@ -220,8 +250,9 @@ def test_main_runs_a_sweep_with_an_untrained_baseline(tmp_path, capsys):
       "def get_sweep():\n"
       "  return {'fastap': {'loss': 'fastap'}, 'blackbox_ap': {'loss': 'blackbox_ap'}}\n"
   )
-  main_lib.main(["--config", str(config_file), "--workdir", str(tmp_path / "out"),
-                 "--set", "num_steps=2"])
+  main_lib.main(
+      ["--config", str(config_file), "--workdir", str(tmp_path / "out"), "--set", "num_steps=2"]
+  )
   out = capsys.readouterr().out
   table = [line.split()[0] for line in out.splitlines() if line[:1].isalpha()]
   assert table[-4:-1] == ["untrained", "fastap", "blackbox_ap"]
@@ -234,13 +265,20 @@ def test_main_runs_a_sweep_with_an_untrained_baseline(tmp_path, capsys):
     "overrides",
     [
         {"loss": "blackbox_ap", "memory_batches": 2},
-        {"loss": "tie_aware_ap", "head": "hashing", "loss_kwargs": {"num_bins": 9}, "tanh_every": 2},
+        {
+            "loss": "tie_aware_ap",
+            "head": "hashing",
+            "loss_kwargs": {"num_bins": 9},
+            "tanh_every": 2,
+        },
         {"loss": "roadmap", "include_self": True, "sampler": "random"},
     ],
     ids=["memory", "hashing", "random-sampler-include-self"],
 )
 def test_options_train(tmp_path, overrides):
-  metrics = train.train_and_evaluate(dataclasses.replace(TINY, num_steps=3, **overrides), str(tmp_path))
+  metrics = train.train_and_evaluate(
+      dataclasses.replace(TINY, num_steps=3, **overrides), str(tmp_path)
+  )
   assert metrics["step"] == 3 and 0 < metrics["map@r"] <= 1
   if overrides.get("head") == "hashing":
     # Binary codes tie a lot: the tie-aware mAP differs from the pessimistic one.
@@ -252,20 +290,25 @@ def test_chunked_gradient_trains_the_same_network(tmp_path):
   train.train_and_evaluate(config, str(tmp_path / "whole"))
   train.train_and_evaluate(dataclasses.replace(config, chunk_size=5), str(tmp_path / "chunked"))
   a = _leaves(train.restore_model(config, str(tmp_path / "whole")))
-  b = _leaves(train.restore_model(dataclasses.replace(config, chunk_size=5), str(tmp_path / "chunked")))
+  b = _leaves(
+      train.restore_model(dataclasses.replace(config, chunk_size=5), str(tmp_path / "chunked"))
+  )
   for x, y in zip(a, b):
     np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "experiments" / "configs").glob("*.py")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "experiments" / "configs").glob("*.py")), ids=lambda p: p.name
+)
 def test_every_config_file_is_valid_or_asks_for_its_data(path):
   module = main_lib.load_config_module(str(path))
   text = path.read_text()
   assert "python -m experiments.main --config experiments/configs/" in text  # The command.
   assert "Expected" in text  # And the result it should give.
   config = module.get_config()
-  runs = [main_lib.apply_overrides(config, o) for o in getattr(module, "get_sweep", dict)().values()]
+  runs = [
+      main_lib.apply_overrides(config, o) for o in getattr(module, "get_sweep", dict)().values()
+  ]
   for c in [config] + runs:
     if c.dataset == "digits":
       train.check_config(c)
@@ -275,7 +318,7 @@ def test_every_config_file_is_valid_or_asks_for_its_data(path):
 
 
 def test_image_folder_with_a_resnet18_and_frozen_batchnorm_chunked(tmp_path):
-  """The photograph path: decode, augment, ResNet-18 in inference-mode BatchNorm, chunked gradient."""
+  """The photo path: decode, augment, ResNet-18 with inference-mode BatchNorm, chunked gradient."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   rng = np.random.default_rng(0)
@@ -286,9 +329,18 @@ def test_image_folder_with_a_resnet18_and_frozen_batchnorm_chunked(tmp_path):
         image = rng.integers(0, 256, size=(40, 36, 3), dtype=np.uint8)
         (tmp_path / "data" / split / c / f"{i}.png").write_bytes(tf.io.encode_png(image).numpy())
   config = dataclasses.replace(
-      TINY, dataset="image_folder", data_dir=str(tmp_path / "data"), model="resnet18",
-      freeze_batchnorm=True, chunk_size=4, batch_size=8, samples_per_class=4, image_size=32,
-      resize_size=36, num_steps=2, eval_every=2,
+      TINY,
+      dataset="image_folder",
+      data_dir=str(tmp_path / "data"),
+      model="resnet18",
+      freeze_batchnorm=True,
+      chunk_size=4,
+      batch_size=8,
+      samples_per_class=4,
+      image_size=32,
+      resize_size=36,
+      num_steps=2,
+      eval_every=2,
   )
   metrics = train.train_and_evaluate(config, str(tmp_path / "run"))
   assert metrics["step"] == 2 and 0 <= metrics["map@r"] <= 1
