@@ -4,8 +4,12 @@ Command:
 
     python -m experiments.main --config experiments/configs/tiny.py --workdir /tmp/tiny
 
-Expected result: finishes in seconds; the metrics are those of a barely trained network (R@1 about
-0.9 on the unseen digits; the point is that every part of the loop runs).
+Expected result (9 s on a 2-core CPU, 2026-11-22): the metrics of a barely trained 8-channel
+network, whose point is that every part of the loop runs:
+
+    run             R@1    R@2    R@4    R@8  MAP@R    mAP  mAP_T
+    -------------------------------------------------------------
+    fastap        0.559  0.731  0.855  0.933  0.168  0.348  0.348
 """
 
 from experiments import train
