@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   logging.getLogger("absl").setLevel(logging.WARNING)
   start = time.perf_counter()
   results = run(args.config, args.workdir, args.set)
-  print(f"\nTest split (classes unseen in training), {args.config}:\n")
+  print(f"\nTest split (classes unseen in training), {' '.join([args.config, *args.set])}:\n")
   print(train.format_table(results))
   curves = "curves.png" if len(results) == 1 else "*/curves.png"
   print(
