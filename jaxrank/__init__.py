@@ -1,36 +1,78 @@
-"""jaxrank: learning embeddings by optimising rank-based retrieval metrics, in JAX."""
+"""jaxrank: learning embeddings by optimising rank-based retrieval metrics, in JAX.
 
-from jaxrank import memory as memory
-from jaxrank.blackbox import blackbox_ap_loss as blackbox_ap_loss
-from jaxrank.blackbox import blackbox_recall_loss as blackbox_recall_loss
-from jaxrank.chunked import chunked_value_and_grad as chunked_value_and_grad
+The public API is what `__all__` lists: the functions below, the `hashing`, `memory` and `types`
+namespaces, and (with the `train` extra) the `jaxrank.models` and `jaxrank.data` subpackages. The
+implementation lives in `jaxrank._src` and is private.
+"""
+
 from jaxrank import hashing as hashing
-from jaxrank.hashing import hamming_tie_aware_ap_metric as hamming_tie_aware_ap_metric
-from jaxrank.hashing import hamming_tie_aware_ndcg_metric as hamming_tie_aware_ndcg_metric
-from jaxrank.hashing import simplified_tie_aware_ap_loss as simplified_tie_aware_ap_loss
-from jaxrank.hashing import simplified_tie_aware_ndcg_loss as simplified_tie_aware_ndcg_loss
-from jaxrank.hashing import tie_aware_ap_loss as tie_aware_ap_loss
-from jaxrank.hashing import tie_aware_ndcg_loss as tie_aware_ndcg_loss
-from jaxrank.histogram import class_balancing_weights as class_balancing_weights
-from jaxrank.histogram import fastap_loss as fastap_loss
-from jaxrank.histogram import soft_binning_ap_loss as soft_binning_ap_loss
-from jaxrank.metrics import ap_metric as ap_metric
-from jaxrank.metrics import map_at_r_metric as map_at_r_metric
-from jaxrank.metrics import ndcg_metric as ndcg_metric
-from jaxrank.metrics import precision_at_k_metric as precision_at_k_metric
-from jaxrank.metrics import recall_at_k_metric as recall_at_k_metric
-from jaxrank.metrics import tie_aware_ap_metric as tie_aware_ap_metric
-from jaxrank.metrics import tie_aware_ndcg_metric as tie_aware_ndcg_metric
-from jaxrank.ranking import blackbox_ranks as blackbox_ranks
-from jaxrank.retrieval import batch_retrieval as batch_retrieval
-from jaxrank.retrieval import evaluate_retrieval as evaluate_retrieval
-from jaxrank.smooth_rank import calibration_loss as calibration_loss
-from jaxrank.smooth_rank import decomposability_gap as decomposability_gap
-from jaxrank.smooth_rank import roadmap_loss as roadmap_loss
-from jaxrank.smooth_rank import smoothap_loss as smoothap_loss
-from jaxrank.smooth_rank import supap_loss as supap_loss
-from jaxrank.sharded import sharded_batch_retrieval as sharded_batch_retrieval
-from jaxrank.sharded import sharded_loss as sharded_loss
-from jaxrank.sharded import sharded_mean as sharded_mean
+from jaxrank import memory as memory
+from jaxrank import types as types
+from jaxrank._src.blackbox import blackbox_ap_loss as blackbox_ap_loss
+from jaxrank._src.blackbox import blackbox_recall_loss as blackbox_recall_loss
+from jaxrank._src.chunked import chunked_value_and_grad as chunked_value_and_grad
+from jaxrank._src.hashing import hamming_tie_aware_ap_metric as hamming_tie_aware_ap_metric
+from jaxrank._src.hashing import hamming_tie_aware_ndcg_metric as hamming_tie_aware_ndcg_metric
+from jaxrank._src.hashing import simplified_tie_aware_ap_loss as simplified_tie_aware_ap_loss
+from jaxrank._src.hashing import simplified_tie_aware_ndcg_loss as simplified_tie_aware_ndcg_loss
+from jaxrank._src.hashing import tie_aware_ap_loss as tie_aware_ap_loss
+from jaxrank._src.hashing import tie_aware_ndcg_loss as tie_aware_ndcg_loss
+from jaxrank._src.histogram import class_balancing_weights as class_balancing_weights
+from jaxrank._src.histogram import fastap_loss as fastap_loss
+from jaxrank._src.histogram import soft_binning_ap_loss as soft_binning_ap_loss
+from jaxrank._src.metrics import ap_metric as ap_metric
+from jaxrank._src.metrics import map_at_r_metric as map_at_r_metric
+from jaxrank._src.metrics import ndcg_metric as ndcg_metric
+from jaxrank._src.metrics import precision_at_k_metric as precision_at_k_metric
+from jaxrank._src.metrics import recall_at_k_metric as recall_at_k_metric
+from jaxrank._src.metrics import tie_aware_ap_metric as tie_aware_ap_metric
+from jaxrank._src.metrics import tie_aware_ndcg_metric as tie_aware_ndcg_metric
+from jaxrank._src.ranking import blackbox_ranks as blackbox_ranks
+from jaxrank._src.retrieval import batch_retrieval as batch_retrieval
+from jaxrank._src.retrieval import evaluate_retrieval as evaluate_retrieval
+from jaxrank._src.sharded import sharded_batch_retrieval as sharded_batch_retrieval
+from jaxrank._src.sharded import sharded_loss as sharded_loss
+from jaxrank._src.sharded import sharded_mean as sharded_mean
+from jaxrank._src.smooth_rank import calibration_loss as calibration_loss
+from jaxrank._src.smooth_rank import decomposability_gap as decomposability_gap
+from jaxrank._src.smooth_rank import roadmap_loss as roadmap_loss
+from jaxrank._src.smooth_rank import smoothap_loss as smoothap_loss
+from jaxrank._src.smooth_rank import supap_loss as supap_loss
 
 __version__ = "0.1.0.dev0"
+
+__all__ = [
+    "ap_metric",
+    "batch_retrieval",
+    "blackbox_ap_loss",
+    "blackbox_ranks",
+    "blackbox_recall_loss",
+    "calibration_loss",
+    "chunked_value_and_grad",
+    "class_balancing_weights",
+    "decomposability_gap",
+    "evaluate_retrieval",
+    "fastap_loss",
+    "hamming_tie_aware_ap_metric",
+    "hamming_tie_aware_ndcg_metric",
+    "hashing",
+    "map_at_r_metric",
+    "memory",
+    "ndcg_metric",
+    "precision_at_k_metric",
+    "recall_at_k_metric",
+    "roadmap_loss",
+    "sharded_batch_retrieval",
+    "sharded_loss",
+    "sharded_mean",
+    "simplified_tie_aware_ap_loss",
+    "simplified_tie_aware_ndcg_loss",
+    "smoothap_loss",
+    "soft_binning_ap_loss",
+    "supap_loss",
+    "tie_aware_ap_loss",
+    "tie_aware_ap_metric",
+    "tie_aware_ndcg_loss",
+    "tie_aware_ndcg_metric",
+    "types",
+]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import jaxrank
-from jaxrank import ranking
+from jaxrank._src import ranking
 
 # ---------------------------------------------------------------------------------------------
 # numpy references, from Rolinek et al. 2020 (Algorithm 1, eq. 14-22).

@@ -20,7 +20,7 @@ import reference_hashing as ref
 from jax import test_util as jtu
 
 import jaxrank
-from jaxrank import hashing
+from jaxrank._src import hashing
 
 
 class Case(NamedTuple):

@@ -16,7 +16,7 @@ import reference_histogram as ref
 from jax import test_util as jtu
 
 import jaxrank
-from jaxrank import histogram
+from jaxrank._src import histogram
 
 
 class Case(NamedTuple):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import jaxrank
-from jaxrank import retrieval
+from jaxrank._src import retrieval
 import reference
 
 # ---------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import reference_smooth_rank as ref
 from jax.test_util import check_grads
 
 import jaxrank
-from jaxrank import smooth_rank as sr
+from jaxrank._src import smooth_rank as sr
 
 
 class Case(NamedTuple):

@@ -13,8 +13,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxrank import _utils
-from jaxrank import ranking
+from jaxrank import types
+from jaxrank._src import checks
+from jaxrank._src import lists
+from jaxrank._src import ranking
 
 
 def _ranks_of_relevant_items(fn, scores, labels, where, lam, margin):
@@ -24,11 +26,11 @@ def _ranks_of_relevant_items(fn, scores, labels, where, lam, margin):
   relevant items (constants: they follow from the same sort and, as in the authors' code, carry no
   gradient), the relevance mask, and the number of relevant items per list.
   """
-  scores, labels, where = _utils.check_lists(fn, scores, labels, where)
+  scores, labels, where = checks.check_lists(fn, scores, labels, where)
   lam = ranking.check_lam(fn, lam)
   if isinstance(margin, (int, float)) and margin < 0:
     raise ValueError(f"{fn}: margin must be non-negative, got {margin}.")
-  dtype = _utils.compute_dtype(scores.dtype)
+  dtype = lists.compute_dtype(scores.dtype)
   relevant = where & (labels >= 1)
   # Eq. 14: positives move down and negatives up by half the margin.
   shifted = scores.astype(dtype) + jnp.where(relevant, -0.5, 0.5) * jnp.asarray(margin, dtype)
@@ -57,7 +59,7 @@ def blackbox_ap_loss(
     where: jax.typing.ArrayLike | None = None,
     lam: jax.typing.ArrayLike = 0.2,
     margin: float = 0.02,
-    reduce_fn: _utils.ReduceFn = jnp.mean,
+    reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""RaMBO's Average Precision loss: exact AP, blackbox gradient (Rolinek et al. 2020, eq. 21-22).
 
@@ -111,7 +113,7 @@ def blackbox_ap_loss(
   )
   precision = relevant_ranks / jnp.where(relevant, ranks, 1)
   ap = jnp.sum(jnp.where(relevant, precision, 0), axis=-1) / jnp.maximum(num_relevant, 1)
-  return _utils.safe_reduce(1 - ap, num_relevant > 0, reduce_fn)
+  return lists.safe_reduce(1 - ap, num_relevant > 0, reduce_fn)
 
 
 def blackbox_recall_loss(
@@ -122,7 +124,7 @@ def blackbox_recall_loss(
     lam: jax.typing.ArrayLike = 0.2,
     margin: float = 0.02,
     weight_fn: Callable[[jax.Array], jax.Array] = jnp.log1p,
-    reduce_fn: _utils.ReduceFn = jnp.mean,
+    reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""RaMBO's recall loss: a weighted sum of Recall@K losses over all K (Rolinek et al. 2020, eq. 16-20).
 
@@ -166,4 +168,4 @@ def blackbox_recall_loss(
   outrun = jnp.where(relevant, ranks - relevant_ranks, 0)
   weight = weight_fn(outrun)
   loss = jnp.sum(jnp.where(relevant, weight, 0), axis=-1) / jnp.maximum(num_relevant, 1)
-  return _utils.safe_reduce(loss, num_relevant > 0, reduce_fn)
+  return lists.safe_reduce(loss, num_relevant > 0, reduce_fn)

@@ -18,24 +18,24 @@ price is a second forward pass.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-PyTree = Any
+from jaxrank import types
 
 
-def _split(tree: PyTree, num_chunks: int) -> PyTree:
+
+def _split(tree: types.PyTree, num_chunks: int) -> types.PyTree:
   return jax.tree.map(lambda x: x.reshape(num_chunks, x.shape[0] // num_chunks, *x.shape[1:]), tree)
 
 
 def chunked_value_and_grad(
-    embed_fn: Callable[[PyTree, PyTree], jax.Array],
-    loss_fn: Callable[[jax.Array, PyTree], jax.Array],
+    embed_fn: Callable[[types.PyTree, types.PyTree], jax.Array],
+    loss_fn: Callable[[jax.Array, types.PyTree], jax.Array],
     *,
     chunk_size: int,
-) -> Callable[[PyTree, PyTree, PyTree], tuple[jax.Array, PyTree]]:
+) -> Callable[[types.PyTree, types.PyTree, types.PyTree], tuple[jax.Array, types.PyTree]]:
   """Returns `f(params, inputs, labels) -> (loss, grad_params)` computed in chunks of the batch.
 
   `f` gives the value and gradient of `loss_fn(embed_fn(params, inputs), labels)` over the whole

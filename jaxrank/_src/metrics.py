@@ -28,21 +28,21 @@ differentiable (their gradient is zero almost everywhere); the losses approximat
 
 from __future__ import annotations
 
-from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _utils
-from jaxrank import ranking
+from jaxrank import types
+from jaxrank._src import checks
+from jaxrank._src import lists
+from jaxrank._src import ranking
 
-ReduceFn = Callable[..., jax.Array] | None
 
 
 def _sorted_relevant(fn, scores, labels, where):
   """Sorts lists into tie groups and returns what the rank metrics need, in sorted order."""
-  scores, labels, where = _utils.check_lists(fn, scores, labels, where)
-  dtype = _utils.compute_dtype(scores.dtype)
+  scores, labels, where = checks.check_lists(fn, scores, labels, where)
+  dtype = lists.compute_dtype(scores.dtype)
   groups = ranking.tie_groups(scores, labels.astype(dtype), where)
   relevant = groups.valid & (groups.labels >= 1)
   stats = ranking.list_relevant_statistics(groups, relevant, dtype)
@@ -51,33 +51,30 @@ def _sorted_relevant(fn, scores, labels, where):
   return scores, where, dtype, relevant, stats, num_relevant, num_valid
 
 
-def _finish(values, scores, where, valid_lists, reduce_fn):
-  return _utils.safe_reduce(_utils.nan_if_any(values, scores, where), valid_lists, reduce_fn)
+# Per-list values from `ranking.RelevantItemStatistics`, shared with `evaluate_retrieval`, which
+# computes the same statistics by counting instead of sorting. `relevant` masks the entries of the
+# last axis that are relevant items; `num_relevant` counts them.
 
 
-# The reductions below are shared with `evaluate_retrieval`, which computes the same statistics by
-# counting instead of sorting. `relevant` masks the entries of the last axis that are relevant items.
-
-
-def _average_precision(stats, relevant, num_relevant, dtype):
+def ap_from_statistics(stats, relevant, num_relevant, dtype):
   precision = stats.hits.astype(dtype) / jnp.maximum(stats.rank, 1).astype(dtype)
   total = jnp.sum(jnp.where(relevant, precision, 0), axis=-1)
   return total / jnp.maximum(num_relevant, 1).astype(dtype)
 
 
-def _tie_aware_average_precision(stats, relevant, num_relevant, dtype):
+def tie_aware_ap_from_statistics(stats, relevant, num_relevant, dtype):
   total = jnp.sum(jnp.where(relevant, stats.expected_precision, 0), axis=-1)
   return total / jnp.maximum(num_relevant, 1).astype(dtype)
 
 
-def _map_at_r(stats, relevant, num_relevant, dtype):
+def map_at_r_from_statistics(stats, relevant, num_relevant, dtype):
   in_top_r = relevant & (stats.rank <= num_relevant[..., None])
   precision = stats.hits.astype(dtype) / jnp.maximum(stats.rank, 1).astype(dtype)
   total = jnp.sum(jnp.where(in_top_r, precision, 0), axis=-1)
   return total / jnp.maximum(num_relevant, 1).astype(dtype)
 
 
-def _recall_at_k(stats, relevant, k, dtype):
+def recall_at_k_from_statistics(stats, relevant, k, dtype):
   return jnp.any(relevant & (stats.rank <= k), axis=-1).astype(dtype)
 
 
@@ -86,7 +83,7 @@ def ap_metric(
     labels: jax.typing.ArrayLike,
     *,
     where: jax.typing.ArrayLike | None = None,
-    reduce_fn: ReduceFn = jnp.mean,
+    reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Average Precision of each list, ties ranked pessimistically.
 
@@ -115,8 +112,8 @@ def ap_metric(
   scores, where, dtype, relevant, stats, num_rel, _ = _sorted_relevant(
       "ap_metric", scores, labels, where
   )
-  values = _average_precision(stats, relevant, num_rel, dtype)
-  return _finish(values, scores, where, num_rel > 0, reduce_fn)
+  values = ap_from_statistics(stats, relevant, num_rel, dtype)
+  return lists.finish(values, scores, where, num_rel > 0, reduce_fn)
 
 
 def tie_aware_ap_metric(
@@ -124,7 +121,7 @@ def tie_aware_ap_metric(
     labels: jax.typing.ArrayLike,
     *,
     where: jax.typing.ArrayLike | None = None,
-    reduce_fn: ReduceFn = jnp.mean,
+    reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Tie-aware Average Precision: the mean of AP over every ordering of tied items.
 
@@ -158,8 +155,8 @@ def tie_aware_ap_metric(
   scores, where, dtype, relevant, stats, num_rel, _ = _sorted_relevant(
       "tie_aware_ap_metric", scores, labels, where
   )
-  values = _tie_aware_average_precision(stats, relevant, num_rel, dtype)
-  return _finish(values, scores, where, num_rel > 0, reduce_fn)
+  values = tie_aware_ap_from_statistics(stats, relevant, num_rel, dtype)
+  return lists.finish(values, scores, where, num_rel > 0, reduce_fn)
 
 
 def map_at_r_metric(
@@ -167,7 +164,7 @@ def map_at_r_metric(
     labels: jax.typing.ArrayLike,
     *,
     where: jax.typing.ArrayLike | None = None,
-    reduce_fn: ReduceFn = jnp.mean,
+    reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""MAP@R (Musgrave et al. 2020): AP truncated at R, the number of relevant items of the list.
 
@@ -195,8 +192,8 @@ def map_at_r_metric(
   scores, where, dtype, relevant, stats, num_rel, _ = _sorted_relevant(
       "map_at_r_metric", scores, labels, where
   )
-  values = _map_at_r(stats, relevant, num_rel, dtype)
-  return _finish(values, scores, where, num_rel > 0, reduce_fn)
+  values = map_at_r_from_statistics(stats, relevant, num_rel, dtype)
+  return lists.finish(values, scores, where, num_rel > 0, reduce_fn)
 
 
 def recall_at_k_metric(
@@ -205,7 +202,7 @@ def recall_at_k_metric(
     *,
     k: int,
     where: jax.typing.ArrayLike | None = None,
-    reduce_fn: ReduceFn = jnp.mean,
+    reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Recall@k as reported in metric learning: 1 if a relevant item is in the top `k`, else 0.
 
@@ -229,12 +226,12 @@ def recall_at_k_metric(
   >>> float(recall_at_k_metric(scores, labels, k=2)), float(recall_at_k_metric(scores, labels, k=3))
   (0.0, 1.0)
   """
-  _utils.check_positive_int("recall_at_k_metric", "k", k)
+  checks.check_positive_int("recall_at_k_metric", "k", k)
   scores, where, dtype, relevant, stats, num_rel, _ = _sorted_relevant(
       "recall_at_k_metric", scores, labels, where
   )
-  values = _recall_at_k(stats, relevant, k, dtype)
-  return _finish(values, scores, where, num_rel > 0, reduce_fn)
+  values = recall_at_k_from_statistics(stats, relevant, k, dtype)
+  return lists.finish(values, scores, where, num_rel > 0, reduce_fn)
 
 
 def precision_at_k_metric(
@@ -243,7 +240,7 @@ def precision_at_k_metric(
     *,
     k: int,
     where: jax.typing.ArrayLike | None = None,
-    reduce_fn: ReduceFn = jnp.mean,
+    reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Precision@k: the fraction of relevant items among the top `k`.
 
@@ -268,39 +265,30 @@ def precision_at_k_metric(
   >>> float(precision_at_k_metric(jnp.array([0.9, 0.8, 0.7]), jnp.array([1, 0, 1]), k=2))
   0.5
   """
-  _utils.check_positive_int("precision_at_k_metric", "k", k)
+  checks.check_positive_int("precision_at_k_metric", "k", k)
   scores, where, dtype, relevant, stats, num_rel, num_valid = _sorted_relevant(
       "precision_at_k_metric", scores, labels, where
   )
   hits = jnp.sum(relevant & (stats.rank <= k), axis=-1).astype(dtype)
   values = hits / jnp.maximum(jnp.minimum(num_valid, k), 1).astype(dtype)
-  return _finish(values, scores, where, num_rel > 0, reduce_fn)
+  return lists.finish(values, scores, where, num_rel > 0, reduce_fn)
 
 
 def _ndcg(fn, scores, labels, where, topn, reduce_fn, tie_aware):
-  _utils.check_positive_int(fn, "topn", topn, allow_none=True)
-  scores, labels, where = _utils.check_lists(fn, scores, labels, where)
-  dtype = _utils.compute_dtype(scores.dtype)
-  n = scores.shape[-1]
+  checks.check_positive_int(fn, "topn", topn, allow_none=True)
+  scores, labels, where = checks.check_lists(fn, scores, labels, where)
+  dtype = lists.compute_dtype(scores.dtype)
   groups = ranking.tie_groups(scores, labels.astype(dtype), where)
-  gains = jnp.where(groups.valid, jnp.exp2(groups.labels) - 1, 0)
-  position = jnp.arange(1, n + 1, dtype=dtype)
-  discount = 1 / jnp.log2(1 + position)
-  if topn is not None:
-    discount = jnp.where(position <= topn, discount, 0)
+  gains = ranking.gains(groups.labels, groups.valid, dtype)
+  discount = ranking.discounts(scores.shape[-1], dtype, topn=topn)
   if tie_aware:
     # He et al. 2018, eq. 7: each position of a tie group receives the group's mean gain.
     _, group_gain = ranking.segment_totals(groups, gains)
     gains = jnp.where(groups.valid, group_gain / groups.group_size.astype(dtype), 0)
   dcg = jnp.sum(gains * discount, axis=-1)
-  # The barrier stops XLA from constant-folding this sort when the labels are constants captured
-  # by jit (folding a [1024, 1024] sort took minutes of compile time).
-  valid_gains = jnp.where(where, jnp.exp2(labels.astype(dtype)) - 1, 0)
-  valid_gains = jax.lax.optimization_barrier(valid_gains)
-  ideal_gains = -jnp.sort(-valid_gains, axis=-1)
-  ideal = jnp.sum(ideal_gains * discount, axis=-1)
+  ideal = ranking.ideal_dcg(ranking.gains(labels, where, dtype), topn=topn)
   values = dcg / jnp.where(ideal > 0, ideal, 1)
-  return _finish(values, scores, where, ideal > 0, reduce_fn)
+  return lists.finish(values, scores, where, ideal > 0, reduce_fn)
 
 
 def ndcg_metric(
@@ -309,7 +297,7 @@ def ndcg_metric(
     *,
     topn: int | None = None,
     where: jax.typing.ArrayLike | None = None,
-    reduce_fn: ReduceFn = jnp.mean,
+    reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Normalised Discounted Cumulative Gain with graded labels, ties ranked pessimistically.
 
@@ -344,7 +332,7 @@ def tie_aware_ndcg_metric(
     *,
     topn: int | None = None,
     where: jax.typing.ArrayLike | None = None,
-    reduce_fn: ReduceFn = jnp.mean,
+    reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Tie-aware NDCG: the mean of NDCG over every ordering of tied items.
 

@@ -16,9 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _utils
-from jaxrank import metrics
-from jaxrank import ranking
+from jaxrank._src import checks
+from jaxrank._src import lists
+from jaxrank._src import metrics
+from jaxrank._src import ranking
 
 
 def _inverse_norms(x: jax.Array, dtype) -> jax.Array:
@@ -34,7 +35,7 @@ def cosine_similarity(x: jax.Array, y: jax.Array) -> jax.Array:
   rows of one norm (binary codes, for instance) whose dot products are equal get bit-identical
   similarities, and ties stay ties. A zero row has similarity 0 with everything.
   """
-  dtype = _utils.compute_dtype(jnp.result_type(x, y))
+  dtype = lists.compute_dtype(jnp.result_type(x, y))
   dots = jnp.matmul(x, y.T, preferred_element_type=dtype)
   return dots * _inverse_norms(x, dtype)[:, None] * _inverse_norms(y, dtype)[None, :]
 
@@ -238,12 +239,12 @@ def _evaluate_chunk(queries, self_index, relevant_index, relevant_ok, gallery, g
   )
   num_rel = jnp.sum(relevant_ok, axis=-1)
   out = {
-      "map@r": metrics._map_at_r(stats, relevant_ok, num_rel, dtype),
-      "map": metrics._average_precision(stats, relevant_ok, num_rel, dtype),
-      "tie_aware_map": metrics._tie_aware_average_precision(stats, relevant_ok, num_rel, dtype),
+      "map@r": metrics.map_at_r_from_statistics(stats, relevant_ok, num_rel, dtype),
+      "map": metrics.ap_from_statistics(stats, relevant_ok, num_rel, dtype),
+      "tie_aware_map": metrics.tie_aware_ap_from_statistics(stats, relevant_ok, num_rel, dtype),
   }
   for k in ks:
-    out[f"recall@{k}"] = metrics._recall_at_k(stats, relevant_ok, k, dtype)
+    out[f"recall@{k}"] = metrics.recall_at_k_from_statistics(stats, relevant_ok, k, dtype)
   return out, num_rel
 
 
@@ -319,8 +320,8 @@ def evaluate_retrieval(
   if not ks:
     raise ValueError(f"{fn}: ks must name at least one cut-off.")
   for k in ks:
-    _utils.check_positive_int(fn, "each k in ks", k)
-  _utils.check_positive_int(fn, "chunk_size", chunk_size)
+    checks.check_positive_int(fn, "each k in ks", k)
+  checks.check_positive_int(fn, "chunk_size", chunk_size)
   queries = _as_embeddings(fn, "query_embeddings", query_embeddings)
   q_labels = _as_labels(fn, "query_labels", query_labels, queries.shape[0])
   if gallery_embeddings is None:

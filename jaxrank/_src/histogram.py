@@ -46,16 +46,17 @@ tensor is built, in the forward pass or in the gradient. Through `jaxrank.batch_
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _utils
+from jaxrank import types
+from jaxrank._src import checks
+from jaxrank._src import lists
+from jaxrank._src import ranking
 
-ReduceFn = Callable[..., jax.Array] | None
 
 
 class SoftHistograms(NamedTuple):
@@ -78,7 +79,7 @@ class SoftHistograms(NamedTuple):
 @functools.partial(
     jax.jit, static_argnames=("num_centres", "first_centre", "last_centre", "dtype")
 )
-def _soft_histograms(values, relevance, where, *, num_centres, first_centre, last_centre, dtype):
+def soft_histograms_unchecked(values, relevance, where, *, num_centres, first_centre, last_centre, dtype):
   """`soft_histograms` on checked inputs (relevance already 0 where masked, in `dtype`)."""
   m = num_centres
   batch, n = values.shape[:-1], values.shape[-1]
@@ -160,17 +161,17 @@ def soft_histograms(
   ([1.25, 0.75, 0.0], [1.25, 0.75, 1.0])
   """
   fn = "soft_histograms"
-  _utils.check_int_at_least(fn, "num_centres", num_centres, 2)
+  checks.check_int_at_least(fn, "num_centres", num_centres, 2)
   first_centre, last_centre = float(first_centre), float(last_centre)
   if not (np.isfinite(first_centre) and np.isfinite(last_centre)) or first_centre == last_centre:
     raise ValueError(
         f"{fn}: first_centre and last_centre must be finite and different, got {first_centre} "
         f"and {last_centre}."
     )
-  values, relevance, where = _utils.check_lists(fn, values, relevance, where)
-  dtype = _utils.compute_dtype(values.dtype)
+  values, relevance, where = checks.check_lists(fn, values, relevance, where)
+  dtype = lists.compute_dtype(values.dtype)
   relevance = jnp.where(where, relevance.astype(dtype), jnp.zeros((), dtype))
-  return _soft_histograms(
+  return soft_histograms_unchecked(
       values,
       relevance,
       where,
@@ -201,7 +202,8 @@ def _squared_distance(scores):
   return 2 - 2 * scores
 
 
-def _identity(scores):
+def identity(scores):
+  """The scores themselves: the values binned by the losses on similarities."""
   return scores
 
 
@@ -218,9 +220,9 @@ def binned_ap_estimates(
   `jaxrank.hashing`): relevance histograms of `to_values(scores)`, then
   `estimator(histograms, num_relevant)`. Inputs are checked by the caller.
   """
-  dtype = _utils.compute_dtype(scores.dtype)
+  dtype = lists.compute_dtype(scores.dtype)
   relevant = where & (labels >= 1)
-  hist = _soft_histograms(
+  hist = soft_histograms_unchecked(
       to_values(scores.astype(dtype)),
       relevant.astype(dtype),
       where,
@@ -231,16 +233,16 @@ def binned_ap_estimates(
   )
   num_relevant = jnp.sum(relevant, axis=-1)
   values = estimator(hist, num_relevant)
-  return _utils.nan_if_any(values, scores, where), num_relevant > 0
+  return lists.nan_if_any(values, scores, where), num_relevant > 0
 
 
 def _binned_ap_loss(fn, scores, labels, where, weights, reduce_fn, **binning):
   """Checks, the per-list losses, and the (weighted) reduction: the body of both losses."""
-  scores, labels, where = _utils.check_lists(fn, scores, labels, where)
-  dtype = _utils.compute_dtype(scores.dtype)
-  weights = _utils.check_list_weights(fn, weights, scores.shape, dtype)
+  scores, labels, where = checks.check_lists(fn, scores, labels, where)
+  dtype = lists.compute_dtype(scores.dtype)
+  weights = checks.check_list_weights(fn, weights, scores.shape, dtype)
   values, valid = binned_ap_estimates(scores, labels, where, estimator=_histogram_ap, **binning)
-  return _utils.safe_reduce(1 - values, valid, reduce_fn, weights=weights)
+  return lists.safe_reduce(1 - values, valid, reduce_fn, weights=weights)
 
 
 def fastap_loss(
@@ -249,7 +251,7 @@ def fastap_loss(
     *,
     where: jax.typing.ArrayLike | None = None,
     num_bins: int = 10,
-    reduce_fn: ReduceFn = jnp.mean,
+    reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""1 - FastAP (Cakir et al. 2019), the histogram approximation of AP on squared distances.
 
@@ -304,7 +306,7 @@ def fastap_loss(
   0.2556
   """
   fn = "fastap_loss"
-  _utils.check_int_at_least(fn, "num_bins", num_bins, 2)
+  checks.check_int_at_least(fn, "num_bins", num_bins, 2)
   return _binned_ap_loss(
       fn,
       scores,
@@ -326,7 +328,7 @@ def soft_binning_ap_loss(
     where: jax.typing.ArrayLike | None = None,
     weights: jax.typing.ArrayLike | None = None,
     num_bins: int = 20,
-    reduce_fn: ReduceFn = jnp.mean,
+    reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""1 - mAP_Q (Revaud et al. 2019), the quantized AP of similarities soft-binned on `[-1, 1]`.
 
@@ -396,7 +398,7 @@ def soft_binning_ap_loss(
   [0.1667, 0.125]
   """
   fn = "soft_binning_ap_loss"
-  _utils.check_int_at_least(fn, "num_bins", num_bins, 2)
+  checks.check_int_at_least(fn, "num_bins", num_bins, 2)
   return _binned_ap_loss(
       fn,
       scores,
@@ -404,7 +406,7 @@ def soft_binning_ap_loss(
       where,
       weights,
       reduce_fn,
-      to_values=_identity,
+      to_values=identity,
       num_centres=num_bins,
       first_centre=1.0,
       last_centre=-1.0,
@@ -471,9 +473,7 @@ def _class_balancing_weights(labels, where):
   invalid = (~where).astype(jnp.int32)
   invalid_s, labels_s, order = jax.lax.sort((invalid, labels, iota), num_keys=2)
   differs = (labels_s[1:] != labels_s[:-1]) | (invalid_s[1:] != invalid_s[:-1])
-  edge = jnp.ones((1,), bool)
-  start = jax.lax.cummax(jnp.where(jnp.concatenate([edge, differs]), iota, 0))
-  end = jax.lax.cummin(jnp.where(jnp.concatenate([differs, edge]), iota, b - 1), reverse=True)
+  start, end = ranking.run_bounds(differs)
   count = jnp.zeros((b,), jnp.int32).at[order].set(end - start + 1).astype(dtype)
   inverse = jnp.where(where, 1 / count, jnp.zeros((), dtype))
   num_classes = jnp.sum(inverse)  # Each class's queries add up to 1.

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxrank import _utils
+from jaxrank._src import lists
 
 
 class TieGroups(NamedTuple):
@@ -62,7 +62,6 @@ def tie_groups(scores: jax.Array, labels: jax.Array, where: jax.Array) -> TieGro
     A `TieGroups` whose arrays are `[..., n]`. One stable sort of the last axis: O(n log n) time,
     O(n) memory per list. Scores `0.0` and `-0.0` are one group; each NaN is a group of its own.
   """
-  n = scores.shape[-1]
   invalid = (~where).astype(jnp.int32)
   neg = -scores
   neg = jnp.where(neg == 0, jnp.zeros_like(neg), neg)  # -0.0 and 0.0 sort as one key.
@@ -71,11 +70,7 @@ def tie_groups(scores: jax.Array, labels: jax.Array, where: jax.Array) -> TieGro
       (invalid, neg, labels, iota), dimension=scores.ndim - 1, is_stable=True, num_keys=3
   )
   differs = (neg_s[..., 1:] != neg_s[..., :-1]) | (invalid_s[..., 1:] != invalid_s[..., :-1])
-  first = jnp.ones(scores.shape[:-1] + (1,), dtype=bool)
-  starts = jnp.concatenate([first, differs], axis=-1)
-  ends = jnp.concatenate([differs, first], axis=-1)
-  start = lax.cummax(jnp.where(starts, iota, 0), axis=scores.ndim - 1)
-  end = lax.cummin(jnp.where(ends, iota, n - 1), axis=scores.ndim - 1, reverse=True)
+  start, end = run_bounds(differs)
   return TieGroups(
       order=order,
       valid=invalid_s == 0,
@@ -103,6 +98,53 @@ def segment_totals(groups: TieGroups, values: jax.Array) -> tuple[jax.Array, jax
   last = groups.num_above + groups.group_size - 1
   within = jnp.take_along_axis(inclusive, last, axis=axis) - above
   return above, within
+
+
+def run_bounds(differs: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """The first and last position of the run of equal keys that each position of a sorted axis is in.
+
+  Args:
+    differs: `[..., n - 1]` boolean, whether sorted neighbours `i` and `i + 1` have different keys.
+
+  Returns:
+    `(start, end)`, each `[..., n]` int32: the positions where each item's run begins and ends
+    (inclusive). Two cumulative extrema: O(n) time and memory per list.
+  """
+  axis = differs.ndim - 1
+  n = differs.shape[-1] + 1
+  iota = lax.broadcasted_iota(jnp.int32, differs.shape[:-1] + (n,), axis)
+  edge = jnp.ones(differs.shape[:-1] + (1,), dtype=bool)
+  start = lax.cummax(jnp.where(jnp.concatenate([edge, differs], axis=-1), iota, 0), axis=axis)
+  end = lax.cummin(
+      jnp.where(jnp.concatenate([differs, edge], axis=-1), iota, n - 1), axis=axis, reverse=True
+  )
+  return start, end
+
+
+def gains(labels: jax.Array, where: jax.Array, dtype) -> jax.Array:
+  """The NDCG gains `2**label - 1` of valid items, 0 where masked, in `dtype`."""
+  return jnp.where(where, jnp.exp2(labels.astype(dtype)) - 1, jnp.zeros((), dtype))
+
+
+def ideal_dcg(gains: jax.Array, *, topn: int | None = None) -> jax.Array:
+  """DCG `[...]` of the gains `[..., n]` sorted in decreasing order (discount `1/log2(1 + i)`, the
+  first `topn` positions when given): one sort per list.
+
+  The barrier keeps XLA from constant-folding the sort when the labels are compile-time constants
+  (closed over by a jitted function), which takes minutes for a `[1024, 1024]` matrix on CPU.
+  """
+  gains = jax.lax.optimization_barrier(gains)
+  discount = discounts(gains.shape[-1], gains.dtype, topn=topn)
+  return jnp.sum(-jnp.sort(-gains, axis=-1) * discount, axis=-1)
+
+
+def discounts(n: int, dtype, *, topn: int | None = None) -> jax.Array:
+  """The DCG discounts `1 / log2(1 + i)` of positions `i = 1..n` `[n]`, 0 after `topn`."""
+  position = jnp.arange(1, n + 1, dtype=dtype)
+  discount = 1 / jnp.log2(1 + position)
+  if topn is not None:
+    discount = jnp.where(position <= topn, discount, jnp.zeros_like(discount))
+  return discount
 
 
 @functools.lru_cache(maxsize=32)
@@ -245,7 +287,7 @@ def _cpu_descending_ranks(scores: jax.Array) -> jax.Array:
   shape = jax.ShapeDtypeStruct(scores.shape, scores.dtype)
   ranks = jax.pure_callback(_numpy_descending_ranks, shape, scores, vmap_method="expand_dims")
   # Inside shard_map the ranks vary over the scores' mesh axes; the callback does not record it.
-  return _utils.varying_like(ranks, scores)
+  return lists.varying_like(ranks, scores)
 
 
 def descending_ranks(scores: jax.Array) -> jax.Array:

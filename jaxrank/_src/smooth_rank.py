@@ -49,7 +49,6 @@ these losses raise.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 
 import jax
 import jax.extend
@@ -57,11 +56,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxrank import _utils
-from jaxrank import metrics
+from jaxrank import types
+from jaxrank._src import checks
+from jaxrank._src import lists
+from jaxrank._src import metrics
 
-ReduceFn = Callable[..., jax.Array] | None
-StepFn = Callable[[jax.Array], jax.Array]
+
 
 # With `chunk_size=None`, each step of the loop holds at most this many pairs (about 16 MB of
 # float32 per temporary), and never fewer than one relevant item of every list.
@@ -108,7 +108,7 @@ def heaviside_step(x: jax.typing.ArrayLike) -> jax.Array:
   Array([0., 1., 1.], dtype=float32)
   """
   x = jnp.asarray(x)
-  return _heaviside(x.astype(_utils.compute_dtype(x.dtype)))
+  return _heaviside(x.astype(lists.compute_dtype(x.dtype)))
 
 
 def sigmoid_step(x: jax.typing.ArrayLike, *, temperature: jax.typing.ArrayLike = 0.01) -> jax.Array:
@@ -240,7 +240,7 @@ def _precision_sums_fwd(positive_step, negative_step, chunk, scores, relevant, o
         lax.dynamic_update_slice_in_dim(rank_neg, above_neg, c * chunk, axis=1),
     )
 
-  zeros = _utils.varying_like(jnp.zeros((num_lists, width), scores.dtype), scores)
+  zeros = lists.varying_like(jnp.zeros((num_lists, width), scores.dtype), scores)
   rank_pos, rank_neg = lax.fori_loop(0, num_steps, body, (zeros + 1, zeros))
   in_slot = jnp.arange(width) < num_relevant[:, None]
   rank = jnp.where(in_slot, rank_pos + rank_neg, 1)
@@ -292,7 +292,7 @@ def _precision_sums_bwd(positive_step, negative_step, chunk, residuals, cotangen
     grad = grad.at[rows, items].add(-jnp.sum(ct_diff, axis=2))
     return grad, jax.tree.map(jnp.add, grad_params, ct_free)
 
-  init = (_utils.varying_like(jnp.zeros_like(scores), scores), jax.tree.map(jnp.zeros_like, free))
+  init = (lists.varying_like(jnp.zeros_like(scores), scores), jax.tree.map(jnp.zeros_like, free))
   grad, grad_free = lax.fori_loop(0, num_steps, body, init)
   return grad, None, None, grad_free
 
@@ -308,14 +308,14 @@ def _chunk_for(chunk_size: int | None, num_lists: int, n: int) -> int:
 
 def _smooth_ap_lists(scores, relevant, where, params, *, positive_step, negative_step, chunk):
   """Per-list smoothed AP `[...]` (0 without a relevant item) and the mask of lists with one."""
-  dtype = _utils.compute_dtype(scores.dtype)
+  dtype = lists.compute_dtype(scores.dtype)
   other = where & ~relevant
   relevant = where & relevant
   # The barrier stops XLA from constant-folding the slot compaction of the relevant items when the
   # labels are constants captured by jit (10-15x longer compiles at [896, 896]).
   relevant, other = jax.lax.optimization_barrier((relevant, other))
-  lists, n = scores.shape[:-1], scores.shape[-1]
-  num_lists = int(np.prod(lists, dtype=np.int64))
+  list_shape, n = scores.shape[:-1], scores.shape[-1]
+  num_lists = int(np.prod(list_shape, dtype=np.int64))
   # Masked scores are replaced before any arithmetic, so that a masked NaN or inf changes neither
   # the value nor the gradient.
   flat = jnp.where(where, scores, 0).astype(dtype).reshape(num_lists, n)
@@ -329,7 +329,7 @@ def _smooth_ap_lists(scores, relevant, where, params, *, positive_step, negative
       params,
   )
   num_relevant = jnp.sum(relevant, axis=-1)
-  return sums.reshape(lists) / jnp.maximum(num_relevant, 1).astype(dtype), num_relevant > 0
+  return sums.reshape(list_shape) / jnp.maximum(num_relevant, 1).astype(dtype), num_relevant > 0
 
 
 # Compiled once per shape for a given pair of step functions (static, hashed by identity): the
@@ -367,13 +367,13 @@ def _smooth_ap(fn, scores, labels, where, positive, negative, chunk_size):
   values it closes over become explicit parameters (and it runs unjitted, in the caller's trace,
   when there are any: a fresh converted function would compile anew at each call).
   """
-  _utils.check_positive_int(fn, "chunk_size", chunk_size, allow_none=True)
-  scores, labels, where = _utils.check_lists(fn, scores, labels, where)
-  dtype = _utils.compute_dtype(scores.dtype)
-  lists, n = scores.shape[:-1], scores.shape[-1]
-  num_lists = int(np.prod(lists, dtype=np.int64))
+  checks.check_positive_int(fn, "chunk_size", chunk_size, allow_none=True)
+  scores, labels, where = checks.check_lists(fn, scores, labels, where)
+  dtype = lists.compute_dtype(scores.dtype)
+  list_shape, n = scores.shape[:-1], scores.shape[-1]
+  num_lists = int(np.prod(list_shape, dtype=np.int64))
   if n == 0 or num_lists == 0:
-    return jnp.zeros(lists, dtype), jnp.zeros(lists, bool), scores, where
+    return jnp.zeros(list_shape, dtype), jnp.zeros(list_shape, bool), scores, where
   chunk = _chunk_for(chunk_size, num_lists, n)
   example = jax.ShapeDtypeStruct((num_lists, chunk, n), dtype)
 
@@ -400,10 +400,6 @@ def _smooth_ap(fn, scores, labels, where, positive, negative, chunk_size):
   return ap, valid, scores, where
 
 
-def _finish(values, scores, where, valid_lists, reduce_fn):
-  return _utils.safe_reduce(_utils.nan_if_any(values, scores, where), valid_lists, reduce_fn)
-
-
 # ---------------------------------------------------------------------------------------------
 # Public losses.
 
@@ -412,11 +408,11 @@ def smooth_rank_ap_loss(
     scores: jax.typing.ArrayLike,
     labels: jax.typing.ArrayLike,
     *,
-    positive_step_fn: StepFn,
-    negative_step_fn: StepFn,
+    positive_step_fn: types.StepFn,
+    negative_step_fn: types.StepFn,
     where: jax.typing.ArrayLike | None = None,
     chunk_size: int | None = None,
-    reduce_fn: ReduceFn = jnp.mean,
+    reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""`1 - AP` with ranks smoothed by the given step functions: the mechanism of every loss here.
 
@@ -472,24 +468,24 @@ def smooth_rank_ap_loss(
   positive = (positive_step_fn, None)
   negative = None if negative_step_fn is positive_step_fn else (negative_step_fn, None)
   ap, valid, scores, where = _smooth_ap(fn, scores, labels, where, positive, negative, chunk_size)
-  return _finish(1 - ap, scores, where, valid, reduce_fn)
+  return lists.finish(1 - ap, scores, where, valid, reduce_fn)
 
 
 def _check_temperature(fn, temperature):
-  _utils.check_real(
+  checks.check_real(
       fn, "temperature", temperature, above=0, hint="It is the sigmoid's temperature (0.01)."
   )
 
 
 def _check_supap(fn, tau, rho, delta):
-  _utils.check_real(fn, "tau", tau, above=0, hint="It is the sigmoid's temperature (0.01).")
-  _utils.check_real(fn, "rho", rho, at_least=0, hint="It is the slope after delta (ROADMAP: 100).")
-  _utils.check_real(fn, "delta", delta, at_least=0, hint="The linear part starts there (0.05).")
+  checks.check_real(fn, "tau", tau, above=0, hint="It is the sigmoid's temperature (0.01).")
+  checks.check_real(fn, "rho", rho, at_least=0, hint="It is the slope after delta (ROADMAP: 100).")
+  checks.check_real(fn, "delta", delta, at_least=0, hint="The linear part starts there (0.05).")
 
 
 def _check_calibration(fn, alpha, beta):
-  a = _utils.check_real(fn, "alpha", alpha)
-  b = _utils.check_real(fn, "beta", beta)
+  a = checks.check_real(fn, "alpha", alpha)
+  b = checks.check_real(fn, "beta", beta)
   if a is not None and b is not None and a < b:
     raise ValueError(
         f"{fn}: alpha ({a}) must be >= beta ({b}): relevant scores are pushed above alpha and the "
@@ -504,7 +500,7 @@ def smoothap_loss(
     where: jax.typing.ArrayLike | None = None,
     temperature: jax.typing.ArrayLike = 0.01,
     chunk_size: int | None = None,
-    reduce_fn: ReduceFn = jnp.mean,
+    reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""The Smooth-AP loss (Brown et al. 2020): every step of the ranks is a sigmoid.
 
@@ -550,7 +546,7 @@ def smoothap_loss(
   _check_temperature(fn, temperature)
   step = (_sigmoid, (temperature,))
   ap, valid, scores, where = _smooth_ap(fn, scores, labels, where, step, None, chunk_size)
-  return _finish(1 - ap, scores, where, valid, reduce_fn)
+  return lists.finish(1 - ap, scores, where, valid, reduce_fn)
 
 
 def _supap(fn, scores, labels, where, tau, rho, delta, chunk_size):
@@ -567,7 +563,7 @@ def supap_loss(
     rho: jax.typing.ArrayLike = 100.0,
     delta: jax.typing.ArrayLike = 0.05,
     chunk_size: int | None = None,
-    reduce_fn: ReduceFn = jnp.mean,
+    reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""The SupAP loss (Ramzi et al. 2021, eq. 3-5): exact rank among positives, `H^-` for the rest.
 
@@ -615,7 +611,7 @@ def supap_loss(
   fn = "supap_loss"
   _check_supap(fn, tau, rho, delta)
   ap, valid, scores, where = _supap(fn, scores, labels, where, tau, rho, delta, chunk_size)
-  return _finish(1 - ap, scores, where, valid, reduce_fn)
+  return lists.finish(1 - ap, scores, where, valid, reduce_fn)
 
 
 def _calibration(scores, labels, where, alpha, beta):
@@ -624,7 +620,7 @@ def _calibration(scores, labels, where, alpha, beta):
 
 @jax.jit
 def _calibration_lists(scores, relevant, where, alpha, beta):
-  dtype = _utils.compute_dtype(scores.dtype)
+  dtype = lists.compute_dtype(scores.dtype)
   s = jnp.where(where, scores, 0).astype(dtype)
   other = where & ~relevant
   relevant = where & relevant
@@ -645,7 +641,7 @@ def calibration_loss(
     where: jax.typing.ArrayLike | None = None,
     alpha: jax.typing.ArrayLike = 0.9,
     beta: jax.typing.ArrayLike = 0.6,
-    reduce_fn: ReduceFn = jnp.mean,
+    reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""The calibration loss of ROADMAP (Ramzi et al. 2021, eq. 7): absolute thresholds on the scores.
 
@@ -688,9 +684,9 @@ def calibration_loss(
   """
   fn = "calibration_loss"
   _check_calibration(fn, alpha, beta)
-  scores, labels, where = _utils.check_lists(fn, scores, labels, where)
+  scores, labels, where = checks.check_lists(fn, scores, labels, where)
   values, valid = _calibration(scores, labels, where, alpha, beta)
-  return _finish(values, scores, where, valid, reduce_fn)
+  return lists.finish(values, scores, where, valid, reduce_fn)
 
 
 def roadmap_loss(
@@ -705,7 +701,7 @@ def roadmap_loss(
     alpha: jax.typing.ArrayLike = 0.9,
     beta: jax.typing.ArrayLike = 0.6,
     chunk_size: int | None = None,
-    reduce_fn: ReduceFn = jnp.mean,
+    reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""The ROADMAP loss (Ramzi et al. 2021, eq. 2): SupAP plus the calibration loss.
 
@@ -746,14 +742,14 @@ def roadmap_loss(
   0.0
   """
   fn = "roadmap_loss"
-  _utils.check_real(fn, "lam", lam, at_least=0, at_most=1, hint="It weighs the calibration loss.")
+  checks.check_real(fn, "lam", lam, at_least=0, at_most=1, hint="It weighs the calibration loss.")
   _check_supap(fn, tau, rho, delta)
   _check_calibration(fn, alpha, beta)
   ap, valid, scores, where = _supap(fn, scores, labels, where, tau, rho, delta, chunk_size)
   labels = jnp.asarray(labels)
   calibration, _ = _calibration(scores, labels, where, alpha, beta)
   values = (1 - lam) * (1 - ap) + lam * calibration
-  return _finish(values, scores, where, valid, reduce_fn)
+  return lists.finish(values, scores, where, valid, reduce_fn)
 
 
 def decomposability_gap(
@@ -762,7 +758,7 @@ def decomposability_gap(
     *,
     num_batches: int,
     where: jax.typing.ArrayLike | None = None,
-    reduce_fn: ReduceFn = jnp.mean,
+    reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""The decomposability gap of AP (Ramzi et al. 2021, eq. 6): mean batch AP minus global AP.
 
@@ -800,8 +796,8 @@ def decomposability_gap(
   0.1667
   """
   fn = "decomposability_gap"
-  _utils.check_positive_int(fn, "num_batches", num_batches)
-  scores, labels, where = _utils.check_lists(fn, scores, labels, where)
+  checks.check_positive_int(fn, "num_batches", num_batches)
+  scores, labels, where = checks.check_lists(fn, scores, labels, where)
   n = scores.shape[-1]
   if n % num_batches:
     raise ValueError(
@@ -809,7 +805,7 @@ def decomposability_gap(
         "equal (eq. 6 assumes N / B = K batches of B items)."
     )
   gap, defined = _gap(scores, labels >= 1, where, num_batches=num_batches)
-  return _finish(gap, scores, where, defined, reduce_fn)
+  return lists.finish(gap, scores, where, defined, reduce_fn)
 
 
 @functools.partial(jax.jit, static_argnames="num_batches")

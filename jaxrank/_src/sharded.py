@@ -39,15 +39,13 @@ gradients (tested on 8 simulated devices in `tests/multidevice/`):
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from jaxrank import retrieval
+from jaxrank._src import retrieval
 
-PyTree = Any
 
 
 def sharded_batch_retrieval(

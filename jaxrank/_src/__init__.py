@@ -1,0 +1,1 @@
+"""jaxrank's implementation. Private: import the public API from `jaxrank` instead."""

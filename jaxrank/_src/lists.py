@@ -1,0 +1,91 @@
+"""List conventions shared by every metric and loss: accumulation dtype, reductions, NaN.
+
+rax's conventions: a list without a valid relevant item is left out of the reduction and gives 0;
+`reduce_fn=None` returns one value per list.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxrank import types
+
+
+def compute_dtype(dtype: Any) -> jnp.dtype:
+  """The dtype in which counts, sums and ratios are accumulated: at least float32."""
+  return jnp.promote_types(dtype, jnp.float32)
+
+
+def safe_reduce(
+    values: jax.Array,
+    valid: jax.Array,
+    reduce_fn: types.ReduceFn,
+    *,
+    weights: jax.Array | None = None,
+) -> jax.Array:
+  """Reduces per-list values over the lists where `valid` holds.
+
+  Invalid lists are set to 0 and left out of the reduction. With every list invalid the result
+  is 0, not NaN, and so is its gradient. `reduce_fn` is called as `reduce_fn(values, where=valid)`
+  (the signature of `jnp.mean` and `jnp.sum`); `None` returns the per-list values. `jnp.mean` is
+  computed here as a sum over a count, so an empty mask gives 0 with a zero gradient; any other
+  `reduce_fn` must give 0 for an empty mask itself (`jnp.sum` does).
+
+  With per-list `weights` (shaped like `values`) the values are multiplied by them first, so
+  `None` returns `weights * values`, `jnp.sum` gives `sum(weights * values)`, and `jnp.mean` gives
+  the weighted mean `sum(weights * values) / sum(weights)` over the valid lists (0 when the valid
+  weights sum to 0); any other `reduce_fn` gets the weighted values.
+  """
+  if weights is not None:
+    weights = jnp.where(valid, weights, jnp.zeros_like(weights))
+    values = values * weights
+  values = jnp.where(valid, values, jnp.zeros_like(values))
+  if reduce_fn is None:
+    return values
+  if reduce_fn is jnp.mean:
+    if weights is not None:
+      total = jnp.sum(weights).astype(values.dtype)
+      return jnp.sum(values) / jnp.where(total != 0, total, jnp.ones_like(total))
+    count = jnp.sum(valid, dtype=values.dtype)
+    return jnp.sum(values) / jnp.maximum(count, 1)
+  # Any other reduce_fn sees the masked values and the mask, and must itself give 0 for an empty
+  # mask (jnp.sum does). It may use collectives (see sharded_mean), so no local test is added here.
+  return reduce_fn(values, where=valid)
+
+
+def nan_if_any(values: jax.Array, scores: jax.Array, where: jax.Array) -> jax.Array:
+  """Makes a list's value NaN when one of its valid scores is NaN (masked NaNs are ignored)."""
+  has_nan = jnp.any(jnp.isnan(scores) & where, axis=-1)
+  return jnp.where(has_nan, jnp.asarray(jnp.nan, values.dtype), values)
+
+
+def varying_like(x: jax.Array, template: jax.Array) -> jax.Array:
+  """`x`, marked as varying over the same `shard_map` mesh axes as `template` (no-op outside).
+
+  Loop carries and callback results must carry the same device-variance type as the values they
+  are combined with; a fresh constant (`jnp.zeros`) is device-invariant. (Newer JAX records the
+  axes as `manual_axis_type.varying`, older as `vma`.)
+  """
+  missing = tuple(sorted(_varying_axes(template) - _varying_axes(x)))
+  return jax.lax.pcast(x, missing, to="varying") if missing else x
+
+
+def _varying_axes(x: jax.Array) -> frozenset:
+  aval = jax.typeof(x)
+  manual = getattr(aval, "manual_axis_type", None)
+  return frozenset(manual.varying if manual is not None else getattr(aval, "vma", ()) or ())
+
+
+def finish(
+    values: jax.Array,
+    scores: jax.Array,
+    where: jax.Array,
+    valid_lists: jax.Array,
+    reduce_fn: types.ReduceFn,
+) -> jax.Array:
+  """The last step of every metric and loss: NaN for lists with a valid NaN score, then the
+  reduction over `valid_lists` (`safe_reduce`)."""
+  return safe_reduce(nan_if_any(values, scores, where), valid_lists, reduce_fn)
