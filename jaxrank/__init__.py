@@ -1,12 +1,13 @@
 """jaxrank: learning embeddings by optimising rank-based retrieval metrics, in JAX.
 
-The public API is what `__all__` lists: the functions below, the `hashing`, `memory` and `types`
-namespaces, and (with the `train` extra) the `jaxrank.models` and `jaxrank.data` subpackages. The
-implementation lives in `jaxrank._src` and is private.
+The public API is what `__all__` lists: the functions below and the `hashing`, `memory`,
+`similarity` and `types` namespaces; with the `train` extra, also the `jaxrank.models` and
+`jaxrank.data` subpackages. The implementation lives in `jaxrank._src` and is private.
 """
 
 from jaxrank import hashing as hashing
 from jaxrank import memory as memory
+from jaxrank import similarity as similarity
 from jaxrank import types as types
 from jaxrank._src.blackbox import blackbox_ap_loss as blackbox_ap_loss
 from jaxrank._src.blackbox import blackbox_recall_loss as blackbox_recall_loss
@@ -65,6 +66,7 @@ __all__ = [
     "sharded_batch_retrieval",
     "sharded_loss",
     "sharded_mean",
+    "similarity",
     "simplified_tie_aware_ap_loss",
     "simplified_tie_aware_ndcg_loss",
     "smoothap_loss",

@@ -16,28 +16,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrank import types
 from jaxrank._src import checks
 from jaxrank._src import lists
 from jaxrank._src import metrics
 from jaxrank._src import ranking
-
-
-def _inverse_norms(x: jax.Array, dtype) -> jax.Array:
-  """1 / max(||x||, 1e-12) per row, with a finite gradient at x = 0."""
-  squares = jnp.sum(jnp.square(x.astype(dtype)), axis=-1)
-  return jax.lax.rsqrt(jnp.maximum(squares, jnp.asarray(1e-24, dtype)))
-
-
-def cosine_similarity(x: jax.Array, y: jax.Array) -> jax.Array:
-  """Cosine similarity `[Q, N]` of the rows of `x [Q, D]` and `y [N, D]`, in at least float32.
-
-  Computed as `(x @ y.T) / (|x| |y|)`: the dot products of the raw rows are scaled afterwards, so
-  rows of one norm (binary codes, for instance) whose dot products are equal get bit-identical
-  similarities, and ties stay ties. A zero row has similarity 0 with everything.
-  """
-  dtype = lists.compute_dtype(jnp.result_type(x, y))
-  dots = jnp.matmul(x, y.T, preferred_element_type=dtype)
-  return dots * _inverse_norms(x, dtype)[:, None] * _inverse_norms(y, dtype)[None, :]
+from jaxrank._src import similarity
 
 
 def check_labels(fn: str, labels: jax.typing.ArrayLike) -> jax.Array:
@@ -74,10 +58,12 @@ def batch_retrieval(
     gallery_embeddings: jax.typing.ArrayLike | None = None,
     gallery_labels: jax.typing.ArrayLike | None = None,
     gallery_where: jax.typing.ArrayLike | None = None,
+    similarity_fn: types.SimilarityFn = similarity.cosine,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Every item of a batch as a query ranking the batch (and a gallery): the lists of the losses.
 
-  Scores are cosine similarities of the L2-normalised embeddings. Relevance comes from one of:
+  Scores are `similarity_fn(embeddings, items)`, cosine similarities by default (see
+  `jaxrank.similarity` for the others). Relevance comes from one of:
 
   * integer class labels `[B]`: 1 where two items share the class, else 0;
   * multi-hot labels `[B, C]`: the number of labels two items share (the multi-level affinity of
@@ -86,8 +72,8 @@ def batch_retrieval(
 
   **Self-inclusion.** By default the query itself is masked out of its own list (`where[i, i]` is
   False), the convention of FastAP, RaMBO and mAP_Q. `include_self=True` keeps it, as a relevant
-  item with score 1: the convention of the Smooth-AP and ROADMAP code, where the query counts as its
-  own positive.
+  item scored by its similarity to itself (1 for cosine): the convention of the Smooth-AP and
+  ROADMAP code, where the query counts as its own positive.
 
   A gallery (`gallery_embeddings [M, D]`, `gallery_labels` of the same kind as `labels`, optional
   `gallery_where [M]` for unfilled slots) appends `M` columns: lists are `[B, B + M]`. Gradients flow
@@ -102,9 +88,11 @@ def batch_retrieval(
     gallery_embeddings: optional `[M, D]` extra items for every list.
     gallery_labels: `[M]` or `[M, C]` labels of the gallery (with `labels`).
     gallery_where: optional `[M]` boolean mask of valid gallery items.
+    similarity_fn: the scoring rule `fn(queries [B, D], items [B + M, D]) -> [B, B + M]`;
+      `jaxrank.similarity.cosine` by default.
 
   Returns:
-    `(scores, relevance, where)`, each `[B, B + M]`: cosine similarities (at least float32),
+    `(scores, relevance, where)`, each `[B, B + M]`: the scores (at least float32),
     relevance (int32 for integer or boolean labels), and the boolean mask of valid items. O((B + M)
     B D) time and O(B (B + M)) memory.
 
@@ -172,7 +160,7 @@ def batch_retrieval(
       targets = jnp.concatenate([labels, gallery_labels.astype(labels.dtype)], axis=0)
     relevance = relevance_matrix(labels, targets)
 
-  scores = cosine_similarity(embeddings, gallery)
+  scores = similarity_fn(embeddings, gallery)
   where = jnp.ones((b, b + m), dtype=bool)
   if not include_self:
     where = where.at[:, :b].set(~jnp.eye(b, dtype=bool))
@@ -210,18 +198,20 @@ def _count_above_and_tied(scores_t: jax.Array, thresholds: jax.Array) -> tuple[j
   return above.T, tied.T
 
 
-def _evaluate_chunk(queries, self_index, relevant_index, relevant_ok, gallery, gallery_inv_norms, *, ks):
+def _evaluate_chunk(
+    queries, self_index, relevant_index, relevant_ok, gallery, *, ks, similarity_fn
+):
   """Per-query metrics of one chunk of queries against the whole gallery.
 
   Counting instead of sorting: for each relevant item of a query, the gallery items scored above it
   and tied with it (O(N) per relevant item), then `ranking.relevant_item_statistics`.
   """
-  dtype = gallery_inv_norms.dtype
   n, c = gallery.shape[0], queries.shape[0]
-  # Scores transposed, [N, c]: the counting loop runs over gallery rows. Scaled after the dot
-  # products, as in `cosine_similarity`, so that ties stay exact.
-  dots = jnp.matmul(gallery, queries.T, preferred_element_type=dtype)
-  scores_t = dots * gallery_inv_norms[:, None] * _inverse_norms(queries, dtype)[None, :]
+  # Scored as `batch_retrieval` scores, then transposed to [N, c]: the counting loop runs over
+  # gallery rows.
+  scores_t = similarity_fn(queries, gallery).T
+  dtype = lists.compute_dtype(scores_t.dtype)
+  scores_t = scores_t.astype(dtype)
   row = jax.lax.broadcasted_iota(jnp.int32, scores_t.shape, 0)
   scores_t = jnp.where(row == self_index[None, :], -jnp.inf, scores_t)  # Leave the query out.
   rel = scores_t[relevant_index, jnp.arange(c)[:, None]]  # [c, R]
@@ -248,7 +238,7 @@ def _evaluate_chunk(queries, self_index, relevant_index, relevant_ok, gallery, g
   return out, num_rel
 
 
-_evaluate_chunk_jit = jax.jit(_evaluate_chunk, static_argnames=("ks",))
+_evaluate_chunk_jit = jax.jit(_evaluate_chunk, static_argnames=("ks", "similarity_fn"))
 
 
 def _as_embeddings(fn, name, x):
@@ -276,13 +266,14 @@ def evaluate_retrieval(
     *,
     ks: Sequence[int] = (1, 2, 4, 8),
     chunk_size: int = 256,
+    similarity_fn: types.SimilarityFn = similarity.cosine,
 ) -> dict[str, float]:
   """Retrieval metrics of a whole test set, computed in query chunks of bounded memory.
 
   Without a gallery every query ranks the rest of the query set, itself left out (the SOP, CUB and
   Cars196 protocol); with a gallery every query ranks the gallery (the In-Shop protocol). Items are
-  relevant to a query iff they share its class label. Scores are cosine similarities, as in
-  `batch_retrieval`.
+  relevant to a query iff they share its class label. Scores are `similarity_fn(queries, gallery)`,
+  cosine similarities by default, computed as `batch_retrieval` computes them.
 
   Returned metrics, each the mean over the queries that have at least one relevant item (others
   are left out, as in the list-level metrics):
@@ -306,6 +297,9 @@ def evaluate_retrieval(
     gallery_labels: `[N]` integer labels of the gallery (with `gallery_embeddings`).
     ks: the cut-offs of Recall@k, positive ints.
     chunk_size: queries per step; memory grows linearly with it.
+    similarity_fn: the scoring rule (see `jaxrank.similarity`), a function of
+      `(queries [c, D], gallery [N, D])`; cosine by default. It is a static argument of a jitted
+      function: pass the same function object each time to reuse the compiled code.
 
   Returns:
     A dict of Python floats with keys `recall@k` (for each k), `map@r`, `map`, `tie_aware_map`.
@@ -349,7 +343,6 @@ def evaluate_retrieval(
 
   chunk = min(chunk_size, num_queries)
   gallery_device = jnp.asarray(gallery)
-  gallery_inv_norms = jax.jit(_inverse_norms, static_argnums=1)(gallery_device, gallery_device.dtype)
   results = []  # Device arrays: gathered once at the end so that chunks dispatch asynchronously.
   for begin in range(0, num_queries, chunk):
     rows = np.arange(begin, min(begin + chunk, num_queries))
@@ -374,8 +367,8 @@ def evaluate_retrieval(
             jnp.asarray(relevant_index, jnp.int32),
             jnp.asarray(relevant_ok),
             gallery_device,
-            gallery_inv_norms,
             ks=ks,
+            similarity_fn=similarity_fn,
         )
     )
   fetched = jax.device_get(results)

@@ -60,6 +60,24 @@ def test_sharded_loss_and_gradient_equal_single_device(mesh, name, include_self)
   np.testing.assert_allclose(grad, want_grad, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    "similarity_fn", [jaxrank.similarity.dot_product, jaxrank.similarity.negative_squared_euclidean]
+)
+def test_sharded_loss_takes_the_similarity_rule(mesh, similarity_fn):
+  embeddings, labels = data()
+  loss_fn = functools.partial(jaxrank.smoothap_loss, temperature=0.05)
+
+  def single(e, y):
+    scores, relevance, where = jaxrank.batch_retrieval(e, y, similarity_fn=similarity_fn)
+    return loss_fn(scores, relevance, where=where)
+
+  want, want_grad = jax.value_and_grad(single)(embeddings, labels)
+  sharded = jaxrank.sharded_loss(loss_fn, mesh, AXIS, similarity_fn=similarity_fn)
+  got, grad = jax.jit(jax.value_and_grad(sharded))(embeddings, labels)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  np.testing.assert_allclose(grad, want_grad, rtol=1e-5, atol=1e-5)
+
+
 def test_sharded_lists_are_the_rows_of_batch_retrieval(mesh):
   embeddings, labels = data()
 

@@ -1,0 +1,143 @@
+"""Tests of the scoring rules (`jaxrank.similarity`) and of `similarity_fn` in the retrieval
+functions, against float64 numpy."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrank
+from jaxrank import similarity
+
+
+def _reference(name, q, x):
+  q, x = np.asarray(q, np.float64), np.asarray(x, np.float64)
+  if name == "cosine":
+    return (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (
+        x / np.linalg.norm(x, axis=1, keepdims=True)
+    ).T
+  if name == "dot_product":
+    return q @ x.T
+  if name == "negative_squared_euclidean":
+    return -np.sum((q[:, None, :] - x[None, :, :]) ** 2, axis=-1)
+  if name == "hamming":
+    b = q.shape[1]
+    distances = np.sum(np.sign(q)[:, None, :] != np.sign(x)[None, :, :], axis=-1)
+    return 1 - 2 * distances / b
+  raise ValueError(name)
+
+
+RULES = ["cosine", "dot_product", "negative_squared_euclidean"]
+
+
+@pytest.mark.parametrize("name", RULES)
+def test_rules_equal_their_definition(name):
+  rng = np.random.default_rng(0)
+  q = rng.standard_normal((5, 7)).astype(np.float32)
+  x = rng.standard_normal((9, 7)).astype(np.float32)
+  got = getattr(similarity, name)(q, x)
+  assert got.shape == (5, 9) and got.dtype == jnp.float32
+  np.testing.assert_allclose(got, _reference(name, q, x), rtol=1e-5, atol=1e-5)
+
+
+def test_hamming_of_binary_codes_is_exactly_one_minus_two_d_over_b():
+  rng = np.random.default_rng(1)
+  codes = np.sign(rng.standard_normal((12, 16))).astype(np.float32)
+  got = np.asarray(similarity.hamming(codes, codes))
+  np.testing.assert_array_equal(got, _reference("hamming", codes, codes).astype(np.float32))
+  # Integer +-1 codes give the same floats.
+  np.testing.assert_array_equal(similarity.hamming(codes.astype(np.int32), codes), got)
+
+
+def test_hamming_of_relaxed_codes_is_one_minus_two_relaxed_distances_over_b():
+  rng = np.random.default_rng(2)
+  codes = np.tanh(3 * rng.standard_normal((6, 8))).astype(np.float32)
+  d = jaxrank.hashing.relaxed_hamming_distance(codes, codes)
+  np.testing.assert_allclose(similarity.hamming(codes, codes), 1 - 2 * d / 8, atol=1e-6)
+
+
+def test_negative_squared_euclidean_is_zero_on_the_diagonal_and_never_positive():
+  x = np.random.default_rng(3).standard_normal((20, 5)).astype(np.float32) * 100
+  s = np.asarray(similarity.negative_squared_euclidean(x, x))
+  assert np.all(s <= 0)
+  np.testing.assert_allclose(np.diag(s), 0, atol=1e-1)
+
+
+def test_bfloat16_inputs_are_scored_in_float32():
+  x = jnp.ones((3, 4), jnp.bfloat16)
+  for name in RULES + ["hamming"]:
+    assert getattr(similarity, name)(x, x).dtype == jnp.float32, name
+
+
+@pytest.mark.parametrize("name", RULES + ["hamming"])
+def test_batch_retrieval_scores_with_the_given_rule(name):
+  rng = np.random.default_rng(4)
+  e = np.sign(rng.standard_normal((6, 8))).astype(np.float32)
+  g = np.sign(rng.standard_normal((3, 8))).astype(np.float32)
+  labels, g_labels = np.array([0, 1, 0, 2, 1, 0]), np.array([1, 2, 0])
+  fn = getattr(similarity, name)
+  scores, relevance, where = jaxrank.batch_retrieval(
+      e, labels, gallery_embeddings=g, gallery_labels=g_labels, similarity_fn=fn
+  )
+  np.testing.assert_allclose(
+      scores, _reference(name, e, np.concatenate([e, g])), rtol=1e-6, atol=1e-6
+  )
+  want_scores, want_relevance, want_where = jaxrank.batch_retrieval(
+      e, labels, gallery_embeddings=g, gallery_labels=g_labels
+  )
+  np.testing.assert_array_equal(relevance, want_relevance)
+  np.testing.assert_array_equal(where, want_where)
+  # A rule is a plain function: under jit, and with gradients.
+  jitted = jax.jit(lambda e: jaxrank.batch_retrieval(e, labels, similarity_fn=fn)[0])
+  np.testing.assert_array_equal(jitted(e), jaxrank.batch_retrieval(e, labels, similarity_fn=fn)[0])
+
+
+def test_any_function_of_the_signature_is_a_rule():
+  e = np.random.default_rng(5).standard_normal((4, 3)).astype(np.float32)
+  scores, _, _ = jaxrank.batch_retrieval(
+      e, np.array([0, 0, 1, 1]), similarity_fn=lambda q, x: -jnp.abs(q @ x.T)
+  )
+  np.testing.assert_allclose(scores, -np.abs(e @ e.T), rtol=1e-6)
+
+
+def _metrics_of_lists(scores, relevance, where, ks):
+  """evaluate_retrieval's metrics from the list-level metrics on `batch_retrieval` lists."""
+  out = {
+      f"recall@{k}": float(jaxrank.recall_at_k_metric(scores, relevance, where=where, k=k))
+      for k in ks
+  }
+  out["map@r"] = float(jaxrank.map_at_r_metric(scores, relevance, where=where))
+  out["map"] = float(jaxrank.ap_metric(scores, relevance, where=where))
+  out["tie_aware_map"] = float(jaxrank.tie_aware_ap_metric(scores, relevance, where=where))
+  return out
+
+
+@pytest.mark.parametrize("name", RULES + ["hamming"])
+def test_evaluate_retrieval_with_a_rule_equals_the_list_metrics_on_batch_retrieval(name):
+  rng = np.random.default_rng(6)
+  labels = rng.integers(0, 6, 60)
+  x = rng.standard_normal((6, 10))[labels] + rng.standard_normal((60, 10))
+  if name == "hamming":
+    x = np.sign(x)  # Binary codes: many exact ties.
+  x = x.astype(np.float32)
+  fn = getattr(similarity, name)
+  ks = (1, 2, 4)
+  got = jaxrank.evaluate_retrieval(x, labels, ks=ks, chunk_size=16, similarity_fn=fn)
+  want = _metrics_of_lists(*jaxrank.batch_retrieval(x, labels, similarity_fn=fn), ks)
+  for key in want:
+    assert got[key] == pytest.approx(want[key], abs=1e-6), key
+
+
+def test_evaluate_retrieval_with_a_gallery_and_a_rule():
+  rng = np.random.default_rng(7)
+  labels = rng.integers(0, 5, 50)
+  x = (rng.standard_normal((5, 6))[labels] + rng.standard_normal((50, 6))).astype(np.float32)
+  fn = similarity.negative_squared_euclidean
+  got = jaxrank.evaluate_retrieval(x[:20], labels[:20], x[20:], labels[20:], ks=(1,), similarity_fn=fn)
+  scores = fn(x[:20], x[20:])
+  relevance = labels[:20, None] == labels[None, 20:]
+  want = _metrics_of_lists(scores, relevance, np.ones_like(relevance), (1,))
+  for key in want:
+    assert got[key] == pytest.approx(want[key], abs=1e-6), key
