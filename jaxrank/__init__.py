@@ -12,12 +12,8 @@ from jaxrank import types as types
 from jaxrank._src.blackbox import blackbox_ap_loss as blackbox_ap_loss
 from jaxrank._src.blackbox import blackbox_recall_loss as blackbox_recall_loss
 from jaxrank._src.chunked import chunked_value_and_grad as chunked_value_and_grad
-from jaxrank._src.hashing import hamming_tie_aware_ap_metric as hamming_tie_aware_ap_metric
-from jaxrank._src.hashing import hamming_tie_aware_ndcg_metric as hamming_tie_aware_ndcg_metric
-from jaxrank._src.hashing import simplified_tie_aware_ap_loss as simplified_tie_aware_ap_loss
-from jaxrank._src.hashing import simplified_tie_aware_ndcg_loss as simplified_tie_aware_ndcg_loss
-from jaxrank._src.hashing import tie_aware_ap_loss as tie_aware_ap_loss
-from jaxrank._src.hashing import tie_aware_ndcg_loss as tie_aware_ndcg_loss
+from jaxrank._src.hamming import hamming_tie_aware_ap_metric as hamming_tie_aware_ap_metric
+from jaxrank._src.hamming import hamming_tie_aware_ndcg_metric as hamming_tie_aware_ndcg_metric
 from jaxrank._src.histogram import class_balancing_weights as class_balancing_weights
 from jaxrank._src.histogram import fastap_loss as fastap_loss
 from jaxrank._src.histogram import soft_binning_ap_loss as soft_binning_ap_loss
@@ -35,10 +31,18 @@ from jaxrank._src.sharded import sharded_batch_retrieval as sharded_batch_retrie
 from jaxrank._src.sharded import sharded_loss as sharded_loss
 from jaxrank._src.sharded import sharded_mean as sharded_mean
 from jaxrank._src.smooth_rank import calibration_loss as calibration_loss
+from jaxrank._src.smooth_rank import heaviside_step as heaviside_step
+from jaxrank._src.smooth_rank import sigmoid_step as sigmoid_step
+from jaxrank._src.smooth_rank import smooth_rank_ap_loss as smooth_rank_ap_loss
+from jaxrank._src.smooth_rank import supap_negative_step as supap_negative_step
 from jaxrank._src.smooth_rank import decomposability_gap as decomposability_gap
 from jaxrank._src.smooth_rank import roadmap_loss as roadmap_loss
 from jaxrank._src.smooth_rank import smoothap_loss as smoothap_loss
 from jaxrank._src.smooth_rank import supap_loss as supap_loss
+from jaxrank._src.tie_aware import simplified_tie_aware_ap_loss as simplified_tie_aware_ap_loss
+from jaxrank._src.tie_aware import simplified_tie_aware_ndcg_loss as simplified_tie_aware_ndcg_loss
+from jaxrank._src.tie_aware import tie_aware_ap_loss as tie_aware_ap_loss
+from jaxrank._src.tie_aware import tie_aware_ndcg_loss as tie_aware_ndcg_loss
 
 __version__ = "0.1.0.dev0"
 
@@ -57,6 +61,7 @@ __all__ = [
     "hamming_tie_aware_ap_metric",
     "hamming_tie_aware_ndcg_metric",
     "hashing",
+    "heaviside_step",
     "map_at_r_metric",
     "memory",
     "ndcg_metric",
@@ -66,12 +71,15 @@ __all__ = [
     "sharded_batch_retrieval",
     "sharded_loss",
     "sharded_mean",
+    "sigmoid_step",
     "similarity",
     "simplified_tie_aware_ap_loss",
     "simplified_tie_aware_ndcg_loss",
+    "smooth_rank_ap_loss",
     "smoothap_loss",
     "soft_binning_ap_loss",
     "supap_loss",
+    "supap_negative_step",
     "tie_aware_ap_loss",
     "tie_aware_ap_metric",
     "tie_aware_ndcg_loss",

@@ -5,8 +5,8 @@ The tie-aware losses and exact Hamming metrics themselves are in the top-level n
 (`jaxrank.tie_aware_ap_loss`, `jaxrank.hamming_tie_aware_ap_metric`, ...).
 """
 
-from jaxrank._src.hashing import binarize as binarize
-from jaxrank._src.hashing import relaxed_hamming_distance as relaxed_hamming_distance
-from jaxrank._src.hashing import tanh_scale as tanh_scale
+from jaxrank._src.hamming import binarize as binarize
+from jaxrank._src.hamming import relaxed_hamming_distance as relaxed_hamming_distance
+from jaxrank._src.hamming import tanh_scale as tanh_scale
 
 __all__ = ["binarize", "relaxed_hamming_distance", "tanh_scale"]

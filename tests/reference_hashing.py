@@ -1,4 +1,5 @@
-"""Plain-numpy, loop-based references for jaxrank.hashing, written from the papers, in float64.
+"""Plain-numpy, loop-based references for the tie-aware and Hamming functions
+(`_src/tie_aware.py`, `_src/hamming.py`), written from the papers, in float64.
 
 He et al. 2018, "Hashing as Tie-Aware Learning to Rank" (`003_*.txt`):
 

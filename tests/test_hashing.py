@@ -1,4 +1,5 @@
-"""Tests of jaxrank.hashing (tie-aware AP/NDCG relaxations, exact metrics, code helpers).
+"""Tests of the hashing losses and metrics (`_src/tie_aware.py`, `_src/hamming.py`,
+`_src/harmonic.py`): tie-aware AP/NDCG relaxations, exact metrics, code helpers.
 
 References: `reference_hashing.py` (loop-based, float64, from He et al. 2018 and Revaud et al.
 2019), `reference.py` (brute-force tie-aware metrics over all orderings).
@@ -20,7 +21,9 @@ import reference_hashing as ref
 from jax import test_util as jtu
 
 import jaxrank
-from jaxrank._src import hashing
+from jaxrank._src import hamming
+from jaxrank._src import harmonic
+from jaxrank._src import tie_aware
 
 
 class Case(NamedTuple):
@@ -31,10 +34,10 @@ class Case(NamedTuple):
 
 
 LOSSES = [
-    hashing.tie_aware_ap_loss,
-    hashing.simplified_tie_aware_ap_loss,
-    hashing.tie_aware_ndcg_loss,
-    hashing.simplified_tie_aware_ndcg_loss,
+    tie_aware.tie_aware_ap_loss,
+    tie_aware.simplified_tie_aware_ap_loss,
+    tie_aware.tie_aware_ndcg_loss,
+    tie_aware.simplified_tie_aware_ndcg_loss,
 ]
 LOSS_IDS = ["ap_r", "ap_s", "ndcg_r", "ndcg_s"]
 REFS = [
@@ -58,8 +61,8 @@ tie_aware_ap_metric = jax.jit(jaxrank.tie_aware_ap_metric, static_argnames="redu
 tie_aware_ndcg_metric = jax.jit(jaxrank.tie_aware_ndcg_metric, static_argnames="reduce_fn")
 ap_metric = jax.jit(jaxrank.ap_metric, static_argnames="reduce_fn")
 ndcg_metric = jax.jit(jaxrank.ndcg_metric, static_argnames="reduce_fn")
-harmonic_slope = jax.jit(hashing._harmonic_slope)  # pylint: disable=protected-access
-mean_discount = jax.jit(hashing._mean_discount)  # pylint: disable=protected-access
+harmonic_slope = jax.jit(harmonic.harmonic_slope)
+mean_discount = jax.jit(harmonic.mean_discount)
 
 
 def random_lists(seed, shape=BATCH + (N,), *, mask=True, dtype=np.float64):
@@ -99,7 +102,7 @@ def hamming_lists(seed, count=12, num_bits=6, num_tags=3):
   codes = random_codes(seed, count, num_bits)
   tags = rng.random((count, num_tags)) < 0.4
   tags[np.arange(count), rng.integers(0, num_tags, count)] = True
-  distances = np.asarray(hashing.relaxed_hamming_distance(codes, codes))
+  distances = np.asarray(hamming.relaxed_hamming_distance(codes, codes))
   graded = (tags.astype(int) @ tags.T.astype(int)).astype(np.int32)  # Shared tags (He et al.).
   where = ~np.eye(count, dtype=bool)
   return distances, graded, where
@@ -223,7 +226,7 @@ def test_hamming_placement_is_similarity_placement(fn, ref_fn, x64):
   b = 6
   rng = np.random.default_rng(4)
   codes = np.tanh(2.0 * rng.standard_normal((12, b)))
-  d = np.asarray(hashing.relaxed_hamming_distance(codes, codes))
+  d = np.asarray(hamming.relaxed_hamming_distance(codes, codes))
   labels = rng.integers(0, 3, (12, 12)).astype(np.int32)
   where = ~np.eye(12, dtype=bool)
   got = fn(1 - 2 * d / b, labels, where=where, num_bins=b + 1, reduce_fn=None)
@@ -241,7 +244,7 @@ def test_revaud_map_t_equals_ap_s(num_bins, x64):
   map_t = reference.per_list(ref.map_t, scores, labels, where, num_bins=num_bins)
   ap_s = reference.per_list(ref.ap_s, scores, labels, where, num_bins=num_bins)
   np.testing.assert_allclose(map_t, ap_s, rtol=1e-13, atol=1e-15)
-  got = hashing.simplified_tie_aware_ap_loss(
+  got = tie_aware.simplified_tie_aware_ap_loss(
       scores, labels, where=where, num_bins=num_bins, reduce_fn=None
   )
   defined = reference.has_relevant(labels, where)
@@ -263,29 +266,29 @@ def test_relaxations_are_exact_on_hard_histograms_with_ties(x64):
     d, graded, where = hamming_lists(seed)
     scores, b = 1 - 2 * d / 6, 6
     relevant = (graded >= 1).astype(np.int32)
-    ap_r = hashing.tie_aware_ap_loss(scores, graded, where=where, num_bins=b + 1, reduce_fn=None)
+    ap_r = tie_aware.tie_aware_ap_loss(scores, graded, where=where, num_bins=b + 1, reduce_fn=None)
     ap_t = tie_aware_ap_metric(-d, relevant, where=where, reduce_fn=None)
     np.testing.assert_allclose(1 - ap_r, ap_t, **TOL64)
-    ndcg_r = hashing.tie_aware_ndcg_loss(scores, graded, where=where, num_bins=b + 1,
-                                         reduce_fn=None)
+    ndcg_r = tie_aware.tie_aware_ndcg_loss(scores, graded, where=where, num_bins=b + 1,
+                                           reduce_fn=None)
     ndcg_t = tie_aware_ndcg_metric(-d, graded, where=where, reduce_fn=None)
     np.testing.assert_allclose(1 - ndcg_r, ndcg_t, **TOL64)
     # The simplified versions are not exact with ties: AP_s either way, DCG_s below DCG_T.
-    ap_s = 1 - hashing.simplified_tie_aware_ap_loss(scores, graded, where=where,
-                                                    num_bins=b + 1, reduce_fn=None)
-    ndcg_s = 1 - hashing.simplified_tie_aware_ndcg_loss(scores, graded, where=where,
-                                                        num_bins=b + 1, reduce_fn=None)
+    ap_s = 1 - tie_aware.simplified_tie_aware_ap_loss(scores, graded, where=where,
+                                                      num_bins=b + 1, reduce_fn=None)
+    ndcg_s = 1 - tie_aware.simplified_tie_aware_ndcg_loss(scores, graded, where=where,
+                                                          num_bins=b + 1, reduce_fn=None)
     assert np.abs(ap_s - ap_t).max() > 1e-3
     assert np.all(ndcg_s <= ndcg_t + 1e-12) and np.any(ndcg_s < ndcg_t - 1e-3)
   # Similarity scores on the centres (with ties), not from codes.
   rng = np.random.default_rng(7)
   scores = 1 - 2 * rng.integers(0, 7, (12, 12)) / 6
   labels = rng.integers(0, 3, (12, 12)).astype(np.int32)
-  ap_r = hashing.tie_aware_ap_loss(scores, labels, where=where, num_bins=7, reduce_fn=None)
+  ap_r = tie_aware.tie_aware_ap_loss(scores, labels, where=where, num_bins=7, reduce_fn=None)
   np.testing.assert_allclose(
       1 - ap_r, tie_aware_ap_metric(scores, labels >= 1, where=where, reduce_fn=None), **TOL64
   )
-  ndcg_r = hashing.tie_aware_ndcg_loss(scores, labels, where=where, num_bins=7, reduce_fn=None)
+  ndcg_r = tie_aware.tie_aware_ndcg_loss(scores, labels, where=where, num_bins=7, reduce_fn=None)
   np.testing.assert_allclose(
       1 - ndcg_r, tie_aware_ndcg_metric(scores, labels, where=where, reduce_fn=None), **TOL64
   )
@@ -295,11 +298,11 @@ def test_simplified_relaxations_are_exact_on_hard_histograms_without_ties(x64):
   lists = [_tie_free_on_centres(seed) for seed in range(12)]
   scores, labels = (np.stack(a).reshape(BATCH + (N,)) for a in zip(*lists))
   exact_ap = ap_metric(scores, labels, reduce_fn=None)
-  for fn in (hashing.tie_aware_ap_loss, hashing.simplified_tie_aware_ap_loss):
+  for fn in (tie_aware.tie_aware_ap_loss, tie_aware.simplified_tie_aware_ap_loss):
     np.testing.assert_allclose(1 - fn(scores, labels, num_bins=20, reduce_fn=None), exact_ap,
                                **TOL64)
   exact_ndcg = ndcg_metric(scores, labels, reduce_fn=None)
-  for fn in (hashing.tie_aware_ndcg_loss, hashing.simplified_tie_aware_ndcg_loss):
+  for fn in (tie_aware.tie_aware_ndcg_loss, tie_aware.simplified_tie_aware_ndcg_loss):
     np.testing.assert_allclose(1 - fn(scores, labels, num_bins=20, reduce_fn=None), exact_ndcg,
                                **TOL64)
 
@@ -310,7 +313,7 @@ def test_printed_eq_11_and_12_fail_where_the_continued_sums_do_not():
   assert math.isinf(ref.paper_dcg_r_term(3.0, 2.0, 0.0))
   assert ref.ap_r_term(1.0, 2.0, 0.0, 0.0, 2) == pytest.approx(ref.ap_t_term(1, 2, 0, 0, 2))
   assert ref.dcg_r_term(3.0, 2.0, 0.0) == pytest.approx(ref.dcg_t_term(3.0, 2, 0))
-  # The pole of eq. 11 at c_d = 1 (slope (c+ - 1) / (c - 1)): a jump from about -15 to +16.
+  # The pole of eq. 11 at c_d = 1 (slope (c+ - 1) / (c - 1)): a jump from about -12.5 to +12.6.
   below = ref.paper_ap_r_term(0.5, 0.999, 1.0, 3.0, 3)
   above = ref.paper_ap_r_term(0.5, 1.001, 1.0, 3.0, 3)
   assert below < -1 and above > 1
@@ -335,7 +338,7 @@ def test_printed_eq_11_and_12_fail_where_the_continued_sums_do_not():
     assert (error > 0) == (bound > 0)  # Exact only when the log's factor vanishes (3, 3, 4, 4).
 
 
-@pytest.mark.parametrize("fn", [hashing.tie_aware_ap_loss, hashing.tie_aware_ndcg_loss],
+@pytest.mark.parametrize("fn", [tie_aware.tie_aware_ap_loss, tie_aware.tie_aware_ndcg_loss],
                          ids=["ap_r", "ndcg_r"])
 def test_first_bin_rule_is_continuous(fn, x64):
   # The top item slides from the first centre onto the second: the mass eps left in the first bin
@@ -364,11 +367,11 @@ def test_all_in_one_bin_is_one_tie(x64):
   _, labels, where = with_empty_lists(29)
   scores = np.full(BATCH + (N,), 1 - 2 * 7 / 19)  # The centre of bin 7 of 20.
   defined = reference.has_relevant(labels, where)  # Also where the ideal DCG is positive.
-  got = hashing.tie_aware_ap_loss(scores, labels, where=where, reduce_fn=None)
+  got = tie_aware.tie_aware_ap_loss(scores, labels, where=where, reduce_fn=None)
   want = tie_aware_ap_metric(scores, labels >= 1, where=where, reduce_fn=None)
   np.testing.assert_allclose(got, np.where(defined, 1 - want, 0.0), **TOL64)
   assert len(np.unique(np.round(np.asarray(want), 12))) > 3  # Lists of different values.
-  got = hashing.tie_aware_ndcg_loss(scores, labels, where=where, reduce_fn=None)
+  got = tie_aware.tie_aware_ndcg_loss(scores, labels, where=where, reduce_fn=None)
   want = tie_aware_ndcg_metric(scores, labels, where=where, reduce_fn=None)
   np.testing.assert_allclose(got, np.where(defined, 1 - want, 0.0), **TOL64)
   # The brute-force mean over orderings of one such list.
@@ -390,8 +393,8 @@ def test_hamming_metrics_equal_sorting_metrics(dtype, x64):
   labels[0, 0] = 0  # A list without a relevant item (ideal DCG 0).
   scores = -np.asarray(d, np.float64)
   for metric, sorting, brute in [
-      (hashing.hamming_tie_aware_ap_metric, tie_aware_ap_metric, ref.hamming_ap_t),
-      (hashing.hamming_tie_aware_ndcg_metric, tie_aware_ndcg_metric, ref.hamming_ndcg_t),
+      (hamming.hamming_tie_aware_ap_metric, tie_aware_ap_metric, ref.hamming_ap_t),
+      (hamming.hamming_tie_aware_ndcg_metric, tie_aware_ndcg_metric, ref.hamming_ndcg_t),
   ]:
     got = metric(d, labels, num_bits=b, where=where, reduce_fn=None)
     np.testing.assert_allclose(got, sorting(scores, labels, where=where, reduce_fn=None), **TOL64)
@@ -409,9 +412,9 @@ def test_hamming_metrics_equal_mean_over_orderings(x64):
   d = rng.integers(0, 4, (8, 6))
   labels = rng.integers(0, 3, (8, 6)).astype(np.int32)
   labels[:, 0] = 1
-  ap = hashing.hamming_tie_aware_ap_metric(d, labels, num_bits=3, reduce_fn=None)
+  ap = hamming.hamming_tie_aware_ap_metric(d, labels, num_bits=3, reduce_fn=None)
   np.testing.assert_allclose(ap, reference.per_list(reference.tie_aware_ap, -d, labels), **TOL64)
-  ndcg = hashing.hamming_tie_aware_ndcg_metric(d, labels, num_bits=3, reduce_fn=None)
+  ndcg = hamming.hamming_tie_aware_ndcg_metric(d, labels, num_bits=3, reduce_fn=None)
   np.testing.assert_allclose(ndcg, reference.per_list(reference.tie_aware_ndcg, -d, labels),
                              **TOL64)
 
@@ -420,8 +423,8 @@ def test_hamming_metrics_in_float32_and_under_jit():
   d, graded, where = hamming_lists(10, count=12, num_bits=6)
   d = d.astype(np.int32)
   for metric, sorting in [
-      (hashing.hamming_tie_aware_ap_metric, tie_aware_ap_metric),
-      (hashing.hamming_tie_aware_ndcg_metric, tie_aware_ndcg_metric),
+      (hamming.hamming_tie_aware_ap_metric, tie_aware_ap_metric),
+      (hamming.hamming_tie_aware_ndcg_metric, tie_aware_ndcg_metric),
   ]:
     got = metric(d, graded, num_bits=6, where=where, reduce_fn=None)
     assert got.dtype == jnp.float32
@@ -438,18 +441,18 @@ def test_hamming_metrics_of_binarized_codes():
   logits = rng.standard_normal((12, 6)).astype(np.float32)
   logits[0, :3] = 0.0  # sgn(0) = +1.
   labels = rng.integers(0, 3, 12)
-  codes = hashing.binarize(logits)
-  d = hashing.relaxed_hamming_distance(codes, codes)
+  codes = hamming.binarize(logits)
+  d = hamming.relaxed_hamming_distance(codes, codes)
   np.testing.assert_array_equal(d, np.round(d))
   relevance = (labels[:, None] == labels[None, :]).astype(np.int32)
   where = ~np.eye(12, dtype=bool)
-  got = hashing.hamming_tie_aware_ap_metric(d, relevance, num_bits=6, where=where)
+  got = hamming.hamming_tie_aware_ap_metric(d, relevance, num_bits=6, where=where)
   np.testing.assert_allclose(got, tie_aware_ap_metric(-d, relevance, where=where), rtol=1e-6)
 
 
 def test_hamming_metric_errors_and_nan():
   d, labels = jnp.array([[0, 2, 3], [1, 1, 0]]), jnp.array([[1, 0, 1], [0, 1, 1]])
-  for metric in (hashing.hamming_tie_aware_ap_metric, hashing.hamming_tie_aware_ndcg_metric):
+  for metric in (hamming.hamming_tie_aware_ap_metric, hamming.hamming_tie_aware_ndcg_metric):
     for bad in (0, -1):
       with pytest.raises(ValueError, match="num_bits"):
         metric(d, labels, num_bits=bad)
@@ -478,51 +481,51 @@ def test_hamming_metric_errors_and_nan():
 def test_relaxed_hamming_distance(x64):
   num_bits = 7
   a, b = random_codes(12, 5, num_bits), random_codes(13, 6, num_bits)
-  got = hashing.relaxed_hamming_distance(a, b)
+  got = hamming.relaxed_hamming_distance(a, b)
   want = [[ref.hamming_distance(x, y) for y in b] for x in a]
   np.testing.assert_array_equal(got, want)
   np.testing.assert_array_equal(got, (a[:, None, :] != b[None, :, :]).sum(-1))  # Bits that differ.
   # Integer codes, float32 output; relaxed codes; leading batch axes.
-  got32 = hashing.relaxed_hamming_distance(a.astype(np.int8), b.astype(np.int8))
+  got32 = hamming.relaxed_hamming_distance(a.astype(np.int8), b.astype(np.int8))
   assert got32.dtype == jnp.float32  # At least float32: exact for integer codes.
   np.testing.assert_array_equal(got32, want)
   rng = np.random.default_rng(14)
   ta, tb = np.tanh(rng.standard_normal((2, 3, 5, num_bits))), np.tanh(
       rng.standard_normal((2, 3, 4, num_bits))
   )
-  got = hashing.relaxed_hamming_distance(ta, tb)
+  got = hamming.relaxed_hamming_distance(ta, tb)
   assert got.shape == (2, 3, 5, 4)
   np.testing.assert_allclose(got[1, 2, 3, 1], ref.hamming_distance(ta[1, 2, 3], tb[1, 2, 1]),
                              rtol=1e-14)
   # The gradient: d/dphi_i of (b - phi_i . phi_j) / 2 = -phi_j / 2.
-  grad = jax.grad(lambda x: hashing.relaxed_hamming_distance(x, tb[0, 0])[0, 2])(ta[0, 0])
+  grad = jax.grad(lambda x: hamming.relaxed_hamming_distance(x, tb[0, 0])[0, 2])(ta[0, 0])
   np.testing.assert_allclose(grad[0], -tb[0, 0, 2] / 2, rtol=1e-14)
   np.testing.assert_array_equal(grad[1:], 0.0)
   with pytest.raises(ValueError, match="lengths"):
-    hashing.relaxed_hamming_distance(a, b[:, :3])
+    hamming.relaxed_hamming_distance(a, b[:, :3])
   with pytest.raises(ValueError, match="shape"):
-    hashing.relaxed_hamming_distance(a[0], b)
+    hamming.relaxed_hamming_distance(a[0], b)
   with pytest.raises(TypeError, match="numeric"):
-    hashing.relaxed_hamming_distance(a > 0, b)
+    hamming.relaxed_hamming_distance(a > 0, b)
 
 
 def test_relaxed_hamming_distance_float32():
   a = random_codes(15, 4, 64).astype(np.float32)
-  got = hashing.relaxed_hamming_distance(a, a)
+  got = hamming.relaxed_hamming_distance(a, a)
   assert got.dtype == jnp.float32
   np.testing.assert_array_equal(np.diag(got), 0.0)
 
 
 def test_binarize():
   codes = jnp.array([[0.3, -2.0, 0.0, -0.0, 1e-30, -1e-30]], jnp.float32)
-  got = hashing.binarize(codes)
+  got = hamming.binarize(codes)
   assert got.dtype == jnp.float32
   np.testing.assert_array_equal(got, [[1, -1, 1, 1, 1, -1]])
-  np.testing.assert_array_equal(hashing.binarize(jnp.array([3, 0, -2])), [1, 1, -1])
-  assert hashing.binarize(jnp.array([3, 0, -2])).dtype == jnp.int32
-  np.testing.assert_array_equal(jax.grad(lambda x: jnp.sum(hashing.binarize(x)))(codes), 0.0)
+  np.testing.assert_array_equal(hamming.binarize(jnp.array([3, 0, -2])), [1, 1, -1])
+  assert hamming.binarize(jnp.array([3, 0, -2])).dtype == jnp.int32
+  np.testing.assert_array_equal(jax.grad(lambda x: jnp.sum(hamming.binarize(x)))(codes), 0.0)
   with pytest.raises(TypeError, match="numeric"):
-    hashing.binarize(jnp.array([True, False]))
+    hamming.binarize(jnp.array([True, False]))
 
 
 @pytest.mark.parametrize(
@@ -531,29 +534,29 @@ def test_binarize():
 def test_tanh_scale_is_the_released_schedule(initial, growth, every):
   want = ref.released_code_scales(40, initial=initial, growth=growth, every=every)
   steps = np.arange(40)
-  got = [float(hashing.tanh_scale(s, initial=initial, growth=growth, every=every)) for s in steps]
+  got = [float(hamming.tanh_scale(s, initial=initial, growth=growth, every=every)) for s in steps]
   np.testing.assert_allclose(got, want, rtol=1e-6)
   # Vectorised and traced steps give the same.
   np.testing.assert_allclose(
-      hashing.tanh_scale(steps, initial=initial, growth=growth, every=every), want, rtol=1e-6
+      hamming.tanh_scale(steps, initial=initial, growth=growth, every=every), want, rtol=1e-6
   )
-  jitted = jax.jit(lambda s: hashing.tanh_scale(s, initial=initial, growth=growth, every=every))
+  jitted = jax.jit(lambda s: hamming.tanh_scale(s, initial=initial, growth=growth, every=every))
   np.testing.assert_allclose([float(jitted(s)) for s in (0, every, 3 * every + 1)],
                              [want[0], want[every], want[3 * every + 1]], rtol=1e-6)
 
 
 def test_tanh_scale_errors_and_traced_hyperparameters():
   with pytest.raises(ValueError, match="every"):
-    hashing.tanh_scale(3, every=0)
+    hamming.tanh_scale(3, every=0)
   with pytest.raises(TypeError, match="every"):
-    hashing.tanh_scale(3, every=2.0)
+    hamming.tanh_scale(3, every=2.0)
   with pytest.raises(ValueError, match="initial"):
-    hashing.tanh_scale(3, initial=0.0, every=2)
+    hamming.tanh_scale(3, initial=0.0, every=2)
   with pytest.raises(ValueError, match="growth"):
-    hashing.tanh_scale(3, growth=0.5, every=2)
+    hamming.tanh_scale(3, growth=0.5, every=2)
   with pytest.raises(TypeError, match="step"):
-    hashing.tanh_scale(jnp.array(True), every=2)
-  got = jax.jit(lambda a: hashing.tanh_scale(25, initial=a, every=10))(jnp.float32(0.5))
+    hamming.tanh_scale(jnp.array(True), every=2)
+  got = jax.jit(lambda a: hamming.tanh_scale(25, initial=a, every=10))(jnp.float32(0.5))
   assert float(got) == 2.0
 
 
@@ -565,13 +568,13 @@ def test_training_pipeline_gradients(x64):
   logits = rng.standard_normal((count, b))
   labels = np.array([0, 0, 1, 1, 1, 2, 2, 0])
   _, relevance, where = jaxrank.batch_retrieval(logits, labels)
-  scale = float(hashing.tanh_scale(5, initial=0.5, every=2))
+  scale = float(hamming.tanh_scale(5, initial=0.5, every=2))
 
   @jax.jit
   def loss(x):
     codes = jnp.tanh(scale * x)
-    d = hashing.relaxed_hamming_distance(codes, codes)
-    return hashing.tie_aware_ap_loss(1 - 2 * d / b, relevance, where=where, num_bins=b + 1)
+    d = hamming.relaxed_hamming_distance(codes, codes)
+    return tie_aware.tie_aware_ap_loss(1 - 2 * d / b, relevance, where=where, num_bins=b + 1)
 
   jtu.check_grads(loss, (logits,), order=1, modes=["rev"], eps=1e-6)
   assert float(jnp.abs(jax.grad(loss)(logits)).max()) > 1e-3  # Not a trivial case.
