@@ -122,7 +122,7 @@ def test_ranks_lam_gets_no_gradient_and_errors():
   y = jnp.array([0.3, 0.1, 0.2])
   grad_lam = jax.grad(lambda lam: jnp.sum(jaxrank.blackbox_ranks(y, lam) * y))(1.0)
   assert float(grad_lam) == 0.0
-  with pytest.raises(ValueError, match="lam must be positive"):
+  with pytest.raises(ValueError, match="lam must be > 0"):
     jaxrank.blackbox_ranks(y, 0.0)
   with pytest.raises(TypeError, match="floating"):
     jaxrank.blackbox_ranks(jnp.array([1, 2, 3]), 1.0)
@@ -239,9 +239,35 @@ def test_degenerate_lists_are_finite(loss_fn, labels, where):
 
 def test_loss_errors():
   s, y = jnp.ones(3), jnp.array([1, 0, 1])
-  with pytest.raises(ValueError, match="lam must be positive"):
+  with pytest.raises(ValueError, match="lam must be > 0"):
     jaxrank.blackbox_ap_loss(s, y, lam=-1.0)
-  with pytest.raises(ValueError, match="margin must be non-negative"):
+  with pytest.raises(ValueError, match="margin must be >= 0"):
     jaxrank.blackbox_recall_loss(s, y, margin=-0.1)
   with pytest.raises(TypeError, match="floating"):
     jaxrank.blackbox_ap_loss(jnp.array([1, 2, 3]), y)
+
+
+def test_hyperparameters_use_the_shared_checks():
+  s, y = jnp.array([0.3, 0.2, 0.1]), jnp.array([1, 0, 1])
+  # lam and margin are real numbers (a bool is not), checked whenever they are known.
+  with pytest.raises(TypeError, match="blackbox_ap_loss: lam must be a real number, got True"):
+    jaxrank.blackbox_ap_loss(s, y, lam=True)
+  with pytest.raises(TypeError, match="blackbox_recall_loss: margin must be a real number"):
+    jaxrank.blackbox_recall_loss(s, y, margin=False)
+  with pytest.raises(TypeError, match="blackbox_ranks: lam must be a real number"):
+    jaxrank.blackbox_ranks(s, "1.0")
+  with pytest.raises(ValueError, match="blackbox_ap_loss: lam must be > 0, got 0.0"):
+    jaxrank.blackbox_ap_loss(s, y, lam=jnp.array(0.0))  # A known array is checked too.
+  with pytest.raises(ValueError, match=r"lam must be > 0, got -2.0 in an array of shape \(2,\)"):
+    jaxrank.blackbox_ap_loss(jnp.ones((2, 3)), jnp.ones((2, 3)), lam=jnp.array([1.0, -2.0]))
+  with pytest.raises(ValueError, match="blackbox_ap_loss: margin must be >= 0, got nan"):
+    jaxrank.blackbox_ap_loss(s, y, margin=float("nan"))
+  # A traced value is the caller's: not checked.
+  out = jax.jit(lambda lam: jaxrank.blackbox_ap_loss(s, y, lam=lam))(-1.0)
+  assert out.shape == ()
+  # Per-list lam keeps working.
+  assert jaxrank.blackbox_ap_loss(jnp.ones((2, 3)), jnp.ones((2, 3)), lam=np.array([0.5, 2])) == 0
+  with pytest.raises(ValueError, match=r"blackbox_ranks: scores must have at least one axis"):
+    jaxrank.blackbox_ranks(jnp.array(0.5), 1.0)
+  with pytest.raises(TypeError, match="blackbox_recall_loss: weight_fn must be a function"):
+    jaxrank.blackbox_recall_loss(s, y, weight_fn="log")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -109,3 +110,26 @@ def test_pytree_inputs_and_errors():
     jaxrank.chunked_value_and_grad(embed, loss, chunk_size=2)(w, {"a": inputs["a"], "b": jnp.ones((4, 2))}, y)
   with pytest.raises(ValueError, match="positive int"):
     jaxrank.chunked_value_and_grad(embed, loss, chunk_size=0)
+
+
+def test_arguments_use_the_shared_checks():
+  embed = lambda w, x: x @ w  # noqa: E731
+  loss = LOSSES["blackbox_ap"]
+  # chunk_size is a static int: a bool or a float is a TypeError, a numpy int is fine.
+  for bad in (True, 2.0, "2"):
+    message = re.escape(f"chunked_value_and_grad: chunk_size must be a positive int, got {bad!r}")
+    with pytest.raises(TypeError, match=message):
+      jaxrank.chunked_value_and_grad(embed, loss, chunk_size=bad)
+  with pytest.raises(ValueError, match="chunk_size must be a positive int, got -1"):
+    jaxrank.chunked_value_and_grad(embed, loss, chunk_size=-1)
+  x, y = jnp.ones((8, 3)).at[::2].set(-1.0), jnp.arange(8) % 2
+  w = jnp.ones((3, 2))
+  value, _ = jaxrank.chunked_value_and_grad(embed, loss, chunk_size=np.int64(4))(w, x, y)
+  assert np.isfinite(value)
+  with pytest.raises(TypeError, match="embed_fn must be a function, got NoneType"):
+    jaxrank.chunked_value_and_grad(None, loss, chunk_size=2)
+  with pytest.raises(TypeError, match="loss_fn must be a function"):
+    jaxrank.chunked_value_and_grad(embed, "smoothap", chunk_size=2)
+  # Every input needs the batch axis.
+  with pytest.raises(ValueError, match="inputs must be an array or a pytree of arrays"):
+    jaxrank.chunked_value_and_grad(embed, loss, chunk_size=2)(w, {"x": x, "t": 1.0}, y)

@@ -36,8 +36,16 @@ def test_import_jaxrank_does_not_import_tensorflow():
   subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=120)
 
 
-def test_importing_jaxrank_data_hides_gpus_from_tensorflow():
-  assert tf.config.get_visible_devices("GPU") == []
+def test_importing_jaxrank_data_leaves_tensorflow_devices_alone():
+  # Hiding the GPUs is the entry points' job (experiments.input_pipeline.hide_gpus_from_tensorflow).
+  code = (
+      "import tensorflow as tf\n"
+      "calls = []\n"
+      "tf.config.set_visible_devices = lambda *args, **kwargs: calls.append(args)\n"
+      "import jaxrank.data\n"
+      "assert not calls, f'importing jaxrank.data called set_visible_devices{calls}'\n"
+  )
+  subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=120)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,7 +205,7 @@ IMPOSSIBLE = [
                                             skip_small_classes=True),
      "only 1 classes have at least 4 examples"),
     (lambda y: samplers.m_per_class_batches(y, classes_per_batch=0, samples_per_class=2),
-     "classes_per_batch must be a positive integer"),
+     "classes_per_batch must be a positive int"),
     (lambda y: samplers.super_class_batches(y, y % 2, classes_per_batch=3, samples_per_class=2),
      "must be a multiple of super_classes_per_batch"),
     (lambda y: samplers.super_class_batches(y, y % 2, classes_per_batch=6, samples_per_class=2),
@@ -221,6 +229,40 @@ def test_impossible_requests_raise_clear_errors(make, message):
 def test_labels_must_be_integers():
   with pytest.raises(TypeError, match="integers"):
     samplers.m_per_class_batches(np.array([0.0, 1.0]), classes_per_batch=1, samples_per_class=1)
+
+
+def test_sampler_arguments_use_the_shared_checks():
+  labels = np.repeat(np.arange(4), 3)
+  m_per_class = functools.partial(samplers.m_per_class_batches, labels)
+  # A bool or a float is not a count: TypeError, as for every static int of jaxrank.
+  with pytest.raises(TypeError, match="classes_per_batch must be a positive int, got True"):
+    m_per_class(classes_per_batch=True, samples_per_class=2)
+  with pytest.raises(TypeError, match="samples_per_class must be a positive int, got 2.0"):
+    m_per_class(classes_per_batch=2, samples_per_class=2.0)
+  with pytest.raises(TypeError, match="super_class_batches: batches_per_group must be"):
+    samplers.super_class_batches(labels, labels % 2, classes_per_batch=2, samples_per_class=2,
+                                 batches_per_group=True)
+  with pytest.raises(TypeError, match="random_batches: num_examples must be a positive int"):
+    samplers.random_batches(True, batch_size=1)
+  with pytest.raises(TypeError, match="sequential_batches: batch_size must be a positive int"):
+    samplers.sequential_batches(5, batch_size=True)
+  # seed and epoch: non-negative ints.
+  with pytest.raises(ValueError, match="m_per_class_batches: seed must be an int >= 0, got -1"):
+    m_per_class(classes_per_batch=2, samples_per_class=2, seed=-1)
+  with pytest.raises(TypeError, match="random_batches: epoch must be an int >= 0, got 1.5"):
+    samplers.random_batches(10, batch_size=2, epoch=1.5)
+  # Labels: a non-empty 1-D integer array; super_labels shaped like them.
+  with pytest.raises(ValueError, match="labels must hold at least one class label"):
+    samplers.m_per_class_batches(np.array([], np.int64), classes_per_batch=1, samples_per_class=1)
+  with pytest.raises(ValueError, match=r"1-D array of class labels \[N\], got shape \(3, 4\)"):
+    samplers.m_per_class_batches(labels.reshape(3, 4), classes_per_batch=1, samples_per_class=1)
+  with pytest.raises(ValueError, match=r"super_labels must be shaped \(12,\), got shape \(11,\)"):
+    samplers.super_class_batches(labels, labels[:-1] % 2, classes_per_batch=2, samples_per_class=2)
+  # numpy ints are ints, and give the same batches as Python ints.
+  got = m_per_class(classes_per_batch=np.int64(2), samples_per_class=np.int32(2), seed=np.uint8(3),
+                    epoch=np.int64(1))
+  np.testing.assert_array_equal(got, m_per_class(classes_per_batch=2, samples_per_class=2, seed=3,
+                                                 epoch=1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,8 +414,6 @@ def test_train_preprocess_crops_flips_and_normalises():
   assert all(o.shape == (16, 16, 3) and o.dtype == np.float32 for o in outs)
   np.testing.assert_array_equal(outs[0], train(image, tf.constant([0, 0], tf.int64)).numpy())
   assert len({o.tobytes() for o in outs}) > 1
-  resized = preprocess.resize_shorter_side(preprocess.to_float(image), 20)
-  assert resized.shape == (20, 30, 3)
   with pytest.raises(ValueError, match="one mean and one std per channel"):
     preprocess.normalize(tf.zeros((4, 4, 1)))
 

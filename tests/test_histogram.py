@@ -597,6 +597,12 @@ def test_class_balancing_weights_errors():
     histogram.class_balancing_weights(jnp.array([0.0, 1.0]))
   with pytest.raises(ValueError, match="where"):
     histogram.class_balancing_weights(jnp.array([0, 1]), where=jnp.array([True]))
+  # A mask of the wrong kind is a TypeError (it was a ValueError before the shared checks).
+  with pytest.raises(TypeError, match="class_balancing_weights: where must be a boolean mask"):
+    histogram.class_balancing_weights(jnp.array([0, 1]), where=jnp.array([1, 0]))
+  # Boolean labels are two classes; numpy labels work as JAX ones.
+  weights = histogram.class_balancing_weights(np.array([True, True, False, True]))
+  np.testing.assert_allclose(weights, [2 / 3, 2 / 3, 2, 2 / 3], rtol=1e-6)
 
 
 def test_soft_histograms_errors():
@@ -608,6 +614,23 @@ def test_soft_histograms_errors():
     histogram.soft_histograms(
         jnp.zeros(3), jnp.ones(3), num_centres=3, first_centre=1.0, last_centre=1.0
     )
+  make = functools.partial(histogram.soft_histograms, jnp.zeros(3), jnp.ones(3), num_centres=3)
+  # The centres are real numbers known at trace time (they fix the binning).
+  with pytest.raises(TypeError, match="soft_histograms: first_centre must be a real number"):
+    make(first_centre=True, last_centre=0.0)
+  with pytest.raises(TypeError, match="soft_histograms: last_centre must be a real number"):
+    make(first_centre=1.0, last_centre="0")
+  with pytest.raises(TypeError, match="last_centre must be known at trace time"):
+    jax.jit(lambda c: make(first_centre=1.0, last_centre=c))(0.0)
+  with pytest.raises(ValueError, match="first_centre must be a scalar"):
+    make(first_centre=jnp.ones(2), last_centre=0.0)
+  with pytest.raises(ValueError, match="finite"):
+    make(first_centre=float("inf"), last_centre=0.0)
+  with pytest.raises(TypeError, match="soft_histograms: num_centres must be an int >= 2, got True"):
+    make(num_centres=True, first_centre=1.0, last_centre=0.0)
+  # Concrete numpy and JAX scalars are fine.
+  h = make(first_centre=np.float32(1.0), last_centre=jnp.array(-1.0))
+  assert h.total.shape == (3,)
 
 
 # 9. pytorch-metric-learning's FastAPLoss, when installed.

@@ -77,3 +77,27 @@ def test_multi_hot_labels_and_errors():
     memory.push(state, jnp.ones((2, 2)), jnp.zeros((2,), jnp.int32))
   with pytest.raises(ValueError, match="positive int"):
     memory.init(0, 2)
+
+
+def test_arguments_use_the_shared_checks():
+  # Sizes are static ints: a bool or a float is a TypeError, a numpy int is fine.
+  with pytest.raises(TypeError, match="memory.init: size must be a positive int, got True"):
+    memory.init(True, 2)
+  with pytest.raises(TypeError, match="memory.init: size must be a positive int, got 4.0"):
+    memory.init(4.0, 2)
+  with pytest.raises(ValueError, match="memory.init: embedding_dim must be a positive int, got 0"):
+    memory.init(4, 0)
+  with pytest.raises(TypeError, match="memory.init: label_shape must be a tuple of ints, got 4"):
+    memory.init(4, 2, label_shape=4)
+  with pytest.raises(TypeError, match="each entry of label_shape must be a positive int, got 2.0"):
+    memory.init(4, 2, label_shape=(2.0,))
+  state = memory.init(np.int64(4), np.int32(2), label_shape=[3])
+  assert state.embeddings.shape == (4, 2) and state.labels.shape == (4, 3)
+  # Embeddings must be floating point, as everywhere in jaxrank.
+  state = memory.init(4, 2)
+  with pytest.raises(TypeError, match="memory.push: embeddings must be a floating-point array"):
+    memory.push(state, jnp.ones((2, 2), jnp.int32), jnp.zeros(2, jnp.int32))
+  with pytest.raises(ValueError, match=r"embeddings must be shaped \[B, 2\], got shape \(2,\)"):
+    memory.push(state, jnp.ones(2), jnp.zeros(2, jnp.int32))
+  with pytest.raises(ValueError, match=r"labels must be shaped \(2,\), got shape \(3,\)"):
+    memory.push(state, jnp.ones((2, 2)), jnp.zeros(3, jnp.int32))

@@ -675,6 +675,31 @@ def test_traced_hyperparameters_are_not_checked():
   assert np.isfinite(out)
 
 
+def test_steps_and_static_ints_use_the_shared_checks():
+  s, y = jnp.array([0.3, 0.2, 0.1]), jnp.array([1, 0, 1])
+  # The public step functions check their hyperparameters as the losses do.
+  with pytest.raises(ValueError, match="sigmoid_step: temperature must be > 0, got 0.0"):
+    sr.sigmoid_step(s, temperature=0.0)
+  with pytest.raises(TypeError, match="sigmoid_step: temperature must be a real number, got True"):
+    sr.sigmoid_step(s, temperature=True)
+  with pytest.raises(ValueError, match="supap_negative_step: tau must be > 0"):
+    sr.supap_negative_step(s, tau=-0.01)
+  with pytest.raises(ValueError, match="supap_negative_step: rho must be >= 0"):
+    sr.supap_negative_step(s, rho=-1.0)
+  with pytest.raises(TypeError, match="smoothap_loss: temperature must be a real number, got True"):
+    sr.smoothap_loss(s, y, temperature=True)
+  # Static ints reject bools and floats with TypeError.
+  with pytest.raises(TypeError, match="supap_loss: chunk_size must be a positive int, got True"):
+    sr.supap_loss(s, y, chunk_size=True)
+  with pytest.raises(TypeError, match="decomposability_gap: num_batches must be a positive int"):
+    sr.decomposability_gap(s, y, num_batches=1.0)
+  # Step functions must be callables, and the message says which.
+  with pytest.raises(TypeError, match="smooth_rank_ap_loss: negative_step_fn must be a function"):
+    sr.smooth_rank_ap_loss(s, y, positive_step_fn=sr.heaviside_step, negative_step_fn=0.5)
+  # A traced temperature is not checked (the caller's value).
+  assert jax.jit(lambda t: sr.sigmoid_step(s, temperature=t))(-1.0).shape == (3,)
+
+
 @pytest.mark.parametrize("case", CORE, ids=ids(CORE))
 def test_input_errors(case):
   scores, labels = jnp.array([0.3, 0.2, 0.1, 0.0]), jnp.array([1, 0, 1, 0])

@@ -28,8 +28,9 @@ def _ranks_of_relevant_items(fn, scores, labels, where, lam, margin):
   """
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
   lam = ranking.check_lam(fn, lam)
-  if isinstance(margin, (int, float)) and margin < 0:
-    raise ValueError(f"{fn}: margin must be non-negative, got {margin}.")
+  checks.check_real(
+      fn, "margin", margin, at_least=0, scalar=False, hint="It is RaMBO's alpha (eq. 14): 0.02."
+  )
   dtype = lists.compute_dtype(scores.dtype)
   relevant = where & (labels >= 1)
   # Eq. 14: positives move down and negatives up by half the margin.
@@ -162,6 +163,7 @@ def blackbox_recall_loss(
   0.3466
   """
   fn = "blackbox_recall_loss"
+  checks.check_callable(fn, "weight_fn", weight_fn, hint="Pass W, e.g. jnp.log1p.")
   ranks, relevant_ranks, relevant, num_relevant = _ranks_of_relevant_items(
       fn, scores, labels, where, lam, margin
   )

@@ -1,17 +1,35 @@
 """Input checks shared by every public function: one vocabulary of errors.
 
-Each check names the calling function and says what to change. `TypeError` for a value of the
-wrong kind (dtype, Python type), `ValueError` for a value of the right kind that is out of range or
-of the wrong shape. Hyperparameters are checked whenever they are known at trace time.
+Each check names the calling function (`fn`, the first argument of every helper, starts every
+message), says what it received and what to change. `TypeError` for a value of the wrong kind (a
+dtype, a Python type: a bool or a float where an int is needed, a non-boolean mask), `ValueError`
+for a value of the right kind that is out of range or of the wrong shape. Static hyperparameters
+are Python (or numpy) ints and never bools; real-valued hyperparameters go through `check_real`,
+which checks them whenever they are known at trace time.
+
+The helpers that only read a dtype and a shape (`check_positive_int`, `check_int_at_least`,
+`check_int_labels`, `check_shape`, `check_callable`, and `check_real` on numbers) work on Python
+and numpy values as well as JAX arrays, so the numpy-only parts (the samplers of `jaxrank.data`)
+use them too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+
+def _dtype(value: Any) -> np.dtype:
+  """The dtype of an array (a tracer included) or of what numpy makes of a Python value."""
+  return value.dtype if hasattr(value, "dtype") else np.asarray(value).dtype
+
+
+def _axes(count: int) -> str:
+  return "one axis" if count == 1 else f"{count} axes"
 
 
 def check_lists(
@@ -45,24 +63,187 @@ def check_lists(
         f"{fn}: labels have shape {labels.shape} but scores have shape {scores.shape}; "
         "they must be equal (one label per score, the list on the last axis)."
     )
-  if where is None:
-    where = jnp.ones(scores.shape, dtype=bool)
-  else:
-    where = jnp.asarray(where)
-    if where.dtype != jnp.bool_:
-      raise TypeError(f"{fn}: where must be a boolean mask, got dtype {where.dtype}.")
-    try:
-      where = jnp.broadcast_to(where, scores.shape)
-    except ValueError:
-      raise ValueError(
-          f"{fn}: where has shape {where.shape}, which does not broadcast to the scores' "
-          f"shape {scores.shape}."
-      ) from None
+  where = check_mask(fn, "where", where, scores.shape)
   return scores, labels, where
 
 
+def check_floating(
+    fn: str,
+    name: str,
+    x: jax.typing.ArrayLike,
+    *,
+    ndim: int | None = None,
+    min_ndim: int | None = None,
+    layout: str = "",
+) -> jax.Array:
+  """Validates a floating-point array argument and returns it as a JAX array.
+
+  Args:
+    fn: the public function's name, which starts every message.
+    name: the argument's name.
+    x: the value; a tracer is fine (only its dtype and shape are read).
+    ndim: the exact number of axes required, if any.
+    min_ndim: the least number of axes required, if any.
+    layout: the expected layout, for the messages (e.g. `"[B, D]"`).
+
+  Returns:
+    `jnp.asarray(x)`.
+
+  Raises:
+    TypeError: a dtype that is not floating point.
+    ValueError: the wrong number of axes.
+  """
+  x = jnp.asarray(x)
+  if not jnp.issubdtype(x.dtype, jnp.floating):
+    raise TypeError(
+        f"{fn}: {name} must be a floating-point array, got dtype {x.dtype}; cast it, e.g. "
+        f"{name}.astype(jnp.float32)."
+    )
+  suffix = f" {layout}" if layout else ""
+  if ndim is not None and x.ndim != ndim:
+    raise ValueError(f"{fn}: {name} must have {_axes(ndim)}{suffix}, got shape {x.shape}.")
+  if min_ndim is not None and x.ndim < min_ndim:
+    raise ValueError(
+        f"{fn}: {name} must have at least {_axes(min_ndim)}{suffix}, got shape {x.shape}."
+    )
+  return x
+
+
+def check_mask(
+    fn: str,
+    name: str,
+    mask: jax.typing.ArrayLike | None,
+    shape: Sequence[int],
+    *,
+    like: str = "scores",
+    broadcast: bool = True,
+) -> jax.Array:
+  """Validates a boolean mask and returns it with shape `shape` (all True when `mask` is None).
+
+  Args:
+    fn: the public function's name, which starts every message.
+    name: the argument's name (`"where"`, usually).
+    mask: `None`, or a boolean array.
+    shape: the shape the mask applies to.
+    like: what `shape` is the shape of, a plural noun for the messages (`"scores"`, `"labels"`).
+    broadcast: accept any shape that broadcasts to `shape`; with `False`, exactly `shape`.
+
+  Returns:
+    A boolean `jax.Array` of shape `shape`.
+
+  Raises:
+    TypeError: a mask whose dtype is not boolean (0/1 integers included: compare them first).
+    ValueError: a mask whose shape does not broadcast to (or, with `broadcast=False`, equal)
+      `shape`.
+  """
+  shape = tuple(shape)
+  if mask is None:
+    return jnp.ones(shape, dtype=bool)
+  mask = jnp.asarray(mask)
+  if mask.dtype != jnp.bool_:
+    raise TypeError(
+        f"{fn}: {name} must be a boolean mask, got dtype {mask.dtype}; pass a bool array, "
+        f"e.g. {name} != 0."
+    )
+  if not broadcast:
+    if mask.shape != shape:
+      raise ValueError(
+          f"{fn}: {name} must be a boolean mask shaped like the {like} {shape}, got shape "
+          f"{mask.shape}."
+      )
+    return mask
+  try:
+    return jnp.broadcast_to(mask, shape)
+  except ValueError:
+    raise ValueError(
+        f"{fn}: {name} has shape {mask.shape}, which does not broadcast to the {like}' shape "
+        f"{shape}; give one flag per item."
+    ) from None
+
+
+def check_int_labels(
+    fn: str,
+    name: str,
+    labels: Any,
+    *,
+    layout: str = "[N]",
+    allow_bool: bool = False,
+    allow_empty: bool = True,
+) -> None:
+  """Checks a 1-D array of integer class labels, one per example.
+
+  Only the dtype and the shape are read, so `labels` may be a numpy array, a JAX array or a
+  tracer; convert it (`np.asarray` or `jnp.asarray`) before calling.
+
+  Args:
+    fn: the public function's name, which starts every message.
+    name: the argument's name.
+    labels: the labels.
+    layout: the expected layout, for the messages.
+    allow_bool: accept a boolean array (two classes).
+    allow_empty: accept an array of no labels.
+
+  Raises:
+    ValueError: not 1-D, or empty when `allow_empty` is False.
+    TypeError: a dtype that is not integer (nor boolean, when `allow_bool`).
+  """
+  shape = tuple(np.shape(labels))
+  if len(shape) != 1:
+    raise ValueError(
+        f"{fn}: {name} must be a 1-D array of class labels {layout}, got shape {shape}."
+    )
+  if not allow_empty and shape[0] == 0:
+    raise ValueError(f"{fn}: {name} must hold at least one class label {layout}, got none.")
+  dtype = _dtype(labels)
+  if not (np.issubdtype(dtype, np.integer) or (allow_bool and dtype == np.bool_)):
+    raise TypeError(
+        f"{fn}: {name} must be integers (class labels), got dtype {dtype}; map the classes to "
+        f"integers first, e.g. np.unique({name}, return_inverse=True)[1]."
+    )
+
+
+def check_shape(
+    fn: str,
+    name: str,
+    x: Any,
+    expected: Sequence[int | None],
+    *,
+    layout: str = "",
+    hint: str = "",
+) -> None:
+  """Raises `ValueError` unless `x` has the expected shape.
+
+  `x` is an array, a tracer, or anything numpy sees as one (only its shape is read). A `None` in
+  `expected` matches any size. `layout` replaces the expected shape in the message (for example
+  `"[B, 128]"`); `hint` (what to change) is appended to it.
+  """
+  shape = tuple(np.shape(x))
+  expected = tuple(expected)
+  if len(shape) == len(expected) and all(e is None or e == s for s, e in zip(shape, expected)):
+    return
+  if not layout:
+    sizes = ["_" if e is None else str(e) for e in expected]
+    layout = f"({sizes[0]},)" if len(sizes) == 1 else f"({', '.join(sizes)})"
+  raise ValueError(
+      f"{fn}: {name} must be shaped {layout}, got shape {shape}.{' ' + hint if hint else ''}"
+  )
+
+
+def check_callable(fn: str, name: str, value: Any, *, hint: str = "") -> None:
+  """Raises `TypeError` unless `value` is callable; `hint` (what to pass) is appended."""
+  if not callable(value):
+    raise TypeError(
+        f"{fn}: {name} must be a function, got {type(value).__name__} {value!r}."
+        f"{' ' + hint if hint else ''}"
+    )
+
+
 def check_positive_int(fn: str, name: str, value: Any, *, allow_none: bool = False) -> None:
-  """Raises unless `value` is a positive Python int (a static hyperparameter)."""
+  """Raises unless `value` is a positive int (a static hyperparameter).
+
+  Python and numpy ints are accepted; bools (`True` is not a count) and floats raise `TypeError`,
+  ints below 1 `ValueError`. With `allow_none`, `None` passes.
+  """
   if value is None and allow_none:
     return
   if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
@@ -72,7 +253,10 @@ def check_positive_int(fn: str, name: str, value: Any, *, allow_none: bool = Fal
 
 
 def check_int_at_least(fn: str, name: str, value: Any, minimum: int) -> None:
-  """Raises unless `value` is a Python int `>= minimum` (a static hyperparameter)."""
+  """Raises unless `value` is an int `>= minimum` (a static hyperparameter).
+
+  As `check_positive_int`: Python and numpy ints pass, bools and floats raise `TypeError`.
+  """
   if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
     raise TypeError(f"{fn}: {name} must be an int >= {minimum}, got {value!r}.")
   if value < minimum:
@@ -89,7 +273,7 @@ def check_list_weights(
   """
   if weights is None:
     return None
-  kind = weights.dtype if hasattr(weights, "dtype") else np.asarray(weights).dtype
+  kind = _dtype(weights)
   if not (jnp.issubdtype(kind, jnp.number) or jnp.issubdtype(kind, jnp.bool_)):
     raise TypeError(f"{fn}: weights must be numeric, got dtype {kind}.")
   weights = jnp.asarray(weights)
@@ -115,36 +299,50 @@ def check_real(
     at_least: float | None = None,
     at_most: float | None = None,
     hint: str = "",
+    scalar: bool = True,
+    static: bool = False,
 ) -> float | None:
-  """Validates a real scalar hyperparameter (a Python number or a 0-d array) and returns it.
+  """Validates a real hyperparameter (a Python number or a 0-d array) and returns it.
 
   Returns the value as a Python float when it is known at trace time, after checking
   `value > above`, `value >= at_least` and `value <= at_most` (each when given); returns `None`,
   unchecked, when it is a traced array (a hyperparameter under `jit` or `grad` is the caller's
-  responsibility). Raises `TypeError` for a non-real value, `ValueError` for a non-scalar, NaN or
-  out-of-range one; `hint` is appended to the range message.
+  responsibility). Raises `TypeError` for a non-real value (a bool included), `ValueError` for a
+  non-scalar, NaN or out-of-range one; `hint` is appended to the range message.
+
+  With `scalar=False` an array of any shape is accepted too (one value per list, say): when it
+  is known, every element is checked against the bounds, and `None` is returned for it. With
+  `static=True` the value must be known at trace time: a traced one raises `TypeError`.
   """
   if isinstance(value, (bool, np.bool_)):
     raise TypeError(f"{fn}: {name} must be a real number, got {value!r}.")
-  shape = jnp.shape(value)
-  if shape != ():
+  shape = tuple(value.shape) if hasattr(value, "shape") else np.shape(value)
+  if scalar and shape != ():
     raise ValueError(f"{fn}: {name} must be a scalar, got an array of shape {shape}.")
   try:
     known = np.asarray(value)
   except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+    if static:
+      raise TypeError(
+          f"{fn}: {name} must be known at trace time (a Python number), got a traced value; "
+          "pass it as a static argument, or close over it instead of passing it through jit."
+      ) from None
     return None
   if not (np.issubdtype(known.dtype, np.floating) or np.issubdtype(known.dtype, np.integer)):
-    raise TypeError(f"{fn}: {name} must be a real number, got {value!r}.")
-  number = float(known)
+    shown = repr(value) if known.ndim == 0 else f"an array of dtype {known.dtype}"
+    raise TypeError(f"{fn}: {name} must be a real number, got {shown}.")
   bounds = []
   if above is not None:
-    bounds.append((number > above, f"> {above}"))
+    bounds.append((known > above, f"> {above}"))
   if at_least is not None:
-    bounds.append((number >= at_least, f">= {at_least}"))
+    bounds.append((known >= at_least, f">= {at_least}"))
   if at_most is not None:
-    bounds.append((number <= at_most, f"<= {at_most}"))
+    bounds.append((known <= at_most, f"<= {at_most}"))
   for ok, text in bounds:
-    if not ok:  # NaN fails every comparison.
-      raise ValueError(f"{fn}: {name} must be {text}, got {number}.{' ' + hint if hint else ''}")
-  return number
-
+    if not np.all(ok):  # NaN fails every comparison.
+      if known.ndim == 0:
+        got = f"{float(known)}"
+      else:
+        got = f"{float(known[~ok].flat[0])} in an array of shape {known.shape}"
+      raise ValueError(f"{fn}: {name} must be {text}, got {got}.{' ' + hint if hint else ''}")
+  return float(known) if known.ndim == 0 else None

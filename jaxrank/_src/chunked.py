@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrank import types
-
+from jaxrank._src import checks
 
 
 def _split(tree: types.PyTree, num_chunks: int) -> types.PyTree:
@@ -80,22 +80,34 @@ def chunked_value_and_grad(
   ...   s, r, w = jaxrank.batch_retrieval(e, y)
   ...   return jaxrank.blackbox_ap_loss(s, r, where=w)
   >>> x, y = jnp.ones((16, 8)).at[::2].set(-1.0), jnp.arange(16) % 2
-  >>> value, grads = jax.jit(jaxrank.chunked_value_and_grad(embed, loss, chunk_size=4))(params, x, y)
+  >>> step = jax.jit(jaxrank.chunked_value_and_grad(embed, loss, chunk_size=4))
+  >>> value, grads = step(params, x, y)
   >>> full_value, full_grads = jax.value_and_grad(lambda p: loss(embed(p, x), y))(params)
   >>> bool(jnp.allclose(value, full_value))
   True
   """
-  if not isinstance(chunk_size, int) or chunk_size < 1:
-    raise ValueError(f"chunked_value_and_grad: chunk_size must be a positive int, got {chunk_size!r}.")
+  fn = "chunked_value_and_grad"
+  checks.check_callable(fn, "embed_fn", embed_fn, hint="Pass embed_fn(params, inputs_chunk).")
+  checks.check_callable(fn, "loss_fn", loss_fn, hint="Pass loss_fn(embeddings, labels).")
+  checks.check_positive_int(fn, "chunk_size", chunk_size)
 
   def value_and_grad(params, inputs, labels):
-    sizes = {x.shape[0] for x in jax.tree.leaves(inputs)}
+    leaves = jax.tree.leaves(inputs)
+    if not leaves or any(jnp.ndim(x) == 0 for x in leaves):
+      raise ValueError(
+          f"{fn}: inputs must be an array or a pytree of arrays with the batch on the leading "
+          f"axis, got shapes {[jnp.shape(x) for x in leaves]}."
+      )
+    sizes = {jnp.shape(x)[0] for x in leaves}
     if len(sizes) != 1:
-      raise ValueError(f"chunked_value_and_grad: inputs disagree on the batch size: {sorted(sizes)}.")
+      raise ValueError(
+          f"{fn}: inputs disagree on the batch size: {sorted(sizes)}; give every input the same "
+          "leading (batch) axis."
+      )
     (batch,) = sizes
     if batch % chunk_size:
       raise ValueError(
-          f"chunked_value_and_grad: the batch of {batch} is not a multiple of chunk_size "
+          f"{fn}: the batch of {batch} is not a multiple of chunk_size "
           f"{chunk_size}; pick a chunk size that divides it."
       )
     chunks = _split(inputs, batch // chunk_size)
@@ -105,7 +117,9 @@ def chunked_value_and_grad(
     embeddings = embeddings.reshape(batch, *embeddings.shape[2:])
     # Stage 2: the loss and its gradient with respect to the embeddings.
     loss, grad_embeddings = jax.value_and_grad(loss_fn)(embeddings, labels)
-    grad_chunks = grad_embeddings.reshape(batch // chunk_size, chunk_size, *grad_embeddings.shape[1:])
+    grad_chunks = grad_embeddings.reshape(
+        batch // chunk_size, chunk_size, *grad_embeddings.shape[1:]
+    )
 
     # Stage 3: embed each chunk again and pull its slice of the gradient back into the parameters.
     def accumulate(total, chunk):

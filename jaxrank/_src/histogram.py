@@ -162,7 +162,8 @@ def soft_histograms(
   """
   fn = "soft_histograms"
   checks.check_int_at_least(fn, "num_centres", num_centres, 2)
-  first_centre, last_centre = float(first_centre), float(last_centre)
+  first_centre = checks.check_real(fn, "first_centre", first_centre, static=True)
+  last_centre = checks.check_real(fn, "last_centre", last_centre, static=True)
   if not (np.isfinite(first_centre) and np.isfinite(last_centre)) or first_centre == last_centre:
     raise ValueError(
         f"{fn}: first_centre and last_centre must be finite and different, got {first_centre} "
@@ -217,7 +218,7 @@ def binned_ap_estimates(
   """Per-list AP estimates `[...]` and whether each list has a relevant valid item.
 
   The body shared by every histogram estimator of AP (FastAP, mAP_Q, and the tie-aware ones of
-  `jaxrank.hashing`): relevance histograms of `to_values(scores)`, then
+  `tie_aware.py` and `hamming.py`): relevance histograms of `to_values(scores)`, then
   `estimator(histograms, num_relevant)`. Inputs are checked by the caller.
   """
   dtype = lists.compute_dtype(scores.dtype)
@@ -445,19 +446,8 @@ def class_balancing_weights(
   """
   fn = "class_balancing_weights"
   labels = jnp.asarray(labels)
-  if labels.ndim != 1:
-    raise ValueError(f"{fn}: labels must be integer class labels [B], got shape {labels.shape}.")
-  if not (jnp.issubdtype(labels.dtype, jnp.integer) or labels.dtype == jnp.bool_):
-    raise TypeError(f"{fn}: labels must be integer class labels, got dtype {labels.dtype}.")
-  if where is None:
-    where = jnp.ones(labels.shape, bool)
-  else:
-    where = jnp.asarray(where)
-    if where.shape != labels.shape or where.dtype != jnp.bool_:
-      raise ValueError(
-          f"{fn}: where must be a boolean mask shaped like labels {labels.shape}, got "
-          f"{where.dtype} {where.shape}."
-      )
+  checks.check_int_labels(fn, "labels", labels, layout="[B]", allow_bool=True)
+  where = checks.check_mask(fn, "where", where, labels.shape, like="labels", broadcast=False)
   if labels.dtype == jnp.bool_:
     labels = labels.astype(jnp.int32)
   return _class_balancing_weights(labels, where)

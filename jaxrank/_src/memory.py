@@ -7,6 +7,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxrank._src import checks
+
 
 class MemoryState(NamedTuple):
   """The memory: `size` slots, filled in ring order.
@@ -44,8 +46,17 @@ def init(
   Returns:
     A `MemoryState` with every slot empty (`where` all False).
   """
-  if not isinstance(size, int) or size < 1:
-    raise ValueError(f"memory.init: size must be a positive int, got {size!r}.")
+  fn = "memory.init"
+  checks.check_positive_int(fn, "size", size)
+  checks.check_positive_int(fn, "embedding_dim", embedding_dim)
+  if isinstance(label_shape, (str, bytes)) or not hasattr(label_shape, "__iter__"):
+    raise TypeError(
+        f"{fn}: label_shape must be a tuple of ints, got {label_shape!r}; use () for class "
+        "labels and (C,) for multi-hot labels."
+    )
+  label_shape = tuple(label_shape)
+  for entry in label_shape:
+    checks.check_positive_int(fn, "each entry of label_shape", entry)
   return MemoryState(
       embeddings=jnp.zeros((size, embedding_dim), dtype),
       labels=jnp.zeros((size, *label_shape), label_dtype),
@@ -70,22 +81,20 @@ def push(
   Returns:
     The new `MemoryState`: item `i` of the batch is in slot `(position + i) % size`.
   """
-  embeddings = jnp.asarray(embeddings)
+  fn = "memory.push"
+  size, dim = state.embeddings.shape
+  embeddings = checks.check_floating(fn, "embeddings", embeddings)
+  checks.check_shape(fn, "embeddings", embeddings, (None, dim), layout=f"[B, {dim}]")
   labels = jnp.asarray(labels)
-  size = state.where.shape[0]
-  if embeddings.ndim != 2 or embeddings.shape[1:] != state.embeddings.shape[1:]:
-    raise ValueError(
-        f"memory.push: embeddings must be [B, {state.embeddings.shape[1]}], got "
-        f"{embeddings.shape}."
-    )
   b = embeddings.shape[0]
   if b > size:
-    raise ValueError(f"memory.push: a batch of {b} items does not fit a memory of {size}.")
-  if labels.shape != (b, *state.labels.shape[1:]):
     raise ValueError(
-        f"memory.push: labels must be {(b, *state.labels.shape[1:])} for this memory, got "
-        f"{labels.shape}."
+        f"{fn}: a batch of {b} items does not fit a memory of {size}; push it in parts, or "
+        "init a larger memory."
     )
+  label_shape = state.labels.shape[1:]
+  hint = "Give one label per embedding, each shaped like the memory's labels."
+  checks.check_shape(fn, "labels", labels, (b, *label_shape), hint=hint)
   slots = (state.position + jnp.arange(b, dtype=jnp.int32)) % size
   stored = jax.lax.stop_gradient(embeddings).astype(state.embeddings.dtype)
   return MemoryState(

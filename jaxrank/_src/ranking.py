@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxrank._src import checks
 from jaxrank._src import lists
 
 
@@ -326,9 +327,10 @@ def _blackbox_ranks_bwd(residuals, cotangent):
 _blackbox_ranks.defvjp(_blackbox_ranks_fwd, _blackbox_ranks_bwd)
 
 
-def check_lam(fn: str, lam) -> jax.Array:
-  if isinstance(lam, (int, float)) and not lam > 0:
-    raise ValueError(f"{fn}: lam must be positive, got {lam}.")
+def check_lam(fn: str, lam: jax.typing.ArrayLike) -> jax.Array:
+  """Checks the blackbox strength `lam` (real, `> 0` where known, any shape); returns an array."""
+  hint = "It is the blackbox interpolation strength (RaMBO's Table 9: 0.2 to 4)."
+  checks.check_real(fn, "lam", lam, above=0, scalar=False, hint=hint)
   return jnp.asarray(lam)
 
 
@@ -363,11 +365,9 @@ def blackbox_ranks(scores: jax.typing.ArrayLike, lam: jax.typing.ArrayLike) -> j
   >>> jax.grad(lambda s: blackbox_ranks(s, 1.0)[0])(jnp.array([0.1, 0.9, 0.5]))
   Array([-2.,  1.,  1.], dtype=float32)
   """
-  scores = jnp.asarray(scores)
-  if not jnp.issubdtype(scores.dtype, jnp.floating):
-    raise TypeError(f"blackbox_ranks: scores must be floating point, got dtype {scores.dtype}.")
-  if scores.ndim < 1:
-    raise ValueError("blackbox_ranks: scores must have at least one axis (the list, last).")
+  scores = checks.check_floating(
+      "blackbox_ranks", "scores", scores, min_ndim=1, layout="[..., n] (the list, last)"
+  )
   lam = check_lam("blackbox_ranks", lam)
   if lam.ndim and lam.shape != scores.shape[:-1]:
     raise ValueError(

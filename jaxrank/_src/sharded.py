@@ -44,8 +44,22 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
+from jaxrank import types
+from jaxrank._src import checks
 from jaxrank._src import retrieval
+from jaxrank._src import similarity
 
+
+def _check_batch(
+    fn: str, embeddings: jax.typing.ArrayLike, labels: jax.typing.ArrayLike, batch: str
+) -> tuple[jax.Array, jax.Array]:
+  """Floating embeddings `[batch, D]` and labels `[batch]` or `[batch, C]` with the same batch."""
+  embeddings = checks.check_floating(fn, "embeddings", embeddings, ndim=2, layout=f"[{batch}, D]")
+  labels = retrieval.check_labels(fn, labels)
+  b = embeddings.shape[0]
+  want = f"[{b}] or [{b}, C] (one label or multi-hot row per embedding)"
+  checks.check_shape(fn, "labels", labels, (b, *labels.shape[1:]), layout=want)
+  return embeddings, labels
 
 
 def sharded_batch_retrieval(
@@ -54,6 +68,7 @@ def sharded_batch_retrieval(
     *,
     axis_name: str,
     include_self: bool = False,
+    similarity_fn: types.SimilarityFn = similarity.cosine,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """`batch_retrieval` for this device's queries against the whole batch; inside `shard_map`.
 
@@ -63,16 +78,17 @@ def sharded_batch_retrieval(
     labels: `[B_local]` integer labels or `[B_local, C]` multi-hot labels of the slice.
     axis_name: the mesh axis the batch is sharded over.
     include_self: keep each query in its own list, as in `batch_retrieval`.
+    similarity_fn: the scoring rule, as in `batch_retrieval` (cosine by default).
 
   Returns:
     `(scores, relevance, where)`, each `[B_local, B]`: the rows of `batch_retrieval(all_embeddings,
     all_labels)` for this device's queries, the query itself excluded by its global index.
   """
-  labels = retrieval.check_labels("sharded_batch_retrieval", labels)
+  embeddings, labels = _check_batch("sharded_batch_retrieval", embeddings, labels, "B_local")
   gathered = jax.lax.all_gather(embeddings, axis_name, tiled=True)
   gathered_labels = jax.lax.all_gather(labels, axis_name, tiled=True)
   b_local, b = embeddings.shape[0], gathered.shape[0]
-  scores = retrieval.cosine_similarity(embeddings, gathered)
+  scores = similarity_fn(embeddings, gathered)
   relevance = retrieval.relevance_matrix(labels, gathered_labels)
   first = jax.lax.axis_index(axis_name) * b_local
   columns = jnp.arange(b)[None, :]
@@ -103,6 +119,7 @@ def sharded_loss(
     axis_name: str,
     *,
     include_self: bool = False,
+    similarity_fn: types.SimilarityFn = similarity.cosine,
 ) -> Callable[[jax.Array, jax.Array], jax.Array]:
   """Wraps a list-level loss into `f(embeddings [B, D], labels [B]) -> scalar`, sharded over devices.
 
@@ -118,22 +135,34 @@ def sharded_loss(
     axis_name: the mesh axis to shard the batch over; the batch size must be a multiple of its
       size.
     include_self: as in `batch_retrieval`.
+    similarity_fn: the scoring rule, as in `batch_retrieval` (cosine by default).
 
   Returns:
     The sharded loss function.
   """
+  fn = "sharded_loss"
+  checks.check_callable(fn, "loss_fn", loss_fn, hint="Pass a list-level loss, e.g. smoothap_loss.")
+  if axis_name not in mesh.axis_names:
+    raise ValueError(
+        f"{fn}: the mesh has no axis {axis_name!r}; its axes are {tuple(mesh.axis_names)}."
+    )
   num_devices = mesh.shape[axis_name]
 
   def local(embeddings, labels):
     scores, relevance, where = sharded_batch_retrieval(
-        embeddings, labels, axis_name=axis_name, include_self=include_self
+        embeddings,
+        labels,
+        axis_name=axis_name,
+        include_self=include_self,
+        similarity_fn=similarity_fn,
     )
     return loss_fn(scores, relevance, where=where, reduce_fn=sharded_mean(axis_name))
 
   def loss(embeddings: jax.Array, labels: jax.Array) -> jax.Array:
+    embeddings, labels = _check_batch(fn, embeddings, labels, "B")
     if embeddings.shape[0] % num_devices:
       raise ValueError(
-          f"sharded_loss: a batch of {embeddings.shape[0]} cannot be split evenly over the "
+          f"{fn}: a batch of {embeddings.shape[0]} cannot be split evenly over the "
           f"{num_devices} devices of mesh axis {axis_name!r}; use a batch size that is a multiple "
           f"of {num_devices}."
       )

@@ -130,6 +130,7 @@ def sigmoid_step(x: jax.typing.ArrayLike, *, temperature: jax.typing.ArrayLike =
   >>> [round(v, 4) for v in sigmoid_step(jnp.array([-0.05, 0.0, 0.05])).tolist()]
   [0.0067, 0.5, 0.9933]
   """
+  _check_temperature("sigmoid_step", temperature)
   return _sigmoid(jnp.asarray(x), temperature)
 
 
@@ -178,6 +179,7 @@ def supap_negative_step(
   >>> [round(v, 4) for v in supap_negative_step(jnp.array([-0.01, 0.0, 0.05, 0.06])).tolist()]
   [0.2689, 1.0, 1.4933, 2.4933]
   """
+  _check_supap("supap_negative_step", tau, rho, delta)
   x = jnp.asarray(x)
   return _supap_negative(x, tau, rho, jnp.asarray(delta, x.dtype))
 
@@ -463,8 +465,9 @@ def smooth_rank_ap_loss(
   0.1667
   """
   fn = "smooth_rank_ap_loss"
-  if not callable(positive_step_fn) or not callable(negative_step_fn):
-    raise TypeError(f"{fn}: the step functions must be callables, e.g. heaviside_step.")
+  hint = "Pass a step function, e.g. heaviside_step."
+  checks.check_callable(fn, "positive_step_fn", positive_step_fn, hint=hint)
+  checks.check_callable(fn, "negative_step_fn", negative_step_fn, hint=hint)
   positive = (positive_step_fn, None)
   negative = None if negative_step_fn is positive_step_fn else (negative_step_fn, None)
   ap, valid, scores, where = _smooth_ap(fn, scores, labels, where, positive, negative, chunk_size)

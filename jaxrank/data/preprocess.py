@@ -48,26 +48,6 @@ def _check_sizes(fn: str, resize_size: int, crop_size: int) -> None:
     )
 
 
-def resize_shorter_side(image: tf.Tensor, size: int) -> tf.Tensor:
-  """Resizes `[H, W, C]` so that `min(H, W) == size`, keeping the aspect ratio; float32 out.
-
-  The longer side is rounded to the nearest pixel. Values keep their range (uint8 in, [0, 255] out).
-  """
-  shape = tf.shape(image)
-  h, w = tf.cast(shape[0], tf.float32), tf.cast(shape[1], tf.float32)
-  scale = tf.cast(size, tf.float32) / tf.minimum(h, w)
-  new_h = tf.maximum(size, tf.cast(tf.round(h * scale), tf.int32))
-  new_w = tf.maximum(size, tf.cast(tf.round(w * scale), tf.int32))
-  return tf.image.resize(image, tf.stack([new_h, new_w]), method="bilinear", antialias=True)
-
-
-def to_float(image: tf.Tensor) -> tf.Tensor:
-  """uint8 `[0, 255]` to float32 `[0, 1]` (TensorFlow's convention); float images pass unchanged."""
-  if image.dtype.is_floating:
-    return tf.cast(image, tf.float32)
-  return tf.image.convert_image_dtype(image, tf.float32)
-
-
 def normalize(
     image: tf.Tensor, mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD
 ) -> tf.Tensor:

@@ -39,23 +39,26 @@ import math
 
 import numpy as np
 
+from jaxrank._src import checks
 
-def _rng(seed: int, epoch: int) -> np.random.Generator:
+
+def _rng(fn: str, seed: int, epoch: int) -> np.random.Generator:
+  """The epoch's generator, after checking that `seed` and `epoch` are non-negative ints."""
+  checks.check_int_at_least(fn, "seed", seed, 0)
+  checks.check_int_at_least(fn, "epoch", epoch, 0)
   return np.random.default_rng([int(seed), int(epoch)])
 
 
-def _check_positive(fn: str, **values: int) -> None:
-  for name, value in values.items():
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-      raise ValueError(f"{fn}: {name} must be a positive integer, got {value!r}.")
+def _check_counts(fn: str, **counts: int) -> None:
+  """Every count a positive int (numpy ints too; a bool or a float raises `TypeError`)."""
+  for name, value in counts.items():
+    checks.check_positive_int(fn, name, value)
 
 
-def _check_labels(fn: str, labels, name: str = "labels") -> np.ndarray:
+def _check_labels(fn: str, labels: np.ndarray, name: str = "labels") -> np.ndarray:
+  """`labels` as a numpy array, after checking that it is a non-empty 1-D array of integers."""
   labels = np.asarray(labels)
-  if labels.ndim != 1 or labels.size == 0:
-    raise ValueError(f"{fn}: {name} must be a non-empty 1-D array [N], got shape {labels.shape}.")
-  if not np.issubdtype(labels.dtype, np.integer):
-    raise TypeError(f"{fn}: {name} must be integers, got dtype {labels.dtype}.")
+  checks.check_int_labels(fn, name, labels, allow_empty=False)
   return labels
 
 
@@ -201,6 +204,8 @@ def m_per_class_batches(
 
   Raises:
     ValueError: K larger than every class, or fewer usable classes than P.
+    TypeError: a count, `seed` or `epoch` that is not an int (`True` included), or labels that
+      are not integers.
 
   >>> import numpy as np
   >>> labels = np.repeat(np.arange(6), 4)  # 6 classes of 4 images.
@@ -209,7 +214,8 @@ def m_per_class_batches(
   ((4, 6), True)
   """
   fn = "m_per_class_batches"
-  _check_positive(fn, classes_per_batch=classes_per_batch, samples_per_class=samples_per_class)
+  _check_counts(fn, classes_per_batch=classes_per_batch, samples_per_class=samples_per_class)
+  rng = _rng(fn, seed, epoch)
   labels = _check_labels(fn, labels)
   _, members = _members(labels)
   usable = _usable(
@@ -221,7 +227,7 @@ def m_per_class_batches(
       skip_small_classes=skip_small_classes,
   )
   return _pack_groups(
-      _rng(seed, epoch),
+      rng,
       members,
       usable,
       classes_per_batch=classes_per_batch,
@@ -274,6 +280,8 @@ def super_class_batches(
   Raises:
     ValueError: fewer than S super-classes, P not a multiple of S, a class in two super-classes, or
       a super-class with fewer than P / S usable classes.
+    TypeError: a count, `seed` or `epoch` that is not an int (`True` included), or labels that
+      are not integers.
 
   >>> import numpy as np
   >>> labels = np.repeat(np.arange(8), 2)   # 8 classes of 2 images,
@@ -285,19 +293,19 @@ def super_class_batches(
   """
   fn = "super_class_batches"
   p, k, s = classes_per_batch, samples_per_class, super_classes_per_batch
-  _check_positive(
+  _check_counts(
       fn,
       classes_per_batch=p,
       samples_per_class=k,
       super_classes_per_batch=s,
       batches_per_group=batches_per_group,
   )
+  rng = _rng(fn, seed, epoch)
   labels = _check_labels(fn, labels)
   super_labels = _check_labels(fn, super_labels, "super_labels")
-  if super_labels.shape != labels.shape:
-    raise ValueError(
-        f"{fn}: super_labels {super_labels.shape} must have one entry per label {labels.shape}."
-    )
+  checks.check_shape(
+      fn, "super_labels", super_labels, labels.shape, hint="Give one super-class per label."
+  )
   if p % s:
     raise ValueError(
         f"{fn}: classes_per_batch={p} must be a multiple of super_classes_per_batch={s}, so that "
@@ -342,7 +350,6 @@ def super_class_batches(
     members_of.append(members)
     usable_of.append(usable)
 
-  rng = _rng(seed, epoch)
   queues: list[list[np.ndarray]] = [[] for _ in supers]
 
   def next_part(g: int) -> np.ndarray:
@@ -383,13 +390,14 @@ def random_batches(
   (2, 4)
   """
   fn = "random_batches"
-  _check_positive(fn, num_examples=num_examples, batch_size=batch_size)
+  _check_counts(fn, num_examples=num_examples, batch_size=batch_size)
+  rng = _rng(fn, seed, epoch)
   if batch_size > num_examples:
     raise ValueError(
         f"{fn}: batch_size={batch_size} is larger than the dataset ({num_examples} examples); "
         f"lower batch_size to at most {num_examples}."
     )
-  perm = _rng(seed, epoch).permutation(num_examples)
+  perm = rng.permutation(num_examples)
   num_batches = num_examples // batch_size
   return perm[: num_batches * batch_size].reshape(num_batches, batch_size).astype(np.int64)
 
@@ -404,12 +412,12 @@ def sequential_batches(num_examples: int, *, batch_size: int) -> np.ndarray:
     batch_size: `B`.
 
   Returns:
-    `[ceil(N / B), B]` int64 indices `0 .. N - 1` followed by `-1`s.
+    `[ceil(N / B), B]` int64 indices `0 .. N - 1`, then `-1` as padding.
 
   >>> sequential_batches(5, batch_size=2).tolist()
   [[0, 1], [2, 3], [4, -1]]
   """
-  _check_positive("sequential_batches", num_examples=num_examples, batch_size=batch_size)
+  _check_counts("sequential_batches", num_examples=num_examples, batch_size=batch_size)
   num_batches = math.ceil(num_examples / batch_size)
   indices = np.full(num_batches * batch_size, -1, dtype=np.int64)
   indices[:num_examples] = np.arange(num_examples)

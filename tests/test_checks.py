@@ -1,0 +1,255 @@
+"""Tests of the input checks shared by every module (`jaxrank._src.checks`).
+
+The convention: `TypeError` for a value of the wrong kind (dtype, Python type), `ValueError` for
+a value of the right kind out of range or of the wrong shape; every message starts with the
+public function's name and a colon.
+"""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrank
+from jaxrank._src import checks
+
+# ---------------------------------------------------------------------------------------------
+# Static ints: check_positive_int, check_int_at_least
+
+
+@pytest.mark.parametrize("value", [True, False, np.True_, 2.0, np.float32(2), "2", None, [2]])
+def test_positive_int_rejects_what_is_not_an_int(value):
+  with pytest.raises(TypeError, match=re.escape(f"f: n must be a positive int, got {value!r}.")):
+    checks.check_positive_int("f", "n", value)
+
+
+@pytest.mark.parametrize("value", [0, -3, np.int64(0)])
+def test_positive_int_rejects_ints_below_one(value):
+  with pytest.raises(ValueError, match=f"f: n must be a positive int, got {value}"):
+    checks.check_positive_int("f", "n", value)
+
+
+@pytest.mark.parametrize("value", [1, 7, np.int64(3), np.int32(1), np.uint8(200)])
+def test_positive_int_accepts_python_and_numpy_ints(value):
+  checks.check_positive_int("f", "n", value)
+
+
+def test_positive_int_none_only_when_allowed():
+  checks.check_positive_int("f", "n", None, allow_none=True)
+  with pytest.raises(TypeError, match="f: n must be a positive int, got None"):
+    checks.check_positive_int("f", "n", None)
+  with pytest.raises(TypeError, match="got True"):
+    checks.check_positive_int("f", "n", True, allow_none=True)
+
+
+def test_int_at_least():
+  checks.check_int_at_least("f", "seed", 0, 0)
+  checks.check_int_at_least("f", "seed", np.int64(5), 0)
+  with pytest.raises(ValueError, match="f: seed must be an int >= 0, got -1"):
+    checks.check_int_at_least("f", "seed", -1, 0)
+  for bad in (True, np.bool_(False), 1.0):
+    with pytest.raises(TypeError, match=re.escape(f"f: seed must be an int >= 0, got {bad!r}")):
+      checks.check_int_at_least("f", "seed", bad, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Real hyperparameters: check_real
+
+
+def test_real_returns_known_values_as_floats():
+  for value in (2, 0.5, np.float32(0.25), np.int64(3), jnp.array(1.5), np.array(2.0)):
+    got = checks.check_real("f", "t", value, above=0)
+    assert isinstance(got, float) and got == float(value)
+
+
+@pytest.mark.parametrize("value", [True, False, np.True_, jnp.array(True), "0.1", 1j, None])
+def test_real_rejects_what_is_not_a_real_number(value):
+  with pytest.raises(TypeError, match="f: t must be a real number"):
+    checks.check_real("f", "t", value)
+
+
+def test_real_ranges_and_hint():
+  with pytest.raises(ValueError, match=r"^f: t must be > 0, got 0.0. It is a temperature.$"):
+    checks.check_real("f", "t", 0.0, above=0, hint="It is a temperature.")
+  with pytest.raises(ValueError, match="f: t must be >= 0, got -1.0"):
+    checks.check_real("f", "t", -1, at_least=0)
+  with pytest.raises(ValueError, match="f: t must be <= 1, got 1.5"):
+    checks.check_real("f", "t", 1.5, at_least=0, at_most=1)
+  with pytest.raises(ValueError, match="f: t must be > 0, got nan"):  # NaN fails every bound.
+    checks.check_real("f", "t", float("nan"), above=0)
+  assert checks.check_real("f", "t", 1.0, at_least=1.0, at_most=1.0) == 1.0
+
+
+def test_real_scalars_and_arrays():
+  with pytest.raises(ValueError, match=r"f: t must be a scalar, got an array of shape \(3,\)"):
+    checks.check_real("f", "t", jnp.ones(3))
+  # scalar=False: arrays of any shape, every element checked; None returned for an array.
+  assert checks.check_real("f", "lam", np.array([0.5, 2.0]), above=0, scalar=False) is None
+  assert checks.check_real("f", "lam", 0.5, above=0, scalar=False) == 0.5
+  with pytest.raises(ValueError, match=r"lam must be > 0, got -1.0 in an array of shape \(2, 2\)"):
+    checks.check_real("f", "lam", jnp.array([[1.0, 2.0], [-1.0, 0.0]]), above=0, scalar=False)
+  with pytest.raises(TypeError, match="f: lam must be a real number, got an array of dtype bool"):
+    checks.check_real("f", "lam", np.array([True, False]), scalar=False)
+
+
+def test_real_skips_traced_values():
+  seen = []
+
+  def f(t, lam):
+    seen.append(checks.check_real("f", "t", t, above=0))
+    seen.append(checks.check_real("f", "lam", lam, above=0, scalar=False))
+    return t
+
+  jax.jit(f)(-1.0, -jnp.ones(3))  # Out of range, but unknown at trace time: not checked.
+  jax.grad(lambda t: f(t, jnp.ones(2)))(-2.0)
+  assert seen == [None, None, None, None]
+  # A traced value still has a shape: a non-scalar is caught.
+  with pytest.raises(ValueError, match="f: t must be a scalar"):
+    jax.jit(lambda t: checks.check_real("f", "t", t))(jnp.ones(2))
+
+
+def test_real_static_rejects_traced_values():
+  assert checks.check_real("f", "c", 1.0, static=True) == 1.0
+  with pytest.raises(TypeError, match="f: c must be known at trace time"):
+    jax.jit(lambda c: checks.check_real("f", "c", c, static=True))(1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Arrays: check_floating, check_mask, check_int_labels, check_shape
+
+
+def test_floating():
+  x = checks.check_floating("f", "x", np.ones((2, 3), np.float32), ndim=2, layout="[B, D]")
+  assert isinstance(x, jax.Array) and x.shape == (2, 3)
+  checks.check_floating("f", "x", jnp.ones(3, jnp.bfloat16), min_ndim=1)
+  with pytest.raises(TypeError, match=r"f: x must be a floating-point array, got dtype int32;"):
+    checks.check_floating("f", "x", jnp.ones(3, jnp.int32))
+  with pytest.raises(TypeError, match="got dtype bool"):
+    checks.check_floating("f", "x", np.ones(3, bool))
+  with pytest.raises(ValueError, match=r"f: x must have 2 axes \[B, D\], got shape \(3,\)"):
+    checks.check_floating("f", "x", jnp.ones(3), ndim=2, layout="[B, D]")
+  with pytest.raises(ValueError, match=r"f: x must have at least one axis, got shape \(\)"):
+    checks.check_floating("f", "x", 1.0, min_ndim=1)
+  # Tracers: only the dtype and shape are read.
+  jax.jit(lambda x: checks.check_floating("f", "x", x, ndim=1))(jnp.ones(3))
+
+
+def test_mask():
+  assert checks.check_mask("f", "where", None, (2, 3)).tolist() == [[True] * 3] * 2
+  got = checks.check_mask("f", "where", jnp.array([True, False, True]), (2, 3))
+  assert got.shape == (2, 3)
+  with pytest.raises(TypeError, match="f: where must be a boolean mask, got dtype int32; pass"):
+    checks.check_mask("f", "where", jnp.array([1, 0, 1]), (3,))
+  with pytest.raises(TypeError, match="got dtype float32"):
+    checks.check_mask("f", "where", jnp.ones(3), (3,))
+  message = r"f: where has shape \(2,\), which does not broadcast to the scores' shape \(3,\)"
+  with pytest.raises(ValueError, match=message):
+    checks.check_mask("f", "where", jnp.array([True, False]), (3,))
+  # broadcast=False: exactly the shape, named after what it is the shape of.
+  with pytest.raises(ValueError, match=r"f: where must be a boolean mask shaped like the labels"):
+    checks.check_mask("f", "where", jnp.array([True]), (3,), like="labels", broadcast=False)
+  assert checks.check_mask("f", "m", np.ones(3, bool), (3,), broadcast=False).shape == (3,)
+
+
+@pytest.mark.parametrize("to_array", [np.asarray, jnp.asarray], ids=["numpy", "jax"])
+def test_int_labels(to_array):
+  checks.check_int_labels("f", "labels", to_array(np.array([3, 1, 3])))
+  with pytest.raises(TypeError, match="f: labels must be integers .*got dtype float32"):
+    checks.check_int_labels("f", "labels", to_array(np.zeros(3, np.float32)))
+  with pytest.raises(TypeError, match="got dtype bool"):
+    checks.check_int_labels("f", "labels", to_array(np.ones(3, bool)))
+  checks.check_int_labels("f", "labels", to_array(np.ones(3, bool)), allow_bool=True)
+  with pytest.raises(ValueError, match=r"f: y must be a 1-D array of class labels \[B\]"):
+    checks.check_int_labels("f", "y", to_array(np.zeros((2, 2), np.int32)), layout="[B]")
+  checks.check_int_labels("f", "labels", to_array(np.zeros(0, np.int32)))
+  with pytest.raises(ValueError, match="f: labels must hold at least one class label"):
+    checks.check_int_labels("f", "labels", to_array(np.zeros(0, np.int32)), allow_empty=False)
+
+
+def test_int_labels_on_tracers():
+  jax.jit(lambda y: checks.check_int_labels("f", "labels", y) or y)(jnp.arange(3))
+  with pytest.raises(TypeError, match="f: labels must be integers"):
+    jax.jit(lambda y: checks.check_int_labels("f", "labels", y) or y)(jnp.ones(3))
+
+
+def test_shape():
+  checks.check_shape("f", "x", np.ones((4, 2)), (None, 2))
+  checks.check_shape("f", "x", [[1, 2]], (1, 2))
+  with pytest.raises(ValueError, match=r"^f: x must be shaped \(_, 3\), got shape \(4, 2\)\.$"):
+    checks.check_shape("f", "x", np.ones((4, 2)), (None, 3))
+  with pytest.raises(ValueError, match=r"f: x must be shaped \(4,\), got shape \(4, 1\)"):
+    checks.check_shape("f", "x", np.ones((4, 1)), (4,))
+  with pytest.raises(ValueError, match=r"^f: x must be shaped \[B, 3\], got shape \(2,\)\. Fix it"):
+    checks.check_shape("f", "x", jnp.ones(2), (None, 3), layout="[B, 3]", hint="Fix it.")
+
+
+def test_callable():
+  checks.check_callable("f", "g", jnp.sum)
+  with pytest.raises(TypeError, match="f: g must be a function, got str 'sum'. Pass jnp.sum."):
+    checks.check_callable("f", "g", "sum", hint="Pass jnp.sum.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Every helper names the function; public functions of every module use them.
+
+
+BAD_CALLS = [
+    lambda: checks.check_positive_int("my_fn", "k", True),
+    lambda: checks.check_int_at_least("my_fn", "k", 1.0, 2),
+    lambda: checks.check_real("my_fn", "t", "x"),
+    lambda: checks.check_floating("my_fn", "x", jnp.arange(3)),
+    lambda: checks.check_mask("my_fn", "where", jnp.arange(3), (3,)),
+    lambda: checks.check_int_labels("my_fn", "labels", np.zeros(3)),
+    lambda: checks.check_shape("my_fn", "x", np.ones(2), (3,)),
+    lambda: checks.check_callable("my_fn", "g", 1),
+    lambda: checks.check_lists("my_fn", jnp.ones(3), jnp.ones(2), None),
+    lambda: checks.check_list_weights("my_fn", jnp.ones(3), (2, 3), jnp.float32),
+]
+
+
+@pytest.mark.parametrize("call", BAD_CALLS)
+def test_messages_start_with_the_function_name(call):
+  with pytest.raises((TypeError, ValueError)) as err:
+    call()
+  assert str(err.value).startswith("my_fn: ")
+
+
+def test_public_functions_name_themselves():
+  s, y = jnp.array([0.3, 0.2]), jnp.array([1, 0])
+  calls = {
+      "smoothap_loss": lambda: jaxrank.smoothap_loss(s, y, chunk_size=True),
+      "blackbox_ap_loss": lambda: jaxrank.blackbox_ap_loss(s, y, lam=True),
+      "chunked_value_and_grad": lambda: jaxrank.chunked_value_and_grad(
+          lambda p, x: x, jnp.sum, chunk_size=True
+      ),
+      "memory.init": lambda: jaxrank.memory.init(True, 2),
+      "class_balancing_weights": lambda: jaxrank.class_balancing_weights(y, where=y),
+  }
+  for name, call in calls.items():
+    with pytest.raises(TypeError, match=f"^{re.escape(name)}: "):
+      call()
+
+
+def test_sharded_loss_checks_its_inputs():
+  mesh = jax.make_mesh((1,), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
+  with pytest.raises(ValueError, match=r"sharded_loss: the mesh has no axis 'data'; its axes"):
+    jaxrank.sharded_loss(jaxrank.smoothap_loss, mesh, "data")
+  with pytest.raises(TypeError, match="sharded_loss: loss_fn must be a function"):
+    jaxrank.sharded_loss("smoothap", mesh, "batch")
+  loss = jaxrank.sharded_loss(jaxrank.smoothap_loss, mesh, "batch")
+  with pytest.raises(TypeError, match="sharded_loss: embeddings must be a floating-point array"):
+    loss(jnp.ones((4, 2), jnp.int32), jnp.arange(4))
+  with pytest.raises(ValueError, match=r"sharded_loss: embeddings must have 2 axes \[B, D\]"):
+    loss(jnp.ones(4), jnp.arange(4))
+  with pytest.raises(ValueError, match=r"sharded_loss: labels must be shaped \[4\] or \[4, C\]"):
+    loss(jnp.ones((4, 2)), jnp.arange(3))
+  with pytest.raises(TypeError, match="^sharded_loss: "):  # Non-integer class labels.
+    loss(jnp.ones((4, 2)), jnp.ones(4))
+  embeddings, labels = jax.random.normal(jax.random.key(0), (4, 2)), jnp.arange(4) % 2
+  scores, relevance, where = jaxrank.batch_retrieval(embeddings, labels)
+  want = jaxrank.smoothap_loss(scores, relevance, where=where)
+  np.testing.assert_allclose(loss(embeddings, labels), want, rtol=1e-6)
