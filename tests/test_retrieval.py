@@ -160,6 +160,27 @@ def test_jit_and_bfloat16_inputs():
             ValueError,
             "gallery_labels",
         ),
+        (
+            dict(
+                embeddings=np.ones((4, 2), np.float32),
+                labels=np.zeros(4, np.int32),
+                gallery_embeddings=np.ones((3, 2), np.int32),
+                gallery_labels=np.zeros(3, np.int32),
+            ),
+            TypeError,
+            "batch_retrieval: gallery_embeddings must be a floating-point array",
+        ),
+        (
+            dict(
+                embeddings=np.ones((4, 2), np.float32),
+                labels=np.zeros(4, np.int32),
+                gallery_embeddings=np.ones((3, 2), np.float32),
+                gallery_labels=np.zeros(3, np.int32),
+                gallery_where=np.ones(3, np.int32),
+            ),
+            TypeError,
+            "batch_retrieval: gallery_where must be a boolean mask",
+        ),
     ],
 )
 def test_batch_retrieval_errors(kwargs, error, match):
@@ -253,17 +274,18 @@ def test_evaluate_memory_does_not_depend_on_the_number_of_queries():
 
 
 @pytest.mark.parametrize(
-    "args, kwargs, match",
+    "args, kwargs, error, match",
     [
-        ((np.ones((4, 2), np.float32), np.zeros(3, np.int32)), {}, r"\[4\]"),
-        ((np.ones((4, 2), np.float32), np.zeros(4, np.float32)), {}, "integer"),
-        ((np.full((4, 2), np.nan, np.float32), np.zeros(4, np.int32)), {}, "NaN"),
-        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32), np.ones((3, 3), np.float32), np.zeros(3, np.int32)), {}, "dimension"),
-        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32), np.ones((3, 2), np.float32)), {}, "gallery_labels"),
-        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32)), {"ks": (0,)}, "positive"),
-        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32)), {"ks": ()}, "at least one"),
+        ((np.ones((4, 2), np.float32), np.zeros(3, np.int32)), {}, ValueError, r"\[4\]"),
+        ((np.ones((4, 2), np.float32), np.zeros(4, np.float32)), {}, TypeError, "integer"),
+        ((np.ones((4, 2), np.int32), np.zeros(4, np.int32)), {}, TypeError, "floating-point"),
+        ((np.full((4, 2), np.nan, np.float32), np.zeros(4, np.int32)), {}, ValueError, "NaN"),
+        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32), np.ones((3, 3), np.float32), np.zeros(3, np.int32)), {}, ValueError, "dimension"),
+        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32), np.ones((3, 2), np.float32)), {}, ValueError, "gallery_labels"),
+        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32)), {"ks": (0,)}, ValueError, "positive"),
+        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32)), {"ks": ()}, ValueError, "at least one"),
     ],
 )
-def test_evaluate_errors(args, kwargs, match):
-  with pytest.raises((ValueError, TypeError), match=match):
+def test_evaluate_errors(args, kwargs, error, match):
+  with pytest.raises(error, match=match):
     jaxrank.evaluate_retrieval(*args, **kwargs)

@@ -67,6 +67,58 @@ def check_lists(
   return scores, labels, where
 
 
+_KINDS = {
+    "floating": ("floating-point", (jnp.floating,)),
+    "numeric": ("numeric (integer or floating-point)", (jnp.integer, jnp.floating)),
+}
+
+
+def check_array(
+    fn: str,
+    name: str,
+    x: Any,
+    *,
+    kind: str = "floating",
+    ndim: int | None = None,
+    min_ndim: int | None = None,
+    layout: str = "",
+) -> None:
+  """Checks the dtype and the number of axes of an array argument, reading nothing else.
+
+  `x` may be a numpy array, a JAX array or a tracer, and is not converted (so a large numpy
+  array stays on the host).
+
+  Args:
+    fn: the public function's name, which starts every message.
+    name: the argument's name.
+    x: the value.
+    kind: `"floating"` (floating point only) or `"numeric"` (integer or floating point; never
+      boolean).
+    ndim: the exact number of axes required, if any.
+    min_ndim: the least number of axes required, if any.
+    layout: the expected layout, for the messages (e.g. `"[B, D]"`).
+
+  Raises:
+    TypeError: a dtype not of `kind`.
+    ValueError: the wrong number of axes.
+  """
+  words, bases = _KINDS[kind]
+  dtype = _dtype(x)
+  if not any(jnp.issubdtype(dtype, base) for base in bases):
+    raise TypeError(
+        f"{fn}: {name} must be a {words} array, got dtype {dtype}; cast it, e.g. "
+        f"{name}.astype(jnp.float32)."
+    )
+  shape = tuple(np.shape(x))
+  suffix = f" {layout}" if layout else ""
+  if ndim is not None and len(shape) != ndim:
+    raise ValueError(f"{fn}: {name} must have {_axes(ndim)}{suffix}, got shape {shape}.")
+  if min_ndim is not None and len(shape) < min_ndim:
+    raise ValueError(
+        f"{fn}: {name} must have at least {_axes(min_ndim)}{suffix}, got shape {shape}."
+    )
+
+
 def check_floating(
     fn: str,
     name: str,
@@ -76,37 +128,9 @@ def check_floating(
     min_ndim: int | None = None,
     layout: str = "",
 ) -> jax.Array:
-  """Validates a floating-point array argument and returns it as a JAX array.
-
-  Args:
-    fn: the public function's name, which starts every message.
-    name: the argument's name.
-    x: the value; a tracer is fine (only its dtype and shape are read).
-    ndim: the exact number of axes required, if any.
-    min_ndim: the least number of axes required, if any.
-    layout: the expected layout, for the messages (e.g. `"[B, D]"`).
-
-  Returns:
-    `jnp.asarray(x)`.
-
-  Raises:
-    TypeError: a dtype that is not floating point.
-    ValueError: the wrong number of axes.
-  """
-  x = jnp.asarray(x)
-  if not jnp.issubdtype(x.dtype, jnp.floating):
-    raise TypeError(
-        f"{fn}: {name} must be a floating-point array, got dtype {x.dtype}; cast it, e.g. "
-        f"{name}.astype(jnp.float32)."
-    )
-  suffix = f" {layout}" if layout else ""
-  if ndim is not None and x.ndim != ndim:
-    raise ValueError(f"{fn}: {name} must have {_axes(ndim)}{suffix}, got shape {x.shape}.")
-  if min_ndim is not None and x.ndim < min_ndim:
-    raise ValueError(
-        f"{fn}: {name} must have at least {_axes(min_ndim)}{suffix}, got shape {x.shape}."
-    )
-  return x
+  """`check_array(kind="floating")`, then returns `jnp.asarray(x)`."""
+  check_array(fn, name, x, kind="floating", ndim=ndim, min_ndim=min_ndim, layout=layout)
+  return jnp.asarray(x)
 
 
 def check_mask(

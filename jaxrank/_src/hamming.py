@@ -61,14 +61,10 @@ from jaxrank._src import tie_aware
 def _check_distances(fn, distances, labels, where, num_bits):
   """Checked `(distances as floats, labels, where)`; raises for non-integer distances if it can."""
   checks.check_int_at_least(fn, "num_bits", num_bits, 1)
+  checks.check_array(fn, "distances", distances, kind="numeric")
   distances = jnp.asarray(distances)
   if jnp.issubdtype(distances.dtype, jnp.integer):
     distances = distances.astype(jnp.result_type(float))
-  elif not jnp.issubdtype(distances.dtype, jnp.floating):
-    raise TypeError(
-        f"{fn}: distances must be integer Hamming distances (an integer or floating array), got "
-        f"dtype {distances.dtype}."
-    )
   distances, labels, where = checks.check_lists(fn, distances, labels, where)
   labels = labels.astype(lists.compute_dtype(distances.dtype))
   bad = where & ~jnp.isnan(distances) & (
@@ -233,12 +229,9 @@ def relaxed_hamming_distance(
   [[0.0, 2.0, 1.0]]
   """
   fn = "relaxed_hamming_distance"
-  codes_a, codes_b = jnp.asarray(codes_a), jnp.asarray(codes_b)
   for name, codes in (("codes_a", codes_a), ("codes_b", codes_b)):
-    if not (jnp.issubdtype(codes.dtype, jnp.floating) or jnp.issubdtype(codes.dtype, jnp.integer)):
-      raise TypeError(f"{fn}: {name} must be a numeric array of codes, got dtype {codes.dtype}.")
-    if codes.ndim < 2:
-      raise ValueError(f"{fn}: {name} must be [..., count, b] codes, got shape {codes.shape}.")
+    checks.check_array(fn, name, codes, kind="numeric", min_ndim=2, layout="[..., count, b]")
+  codes_a, codes_b = jnp.asarray(codes_a), jnp.asarray(codes_b)
   if codes_a.shape[-1] != codes_b.shape[-1]:
     raise ValueError(
         f"{fn}: codes have different lengths: codes_a {codes_a.shape} and codes_b "
@@ -271,9 +264,8 @@ def binarize(codes: jax.typing.ArrayLike) -> jax.Array:
   >>> binarize(jnp.array([0.3, -2.0, 0.0, -0.0])).tolist()
   [1.0, -1.0, 1.0, 1.0]
   """
+  checks.check_array("binarize", "codes", codes, kind="numeric")
   codes = jnp.asarray(codes)
-  if not (jnp.issubdtype(codes.dtype, jnp.floating) or jnp.issubdtype(codes.dtype, jnp.integer)):
-    raise TypeError(f"binarize: codes must be a numeric array, got dtype {codes.dtype}.")
   one = jnp.ones((), codes.dtype)
   return jax.lax.stop_gradient(jnp.where(codes >= 0, one, -one))
 
@@ -315,9 +307,8 @@ def tanh_scale(
   checks.check_positive_int(fn, "every", every)
   checks.check_real(fn, "initial", initial, above=0.0)
   checks.check_real(fn, "growth", growth, at_least=1.0)
+  checks.check_array(fn, "step", step, kind="numeric")
   step = jnp.asarray(step)
-  if not (jnp.issubdtype(step.dtype, jnp.integer) or jnp.issubdtype(step.dtype, jnp.floating)):
-    raise TypeError(f"{fn}: step must be a number of steps, got dtype {step.dtype}.")
   dtype = jnp.result_type(float)
   stage = jnp.floor(step.astype(dtype) / every)
   return jnp.asarray(initial, dtype) * jnp.power(jnp.asarray(growth, dtype), stage)

@@ -32,8 +32,8 @@ def check_labels(fn: str, labels: jax.typing.ArrayLike) -> jax.Array:
         f"{fn}: labels must be integer class labels [B] or multi-hot labels [B, C], got shape "
         f"{labels.shape}; pass a [B, B] affinity matrix as affinity= instead."
     )
-  if labels.ndim == 1 and not jnp.issubdtype(labels.dtype, jnp.integer):
-    raise TypeError(f"{fn}: class labels [B] must be integers, got dtype {labels.dtype}.")
+  if labels.ndim == 1:
+    checks.check_int_labels(fn, "labels", labels, layout="[B]")
   return labels
 
 
@@ -104,25 +104,19 @@ def batch_retrieval(
   1.0
   """
   fn = "batch_retrieval"
-  embeddings = jnp.asarray(embeddings)
-  if not jnp.issubdtype(embeddings.dtype, jnp.floating):
-    raise TypeError(f"{fn}: embeddings must be floating point, got dtype {embeddings.dtype}.")
-  if embeddings.ndim != 2:
-    raise ValueError(f"{fn}: embeddings must be [B, D], got shape {embeddings.shape}.")
+  embeddings = checks.check_floating(fn, "embeddings", embeddings, ndim=2, layout="[B, D]")
   b = embeddings.shape[0]
   gallery = embeddings
   m = 0
   if gallery_embeddings is not None:
-    gallery_embeddings = jnp.asarray(gallery_embeddings)
-    if gallery_embeddings.ndim != 2 or gallery_embeddings.shape[1] != embeddings.shape[1]:
-      raise ValueError(
-          f"{fn}: gallery_embeddings must be [M, {embeddings.shape[1]}] like the embeddings "
-          f"{embeddings.shape}, got shape {gallery_embeddings.shape}."
-      )
-    if not jnp.issubdtype(gallery_embeddings.dtype, jnp.floating):
-      raise TypeError(
-          f"{fn}: gallery_embeddings must be floating point, got {gallery_embeddings.dtype}."
-      )
+    d = embeddings.shape[1]
+    gallery_embeddings = checks.check_floating(
+        fn, "gallery_embeddings", gallery_embeddings, ndim=2, layout=f"[M, {d}]"
+    )
+    checks.check_shape(
+        fn, "gallery_embeddings", gallery_embeddings, (None, d), layout=f"[M, {d}]",
+        hint=f"like the embeddings {embeddings.shape}.",
+    )
     m = gallery_embeddings.shape[0]
     gallery = jnp.concatenate([embeddings, gallery_embeddings.astype(embeddings.dtype)], axis=0)
   elif gallery_labels is not None or gallery_where is not None:
@@ -165,12 +159,9 @@ def batch_retrieval(
   if not include_self:
     where = where.at[:, :b].set(~jnp.eye(b, dtype=bool))
   if gallery_where is not None:
-    gallery_where = jnp.asarray(gallery_where)
-    if gallery_where.shape != (m,) or gallery_where.dtype != jnp.bool_:
-      raise ValueError(
-          f"{fn}: gallery_where must be a boolean [M] = [{m}] mask, got "
-          f"{gallery_where.dtype} {gallery_where.shape}."
-      )
+    gallery_where = checks.check_mask(
+        fn, "gallery_where", gallery_where, (m,), like="gallery", broadcast=False
+    )
     where = where.at[:, b:].set(jnp.broadcast_to(gallery_where, (b, m)))
   return scores, relevance, where
 
@@ -242,9 +233,8 @@ _evaluate_chunk_jit = jax.jit(_evaluate_chunk, static_argnames=("ks", "similarit
 
 
 def _as_embeddings(fn, name, x):
+  checks.check_array(fn, name, x, kind="floating", ndim=2, layout="[N, D]")
   x = np.asarray(x)
-  if x.ndim != 2 or not np.issubdtype(x.dtype, np.floating):
-    raise ValueError(f"{fn}: {name} must be a floating [N, D] array, got {x.dtype} {x.shape}.")
   if not np.all(np.isfinite(x)):
     raise ValueError(f"{fn}: {name} contain NaN or infinite values.")
   wide = x.dtype == np.float64 and jax.config.read("jax_enable_x64")
@@ -253,8 +243,8 @@ def _as_embeddings(fn, name, x):
 
 def _as_labels(fn, name, y, n):
   y = np.asarray(y)
-  if y.shape != (n,) or not np.issubdtype(y.dtype, np.integer):
-    raise ValueError(f"{fn}: {name} must be integer class labels [{n}], got {y.dtype} {y.shape}.")
+  checks.check_int_labels(fn, name, y, layout=f"[{n}]")
+  checks.check_shape(fn, name, y, (n,), layout=f"[{n}]", hint="One class label per embedding.")
   return y
 
 
