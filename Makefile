@@ -1,6 +1,7 @@
 # The two commands of the README: `make demo` (the main job) and `make test` (the whole suite).
 # Each creates the virtual environment .venv when it is absent (or when pyproject.toml changed)
-# and installs jaxrank with everything it needs.
+# and installs jaxrank with everything it needs. CI also runs `make docs` (the API reference) and
+# `make package-check` (the wheel installed on its own).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -8,7 +9,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo test bench-evaluate clean
+DOCS_STAMP := $(VENV)/.installed-docs
+
+.PHONY: demo test docs package-check bench-evaluate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,10 +29,24 @@ test: $(STAMP)
 	$(PY) -m pytest -q tests jaxrank --doctest-modules --ignore=tests/multidevice
 	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(PY) -m pytest -q tests/multidevice
 
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+# The API reference from the docstrings, into docs/_build/html (open index.html there). Warnings
+# (a malformed docstring, a broken reference, a public name on no page) are errors.
+docs: $(DOCS_STAMP)
+	$(PY) -m sphinx -b html -E -n -W --keep-going -q docs docs/_build/html
+
+# Builds the sdist and the wheel, installs the wheel into a fresh virtual environment outside the
+# repository and imports jaxrank there, core alone and with the `train` extra (a few minutes).
+package-check: $(STAMP)
+	VENV=$(abspath $(VENV)) bash .ci/check_package.sh
+
 # Benchmarks need baselines that the library does not (faiss-cpu): the `bench` extra.
 bench-evaluate: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) -m experiments.bench_evaluate
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache runs
+	rm -rf $(VENV) *.egg-info .pytest_cache runs docs/_build

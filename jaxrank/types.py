@@ -17,14 +17,14 @@ PyTree = Any
 """A nested structure of arrays (see `jax.tree_util`)."""
 
 ReduceFn = Callable[..., jax.Array] | None
-"""How per-list values are reduced: `jnp.mean`, `jnp.sum`, a custom `fn(values, where=mask)`, or
+"""How per-list values are reduced (`jnp.mean`, `jnp.sum`, a custom `fn(values, where=mask)`), or
 `None` for no reduction."""
 
 StepFn = Callable[[jax.Array], jax.Array]
 """A step (Heaviside-like) function of score differences, as the smooth-rank losses take."""
 
 SimilarityFn = Callable[[jax.Array, jax.Array], jax.Array]
-"""A scoring rule: `fn(queries [Q, D], items [N, D]) -> scores [Q, N]`, higher is more similar."""
+"""A scoring rule `fn(queries [Q, D], items [N, D]) -> scores [Q, N]`, higher is more similar."""
 
 
 class LossFn(Protocol):

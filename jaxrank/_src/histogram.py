@@ -79,49 +79,8 @@ class SoftHistograms(NamedTuple):
 @functools.partial(
     jax.jit, static_argnames=("num_centres", "first_centre", "last_centre", "dtype")
 )
-def soft_histograms_unchecked(values, relevance, where, *, num_centres, first_centre, last_centre, dtype):
-  """`soft_histograms` on checked inputs (relevance already 0 where masked, in `dtype`)."""
-  m = num_centres
-  batch, n = values.shape[:-1], values.shape[-1]
-  # Position in units of bins: 0 at the first (best) centre, m - 1 at the last.
-  scale = (m - 1) / (last_centre - first_centre)
-  t = (values.astype(dtype) - first_centre) * scale
-  t = jnp.where(where, t, jnp.zeros_like(t))  # Masked values (maybe NaN or inf) never enter.
-  top = m - 1
-  # Clip to [0, m - 1]; `where` rather than `clip` keeps a full one-sided gradient at the ends.
-  t = jnp.where(t < 0, jnp.zeros_like(t), jnp.where(t > top, jnp.full_like(t, top), t))
-  # Lower bin k in [0, m - 2] and the fraction f in [0, 1] past it: weight 1 - f goes to bin k and f
-  # to bin k + 1 (eq. 23 with width = the spacing of the centres). floor() carries no gradient, so
-  # the gradient flows through f only. NaN positions become bin 0 with a NaN weight.
-  lower = jnp.clip(jnp.floor(jnp.where(jnp.isnan(t), jnp.zeros_like(t), t)), 0, m - 2)
-  frac = t - lower
-  valid = where.astype(dtype)
-  # Scatter-add (weight, relevance * weight) into bins k and k + 1 of each list, flattened to one
-  # axis of rows * m segments. Every bin is a sum of non-negative terms (exactly 0 when empty), the
-  # relevant one over a subset of the same terms, so h+ <= h up to rounding and the estimator's
-  # gradients stay bounded. (Scattering counts and fractions to bin k alone and shifting would
-  # save a scatter but cancel C - F in float32.)
-  rows = int(np.prod(batch, dtype=np.int64))
-  row = jnp.arange(rows, dtype=jnp.int32)[:, None]
-  index = (row * m + lower.reshape(rows, n).astype(jnp.int32)).reshape(-1)
-  pair = jnp.stack([valid, relevance], axis=-1).reshape(rows * n, 2)
-  to_lower = (1 - frac).reshape(rows * n, 1) * pair
-  to_upper = frac.reshape(rows * n, 1) * pair
-  hist = jax.ops.segment_sum(to_lower, index, num_segments=rows * m) + jax.ops.segment_sum(
-      to_upper, index + 1, num_segments=rows * m
-  )
-  hist = hist.reshape(batch + (m, 2))
-  return SoftHistograms(relevant=hist[..., 1], total=hist[..., 0])
-
-
 def soft_histograms(
-    values: jax.typing.ArrayLike,
-    relevance: jax.typing.ArrayLike,
-    *,
-    where: jax.typing.ArrayLike | None = None,
-    num_centres: int,
-    first_centre: float,
-    last_centre: float,
+    values, relevance, where, *, num_centres, first_centre, last_centre, dtype
 ) -> SoftHistograms:
   r"""Triangular soft binning of each list into uniformly spaced bins, best bin first.
 
@@ -142,45 +101,60 @@ def soft_histograms(
   Cost: a scatter-add (`jax.ops.segment_sum`) of two weights per item, O(n) time and memory per
   list, O(B n + B M) for `B` lists: an `[..., n, M]` tensor is never built, nor in the gradient.
 
+  The shared primitive of every histogram loss; its callers check the inputs.
+
   Args:
     values: `[..., n]` floating values to bin (similarities, distances).
-    relevance: `[..., n]` numeric relevance weights `r_i` of the items (boolean or 0/1 for
-      counts of relevant items).
-    where: optional `[..., n]` boolean mask of valid items; masked items contribute nothing.
-    num_centres: `M >= 2`, the number of bin centres.
-    first_centre: the centre of bin 0, the best bin.
-    last_centre: the centre of bin `M - 1`, different from `first_centre`.
+    relevance: `[..., n]` relevance weights `r_i` of the items in `dtype` (0/1 for counts of
+      relevant items); masked items' weights are ignored.
+    where: `[..., n]` boolean mask of valid items; masked items contribute nothing.
+    num_centres: `M >= 2`, the number of bin centres (static).
+    first_centre: the centre of bin 0, the best bin (a static Python float).
+    last_centre: the centre of bin `M - 1`, a static Python float different from `first_centre`.
+    dtype: the accumulation dtype (static), at least float32.
 
   Returns:
     `SoftHistograms(relevant, total)`, each `[..., M]`, in at least float32.
 
   >>> import jax.numpy as jnp
-  >>> h = soft_histograms(jnp.array([1.0, 0.25, -1.0]), jnp.array([1, 1, 0]),
-  ...                     num_centres=3, first_centre=1.0, last_centre=-1.0)
+  >>> h = soft_histograms(jnp.array([1.0, 0.25, -1.0]), jnp.array([1.0, 1.0, 0.0]),
+  ...                     jnp.ones(3, bool), num_centres=3, first_centre=1.0, last_centre=-1.0,
+  ...                     dtype=jnp.float32)
   >>> h.relevant.tolist(), h.total.tolist()
   ([1.25, 0.75, 0.0], [1.25, 0.75, 1.0])
   """
-  fn = "soft_histograms"
-  checks.check_int_at_least(fn, "num_centres", num_centres, 2)
-  first_centre = checks.check_real(fn, "first_centre", first_centre, static=True)
-  last_centre = checks.check_real(fn, "last_centre", last_centre, static=True)
-  if not (np.isfinite(first_centre) and np.isfinite(last_centre)) or first_centre == last_centre:
-    raise ValueError(
-        f"{fn}: first_centre and last_centre must be finite and different, got {first_centre} "
-        f"and {last_centre}."
-    )
-  values, relevance, where = checks.check_lists(fn, values, relevance, where)
-  dtype = lists.compute_dtype(values.dtype)
+  m = num_centres
+  batch, n = values.shape[:-1], values.shape[-1]
+  # Position in units of bins: 0 at the first (best) centre, m - 1 at the last.
+  scale = (m - 1) / (last_centre - first_centre)
+  t = (values.astype(dtype) - first_centre) * scale
+  t = jnp.where(where, t, jnp.zeros_like(t))  # Masked values (maybe NaN or inf) never enter.
+  top = m - 1
+  # Clip to [0, m - 1]; `where` rather than `clip` keeps a full one-sided gradient at the ends.
+  t = jnp.where(t < 0, jnp.zeros_like(t), jnp.where(t > top, jnp.full_like(t, top), t))
+  # Lower bin k in [0, m - 2] and the fraction f in [0, 1] past it: weight 1 - f goes to bin k and f
+  # to bin k + 1 (eq. 23 with width = the spacing of the centres). floor() carries no gradient, so
+  # the gradient flows through f only. NaN positions become bin 0 with a NaN weight.
+  lower = jnp.clip(jnp.floor(jnp.where(jnp.isnan(t), jnp.zeros_like(t), t)), 0, m - 2)
+  frac = t - lower
+  valid = where.astype(dtype)
   relevance = jnp.where(where, relevance.astype(dtype), jnp.zeros((), dtype))
-  return soft_histograms_unchecked(
-      values,
-      relevance,
-      where,
-      num_centres=num_centres,
-      first_centre=first_centre,
-      last_centre=last_centre,
-      dtype=dtype,
+  # Scatter-add (weight, relevance * weight) into bins k and k + 1 of each list, flattened to one
+  # axis of rows * m segments. Every bin is a sum of non-negative terms (exactly 0 when empty), the
+  # relevant one over a subset of the same terms, so h+ <= h up to rounding and the estimator's
+  # gradients stay bounded. (Scattering counts and fractions to bin k alone and shifting would
+  # save a scatter but cancel C - F in float32.)
+  rows = int(np.prod(batch, dtype=np.int64))
+  row = jnp.arange(rows, dtype=jnp.int32)[:, None]
+  index = (row * m + lower.reshape(rows, n).astype(jnp.int32)).reshape(-1)
+  pair = jnp.stack([valid, relevance], axis=-1).reshape(rows * n, 2)
+  to_lower = (1 - frac).reshape(rows * n, 1) * pair
+  to_upper = frac.reshape(rows * n, 1) * pair
+  hist = jax.ops.segment_sum(to_lower, index, num_segments=rows * m) + jax.ops.segment_sum(
+      to_upper, index + 1, num_segments=rows * m
   )
+  hist = hist.reshape(batch + (m, 2))
+  return SoftHistograms(relevant=hist[..., 1], total=hist[..., 0])
 
 
 def _histogram_ap(hist: SoftHistograms, num_relevant: jax.Array) -> jax.Array:
@@ -223,7 +197,7 @@ def binned_ap_estimates(
   """
   dtype = lists.compute_dtype(scores.dtype)
   relevant = where & (labels >= 1)
-  hist = soft_histograms_unchecked(
+  hist = soft_histograms(
       to_values(scores.astype(dtype)),
       relevant.astype(dtype),
       where,
