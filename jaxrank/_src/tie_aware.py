@@ -29,12 +29,13 @@ G(v) c_{d,v}` with `G(v) = 2^v - 1` is one histogram of the items weighted by th
 sort of the gains), as He et al.'s released code also does.
 
 **Bins and Hamming distances: one argument.** `num_bins` alone places the bins. The losses take
-similarity scores `s` in `[-1, 1]`, higher is better, binned on `M = num_bins` centres
-`1, ..., -1` (spacing `2 / (M - 1)`, best first), as `soft_binning_ap_loss`, whose default of 20 bins they share. Hamming distances need
-no second placement: for codes in `[-1, 1]^b`, `s = 1 - 2 d / b = \phi_i^\top \phi_j / b` (`d`
-from `relaxed_hamming_distance`) maps the `b + 1` integer distances `0..b` (width 1, ascending =
-best first: the paper's bins, eq. 13-15) onto the `b + 1` centres of `num_bins = b + 1`, and the
-triangular kernel commutes with that affine map, so the estimators are identical:
+similarity scores `s` in `[-1, 1]`, higher is better, binned on `M = num_bins` centres `1, ..., -1`
+(spacing `2 / (M - 1)`, best first), as `soft_binning_ap_loss`, whose default of 20 bins they share.
+Hamming distances need no second placement: for codes in `[-1, 1]^b`, the similarity
+`s = 1 - 2 d / b = \phi_i^\top \phi_j / b` (`d` from `relaxed_hamming_distance`) maps the `b + 1`
+integer distances `0..b` (width 1, ascending = best first: the paper's bins, eq. 13-15) onto the
+`b + 1` centres of `num_bins = b + 1`, and the triangular kernel commutes with that affine map, so
+the estimators are identical:
 
 >>> import jax.numpy as jnp
 >>> b, d = 4, jnp.array([0.0, 1.3, 2.0, 3.5])  # relaxed Hamming distances of 4-bit codes
