@@ -76,9 +76,9 @@ def batch_retrieval(
   ROADMAP code, where the query counts as its own positive.
 
   A gallery (`gallery_embeddings [M, D]`, `gallery_labels` of the same kind as `labels`, optional
-  `gallery_where [M]` for unfilled slots) appends `M` columns: lists are `[B, B + M]`. Gradients flow
-  through the gallery embeddings as through the batch; wrap them in `jax.lax.stop_gradient` for a
-  memory bank of past batches.
+  `gallery_where [M]` for unfilled slots) appends `M` columns: lists are `[B, B + M]`. Gradients
+  flow through the gallery embeddings as through the batch; wrap them in `jax.lax.stop_gradient`
+  for a memory bank of past batches.
 
   Args:
     embeddings: `[B, D]` floating embeddings (need not be normalised).
@@ -182,7 +182,8 @@ def _count_above_and_tied(scores_t: jax.Array, thresholds: jax.Array) -> tuple[j
   def step(j, counts):
     above, tied = counts
     row = scores_t[j][None, :]
-    return above + (row > thresholds).astype(jnp.int32), tied + (row == thresholds).astype(jnp.int32)
+    above = above + (row > thresholds).astype(jnp.int32)
+    return above, tied + (row == thresholds).astype(jnp.int32)
 
   zeros = jnp.zeros(thresholds.shape, jnp.int32)
   above, tied = jax.lax.fori_loop(0, scores_t.shape[0], step, (zeros, zeros), unroll=4)

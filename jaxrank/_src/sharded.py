@@ -121,7 +121,7 @@ def sharded_loss(
     include_self: bool = False,
     similarity_fn: types.SimilarityFn = similarity.cosine,
 ) -> Callable[[jax.Array, jax.Array], jax.Array]:
-  """Wraps a list-level loss into `f(embeddings [B, D], labels [B]) -> scalar`, sharded over devices.
+  """Wraps a list-level loss into `f(embeddings [B, D], labels [B]) -> scalar`, over devices.
 
   `f` runs `sharded_batch_retrieval` and `loss_fn(..., reduce_fn=sharded_mean(axis_name))` under
   `jax.shard_map` with the batch split over `axis_name`. It equals

@@ -83,7 +83,8 @@ def negative_squared_euclidean(queries: jax.Array, items: jax.Array) -> jax.Arra
     `[Q, N]` scores in at least float32.
 
   >>> import jax.numpy as jnp
-  >>> negative_squared_euclidean(jnp.array([[3.0, 4.0]]), jnp.array([[3.0, 4.0], [0.0, 0.0]])).tolist()
+  >>> q, x = jnp.array([[3.0, 4.0]]), jnp.array([[3.0, 4.0], [0.0, 0.0]])
+  >>> negative_squared_euclidean(q, x).tolist()
   [[0.0, -25.0]]
   """
   dots, dtype = _dots(queries, items)
