@@ -10,14 +10,14 @@ placed on the plot, and calls `main`. Then
 1. loads `--config` (default `experiments/configs/digits.py`; its `get_sweep`, if any, is ignored)
    and applies every `--set` to it: the base config;
 2. builds one config per value, the base with the script's overrides on top (so `--set` cannot undo
-   what is swept), and checks them all (`train.check_config` and the script's own `check`) before
-   anything trains;
+   what is swept), and checks them all (`config.check_config`) before anything trains;
 3. evaluates the base network untrained (`num_steps=0`) in `DIR/untrained` (unless `--no-untrained`:
    on a large test split that evaluation costs as much as any other), then trains each value in
    `DIR/<run name>` with `train.train_and_evaluate`;
-4. prints a table of the final Recall@k and MAP@R on the test split (classes unseen in training),
-   writes it with the metrics to `DIR/results.json`, and plots MAP@R and R@1 against the swept value
-   in `DIR/<what>.png` (the untrained network as a dashed line).
+4. prints a table of the final Recall@k, MAP@R and each run's time on the test split (classes
+   unseen in training), writes it with the metrics to `DIR/results.json`, and plots MAP@R and R@1
+   against the swept value in `DIR/<what>.png` (the untrained network as a dashed line), both with
+   `experiments/reporting.py`.
 
 Values given to `--values` are Python literals (`10`, `0.5`, `0.02,2` for a tuple) or plain strings
 (`super_class`). Rerunning the same command reuses finished runs and resumes unfinished ones (the
@@ -35,13 +35,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from experiments import config as config_lib
+from experiments import input_pipeline
 from experiments import main as main_lib
-from experiments import train
+from experiments import reporting
 
 DEFAULT_CONFIG = "experiments/configs/digits.py"
 
 
-def loss_overrides(base: train.Config, loss: str, **hyperparameters: Any) -> dict[str, Any]:
+def loss_overrides(base: config_lib.Config, loss: str, **hyperparameters: Any) -> dict[str, Any]:
   """`{"loss": loss, "loss_kwargs": ...}` with `hyperparameters` set on top of the base's own.
 
   The base config's `loss_kwargs` are kept when it already trains `loss` (so `--set
@@ -52,91 +54,15 @@ def loss_overrides(base: train.Config, loss: str, **hyperparameters: Any) -> dic
   return {"loss": loss, "loss_kwargs": {**kept, **hyperparameters}}
 
 
-def format_table(
-    rows: dict[str, dict[str, float]], column: str, ks: Sequence[int] = (1, 2, 4, 8),
-    seconds: dict[str, float] | None = None,
-) -> str:
-  """Recall@k and MAP@R per run, like `train.format_table`; seen-class MAP@R and time when known."""
-  keys = [f"recall@{k}" for k in ks] + ["map@r"]
-  names = [f"R@{k}" for k in ks] + ["MAP@R"]
-  if all("seen/map@r" in m for m in rows.values()):
-    keys, names = keys + ["seen/map@r"], names + ["seen MAP@R"]
-  width = max([len(n) for n in rows] + [len(column)])
-  header = f"{column:{width}} " + " ".join(f"{n:>6}" for n in names)
-  if seconds is not None:
-    header += f" {'time':>6}"
-  lines = [header, "-" * len(header)]
-  for name, metrics in rows.items():
-    cells = [f"{metrics[k]:{max(6, len(n))}.3f}" for k, n in zip(keys, names)]
-    line = f"{name:{width}} " + " ".join(cells)
-    if seconds is not None:
-      line += f" {seconds[name]:5.0f}s" if name in seconds else " " * 7
-    lines.append(line)
-  return "\n".join(lines)
-
-
-def plot(
-    results: dict[str, dict[str, float]],
-    points: dict[str, tuple[Any, str | None]],
-    path: str,
-    *,
-    xlabel: str,
-    title: str,
-    baseline: dict[str, float] | None = None,
-    log_x: bool = False,
-    k: int = 1,
-) -> str:
-  """Writes MAP@R (top) and R@k (bottom) against the swept value, the untrained network dashed.
-
-  Args:
-    results: run name -> final metrics.
-    points: run name -> `(x, series)`: where the run sits on the x axis (a number, or a string for
-      categories) and the line it belongs to (`None` for a single line).
-    path: the PNG to write.
-    xlabel, title: axis label and figure title.
-    baseline: metrics of the untrained network, drawn as horizontal dashed lines.
-    log_x: logarithmic x axis (base 2), for values that double.
-    k: which Recall@k to plot (the metrics must hold `recall@<k>`).
-  """
-  import matplotlib  # pylint: disable=g-import-not-at-top
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-
-  fig, axes = plt.subplots(2, 1, figsize=(5, 3.5), sharex=True)
-  series = list(dict.fromkeys(points[n][1] for n in results))
-  for ax, key, label in zip(axes, ("map@r", f"recall@{k}"), ("MAP@R", f"R@{k}")):
-    for s in series:
-      names = [n for n in results if points[n][1] == s]
-      ax.plot([points[n][0] for n in names], [results[n][key] for n in names], marker="o",
-              label=s if s is not None else label)
-    if baseline is not None:
-      ax.axhline(baseline[key], color="grey", linestyle="--", linewidth=1, label="untrained")
-    ax.set_ylabel(label)
-    ax.grid(alpha=0.3)
-  axes[0].legend(fontsize=7, loc="best")
-  if log_x:
-    axes[1].set_xscale("log", base=2)
-    xs = sorted({points[n][0] for n in results})
-    axes[1].set_xticks(xs, [f"{x:g}" for x in xs])
-    axes[1].minorticks_off()
-  axes[1].set_xlabel(xlabel)
-  fig.suptitle(title, fontsize=9)
-  fig.tight_layout()
-  fig.savefig(path, dpi=80)
-  plt.close(fig)
-  return path
-
-
 def run(
-    base: train.Config,
+    base: config_lib.Config,
     values: Sequence[Any],
     workdir: str,
     *,
-    overrides: Callable[[train.Config, Any], dict[str, Any]],
-    name: Callable[[train.Config], str],
+    overrides: Callable[[config_lib.Config, Any], dict[str, Any]],
+    name: Callable[[config_lib.Config], str],
     untrained: bool = True,
-) -> tuple[dict[str, train.Config], dict[str, dict[str, float]], dict[str, float]]:
+) -> tuple[dict[str, config_lib.Config], dict[str, dict[str, float]], dict[str, float]]:
   """Trains one run per value (after checking them all), and first the untrained baseline.
 
   Returns:
@@ -160,11 +86,11 @@ def main(
     what: str,
     doc: str,
     values: Sequence[Any],
-    overrides: Callable[[train.Config, Any], dict[str, Any]],
-    name: Callable[[train.Config], str],
+    overrides: Callable[[config_lib.Config, Any], dict[str, Any]],
+    name: Callable[[config_lib.Config], str],
     column: str,
     xlabel: str,
-    point: Callable[[train.Config], tuple[Any, str | None]],
+    point: Callable[[config_lib.Config], tuple[Any, str | None]],
     log_x: bool = False,
 ) -> dict[str, dict[str, float]]:
   """The command line of an ablation script; returns run name -> final metrics.
@@ -191,6 +117,7 @@ def main(
   parser.add_argument("--untrained", action=argparse.BooleanOptionalAction, default=True,
                       help="also evaluate the untrained network (default: %(default)s)")
   args = parser.parse_args(argv)
+  input_pipeline.hide_gpus_from_tensorflow()
   logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
   logging.getLogger("absl").setLevel(logging.WARNING)
 
@@ -202,12 +129,14 @@ def main(
     json.dump({"values": dict(zip(configs, map(_cli, args.values))), "metrics": results,
                "seconds": seconds}, f, indent=1)
   swept = {n: m for n, m in results.items() if n != "untrained"}
-  path = plot(swept, {n: point(c) for n, c in configs.items()},
-              os.path.join(args.workdir, f"{what}.png"), xlabel=xlabel, log_x=log_x,
-              title=f"{what} on {base.dataset} (unseen classes)", baseline=results.get("untrained"),
-              k=min(base.eval_ks))
+  path = reporting.plot_sweep(
+      swept, {n: point(c) for n, c in configs.items()}, os.path.join(args.workdir, f"{what}.png"),
+      xlabel=xlabel, log_x=log_x, title=f"{what} on {base.dataset} (unseen classes)",
+      baseline=results.get("untrained"), k=min(base.eval_ks),
+  )
   print(f"\nTest split (classes unseen in training), {' '.join([args.config, *args.set])}:\n")
-  print(format_table(results, column, ks=base.eval_ks, seconds=seconds))
+  print(reporting.format_table(results, ks=base.eval_ks, metrics=("map@r",), column=column,
+                               seconds=seconds))
   print(f"\nTotal {time.perf_counter() - start:.0f} s; plot in {path}")
   return results
 

@@ -55,6 +55,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import jaxrank.data as jd  # noqa: E402
+from experiments import input_pipeline  # noqa: E402
 from jaxrank.data import testing  # noqa: E402
 
 
@@ -90,6 +91,7 @@ def main():
   parser.add_argument("--warmup", type=int, default=3)
   parser.add_argument("--image-size", type=int, nargs=2, default=(300, 400), metavar=("H", "W"))
   args = parser.parse_args()
+  input_pipeline.hide_gpus_from_tensorflow()
   rows = []
 
   digits = jd.load_digits("train")

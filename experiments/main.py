@@ -1,6 +1,6 @@
 """Runs a training config: `python -m experiments.main --config FILE --workdir DIR [--set k=v ...]`.
 
-A config file defines `get_config() -> experiments.train.Config` and, optionally, `get_sweep() ->
+A config file defines `get_config() -> experiments.config.Config` and, optionally, `get_sweep() ->
 {run name: {field: value}}`: then every run of the sweep trains in `DIR/<run name>`, an untrained
 network (the same config with `num_steps=0`) is evaluated in `DIR/untrained`, and a table of the
 final metrics on the test split (classes unseen in training) is printed and written to
@@ -24,6 +24,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from experiments import config as config_lib
+from experiments import input_pipeline
+from experiments import reporting
 from experiments import train
 
 
@@ -51,8 +54,8 @@ def parse_value(text: str) -> Any:
 
 
 def apply_overrides(
-    config: train.Config, overrides: Sequence[str] | dict[str, Any]
-) -> train.Config:
+    config: config_lib.Config, overrides: Sequence[str] | dict[str, Any]
+) -> config_lib.Config:
   """`config` with fields replaced: from `{"field": value}` or `["field=value", ...]` strings."""
   if not isinstance(overrides, dict):
     parsed = {}
@@ -62,7 +65,7 @@ def apply_overrides(
       key, text = item.split("=", 1)
       parsed[key.strip()] = parse_value(text)
     overrides = parsed
-  fields = {f.name for f in dataclasses.fields(train.Config)}
+  fields = {f.name for f in dataclasses.fields(config_lib.Config)}
   unknown = sorted(set(overrides) - fields)
   if unknown:
     raise ValueError(f"{unknown} are not fields of the config; the fields are {sorted(fields)}.")
@@ -71,7 +74,11 @@ def apply_overrides(
 
 
 def run_sweep(
-    base: train.Config, runs: dict[str, train.Config], workdir: str, *, untrained: bool = True
+    base: config_lib.Config,
+    runs: dict[str, config_lib.Config],
+    workdir: str,
+    *,
+    untrained: bool = True,
 ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
   """Trains each run in `workdir/<name>`, after checking every config; first, optionally, `base`
   untrained (`num_steps=0`) in `workdir/untrained`.
@@ -83,7 +90,7 @@ def run_sweep(
   if "untrained" in runs:
     raise ValueError("a run of a sweep cannot be called 'untrained': that is the baseline's name.")
   for config in runs.values():  # Every run's configuration errors before any training starts.
-    train.check_config(config)
+    config_lib.check_config(config)
   baseline = {"untrained": dataclasses.replace(base, num_steps=0)} if untrained else {}
   results, seconds = {}, {}
   for name, config in {**baseline, **runs}.items():
@@ -122,12 +129,13 @@ def main(argv: Sequence[str] | None = None) -> None:
       help="override a config field (repeatable)",
   )
   args = parser.parse_args(argv)
+  input_pipeline.hide_gpus_from_tensorflow()
   logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
   logging.getLogger("absl").setLevel(logging.WARNING)
   start = time.perf_counter()
   results = run(args.config, args.workdir, args.set)
   print(f"\nTest split (classes unseen in training), {' '.join([args.config, *args.set])}:\n")
-  print(train.format_table(results))
+  print(reporting.format_table(results))
   curves = "curves.png" if len(results) == 1 else "*/curves.png"
   print(
       f"\nTotal {time.perf_counter() - start:.0f} s; metrics and curves in {args.workdir}/{curves}"

@@ -1,4 +1,5 @@
-"""The training job (experiments/train.py, experiments/main.py) end to end, on tiny configs."""
+"""The training job end to end, on tiny configs: experiments/train.py and main.py, with the config,
+input pipeline, networks and reporting modules beside them."""
 
 import dataclasses
 import json
@@ -16,7 +17,11 @@ from flax import nnx
 
 import jaxrank
 import jaxrank.data as jd
+from experiments import config as config_lib
+from experiments import input_pipeline
 from experiments import main as main_lib
+from experiments import networks
+from experiments import reporting
 from experiments import train
 from jaxrank import models
 
@@ -57,7 +62,7 @@ def test_tiny_run_writes_metrics_checkpoints_and_plot(tmp_path):
       "seen/map@r",
   ):
     assert 0.0 <= metrics[key] <= 1.0, key
-  records = train.read_metrics(str(tmp_path))
+  records = reporting.read_metrics(str(tmp_path))
   losses = [r for r in records if "loss" in r]
   evals = [r for r in records if "map@r" in r]
   assert [r["step"] for r in losses] == [1, 2, 3, 4, 5, 6]
@@ -69,7 +74,7 @@ def test_tiny_run_writes_metrics_checkpoints_and_plot(tmp_path):
   assert json.loads((tmp_path / "config.json").read_text())["loss"] == "fastap"
   # Rerunning a finished run trains nothing and returns the same metrics.
   assert train.train_and_evaluate(config, str(tmp_path)) == metrics
-  assert train.read_metrics(str(tmp_path)) == records
+  assert reporting.read_metrics(str(tmp_path)) == records
 
 
 def test_training_improves_the_training_loss(tmp_path):
@@ -77,7 +82,7 @@ def test_training_improves_the_training_loss(tmp_path):
       TINY, num_steps=40, learning_rate=1e-2, eval_every=40, log_every=1, checkpoint_every=40
   )
   train.train_and_evaluate(config, str(tmp_path))
-  losses = [r["loss"] for r in train.read_metrics(str(tmp_path)) if "loss" in r]
+  losses = [r["loss"] for r in reporting.read_metrics(str(tmp_path)) if "loss" in r]
   assert np.mean(losses[-10:]) < 0.7 * np.mean(losses[:5])
 
 
@@ -90,7 +95,7 @@ def test_checkpoint_restores_into_a_fresh_model_with_identical_outputs(tmp_path)
   again = jaxrank.evaluate_retrieval(embeddings, labels, ks=TINY.eval_ks)
   assert again == pytest.approx({k: v for k, v in metrics.items() if k != "step"}, rel=1e-4)
   # Its variables differ from a fresh network's, and survive a weights file.
-  fresh = train.make_model(TINY, 1, nnx.Rngs(123))
+  fresh = networks.make_model(TINY, 1, nnx.Rngs(123))
   assert not np.allclose(_test_embeddings(fresh, TINY)[0], embeddings)
   models.save_weights(restored, tmp_path / "w.npz")
   models.load_weights(fresh, tmp_path / "w.npz")
@@ -168,7 +173,7 @@ def test_sigkill_during_and_between_saves_then_rerun_matches_an_uninterrupted_ru
       train.restore_model(config, str(tmp_path / "reference")),
   )
   # The metrics file holds each step once, as the uninterrupted run's does.
-  steps = lambda wd: [(r["step"], "loss" in r) for r in train.read_metrics(str(wd))]
+  steps = lambda wd: [(r["step"], "loss" in r) for r in reporting.read_metrics(str(wd))]
   assert steps(workdir) == steps(tmp_path / "reference")
   assert not any("tmp" in n for n in entries())
 
@@ -304,17 +309,18 @@ def test_every_config_file_is_valid_or_asks_for_its_data(path):
   module = main_lib.load_config_module(str(path))
   text = path.read_text()
   assert "python -m experiments.main --config experiments/configs/" in text  # The command.
-  assert "Expected" in text  # And the result it should give.
+  # And the result it should give, or where it is kept (RESULTS.md, for the main job's).
+  assert "Expected" in text or "RESULTS.md" in text
   config = module.get_config()
   runs = [
       main_lib.apply_overrides(config, o) for o in getattr(module, "get_sweep", dict)().values()
   ]
   for c in [config] + runs:
     if c.dataset == "digits":
-      train.check_config(c)
+      config_lib.check_config(c)
     else:
       with pytest.raises(ValueError, match="config.data_dir is None"):
-        train.check_config(c)
+        config_lib.check_config(c)
 
 
 def test_image_folder_with_a_resnet18_and_frozen_batchnorm_chunked(tmp_path):
@@ -345,4 +351,50 @@ def test_image_folder_with_a_resnet18_and_frozen_batchnorm_chunked(tmp_path):
   metrics = train.train_and_evaluate(config, str(tmp_path / "run"))
   assert metrics["step"] == 2 and 0 <= metrics["map@r"] <= 1
   with pytest.raises(ValueError, match="needs freeze_batchnorm=True"):
-    train.check_config(dataclasses.replace(config, freeze_batchnorm=False))
+    config_lib.check_config(dataclasses.replace(config, freeze_batchnorm=False))
+
+
+def test_hide_gpus_from_tensorflow(monkeypatch, caplog):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  calls = []
+  monkeypatch.setattr(tf.config, "set_visible_devices", lambda *args: calls.append(args))
+  input_pipeline.hide_gpus_from_tensorflow()
+  assert calls == [([], "GPU")]
+
+  # Too late, TensorFlow's devices initialised: a warning only if it still sees GPUs.
+  def initialised(*args):
+    raise RuntimeError("Visible devices cannot be modified after being initialized")
+
+  monkeypatch.setattr(tf.config, "set_visible_devices", initialised)
+  monkeypatch.setattr(tf.config, "get_visible_devices", lambda kind: [])
+  with caplog.at_level("WARNING"):
+    input_pipeline.hide_gpus_from_tensorflow()
+    assert not caplog.records
+    monkeypatch.setattr(tf.config, "get_visible_devices", lambda kind: [f"/{kind}:0"])
+    input_pipeline.hide_gpus_from_tensorflow()
+  assert "TensorFlow already initialised its devices and sees the GPUs" in caplog.text
+
+
+class _Stop(Exception):
+  pass
+
+
+def test_entry_points_hide_gpus_from_tensorflow_before_running(monkeypatch):
+  from experiments import ablate_fastap_bins  # pylint: disable=g-import-not-at-top
+  from experiments import ablation  # pylint: disable=g-import-not-at-top
+
+  events = []
+
+  def run(*args, **kwargs):
+    events.append("run")
+    raise _Stop
+
+  monkeypatch.setattr(input_pipeline, "hide_gpus_from_tensorflow", lambda: events.append("hide"))
+  monkeypatch.setattr(main_lib, "run", run)
+  monkeypatch.setattr(ablation, "run", run)
+  for entry_point in (main_lib.main, ablate_fastap_bins.main):
+    events.clear()
+    with pytest.raises(_Stop):
+      entry_point(["--config", TINY_PATH, "--workdir", "unused"])
+    assert events == ["hide", "run"], entry_point

@@ -12,11 +12,11 @@ R@1 68.5 on CUB with an ImageNet-initialised ResNet-50 (Ramzi et al. 2021, Table
 initialisation expect far less.
 """
 
-from experiments import train
+from experiments import config as config_lib
 
 
-def get_config() -> train.Config:
-  return train.Config(
+def get_config() -> config_lib.Config:
+  return config_lib.Config(
       dataset="cub200",
       data_dir=None,  # Set with --set data_dir=...
       image_size=224,

@@ -7,16 +7,16 @@ Command:
 Expected result (9 s on a 2-core CPU, 2026-11-22): the metrics of a barely trained 8-channel
 network, whose point is that every part of the loop runs:
 
-    run             R@1    R@2    R@4    R@8  MAP@R    mAP  mAP_T
-    -------------------------------------------------------------
-    fastap        0.559  0.731  0.855  0.933  0.168  0.348  0.348
+    run       R@1    R@2    R@4    R@8  MAP@R    mAP  mAP_T
+    -------------------------------------------------------
+    fastap  0.559  0.731  0.855  0.933  0.168  0.348  0.348
 """
 
-from experiments import train
+from experiments import config as config_lib
 
 
-def get_config() -> train.Config:
-  return train.Config(
+def get_config() -> config_lib.Config:
+  return config_lib.Config(
       dataset="digits",
       model="small_convnet",
       model_features=(4, 8),

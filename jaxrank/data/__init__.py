@@ -3,11 +3,10 @@
 Needs the `train` extra (TensorFlow, tensorflow-datasets, scikit-learn). The library core
 (`import jaxrank`) never imports TensorFlow; this subpackage does.
 
-**Importing `jaxrank.data` hides the GPUs from TensorFlow** (`tf.config.set_visible_devices([],
-"GPU")`), as big_vision and the Flax examples do: tf.data runs on the CPU and would otherwise grab
-GPU memory that JAX needs. It is the one side effect of the import, and it changes TensorFlow's
-device list only; if TensorFlow has already initialised its devices the call is skipped (then hide
-the GPUs yourself, before any TensorFlow op).
+Importing `jaxrank.data` leaves TensorFlow's devices alone. On a machine with GPUs, hide them from
+TensorFlow in your program's entry point, before any TensorFlow op, as big_vision and the Flax
+examples do (and `experiments/main.py`): `tf.config.set_visible_devices([], "GPU")`. tf.data runs on
+the CPU and would otherwise take GPU memory that JAX needs.
 
 Typical training input:
 
@@ -21,14 +20,6 @@ Typical training input:
 5
 """
 
-import tensorflow as tf
-
-try:
-  tf.config.set_visible_devices([], "GPU")
-except RuntimeError:  # TensorFlow's devices are already initialised: leave them as they are.
-  pass
-
-# pylint: disable=g-import-not-at-top,g-bad-import-order
 from jaxrank.data import datasets as datasets
 from jaxrank.data import pipeline as pipeline
 from jaxrank.data import preprocess as preprocess

@@ -1,0 +1,105 @@
+"""The networks a config can name: backbones (`MODELS`) and heads (`HEADS`) from `jaxrank.models`.
+
+`make_model(config, in_channels, rngs)` builds `jaxrank.models.EmbeddingModel(backbone, head)`: the
+backbone `MODELS[config.model]`, its variables loaded from `config.init_weights` if given, and the
+head `HEADS[config.head]` from the backbone's features to `config.embedding_dim`. Which models fit
+which data set is said by the data set (`input_pipeline.DatasetSpec.models`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+import jax
+from flax import nnx
+
+import jaxrank
+from jaxrank import models
+
+if TYPE_CHECKING:
+  from experiments.config import Config
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+  """A backbone: an entry of `MODELS`.
+
+  Attributes:
+    build: `build(config, in_channels, rngs) -> backbone`, a module with `out_features` that maps
+      `[N, H, W, in_channels]` images to `[N, out_features]`.
+    batch_norm: whether it normalises by batch statistics in training mode (then a chunked
+      gradient needs `config.freeze_batchnorm`).
+  """
+
+  build: Callable[[Config, int, nnx.Rngs], nnx.Module]
+  batch_norm: bool
+
+
+def _small_convnet(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.SmallConvNet:
+  return models.SmallConvNet(in_channels, features=config.model_features, rngs=rngs)
+
+
+def _resnet18(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.ResNet:
+  del config
+  return models.resnet18(in_channels=in_channels, rngs=rngs)
+
+
+def _resnet50(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.ResNet:
+  del config
+  return models.resnet50(in_channels=in_channels, rngs=rngs)
+
+
+MODELS: Mapping[str, ModelSpec] = {
+    "small_convnet": ModelSpec(build=_small_convnet, batch_norm=False),  # LayerNorm.
+    "resnet18": ModelSpec(build=_resnet18, batch_norm=True),
+    "resnet50": ModelSpec(build=_resnet50, batch_norm=True),
+}
+
+@dataclasses.dataclass(frozen=True)
+class HeadSpec:
+  """A head: an entry of `HEADS`, with how its outputs are scored and evaluated.
+
+  Attributes:
+    build: `build(in_features, embedding_dim, rngs=rngs) -> head`.
+    similarity_fn: the scoring rule of training and evaluation (`jaxrank.similarity`).
+    tanh_scaled: whether the head takes the growing scale of `jaxrank.hashing.tanh_scale`
+      (`config.tanh_*`).
+    evaluated_as: what the evaluation retrieves with, from the head's outputs (binary codes for a
+      hashing head).
+  """
+
+  build: Callable[..., nnx.Module]
+  similarity_fn: jaxrank.types.SimilarityFn
+  tanh_scaled: bool
+  evaluated_as: Callable[[jax.Array], jax.Array]
+
+
+HEADS: Mapping[str, HeadSpec] = {
+    # L2-normalised embeddings, scored by cosine similarity.
+    "embedding": HeadSpec(
+        build=models.EmbeddingHead,
+        similarity_fn=jaxrank.similarity.cosine,
+        tanh_scaled=False,
+        evaluated_as=lambda outputs: outputs,
+    ),
+    # Relaxed codes tanh(alpha f), trained on the similarity 1 - 2 d / b of their relaxed Hamming
+    # distance (He et al. eq. 10; cosine would ignore how saturated the codes are), evaluated as
+    # binary codes.
+    "hashing": HeadSpec(
+        build=models.HashingHead,
+        similarity_fn=jaxrank.similarity.hamming,
+        tanh_scaled=True,
+        evaluated_as=jaxrank.hashing.binarize,
+    ),
+}
+
+
+def make_model(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.EmbeddingModel:
+  """The network of a config: backbone and head, backbone weights loaded if given."""
+  backbone = MODELS[config.model].build(config, in_channels, rngs)
+  if config.init_weights is not None:
+    models.load_weights(backbone, config.init_weights)
+  head = HEADS[config.head].build(backbone.out_features, config.embedding_dim, rngs=rngs)
+  return models.EmbeddingModel(backbone, head)
