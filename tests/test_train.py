@@ -309,8 +309,7 @@ def test_every_config_file_is_valid_or_asks_for_its_data(path):
   module = main_lib.load_config_module(str(path))
   text = path.read_text()
   assert "python -m experiments.main --config experiments/configs/" in text  # The command.
-  # And the result it should give, or where it is kept (RESULTS.md, for the main job's).
-  assert "Expected" in text or "RESULTS.md" in text
+  assert "Expected" in text  # And the result it should give.
   config = module.get_config()
   runs = [
       main_lib.apply_overrides(config, o) for o in getattr(module, "get_sweep", dict)().values()

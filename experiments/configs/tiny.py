@@ -4,8 +4,8 @@ Command:
 
     python -m experiments.main --config experiments/configs/tiny.py --workdir /tmp/tiny
 
-Expected result (9 s on a 2-core CPU, 2026-11-22): the metrics of a barely trained 8-channel
-network, whose point is that every part of the loop runs:
+Expected result (in seconds): the metrics of a barely trained 8-channel network, whose point is
+that every part of the loop runs:
 
     run       R@1    R@2    R@4    R@8  MAP@R    mAP  mAP_T
     -------------------------------------------------------
