@@ -391,8 +391,13 @@ def test_pipeline_started_mid_run_yields_the_rest_of_the_run(digits):
   assert not np.array_equal(first[0]["image"], first[1]["image"])
   with pytest.raises(ValueError, match="past the end of epoch 0"):
     jd.make_pipeline(train, sampler, start_batch=per_epoch)
-  with pytest.raises(ValueError, match="start_epoch must be a non-negative int"):
+  with pytest.raises(ValueError, match="make_pipeline: start_epoch must be an int >= 0, got -1"):
     jd.make_pipeline(train, sampler, start_epoch=-1)
+  # The shared checks: a bool is not a count.
+  with pytest.raises(TypeError, match="make_pipeline: start_batch must be an int >= 0, got True"):
+    jd.make_pipeline(train, sampler, start_batch=True)
+  with pytest.raises(TypeError, match="make_pipeline: num_epochs must be a positive int"):
+    jd.make_pipeline(train, sampler, num_epochs=1.0)
 
 
 # ---------------------------------------------------------------------------------------------

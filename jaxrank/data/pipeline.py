@@ -31,6 +31,7 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
+from jaxrank._src import checks
 from jaxrank.data import datasets
 from jaxrank.data import preprocess
 
@@ -104,11 +105,9 @@ def make_pipeline(
       `[num_batches, B]` indices into `data`.
   """
   fn = "make_pipeline"
-  if num_epochs is not None and (not isinstance(num_epochs, int) or num_epochs < 1):
-    raise ValueError(f"{fn}: num_epochs must be a positive int or None, got {num_epochs!r}.")
-  for name, value in (("start_epoch", start_epoch), ("start_batch", start_batch)):
-    if not isinstance(value, int) or value < 0:
-      raise ValueError(f"{fn}: {name} must be a non-negative int, got {value!r}.")
+  checks.check_positive_int(fn, "num_epochs", num_epochs, allow_none=True)
+  checks.check_int_at_least(fn, "start_epoch", start_epoch, 0)
+  checks.check_int_at_least(fn, "start_batch", start_batch, 0)
   sampler = batches if callable(batches) else (lambda epoch, fixed=np.asarray(batches): fixed)
   first = _checked(fn, sampler(epoch=start_epoch), data.num_examples, None, start_epoch)
   if start_batch >= first.shape[0]:

@@ -72,7 +72,6 @@ def _members(labels: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
 
 def _usable(
     fn: str,
-    classes: np.ndarray,
     members: list[np.ndarray],
     *,
     samples_per_class: int,
@@ -80,7 +79,7 @@ def _usable(
     skip_small_classes: bool,
     where: str = "",
 ) -> np.ndarray:
-  """Positions (into `classes`) of the classes that can give groups of K, or a clear error."""
+  """Positions (into `members`) of the classes that can give groups of K, or a clear error."""
   sizes = np.array([len(m) for m in members])
   if sizes.max() < samples_per_class:
     raise ValueError(
@@ -220,7 +219,6 @@ def m_per_class_batches(
   _, members = _members(labels)
   usable = _usable(
       fn,
-      np.arange(len(members)),
       members,
       samples_per_class=samples_per_class,
       classes_needed=classes_per_batch,
@@ -335,7 +333,6 @@ def super_class_batches(
     try:
       usable = _usable(
           fn,
-          np.arange(len(members)),
           members,
           samples_per_class=k,
           classes_needed=per_super,
