@@ -29,7 +29,7 @@ import numpy as np
 Item = tuple[float, float]  # (score, label) of one valid item.
 
 
-def _valid_items(scores, labels, where) -> list[Item]:
+def valid_items(scores, labels, where) -> list[Item]:
   scores = np.asarray(scores, dtype=np.float64)
   labels = np.asarray(labels, dtype=np.float64)
   if scores.ndim != 1 or scores.shape != labels.shape:
@@ -145,7 +145,7 @@ def _defined(items: Sequence[Item], ndcg: bool, topn: int | None = None) -> bool
 
 def _plain(ranking_fn: Callable[..., float], ndcg: bool = False):
   def metric(scores, labels, where=None, **kwargs) -> float:
-    items = _valid_items(scores, labels, where)
+    items = valid_items(scores, labels, where)
     if not _defined(items, ndcg, kwargs.get("topn")):
       return 0.0
     if any(math.isnan(s) for s, _ in items):
@@ -157,7 +157,7 @@ def _plain(ranking_fn: Callable[..., float], ndcg: bool = False):
 
 def _tie_aware(ranking_fn: Callable[..., float], ndcg: bool = False):
   def metric(scores, labels, where=None, **kwargs) -> float:
-    items = _valid_items(scores, labels, where)
+    items = valid_items(scores, labels, where)
     if not _defined(items, ndcg, kwargs.get("topn")):
       return 0.0
     if any(math.isnan(s) for s, _ in items):

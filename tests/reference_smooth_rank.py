@@ -22,7 +22,7 @@ import reference
 
 def _items(scores, labels, where):
   """The valid items as `(score, relevant)` pairs (NaN scores kept)."""
-  return [(s, y >= 1) for s, y in reference._valid_items(scores, labels, where)]
+  return [(s, y >= 1) for s, y in reference.valid_items(scores, labels, where)]
 
 
 def heaviside(t: float) -> float:

@@ -84,9 +84,9 @@ def test_ranks_forward_and_both_sort_paths(ties):
   scores[0, :3] = [0.0, -0.0, 0.0]  # Signed zeros are one score.
   want = np.stack([np_ranks(row) for row in scores])
   np.testing.assert_array_equal(jaxrank.blackbox_ranks(scores, 1.0), want)
-  np.testing.assert_array_equal(jax.jit(ranking._xla_descending_ranks)(jnp.asarray(scores)), want)
-  np.testing.assert_array_equal(ranking._numpy_descending_ranks(scores), want)
-  np.testing.assert_array_equal(ranking._numpy_descending_ranks(scores.astype(np.float64)), want)
+  np.testing.assert_array_equal(jax.jit(ranking.xla_descending_ranks)(jnp.asarray(scores)), want)
+  np.testing.assert_array_equal(ranking.numpy_descending_ranks(scores), want)
+  np.testing.assert_array_equal(ranking.numpy_descending_ranks(scores.astype(np.float64)), want)
 
 
 @pytest.mark.parametrize("lam", [0.5, 3.0])

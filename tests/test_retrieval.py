@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import jaxrank
-from jaxrank._src import retrieval
 import reference
 
 # ---------------------------------------------------------------------------------------------
@@ -265,12 +266,16 @@ def test_evaluate_on_binary_codes_handles_ties_exactly():
   assert got["tie_aware_map"] > got["map"] + 0.01  # Ties are many, and they matter.
 
 
-def test_evaluate_memory_does_not_depend_on_the_number_of_queries():
+def test_evaluate_memory_does_not_depend_on_the_number_of_queries(caplog):
   """The chunk function is compiled once and its shapes depend on chunk_size and N only."""
   x, labels = _clustered(3, 300)
-  retrieval._evaluate_chunk_jit.clear_cache()
-  jaxrank.evaluate_retrieval(x, labels, chunk_size=64)  # 5 chunks, the last one padded.
-  assert retrieval._evaluate_chunk_jit._cache_size() == 1
+  jax.clear_caches()
+  with jax.log_compiles(True), caplog.at_level(logging.WARNING):
+    jaxrank.evaluate_retrieval(x, labels, chunk_size=64)  # 5 chunks, the last one padded.
+  messages = [r.getMessage() for r in caplog.records]
+  compiled = [m for m in messages if "Compiling jit(_evaluate_chunk)" in m]
+  assert len(compiled) == 1, compiled
+  assert "float32[64,8]" in compiled[0]  # One chunk of queries, whatever their number.
 
 
 @pytest.mark.parametrize(

@@ -251,7 +251,7 @@ def list_relevant_statistics(
 # Blackbox ranks (RaMBO).
 
 
-def _xla_descending_ranks(scores: jax.Array) -> jax.Array:
+def xla_descending_ranks(scores: jax.Array) -> jax.Array:
   """`descending_ranks` by XLA's sort: the path on GPU and TPU."""
   axis = scores.ndim - 1
   iota = lax.broadcasted_iota(jnp.int32, scores.shape, axis)
@@ -262,7 +262,7 @@ def _xla_descending_ranks(scores: jax.Array) -> jax.Array:
   return jnp.put_along_axis(jnp.zeros_like(scores), order, positions, axis=axis, inplace=False)
 
 
-def _numpy_descending_ranks(scores: np.ndarray) -> np.ndarray:
+def numpy_descending_ranks(scores: np.ndarray) -> np.ndarray:
   """`descending_ranks` in numpy, for the CPU path (about 10x faster than XLA's CPU sort).
 
   float32 keys become order-preserving 32-bit integers, packed above the 32-bit position into one
@@ -286,7 +286,7 @@ def _numpy_descending_ranks(scores: np.ndarray) -> np.ndarray:
 
 def _cpu_descending_ranks(scores: jax.Array) -> jax.Array:
   shape = jax.ShapeDtypeStruct(scores.shape, scores.dtype)
-  ranks = jax.pure_callback(_numpy_descending_ranks, shape, scores, vmap_method="expand_dims")
+  ranks = jax.pure_callback(numpy_descending_ranks, shape, scores, vmap_method="expand_dims")
   # Inside shard_map the ranks vary over the scores' mesh axes; the callback does not record it.
   return lists.varying_like(ranks, scores)
 
@@ -304,7 +304,7 @@ def descending_ranks(scores: jax.Array) -> jax.Array:
   Returns:
     `[..., n]` ranks in `scores`' dtype (exact integers up to 2**24 in float32).
   """
-  return lax.platform_dependent(scores, cpu=_cpu_descending_ranks, default=_xla_descending_ranks)
+  return lax.platform_dependent(scores, cpu=_cpu_descending_ranks, default=xla_descending_ranks)
 
 
 @jax.custom_vjp
