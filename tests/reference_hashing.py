@@ -110,13 +110,22 @@ def ap_t_term(p: int, n: int, big_p: int, big_n: int, num_relevant: int) -> floa
 def ap_r_term(p, n, big_p, big_n, num_relevant) -> float:
   """eq. 26 with H continued: (p/(n N+)) [(P+1) dH + A (n - (N+1) dH)], A = (p-1)/(n-1).
 
-  At n = 1 exactly, A (n - (N+1) dH) is 0/0; its limit is (p - 1) (1 - (N + 1) H'(N + 1)).
+  At n = 1, A (n - (N+1) dH) is 0/0, and near it the difference cancels: with
+  f(n) = n - (N+1) (H(N+n) - H(N)), f(1) = 0, so within 1e-4 of n = 1 the term is the Taylor
+  series (p - 1) (f1 + f2 e / 2 + f3 e^2 / 6), e = n - 1, of the derivatives at n = 1:
+  f1 = 1 - (N+1) psi_1(N+2), fk = -(N+1) psi_{k-1}(N+2) for k = 2, 3 (error O(e^3), below float64
+  rounding; the direct formula would lose digits to cancellation there).
   """
   if n == 0:
     return 0.0
   d_h = harmonic(big_n + n) - harmonic(big_n)
-  if n == 1:
-    slope_term = (p - 1) * (1 - (big_n + 1) * float(special.polygamma(1, big_n + 2)))
+  e = n - 1
+  if abs(e) < 1e-4:
+    at = big_n + 2
+    f1 = 1 - (big_n + 1) * float(special.polygamma(1, at))
+    f2 = -(big_n + 1) * float(special.polygamma(2, at))
+    f3 = -(big_n + 1) * float(special.polygamma(3, at))
+    slope_term = (p - 1) * (f1 + f2 * e / 2 + f3 * e * e / 6)
   else:
     slope_term = (p - 1) / (n - 1) * (n - (big_n + 1) * d_h)
   return p / (n * num_relevant) * ((big_p + 1) * d_h + slope_term)

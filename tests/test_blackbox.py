@@ -131,7 +131,8 @@ def test_ranks_lam_gets_no_gradient_and_errors():
 
 
 # ---------------------------------------------------------------------------------------------
-# blackbox_ap_loss and blackbox_recall_loss
+# blackbox_ap_loss and blackbox_recall_loss (their invariances, degenerate lists and input
+# checks: test_contract.py)
 
 
 @pytest.mark.parametrize("ties", [False, True])
@@ -192,49 +193,6 @@ def test_map_over_classes_and_apc_are_compositions():
   apc = jaxrank.blackbox_ap_loss(logits.ravel(), targets.ravel(), margin=0.0)
   want, _, _ = np_ap_loss_and_grad(logits.ravel(), targets.ravel(), np.ones(21, bool), 1.0, 0.0)
   assert float(apc) == pytest.approx(want, abs=1e-6)  # eq. 23: one list of all pairs.
-
-
-@pytest.mark.parametrize("loss_fn", [jaxrank.blackbox_ap_loss, jaxrank.blackbox_recall_loss])
-def test_invariances(loss_fn):
-  scores, labels, where = random_lists(7, (3, 8))
-  value_and_grad = jax.value_and_grad(lambda s, y, w: loss_fn(s, y, where=w, reduce_fn=jnp.sum))
-  value, grad = value_and_grad(jnp.asarray(scores), labels, where)
-  # jit.
-  jit_value, jit_grad = jax.jit(value_and_grad)(jnp.asarray(scores), labels, where)
-  np.testing.assert_allclose(jit_value, value, rtol=1e-6)
-  np.testing.assert_allclose(jit_grad, grad, atol=1e-6)
-  # vmap over lists equals leading axes.
-  per_list = jax.vmap(lambda s, y, w: loss_fn(s, y, where=w, reduce_fn=None))(scores, labels, where)
-  np.testing.assert_allclose(per_list, loss_fn(scores, labels, where=where, reduce_fn=None), atol=1e-6)
-  # Masked padding (even NaN) changes neither values nor gradients.
-  pad = ((0, 0), (0, 3))
-  padded_scores = np.pad(scores, pad, constant_values=np.nan)
-  padded = value_and_grad(jnp.asarray(padded_scores), np.pad(labels, pad), np.pad(where, pad))
-  np.testing.assert_allclose(padded[0], value, rtol=1e-6)
-  np.testing.assert_allclose(padded[1][:, :8], grad, atol=1e-6)
-  np.testing.assert_array_equal(padded[1][:, 8:], 0)
-  # where equals slicing, on one list.
-  keep = where[0]
-  sliced = value_and_grad(jnp.asarray(scores[0][keep]), labels[0][keep], None)
-  masked = value_and_grad(jnp.asarray(scores[0]), labels[0], where[0])
-  np.testing.assert_allclose(sliced[0], masked[0], rtol=1e-6)
-  np.testing.assert_allclose(sliced[1], masked[1][keep], atol=1e-6)
-
-
-@pytest.mark.parametrize("loss_fn", [jaxrank.blackbox_ap_loss, jaxrank.blackbox_recall_loss])
-@pytest.mark.parametrize(
-    "labels, where",
-    [
-        ([0, 0, 0, 0], [True] * 4),  # no positives
-        ([1, 1, 1, 1], [True] * 4),  # all positives
-        ([1, 0, 1, 0], [False] * 4),  # all masked
-        ([1, 0, 0, 1], [True] * 4),  # with all-tied scores below
-    ],
-)
-def test_degenerate_lists_are_finite(loss_fn, labels, where):
-  scores = jnp.full(4, 0.5)
-  value, grad = jax.value_and_grad(lambda s: loss_fn(s, jnp.array(labels), where=jnp.array(where)))(scores)
-  assert np.isfinite(float(value)) and bool(jnp.all(jnp.isfinite(grad)))
 
 
 def test_loss_errors():

@@ -591,125 +591,10 @@ def test_check_grads(case, x64):
   jtu.check_grads(lambda s: fn(scores=s), (scores,), order=1, modes=["rev"], eps=1e-6)
 
 
-# 7. Invariances.
+# 7. Invariances, reductions, NaN and dtypes: test_contract.py, for every loss and metric.
 
 
-@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
-def test_jit_equals_eager(fn, x64):
-  scores, labels, where = with_empty_lists(18)
-  jitted = jax.jit(lambda s, y, w: fn(s, y, where=w, reduce_fn=None))
-  np.testing.assert_allclose(
-      jitted(scores, labels, where),
-      fn(scores, labels, where=where, reduce_fn=None),
-      rtol=1e-13,
-      atol=1e-15,
-  )
-
-
-@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
-def test_vmap_equals_batch_axes(fn, x64):
-  scores, labels, where = with_empty_lists(19)
-  batched = fn(scores, labels, where=where, reduce_fn=None)
-  per_row = jax.vmap(lambda s, y, w: fn(s, y, where=w, reduce_fn=None))
-  np.testing.assert_allclose(per_row(scores, labels, where), batched, rtol=1e-13, atol=1e-15)
-  summed = jax.vmap(lambda s, y, w: fn(s, y, where=w, reduce_fn=jnp.sum))
-  np.testing.assert_allclose(summed(scores, labels, where), batched.sum(-1), rtol=1e-12)
-
-
-@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
-def test_where_equals_slicing(fn, x64):
-  rng = np.random.default_rng(20)
-  scores, labels, _ = random_lists(20, mask=False)
-  labels[..., 0] = 2
-  masked = np.argsort(rng.random(scores.shape), axis=-1)[..., :2]
-  where = np.ones(scores.shape, bool)
-  np.put_along_axis(where, masked, False, axis=-1)
-  sliced = BATCH + (N - 2,)
-  got = fn(scores, labels, where=where, reduce_fn=None)
-  want = fn(scores[where].reshape(sliced), labels[where].reshape(sliced), reduce_fn=None)
-  np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)
-
-
-@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
-def test_masked_padding_changes_nothing(fn, x64):
-  # Lists of 7 padded to 9 with masked garbage (NaN, inf) or masked benign values: the same values
-  # as the lists of 7, the same gradients, and zero gradients at the padding.
-  scores, labels, where = (a[..., :7].copy() for a in with_empty_lists(21))
-  pad = BATCH + (2,)
-
-  def padded(values):
-    return (
-        np.concatenate([scores, np.broadcast_to(values, pad)], axis=-1),
-        np.concatenate([labels, np.broadcast_to(np.array([1, 3], np.int32), pad)], axis=-1),
-        np.concatenate([where, np.zeros(pad, bool)], axis=-1),
-    )
-
-  garbage, benign = padded([np.nan, -np.inf]), padded([0.3, 0.9])
-  for reduce_fn in (None, jnp.mean):
-    np.testing.assert_allclose(
-        fn(garbage[0], garbage[1], where=garbage[2], reduce_fn=reduce_fn),
-        fn(scores, labels, where=where, reduce_fn=reduce_fn),
-        rtol=1e-13,
-        atol=1e-15,
-    )
-  grads = [jax.grad(lambda s, y=y, w=w: fn(s, y, where=w))(s) for s, y, w in (garbage, benign)]
-  np.testing.assert_array_equal(grads[0], grads[1])
-  np.testing.assert_array_equal(grads[0][..., 7:], 0.0)
-  assert np.abs(grads[0]).max() > 1e-3
-
-
-@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
-def test_joint_permutation_changes_nothing(fn, x64):
-  rng = np.random.default_rng(22)
-  scores, labels, where = with_empty_lists(22)
-  perm = np.argsort(rng.random(scores.shape), axis=-1)
-  permuted = [np.take_along_axis(a, perm, axis=-1) for a in (scores, labels, where)]
-  np.testing.assert_allclose(
-      fn(permuted[0], permuted[1], where=permuted[2], reduce_fn=None),
-      fn(scores, labels, where=where, reduce_fn=None),
-      rtol=1e-12,
-      atol=1e-15,
-  )
-
-
-# 8. Reductions.
-
-
-@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
-def test_sum_of_per_list_equals_reduce_sum(fn, x64):
-  scores, labels, where = with_empty_lists(23)
-  per = fn(scores, labels, where=where, reduce_fn=None)
-  np.testing.assert_allclose(jnp.sum(per), fn(scores, labels, where=where, reduce_fn=jnp.sum),
-                             rtol=1e-12)
-  defined = reference.has_relevant(labels, where)
-  assert not defined.all()
-  np.testing.assert_array_equal(np.asarray(per)[~defined], 0.0)
-
-
-@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
-def test_reduce_fn_is_called_with_where(fn):
-  scores, labels, where = with_empty_lists(24)
-  seen = {}
-
-  def reduce_fn(values, *, where):
-    seen["where"] = where
-    return jnp.sum(values, where=where)
-
-  fn(scores.astype(np.float32), labels, where=where, reduce_fn=reduce_fn)
-  np.testing.assert_array_equal(seen["where"], reference.has_relevant(labels, where))
-
-
-@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
-def test_batch_without_defined_list_gives_zero(fn, x64):
-  scores, labels, where = random_lists(25)
-  for reduce_fn in (jnp.mean, jnp.sum):
-    assert float(fn(scores, np.zeros_like(labels), where=where, reduce_fn=reduce_fn)) == 0.0
-    assert float(fn(scores, labels, where=np.zeros_like(where), reduce_fn=reduce_fn)) == 0.0
-  grad = jax.grad(lambda s: fn(s, labels, where=np.zeros_like(where)))(scores)
-  np.testing.assert_array_equal(grad, 0.0)
-
-
-# 9. Degenerate lists.
+# 8. Degenerate lists.
 
 DEGENERATE = {
     "no_relevant": ([0.3, 0.2, -0.5, 0.1], [0, 0, 0, 0], [True] * 4),
@@ -743,29 +628,7 @@ def test_degenerate_lists(case, lst, x64):
     assert float(per) == pytest.approx(0.0, abs=1e-12)
 
 
-@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
-def test_valid_nan_makes_list_nan(fn, x64):
-  scores, labels, where = random_lists(26, mask=False)
-  labels[..., 0] = 1
-  scores[0, 1, 4] = np.nan
-  scores[1, 2, 5] = np.nan
-  where[1, 2, 5] = False
-  per = np.asarray(fn(scores, labels, where=where, reduce_fn=None))
-  nan_lists = np.zeros(BATCH, bool)
-  nan_lists[0, 1] = True
-  np.testing.assert_array_equal(np.isnan(per), nan_lists)
-
-
-@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
-def test_output_dtypes(fn):
-  scores, labels, _ = random_lists(27, mask=False)
-  assert fn(scores.astype(np.float32), labels).dtype == jnp.float32
-  assert fn(jnp.asarray(scores, jnp.bfloat16), labels, reduce_fn=None).dtype == jnp.float32
-  with jax.enable_x64(True):
-    assert fn(scores, labels).dtype == jnp.float64
-
-
-# 10. Errors and memory.
+# 9. Errors and memory.
 
 
 @pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)

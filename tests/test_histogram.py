@@ -284,79 +284,7 @@ def test_weights_gradient_is_the_loss(x64):
   np.testing.assert_allclose(grad, per, **TOL64)
 
 
-# 4. Invariances.
-
-
-@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
-def test_jit_equals_eager(fn, x64):
-  scores, labels, where = _with_empty_lists(9)
-  jitted = jax.jit(fn, static_argnames=("reduce_fn", "num_bins"))
-  for reduce_fn in (None, jnp.mean):
-    np.testing.assert_allclose(
-        jitted(scores, labels, where=where, reduce_fn=reduce_fn),
-        fn(scores, labels, where=where, reduce_fn=reduce_fn),
-        rtol=1e-14,
-        atol=1e-15,
-    )
-
-
-@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
-def test_vmap_equals_batch_axes(fn, x64):
-  scores, labels, where = _with_empty_lists(10)
-  batched = fn(scores, labels, where=where, reduce_fn=None)
-  per_row = jax.vmap(lambda s, y, w: fn(s, y, where=w, reduce_fn=None))
-  np.testing.assert_allclose(per_row(scores, labels, where), batched, rtol=1e-14, atol=1e-15)
-  reduced = jax.vmap(lambda s, y, w: fn(s, y, where=w, reduce_fn=jnp.sum))
-  np.testing.assert_allclose(reduced(scores, labels, where), batched.sum(-1), rtol=1e-12)
-
-
-@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
-def test_where_equals_slicing(fn, x64):
-  rng = np.random.default_rng(11)
-  scores, labels, _ = random_lists(11, mask=False)
-  masked = np.argsort(rng.random(scores.shape), axis=-1)[..., :2]
-  where = np.ones(scores.shape, bool)
-  np.put_along_axis(where, masked, False, axis=-1)
-  sliced = BATCH + (N - 2,)
-  got = fn(scores, labels, where=where, reduce_fn=None)
-  want = fn(scores[where].reshape(sliced), labels[where].reshape(sliced), reduce_fn=None)
-  np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-15)
-
-
-@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
-def test_masked_padding_changes_nothing(fn, x64):
-  scores, labels, where = _with_empty_lists(12)
-  pad = BATCH + (4,)
-  padded = (
-      np.concatenate([scores, np.broadcast_to([np.nan, np.inf, 1e30, -np.inf], pad)], axis=-1),
-      np.concatenate([labels, np.broadcast_to(np.array([1, 1, 0, 1], np.int32), pad)], axis=-1),
-      np.concatenate([where, np.zeros(pad, bool)], axis=-1),
-  )
-  for reduce_fn in (None, jnp.mean):
-    np.testing.assert_allclose(
-        fn(padded[0], padded[1], where=padded[2], reduce_fn=reduce_fn),
-        fn(scores, labels, where=where, reduce_fn=reduce_fn),
-        rtol=1e-14,
-        atol=1e-15,
-    )
-  grad_padded = jax.grad(lambda s: fn(s, padded[1], where=padded[2]))(padded[0])
-  grad = jax.grad(lambda s: fn(s, labels, where=where))(scores)
-  np.testing.assert_allclose(grad_padded[..., :N], grad, rtol=1e-14, atol=1e-15)
-  np.testing.assert_array_equal(grad_padded[..., N:], 0.0)
-
-
-@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
-def test_joint_permutation_changes_nothing(fn, x64):
-  rng = np.random.default_rng(13)
-  scores, labels, where = _with_empty_lists(13)
-  perm = np.argsort(rng.random(scores.shape), axis=-1)
-  permuted = [np.take_along_axis(a, perm, axis=-1) for a in (scores, labels, where)]
-  np.testing.assert_allclose(
-      fn(permuted[0], permuted[1], where=permuted[2], reduce_fn=None),
-      fn(scores, labels, where=where, reduce_fn=None),
-      rtol=1e-13,
-      atol=1e-15,
-  )
+# 4. Invariances, reductions, NaN and dtypes: test_contract.py, for every loss and metric.
 
 
 # 5. The limit of many bins.
@@ -412,30 +340,6 @@ def test_tends_to_ap_as_bins_grow(fn, x64):
 
 
 # 6. Reductions and weights.
-
-
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_sum_of_per_list_equals_reduce_sum(case, x64):
-  scores, labels, where = _with_empty_lists(15)
-  per = run(case, scores, labels, where=where, reduce_fn=None)
-  total = run(case, scores, labels, where=where, reduce_fn=jnp.sum)
-  np.testing.assert_allclose(jnp.sum(per), total, rtol=1e-12)
-  defined = reference.has_relevant(labels, where)
-  assert not defined.all()
-  np.testing.assert_array_equal(np.asarray(per)[~defined], 0.0)
-
-
-@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
-def test_reduce_fn_is_called_with_where(fn):
-  scores, labels, where = _with_empty_lists(16)
-  seen = {}
-
-  def reduce_fn(values, *, where):
-    seen["where"] = where
-    return jnp.sum(values, where=where)
-
-  fn(scores.astype(np.float32), labels, where=where, reduce_fn=reduce_fn)
-  np.testing.assert_array_equal(seen["where"], reference.has_relevant(labels, where))
 
 
 def test_weighted_reductions(x64):
@@ -537,40 +441,6 @@ def test_degenerate_lists(case, lst, x64):
     np.testing.assert_array_equal(grad, 0.0)
   if lst in ("all_relevant", "one_valid_item"):
     assert float(per) == pytest.approx(0.0, abs=1e-12)
-
-
-@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
-def test_batch_without_defined_list_gives_zero(fn, x64):
-  scores, labels, where = random_lists(20)
-  for reduce_fn in (jnp.mean, jnp.sum):
-    assert float(fn(scores, np.zeros_like(labels), where=where, reduce_fn=reduce_fn)) == 0.0
-    assert float(fn(scores, labels, where=np.zeros_like(where), reduce_fn=reduce_fn)) == 0.0
-  grad = jax.grad(lambda s: fn(s, labels, where=np.zeros_like(where)))(scores)
-  np.testing.assert_array_equal(grad, 0.0)
-
-
-@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
-def test_valid_nan_makes_list_nan(fn, x64):
-  scores, labels, where = random_lists(21, mask=False)
-  labels[..., 0] = 1
-  scores[0, 1, 4] = np.nan
-  scores[1, 2, 5] = np.nan
-  where[1, 2, 5] = False  # A masked NaN is ignored.
-  per = np.asarray(fn(scores, labels, where=where, reduce_fn=None))
-  nan_lists = np.zeros(BATCH, bool)
-  nan_lists[0, 1] = True
-  np.testing.assert_array_equal(np.isnan(per), nan_lists)
-  assert np.isnan(fn(scores, labels, where=where))
-
-
-@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
-def test_output_dtypes(fn):
-  scores, labels, _ = random_lists(22, mask=False)
-  assert fn(scores.astype(np.float32), labels).dtype == jnp.float32
-  low = fn(jnp.asarray(scores, jnp.bfloat16), labels, reduce_fn=None)
-  assert low.dtype == jnp.float32
-  with jax.enable_x64(True):
-    assert fn(scores, labels).dtype == jnp.float64
 
 
 # 8. Errors.

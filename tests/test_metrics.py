@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any, Callable, NamedTuple
 
@@ -47,7 +46,7 @@ TIE_AWARE_IDS = ["ap", "ndcg", "ndcg@3"]
 # Most tests call the metrics eagerly on a handful of shared shapes: op-by-op dispatch compiles each
 # primitive once per shape and dtype for all metrics and reductions together, which on CPU is several
 # times cheaper than one `jax.jit` compilation per (metric, shape, dtype, reduce_fn).
-# `test_jit_equals_eager` covers jit.
+# test_contract.py covers jit, vmap, masking, reductions, NaN and dtypes for every metric.
 
 
 def run(case, scores, labels, *, where=None, reduce_fn=jnp.mean):
@@ -192,105 +191,7 @@ def test_tie_aware_ndcg_matches_sklearn_with_ties(topn, x64):
   np.testing.assert_allclose(got, want, **TOL64)
 
 
-# 4. Invariances.
-
-
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_jit_equals_eager(case, x64):
-  scores, labels, where = random_lists(6, ties=True)
-  jitted = jax.jit(functools.partial(case.fn, **case.kwargs), static_argnames="reduce_fn")
-  for reduce_fn in (None, jnp.mean):
-    np.testing.assert_allclose(
-        jitted(scores, labels, where=where, reduce_fn=reduce_fn),
-        run(case, scores, labels, where=where, reduce_fn=reduce_fn),
-        rtol=1e-14,
-        atol=0,
-    )
-
-
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_vmap_equals_batch_axes(case, x64):
-  scores, labels, where = random_lists(7, ties=True)
-  per_row = jax.vmap(lambda s, y, w: run(case, s, y, where=w, reduce_fn=None))
-  batched = run(case, scores, labels, where=where, reduce_fn=None)
-  np.testing.assert_allclose(per_row(scores, labels, where), batched, rtol=1e-14, atol=0)
-  # vmap of the reduced metric over a leading axis, too.
-  reduced = jax.vmap(lambda s, y, w: run(case, s, y, where=w, reduce_fn=jnp.sum))
-  np.testing.assert_allclose(reduced(scores, labels, where), batched.sum(-1), rtol=1e-12, atol=0)
-
-
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_where_equals_slicing(case, x64):
-  rng = np.random.default_rng(8)
-  scores, labels, _ = random_lists(8, ties=True, mask=False)
-  # Mask exactly two items per list, so that the sliced lists share one shape.
-  masked = np.argsort(rng.random(scores.shape), axis=-1)[..., :2]
-  where = np.ones(scores.shape, bool)
-  np.put_along_axis(where, masked, False, axis=-1)
-  sliced_shape = BATCH + (N - 2,)
-  got = case.fn(scores, labels, where=where, reduce_fn=None, **case.kwargs)
-  want = case.fn(
-      scores[where].reshape(sliced_shape),
-      labels[where].reshape(sliced_shape),
-      reduce_fn=None,
-      **case.kwargs,
-  )
-  np.testing.assert_allclose(got, want, rtol=1e-14, atol=0)
-
-
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_masked_padding_changes_nothing(case, x64):
-  scores, labels, where = random_lists(9, ties=True)
-  pad = BATCH + (4,)
-  pad_scores = np.broadcast_to(np.array([np.nan, np.inf, 1e30, -np.inf]), pad)
-  pad_labels = np.broadcast_to(np.array([2, 1, 2, 0], np.int32), pad)
-  padded = (
-      np.concatenate([scores, pad_scores], axis=-1),
-      np.concatenate([labels, pad_labels], axis=-1),
-      np.concatenate([where, np.zeros(pad, bool)], axis=-1),
-  )
-  got = run(case, *padded[:2], where=padded[2], reduce_fn=None)
-  want = run(case, scores, labels, where=where, reduce_fn=None)
-  np.testing.assert_allclose(got, want, rtol=1e-14, atol=0)
-  np.testing.assert_allclose(
-      run(case, *padded[:2], where=padded[2]),
-      run(case, scores, labels, where=where),
-      rtol=1e-14,
-      atol=0,
-  )
-
-
-def _exp(s):
-  return np.exp(s)
-
-
-def _affine_tanh(s):
-  return np.tanh(0.3 * s + 0.1)
-
-
-@pytest.mark.parametrize("transform", [_exp, _affine_tanh], ids=["exp", "tanh"])
-@pytest.mark.parametrize("ties", [False, True], ids=["no_ties", "ties"])
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_increasing_transform_changes_nothing(case, ties, transform, x64):
-  scores, labels, where = random_lists(10, ties=ties)
-  moved = transform(scores)
-  # The transform must keep ties ties and non-ties non-ties in float64.
-  for s, m in zip(scores.reshape(-1, N), moved.reshape(-1, N)):
-    assert len(np.unique(s)) == len(np.unique(m))
-  got = run(case, moved, labels, where=where, reduce_fn=None)
-  want = run(case, scores, labels, where=where, reduce_fn=None)
-  np.testing.assert_allclose(got, want, rtol=1e-14, atol=0)
-
-
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_joint_permutation_changes_nothing(case, x64):
-  rng = np.random.default_rng(11)
-  scores, labels, where = random_lists(11, ties=True)
-  perm = np.argsort(rng.random(scores.shape), axis=-1)
-  permuted = [np.take_along_axis(a, perm, axis=-1) for a in (scores, labels, where)]
-  got = run(case, *permuted[:2], where=permuted[2], reduce_fn=None)
-  want = run(case, scores, labels, where=where, reduce_fn=None)
-  np.testing.assert_allclose(got, want, rtol=1e-14, atol=0)
+# 4. Invariances (the others, for every metric and loss, are in test_contract.py).
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
@@ -302,69 +203,7 @@ def test_where_broadcasts(case, x64):
   np.testing.assert_allclose(got, want, **TOL64)
 
 
-# 5. Reductions.
-
-
-def _with_empty_lists(seed):
-  scores, labels, where = random_lists(seed, ties=True)
-  labels[0, 1] = 0  # No relevant item at all.
-  where[1, 2] = False  # Every item masked.
-  labels[2, 3] = np.where(where[2, 3], 0, labels[2, 3])  # Relevant items only where masked.
-  return scores, labels, where
-
-
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_sum_of_per_list_equals_reduce_sum(case, x64):
-  scores, labels, where = _with_empty_lists(13)
-  per = run(case, scores, labels, where=where, reduce_fn=None)
-  total = run(case, scores, labels, where=where, reduce_fn=jnp.sum)
-  np.testing.assert_allclose(jnp.sum(per), total, rtol=1e-12, atol=0)
-
-
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_mean_ignores_lists_without_relevant(case, x64):
-  scores, labels, where = _with_empty_lists(14)
-  defined = reference.has_relevant(labels, where)
-  assert not defined[0, 1] and not defined[1, 2] and not defined[2, 3]
-  want_per_list = expected(case, scores, labels, where)
-  per = run(case, scores, labels, where=where, reduce_fn=None)
-  np.testing.assert_array_equal(np.asarray(per)[~defined], 0.0)
-  np.testing.assert_allclose(
-      run(case, scores, labels, where=where),
-      reference.mean_over_lists(want_per_list, defined),
-      **TOL64,
-  )
-
-
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_reduce_fn_is_called_with_where(case):
-  scores, labels, where = _with_empty_lists(15)
-  seen = {}
-
-  def reduce_fn(values, *, where):
-    seen["where"] = where
-    return jnp.sum(values, where=where)
-
-  case.fn(scores, labels, where=where, reduce_fn=reduce_fn, **case.kwargs)
-  np.testing.assert_array_equal(seen["where"], reference.has_relevant(labels, where))
-
-
-@pytest.mark.parametrize("reduce_fn", [jnp.mean, jnp.sum], ids=["mean", "sum"])
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_batch_without_defined_list_gives_zero(case, reduce_fn):
-  scores, labels, where = random_lists(16, ties=True, dtype=np.float32)
-  no_relevant = run(case, scores, np.zeros_like(labels), where=where, reduce_fn=reduce_fn)
-  all_masked = run(case, 
-      scores, labels, where=np.zeros_like(where), reduce_fn=reduce_fn
-  )
-  for value in (no_relevant, all_masked):
-    assert value.shape == ()
-    assert float(value) == 0.0
-  per = run(case, scores, labels, where=np.zeros_like(where), reduce_fn=None)
-  np.testing.assert_array_equal(per, np.zeros(BATCH))
-
-
-# 6. Degenerate lists and NaN.
+# 5. Degenerate lists.
 
 DEGENERATE = {
     "no_relevant": ([0.3, 0.2, 0.2, 0.1], [0, 0, 0, 0], [True] * 4),
@@ -400,61 +239,7 @@ def test_single_item_list(case, label, x64):
   assert float(per) == float(label)
 
 
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_valid_nan_makes_list_nan(case, x64):
-  scores, labels, where = random_lists(17, ties=True, mask=False)
-  labels[..., 0] = 1  # Every list is defined.
-  scores[0, 1, 4] = np.nan
-  scores[1, 2, 5] = np.nan
-  where[1, 2, 5] = False  # A masked NaN is ignored.
-  per = np.asarray(run(case, scores, labels, where=where, reduce_fn=None))
-  nan_lists = np.zeros(BATCH, bool)
-  nan_lists[0, 1] = True
-  np.testing.assert_array_equal(np.isnan(per), nan_lists)
-  want = expected(case, scores, labels, where)
-  np.testing.assert_allclose(per[~nan_lists], want[~nan_lists], **TOL64)
-  assert np.isnan(run(case, scores, labels, where=where))
-  assert np.isnan(run(case, scores, labels, where=where, reduce_fn=jnp.sum))
-
-
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_bool_and_float_labels(case, x64):
-  scores, labels, where = random_lists(18, ties=True, num_grades=2)
-  want = run(case, scores, labels, where=where, reduce_fn=None)
-  for other in (labels.astype(bool), labels.astype(np.float64)):
-    got = case.fn(scores, other, where=where, reduce_fn=None, **case.kwargs)
-    np.testing.assert_allclose(got, want, rtol=1e-14, atol=0)
-
-
-# 7. Errors.
-
-PUBLIC = [
-    (jaxrank.ap_metric, {}),
-    (jaxrank.tie_aware_ap_metric, {}),
-    (jaxrank.ndcg_metric, {}),
-    (jaxrank.tie_aware_ndcg_metric, {}),
-    (jaxrank.recall_at_k_metric, {"k": 2}),
-    (jaxrank.precision_at_k_metric, {"k": 2}),
-    (jaxrank.map_at_r_metric, {}),
-]
-PUBLIC_IDS = [fn.__name__ for fn, _ in PUBLIC]
-
-
-@pytest.mark.parametrize(("fn", "kwargs"), PUBLIC, ids=PUBLIC_IDS)
-def test_input_errors(fn, kwargs):
-  scores = jnp.array([0.3, 0.2, 0.1])
-  labels = jnp.array([1, 0, 1])
-  with pytest.raises(TypeError):
-    fn(jnp.array([3, 2, 1]), labels, **kwargs)
-  with pytest.raises(ValueError) as err:
-    fn(scores, jnp.array([1, 0, 1, 0]), **kwargs)
-  assert "(3,)" in str(err.value) and "(4,)" in str(err.value)
-  with pytest.raises(TypeError):
-    fn(scores, labels, where=jnp.array([1, 1, 0]), **kwargs)
-  with pytest.raises(ValueError):
-    fn(jnp.array(0.3), jnp.array(1), **kwargs)
-  with pytest.raises(ValueError):
-    fn(scores, labels, where=jnp.array([True, False]), **kwargs)
+# 6. Errors (the shared input checks are in test_contract.py).
 
 
 @pytest.mark.parametrize("fn", [jaxrank.recall_at_k_metric, jaxrank.precision_at_k_metric])

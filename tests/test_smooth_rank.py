@@ -49,12 +49,11 @@ GAP_CASES = [
     Case("gap_k4", sr.decomposability_gap, ref.decomposability_gap, {"num_batches": 4}),
 ]
 CASES = SMOOTH_CASES + GAP_CASES
-# One case per function, for the invariance tests: the hyperparameters are arrays inside, so the
+# One case per function, for the costlier tests: the hyperparameters are arrays inside, so the
 # other cases run the same code. Compilations dominate the suite's time; every shape, dtype and
 # transformation compiles anew, hence the shared shapes below.
 CORE = [c for c in CASES if c.name in ("smoothap", "supap", "calibration", "roadmap", "gap_k2")]
-# The losses (differentiable). The gap is a diagnostic built on `ap_metric`, whose invariances
-# test_metrics.py checks.
+# The losses (differentiable). The gap is a diagnostic built on `ap_metric`.
 LOSSES = [c for c in CORE if "gap" not in c.name]
 # The losses that run the chunked loop of relevant items (roadmap runs supap's).
 CHUNKED = [c for c in CORE if c.name in ("smoothap", "supap")]
@@ -390,99 +389,7 @@ def test_gradient_flows_through_a_closed_over_array(x64):
   check_grads(lambda s: jitted(s, 2), (20.0,), order=1, modes=("rev",), eps=1e-6)
 
 
-# 6. Invariances.
-
-
-@pytest.mark.parametrize("case", LOSSES, ids=ids(LOSSES))
-def test_jit_equals_eager(case, x64):
-  scores, labels, where = random_lists(9)
-  jitted = jax.jit(lambda s, y, w: run(case, s, y, where=w, reduce_fn=None))
-  np.testing.assert_allclose(
-      jitted(scores, labels, where),
-      run(case, scores, labels, where=where, reduce_fn=None),
-      rtol=1e-13,
-      atol=1e-15,
-  )
-
-
-@pytest.mark.parametrize("case", CHUNKED, ids=ids(CHUNKED))
-def test_jit_grad_equals_eager_grad(case, x64):
-  scores, labels, where = random_lists(10)
-  f = lambda s: run(case, s, labels, where=where)  # noqa: E731
-  np.testing.assert_allclose(
-      jax.jit(jax.grad(f))(scores), jax.grad(f)(scores), rtol=1e-12, atol=1e-14
-  )
-
-
-@pytest.mark.parametrize("case", CORE, ids=ids(CORE))
-def test_vmap_equals_batch_axes(case, x64):
-  scores, labels, where = random_lists(11)
-  per_row = jax.vmap(lambda s, y, w: run(case, s, y, where=w, reduce_fn=None))
-  batched = run(case, scores, labels, where=where, reduce_fn=None)
-  np.testing.assert_allclose(per_row(scores, labels, where), batched, rtol=1e-13, atol=1e-15)
-
-
-@pytest.mark.parametrize("case", CHUNKED, ids=ids(CHUNKED))
-def test_vmap_of_grad_equals_grad_of_batch(case, x64):
-  scores, labels, where = random_lists(12)
-  per_row = jax.vmap(jax.grad(lambda s, y, w: run(case, s, y, where=w, reduce_fn=jnp.sum)))
-  batched = jax.grad(lambda s: run(case, s, labels, where=where, reduce_fn=jnp.sum))(scores)
-  np.testing.assert_allclose(per_row(scores, labels, where), batched, rtol=1e-12, atol=1e-14)
-
-
-@pytest.mark.parametrize("case", LOSSES, ids=ids(LOSSES))
-def test_where_equals_slicing(case, x64):
-  rng = np.random.default_rng(13)
-  scores, labels, _ = random_lists(13, mask=False)
-  keep = N - 2
-  masked = np.argsort(rng.random(scores.shape), axis=-1)[..., : N - keep]
-  where = np.ones(scores.shape, bool)
-  np.put_along_axis(where, masked, False, axis=-1)
-  sliced_shape = BATCH + (keep,)
-  got = run(case, scores, labels, where=where, reduce_fn=None)
-  want = run(
-      case,
-      scores[where].reshape(sliced_shape),
-      labels[where].reshape(sliced_shape),
-      reduce_fn=None,
-  )
-  np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)
-
-
-@pytest.mark.parametrize("case", LOSSES, ids=ids(LOSSES))
-def test_masked_padding_changes_nothing(case, x64):
-  scores, labels, where = random_lists(14)
-  pad = BATCH + (4,)
-  pad_scores = np.resize(np.array([np.nan, np.inf, 1e30, -np.inf]), pad)
-  pad_labels = np.resize(np.array([2, 1, 2, 0], np.int32), pad)
-  padded = (
-      np.concatenate([scores, pad_scores], axis=-1),
-      np.concatenate([labels, pad_labels], axis=-1),
-      np.concatenate([where, np.zeros(pad, bool)], axis=-1),
-  )
-  f = lambda s, y, w, r: case.fn(s, y, where=w, reduce_fn=r, **case.kwargs)  # noqa: E731
-  np.testing.assert_allclose(
-      f(*padded, None),
-      run(case, scores, labels, where=where, reduce_fn=None),
-      rtol=1e-13,
-      atol=1e-15,
-  )
-  grad = jax.grad(lambda s: f(s, *padded[1:], jnp.mean))(padded[0])
-  assert np.all(np.isfinite(grad))
-  np.testing.assert_array_equal(grad[..., N:], 0)
-  want = jax.grad(lambda s: run(case, s, labels, where=where))(scores)
-  np.testing.assert_allclose(grad[..., :N], want, rtol=1e-12, atol=1e-14)
-
-
-@pytest.mark.parametrize("case", LOSSES, ids=ids(LOSSES))
-def test_joint_permutation_changes_nothing(case, x64):
-  rng = np.random.default_rng(15)
-  scores, labels, where = random_lists(15)
-  perm = np.argsort(rng.random(scores.shape), axis=-1)
-  permuted = [np.take_along_axis(a, perm, axis=-1) for a in (scores, labels, where)]
-  got = run(case, *permuted[:2], where=permuted[2], reduce_fn=None)
-  want = run(case, scores, labels, where=where, reduce_fn=None)
-  np.testing.assert_allclose(got, want, rtol=1e-13)
+# 6. Invariances (the others, for every loss and metric, are in test_contract.py).
 
 
 @pytest.mark.parametrize("case", CHUNKED, ids=ids(CHUNKED))
@@ -501,67 +408,7 @@ def test_chunk_size_changes_nothing(case, x64):
     np.testing.assert_allclose(grad, want_grad, rtol=1e-12, atol=1e-14)
 
 
-def test_relevant_labels_are_thresholded(x64):
-  scores, labels, where = random_lists(17)
-  for case in SMOOTH_CASES:
-    want = run(case, scores, labels, where=where, reduce_fn=None)
-    for other in ((labels >= 1), (labels >= 1).astype(np.float64) * 3.5):
-      np.testing.assert_allclose(
-          run(case, scores, other, where=where, reduce_fn=None), want, rtol=1e-14
-      )
-
-
-# 7. Reductions.
-
-
-def _with_empty_lists(seed):
-  scores, labels, where = random_lists(seed)
-  labels[0, 1] = 0  # No relevant item at all.
-  where[1, 2] = False  # Every item masked.
-  labels[2, 3] = np.where(where[2, 3], 0, labels[2, 3])  # Relevant items only where masked.
-  return scores, labels, where
-
-
-@pytest.mark.parametrize("case", CORE, ids=ids(CORE))
-def test_sum_of_per_list_equals_reduce_sum(case, x64):
-  scores, labels, where = _with_empty_lists(18)
-  per = run(case, scores, labels, where=where, reduce_fn=None)
-  total = run(case, scores, labels, where=where, reduce_fn=jnp.sum)
-  np.testing.assert_allclose(jnp.sum(per), total, rtol=1e-12, atol=1e-15)
-  defined = reference.has_relevant(labels, where)
-  np.testing.assert_array_equal(np.asarray(per)[~defined], 0.0)
-  np.testing.assert_allclose(
-      run(case, scores, labels, where=where),
-      reference.mean_over_lists(expected(case, scores, labels, where), defined),
-      **TOL64,
-  )
-
-
-@pytest.mark.parametrize("case", CORE, ids=ids(CORE))
-def test_reduce_fn_is_called_with_where(case, x64):
-  scores, labels, where = _with_empty_lists(19)
-  seen = {}
-
-  def reduce_fn(values, *, where):
-    seen["where"] = where
-    return jnp.sum(values, where=where)
-
-  run(case, scores, labels, where=where, reduce_fn=reduce_fn)
-  np.testing.assert_array_equal(seen["where"], reference.has_relevant(labels, where))
-
-
-@pytest.mark.parametrize("reduce_fn", [jnp.mean, jnp.sum], ids=["mean", "sum"])
-@pytest.mark.parametrize("case", LOSSES, ids=ids(LOSSES))
-def test_batch_without_defined_list_gives_zero(case, reduce_fn, x64):
-  scores, labels, where = random_lists(20)
-  for y, w in ((np.zeros_like(labels), where), (labels, np.zeros_like(where))):
-    f = lambda s: run(case, s, y, where=w, reduce_fn=reduce_fn)  # noqa: E731
-    value, grad = jax.value_and_grad(f)(scores)
-    assert value.shape == () and float(value) == 0.0
-    np.testing.assert_array_equal(grad, 0.0)
-
-
-# 8. Degenerate lists and NaN.
+# 7. Degenerate lists.
 
 DEGENERATE = {
     "no_relevant": ([0.3, 0.2, 0.2, 0.1], [0, 0, 0, 0], [True] * 4),
@@ -576,7 +423,7 @@ DEGENERATE = {
 
 @pytest.mark.parametrize("case", CORE, ids=ids(CORE))
 def test_degenerate_lists(case, x64):
-  # Padded with masked items to the shared shape (masked padding changes nothing, tested above).
+  # Padded with masked items to the shared shape (masked padding changes nothing: test_contract.py).
   scores, labels, where = embedded(DEGENERATE.values())
   per = np.asarray(run(case, scores, labels, where=where, reduce_fn=None))
   assert np.all(np.isfinite(per)) and np.isfinite(run(case, scores, labels, where=where))
@@ -592,22 +439,7 @@ def test_degenerate_lists(case, x64):
     np.testing.assert_array_equal(grad[~where], 0.0)
 
 
-@pytest.mark.parametrize("case", CORE, ids=ids(CORE))
-def test_valid_nan_makes_list_nan(case, x64):
-  scores, labels, where = random_lists(21, mask=False)
-  labels[..., 0] = 1
-  scores[0, 1, 4] = np.nan
-  scores[1, 2, 5] = np.nan
-  where[1, 2, 5] = False  # A masked NaN is ignored.
-  per = np.asarray(run(case, scores, labels, where=where, reduce_fn=None))
-  nan_lists = np.zeros(BATCH, bool)
-  nan_lists[0, 1] = True
-  np.testing.assert_array_equal(np.isnan(per), nan_lists)
-  want = expected(case, np.where(where, scores, 0.0), labels, where)
-  np.testing.assert_allclose(per[~nan_lists], want[~nan_lists], **TOL64)
-
-
-# 9. The decomposability gap.
+# 8. The decomposability gap.
 
 
 def test_gap_single_batch_is_zero(x64):
@@ -625,7 +457,7 @@ def test_gap_sign(x64):
   assert float(gap) == pytest.approx(0.75 - (1 + 1 + 3 / 4) / 3)
 
 
-# 10. Errors.
+# 9. Errors (the shared input checks are in test_contract.py).
 
 
 def test_hyperparameter_errors():
@@ -700,20 +532,7 @@ def test_steps_and_static_ints_use_the_shared_checks():
   assert jax.jit(lambda t: sr.sigmoid_step(s, temperature=t))(-1.0).shape == (3,)
 
 
-@pytest.mark.parametrize("case", CORE, ids=ids(CORE))
-def test_input_errors(case):
-  scores, labels = jnp.array([0.3, 0.2, 0.1, 0.0]), jnp.array([1, 0, 1, 0])
-  with pytest.raises(TypeError):
-    run(case, jnp.array([3, 2, 1, 0]), labels)
-  with pytest.raises(ValueError):
-    run(case, scores, jnp.array([1, 0, 1]))
-  with pytest.raises(TypeError):
-    run(case, scores, labels, where=jnp.array([1, 1, 0, 1]))
-  with pytest.raises(ValueError):
-    run(case, scores, labels, where=jnp.array([True, False]))
-
-
-# 11. Memory: no [B, n, n] tensor, forward or backward.
+# 10. Memory: no [B, n, n] tensor, forward or backward.
 
 
 @pytest.mark.parametrize("loss", [sr.smoothap_loss, sr.supap_loss], ids=["smoothap", "supap"])
@@ -730,7 +549,7 @@ def test_no_cubic_intermediate(loss):
   assert analysis.temp_size_in_bytes < cubic / 8, analysis
 
 
-# 12. pytorch-metric-learning.
+# 11. pytorch-metric-learning.
 
 
 def test_smoothap_matches_pytorch_metric_learning(x64):
