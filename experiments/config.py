@@ -46,7 +46,10 @@ class Config:
   model_features: tuple[int, ...] = (32, 64)  # SmallConvNet's stage widths.
   head: str = "embedding"  # A key of networks.HEADS: "embedding" (L2-normalised) or "hashing".
   embedding_dim: int = 32  # D, or the number of bits b of a hashing head.
-  init_weights: str | None = None  # A local .npz of backbone variables (`models.save_weights`).
+  pooling: str = "average"  # A key of networks.POOLINGS: the pooling of a ResNet's feature map.
+  # A local file of backbone weights: an .npz of `models.save_weights`, or a torchvision/timm
+  # checkpoint (.pth, .pt, .safetensors) converted by `jaxrank.convert.load_pytorch_weights`.
+  init_weights: str | None = None
   freeze_batchnorm: bool = False  # Train ResNets with BatchNorm in inference mode.
   tanh_initial: float = 1.0  # Hashing: alpha = tanh_initial * tanh_growth ** (step // tanh_every).
   tanh_growth: float = 2.0
@@ -120,6 +123,7 @@ def check_config(config: Config) -> None:
   _one_of(config, "dataset", input_pipeline.DATASETS)
   _one_of(config, "model", networks.MODELS)
   _one_of(config, "head", networks.HEADS)
+  _one_of(config, "pooling", networks.POOLINGS)
   _one_of(config, "sampler", input_pipeline.SAMPLERS)
   losses.get_loss(config.loss, config.loss_kwargs)
   dataset = input_pipeline.DATASETS[config.dataset]
@@ -202,7 +206,13 @@ def check_config(config: Config) -> None:
   if config.init_weights is not None and not os.path.isfile(config.init_weights):
     _fail(
         f"config.init_weights={config.init_weights!r} is not a file: give a local .npz of the "
-        "backbone's variables (jaxrank.models.save_weights); nothing is ever downloaded."
+        "backbone's variables (jaxrank.models.save_weights) or a torchvision/timm checkpoint "
+        "(.pth, .pt, .safetensors); nothing is ever downloaded."
+    )
+  if config.pooling != "average" and not networks.MODELS[config.model].pooled:
+    _fail(
+        f"config.pooling={config.pooling!r} needs a ResNet: model={config.model!r} has its own "
+        "pooling; leave pooling='average'."
     )
   if config.chunk_size is not None:
     _positive_int(config, "chunk_size")

@@ -1,8 +1,11 @@
 """The networks a config can name: backbones (`MODELS`) and heads (`HEADS`) from `jaxrank.models`.
 
 `make_model(config, in_channels, rngs)` builds `jaxrank.models.EmbeddingModel(backbone, head)`: the
-backbone `MODELS[config.model]`, its variables loaded from `config.init_weights` if given, and the
-head `HEADS[config.head]` from the backbone's features to `config.embedding_dim`. Which models fit
+backbone `MODELS[config.model]` (pooled by `POOLINGS[config.pooling]` where it takes a pooling),
+its variables loaded from `config.init_weights` if given (a `.npz` of `jaxrank.models.save_weights`,
+or a torchvision/timm checkpoint, `.pth`/`.pt`/`.safetensors`, through
+`jaxrank.convert.load_pytorch_weights`), and the head `HEADS[config.head]` from the backbone's
+features to `config.embedding_dim`. Which models fit
 which data set is said by the data set (`input_pipeline.DatasetSpec.models`).
 """
 
@@ -16,6 +19,7 @@ import jax
 from flax import nnx
 
 import jaxrank
+from jaxrank import convert
 from jaxrank import models
 
 if TYPE_CHECKING:
@@ -31,31 +35,49 @@ class ModelSpec:
       `[N, H, W, in_channels]` images to `[N, out_features]`.
     batch_norm: whether it normalises by batch statistics in training mode (then a chunked
       gradient needs `config.freeze_batchnorm`).
+    pooled: whether it takes `config.pooling` (a ResNet's pooling of its last feature map).
   """
 
   build: Callable[[Config, int, nnx.Rngs], nnx.Module]
   batch_norm: bool
+  pooled: bool = False
 
 
 def _small_convnet(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.SmallConvNet:
   return models.SmallConvNet(in_channels, features=config.model_features, rngs=rngs)
 
 
-def _resnet18(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.ResNet:
-  del config
-  return models.resnet18(in_channels=in_channels, rngs=rngs)
+# The poolings of a ResNet's last feature map, by `config.pooling`: each builds a fresh pooling.
+POOLINGS: Mapping[str, Callable[[], Callable[[jax.Array], jax.Array]]] = {
+    "average": lambda: models.global_average_pool,  # torchvision's.
+    "max": lambda: models.global_max_pool,  # ROADMAP's Table 4 (Ramzi et al. 2021, sec. 4.4).
+    "average_max": lambda: models.average_max_pool,
+    "gem": lambda: models.GeMPool(p=3.0),  # Revaud et al. 2019: GeM, p = 3 learned.
+}
 
 
-def _resnet50(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.ResNet:
-  del config
-  return models.resnet50(in_channels=in_channels, rngs=rngs)
+def _resnet(factory: Callable[..., models.ResNet]) -> Callable[[Config, int, nnx.Rngs], nnx.Module]:
+  def build(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.ResNet:
+    return factory(in_channels=in_channels, pool=POOLINGS[config.pooling](), rngs=rngs)
+
+  return build
+
+
+def _vit_small(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.VisionTransformer:
+  return models.vit_small(image_size=config.image_size, in_channels=in_channels, rngs=rngs)
 
 
 MODELS: Mapping[str, ModelSpec] = {
     "small_convnet": ModelSpec(build=_small_convnet, batch_norm=False),  # LayerNorm.
-    "resnet18": ModelSpec(build=_resnet18, batch_norm=True),
-    "resnet50": ModelSpec(build=_resnet50, batch_norm=True),
+    "resnet18": ModelSpec(build=_resnet(models.resnet18), batch_norm=True, pooled=True),
+    "resnet50": ModelSpec(build=_resnet(models.resnet50), batch_norm=True, pooled=True),
+    "resnet101": ModelSpec(build=_resnet(models.resnet101), batch_norm=True, pooled=True),
+    # timm's ViT-S/16 and DeiT-S/16 (LayerNorm, class-token features) at config.image_size.
+    "vit_small": ModelSpec(build=_vit_small, batch_norm=False),
 }
+
+# `config.init_weights` file suffixes read as PyTorch checkpoints (else jaxrank's own .npz).
+PYTORCH_SUFFIXES = (".pth", ".pt", ".safetensors", ".bin")
 
 @dataclasses.dataclass(frozen=True)
 class HeadSpec:
@@ -100,6 +122,9 @@ def make_model(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.Embed
   """The network of a config: backbone and head, backbone weights loaded if given."""
   backbone = MODELS[config.model].build(config, in_channels, rngs)
   if config.init_weights is not None:
-    models.load_weights(backbone, config.init_weights)
+    if config.init_weights.endswith(PYTORCH_SUFFIXES):
+      convert.load_pytorch_weights(backbone, config.init_weights)
+    else:
+      models.load_weights(backbone, config.init_weights)
   head = HEADS[config.head].build(backbone.out_features, config.embedding_dim, rngs=rngs)
   return models.EmbeddingModel(backbone, head)

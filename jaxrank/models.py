@@ -4,8 +4,12 @@ This module needs the `train` extra (`pip install 'jaxrank[train]'`, for Flax); 
 jaxrank does not import it: `from jaxrank import models`.
 
 * `SmallConvNet`: a few 3x3 convolutions with LayerNorm, for small images (8x8 digits, 32x32).
-* `ResNet`, with `resnet18` and `resnet50`: the torchvision ResNets without the classifier,
-  randomly initialised, with BatchNorm.
+* `ResNet`, with `resnet18`, `resnet50` and `resnet101`: the torchvision ResNets without the
+  classifier, randomly initialised, with BatchNorm and a pooling passed in.
+* `VisionTransformer`, with `vit_small`: timm's ViT-S/16 and DeiT-S/16 without the classifier.
+* Poolings of a feature map: `global_average_pool`, `global_max_pool`, `average_max_pool`,
+  `GeMPool` (learnable p).
+* `freeze_batchnorm`: every BatchNorm of a module to its running statistics, nothing else.
 * `EmbeddingHead`: a linear layer and L2 normalisation, for embeddings compared by cosine.
 * `HashingHead`: a linear layer and `tanh(scale * h)`, the relaxed binary codes of hashing.
 * `EmbeddingModel`: a backbone followed by a head.
@@ -13,7 +17,7 @@ jaxrank does not import it: `from jaxrank import models`.
   statistics) to and from a local `.npz` file.
 
 Pretrained weights are never downloaded: `load_weights` reads only a local file that the user
-provides (for instance converted from torchvision, see `ResNet`).
+provides, and `jaxrank.convert.load_pytorch_weights` a local torchvision or timm checkpoint.
 
 >>> import jax.numpy as jnp
 >>> from flax import nnx
@@ -32,7 +36,7 @@ from __future__ import annotations
 import math
 import os
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -210,7 +214,8 @@ class ResNet(nnx.Module):
   A 7x7 convolution of stride 2 to 64 channels, BatchNorm, relu and a 3x3 max-pool of stride 2;
   four stages of residual blocks of widths 64, 128, 256, 512 (stride 2 in the first block of
   stages 2-4; a projection shortcut, 1x1 convolution and BatchNorm, where the shape changes);
-  then a global average pool. Basic blocks are two 3x3 convolutions; bottleneck blocks are 1x1,
+  then a pooling of the `[N, h, w, C]` feature map, `pool` (global average by default, as
+  torchvision; `average_max_pool` or `GeMPool` as some of the papers). Basic blocks are two 3x3 convolutions; bottleneck blocks are 1x1,
   3x3 (with the stride, torchvision's "v1.5") and 1x1 convolutions with expansion 4. Padding is
   symmetric as in torchvision. An `[N, 224, 224, 3]` image is reduced 32 times, to `7 x 7` before
   the pool; time and memory grow linearly with `N` and the number of pixels.
@@ -237,17 +242,21 @@ class ResNet(nnx.Module):
   `layer1.0.conv1.weight` is `layer1/0/conv1/kernel`, `layer2.0.downsample.0.weight` is
   `layer2/0/downsample/0/kernel`, `layer2.0.downsample.1.weight` is
   `layer2/0/downsample/1/scale`; drop `num_batches_tracked` and `fc`.
+  `jaxrank.convert.load_pytorch_weights` does this from a `.pth` or `.safetensors` file.
 
   Args:
     stage_sizes: the number of blocks in each of the four stages, e.g. `(2, 2, 2, 2)`.
     bottleneck: bottleneck blocks (ResNet-50 and deeper) if True, basic blocks if False.
     in_channels: the channels `C` of the input images.
+    pool: `pool(x [N, h, w, C]) -> [N, C]`, a function (`global_average_pool`,
+      `average_max_pool`) or a module with parameters (`GeMPool`).
     rngs: the random number generators of the initialisation.
 
   Attributes:
     out_features: 512 with basic blocks, 2048 with bottleneck blocks.
     conv1, bn1: the stem.
     layer1, layer2, layer3, layer4: the blocks of each stage (`nnx.List`).
+    pool: the pooling.
 
   >>> import jax.numpy as jnp
   >>> from flax import nnx
@@ -263,6 +272,7 @@ class ResNet(nnx.Module):
       *,
       bottleneck: bool,
       in_channels: int = 3,
+      pool: Callable[[jax.Array], jax.Array] | None = None,
       rngs: nnx.Rngs,
   ):
     stage_sizes = tuple(int(s) for s in stage_sizes)
@@ -284,6 +294,7 @@ class ResNet(nnx.Module):
         c_in = width * block.expansion
       stages.append(nnx.List(blocks))
     self.layer1, self.layer2, self.layer3, self.layer4 = stages
+    self.pool = global_average_pool if pool is None else pool
     self.out_features = c_in
 
   def __call__(self, x: jax.typing.ArrayLike) -> jax.Array:
@@ -293,7 +304,7 @@ class ResNet(nnx.Module):
       x: `[N, H, W, in_channels]` images (at least `32 x 32` keeps every stage non-empty).
 
     Returns:
-      `[N, out_features]` features (averages of non-negative activations).
+      `[N, out_features]` features (the pooling of non-negative activations).
     """
     x = jnp.asarray(x)
     _check_images("ResNet", x, self.in_channels)
@@ -302,22 +313,337 @@ class ResNet(nnx.Module):
     for stage in (self.layer1, self.layer2, self.layer3, self.layer4):
       for block in stage:
         x = block(x)
-    return jnp.mean(x, axis=(1, 2))
+    return self.pool(x)
 
 
-def resnet18(*, in_channels: int = 3, rngs: nnx.Rngs) -> ResNet:
+def resnet18(*, in_channels: int = 3, pool: Callable[[jax.Array], jax.Array] | None = None,
+             rngs: nnx.Rngs) -> ResNet:
   """ResNet-18: basic blocks `(2, 2, 2, 2)`, 512 features, 11.2M parameters; see `ResNet`.
 
   >>> from flax import nnx
   >>> resnet18(rngs=nnx.Rngs(0)).out_features
   512
   """
-  return ResNet((2, 2, 2, 2), bottleneck=False, in_channels=in_channels, rngs=rngs)
+  return ResNet((2, 2, 2, 2), bottleneck=False, in_channels=in_channels, pool=pool, rngs=rngs)
 
 
-def resnet50(*, in_channels: int = 3, rngs: nnx.Rngs) -> ResNet:
+def resnet50(*, in_channels: int = 3, pool: Callable[[jax.Array], jax.Array] | None = None,
+             rngs: nnx.Rngs) -> ResNet:
   """ResNet-50: bottleneck blocks `(3, 4, 6, 3)`, 2048 features, 23.5M parameters; see `ResNet`."""
-  return ResNet((3, 4, 6, 3), bottleneck=True, in_channels=in_channels, rngs=rngs)
+  return ResNet((3, 4, 6, 3), bottleneck=True, in_channels=in_channels, pool=pool, rngs=rngs)
+
+
+def resnet101(*, in_channels: int = 3, pool: Callable[[jax.Array], jax.Array] | None = None,
+              rngs: nnx.Rngs) -> ResNet:
+  """ResNet-101: bottleneck blocks `(3, 4, 23, 3)`, 2048 features, 42.5M parameters; see `ResNet`.
+  """
+  return ResNet((3, 4, 23, 3), bottleneck=True, in_channels=in_channels, pool=pool, rngs=rngs)
+
+
+# timm's initialisation of a ViT's linear layers and patch projection: truncated normal, std 0.02.
+_vit_init = nnx.initializers.truncated_normal(stddev=0.02)
+
+
+def _vit_linear(c_in: int, c_out: int, rngs: nnx.Rngs) -> nnx.Linear:
+  return nnx.Linear(c_in, c_out, kernel_init=_vit_init, rngs=rngs)
+
+
+class _PatchEmbed(nnx.Module):
+  """Non-overlapping `P x P` patches, each projected linearly (a convolution of stride `P`)."""
+
+  def __init__(self, in_channels: int, patch_size: int, dim: int, rngs: nnx.Rngs):
+    self.proj = nnx.Conv(
+        in_channels, dim, kernel_size=(patch_size, patch_size),
+        strides=(patch_size, patch_size), padding="VALID", kernel_init=_vit_init, rngs=rngs)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    x = self.proj(x)  # [N, H / P, W / P, D]
+    return x.reshape(x.shape[0], -1, x.shape[-1])  # Row by row, as timm's flatten(2).
+
+
+class _Attention(nnx.Module):
+  """Multi-head self-attention with one `qkv` projection, as timm's `Attention`."""
+
+  def __init__(self, dim: int, num_heads: int, rngs: nnx.Rngs):
+    self.num_heads = num_heads
+    self.qkv = _vit_linear(dim, 3 * dim, rngs)
+    self.proj = _vit_linear(dim, dim, rngs)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    n, t, d = x.shape
+    qkv = self.qkv(x).reshape(n, t, 3, self.num_heads, d // self.num_heads)
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [N, T, heads, d_head]
+    logits = jnp.einsum("nqhc,nkhc->nhqk", q, k) * (d // self.num_heads) ** -0.5
+    out = jnp.einsum("nhqk,nkhc->nqhc", jax.nn.softmax(logits, axis=-1), v)
+    return self.proj(out.reshape(n, t, d))
+
+
+class _Mlp(nnx.Module):
+
+  def __init__(self, dim: int, hidden: int, rngs: nnx.Rngs):
+    self.fc1 = _vit_linear(dim, hidden, rngs)
+    self.fc2 = _vit_linear(hidden, dim, rngs)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    return self.fc2(jax.nn.gelu(self.fc1(x), approximate=False))
+
+
+class _EncoderBlock(nnx.Module):
+  """Pre-norm transformer block: `x + attn(norm1(x))`, then `x + mlp(norm2(x))`."""
+
+  def __init__(self, dim: int, num_heads: int, mlp_ratio: float, rngs: nnx.Rngs):
+    self.norm1 = nnx.LayerNorm(dim, epsilon=1e-6, rngs=rngs)
+    self.attn = _Attention(dim, num_heads, rngs)
+    self.norm2 = nnx.LayerNorm(dim, epsilon=1e-6, rngs=rngs)
+    self.mlp = _Mlp(dim, int(dim * mlp_ratio), rngs)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    x = x + self.attn(self.norm1(x))
+    return x + self.mlp(self.norm2(x))
+
+
+class VisionTransformer(nnx.Module):
+  """A Vision Transformer (Dosovitskiy et al. 2021) as in timm, without the classifier.
+
+  The image is cut into `P x P` patches, each projected linearly to `dim` (a convolution of stride
+  `P`); a learned class token is put first and learned position embeddings are added; `depth`
+  pre-norm blocks follow (LayerNorm, multi-head self-attention with one `qkv` projection, residual;
+  LayerNorm, MLP `dim -> mlp_ratio * dim -> dim` with exact GELU, residual; LayerNorm epsilon
+  1e-6), then a final LayerNorm, and the class token's output is the feature vector. This is
+  timm's `VisionTransformer` with its defaults (class-token pooling, biases on `qkv`, no layer
+  scale): `vit_small` is both `vit_small_patch16_224` and `deit_small_patch16_224` (DeiT-S, the
+  backbone of ROADMAP; DeiT differs from ViT in training only). For `T = 1 + (H / P)(W / P)`
+  tokens, time grows as `N (T dim^2 + T^2 dim)` per block and memory as `N T^2` per head.
+
+  **Initialisation.** Random, as timm: linear layers and the patch projection truncated normal
+  (std 0.02, biases zero), position embeddings truncated normal (std 0.02), the class token normal
+  (std 1e-6), LayerNorm scale 1 and bias 0.
+
+  **Converted weights.** Variables are named after timm's: `patch_embed.proj.weight` is
+  `patch_embed/proj/kernel` (`OIHW` to `HWIO`), `blocks.0.attn.qkv.weight` is
+  `blocks/0/attn/qkv/kernel` (transposed), `blocks.0.norm1.weight` is `blocks/0/norm1/scale`,
+  `cls_token` and `pos_embed` keep their names; `head` (the classifier) is dropped.
+  `jaxrank.convert.load_pytorch_weights` does this from a `.pth` or `.safetensors` file. The
+  image size is that of the position embeddings: a checkpoint trained at 224 needs
+  `image_size=224`.
+
+  Args:
+    image_size: the side `H = W` of the input images, a multiple of `patch_size`.
+    patch_size: the side `P` of the patches.
+    dim: the width of the tokens.
+    depth: the number of blocks.
+    num_heads: the attention heads, dividing `dim`.
+    mlp_ratio: the hidden width of the MLP over `dim`.
+    in_channels: the channels `C` of the input images.
+    rngs: the random number generators of the initialisation.
+
+  Attributes:
+    out_features: `dim`.
+    patch_embed, cls_token, pos_embed, blocks, norm: as timm's.
+
+  >>> import jax.numpy as jnp
+  >>> from flax import nnx
+  >>> vit = VisionTransformer(image_size=32, dim=24, depth=1, num_heads=2, rngs=nnx.Rngs(0))
+  >>> vit(jnp.zeros((2, 32, 32, 3))).shape, vit.pos_embed.shape
+  ((2, 24), (1, 5, 24))
+  """
+
+  def __init__(
+      self,
+      *,
+      image_size: int = 224,
+      patch_size: int = 16,
+      dim: int = 384,
+      depth: int = 12,
+      num_heads: int = 6,
+      mlp_ratio: float = 4.0,
+      in_channels: int = 3,
+      rngs: nnx.Rngs,
+  ):
+    if (min(image_size, patch_size, dim, depth, num_heads, in_channels) < 1
+        or image_size % patch_size or dim % num_heads or not mlp_ratio > 0):
+      raise ValueError(
+          "VisionTransformer: sizes must be positive, image_size a multiple of patch_size and dim "
+          f"of num_heads, got image_size={image_size}, patch_size={patch_size}, dim={dim}, "
+          f"depth={depth}, num_heads={num_heads}, mlp_ratio={mlp_ratio}, "
+          f"in_channels={in_channels}.")
+    self.in_channels = in_channels
+    self.image_size = image_size
+    self.out_features = dim
+    num_patches = (image_size // patch_size) ** 2
+    self.patch_embed = _PatchEmbed(in_channels, patch_size, dim, rngs)
+    self.cls_token = nnx.Param(1e-6 * jax.random.normal(rngs.params(), (1, 1, dim)))
+    self.pos_embed = nnx.Param(_vit_init(rngs.params(), (1, num_patches + 1, dim)))
+    self.blocks = nnx.List([
+        _EncoderBlock(dim, num_heads, mlp_ratio, rngs) for _ in range(depth)])
+    self.norm = nnx.LayerNorm(dim, epsilon=1e-6, rngs=rngs)
+
+  def __call__(self, x: jax.typing.ArrayLike) -> jax.Array:
+    """Returns the features of images: the class token after the last LayerNorm.
+
+    Args:
+      x: `[N, image_size, image_size, in_channels]` images.
+
+    Returns:
+      `[N, out_features]` features.
+    """
+    x = jnp.asarray(x)
+    _check_images("VisionTransformer", x, self.in_channels)
+    if x.shape[1:3] != (self.image_size, self.image_size):
+      raise ValueError(
+          f"VisionTransformer: x must be [N, {self.image_size}, {self.image_size}, "
+          f"{self.in_channels}] images (the size of the position embeddings), got shape "
+          f"{x.shape}; resize the images or build the model with image_size={x.shape[1]}.")
+    tokens = self.patch_embed(x)
+    cls = jnp.broadcast_to(self.cls_token[...], (x.shape[0], 1, tokens.shape[-1]))
+    tokens = jnp.concatenate([cls.astype(tokens.dtype), tokens], axis=1) + self.pos_embed[...]
+    for block in self.blocks:
+      tokens = block(tokens)
+    return self.norm(tokens)[:, 0]
+
+
+def vit_small(*, image_size: int = 224, in_channels: int = 3, rngs: nnx.Rngs
+              ) -> VisionTransformer:
+  """ViT-S/16 and DeiT-S/16: patches 16, width 384, 12 blocks of 6 heads, 21.7M parameters.
+
+  See `VisionTransformer`; the checkpoints of timm's `vit_small_patch16_224` and
+  `deit_small_patch16_224` load into it (`jaxrank.convert.load_pytorch_weights`).
+  """
+  return VisionTransformer(image_size=image_size, patch_size=16, dim=384, depth=12, num_heads=6,
+                           in_channels=in_channels, rngs=rngs)
+
+
+# Poolings: a feature map [N, h, w, C] to features [N, C].
+
+
+def global_average_pool(x: jax.typing.ArrayLike) -> jax.Array:
+  r"""The mean of each channel over the pixels: torchvision's pooling.
+
+  .. math::
+    f_c = \frac{1}{h w} \sum_{i, j} x_{i j c}
+
+  Args:
+    x: `[N, h, w, C]` feature maps.
+
+  Returns:
+    `[N, C]` features.
+
+  >>> import jax.numpy as jnp
+  >>> global_average_pool(jnp.arange(4.0).reshape(1, 2, 2, 1)).tolist()
+  [[1.5]]
+  """
+  return jnp.mean(jnp.asarray(x), axis=(1, 2))
+
+
+def global_max_pool(x: jax.typing.ArrayLike) -> jax.Array:
+  r"""The maximum of each channel over the pixels.
+
+  .. math::
+    f_c = \max_{i, j} x_{i j c}
+
+  ROADMAP's ResNet-50 of Table 4 (Ramzi et al. 2021, sec. 4.4: "max instead of average pooling").
+
+  Args:
+    x: `[N, h, w, C]` feature maps.
+
+  Returns:
+    `[N, C]` features.
+
+  >>> import jax.numpy as jnp
+  >>> global_max_pool(jnp.arange(4.0).reshape(1, 2, 2, 1)).tolist()
+  [[3.0]]
+  """
+  return jnp.max(jnp.asarray(x), axis=(1, 2))
+
+
+def average_max_pool(x: jax.typing.ArrayLike) -> jax.Array:
+  r"""The sum of the mean and the maximum of each channel over the pixels.
+
+  .. math::
+    f_c = \frac{1}{h w} \sum_{i, j} x_{i j c} + \max_{i, j} x_{i j c}
+
+  A common pooling of metric-learning code (none of the seed papers states it; ROADMAP's Table 4
+  uses `global_max_pool`).
+
+  Args:
+    x: `[N, h, w, C]` feature maps.
+
+  Returns:
+    `[N, C]` features.
+
+  >>> import jax.numpy as jnp
+  >>> average_max_pool(jnp.arange(4.0).reshape(1, 2, 2, 1)).tolist()
+  [[4.5]]
+  """
+  x = jnp.asarray(x)
+  return jnp.mean(x, axis=(1, 2)) + jnp.max(x, axis=(1, 2))
+
+
+class GeMPool(nnx.Module):
+  r"""Generalised-mean pooling with a learnable exponent `p` (Radenovic et al. 2018).
+
+  .. math::
+    f_c = \Big(\frac{1}{h w} \sum_{i, j} \max(x_{i j c}, \epsilon)^p\Big)^{1 / p}
+
+  `p = 1` is the average, `p -> infinity` the maximum. Revaud et al. 2019 (sec. 4) pool their
+  ResNet-101 this way, `p = 3` learned with the network. Inputs are clamped at `eps` so that the
+  power and its gradient stay finite; the computation is in at least float32.
+
+  Args:
+    p: the initial exponent, positive.
+    eps: the clamp, positive.
+
+  Attributes:
+    p: the exponent, an `nnx.Param` scalar (trained unless the optimiser leaves it out).
+    eps: the clamp.
+
+  >>> import jax.numpy as jnp
+  >>> pool = GeMPool(p=1.0)
+  >>> pool(jnp.arange(1.0, 5.0).reshape(1, 2, 2, 1)).round(4).tolist()
+  [[2.5]]
+  """
+
+  def __init__(self, p: float = 3.0, *, eps: float = 1e-6):
+    if not p > 0 or not eps > 0:
+      raise ValueError(f"GeMPool: p and eps must be positive, got p={p} and eps={eps}.")
+    self.p = nnx.Param(jnp.asarray(p, jnp.float32))
+    self.eps = eps
+
+  def __call__(self, x: jax.typing.ArrayLike) -> jax.Array:
+    """Returns the generalised means.
+
+    Args:
+      x: `[N, h, w, C]` feature maps.
+
+    Returns:
+      `[N, C]` features, of the dtype of `x`.
+    """
+    x = jnp.asarray(x)
+    acc = jnp.promote_types(x.dtype, jnp.float32)
+    p = self.p[...].astype(acc)
+    means = jnp.mean(jnp.maximum(x.astype(acc), self.eps) ** p, axis=(1, 2))
+    return (means ** (1.0 / p)).astype(x.dtype)
+
+
+def freeze_batchnorm(module: nnx.Module) -> None:
+  """Sets every BatchNorm of a module to its running statistics, in place; nothing else changes.
+
+  Fine-tuning a pretrained network with small batches, the papers keep BatchNorm frozen: each
+  BatchNorm normalises with the running mean and variance of the pretrained network, which are
+  neither replaced by the batch's statistics nor updated (`use_running_average=True`). Its scale
+  and bias stay parameters (`nnx.Param`): they are trained unless the optimiser leaves them out.
+  Unlike `module.eval()`, other layers (dropout) keep their mode. `module.train()` undoes it.
+
+  Args:
+    module: any Flax NNX module; a module without BatchNorm is left as it is.
+
+  >>> from flax import nnx
+  >>> net = resnet18(rngs=nnx.Rngs(0))
+  >>> freeze_batchnorm(net)
+  >>> net.layer4[1].bn2.use_running_average
+  True
+  """
+  module.set_attributes(nnx.BatchNorm, raise_if_not_found=False, use_running_average=True)
 
 
 class EmbeddingHead(nnx.Module):

@@ -453,9 +453,8 @@ def test_input_errors(fn):
 
 def test_weights_errors():
   scores, labels = jnp.zeros((2, 3)), jnp.ones((2, 3), jnp.int32)
-  with pytest.raises(ValueError) as err:
+  with pytest.raises(ValueError, match=r"weights.*(\(2, 3\).*\(2,\)|\(2,\).*\(2, 3\))"):
     histogram.soft_binning_ap_loss(scores, labels, weights=jnp.ones((2, 3)))  # Per item.
-  assert "(2, 3)" in str(err.value) and "(2,)" in str(err.value)
   with pytest.raises(ValueError, match=r"\(3,\)"):
     histogram.soft_binning_ap_loss(scores, labels, weights=jnp.ones(3))
   with pytest.raises(TypeError, match="weights"):
@@ -481,10 +480,9 @@ def test_class_balancing_weights_errors():
 
 
 def test_fastap_matches_pytorch_metric_learning(x64):
-  torch = pytest.importorskip("torch", reason="torch is not installed (it is not a dependency)")
-  pml_losses = pytest.importorskip(
-      "pytorch_metric_learning.losses", reason="pytorch-metric-learning is not installed"
-  )
+  # torch and pytorch-metric-learning are in the dev extra: this comparison runs in CI, never skips.
+  import torch  # pylint: disable=g-import-not-at-top
+  from pytorch_metric_learning import losses as pml_losses  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(23)
   e = rng.standard_normal((20, 6))
   labels = np.array([0, 1, 2, 3] * 4 + [4, 5, 5, 6])  # Classes 4 and 6: queries without positives.

@@ -322,8 +322,91 @@ def test_load_lists_the_first_few_keys(tmp_path):
 def test_load_converts_dtypes(tmp_path):
   model, path = edited_file(
       tmp_path, lambda a: a.update({k: v.astype(np.float64) for k, v in a.items()}))
-  models.load_weights(model, path)
-  assert model.head.linear.kernel[...].dtype == jnp.float32
+  other = small_model(seed=1)  # Differently initialised: loading must change every value.
+  before = variables(other)
+  models.load_weights(other, path)
+  assert other.head.linear.kernel[...].dtype == jnp.float32
+  expected = variables(model)
+  assert [k for k in expected if not np.array_equal(before[k], expected[k])]  # Kernels differ.
+  for key, value in variables(other).items():
+    assert value.dtype == np.float32
+    np.testing.assert_array_equal(value, expected[key], err_msg=str(key))
+
+
+# Frozen BatchNorm and poolings.
+
+
+def test_frozen_batchnorm_keeps_its_statistics_and_trains_scale_and_bias(resnet18):
+  import optax  # pylint: disable=g-import-not-at-top
+
+  resnet18.train()
+  resnet18(images(IMAGES, seed=6))  # Statistics away from their init (mean 0, var 1).
+  models.freeze_batchnorm(resnet18)
+  stats = {p: np.asarray(v[...]) for p, v in nnx.to_flat_state(nnx.state(resnet18, nnx.BatchStat))}
+  params = {p: np.asarray(v[...]) for p, v in nnx.to_flat_state(nnx.state(resnet18, nnx.Param))}
+  optimizer = nnx.Optimizer(resnet18, optax.sgd(1e-4), wrt=nnx.Param)
+  loss = lambda m, x: jnp.sum(m(x) * images((2, 512), seed=8))
+
+  @nnx.jit
+  def step(model, optimizer, x):
+    grads = nnx.grad(loss)(model, x)
+    optimizer.update(model, grads)
+    return grads
+
+  for i in range(3):
+    grads = step(resnet18, optimizer, images(IMAGES, seed=10 + i))
+  for path, value in nnx.to_flat_state(nnx.state(resnet18, nnx.BatchStat)):
+    np.testing.assert_array_equal(value[...], stats[path], err_msg=str(path))
+  flat_grads = dict(nnx.to_flat_state(grads))
+  for name in ("scale", "bias"):
+    for path in (("bn1", name), ("layer4", 1, "bn2", name)):
+      assert np.any(np.asarray(flat_grads[path][...]) != 0), path
+      assert not np.array_equal(
+          dict(nnx.to_flat_state(nnx.state(resnet18, nnx.Param)))[path][...], params[path]), path
+  # Frozen, an example's output does not depend on the rest of the batch.
+  x = images(IMAGES, seed=20)
+  np.testing.assert_allclose(resnet18(x)[:1], resnet18(x[:1]), rtol=1e-5, atol=1e-6)
+  resnet18.train()
+  assert resnet18.bn1.use_running_average is False
+
+
+def test_freeze_batchnorm_leaves_other_layers_alone():
+  model = nnx.Sequential(nnx.BatchNorm(3, rngs=nnx.Rngs(0)), nnx.Dropout(0.5, rngs=nnx.Rngs(0)))
+  models.freeze_batchnorm(model)
+  assert model.layers[0].use_running_average is True
+  assert model.layers[1].deterministic is False
+
+
+def test_poolings_against_numpy():
+  x = np.random.default_rng(0).normal(size=(2, 3, 4, 5)).astype(np.float32)
+  np.testing.assert_allclose(models.global_average_pool(x), x.mean(axis=(1, 2)), rtol=1e-6)
+  np.testing.assert_allclose(models.global_max_pool(x), x.max(axis=(1, 2)), rtol=1e-6)
+  np.testing.assert_allclose(
+      models.average_max_pool(x), x.mean(axis=(1, 2)) + x.max(axis=(1, 2)), rtol=1e-6)
+  pool = models.GeMPool(p=3.0)
+  clamped = np.maximum(x.astype(np.float64), 1e-6)
+  np.testing.assert_allclose(pool(x), np.mean(clamped ** 3, axis=(1, 2)) ** (1 / 3), rtol=1e-5)
+  np.testing.assert_allclose(models.GeMPool(p=1.0)(np.abs(x)), np.abs(x).mean(axis=(1, 2)),
+                             rtol=1e-5)
+  np.testing.assert_allclose(models.GeMPool(p=60.0)(np.abs(x)), np.abs(x).max(axis=(1, 2)),
+                             rtol=0.05)
+  grad = nnx.grad(lambda m: jnp.sum(m(x)))(pool)
+  assert np.isfinite(grad.p[...]) and grad.p[...] != 0  # p is learnable.
+  with pytest.raises(ValueError, match="GeMPool: p and eps must be positive"):
+    models.GeMPool(p=0.0)
+
+
+def test_resnet_pools_its_last_feature_map():
+  net = models.ResNet((1, 1, 1, 1), bottleneck=False, pool=models.GeMPool(2.0), rngs=nnx.Rngs(0))
+  net.eval()
+  x = images(IMAGES)
+  captured = {}
+  net.pool = lambda fmap: captured.setdefault("fmap", fmap).mean(axis=(1, 2))
+  net(x)
+  fmap = np.asarray(captured["fmap"], np.float64)
+  net.pool = models.GeMPool(2.0)
+  expected = np.mean(np.maximum(fmap, 1e-6) ** 2, axis=(1, 2)) ** 0.5
+  np.testing.assert_allclose(net(x), expected, rtol=1e-5, atol=1e-6)
 
 
 def test_load_missing_or_invalid_file(tmp_path):
