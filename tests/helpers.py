@@ -31,8 +31,7 @@ def assert_binned_loss_input_errors(fn, *, where_match=None):
       fn(scores, labels, num_bins=bad)
   with pytest.raises(TypeError, match="floating"):
     fn(jnp.array([3, 2, 1]), labels)
-  with pytest.raises(ValueError) as err:
+  with pytest.raises(ValueError, match=r"\(3,\).*\(4,\)|\(4,\).*\(3,\)"):
     fn(scores, jnp.array([1, 0, 1, 0]))
-  assert "(3,)" in str(err.value) and "(4,)" in str(err.value)
   with pytest.raises(TypeError, match=where_match):
     fn(scores, labels, where=jnp.array([1, 1, 0]))

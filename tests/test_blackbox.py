@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -79,18 +80,80 @@ def random_lists(seed, shape=(3, 9), ties=False):
 
 
 @pytest.mark.parametrize("ties", [False, True])
-def test_ranks_forward_and_both_sort_paths(ties):
+def test_ranks_forward_and_both_sort_paths(ties, rank_branch):
   scores, _, _ = random_lists(0, (4, 11), ties)
   scores[0, :3] = [0.0, -0.0, 0.0]  # Signed zeros are one score.
+  scores[1, [2, 5]] = [np.inf, -np.inf]
   want = np.stack([np_ranks(row) for row in scores])
   np.testing.assert_array_equal(jaxrank.blackbox_ranks(scores, 1.0), want)
+  np.testing.assert_array_equal(jax.jit(lambda s: jaxrank.blackbox_ranks(s, 1.0))(scores), want)
   np.testing.assert_array_equal(jax.jit(ranking.xla_descending_ranks)(jnp.asarray(scores)), want)
   np.testing.assert_array_equal(ranking.numpy_descending_ranks(scores), want)
   np.testing.assert_array_equal(ranking.numpy_descending_ranks(scores.astype(np.float64)), want)
 
 
+def nan_scores(dtype):
+  """Lists with NaNs of both signs and several payloads among finite, infinite and tied scores,
+  and the ranks documented for them: NaNs last, in the order of the list."""
+  scores = np.array([
+      [0.3, np.nan, -np.inf, 0.0, -0.0, np.inf, -np.nan, 0.1],
+      [np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan],
+      [-np.nan, 0.5, 0.5, np.nan, -1.0, 0.5, np.nan, 2.0],
+  ], dtype)
+  if dtype == np.float32:  # NaNs with other payloads (quiet, signalling bit patterns).
+    bits = scores.view(np.uint32)
+    bits[2, 3], bits[2, 6] = 0x7FC00123, 0xFF800001
+  want = np.array([
+      [2, 7, 6, 4, 5, 1, 8, 3],
+      [1, 2, 3, 4, 5, 6, 7, 8],
+      [6, 2, 3, 7, 5, 4, 8, 1],
+  ], dtype)
+  return scores, want
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_nan_scores_rank_last_on_both_sort_paths(dtype):
+  scores, want = nan_scores(dtype)
+  assert np.isnan(scores[2]).sum() == 3
+  np.testing.assert_array_equal(ranking.numpy_descending_ranks(scores), want)
+  with jax.enable_x64(dtype == np.float64):
+    np.testing.assert_array_equal(jax.jit(ranking.xla_descending_ranks)(scores), want)
+  for branch in ranking.DESCENDING_RANKS_BRANCHES:
+    with ranking.descending_ranks_branch(branch):
+      np.testing.assert_array_equal(jaxrank.blackbox_ranks(scores.astype(np.float32), 1.0),
+                                    want.astype(np.float32))
+
+
+def test_branch_is_chosen_at_trace_time_and_restored():
+  x = jnp.ones((2, 3))
+
+  def traced(fn):  # A new function each time: no trace cached by an earlier call.
+    return str(jax.make_jaxpr(lambda s: fn(s))(x))
+
+  def vjp_traced():
+    return traced(lambda s: jax.vjp(lambda t: jaxrank.blackbox_ranks(t, 1.0), s)[1](s)[0])
+
+  default = traced(ranking.descending_ranks)
+  assert "platform_index" in default  # Chosen by platform.
+  with ranking.descending_ranks_branch("xla"):
+    forced, forced_vjp = traced(ranking.descending_ranks), vjp_traced()
+    with ranking.descending_ranks_branch("numpy"):  # Nested: the innermost wins.
+      inner, inner_vjp = traced(ranking.descending_ranks), vjp_traced()
+    assert traced(ranking.descending_ranks) == forced
+  for jaxpr in (forced, forced_vjp):
+    assert "pure_callback" not in jaxpr and "sort" in jaxpr
+  for jaxpr in (inner, inner_vjp):
+    assert "pure_callback" in jaxpr and "sort" not in jaxpr
+  assert forced_vjp.count("sort[") == inner_vjp.count("pure_callback[") == 2  # Forward, backward.
+  assert traced(ranking.descending_ranks) == default
+  assert "platform_index" in vjp_traced()
+  with pytest.raises(ValueError, match="descending_ranks_branch: branch must be one of"):
+    with ranking.descending_ranks_branch("gpu"):
+      pass
+
+
 @pytest.mark.parametrize("lam", [0.5, 3.0])
-def test_ranks_backward_is_algorithm_1(lam):
+def test_ranks_backward_is_algorithm_1(lam, rank_branch):
   rng = np.random.default_rng(1)
   y = rng.standard_normal((2, 10)).astype(np.float32)
   g = rng.standard_normal((2, 10)).astype(np.float32)
@@ -100,7 +163,7 @@ def test_ranks_backward_is_algorithm_1(lam):
   np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
-def test_ranks_per_list_lam_jit_and_vmap():
+def test_ranks_per_list_lam_jit_and_vmap(rank_branch):
   rng = np.random.default_rng(2)
   y = jnp.asarray(rng.standard_normal((3, 8)), jnp.float32)
   g = jnp.asarray(rng.standard_normal((3, 8)), jnp.float32)
@@ -137,7 +200,7 @@ def test_ranks_lam_gets_no_gradient_and_errors():
 
 @pytest.mark.parametrize("ties", [False, True])
 @pytest.mark.parametrize("lam, margin", [(0.2, 0.02), (4.0, 0.0)])
-def test_ap_loss_value_and_gradient_equal_the_reference(ties, lam, margin):
+def test_ap_loss_value_and_gradient_equal_the_reference(ties, lam, margin, rank_branch):
   scores, labels, where = random_lists(3, (4, 9), ties)
   labels[0] = 0  # A list without positives is left out of the mean.
   value, grad = jax.value_and_grad(
@@ -152,7 +215,7 @@ def test_ap_loss_value_and_gradient_equal_the_reference(ties, lam, margin):
   np.testing.assert_allclose(grad, np.stack([g for _, g, _ in results]), atol=1e-6)
 
 
-def test_ap_loss_without_margin_is_the_exact_ap_loss():
+def test_ap_loss_without_margin_is_the_exact_ap_loss(rank_branch):
   scores, labels, where = random_lists(4, (5, 12))
   got = jaxrank.blackbox_ap_loss(scores, labels, where=where, margin=0.0, reduce_fn=None)
   want = 1 - jaxrank.ap_metric(scores, labels, where=where, reduce_fn=None)
@@ -163,7 +226,7 @@ def test_ap_loss_without_margin_is_the_exact_ap_loss():
 @pytest.mark.parametrize(
     "weight_fn", [np.log1p, lambda r: np.log1p(np.log1p(r))], ids=["log", "log_log"]
 )
-def test_recall_loss_equals_the_reference(weight_fn):
+def test_recall_loss_equals_the_reference(weight_fn, rank_branch):
   scores, labels, where = random_lists(5, (4, 10))
   got = jaxrank.blackbox_recall_loss(
       scores, labels, where=where, margin=0.05, weight_fn=weight_fn, reduce_fn=None
@@ -173,7 +236,7 @@ def test_recall_loss_equals_the_reference(weight_fn):
     assert float(got[i]) == pytest.approx(want, abs=1e-6)
 
 
-def test_recall_loss_gradient_pushes_positives_up():
+def test_recall_loss_gradient_pushes_positives_up(rank_branch):
   scores = jnp.array([0.9, 0.5, 0.4, 0.1])
   labels = jnp.array([0, 1, 0, 1])
   grad = jax.grad(lambda s: jaxrank.blackbox_recall_loss(s, labels, lam=1.0))(scores)
@@ -181,7 +244,7 @@ def test_recall_loss_gradient_pushes_positives_up():
   assert float(grad[0]) > 0  # and lowers the negative above them.
 
 
-def test_map_over_classes_and_apc_are_compositions():
+def test_map_over_classes_and_apc_are_compositions(rank_branch):
   rng = np.random.default_rng(6)
   logits = rng.standard_normal((7, 3)).astype(np.float32)
   targets = (rng.random((7, 3)) < 0.4).astype(np.int32)
@@ -193,6 +256,112 @@ def test_map_over_classes_and_apc_are_compositions():
   apc = jaxrank.blackbox_ap_loss(logits.ravel(), targets.ravel(), margin=0.0)
   want, _, _ = np_ap_loss_and_grad(logits.ravel(), targets.ravel(), np.ones(21, bool), 1.0, 0.0)
   assert float(apc) == pytest.approx(want, abs=1e-6)  # eq. 23: one list of all pairs.
+
+
+def np_recall_loss_grad(y, labels, lam, margin, dweight_fn):
+  """The blackbox gradient of eq. 27 on one list without a mask (its rk^+ constants)."""
+  y, relevant = np.asarray(y, float), np.asarray(labels) >= 1
+  shifted = np_shift(y, relevant, margin)
+  rk = np_ranks(shifted)
+  outrun = np.array([sum((not relevant[j]) and rk[j] < rk[i] for j in range(len(y)))
+                     for i in range(len(y))])
+  d_rk = np.where(relevant, dweight_fn(outrun), 0) / relevant.sum()
+  return np_blackbox_backward(shifted, d_rk, lam * len(y))
+
+
+LOSSES = [jaxrank.blackbox_ap_loss, jaxrank.blackbox_recall_loss]
+
+
+@pytest.mark.parametrize("loss_fn", LOSSES, ids=["ap", "recall"])
+def test_degenerate_lists_have_their_known_values(loss_fn, rank_branch):
+  tied = jnp.full(4, 0.5)
+
+  def value_and_grad(scores, labels, where=None, **kwargs):
+    f = lambda s: loss_fn(s, jnp.array(labels), where=where, lam=1.0, **kwargs)
+    return jax.value_and_grad(f)(scores)
+
+  # Undefined lists (no positive, every item masked): 0 and a zero gradient. All positives: every
+  # relevant item is above every other one, the loss is 0, and the perturbed order is unchanged.
+  for labels, where in (([0, 0, 0, 0], None), ([1, 0, 1, 0], jnp.zeros(4, bool)),
+                        ([1, 1, 1, 1], None)):
+    for scores in (tied, jnp.array([0.4, -0.2, 0.9, 0.1])):
+      value, grad = value_and_grad(scores, labels, where)
+      assert float(value) == 0.0
+      np.testing.assert_array_equal(grad, np.zeros(4))
+  # Tied scores, positives at 0 and 3: the margin puts both below both negatives, at ranks 3, 4.
+  value, grad = value_and_grad(tied, [1, 0, 0, 1])
+  if loss_fn is jaxrank.blackbox_ap_loss:
+    assert float(value) == pytest.approx(7 / 12, abs=1e-7)  # 1 - (1/3 + 2/4) / 2.
+    _, want, _ = np_ap_loss_and_grad(np.full(4, 0.5), [1, 0, 0, 1], [True] * 4, 1.0, 0.02)
+  else:
+    assert float(value) == pytest.approx(np.log(3), abs=1e-7)  # W(2) = ln 3 for both positives.
+    want = np_recall_loss_grad(np.full(4, 0.5), [1, 0, 0, 1], 1.0, 0.02, lambda r: 1 / (1 + r))
+  np.testing.assert_allclose(grad, want, atol=1e-6)
+  assert np.abs(want).max() > 0.1  # The positives are pushed up.
+
+
+def branch_inputs():
+  """Lists of every kind the docstrings allow: random and tied scores, signed zeros, infinities,
+  masked NaN and infinite padding, lists without positives or valid items."""
+  scores, labels, where = random_lists(8, (6, 10), ties=True)
+  scores[:3] = np.random.default_rng(9).standard_normal((3, 10))
+  scores[0, :4] = [0.0, -0.0, 0.0, -0.0]
+  scores[1, :2] = [np.inf, -np.inf]
+  labels[1, :2] = [0, 1]
+  where[1, :2] = True
+  scores[2, :3], where[2, :3] = [np.nan, np.inf, -np.nan], False
+  labels[3] = 0
+  where[4] = False
+  labels[:3, 5], where[:3, 5] = 1, True  # Lists 0 to 2 are defined.
+  return scores.astype(np.float32), labels, where
+
+
+@pytest.mark.parametrize("loss_fn", LOSSES, ids=["ap", "recall"])
+@pytest.mark.parametrize("lam", [0.2, 4.0])
+def test_both_sort_paths_give_the_same_values_and_gradients(loss_fn, lam):
+  scores, labels, where = branch_inputs()
+  results = []
+  for branch in ranking.DESCENDING_RANKS_BRANCHES:
+    with ranking.descending_ranks_branch(branch):
+      for reduce_fn in (None, jnp.mean):
+        f = lambda s: jnp.sum(loss_fn(s, labels, where=where, lam=lam, reduce_fn=reduce_fn))
+        results.append(jax.value_and_grad(f)(scores))
+        results.append(jax.jit(jax.value_and_grad(f))(scores))
+      results.append(loss_fn(scores, labels, where=where, lam=lam, reduce_fn=None))
+  half = len(results) // 2
+  chex.assert_tree_all_finite(results)
+  for numpy_result, xla_result in zip(results[:half], results[half:]):
+    chex.assert_trees_all_equal(numpy_result, xla_result)
+  assert np.abs(results[0][1]).max() > 0  # Not a trivial case.
+
+
+@pytest.mark.parametrize("loss_fn", LOSSES, ids=["ap", "recall"])
+def test_valid_nan_makes_the_list_nan_on_both_sort_paths(loss_fn, rank_branch):
+  scores, labels, where = branch_inputs()
+  clean = scores.copy()
+  scores[0, 7], where[0, 7] = np.nan, True  # A valid NaN in a defined list.
+  scores[3, 2], where[3, 2] = -np.nan, True  # In a list without positives: stays 0.
+  scores[5, 1], where[5, 1] = np.nan, False  # Masked: ignored.
+  nan_lists = np.zeros(6, bool)
+  nan_lists[0] = True
+
+  def value_and_grad(s, reduce_fn):
+    f = lambda s: jnp.sum(loss_fn(s, labels, where=where, lam=4.0, reduce_fn=reduce_fn))
+    return jax.value_and_grad(f)(s)
+
+  per = np.asarray(loss_fn(scores, labels, where=where, lam=4.0, reduce_fn=None))
+  np.testing.assert_array_equal(np.isnan(per), nan_lists)
+  assert per[3] == 0.0
+  for reduce_fn in (None, jnp.sum, jnp.mean):
+    value, grad = value_and_grad(scores, reduce_fn)
+    assert np.isnan(float(value))
+    # The NaN list gets a zero gradient; the others keep the gradients of the clean scores.
+    np.testing.assert_array_equal(grad[0], np.zeros(10))
+    clean_value, clean_grad = value_and_grad(clean, reduce_fn)
+    if reduce_fn is not jnp.mean:  # The mean's cotangent depends on the count, not on the NaN.
+      np.testing.assert_array_equal(grad[1:], clean_grad[1:])
+  clean_per = loss_fn(clean, labels, where=where, lam=4.0, reduce_fn=None)
+  np.testing.assert_array_equal(per[1:], np.asarray(clean_per)[1:])
 
 
 def test_loss_errors():

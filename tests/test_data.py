@@ -569,7 +569,7 @@ def test_image_folder_super_classes_and_errors(tmp_path):
   (tmp_path / "empty").mkdir()
   with pytest.raises(ValueError, match="no image files"):
     jd.load_image_folder(tmp_path / "empty")
-  with pytest.raises(FileNotFoundError):
+  with pytest.raises(FileNotFoundError, match=r"load_image_folder: '.*missing' is not a directory"):
     jd.load_image_folder(tmp_path / "missing")
 
 

@@ -67,8 +67,24 @@ def test_gradients_flow_only_through_the_current_batch():
 
 def test_multi_hot_labels_and_errors():
   state = memory.init(3, 2, label_shape=(4,))
-  state = memory.push(state, jnp.ones((2, 2)), jnp.array([[1, 0, 0, 1], [0, 1, 0, 0]]))
+  first = jnp.array([[1, 0, 0, 1], [0, 1, 0, 0]])
+  state = memory.push(state, jnp.array([[1.0, 2.0], [3.0, 4.0]]), first)
   assert state.labels.shape == (3, 4)
+  np.testing.assert_array_equal(state.labels, [[1, 0, 0, 1], [0, 1, 0, 0], [0, 0, 0, 0]])
+  np.testing.assert_array_equal(state.where, [True, True, False])
+  # The ring wraps: the next two go to slots 2 and 0.
+  state = jax.jit(memory.push)(state, jnp.array([[5.0, 6.0], [7.0, 8.0]]),
+                               jnp.array([[0, 0, 1, 1], [1, 1, 1, 0]]))
+  np.testing.assert_array_equal(state.labels, [[1, 1, 1, 0], [0, 1, 0, 0], [0, 0, 1, 1]])
+  np.testing.assert_array_equal(state.embeddings, [[7.0, 8.0], [3.0, 4.0], [5.0, 6.0]])
+  np.testing.assert_array_equal(state.where, [True, True, True])
+  # As a gallery, the stored multi-hot labels give the affinities (shared labels) to the queries.
+  _, relevance, where = jaxrank.batch_retrieval(
+      jnp.ones((1, 2)), jnp.array([[0, 0, 1, 0]]), gallery_embeddings=state.embeddings,
+      gallery_labels=state.labels, gallery_where=state.where,
+  )
+  np.testing.assert_array_equal(relevance[0, -3:], [1, 0, 1])
+  np.testing.assert_array_equal(where[0, -3:], [True, True, True])
   with pytest.raises(ValueError, match="does not fit"):
     memory.push(state, jnp.ones((4, 2)), jnp.zeros((4, 4), jnp.int32))
   with pytest.raises(ValueError, match=r"\[B, 2\]"):

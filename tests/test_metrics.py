@@ -245,12 +245,14 @@ def test_single_item_list(case, label, x64):
 @pytest.mark.parametrize("fn", [jaxrank.recall_at_k_metric, jaxrank.precision_at_k_metric])
 @pytest.mark.parametrize("k", [0, -1, 1.5, None])
 def test_bad_k(fn, k):
-  with pytest.raises((TypeError, ValueError)):
+  error = ValueError if isinstance(k, int) else TypeError  # A wrong value, or a wrong kind.
+  with pytest.raises(error, match=rf"^{fn.__name__}: k must be a positive int, got {k}\."):
     fn(jnp.array([0.3, 0.2]), jnp.array([1, 0]), k=k)
 
 
 @pytest.mark.parametrize("fn", [jaxrank.ndcg_metric, jaxrank.tie_aware_ndcg_metric])
 @pytest.mark.parametrize("topn", [0, -2, 1.5])
 def test_bad_topn(fn, topn):
-  with pytest.raises((TypeError, ValueError)):
+  error = ValueError if isinstance(topn, int) else TypeError
+  with pytest.raises(error, match=rf"^{fn.__name__}: topn must be a positive int, got {topn}\."):
     fn(jnp.array([0.3, 0.2]), jnp.array([1, 0]), topn=topn)

@@ -15,6 +15,7 @@ example database in the checkout.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from fractions import Fraction
@@ -352,6 +353,33 @@ def test_descending_ranks_match_brute_force(scores):
   chex.assert_shape(got, SHAPE)
   chex.assert_type(got, jnp.float32)
   assert_ranks(got, scores)
+
+
+def brute_ranks_nan_last(scores):
+  """`brute_ranks` with NaN scores (of either sign) after every number, in the order of the list."""
+  order = sorted(range(len(scores)), key=lambda i: (bool(np.isnan(scores[i])),
+                                                    0.0 if np.isnan(scores[i]) else -scores[i], i))
+  ranks = np.empty(len(scores))
+  ranks[order] = np.arange(1, len(scores) + 1)
+  return ranks
+
+
+@functools.cache
+def descending_ranks_on(branch):
+  """`ranking.descending_ranks` compiled for `SHAPE` float32 on one branch (traced inside it)."""
+  with ranking.descending_ranks_branch(branch):
+    fn = jax.jit(lambda s: ranking.descending_ranks(s))  # A new function: traced afresh.
+    traced = fn.trace(jax.ShapeDtypeStruct(SHAPE, jnp.float32))
+  return traced.lower().compile()
+
+
+@SEARCH
+@given(arrays(np.float32, ALPHABET))
+def test_descending_ranks_of_nan_and_infinities_on_both_branches(scores):
+  want = np.stack([brute_ranks_nan_last(s) for s in scores.reshape(-1, SHAPE[-1])]).reshape(SHAPE)
+  for branch in ranking.DESCENDING_RANKS_BRANCHES:
+    np.testing.assert_array_equal(descending_ranks_on(branch)(scores), want, err_msg=branch)
+  np.testing.assert_array_equal(ranking.numpy_descending_ranks(scores.astype(np.float64)), want)
 
 
 def test_descending_ranks_eager_vmap_and_float64(x64):

@@ -8,10 +8,10 @@ import pathlib
 import signal
 import subprocess
 import sys
-import time
 
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 from flax import nnx
 
@@ -108,15 +108,45 @@ def test_checkpoint_restores_into_a_fresh_model_with_identical_outputs(tmp_path)
     train.restore_model(TINY, str(tmp_path), step=5)
 
 
-def _wait_for(predicate, proc, timeout=120.0):
-  start = time.monotonic()
-  while time.monotonic() - start < timeout:
-    if predicate():
-      return True
-    if proc.poll() is not None:
-      return False
-    time.sleep(0.001)
-  return False
+# Runs `experiments.main` with a hook that SIGKILLs the process at a point of the save path that
+# the test chooses, whatever the speed of the machine or of the save. "during": in the N-th save,
+# while orbax writes the data position (the JSON item) into the checkpoint's temporary directory:
+# the item is wrapped in a dict whose `items()`, which `json.dumps` calls from orbax's writing
+# thread once the directories exist, kills the process; the directory is renamed to its step only
+# after every item is written, so it is left unfinished. "between": at the start of the N-th save,
+# after waiting for every earlier save to complete. Only public orbax names are patched.
+_KILL_IN_SAVE = """
+import os, signal, sys
+import orbax.checkpoint as ocp
+from experiments import main
+mode, at, calls = sys.argv[1], int(sys.argv[2]), []
+
+def kill():
+  os.kill(os.getpid(), signal.SIGKILL)
+
+class KillWhenWritten(dict):
+  def items(self):
+    kill()
+
+if mode == "during":
+  write_json = ocp.JsonCheckpointHandler.async_save
+  async def async_save(self, directory, item=None, args=None):
+    calls.append(1)
+    if len(calls) == at:
+      args = ocp.args.JsonSave(KillWhenWritten(args.item))
+    return await write_json(self, directory, item, args)
+  ocp.JsonCheckpointHandler.async_save = async_save
+else:
+  save = ocp.CheckpointManager.save
+  def between_saves(self, *args, **kwargs):
+    calls.append(1)
+    if len(calls) == at:
+      self.wait_until_finished()
+      kill()
+    return save(self, *args, **kwargs)
+  ocp.CheckpointManager.save = between_saves
+main.main(sys.argv[3:])
+"""
 
 
 def test_sigkill_during_and_between_saves_then_rerun_matches_an_uninterrupted_run(tmp_path):
@@ -126,17 +156,9 @@ def test_sigkill_during_and_between_saves_then_rerun_matches_an_uninterrupted_ru
 
   workdir = tmp_path / "killed"
   checkpoints = workdir / "checkpoints"
-  command = [
-      sys.executable,
-      "-m",
-      "experiments.main",
-      "--config",
-      TINY_PATH,
-      "--workdir",
-      str(workdir),
-  ]
+  arguments = ["--config", TINY_PATH, "--workdir", str(workdir)]
   for o in overrides:
-    command += ["--set", o]
+    arguments += ["--set", o]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
   def entries():
@@ -145,26 +167,19 @@ def test_sigkill_during_and_between_saves_then_rerun_matches_an_uninterrupted_ru
   def finished_steps():
     return sorted(int(n) for n in entries() if n.isdigit())
 
-  # First kill: in the middle of a save (orbax writes into a *.orbax-checkpoint-tmp directory and
-  # renames it when complete). Second kill: between saves, after the resumed run saved again.
-  kills = [
-      lambda: any("tmp" in n for n in entries()) and len(finished_steps()) >= 1,
-      lambda: finished_steps() and finished_steps()[-1] > resumed_from,
-  ]
-  resumed_from = 0
-  for kill_when in kills:
-    proc = subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    try:
-      hit = _wait_for(kill_when, proc)
-      assert hit, f"the run ended before it could be killed: {proc.stderr.read()[-2000:]!r}"
-      os.kill(proc.pid, signal.SIGKILL)
-    finally:
-      proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    assert finished_steps()[-1] < 60  # Killed before the end.
-    resumed_from = finished_steps()[-1]
+  def killed_run(mode, at):
+    proc = subprocess.run([sys.executable, "-c", _KILL_IN_SAVE, mode, str(at), *arguments],
+                          cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          timeout=300, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+
+  # First kill: in the second save (step 6), its temporary directory left behind unfinished.
+  killed_run("during", 2)
+  assert finished_steps() == [3]
+  assert any("tmp" in n for n in entries()), entries()
+  # Second kill: the resumed run saved steps 6 and 9, then dies before saving step 12.
+  killed_run("between", 3)
+  assert finished_steps() == [6, 9]  # keep_checkpoints=2.
 
   resumed = train.train_and_evaluate(config, str(workdir))
   assert resumed == reference
@@ -234,15 +249,47 @@ def test_overrides_parse_literals_and_reject_unknown_fields():
     main_lib.apply_overrides(TINY, ["loss"])
 
 
-def test_every_loss_of_the_table_takes_the_lists_of_batch_retrieval():
+def test_every_loss_of_the_table_is_the_loss_it_names():
   from experiments import losses  # pylint: disable=g-import-not-at-top
 
+  # Each name's expected loss, written out here from jaxrank's functions (the sums with weight 1).
+  def plus(f, g):
+    return lambda s, y, *, where: f(s, y, where=where) + g(s, y, where=where)
+
+  expected = {
+      "fastap": jaxrank.fastap_loss,
+      "soft_binning_ap": jaxrank.soft_binning_ap_loss,
+      "tie_aware_ap": jaxrank.tie_aware_ap_loss,
+      "simplified_tie_aware_ap": jaxrank.simplified_tie_aware_ap_loss,
+      "tie_aware_ndcg": jaxrank.tie_aware_ndcg_loss,
+      "simplified_tie_aware_ndcg": jaxrank.simplified_tie_aware_ndcg_loss,
+      "blackbox_ap": jaxrank.blackbox_ap_loss,
+      "blackbox_recall": jaxrank.blackbox_recall_loss,
+      "smoothap": jaxrank.smoothap_loss,
+      "supap": jaxrank.supap_loss,
+      "calibration": jaxrank.calibration_loss,
+      "roadmap": jaxrank.roadmap_loss,
+      "supap+calibration": plus(jaxrank.supap_loss, jaxrank.calibration_loss),
+      "smoothap+calibration": plus(jaxrank.smoothap_loss, jaxrank.calibration_loss),
+  }
+  assert set(losses.LOSSES) == set(expected)
   e = jax.random.normal(jax.random.key(0), (12, 4))
   scores, relevance, where = jaxrank.batch_retrieval(e, np.arange(12) % 3)
-  for name in losses.LOSSES:
+  values = {}
+  for name, want_fn in expected.items():
     fn = losses.get_loss(name)
     value, grad = jax.value_and_grad(lambda s: fn(s, relevance, where=where))(scores)
-    assert np.isfinite(value) and np.all(np.isfinite(grad)), name
+    want, want_grad = jax.value_and_grad(lambda s: want_fn(s, relevance, where=where))(scores)
+    assert float(value) == float(want), name
+    np.testing.assert_array_equal(grad, want_grad, err_msg=name)
+    assert np.isfinite(value) and np.abs(grad).max() > 0, name
+    values[name] = float(value)
+  # The lists tell the losses apart, so a swap of two entries cannot go unnoticed.
+  assert len(set(values.values())) == len(values), values
+  # Hyperparameters reach the loss.
+  got = losses.get_loss("fastap", {"num_bins": 3})(scores, relevance, where=where)
+  assert float(got) == float(jaxrank.fastap_loss(scores, relevance, where=where, num_bins=3))
+  assert float(got) != values["fastap"]
 
 
 def test_main_runs_a_sweep_with_an_untrained_baseline(tmp_path, capsys):
@@ -266,10 +313,56 @@ def test_main_runs_a_sweep_with_an_untrained_baseline(tmp_path, capsys):
   assert results["untrained"]["step"] == 0 and results["fastap"]["step"] == 2
 
 
+def test_memory_holds_the_last_batches_and_enters_the_loss(tmp_path):
+  # Three steps into a memory of two batches of 20: slots 0-19 hold batch 3, slots 20-39 batch 2.
+  # The expectations are computed outside the training step: each batch's embeddings by the
+  # checkpointed network of the step before, in training mode, and the logged loss by jaxrank.
+  config = dataclasses.replace(TINY, loss="blackbox_ap", memory_batches=2, num_steps=3,
+                               checkpoint_every=1, keep_checkpoints=3, eval_every=3)
+  train.train_and_evaluate(config, str(tmp_path))
+  train_data, _ = input_pipeline.load_data(config)
+  batches = input_pipeline.TrainBatches(
+      config, train_data, input_pipeline.make_sampler(config, train_data), (0, 0)
+  )
+  batches = [next(batches) for _ in range(3)]
+  manager = ocp.CheckpointManager(str(tmp_path / "checkpoints"))
+  memories = {step: manager.restore(step)["state"]["memory"] for step in (2, 3)}
+  manager.close()
+
+  def train_mode_embeddings(step, batch):  # The network after `step` steps, as it trains.
+    net = train.restore_model(config, str(tmp_path), step=step)
+    net.train()
+    return np.asarray(net(jax.numpy.asarray(batch["image"])))
+
+  memory = memories[3]
+  np.testing.assert_array_equal(memory["where"], np.ones(40, bool))
+  assert int(memory["position"]) == 20
+  np.testing.assert_array_equal(memory["labels"][:20], batches[2]["label"])
+  np.testing.assert_array_equal(memory["labels"][20:], batches[1]["label"])
+  np.testing.assert_allclose(memory["embeddings"][20:], train_mode_embeddings(1, batches[1]),
+                             atol=1e-5)
+  np.testing.assert_allclose(memory["embeddings"][:20], train_mode_embeddings(2, batches[2]),
+                             atol=1e-5)
+  # Step 3's loss: batch 3 against itself and the memory after step 2 (batches 1 and 2).
+  scores, relevance, where = jaxrank.batch_retrieval(
+      train_mode_embeddings(2, batches[2]),
+      batches[2]["label"],
+      gallery_embeddings=memories[2]["embeddings"],
+      gallery_labels=memories[2]["labels"],
+      gallery_where=memories[2]["where"],
+  )
+  want = jaxrank.blackbox_ap_loss(scores, relevance, where=where)
+  logged = [r["loss"] for r in reporting.read_metrics(str(tmp_path)) if r.get("step") == 3
+            and "loss" in r]
+  assert logged[0] == pytest.approx(float(want), abs=1e-5)
+  alone = jaxrank.batch_retrieval(train_mode_embeddings(2, batches[2]), batches[2]["label"])
+  without_memory = jaxrank.blackbox_ap_loss(alone[0], alone[1], where=alone[2])
+  assert abs(float(without_memory) - float(want)) > 1e-3  # The memory changes the loss.
+
+
 @pytest.mark.parametrize(
     "overrides",
     [
-        {"loss": "blackbox_ap", "memory_batches": 2},
         {
             "loss": "tie_aware_ap",
             "head": "hashing",
@@ -278,7 +371,7 @@ def test_main_runs_a_sweep_with_an_untrained_baseline(tmp_path, capsys):
         },
         {"loss": "roadmap", "include_self": True, "sampler": "random"},
     ],
-    ids=["memory", "hashing", "random-sampler-include-self"],
+    ids=["hashing", "random-sampler-include-self"],
 )
 def test_options_train(tmp_path, overrides):
   metrics = train.train_and_evaluate(

@@ -3,6 +3,11 @@
 `ranking.blackbox_ranks` returns the exact ranks of a list; its gradient is not the derivative of
 the ranks (zero almost everywhere) but the interpolation of Algorithm 1. `blackbox_ap_loss` and
 `blackbox_recall_loss` are exact AP and recall losses whose gradients come from that interpolation.
+
+A valid NaN score makes its list's value NaN (README, "Conventions"), as for every other loss, on
+every platform: the ranks place NaN scores last on both sort paths (`ranking.descending_ranks`),
+and the per-list values go through `lists.finish`. Such a list passes a zero cotangent to its ranks,
+so its scores get a zero gradient; the other lists keep their values and gradients.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ def _ranks_of_relevant_items(fn, scores, labels, where, lam, margin):
 
   Returns the ranks among all valid items (with the blackbox gradient), the ranks among the
   relevant items (constants: they follow from the same sort and, as in the authors' code, carry no
-  gradient), the relevance mask, and the number of relevant items per list.
+  gradient), the relevance mask, the number of relevant items per list, and the checked scores and
+  mask (for `lists.finish`).
   """
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
   lam = ranking.check_lam(fn, lam)
@@ -50,7 +56,7 @@ def _ranks_of_relevant_items(fn, scores, labels, where, lam, margin):
   )
   relevant_ranks = jnp.take_along_axis(jnp.cumsum(in_order, axis=axis), order_ranks, axis=axis)
   num_relevant = jnp.sum(relevant, axis=-1)
-  return ranks, relevant_ranks.astype(dtype), relevant, num_relevant
+  return ranks, relevant_ranks.astype(dtype), relevant, num_relevant, scores, where
 
 
 def blackbox_ap_loss(
@@ -106,15 +112,16 @@ def blackbox_ap_loss(
 
   Returns:
     The reduced loss, or `[...]` per list. Lists without a relevant valid item give 0 and are left
-    out of the reduction. O(n log n) time and O(n) memory per list.
+    out of the reduction; a list with a valid NaN score gives NaN (and zero gradients). O(n log n)
+    time and O(n) memory per list.
   """
   fn = "blackbox_ap_loss"
-  ranks, relevant_ranks, relevant, num_relevant = _ranks_of_relevant_items(
+  ranks, relevant_ranks, relevant, num_relevant, scores, where = _ranks_of_relevant_items(
       fn, scores, labels, where, lam, margin
   )
   precision = relevant_ranks / jnp.where(relevant, ranks, 1)
   ap = jnp.sum(jnp.where(relevant, precision, 0), axis=-1) / jnp.maximum(num_relevant, 1)
-  return lists.safe_reduce(1 - ap, num_relevant > 0, reduce_fn)
+  return lists.finish(1 - ap, scores, where, num_relevant > 0, reduce_fn)
 
 
 def blackbox_recall_loss(
@@ -155,7 +162,8 @@ def blackbox_recall_loss(
 
   Returns:
     The reduced loss, or `[...]` per list. Lists without a relevant valid item give 0 and are left
-    out of the reduction. O(n log n) time and O(n) memory per list.
+    out of the reduction; a list with a valid NaN score gives NaN (and zero gradients). O(n log n)
+    time and O(n) memory per list.
 
   >>> import jax.numpy as jnp
   >>> scores, labels = jnp.array([0.9, 0.8, 0.7, 0.1]), jnp.array([1, 0, 1, 0])
@@ -164,10 +172,10 @@ def blackbox_recall_loss(
   """
   fn = "blackbox_recall_loss"
   checks.check_callable(fn, "weight_fn", weight_fn, hint="Pass W, e.g. jnp.log1p.")
-  ranks, relevant_ranks, relevant, num_relevant = _ranks_of_relevant_items(
+  ranks, relevant_ranks, relevant, num_relevant, scores, where = _ranks_of_relevant_items(
       fn, scores, labels, where, lam, margin
   )
   outrun = jnp.where(relevant, ranks - relevant_ranks, 0)
   weight = weight_fn(outrun)
   loss = jnp.sum(jnp.where(relevant, weight, 0), axis=-1) / jnp.maximum(num_relevant, 1)
-  return lists.safe_reduce(loss, num_relevant > 0, reduce_fn)
+  return lists.finish(loss, scores, where, num_relevant > 0, reduce_fn)

@@ -19,7 +19,10 @@ Both feed `relevant_item_statistics`, the single place where the tie policy live
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import jax
@@ -256,6 +259,7 @@ def xla_descending_ranks(scores: jax.Array) -> jax.Array:
   axis = scores.ndim - 1
   iota = lax.broadcasted_iota(jnp.int32, scores.shape, axis)
   negated = jnp.where(scores == 0, jnp.zeros_like(scores), -scores)
+  # lax.sort orders every NaN (of either sign) after +inf, all NaNs as one key: NaN scores last.
   _, order = lax.sort((negated, iota), dimension=axis, is_stable=True, num_keys=1)
   # Invert the permutation: the item at sorted position p gets rank p + 1.
   positions = (iota + 1).astype(scores.dtype)
@@ -267,11 +271,14 @@ def numpy_descending_ranks(scores: np.ndarray) -> np.ndarray:
 
   float32 keys become order-preserving 32-bit integers, packed above the 32-bit position into one
   uint64 whose plain (unstable) sort gives the stable order. Other dtypes use a stable argsort.
+  Every NaN becomes the one positive quiet NaN first, whose key follows +inf's, so NaN scores rank
+  last whatever their sign bit and payload, in the order of the list (as XLA's sort does).
   """
   scores = np.asarray(scores)
   n = scores.shape[-1]
   positions = np.arange(1, n + 1, dtype=scores.dtype)
   negated = np.where(scores == 0, 0, -scores).astype(scores.dtype)  # -0.0 and 0.0: one key.
+  negated = np.where(np.isnan(negated), np.array(np.nan, scores.dtype), negated)
   if scores.dtype == np.float32 and n < 2**32:
     bits = negated.view(np.uint32)
     keys = np.where(bits >> 31, ~bits, bits | np.uint32(0x80000000)).astype(np.uint64)
@@ -291,36 +298,84 @@ def _cpu_descending_ranks(scores: jax.Array) -> jax.Array:
   return lists.varying_like(ranks, scores)
 
 
+# The branch `descending_ranks` takes: None (the default) chooses by platform.
+_DESCENDING_RANKS_BRANCH: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "jaxrank_descending_ranks_branch", default=None
+)
+DESCENDING_RANKS_BRANCHES = ("numpy", "xla")
+
+
+@contextlib.contextmanager
+def descending_ranks_branch(branch: str) -> Iterator[None]:
+  """Makes `descending_ranks` take one branch on every platform, inside the block (for tests).
+
+  `"numpy"` is the CPU path (numpy's sort through `jax.pure_callback`, which also runs on an
+  accelerator, through the host); `"xla"` is the GPU/TPU path (`xla_descending_ranks`), so the
+  accelerator's code runs on a CPU-only machine. The setting is read when `descending_ranks` or
+  `blackbox_ranks` is called in Python, that is when a jitted function is traced: a function jitted
+  and traced before the block keeps the branch it was traced with (jit a new function inside the
+  block). `blackbox_ranks` passes the branch to its custom VJP as a static argument, so JAX's
+  caches of the VJP's traces never mix the branches. The setting is a `contextvars` variable (each
+  thread has its own); nothing is set at import, and leaving the block restores the previous one.
+
+  Args:
+    branch: `"numpy"` or `"xla"`.
+
+  Yields:
+    None.
+  """
+  if branch not in DESCENDING_RANKS_BRANCHES:
+    raise ValueError(
+        f"descending_ranks_branch: branch must be one of {DESCENDING_RANKS_BRANCHES}, got "
+        f"{branch!r}."
+    )
+  token = _DESCENDING_RANKS_BRANCH.set(branch)
+  try:
+    yield
+  finally:
+    _DESCENDING_RANKS_BRANCH.reset(token)
+
+
+def _descending_ranks_on(scores: jax.Array, branch: str | None) -> jax.Array:
+  if branch == "numpy":
+    return _cpu_descending_ranks(scores)
+  if branch == "xla":
+    return xla_descending_ranks(scores)
+  return lax.platform_dependent(scores, cpu=_cpu_descending_ranks, default=xla_descending_ranks)
+
+
 def descending_ranks(scores: jax.Array) -> jax.Array:
   """Ranks `[..., n]` along the last axis: 1 = highest score, ties by position; not differentiable.
 
   One sort of each list. On CPU the sort runs in numpy through `jax.pure_callback` (XLA's CPU sort
-  is about 10x slower); on other platforms it is XLA's sort. Both give identical ranks for finite
-  scores (`0.0` and `-0.0` are the same score). Works under `jit` and `vmap`.
+  is about 10x slower); on other platforms it is XLA's sort (`descending_ranks_branch` forces
+  either, for tests). Both give identical ranks for every input: `0.0` and `-0.0` are the same
+  score, `+inf` ranks first and `-inf` after every finite score, and NaN scores rank last (after
+  `-inf`), in the order of the list. Works under `jit` and `vmap`.
 
   Args:
-    scores: `[..., n]` floating scores; finite.
+    scores: `[..., n]` floating scores.
 
   Returns:
     `[..., n]` ranks in `scores`' dtype (exact integers up to 2**24 in float32).
   """
-  return lax.platform_dependent(scores, cpu=_cpu_descending_ranks, default=xla_descending_ranks)
+  return _descending_ranks_on(scores, _DESCENDING_RANKS_BRANCH.get())
 
 
-@jax.custom_vjp
-def _blackbox_ranks(scores: jax.Array, lam: jax.Array) -> jax.Array:
-  return descending_ranks(scores)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _blackbox_ranks(scores: jax.Array, lam: jax.Array, branch: str | None) -> jax.Array:
+  return _descending_ranks_on(scores, branch)
 
 
-def _blackbox_ranks_fwd(scores, lam):
-  ranks = descending_ranks(scores)
+def _blackbox_ranks_fwd(scores, lam, branch):
+  ranks = _descending_ranks_on(scores, branch)
   return ranks, (scores, ranks, lam)
 
 
-def _blackbox_ranks_bwd(residuals, cotangent):
+def _blackbox_ranks_bwd(branch, residuals, cotangent):
   scores, ranks, lam = residuals
   lam = jnp.asarray(lam, scores.dtype)
-  perturbed = descending_ranks(scores + lam[..., None] * cotangent)
+  perturbed = _descending_ranks_on(scores + lam[..., None] * cotangent, branch)
   return -(ranks - perturbed) / lam[..., None], None
 
 
@@ -350,7 +405,8 @@ def blackbox_ranks(scores: jax.typing.ArrayLike, lam: jax.typing.ArrayLike) -> j
   the perturbed scores less, so `lam` and the loss's scale go together.
 
   Args:
-    scores: `[..., n]` floating scores; finite.
+    scores: `[..., n]` floating scores; `0.0` and `-0.0` are one score, NaN scores rank last (in the
+      order of the list) on every platform.
     lam: the interpolation strength :math:`\lambda > 0`, a scalar or `[...]` (one per list). It
       gets no gradient.
 
@@ -374,4 +430,5 @@ def blackbox_ranks(scores: jax.typing.ArrayLike, lam: jax.typing.ArrayLike) -> j
         f"blackbox_ranks: lam must be a scalar or one value per list {scores.shape[:-1]}, got "
         f"shape {lam.shape}."
     )
-  return _blackbox_ranks(scores, jnp.broadcast_to(lam.astype(scores.dtype), scores.shape[:-1]))
+  lam = jnp.broadcast_to(lam.astype(scores.dtype), scores.shape[:-1])
+  return _blackbox_ranks(scores, lam, _DESCENDING_RANKS_BRANCH.get())
