@@ -36,8 +36,7 @@ import numpy as np
 from flax import nnx
 
 from jaxrank import models
-
-_MAX_LISTED = 5
+from jaxrank._src import weights
 
 # The classifier, dropped from the file, by architecture: key prefixes.
 _CLASSIFIERS = {models.ResNet: ("fc.",), models.VisionTransformer: ("head.",)}
@@ -203,24 +202,10 @@ def load_pytorch_weights(model: nnx.Module, path: str | os.PathLike) -> None:
       _torch_key(p): (p, v) for p, v in nnx.to_flat_state(nnx.state(model, nnx.Not(nnx.RngState)))
       if str(p[0]) not in _JAXRANK_ONLY[kind]
   }
-  missing = sorted(variables.keys() - arrays.keys())
-  unexpected = sorted(arrays.keys() - variables.keys())
-  mismatched = []
-  for key in sorted(variables.keys() & arrays.keys()):
-    p, variable = variables[key]
-    model_shape = _torch_shape(tuple(variable.shape), p)
-    if tuple(arrays[key].shape) != model_shape:
-      mismatched.append(f"{key} (file {tuple(arrays[key].shape)}, model {model_shape})")
-  problems = [
-      f"{what} {_first_few(items)}"
-      for what, items in (("missing keys", missing), ("unexpected keys", unexpected),
-                          ("shape mismatches", mismatched))
-      if items
-  ]
-  if problems:
-    raise ValueError(
-        f"load_pytorch_weights: {os.fspath(path)!r} does not match the {kind.__name__}: "
-        f"{'; '.join(problems)}.")
+  weights.check_same_layout(
+      "load_pytorch_weights", path, kind.__name__,
+      {key: tuple(value.shape) for key, value in arrays.items()},
+      {key: _torch_shape(tuple(variable.shape), p) for key, (p, variable) in variables.items()})
   flat = [
       (p, jnp.asarray(_to_jax_layout(arrays[key], p), dtype=variable.dtype))
       for key, (p, variable) in variables.items()
@@ -236,8 +221,3 @@ def _torch_shape(shape: tuple[int, ...], path: tuple) -> tuple[int, ...]:
     return shape[::-1]
   return shape
 
-
-def _first_few(items: list[str]) -> str:
-  listed = ", ".join(items[:_MAX_LISTED])
-  more = len(items) - _MAX_LISTED
-  return f"{listed} (and {more} more)" if more > 0 else listed

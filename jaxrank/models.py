@@ -43,6 +43,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxrank._src import weights
+
 
 def _normal_init(scale: float, mode: str) -> nnx.Initializer:
   """`variance_scaling(scale, mode, "normal")` for kernels `[..., in, out]`, drawn flat.
@@ -68,8 +70,6 @@ _lecun_init = _normal_init(1.0, "fan_in")
 
 # What `save_weights` stores: every variable except the state of random number generators.
 _WEIGHTS = nnx.Not(nnx.RngState)
-
-_MAX_LISTED = 5
 
 
 def _check_images(name: str, x: jax.Array, in_channels: int) -> None:
@@ -858,30 +858,12 @@ def load_weights(model: nnx.Module, path: str | os.PathLike) -> None:
   with data:
     arrays = {key: data[key] for key in data.files}
   variables = _flat_variables(model)
-  missing = sorted(variables.keys() - arrays.keys())
-  unexpected = sorted(arrays.keys() - variables.keys())
-  mismatched = [
-      f"{key} (file {arrays[key].shape}, model {variables[key][1].shape})"
-      for key in sorted(variables.keys() & arrays.keys())
-      if arrays[key].shape != variables[key][1].shape
-  ]
-  problems = [
-      f"{what} {_first_few(items)}"
-      for what, items in (("missing keys", missing), ("unexpected keys", unexpected),
-                          ("shape mismatches", mismatched))
-      if items
-  ]
-  if problems:
-    raise ValueError(
-        f"load_weights: {os.fspath(path)!r} does not match the model: {'; '.join(problems)}.")
+  weights.check_same_layout(
+      "load_weights", path, "model", {key: value.shape for key, value in arrays.items()},
+      {key: tuple(variable.shape) for key, (_, variable) in variables.items()})
   flat = [
       (path, jnp.asarray(arrays[key], dtype=variable.dtype))
       for key, (path, variable) in variables.items()
   ]
   nnx.update(model, nnx.from_flat_state(flat))
 
-
-def _first_few(items: list[str]) -> str:
-  listed = ", ".join(items[:_MAX_LISTED])
-  more = len(items) - _MAX_LISTED
-  return f"{listed} (and {more} more)" if more > 0 else listed
