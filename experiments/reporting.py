@@ -7,7 +7,8 @@
 * `plot_curves`: a run's loss and retrieval metrics against steps (`curves.png`);
   `plot_sweep`: an ablation's final metrics against the swept value.
 * `format_table`: the plain-text table of final metrics that `experiments.main` and the ablation
-  scripts print, one row per run.
+  scripts print, one row per run; `format_text_table`, a table of text cells
+  (`experiments.compare_released`).
 """
 
 from __future__ import annotations
@@ -170,3 +171,20 @@ def plot_sweep(
   fig.savefig(path, dpi=80)
   plt.close(fig)
   return path
+
+
+def format_text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+  """A plain-text table of text cells, columns left-aligned to their widest cell.
+
+  Args:
+    header: the column names.
+    rows: one sequence of cells per row, as many as `header`.
+
+  Returns:
+    The header, a dashed line and a line per row (trailing spaces stripped).
+  """
+  widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+  lines = [" | ".join(f"{c:{w}}" for c, w in zip(cells, widths)).rstrip()
+           for cells in [list(header)] + [list(r) for r in rows]]
+  lines.insert(1, "-+-".join("-" * w for w in widths))
+  return "\n".join(lines)
