@@ -294,3 +294,143 @@ def test_evaluate_memory_does_not_depend_on_the_number_of_queries(caplog):
 def test_evaluate_errors(args, kwargs, error, match):
   with pytest.raises(error, match=match):
     jaxrank.evaluate_retrieval(*args, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 14: one computation of scores, scale invariance, every workflow.
+
+
+def _collinear(seed, n=60, d=64, duplicates=True):
+  """Nearly collinear rows (one direction plus 1e-4 noise), some rows exact duplicates."""
+  rng = np.random.default_rng(seed)
+  x = (rng.standard_normal(d) + 1e-4 * rng.standard_normal((n, d))).astype(np.float32)
+  if duplicates:
+    x[n // 2 :: 3] = x[0]
+  return x, rng.integers(0, 4, n)
+
+
+@pytest.mark.parametrize("d", [8, 128, 512])
+def test_in_batch_scores_are_symmetric_and_evaluation_equals_the_lists_exactly(d):
+  x, labels = _collinear(d, d=d)
+  scores, relevance, where = jaxrank.batch_retrieval(x, labels)
+  scores = np.asarray(scores)
+  np.testing.assert_array_equal(scores, scores.T)
+  want = _metrics_of_lists(scores, relevance, where, (1, 2, 4))
+  for chunk_size in (1, 16, 60):
+    got = jaxrank.evaluate_retrieval(x, labels, ks=(1, 2, 4), chunk_size=chunk_size)
+    for key in want:  # Only the float32 mean over queries may round differently.
+      assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-7), (chunk_size, key)
+  per_query = jaxrank.evaluate_retrieval(x, labels, ks=(1,), chunk_size=16, reduce_fn=None)
+  np.testing.assert_allclose(
+      per_query["map"], jaxrank.ap_metric(scores, relevance, where=where, reduce_fn=None),
+      rtol=1e-6, atol=1e-7,
+  )
+
+
+def _metrics_of_lists(scores, relevance, where, ks):
+  out = {
+      f"recall@{k}": float(jaxrank.recall_at_k_metric(scores, relevance, where=where, k=k))
+      for k in ks
+  }
+  out["map@r"] = float(jaxrank.map_at_r_metric(scores, relevance, where=where))
+  out["map"] = float(jaxrank.ap_metric(scores, relevance, where=where))
+  out["tie_aware_map"] = float(jaxrank.tie_aware_ap_metric(scores, relevance, where=where))
+  return out
+
+
+@pytest.mark.parametrize("scale", [2.0**-100, 2.0**-60, 2.0**60, 2.0**100])
+def test_cosine_is_scale_invariant(scale):
+  x, labels = _clustered(4, 40)
+  scores, _, _ = jaxrank.batch_retrieval(x, labels)
+  scaled, _, _ = jaxrank.batch_retrieval(x * np.float32(scale), labels)
+  np.testing.assert_array_equal(scaled, scores)  # Powers of two: bit-identical.
+  assert jaxrank.evaluate_retrieval(x * np.float32(scale), labels) == (
+      jaxrank.evaluate_retrieval(x, labels)
+  )
+  big = x * np.float32(1e30)  # Not a power of two: equal to rounding.
+  np.testing.assert_allclose(jaxrank.batch_retrieval(big, labels)[0], scores, atol=3e-7)
+  grad = jax.grad(lambda e: jnp.sum(jaxrank.similarity.cosine(e, e)))(jnp.asarray(x * scale))
+  want = jax.grad(lambda e: jnp.sum(jaxrank.similarity.cosine(e, e)))(jnp.asarray(x)) / scale
+  np.testing.assert_allclose(grad, want, rtol=1e-5, atol=1e-6 / scale)
+
+
+def test_non_finite_embeddings_give_nan_lists_not_numbers():
+  x, labels = _clustered(5, 12)
+  x[3, 1] = np.inf
+  scores, relevance, where = jaxrank.batch_retrieval(x, labels)
+  assert np.isnan(np.asarray(scores)[3]).all() and np.isnan(np.asarray(scores)[:, 3]).all()
+  assert np.isnan(float(jaxrank.ap_metric(scores, relevance, where=where)))
+  with pytest.raises(ValueError, match="evaluate_retrieval: query_embeddings contain NaN"):
+    jaxrank.evaluate_retrieval(x, labels)
+  with pytest.raises(ValueError, match="evaluate_retrieval: query_embeddings overflow float32"):
+    jaxrank.evaluate_retrieval(np.full((4, 2), 1e300), np.zeros(4, np.int32))
+  # A rule that gives NaN scores gives NaN values, not a number.
+  nan_rule = lambda q, g: jaxrank.similarity.cosine(q, g) * jnp.nan  # noqa: E731
+  got = jaxrank.evaluate_retrieval(x[4:], labels[4:], similarity_fn=nan_rule)
+  assert all(np.isnan(v) for v in got.values())
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_evaluate_takes_half_precision_as_batch_retrieval_does(dtype):
+  x, labels = _clustered(6, 50)
+  half = jnp.asarray(x, dtype)
+  want = _metrics_of_lists(*jaxrank.batch_retrieval(half, labels), (1, 2, 4, 8))
+  got = jaxrank.evaluate_retrieval(half, labels, chunk_size=16)
+  for key in want:
+    assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-7), key
+
+
+def test_evaluate_multi_hot_labels_as_batch_retrieval():
+  rng = np.random.default_rng(7)
+  x = rng.standard_normal((40, 6)).astype(np.float32)
+  multi_hot = rng.random((40, 5)) < 0.2
+  want = _metrics_of_lists(*jaxrank.batch_retrieval(x, multi_hot), (1, 2))
+  got = jaxrank.evaluate_retrieval(x, multi_hot, ks=(1, 2), chunk_size=16)
+  for key in want:
+    assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-7), key
+  gallery = jaxrank.evaluate_retrieval(x[:10], multi_hot[:10], x[10:], multi_hot[10:], ks=(1,))
+  scores = jaxrank.similarity.cosine(x[:10], x[10:])
+  relevance = (multi_hot[:10].astype(int) @ multi_hot[10:].T.astype(int)) > 0
+  want = _metrics_of_lists(scores, relevance, np.ones_like(relevance), (1,))
+  for key in want:
+    assert gallery[key] == pytest.approx(want[key], rel=1e-6, abs=1e-7), key
+
+
+def test_per_query_values_and_their_mask():
+  x, labels = _clustered(8, 30)
+  labels[:2] = [1000, 1001]  # Two queries without a relevant item.
+  per_query = jaxrank.evaluate_retrieval(x, labels, ks=(1,), reduce_fn=None)
+  mean = jaxrank.evaluate_retrieval(x, labels, ks=(1,))
+  assert per_query["num_relevant"].shape == (30,) and list(per_query["num_relevant"][:2]) == [0, 0]
+  counted = per_query["num_relevant"] > 0
+  for key, value in mean.items():
+    assert per_query[key].shape == (30,) and per_query[key][0] == 0.0
+    assert value == pytest.approx(per_query[key][counted].mean(), abs=1e-12)
+  total = jaxrank.evaluate_retrieval(x, labels, ks=(1,), reduce_fn=np.sum)
+  assert total["map"] == pytest.approx(per_query["map"].sum(), abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ((np.ones((0, 2), np.float32), np.zeros(0, np.int32)), "query_embeddings are empty"),
+        (
+            (np.ones((3, 2), np.float32), np.zeros(3, np.int32), np.ones((0, 2), np.float32),
+             np.zeros(0, np.int32)),
+            "gallery_embeddings are empty",
+        ),
+        (
+            (np.ones((3, 2), np.float32), np.zeros(3, np.int32), np.ones((2, 2), np.float32),
+             np.zeros(3, np.int32)),
+            r"evaluate_retrieval: gallery_labels",
+        ),
+        (
+            (np.ones((3, 2), np.float32), np.zeros((3, 2), np.int32), np.ones((2, 2), np.float32),
+             np.zeros(2, np.int32)),
+            "does not match",
+        ),
+    ],
+)
+def test_evaluate_rejects_empty_and_mismatched_sets(args, match):
+  with pytest.raises(ValueError, match=match):
+    jaxrank.evaluate_retrieval(*args)

@@ -141,3 +141,19 @@ def test_evaluate_retrieval_with_a_gallery_and_a_rule():
   want = _metrics_of_lists(scores, relevance, np.ones_like(relevance), (1,))
   for key in want:
     assert got[key] == pytest.approx(want[key], abs=1e-6), key
+
+
+@pytest.mark.parametrize("name", RULES + ["hamming"])
+def test_a_score_does_not_depend_on_the_other_rows_nor_on_jit(name):
+  """The property `evaluate_retrieval` rests on (see `jaxrank.similarity`): bit-identical scores
+  for a query whatever the other query rows (two or more), eager or compiled, and a symmetric
+  matrix for a set against itself."""
+  rng = np.random.default_rng(8)
+  x = (rng.standard_normal(24) + 1e-4 * rng.standard_normal((70, 24))).astype(np.float32)
+  fn = getattr(similarity, name)
+  full = np.asarray(fn(x, x))
+  np.testing.assert_array_equal(full, full.T)
+  jitted = jax.jit(fn)
+  for begin, end in [(0, 2), (5, 21), (30, 70)]:
+    np.testing.assert_array_equal(jitted(x[begin:end], x), full[begin:end])
+    np.testing.assert_array_equal(fn(x[begin:end], x), full[begin:end])

@@ -220,6 +220,9 @@ def _evaluate_chunk(
       above, tied, relevant_above, relevant_tied, tie_position, list_size=n, dtype=dtype
   )
   num_rel = jnp.sum(relevant_ok, axis=-1)
+  # A valid NaN score makes the query's values NaN, as in the list metrics (NaN compares False,
+  # so the counts alone would hide it). The query itself (-inf) is not a valid item.
+  poisoned = jnp.any(jnp.isnan(scores_t), axis=0)
   out = {
       "map@r": metrics.map_at_r_from_statistics(stats, relevant_ok, num_rel, dtype),
       "map": metrics.ap_from_statistics(stats, relevant_ok, num_rel, dtype),
@@ -227,6 +230,7 @@ def _evaluate_chunk(
   }
   for k in ks:
     out[f"recall@{k}"] = metrics.recall_at_k_from_statistics(stats, relevant_ok, k, dtype)
+  out = {key: jnp.where(poisoned, jnp.asarray(jnp.nan, dtype), v) for key, v in out.items()}
   return out, num_rel
 
 
@@ -234,19 +238,45 @@ _evaluate_chunk_jit = jax.jit(_evaluate_chunk, static_argnames=("ks", "similarit
 
 
 def _as_embeddings(fn, name, x):
+  """Embeddings as a numpy array of the compute dtype (float32, or float64 under x64), finite."""
   checks.check_array(fn, name, x, kind="floating", ndim=2, layout="[N, D]")
   x = np.asarray(x)
-  if not np.all(np.isfinite(x)):
-    raise ValueError(f"{fn}: {name} contain NaN or infinite values.")
+  if x.shape[0] == 0:
+    raise ValueError(f"{fn}: {name} are empty (shape {x.shape}); give at least one row.")
   wide = x.dtype == np.float64 and jax.config.read("jax_enable_x64")
-  return x.astype(np.float64 if wide else np.float32)
+  with np.errstate(over="ignore"):  # Overflow is reported below.
+    converted = x.astype(np.float64 if wide else np.float32)  # bfloat16, float16: exactly.
+  if not np.all(np.isfinite(converted)):
+    if np.all(np.isfinite(x)):
+      raise ValueError(
+          f"{fn}: {name} overflow float32 (largest magnitude {np.max(np.abs(x)):.3g}); rescale "
+          "them, or enable jax_enable_x64 to evaluate in float64."
+      )
+    raise ValueError(f"{fn}: {name} contain NaN or infinite values.")
+  return converted
 
 
 def _as_labels(fn, name, y, n):
+  """Class labels `[n]` (integers) or multi-hot labels `[n, C]` (integers or booleans)."""
   y = np.asarray(y)
+  if y.ndim == 2:
+    if not (np.issubdtype(y.dtype, np.integer) or y.dtype == np.bool_):
+      raise TypeError(f"{fn}: multi-hot {name} must be integers or booleans, got {y.dtype}.")
+    checks.check_shape(
+        fn, name, y, (n, None), layout=f"[{n}, C]", hint="One row of labels per embedding."
+    )
+    return y.astype(np.int32)
   checks.check_int_labels(fn, name, y, layout=f"[{n}]")
   checks.check_shape(fn, name, y, (n,), layout=f"[{n}]", hint="One class label per embedding.")
   return y
+
+
+def _multi_hot_relevant(q_labels, g_labels, rows, leave_one_out):
+  """Relevant gallery items `[c, N]` of the queries `rows`: at least one shared label."""
+  relevant = (q_labels[rows] @ g_labels.T) > 0
+  if leave_one_out:
+    relevant[np.arange(len(rows)), rows] = False
+  return relevant
 
 
 def evaluate_retrieval(
@@ -258,47 +288,71 @@ def evaluate_retrieval(
     ks: Sequence[int] = (1, 2, 4, 8),
     chunk_size: int = 256,
     similarity_fn: types.SimilarityFn = similarity.cosine,
-) -> dict[str, float]:
+    reduce_fn: types.ReduceFn | None = np.mean,
+) -> dict[str, float] | dict[str, np.ndarray]:
   """Retrieval metrics of a whole test set, computed in query chunks of bounded memory.
 
   Without a gallery every query ranks the rest of the query set, itself left out (the SOP, CUB and
-  Cars196 protocol); with a gallery every query ranks the gallery (the In-Shop protocol). Items are
-  relevant to a query iff they share its class label. Scores are `similarity_fn(queries, gallery)`,
-  cosine similarities by default, computed as `batch_retrieval` computes them.
+  Cars196 protocol); with a gallery every query ranks the gallery (the In-Shop protocol).
+  Relevance follows `batch_retrieval`: with integer class labels `[Q]` an item is relevant iff it
+  shares the query's class; with multi-hot labels `[Q, C]` (integers or booleans) iff it shares at
+  least one label with the query (none of these metrics uses grades). Scores are
+  `similarity_fn(queries, gallery)`, cosine similarities by default, computed by the same
+  operations as in `batch_retrieval` (see `jaxrank.similarity`): on the same set the two give
+  bit-identical scores, so the metrics equal the list metrics on `batch_retrieval`'s lists, ties
+  and near-ties included.
 
-  Returned metrics, each the mean over the queries that have at least one relevant item (others
-  are left out, as in the list-level metrics):
+  Returned metrics, per query, then reduced over the queries that have at least one relevant item:
 
-  * `recall@k` for each `k` in `ks`: `recall_at_k_metric`;
+  * `recall@k` for each `k` in `ks`: `recall_at_k_metric`, metric learning's Recall@k (1 if a
+    relevant item is in the top k: a hit rate; not rax's `recall_metric(topn=k)`, the fraction of
+    the relevant items in the top k);
   * `map@r`: `map_at_r_metric`;
-  * `map`: `ap_metric` over the full ranking;
+  * `map`: `ap_metric` over the full ranking (rax's `ap_metric` without `topn`);
   * `tie_aware_map`: `tie_aware_ap_metric` over the full ranking.
 
   Ties are treated as by those functions (pessimistic rank, or the expectation over orderings).
+  Queries without a relevant item are left out of the reduction (rax averages them in as 0), as
+  in the list-level metrics. A NaN score (from a `similarity_fn` that overflows, say) makes its
+  query's values NaN, and so the mean: never a confident wrong number. Non-finite embeddings, or
+  float64 embeddings that overflow float32, are a `ValueError`.
 
   Lists are never sorted: for each relevant item of a query, the gallery items scored above it and
-  tied with it are counted, which is all the metrics need. Time O(Q N (D + R)) with `R` the size of
-  the largest class, memory O(chunk_size * N + N D): never the `Q x N` matrix. A Python loop over
-  chunks calls one jitted function (compiled once: the last chunk is padded).
+  tied with it are counted, which is all the metrics need. Time O(Q N (D + R)) with `R` the largest
+  number of items relevant to one query, memory O(chunk_size * N + N D): never the `Q x N` matrix.
+  A Python loop over chunks calls one jitted function (compiled once: the last chunk is padded).
 
   Args:
-    query_embeddings: `[Q, D]` floating embeddings, finite.
-    query_labels: `[Q]` integer class labels.
-    gallery_embeddings: optional `[N, D]` gallery; `None` for leave-one-out within the queries.
-    gallery_labels: `[N]` integer labels of the gallery (with `gallery_embeddings`).
-    ks: the cut-offs of Recall@k, positive ints.
+    query_embeddings: `[Q, D]` floating embeddings (bfloat16, float16, float32; float64 is
+      evaluated in float32 unless `jax_enable_x64` is set), finite, `Q >= 1`.
+    query_labels: `[Q]` integer class labels, or `[Q, C]` multi-hot labels.
+    gallery_embeddings: optional `[N, D]` gallery, `N >= 1`; `None` for leave-one-out within the
+      queries.
+    gallery_labels: labels of the gallery, of the same kind as `query_labels` (`[N]` or `[N, C]`).
+    ks: the cut-offs of Recall@k, positive ints (rax names a single cut-off `topn`; Recall@k here
+      is not rax's recall, see above).
     chunk_size: queries per step; memory grows linearly with it.
     similarity_fn: the scoring rule (see `jaxrank.similarity`), a function of
       `(queries [c, D], gallery [N, D])`; cosine by default. It is a static argument of a jitted
       function: pass the same function object each time to reuse the compiled code.
+    reduce_fn: the reduction over queries, called as `reduce_fn(values, where=counted)` on numpy
+      float64 arrays `[Q]` with `counted` the queries that have a relevant item (default
+      `np.mean`: the mean over them, 0 when there are none); `None` returns the per-query values
+      instead (for significance tests and failure analysis).
 
   Returns:
     A dict of Python floats with keys `recall@k` (for each k), `map@r`, `map`, `tie_aware_map`.
+    With `reduce_fn=None`, a dict of float64 numpy arrays `[Q]` with the same keys, each query's
+    value as the list metric with `reduce_fn=None` gives it (0 for a query without a relevant
+    item), and `num_relevant`, int `[Q]`: the queries with `num_relevant > 0` are those the
+    reduction counts.
 
   >>> import numpy as np
   >>> e = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
   >>> evaluate_retrieval(e, np.array([0, 0, 1, 1]), ks=(1,))
   {'recall@1': 1.0, 'map@r': 1.0, 'map': 1.0, 'tie_aware_map': 1.0}
+  >>> evaluate_retrieval(e, np.array([0, 0, 1, 2]), ks=(1,), reduce_fn=None)["num_relevant"]
+  array([1, 1, 0, 0], dtype=int32)
   """
   fn = "evaluate_retrieval"
   ks = tuple(ks)
@@ -307,6 +361,8 @@ def evaluate_retrieval(
   for k in ks:
     checks.check_positive_int(fn, "each k in ks", k)
   checks.check_positive_int(fn, "chunk_size", chunk_size)
+  if reduce_fn is not None:
+    checks.check_callable(fn, "reduce_fn", reduce_fn, hint="e.g. np.mean, or None per query.")
   queries = _as_embeddings(fn, "query_embeddings", query_embeddings)
   q_labels = _as_labels(fn, "query_labels", query_labels, queries.shape[0])
   if gallery_embeddings is None:
@@ -323,27 +379,49 @@ def evaluate_retrieval(
     if gallery_labels is None:
       raise ValueError(f"{fn}: gallery_embeddings need gallery_labels.")
     g_labels = _as_labels(fn, "gallery_labels", gallery_labels, gallery.shape[0])
+    if g_labels.ndim != q_labels.ndim or g_labels.shape[1:] != q_labels.shape[1:]:
+      raise ValueError(
+          f"{fn}: gallery_labels have shape {g_labels.shape}, which does not match query_labels "
+          f"of shape {q_labels.shape} (same kind of labels, one row per gallery item)."
+      )
     leave_one_out = False
   num_queries, n = queries.shape[0], gallery.shape[0]
+  # At least two query rows per step: a single row takes XLA's matrix-vector kernel, which rounds
+  # differently from the matrix product of `batch_retrieval` (see `jaxrank.similarity`).
+  chunk = max(min(chunk_size, num_queries), 2)
 
-  # The relevant items of a class are one block of the gallery sorted by label.
-  order = np.argsort(g_labels, kind="stable").astype(np.int32)
-  classes, starts, counts = np.unique(g_labels[order], return_index=True, return_counts=True)
-  max_relevant = int(counts.max())
+  multi_hot = q_labels.ndim == 2
+  if multi_hot:
+    max_relevant = 1
+    for begin in range(0, num_queries, chunk):
+      rows = np.arange(begin, min(begin + chunk, num_queries))
+      counts = _multi_hot_relevant(q_labels, g_labels, rows, leave_one_out).sum(axis=1)
+      max_relevant = max(max_relevant, int(counts.max()))
+  else:
+    # The relevant items of a class are one block of the gallery sorted by label.
+    order = np.argsort(g_labels, kind="stable").astype(np.int32)
+    classes, starts, counts = np.unique(g_labels[order], return_index=True, return_counts=True)
+    max_relevant = int(counts.max())
   slots = np.arange(max_relevant)
 
-  chunk = min(chunk_size, num_queries)
   gallery_device = jnp.asarray(gallery)
   results = []  # Device arrays: gathered once at the end so that chunks dispatch asynchronously.
   for begin in range(0, num_queries, chunk):
     rows = np.arange(begin, min(begin + chunk, num_queries))
-    labels = q_labels[rows]
-    pos = np.clip(np.searchsorted(classes, labels), 0, len(classes) - 1)
-    count = np.where(classes[pos] == labels, counts[pos], 0)
-    relevant_index = order[np.clip(starts[pos][:, None] + slots, 0, n - 1)]
-    relevant_ok = slots[None, :] < count[:, None]
     self_index = rows if leave_one_out else np.full(rows.shape, -1)
-    relevant_ok &= relevant_index != self_index[:, None]
+    if multi_hot:
+      relevant = _multi_hot_relevant(q_labels, g_labels, rows, leave_one_out)
+      # Relevant items first, in gallery order (a stable sort of "not relevant").
+      relevant_index = np.argsort(~relevant, axis=1, kind="stable")[:, :max_relevant]
+      relevant_index = relevant_index.astype(np.int32)
+      relevant_ok = slots[None, :] < relevant.sum(axis=1)[:, None]
+    else:
+      labels = q_labels[rows]
+      pos = np.clip(np.searchsorted(classes, labels), 0, len(classes) - 1)
+      count = np.where(classes[pos] == labels, counts[pos], 0)
+      relevant_index = order[np.clip(starts[pos][:, None] + slots, 0, n - 1)]
+      relevant_ok = slots[None, :] < count[:, None]
+      relevant_ok &= relevant_index != self_index[:, None]
     pad = chunk - len(rows)
     block = queries[rows]
     if pad:
@@ -363,13 +441,17 @@ def evaluate_retrieval(
         )
     )
   fetched = jax.device_get(results)
-  counted = np.concatenate([num_rel for _, num_rel in fetched])[:num_queries] > 0
-  denominator = max(int(counted.sum()), 1)
+  num_relevant = np.concatenate([num_rel for _, num_rel in fetched])[:num_queries]
+  counted = num_relevant > 0
   keys = [f"recall@{k}" for k in ks] + ["map@r", "map", "tie_aware_map"]
-  per_query = {
-      key: np.concatenate([values[key] for values, _ in fetched])[:num_queries] for key in keys
-  }
-  return {
-      key: float(value[counted].astype(np.float64).sum()) / denominator
-      for key, value in per_query.items()
-  }
+  per_query = {}
+  for key in keys:
+    values = np.concatenate([values[key] for values, _ in fetched])[:num_queries]
+    # As the list metrics: a query without a relevant item gives 0, even with a NaN score.
+    per_query[key] = np.where(counted, values.astype(np.float64), 0.0)
+  if reduce_fn is None:
+    return per_query | {"num_relevant": num_relevant.astype(np.int32)}
+  if reduce_fn is np.mean or reduce_fn is jnp.mean:
+    denominator = max(int(counted.sum()), 1)
+    return {key: float(value.sum()) / denominator for key, value in per_query.items()}
+  return {key: float(reduce_fn(value, where=counted)) for key, value in per_query.items()}

@@ -6,35 +6,127 @@ matrix product: O(Q N D) time, O(Q N) memory. `batch_retrieval`, `sharded_batch_
 `evaluate_retrieval` take one as `similarity_fn` (cosine by default), so that training and
 evaluation score alike.
 
-Dot products of the raw rows are computed first and scaled afterwards, so rows whose dot products
-are equal (binary codes, say) get bit-identical scores, and ties stay ties.
+**One computation of each score.** The built-in rules cast their inputs to the compute dtype
+first, take dot products of the rows with one matrix product (`jax.lax.dot_general` on the last
+axes, never an explicit transpose), and scale afterwards by per-row factors, each computed from its
+own row alone by elementwise operations in a fixed order (never a reduction whose order could
+depend on how many rows there are). So:
+
+* rows whose dot products are equal (binary codes, say) get bit-identical scores: ties stay ties;
+* the score matrix of a set against itself is symmetric, bit for bit;
+* a score does not depend on the other queries scored with it: `evaluate_retrieval`, scoring a
+  chunk of queries against a gallery, gets bit-identical scores to `batch_retrieval` on the same
+  gallery, so the two give the same metrics even for nearly collinear or duplicated embeddings.
+
+The last two rest on the matrix product computing every entry by the same sequence of operations
+for a given item count and contraction size, whatever the number of query rows above one; XLA
+does not promise it, but its CPU backend does it (tested in `tests/test_similarity.py`); a single
+query row takes a matrix-vector kernel that rounds differently, so `evaluate_retrieval` never
+scores fewer than two rows at a time.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrank._src import lists
 
 
-def _dots(queries: jax.Array, items: jax.Array) -> tuple[jax.Array, jnp.dtype]:
-  dtype = lists.compute_dtype(jnp.result_type(queries, items))
-  return jnp.matmul(queries, items.T, preferred_element_type=dtype), dtype
+def _dots(queries: jax.Array, items: jax.Array, dtype) -> jax.Array:
+  """`queries @ items.T` `[Q, N]` in `dtype`, from inputs cast to `dtype` first."""
+  return jax.lax.dot_general(
+      queries.astype(dtype), items.astype(dtype), (((1,), (1,)), ((), ())),
+      preferred_element_type=dtype,
+  )
 
 
-def inverse_norms(x: jax.Array, dtype) -> jax.Array:
-  """`1 / max(||x||, 1e-12)` per row `[N]` of `x [N, D]`, with a finite gradient at `x = 0`."""
-  squares = jnp.sum(jnp.square(x.astype(dtype)), axis=-1)
-  return jax.lax.rsqrt(jnp.maximum(squares, jnp.asarray(1e-24, dtype)))
+def row_sums(x: jax.Array) -> jax.Array:
+  """Sums `[N]` of the rows of `x [N, D]` by a pairwise tree of elementwise additions.
+
+  Unlike `jnp.sum`, whose reduction order XLA may choose by the shape (so that a row's sum can
+  change with the number of rows), the order here depends on `D` alone.
+  """
+  width = x.shape[-1]
+  if width == 0:
+    return jnp.zeros(x.shape[:-1], x.dtype)
+  while width > 1:
+    half = width // 2
+    head = x[..., :half] + x[..., half : 2 * half]
+    x = jnp.concatenate([head, x[..., 2 * half :]], axis=-1) if width % 2 else head
+    width = x.shape[-1]
+  return x[..., 0]
+
+
+def squares_of(x: jax.Array) -> jax.Array:
+  """The squares of `x [N, D]` as `[N, 3 D]` terms that sum to them, each product exact.
+
+  Each entry is split into a high part of 12 significant bits (the low mantissa bits cleared)
+  and the rest, `x = h + l`, so `x^2 = h^2 + 2 h l + l^2` with every product exact in float32.
+  The row sums of these terms then round only in their additions, in the order of `row_sums`:
+  XLA may fuse a product into the addition that follows it (a fused multiply-add, in compiled
+  code but not op by op), and with exact products that changes nothing.
+  """
+  info = jnp.finfo(x.dtype)
+  bits = jnp.dtype(f"int{info.bits}")
+  mask = ~((1 << ((info.nmant + 1) // 2)) - 1)
+  high = jax.lax.bitcast_convert_type(
+      jax.lax.bitcast_convert_type(x, bits) & jnp.asarray(mask, bits), x.dtype
+  )
+  low = x - high
+  return jnp.concatenate([high * high, (2 * high) * low, low * low], axis=-1)
+
+
+def _power_of_two(exponent: jax.Array, dtype) -> jax.Array:
+  """`2 ** exponent`, exactly, for integer exponents in the normal range of `dtype`."""
+  info = jnp.finfo(dtype)
+  bits = jnp.dtype(f"int{info.bits}")
+  biased = (exponent.astype(bits) + (info.maxexp - 1)) << info.nmant
+  return jax.lax.bitcast_convert_type(biased, dtype)
+
+
+def unit_scaled(x: jax.Array, dtype) -> tuple[jax.Array, jax.Array]:
+  """Rows of `x [N, D]` scaled by powers of two to a largest magnitude in `[1/2, 1)`, and the
+  Euclidean norms `[N]` of the scaled rows.
+
+  Scaling by a power of two is exact, so it changes no rounding of the dot products that follow;
+  it keeps squares and dot products far from float32's overflow (rows of 1e30) and underflow (rows
+  of 1e-30), which makes cosine scale-invariant. The scale is a constant for the gradient, which
+  is exact because cosine is invariant to it. A zero row keeps scale 1 and gets inverse norm 2
+  (its scores are 0, its gradient finite); a row with an infinite or NaN entry gets a NaN inverse
+  norm, so that every score it takes part in is NaN.
+  """
+  x = x.astype(dtype)
+  info = jnp.finfo(dtype)
+  largest = jax.lax.stop_gradient(jnp.max(jnp.abs(x), axis=-1))
+  exponent = jnp.frexp(jnp.where(jnp.isfinite(largest), largest, 0))[1]
+  exponent = jnp.clip(exponent, info.minexp - info.nmant, info.maxexp)
+  first = exponent // 2
+  # Two factors, each a normal number, whatever the exponent (1e-45 to 3e38 in float32).
+  scaled = x * _power_of_two(-first, dtype)[:, None]
+  scaled = scaled * _power_of_two(first - exponent, dtype)[:, None]
+  squares = row_sums(squares_of(scaled))
+  # A nonzero scaled row has an entry of magnitude >= 1/2, so the floor changes only zero rows.
+  # `sqrt` is correctly rounded wherever XLA computes it (an `rsqrt` is not: its vectorised
+  # approximation rounds differently from the scalar one).
+  norms = jnp.sqrt(jnp.maximum(squares, jnp.asarray(0.25, dtype)))
+  norms = jnp.where(jnp.isfinite(largest), norms, jnp.asarray(np.nan, dtype))
+  return scaled, jax.lax.optimization_barrier(norms)
 
 
 def cosine(queries: jax.Array, items: jax.Array) -> jax.Array:
   r"""Cosine similarity :math:`s_{ij} = q_i^\top x_j / (\|q_i\| \|x_j\|)` in `[-1, 1]`.
 
   The default of every retrieval function, and the similarity of FastAP (through the squared
-  distance `2 - 2 s` of unit vectors), mAP_Q, SmoothAP, SupAP and RaMBO. A zero row has similarity
-  0 with everything.
+  distance `2 - 2 s` of unit vectors), mAP_Q, SmoothAP, SupAP and RaMBO.
+
+  Scale-invariant in float32 as in exact arithmetic: each row is first scaled by a power of two
+  (exact) to a largest magnitude in `[1/2, 1)`, so rows of any finite size (1e-30 or 1e30) give
+  the scores of the same rows normalised. A zero row has similarity 0 with everything and a finite
+  gradient. A row with an infinite or NaN entry gives NaN scores in its row and column, which the
+  list metrics and losses turn into NaN lists (never a confident wrong number); the gradient is
+  exact elsewhere (the power of two is a constant, and cosine is invariant to it).
 
   Args:
     queries: `[Q, D]` floating embeddings (need not be normalised).
@@ -47,8 +139,13 @@ def cosine(queries: jax.Array, items: jax.Array) -> jax.Array:
   >>> cosine(jnp.array([[3.0, 4.0]]), jnp.array([[1.0, 0.0], [0.0, -2.0]])).tolist()
   [[0.6000000238418579, -0.800000011920929]]
   """
-  dots, dtype = _dots(queries, items)
-  return dots * inverse_norms(queries, dtype)[:, None] * inverse_norms(items, dtype)[None, :]
+  dtype = lists.compute_dtype(jnp.result_type(queries, items))
+  queries, norms_q = unit_scaled(queries, dtype)
+  items, norms_x = unit_scaled(items, dtype)
+  # One product of the two norms (commutative, so s_ij and s_ji are divided alike).
+  scores = _dots(queries, items, dtype) / (norms_q[:, None] * norms_x[None, :])
+  # Rounding can leave [-1, 1] by an ulp (a row with itself: 1.0000001); clipping is monotone.
+  return jnp.clip(scores, -1, 1)
 
 
 def dot_product(queries: jax.Array, items: jax.Array) -> jax.Array:
@@ -66,14 +163,16 @@ def dot_product(queries: jax.Array, items: jax.Array) -> jax.Array:
   >>> dot_product(jnp.array([[3.0, 4.0]]), jnp.array([[1.0, 0.0], [0.0, -2.0]])).tolist()
   [[3.0, -8.0]]
   """
-  return _dots(queries, items)[0]
+  dtype = lists.compute_dtype(jnp.result_type(queries, items))
+  return _dots(queries, items, dtype)
 
 
 def negative_squared_euclidean(queries: jax.Array, items: jax.Array) -> jax.Array:
   r"""Negative squared Euclidean distance :math:`s_{ij} = -\|q_i - x_j\|^2 \le 0`.
 
-  Computed as `2 q.x - |q|^2 - |x|^2` from the one matrix product, clipped at 0 from above (the
-  expansion can round a tiny distance below 0). Unbounded below, like `dot_product`.
+  Computed as `2 q.x - (|q|^2 + |x|^2)` from the one matrix product, clipped at 0 from above (the
+  expansion can round a tiny distance below 0). Unbounded below, like `dot_product`; not
+  scale-invariant (entries beyond about 1e19 overflow float32 to infinite scores).
 
   Args:
     queries: `[Q, D]` floating embeddings.
@@ -87,10 +186,12 @@ def negative_squared_euclidean(queries: jax.Array, items: jax.Array) -> jax.Arra
   >>> negative_squared_euclidean(q, x).tolist()
   [[0.0, -25.0]]
   """
-  dots, dtype = _dots(queries, items)
-  q2 = jnp.sum(jnp.square(queries.astype(dtype)), axis=-1)
-  x2 = jnp.sum(jnp.square(items.astype(dtype)), axis=-1)
-  return jnp.minimum(2 * dots - q2[:, None] - x2[None, :], jnp.zeros((), dtype))
+  dtype = lists.compute_dtype(jnp.result_type(queries, items))
+  dots = _dots(queries, items, dtype)
+  q2 = row_sums(squares_of(queries.astype(dtype)))
+  x2 = row_sums(squares_of(items.astype(dtype)))
+  # The two squared norms are added first (commutative), so the matrix of a set is symmetric.
+  return jnp.minimum(2 * dots - (q2[:, None] + x2[None, :]), jnp.zeros((), dtype))
 
 
 def hamming(queries: jax.Array, items: jax.Array) -> jax.Array:
@@ -119,6 +220,6 @@ def hamming(queries: jax.Array, items: jax.Array) -> jax.Array:
   if not jnp.issubdtype(dtype, jnp.floating):
     dtype = jnp.result_type(float)
   b = queries.shape[-1]
-  dots = jnp.matmul(queries.astype(dtype), items.astype(dtype).T, preferred_element_type=dtype)
+  dots = _dots(queries, items, dtype)
   distances = (b - dots) / 2
   return 1 - 2 * distances / b
