@@ -82,8 +82,12 @@ def fastap(scores, labels, where=None, *, num_bins: int = 10) -> float:
   return total / num_relevant
 
 
-def ap_q(scores, labels, where=None, *, num_bins: int = 20) -> float:
-  """AP_Q of one list, Revaud et al. eq. 9-11, with M = num_bins centres on [-1, 1]."""
+def ap_q(scores, labels, where=None, *, num_bins: int = 20, low=-1.0, high=1.0) -> float:
+  """AP_Q of one list, Revaud et al. eq. 9-11, with M = num_bins centres on [low, high].
+
+  The paper's bins span [-1, 1]; other ranges place the M centres uniformly from `high` (bin 1,
+  the best) down to `low`, as the released code's `APLoss(nq, min, max)` does.
+  """
   items = _items(scores, labels, where)
   num_relevant = sum(1 for _, r in items if r)
   if num_relevant == 0:
@@ -91,9 +95,9 @@ def ap_q(scores, labels, where=None, *, num_bins: int = 20) -> float:
   if any(math.isnan(s) for s, _ in items):
     return math.nan
   m_bins = num_bins
-  delta = 2.0 / (m_bins - 1)
-  centres = [1.0 - (m - 1) * delta for m in range(1, m_bins + 1)]  # b_m, best first.
-  x = [min(max(s, -1.0), 1.0) for s, _ in items]
+  delta = (high - low) / (m_bins - 1)
+  centres = [high - (m - 1) * delta for m in range(1, m_bins + 1)]  # b_m, best first.
+  x = [min(max(s, low), high) for s, _ in items]
   y = [1.0 if r else 0.0 for _, r in items]
 
   def quantized(m):  # delta(S, m) as a vector over the items.

@@ -252,3 +252,93 @@ def test_sharded_loss_checks_its_inputs():
   scores, relevance, where = jaxrank.batch_retrieval(embeddings, labels)
   want = jaxrank.smoothap_loss(scores, relevance, where=where)
   np.testing.assert_allclose(loss(embeddings, labels), want, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Known values of every kind get the checks of Python numbers (issue 14); traced ones none.
+
+_S, _Y = jnp.array([[0.3, 0.2, -0.1]]), jnp.array([[1, 0, 1]])
+HYPERPARAMETERS = [
+    ("smoothap_loss", "temperature", -0.2, lambda v: jaxrank.smoothap_loss(_S, _Y, temperature=v)),
+    ("sigmoid_step", "temperature", 0.0, lambda v: jaxrank.sigmoid_step(_S, temperature=v)),
+    ("supap_loss", "tau", 0.0, lambda v: jaxrank.supap_loss(_S, _Y, tau=v)),
+    ("supap_loss", "rho", -0.2, lambda v: jaxrank.supap_loss(_S, _Y, rho=v)),
+    ("supap_negative_step", "delta", -0.2, lambda v: jaxrank.supap_negative_step(_S, delta=v)),
+    ("roadmap_loss", "lam", -0.2, lambda v: jaxrank.roadmap_loss(_S, _Y, lam=v)),
+    ("roadmap_loss", "lam", 1.5, lambda v: jaxrank.roadmap_loss(_S, _Y, lam=v)),
+    ("calibration_loss", "alpha", 0.5, lambda v: jaxrank.calibration_loss(_S, _Y, alpha=v)),
+    ("blackbox_ap_loss", "lam", 0.0, lambda v: jaxrank.blackbox_ap_loss(_S, _Y, lam=v)),
+    ("blackbox_recall_loss", "margin", -0.2,
+     lambda v: jaxrank.blackbox_recall_loss(_S, _Y, margin=v)),
+    ("blackbox_ranks", "lam", -0.2, lambda v: jaxrank.blackbox_ranks(_S, v)),
+    ("tanh_scale", "growth", 0.5, lambda v: jaxrank.hashing.tanh_scale(3, growth=v, every=2)),
+    ("soft_binning_ap_loss", "weights", -0.2,
+     lambda v: jaxrank.soft_binning_ap_loss(_S, _Y, weights=v)),
+]
+FORMS = {
+    "python": float,
+    "jax": jnp.array,
+    "numpy_scalar": np.float32,
+    "numpy_0d": np.array,
+}
+
+
+@pytest.mark.parametrize("fn, name, bad, call", HYPERPARAMETERS, ids=lambda x: str(x)[:24])
+def test_known_arrays_get_the_checks_of_numbers(fn, name, bad, call):
+  messages = set()
+  for form in FORMS.values():
+    with pytest.raises(ValueError, match=f"^{fn}: {name}") as e:
+      call(form(bad))
+    # The same sentence whatever the form (the value printed as float32 or float64 aside).
+    messages.add(re.sub(r"-?\d+\.\d+(e-?\d+)?", "#", str(e.value)))
+  assert len(messages) == 1, messages
+  jax.jit(call)(bad)  # Traced: not checked, no error.
+
+
+def test_list_weights_must_be_non_negative():
+  for bad in ([1.0, -0.5], [np.nan, 1.0]):
+    for form in (np.array, jnp.array, list):
+      with pytest.raises(ValueError, match=r"^f: weights must be non-negative, got (-0.5|nan);"):
+        checks.check_list_weights("f", form(bad), (2, 3), jnp.float32)
+  checks.check_list_weights("f", jnp.array([0.0, 2.0]), (2, 3), jnp.float32)
+  checks.check_list_weights("f", jnp.array([True, False]), (2, 3), jnp.float32)
+  jax.jit(lambda w: checks.check_list_weights("f", w, (2, 3), jnp.float32))(-jnp.ones(2))
+
+
+def test_known_any():
+  assert checks.known_any(np.array([False, True])) and not checks.known_any(jnp.zeros(3, bool))
+  seen = []
+  jax.jit(lambda m: seen.append(checks.known_any(m)) or m)(jnp.ones(2, bool))
+  assert seen == [False]  # Traced: unknown, reported as no violation.
+  # Under grad outside jit, a mask computed from the differentiated value is known.
+  jax.grad(lambda x: seen.append(checks.known_any(x > 0)) or jnp.sum(x))(jnp.ones(2))
+  assert seen == [False, True]
+
+
+def test_graded_labels():
+  where = jnp.array([True, True, False])
+  checks.check_graded_labels("f", jnp.array([0, 3, -1]), where)  # The masked -1 is not read.
+  for labels in (jnp.array([0, -2, 1]), np.array([0.0, -0.5, 1.0])):
+    with pytest.raises(ValueError, match=r"^f: graded labels must be >= 0 .*got -(2|0.5) at a"):
+      checks.check_graded_labels("f", labels, where)
+  jax.jit(lambda y: checks.check_graded_labels("f", y, where) or y)(-jnp.ones(3))
+
+
+def test_in_range_allows_rounding_only():
+  where = jnp.array([True, True, False])
+  for dtype in (jnp.float32, jnp.bfloat16, jnp.float16):
+    eps = float(jnp.finfo(dtype).eps)
+    ok = jnp.array([1 + 4 * eps, -1 - 1e-3, 50.0], dtype)  # The masked 50 is not read.
+    checks.check_in_range("f", "scores", ok, where, -1.0, 1.0)
+    checks.check_in_range("f", "scores", jnp.array([np.nan, 0.0, 0.0], dtype), where, -1.0, 1.0)
+  for bad in ([1.01, 0.0, 0.0], [0.0, -np.inf, 0.0]):
+    with pytest.raises(ValueError, match=r"^f: scores must lie in \[-1, 1\] .*got (1.01|-inf) at"):
+      checks.check_in_range("f", "scores", jnp.array(bad), where, -1.0, 1.0, hint="Map them.")
+  with pytest.raises(ValueError, match=r"\[0, 4\] \(up to rounding\), got 4.01 at a valid item\."):
+    checks.check_in_range("f", "d", jnp.array([4.01]), jnp.array([True]), 0.0, 4.0)
+  jax.jit(lambda s: checks.check_in_range("f", "s", s, where, -1.0, 1.0) or s)(jnp.full(3, 9.0))
+  # Under grad outside jit the mask is known but the values are not: the count is reported.
+  with pytest.raises(ValueError, match=r"got 2 valid values outside it\."):
+    jax.grad(lambda s: checks.check_in_range("f", "s", s, where, -1.0, 1.0) or jnp.sum(s))(
+        jnp.array([2.0, 3.0, 0.0])
+    )

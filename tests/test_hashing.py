@@ -191,16 +191,19 @@ def test_continued_sums_keep_float32_precision():
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_matches_reference(case, x64):
   scores, labels, where = with_empty_lists(2)
-  scores[0, 0, :2] = [1.3, -1.2]  # Clipped to the end bins.
+  scores[0, 0, :2] = [1.3, -1.2]  # An error eagerly; under jit, clipped to the end bins.
+  with pytest.raises(ValueError, match="scores must lie in"):
+    run(case, scores, labels, where=where)
   want = expected(case, scores, labels, where)
-  got = run(case, scores, labels, where=where, reduce_fn=None)
+  jitted = jax.jit(lambda s, r: run(case, s, labels, where=where, reduce_fn=r), static_argnums=1)
+  got = jitted(scores, None)
   assert got.shape == BATCH and got.dtype == jnp.float64
   np.testing.assert_allclose(got, want, **TOL64)
   defined = np.array([[_defined(case, labels[i, j], where[i, j]) for j in range(BATCH[1])]
                       for i in range(BATCH[0])])
   assert not defined.all()
   np.testing.assert_allclose(
-      run(case, scores, labels, where=where), reference.mean_over_lists(want, defined), **TOL64
+      jitted(scores, jnp.mean), reference.mean_over_lists(want, defined), **TOL64
   )
 
 
@@ -469,10 +472,47 @@ def test_hamming_metric_errors_and_nan():
       metric(d > 1, labels, num_bits=3)
     with pytest.raises(ValueError, match="shape"):
       metric(d, labels[:, :2], num_bits=3)
-    # A valid NaN makes its list NaN (not an error).
-    nan = metric(jnp.array([[0.0, np.nan, 2.0], [0.0, 1.0, 2.0]]), labels, num_bits=3,
-                 reduce_fn=None)
-    assert np.isnan(nan[0]) and np.isfinite(nan[1])
+    # A valid NaN makes its list NaN (not an error); the other list equals the float64 reference.
+    d_nan = jnp.array([[0.0, np.nan, 2.0], [0.0, 1.0, 2.0]])
+    nan = metric(d_nan, labels, num_bits=3, reduce_fn=None)
+    reference_fn = ref.hamming_ap_t if "ap" in metric.__name__ else ref.hamming_ndcg_t
+    want = reference_fn(np.asarray(d_nan[1]), np.asarray(labels[1]), num_bits=3)
+    assert np.isnan(nan[0])
+    np.testing.assert_allclose(nan[1], want, **TOL32)
+
+
+def test_graded_labels_below_zero_are_an_error():
+  """Negative grades give NDCG outside [0, 1]: rejected whenever the labels are known."""
+  d = jnp.array([[0.0, 2.0, 1.0], [1.0, 1.0, 3.0]])
+  labels, where = jnp.array([[2, -1, 0], [1, 0, -3]]), jnp.array([True, True, False])
+  calls = {
+      "hamming_tie_aware_ndcg_metric": functools.partial(
+          hamming.hamming_tie_aware_ndcg_metric, d, num_bits=3
+      ),
+      "tie_aware_ndcg_loss": functools.partial(tie_aware.tie_aware_ndcg_loss, 1 - 2 * d / 3),
+      "simplified_tie_aware_ndcg_loss": functools.partial(
+          tie_aware.simplified_tie_aware_ndcg_loss, 1 - 2 * d / 3
+      ),
+  }
+  for name, call in calls.items():
+    pattern = rf"^{name}: graded labels must be >= 0 .*got -1(\.0)? at a"
+    with pytest.raises(ValueError, match=pattern):
+      call(labels)
+    with pytest.raises(ValueError, match="graded labels must be >= 0"):
+      call(labels.astype(jnp.float32), where=where)  # The -1 is valid, the -3 masked.
+    call(labels, where=jnp.array([True, False, False]))  # Both masked: no error.
+    jax.jit(call)(labels)  # Traced: not checked.
+
+
+@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
+def test_scores_out_of_range_are_an_error(fn):
+  scores, labels, where = random_lists(6)
+  labels[..., 0] = 1
+  scores[0, 1, 2], where[0, 1, 2] = 1.5, True
+  with pytest.raises(ValueError, match=r"scores must lie in \[-1, 1\].*got 1.5 at a valid item"):
+    fn(scores, labels, where=where)
+  where[0, 1, 2] = False
+  fn(scores, labels, where=where)
 
 
 # 5. Code helpers.
@@ -614,10 +654,18 @@ DEGENERATE = {
 def test_degenerate_lists(case, lst, x64):
   scores, labels, where = (np.array(a) for a in DEGENERATE[lst])
   scores = scores.astype(np.float64)
-  per = run(case, scores, labels, where=where, reduce_fn=None)
+
+  def call(s, reduce_fn):
+    return run(case, s, labels, where=where, reduce_fn=reduce_fn)
+
+  if lst == "all_beyond_the_ends":  # An error eagerly; under jit, clipped to the end bins.
+    with pytest.raises(ValueError, match="scores must lie in"):
+      call(scores, None)
+    call = jax.jit(call, static_argnames="reduce_fn")
+  per = call(scores, reduce_fn=None)
   assert np.isfinite(per)
   np.testing.assert_allclose(per, case.ref(scores, labels, where), **TOL64)
-  grad = jax.grad(lambda s: run(case, s, labels, where=where))(scores)
+  grad = jax.grad(lambda s: call(s, reduce_fn=jnp.mean))(scores)
   assert np.all(np.isfinite(grad)), grad
   if lst in ("no_relevant", "all_masked"):
     assert float(per) == 0.0

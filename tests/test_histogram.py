@@ -208,10 +208,54 @@ def test_matches_reference(case, dtype):
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_matches_reference_without_mask_and_with_scores_out_of_range(case, x64):
   scores, labels, _ = random_lists(3, mask=False)
-  scores[..., :2] = [1.2, -1.5]  # Clipped to the end bins.
+  scores[..., :2] = [1.2, -1.5]
   labels[..., 0] = 1
-  got = run(case, scores, labels, reduce_fn=None)
+  # Known scores out of range are an error; under jit they are clipped to the end bins.
+  with pytest.raises(ValueError, match=rf"^{case.fn.__name__}: scores must lie in \[-1, 1\]"):
+    run(case, scores, labels, reduce_fn=None)
+  got = jax.jit(lambda s: run(case, s, labels, reduce_fn=None))(scores)
   np.testing.assert_allclose(got, expected(case, scores, labels), **TOL64)
+
+
+@pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
+def test_scores_out_of_range_are_an_error(fn):
+  scores, labels, where = random_lists(4)
+  labels[..., 0] = 1
+  for bad in (1.01, -1.2, 3.5, np.inf):
+    s = scores.copy()
+    s[1, 2, 3] = bad
+    where[1, 2, 3] = True
+    with pytest.raises(ValueError, match=r"map other scores into \[-1, 1\] first"):
+      fn(s, labels, where=where)
+    where[1, 2, 3] = False  # Masked, it is not read.
+    fn(s, labels, where=where)
+  # Rounding is allowed: cosines of unit vectors, the query included (1 up to a few ulps).
+  e = jax.random.normal(jax.random.key(0), (8, 512))
+  s, relevance, where = jaxrank.batch_retrieval(
+      jnp.concatenate([e, -e]), jnp.arange(16) % 4, include_self=True
+  )
+  fn(s, relevance, where=where)
+  s = s.at[0, 0].set(1 + 4 * float(jnp.finfo(jnp.float32).eps))
+  fn(s, relevance, where=where)
+  fn(s.astype(jnp.bfloat16).at[0, 0].set(1.0078125), relevance, where=where)  # bfloat16's 1 + ulp.
+
+
+def test_other_ranges_by_an_affine_map(x64):
+  """Scores in [lo, hi] mapped affinely onto [-1, 1] are binned as on [lo, hi] itself: the released
+  code's APLoss() (25 bins on [0, 1]) is soft_binning_ap_loss(2 s - 1, num_bins=25)."""
+  scores, labels, where = random_lists(5)
+  labels[..., 0] = 1
+  for lo, hi, num_bins in ((0.0, 1.0, 25), (-3.0, 5.0, 7)):
+    s = lo + (scores + 1) / 2 * (hi - lo)
+    got = histogram.soft_binning_ap_loss(
+        (2 * s - lo - hi) / (hi - lo), labels, where=where, num_bins=num_bins, reduce_fn=None
+    )
+    want = reference.per_list(
+        lambda *a: 1 - ref.ap_q(*a, num_bins=num_bins, low=lo, high=hi)
+        if reference.has_relevant(a[1], a[2]) else 0.0,
+        s, labels, where,
+    )
+    np.testing.assert_allclose(got, want, **TOL64)
 
 
 @pytest.mark.parametrize("num_bins", [4, 10])
@@ -428,16 +472,22 @@ DEGENERATE = {
 def test_degenerate_lists(case, lst, x64):
   scores, labels, where = (np.array(a) for a in DEGENERATE[lst])
   scores = scores.astype(np.float64)
-  per = run(case, scores, labels, where=where, reduce_fn=None)
+
+  def call(s, reduce_fn):
+    return run(case, s, labels, where=where, reduce_fn=reduce_fn)
+
+  if lst == "all_beyond_the_ends":  # An error eagerly; under jit, clipped to the end bins.
+    with pytest.raises(ValueError, match="scores must lie in"):
+      call(scores, None)
+    call = jax.jit(call, static_argnames="reduce_fn")
+  per = call(scores, reduce_fn=None)
   assert np.isfinite(per)
   np.testing.assert_allclose(per, case.ref(scores, labels, where, **case.kwargs), **TOL64)
   for reduce_fn in (jnp.mean, None):
-    grad = jax.grad(lambda s: jnp.sum(run(case, s, labels, where=where, reduce_fn=reduce_fn)))(
-        scores
-    )
+    grad = jax.grad(lambda s: jnp.sum(call(s, reduce_fn=reduce_fn)))(scores)
     assert np.all(np.isfinite(grad)), grad
   if lst in ("no_relevant", "all_masked"):
-    assert float(per) == 0.0 and float(run(case, scores, labels, where=where)) == 0.0
+    assert float(per) == 0.0 and float(call(scores, reduce_fn=jnp.mean)) == 0.0
     np.testing.assert_array_equal(grad, 0.0)
   if lst in ("all_relevant", "one_valid_item"):
     assert float(per) == pytest.approx(0.0, abs=1e-12)
@@ -459,6 +509,9 @@ def test_weights_errors():
     histogram.soft_binning_ap_loss(scores, labels, weights=jnp.ones(3))
   with pytest.raises(TypeError, match="weights"):
     histogram.soft_binning_ap_loss(scores, labels, weights=np.array(["a", "b"]))
+  for bad in (jnp.array([1.0, -0.5]), np.array([np.nan, 1.0]), -1.0):
+    with pytest.raises(ValueError, match="^soft_binning_ap_loss: weights must be non-negative"):
+      histogram.soft_binning_ap_loss(scores, labels, weights=bad)
 
 
 def test_class_balancing_weights_errors():

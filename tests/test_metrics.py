@@ -256,3 +256,23 @@ def test_bad_topn(fn, topn):
   error = ValueError if isinstance(topn, int) else TypeError
   with pytest.raises(error, match=rf"^{fn.__name__}: topn must be a positive int, got {topn}\."):
     fn(jnp.array([0.3, 0.2]), jnp.array([1, 0]), topn=topn)
+
+
+@pytest.mark.parametrize("fn", [jaxrank.ndcg_metric, jaxrank.tie_aware_ndcg_metric])
+def test_graded_labels_below_zero_are_an_error(fn):
+  """A gain 2**label - 1 below 0 puts NDCG outside [0, 1]: rejected whenever labels are known."""
+  scores = jnp.array([[0.9, 0.8, 0.1], [0.3, 0.2, 0.1]])
+  labels = jnp.array([[0, 1, -2], [1, 0, 0]])
+  # Unchecked (as under jit), NDCG leaves [0, 1]: labels [-5, 1] in that order give -0.87.
+  np.testing.assert_allclose(
+      jax.jit(fn)(jnp.array([0.9, 0.8]), jnp.array([-5, 1])), -0.8689087, rtol=1e-5
+  )
+  with pytest.raises(ValueError, match=rf"^{fn.__name__}: graded labels must be >= 0 .*got -2"):
+    fn(scores, labels)
+  with pytest.raises(ValueError, match="graded labels must be >= 0"):
+    fn(scores, labels.astype(jnp.float32) / 4, reduce_fn=None)
+  masked = jnp.array([True, True, False])  # The -2 is masked: not read.
+  ref_fn = reference.ndcg if fn is jaxrank.ndcg_metric else reference.tie_aware_ndcg
+  want = reference.per_list(ref_fn, scores, labels, masked)
+  np.testing.assert_allclose(fn(scores, labels, where=masked, reduce_fn=None), want, rtol=1e-6)
+  jax.jit(fn)(scores, labels)  # Traced: not checked.

@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrank._src import lists
+
 
 def _dtype(value: Any) -> np.dtype:
   """The dtype of an array (a tracer included) or of what numpy makes of a Python value."""
@@ -64,6 +66,8 @@ def check_lists(
         "they must be equal (one label per score, the list on the last axis)."
     )
   where = check_mask(fn, "where", where, scores.shape)
+  # Captured labels and masks would be constant-folded by XLA (slow compiles): see lists.opaque.
+  labels, where = lists.opaque(labels, where)
   return scores, labels, where
 
 
@@ -293,7 +297,9 @@ def check_list_weights(
   """Validates per-list weights and returns them broadcast to `scores_shape[:-1]` in `dtype`.
 
   Raises `TypeError` for non-numeric weights and `ValueError`, naming both shapes, when they do
-  not broadcast to the lists' shape (per-item weights `[..., n]` are the usual mistake).
+  not broadcast to the lists' shape (per-item weights `[..., n]` are the usual mistake), and
+  `ValueError` for a negative or NaN weight when the weights are known (not traced, see
+  `known_any`).
   """
   if weights is None:
     return None
@@ -311,7 +317,81 @@ def check_list_weights(
         f"{lists} (the scores' shape {tuple(scores_shape)} without its last axis): weights are "
         "per list, one per query, not per item."
     ) from None
+  bad = ~(weights >= 0)  # NaN fails `>= 0` too.
+  if weights.dtype != jnp.bool_ and known_any(bad):
+    try:
+      got = f"{np.asarray(weights)[np.asarray(bad)].flat[0]}"
+    except jax.errors.TracerArrayConversionError:
+      got = f"{int(jnp.sum(bad))} negative or NaN weights"
+    raise ValueError(
+        f"{fn}: weights must be non-negative, got {got}; they weigh each list's loss in the "
+        "reduction (e.g. class_balancing_weights)."
+    )
   return jnp.broadcast_to(weights.astype(dtype), lists)
+
+
+def known_any(mask: Any) -> bool:
+  """Whether any element of the boolean `mask` is True, when it is known at trace time.
+
+  The value checks of concrete inputs (out-of-range scores, negative labels or weights) use it: a
+  concrete mask (NumPy, an eager JAX array, or an array under `jax.grad` outside `jit`) is reduced
+  and read; a traced one (under `jit`) gives False, so that traced inputs are not checked and never
+  raise (one device-to-host transfer of a boolean per check, eagerly; nothing under `jit`).
+  """
+  try:
+    return bool(jnp.any(mask))
+  except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError):
+    return False
+
+
+def check_graded_labels(fn: str, labels: jax.Array, where: jax.Array) -> None:
+  """Raises `ValueError` when a valid graded label (NDCG's relevance) is negative and known.
+
+  A gain `2**label - 1` below 0 would make NDCG leave `[0, 1]`. Masked labels are not read;
+  traced labels (under `jit`) are not checked (`known_any`).
+  """
+  bad = where & (labels < 0)
+  if known_any(bad):
+    try:
+      got = f"{np.asarray(labels)[np.asarray(bad)].flat[0]} at a valid item"
+    except jax.errors.TracerArrayConversionError:
+      got = f"{int(jnp.sum(bad))} negative valid labels"
+    raise ValueError(
+        f"{fn}: graded labels must be >= 0 (the gain is 2**label - 1), got {got}; clip them "
+        "(jnp.maximum(labels, 0)) or mask those items out with where."
+    )
+
+
+def check_in_range(
+    fn: str,
+    name: str,
+    values: jax.Array,
+    where: jax.Array,
+    low: float,
+    high: float,
+    *,
+    hint: str = "",
+) -> None:
+  """Raises `ValueError` when a valid value is known to lie outside `[low, high]`.
+
+  Rounding is allowed: the bounds are widened by `max(1e-3, 4 eps) * (high - low) / 2`, with `eps`
+  the machine epsilon of the values' dtype (cosines computed in float32, or by reduced-precision
+  matrix products such as TF32, exceed 1 by about that much). NaN is not out of range (it makes its
+  list NaN); infinities are. Masked values are not read, and traced values (under `jit`) are not
+  checked (`known_any`). `hint` (how to map the values into the range) is appended.
+  """
+  eps = float(jnp.finfo(values.dtype).eps)
+  slack = max(1e-3, 4 * eps) * (high - low) / 2
+  bad = where & ((values < low - slack) | (values > high + slack))
+  if known_any(bad):
+    try:
+      got = f"{float(np.asarray(values)[np.asarray(bad)].flat[0]):g} at a valid item"
+    except jax.errors.TracerArrayConversionError:  # Known mask, traced values (under grad).
+      got = f"{int(jnp.sum(bad))} valid values outside it"
+    raise ValueError(
+        f"{fn}: {name} must lie in [{low:g}, {high:g}] (up to rounding), got {got}."
+        f"{' ' + hint if hint else ''}"
+    )
 
 
 def check_real(

@@ -166,7 +166,8 @@ def hamming_tie_aware_ndcg_metric(
 
   Args:
     distances: `[..., n]` integer Hamming distances, smaller is better.
-    labels: `[..., n]` non-negative graded labels (gain `2**label - 1`).
+    labels: `[..., n]` non-negative graded labels (gain `2**label - 1`); a negative valid label
+      raises `ValueError` when the labels are known (not under `jit`).
     num_bits: `b >= 1`, the code length.
     where: optional `[..., n]` boolean mask of valid items.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
@@ -183,6 +184,7 @@ def hamming_tie_aware_ndcg_metric(
   """
   fn = "hamming_tie_aware_ndcg_metric"
   distances, labels, where = _check_distances(fn, distances, labels, where, num_bits)
+  checks.check_graded_labels(fn, labels, where)
   values, valid = tie_aware.binned_ndcg_estimates(
       distances,
       labels,

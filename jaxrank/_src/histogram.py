@@ -23,10 +23,21 @@ centres. Since `d = 2 - 2 s` maps one grid onto the other, `fastap_loss(s, y, nu
 
 **Conventions shared by both losses.**
 
-* Values outside the range of the centres are clipped to it: they count fully (weight 1) in the
-  end bin and get no gradient. The released FastAP code and pytorch-metric-learning let the weight
-  of such a value fall off linearly instead (`relu(1 - |d - c| / width)`); the two agree on the
-  range, and cosine similarities leave it only by rounding.
+* **Range.** Scores are similarities in `[-1, 1]`, cosines of embeddings (`fastap_loss` bins
+  their squared distances `2 - 2 s`, in `[0, 4]`). Known scores (not traced) with a valid value
+  outside `[-1, 1]` raise `ValueError`: a loss fed logits or dot products would otherwise clip them
+  silently and its gradient vanish. Rounding is allowed (by `max(1e-3, 4 eps)` of the scores'
+  dtype: float32 cosines exceed 1 by a few ulps, and more with reduced-precision matrix products).
+  Under `jit` scores are not checked, and values beyond the end centres are clipped to them: they
+  count fully (weight 1) in the end bin and get no gradient. The released FastAP code and
+  pytorch-metric-learning let the weight of such a value fall off linearly instead
+  (`relu(1 - |d - c| / width)`); the two agree on the range.
+* **Other ranges.** Map the scores onto `[-1, 1]` before the loss. For scores known to lie in
+  `[lo, hi]`, the affine map `(2 s - lo - hi) / (hi - lo)` gives exactly the loss with the same
+  number of bins spread uniformly over `[lo, hi]` (the triangular kernel commutes with affine
+  maps): `soft_binning_ap_loss(2 * s - 1, labels, num_bins=25)` is the released mAP_Q code's
+  `APLoss()`, 25 bins on `[0, 1]`. Unbounded scores need a squashing map, e.g. `jnp.tanh(s)`,
+  whose bins are no longer uniform in `s` (finer near 0): a different surrogate, to be tuned.
 * A bin whose cumulative count `\hat H_m` is 0 contributes 0 (every `0/0` is guarded, in the value
   and in the gradient). A list without a relevant valid item (or with every item masked) gives 0
   and is left out of the reduction, as in pytorch-metric-learning, which drops such queries.
@@ -197,8 +208,11 @@ def binned_ap_estimates(
   """
   dtype = lists.compute_dtype(scores.dtype)
   relevant = where & (labels >= 1)
+  num_relevant = jnp.sum(relevant, axis=-1)
+  # Lists without a relevant item are binned as zeros: zero gradient even if they hold a NaN.
+  safe = lists.counted_scores(scores, where, num_relevant > 0)
   hist = soft_histograms(
-      to_values(scores.astype(dtype)),
+      to_values(safe.astype(dtype)),
       relevant.astype(dtype),
       where,
       num_centres=num_centres,
@@ -206,14 +220,36 @@ def binned_ap_estimates(
       last_centre=last_centre,
       dtype=dtype,
   )
-  num_relevant = jnp.sum(relevant, axis=-1)
   values = estimator(hist, num_relevant)
   return lists.nan_if_any(values, scores, where), num_relevant > 0
+
+
+def check_similarities(fn: str, scores: jax.Array, where: jax.Array) -> None:
+  """Raises `ValueError` when known valid scores leave `[-1, 1]` (beyond rounding).
+
+  The check of every histogram loss on similarities (this module's and `tie_aware.py`'s): values
+  outside the bins would be clipped to the end bins with a zero gradient (the module docstring,
+  *Range*). Traced scores (under `jit`) are not checked; see `checks.check_in_range`.
+  """
+  checks.check_in_range(
+      fn,
+      "scores",
+      scores,
+      where,
+      -1.0,
+      1.0,
+      hint=(
+          "Histogram losses bin similarities such as cosines; map other scores into [-1, 1] "
+          "first, e.g. (2 * s - lo - hi) / (hi - lo) for scores in [lo, hi], or jnp.tanh(s) for "
+          "unbounded ones such as logits."
+      ),
+  )
 
 
 def _binned_ap_loss(fn, scores, labels, where, weights, reduce_fn, **binning):
   """Checks, the per-list losses, and the (weighted) reduction: the body of both losses."""
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
+  check_similarities(fn, scores, where)
   dtype = lists.compute_dtype(scores.dtype)
   weights = checks.check_list_weights(fn, weights, scores.shape, dtype)
   values, valid = binned_ap_estimates(scores, labels, where, estimator=_histogram_ap, **binning)
@@ -244,9 +280,10 @@ def fastap_loss(
   **Bins.** `L = num_bins` intervals and `L + 1` centres `0, 4/L, ..., 4`, width `4/L`: the
   convention of the authors' released code and of pytorch-metric-learning's `FastAPLoss(num_bins)`
   (the paper's text speaks of `L` centres). The default `L = 10` is where the paper's ablation peaks
-  (sec. 5, Fig. 4b) and pytorch-metric-learning's default. Distances outside `[0, 4]` are clipped
-  to the end bins (see the module docstring). This equals `soft_binning_ap_loss(scores, labels,
-  num_bins=L + 1)`.
+  (sec. 5, Fig. 4b) and pytorch-metric-learning's default. Known scores outside `[-1, 1]`
+  (distances outside `[0, 4]`) raise `ValueError`; under `jit` they are clipped to the end bins
+  (module docstring, *Range*, which also says how to bin other ranges). This equals
+  `soft_binning_ap_loss(scores, labels, num_bins=L + 1)`.
 
   **Self-inclusion.** The list is taken as given. Through `jaxrank.batch_retrieval` the query is
   left out of its own list by default, as in the paper (`B \setminus \{x_i\}`, eq. 22), the
@@ -263,7 +300,8 @@ def fastap_loss(
   matrix and its O(B^2 D) product.
 
   Args:
-    scores: `[..., n]` floating cosine similarities, higher is better.
+    scores: `[..., n]` floating cosine similarities in `[-1, 1]`, higher is better (checked when
+      known).
     labels: `[..., n]` labels; relevant iff `>= 1`.
     where: optional `[..., n]` boolean mask of valid items.
     num_bins: `L >= 2`, the number of distance intervals (`L + 1` centres).
@@ -318,18 +356,26 @@ def soft_binning_ap_loss(
     \qquad \mathrm{AP}_Q = \sum_{m=1}^{M} \hat P_m\, \Delta \hat r_m,
 
   and the loss is `1 - AP_Q` per list, reduced over lists: `1 - mAP_Q` (eq. 12) with the default
-  mean. The default `M = 20` is the one of the authors' code; the paper finds `M` of little
-  influence (Fig. 4). Similarities outside `[-1, 1]` are clipped to the end bins, and bins with an
-  empty prefix contribute 0. `fastap_loss(scores, labels, num_bins=L)` equals this loss with
-  `num_bins=L + 1`.
+  mean. Bins with an empty prefix contribute 0. `fastap_loss(scores, labels, num_bins=L)` equals
+  this loss with `num_bins=L + 1`.
+
+  **Bins.** The default `M = 20` on `[-1, 1]` is the paper's setting (sec. 4.2, "We use M = 20
+  quantization bins in all other experiments"; `M` matters little, Fig. 4) and that of ROADMAP's
+  re-implementation (`SoftBinAP`, 20 bins on `[-1, 1]`, Ramzi et al.'s code). It is not the
+  default of the authors' released loss (naver/deep-image-retrieval, `dirtorch/loss.py`):
+  `APLoss()` places `nq = 25` bins on `[min, max] = [0, 1]`, the same kernel and centres from `max`
+  down to `min`; on scores in `[0, 1]` it is `soft_binning_ap_loss(2 * s - 1, labels,
+  num_bins=25)` (module docstring, *Other ranges*). Known scores outside `[-1, 1]` raise
+  `ValueError`; under `jit` they are clipped to the end bins (module docstring, *Range*).
 
   **Class balancing** (sec. 4.2). Per-list `weights` (one per query; see
   `class_balancing_weights`) make the default `jnp.mean` the weighted mean
   `\sum_i w_i \ell_i / \sum_i w_i` over the lists that have a relevant valid item, so that every
   class counts equally in the batch. `jnp.sum` gives `\sum_i w_i \ell_i`, `reduce_fn=None` returns
   the weighted per-list losses `w_i \ell_i` (so their sum is the `jnp.sum` reduction), and any
-  other `reduce_fn` is called on `w_i \ell_i` with `where=` the valid lists. Weights should be
-  non-negative.
+  other `reduce_fn` is called on `w_i \ell_i` with `where=` the valid lists. Weights must be
+  non-negative: a negative or NaN weight raises `ValueError` when the weights are known (under
+  `jit` they are not checked).
 
   **Self-inclusion.** The list is taken as given. Through `jaxrank.batch_retrieval` the query is
   left out of its own list by default, as in the paper (eq. 12 compares each query "to all other
@@ -344,7 +390,7 @@ def soft_binning_ap_loss(
   matrix and its O(B^2 D) product.
 
   Args:
-    scores: `[..., n]` floating similarities in `[-1, 1]`, higher is better.
+    scores: `[..., n]` floating similarities in `[-1, 1]`, higher is better (checked when known).
     labels: `[..., n]` labels; relevant iff `>= 1`.
     where: optional `[..., n]` boolean mask of valid items.
     weights: optional `[...]` non-negative per-list weights (broadcastable to the lists' shape).

@@ -19,6 +19,21 @@ def compute_dtype(dtype: Any) -> jnp.dtype:
   return jnp.promote_types(dtype, jnp.float32)
 
 
+def opaque(*arrays: jax.Array) -> tuple[jax.Array, ...]:
+  """The arrays, through one `optimization_barrier`: XLA cannot see that they are constants.
+
+  Training scripts and notebooks often close over the labels and masks
+  (`jax.jit(jax.grad(lambda s: loss(s, labels, where=mask)))`), which makes them compile-time
+  constants; XLA then constant-folds whatever is computed from them alone (relevance masks, gains,
+  counts, cumulative sums, sorts), which at `[4096, 4096]` takes seconds to minutes of compilation
+  on CPU and embeds the results in the program. `checks.check_lists` passes the labels and the mask
+  of every list-level function through this barrier, so nothing derived from them is folded
+  whatever the calling pattern; with traced inputs it changes nothing. Works under `jit`, `vmap`
+  and `grad` (the barrier is the identity for values and tangents).
+  """
+  return jax.lax.optimization_barrier(arrays)
+
+
 def safe_reduce(
     values: jax.Array,
     valid: jax.Array,
@@ -60,6 +75,29 @@ def nan_if_any(values: jax.Array, scores: jax.Array, where: jax.Array) -> jax.Ar
   """Makes a list's value NaN when one of its valid scores is NaN (masked NaNs are ignored)."""
   has_nan = jnp.any(jnp.isnan(scores) & where, axis=-1)
   return jnp.where(has_nan, jnp.asarray(jnp.nan, values.dtype), values)
+
+
+def counted_scores(scores: jax.Array, where: jax.Array, counted: jax.Array) -> jax.Array:
+  """`scores` with masked items and every item of a list left out of the reduction set to 0.
+
+  A list left out of the reduction (`counted` False: no relevant valid item, say) gets a zero
+  cotangent, but zero times the partial derivative of a NaN or infinite score is NaN: one NaN
+  score of an excluded list would poison the whole gradient. Every loss body therefore computes on
+  these scores, replaced before any arithmetic (the "double where": `jnp.where` passes a zero
+  gradient to the branch it does not select), so such lists and masked items get an exactly zero
+  gradient, while the NaN check (`nan_if_any`, `finish`) still reads the original scores.
+
+  Args:
+    scores: `[..., n]` scores.
+    where: `[..., n]` boolean mask of valid items.
+    counted: `[...]` boolean mask of the lists that enter the reduction (computed from the labels
+      and `where` only, never from the scores).
+
+  Returns:
+    `[..., n]` scores in the dtype of `scores`.
+  """
+  keep = where & counted[..., None]
+  return jnp.where(keep, scores, jnp.zeros_like(scores))
 
 
 def varying_like(x: jax.Array, template: jax.Array) -> jax.Array:

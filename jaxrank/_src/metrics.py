@@ -4,7 +4,8 @@ Every function follows rax's conventions:
 
 * `scores` `[..., n]`, higher is better; the last axis is the list, leading axes are batch;
 * `labels` `[..., n]`; an item is relevant iff its label is `>= 1` (NDCG uses the label as a
-  graded relevance, with gain `2**label - 1`);
+  graded relevance, with gain `2**label - 1`: a negative valid label raises `ValueError` when the
+  labels are known, as it would put NDCG outside `[0, 1]`);
 * keyword-only `where` `[..., n]` (or broadcastable to it), a boolean mask of valid items; masked
   items are ignored entirely, as if sliced out;
 * keyword-only `reduce_fn` (default `jnp.mean`), called as `reduce_fn(values, where=...)` over
@@ -277,6 +278,7 @@ def precision_at_k_metric(
 def _ndcg(fn, scores, labels, where, topn, reduce_fn, tie_aware):
   checks.check_positive_int(fn, "topn", topn, allow_none=True)
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
+  checks.check_graded_labels(fn, labels, where)
   dtype = lists.compute_dtype(scores.dtype)
   groups = ranking.tie_groups(scores, labels.astype(dtype), where)
   gains = ranking.gains(groups.labels, groups.valid, dtype)
@@ -310,7 +312,8 @@ def ndcg_metric(
 
   Args:
     scores: `[..., n]` floating scores, higher is better.
-    labels: `[..., n]` non-negative graded labels (gain `2**label - 1`).
+    labels: `[..., n]` non-negative graded labels (gain `2**label - 1`); a negative valid label
+      raises `ValueError` when the labels are known (not under `jit`).
     topn: optional cut-off `k`, a positive Python int; `None` uses the whole list.
     where: optional `[..., n]` boolean mask of valid items.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
@@ -348,7 +351,8 @@ def tie_aware_ndcg_metric(
 
   Args:
     scores: `[..., n]` floating scores, higher is better.
-    labels: `[..., n]` non-negative graded labels (gain `2**label - 1`).
+    labels: `[..., n]` non-negative graded labels (gain `2**label - 1`); a negative valid label
+      raises `ValueError` when the labels are known (not under `jit`).
     topn: optional cut-off `k`, a positive Python int; `None` uses the whole list.
     where: optional `[..., n]` boolean mask of valid items.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.

@@ -159,9 +159,19 @@ def supap_negative_step(
     exact ties only).
   * After `delta` it is linear with slope `rho`, so that a badly misordered pair still gets a
     gradient where the sigmoid has saturated. The constant `sigma(delta / tau) + 0.5` is the one
-    written in eq. 4: it makes `H^-` continuous at `delta` (a kink there, no jump). The authors'
-    code instead adds a configured constant to `rho * t` (`offset: 1.44` in their configs, so their
-    step jumps from 1.49 to 6.44 at `delta`); the gradient is the same, the loss value differs.
+    written in eq. 4: it makes `H^-` continuous at `delta` (a kink there, no jump).
+
+  **The authors' code** (elias-ramzi/ROADMAP, `step_rank` in `roadmap/losses/smooth_rank_ap.py`,
+  since November 2022) computes `rho * (t - delta) + offset` for `t > delta` and `0.5 + sigma(t /
+  tau)` for `0 < t <= delta`. Its `offset` defaults to `sigma(delta / tau) + 0.5`, this function's
+  constant, but the configs of its SupAP and ROADMAP runs (`roadmap/config/loss/supap.yaml`,
+  `roadmap.yaml`) set `offset: 1.44`: their step drops at `delta` from `sigma(5) + 0.5 = 1.4933`
+  to 1.44 and stays 0.0533 below this one on the whole linear part. The gradient is the same; their
+  loss values are slightly lower (by 1e-4 to 3e-4 on in-batch lists of 64 random embeddings, 8
+  classes, 8 to 128 dimensions, the query included). The iNaturalist configs (`supap_inat.yaml`,
+  `roadmap_inat.yaml`) set `offset: 1.0, start: 0.0` instead. The first release (December 2021)
+  computed `rho * t + offset`, a jump from 1.49 to 6.44 at `delta` with the same configs. At an
+  exact tie `t = 0` their step takes the sigmoid, 1/2 (see above).
 
   Defaults are the paper's (sec. 4, "ROADMAP settings": `tau = 0.01`, `rho = 100`; `delta = 0.05`
   from the authors' configs, where `sigma(delta / tau) = sigma(5)` is saturated). Fix them with
@@ -318,9 +328,12 @@ def _smooth_ap_lists(scores, relevant, where, params, *, positive_step, negative
   relevant, other = jax.lax.optimization_barrier((relevant, other))
   list_shape, n = scores.shape[:-1], scores.shape[-1]
   num_lists = int(np.prod(list_shape, dtype=np.int64))
-  # Masked scores are replaced before any arithmetic, so that a masked NaN or inf changes neither
-  # the value nor the gradient.
-  flat = jnp.where(where, scores, 0).astype(dtype).reshape(num_lists, n)
+  num_relevant = jnp.sum(relevant, axis=-1)
+  # Masked scores, and every score of a list without a relevant item (left out of the reduction),
+  # are replaced before any arithmetic, so that a NaN or inf there changes neither the value nor
+  # the gradient (which is exactly 0 for them).
+  flat = lists.counted_scores(scores, where, num_relevant > 0)
+  flat = flat.astype(dtype).reshape(num_lists, n)
   sums = _precision_sums(
       positive_step,
       negative_step,
@@ -330,7 +343,6 @@ def _smooth_ap_lists(scores, relevant, where, params, *, positive_step, negative
       other.reshape(num_lists, n),
       params,
   )
-  num_relevant = jnp.sum(relevant, axis=-1)
   return sums.reshape(list_shape) / jnp.maximum(num_relevant, 1).astype(dtype), num_relevant > 0
 
 
@@ -624,10 +636,10 @@ def _calibration(scores, labels, where, alpha, beta):
 @jax.jit
 def _calibration_lists(scores, relevant, where, alpha, beta):
   dtype = lists.compute_dtype(scores.dtype)
-  s = jnp.where(where, scores, 0).astype(dtype)
   other = where & ~relevant
   relevant = where & relevant
   num_relevant = jnp.sum(relevant, axis=-1)
+  s = lists.counted_scores(scores, where, num_relevant > 0).astype(dtype)
   num_other = jnp.sum(other, axis=-1)
   above = jnp.sum(jnp.where(relevant, jax.nn.relu(alpha - s), 0), axis=-1)
   below = jnp.sum(jnp.where(other, jax.nn.relu(s - beta), 0), axis=-1)
@@ -749,7 +761,7 @@ def roadmap_loss(
   _check_supap(fn, tau, rho, delta)
   _check_calibration(fn, alpha, beta)
   ap, valid, scores, where = _supap(fn, scores, labels, where, tau, rho, delta, chunk_size)
-  labels = jnp.asarray(labels)
+  (labels,) = lists.opaque(jnp.asarray(labels))  # As check_lists does: see lists.opaque.
   calibration, _ = _calibration(scores, labels, where, alpha, beta)
   values = (1 - lam) * (1 - ap) + lam * calibration
   return lists.finish(values, scores, where, valid, reduce_fn)

@@ -80,8 +80,10 @@ distances, `s = 1 - 2d/b` with `num_bins = b + 1`, or similarities on the centre
 
 On soft histograms all four are relaxations.
 
-**Conventions** (as in `jaxrank._src.histogram`). Masked items contribute nothing; scores beyond
-`[-1, 1]` are clipped to the end bins (weight 1, no gradient). A list without a relevant valid item
+**Conventions** (as in `jaxrank._src.histogram`). Masked items contribute nothing. Known scores
+(not traced) outside `[-1, 1]` raise `ValueError`, beyond rounding; under `jit` they are not
+checked and are clipped to the end bins (weight 1, no gradient). Other ranges: see that module's
+*Other ranges* (for Hamming distances, `1 - 2 d / b` above). A list without a relevant valid item
 (AP), or whose ideal DCG is 0 (NDCG: no valid item with a positive label), gives 0 and is left out
 of the reduction; values and gradients are finite in every case (all items in one bin, all masked,
 all relevant included). A valid NaN score makes its list NaN. `reduce_fn` (default `jnp.mean`) is
@@ -199,8 +201,12 @@ def binned_ndcg_estimates(
   """
   dtype = lists.compute_dtype(scores.dtype)
   gains = ranking.gains(labels, where, dtype)
+  ideal = ranking.ideal_dcg(gains)
+  defined = ideal > 0
+  # Lists left out (ideal DCG 0) are binned as zeros: zero gradient even if they hold a NaN.
+  safe = lists.counted_scores(scores, where, defined)
   hist = histogram.soft_histograms(
-      scores.astype(dtype),
+      safe.astype(dtype),
       gains,
       where,
       num_centres=num_centres,
@@ -208,8 +214,6 @@ def binned_ndcg_estimates(
       last_centre=last_centre,
       dtype=dtype,
   )
-  ideal = ranking.ideal_dcg(gains)
-  defined = ideal > 0
   values = estimator(hist) / jnp.where(defined, ideal, jnp.ones_like(ideal))
   return lists.nan_if_any(values, scores, where), defined
 
@@ -218,6 +222,7 @@ def _checked(fn, scores, labels, where, num_bins):
   """Checked `(scores, labels as floats, where)` of a loss."""
   checks.check_int_at_least(fn, "num_bins", num_bins, 2)
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
+  histogram.check_similarities(fn, scores, where)
   # Labels as floats: integer, boolean and floating labels then share one compiled body.
   return scores, labels.astype(lists.compute_dtype(scores.dtype)), where
 
@@ -241,6 +246,7 @@ def _ap_loss(fn, estimator, scores, labels, where, num_bins, reduce_fn):
 def _ndcg_loss(fn, estimator, scores, labels, where, num_bins, reduce_fn):
   """`1 - estimator / ideal DCG` on similarity histograms, reduced over the lists it defines."""
   scores, labels, where = _checked(fn, scores, labels, where, num_bins)
+  checks.check_graded_labels(fn, labels, where)
   values, valid = binned_ndcg_estimates(
       scores,
       labels,
@@ -405,7 +411,8 @@ def tie_aware_ndcg_loss(
   Args:
     scores: `[..., n]` floating similarities in `[-1, 1]`, higher is better.
     labels: `[..., n]` non-negative graded labels (gain `2**label - 1`), e.g. the number of shared
-      tags (`batch_retrieval` with multi-hot labels).
+      tags (`batch_retrieval` with multi-hot labels); a negative valid label raises `ValueError`
+      when the labels are known (not under `jit`).
     where: optional `[..., n]` boolean mask of valid items.
     num_bins: `M >= 2`, the number of bin centres.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
@@ -457,7 +464,8 @@ def simplified_tie_aware_ndcg_loss(
 
   Args:
     scores: `[..., n]` floating similarities in `[-1, 1]`, higher is better.
-    labels: `[..., n]` non-negative graded labels (gain `2**label - 1`).
+    labels: `[..., n]` non-negative graded labels (gain `2**label - 1`); a negative valid label
+      raises `ValueError` when the labels are known (not under `jit`).
     where: optional `[..., n]` boolean mask of valid items.
     num_bins: `M >= 2`, the number of bin centres.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
