@@ -19,9 +19,11 @@ Both feed `relevant_item_statistics`, the single place where the tie policy live
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import contextvars
 import functools
+import os
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -273,8 +275,50 @@ def numpy_descending_ranks(scores: np.ndarray) -> np.ndarray:
   uint64 whose plain (unstable) sort gives the stable order. Other dtypes use a stable argsort.
   Every NaN becomes the one positive quiet NaN first, whose key follows +inf's, so NaN scores rank
   last whatever their sign bit and payload, in the order of the list (as XLA's sort does).
+
+  Many lists (`[..., n]` with at least `_PARALLEL_ITEMS` scores in all) are split into blocks of
+  lists sorted on the cores this process may use (numpy's sort releases the GIL): the callback
+  otherwise runs on one core while XLA's other threads wait for it. The lists are independent, so
+  the ranks are the same whatever the split.
   """
   scores = np.asarray(scores)
+  if scores.ndim < 2 or scores.size < _PARALLEL_ITEMS:
+    return _numpy_descending_ranks(scores)
+  rows = scores.reshape(-1, scores.shape[-1])
+  workers = min(_num_cores(), rows.shape[0])
+  if workers < 2:
+    return _numpy_descending_ranks(scores)
+  ranks = np.empty_like(rows)
+  bounds = np.linspace(0, rows.shape[0], workers + 1).astype(int)
+
+  def sort_block(block: int) -> None:
+    lo, hi = bounds[block], bounds[block + 1]
+    ranks[lo:hi] = _numpy_descending_ranks(rows[lo:hi])
+
+  list(_sort_pool(workers).map(sort_block, range(workers)))
+  return ranks.reshape(scores.shape)
+
+
+# Below this many scores one thread sorts faster than a hand-off to the pool.
+_PARALLEL_ITEMS = 1 << 16
+
+
+@functools.lru_cache(maxsize=1)
+def _num_cores() -> int:
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:  # Not on Linux.
+    return os.cpu_count() or 1
+
+
+@functools.lru_cache(maxsize=4)
+def _sort_pool(workers: int) -> concurrent.futures.ThreadPoolExecutor:
+  """The threads of `numpy_descending_ranks`, made on first use (none exist at import)."""
+  return concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="jaxrank-sort")
+
+
+def _numpy_descending_ranks(scores: np.ndarray) -> np.ndarray:
+  """`numpy_descending_ranks` on one thread."""
   n = scores.shape[-1]
   positions = np.arange(1, n + 1, dtype=scores.dtype)
   negated = np.where(scores == 0, 0, -scores).astype(scores.dtype)  # -0.0 and 0.0: one key.

@@ -1,0 +1,203 @@
+"""Benchmark: each loss against the similarity matmul floor, and compile time by calling pattern.
+
+Command:
+
+    .venv/bin/python -m experiments.bench_speed                  # B = 4096, D = 512, 5 repeats
+    .venv/bin/python -m experiments.bench_speed --batch 1024 --repeats 3 --skip-compile-table
+
+Table 1, one row per loss: the step is `jax.jit(jax.value_and_grad(f))` with
+`f(e) = loss(*batch_retrieval(e, labels))` on `[B, D]` random unit embeddings (4 per class); the
+floor is the same step for `f(e) = sum(e @ e.T)` (forward and backward of the similarity matmul,
+which every in-batch loss pays). Both are timed in the same process, interleaved (floor, loss,
+floor, loss, ...), medians of `--repeats` after a warm-up, so that a machine shared with other
+jobs slows both alike: the ratio is the figure to read. Memory: XLA's own account of the compiled
+step (`memory_analysis()`: temporaries plus outputs), which does not depend on the load. Compile:
+lowering plus compilation of the step with the labels as an argument, and with the labels
+captured as a constant (`lambda e: loss(*batch_retrieval(e, labels))`), wall time and the
+process's CPU time (less sensitive to other jobs).
+
+Table 2, one row per list-level function of `jaxrank.__all__`, the list-level calling pattern of
+issue 18: `[B, B]` scores as the argument, and labels and mask either arguments too or captured
+(`lambda s: f(s, labels, where=mask)`), `value_and_grad` for losses, the value for metrics.
+Captured `[B, B]` labels and mask are 80 MB of constants that XLA's CPU compiler embeds in the
+program whatever the function does; the row "(constants only)" measures that cost alone on a
+function that only reads them. JAX's `jax_use_simplified_jaxpr_constants=True` passes captured
+constants as arguments instead (`--simplified-constants` sets it here).
+
+The blackbox losses sort on the host on CPU (`jax.pure_callback`, numpy, both cores); on GPU and
+TPU they take XLA's sort (`ranking.descending_ranks`). No accelerator was available: every number
+here is from CPU.
+
+Measured on the 2-core development machine (AMD EPYC, 24 GiB, no GPU): see README.md, section
+"Loss speed", for the tables this script printed and the command that printed them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import inspect
+import resource
+import time
+
+import numpy as np
+
+PER_CLASS = 4
+
+LOSSES = {
+    "FastAP": "fastap_loss",
+    "mAP_Q": "soft_binning_ap_loss",
+    "AP_r": "tie_aware_ap_loss",
+    "SmoothAP": "smoothap_loss",
+    "SupAP": "supap_loss",
+    "ROADMAP": "roadmap_loss",
+    "blackbox AP": "blackbox_ap_loss",
+    "blackbox recall": "blackbox_recall_loss",
+}
+
+# Hyperparameters without a default, for table 2.
+REQUIRED = {
+    "decomposability_gap": {"num_batches": 2},
+    "hamming_tie_aware_ap_metric": {"num_bits": 64},
+    "hamming_tie_aware_ndcg_metric": {"num_bits": 64},
+    "precision_at_k_metric": {"k": 4},
+    "recall_at_k_metric": {"k": 4},
+}
+
+
+def cpu_seconds() -> float:
+  usage = resource.getrusage(resource.RUSAGE_SELF)
+  return usage.ru_utime + usage.ru_stime
+
+
+def compile_seconds(fn, *args) -> tuple[float, float, object]:
+  """(wall, CPU) seconds to lower and compile the jitted `fn` for `args`, and the result."""
+  wall, cpu = time.perf_counter(), cpu_seconds()
+  compiled = fn.lower(*args).compile()
+  return time.perf_counter() - wall, cpu_seconds() - cpu, compiled
+
+
+def memory_mb(compiled) -> float:
+  analysis = compiled.memory_analysis()
+  return (analysis.temp_size_in_bytes + analysis.output_size_in_bytes) / 2**20
+
+
+def make_batch(batch: int, dim: int, seed: int = 0):
+  rng = np.random.default_rng(seed)
+  labels = np.repeat(np.arange(batch // PER_CLASS), PER_CLASS).astype(np.int32)
+  centres = rng.standard_normal((batch // PER_CLASS, dim)).astype(np.float32)
+  e = centres[labels] + 2.0 * rng.standard_normal((batch, dim)).astype(np.float32)
+  return e / np.linalg.norm(e, axis=1, keepdims=True), labels
+
+
+def loss_table(batch: int, dim: int, repeats: int, names: list[str]) -> list[str]:
+  import jax
+  import jax.numpy as jnp
+
+  import jaxrank
+
+  embeddings, labels = make_batch(batch, dim)
+  e, y = jnp.asarray(embeddings), jnp.asarray(labels)
+  floor = jax.jit(jax.value_and_grad(lambda e: jnp.sum(e @ e.T)))
+  floor_compiled = floor.lower(e).compile()
+
+  def run(compiled, *args):
+    start = time.perf_counter()
+    jax.block_until_ready(compiled(*args))
+    return time.perf_counter() - start
+
+  lines = [
+      (f"B = {batch}, D = {dim}, {PER_CLASS} per class; forward+backward, median of {repeats}; "
+       "floor: forward+backward of e @ e.T in the same run"),
+      ("| loss | time | floor | ratio | memory | floor memory | compile (labels argument) | "
+       "compile (labels captured) |"),
+      "| --- | --- | --- | --- | --- | --- | --- | --- |",
+  ]
+  for name in names:
+    loss_fn = getattr(jaxrank, LOSSES[name])
+
+    def loss(e, y, loss_fn=loss_fn):
+      scores, relevance, where = jaxrank.batch_retrieval(e, y)
+      return loss_fn(scores, relevance, where=where)
+
+    step = jax.jit(jax.value_and_grad(loss))
+    argument_wall, argument_cpu, compiled = compile_seconds(step, e, y)
+    captured = jax.jit(jax.value_and_grad(lambda e, loss=loss: loss(e, labels)))
+    captured_wall, captured_cpu, _ = compile_seconds(captured, e)
+    run(compiled, e, y)  # Warm-up.
+    run(floor_compiled, e)
+    times, floors = [], []
+    for _ in range(repeats):
+      floors.append(run(floor_compiled, e))
+      times.append(run(compiled, e, y))
+    t, f = float(np.median(times)), float(np.median(floors))
+    lines.append(
+        f"| {name} | {t:.2f} s | {f:.2f} s | {t / f:.1f}x | {memory_mb(compiled):.0f} MB | "
+        f"{memory_mb(floor_compiled):.0f} MB | {argument_wall:.1f} s ({argument_cpu:.1f} s CPU) | "
+        f"{captured_wall:.1f} s ({captured_cpu:.1f} s CPU) |"
+    )
+    print(lines[-1], flush=True)
+  return lines
+
+
+def compile_table(batch: int) -> list[str]:
+  import jax
+  import jax.numpy as jnp
+
+  import jaxrank
+
+  rng = np.random.default_rng(0)
+  labels = (np.arange(batch)[:, None] // PER_CLASS == np.arange(batch)[None, :] // PER_CLASS)
+  labels = labels.astype(np.int32)
+  mask = ~np.eye(batch, dtype=bool)
+  scores = jnp.asarray(rng.uniform(-1, 1, (batch, batch)).astype(np.float32))
+  distances = jnp.asarray(rng.integers(0, 65, (batch, batch)).astype(np.int32))
+  lines = [
+      f"list level, [{batch}, {batch}] scores; labels and mask as arguments or captured",
+      "| function | labels argument | labels captured |",
+      "| --- | --- | --- |",
+  ]
+
+  def row(name, fn, x, differentiable):
+    wrap = jax.value_and_grad if differentiable else (lambda g: g)
+    argument = compile_seconds(jax.jit(wrap(lambda s, y, m: fn(s, y, where=m))), x, labels, mask)
+    captured = compile_seconds(jax.jit(wrap(lambda s: fn(s, labels, where=mask))), x)
+    lines.append(
+        f"| {name} | {argument[0]:.1f} s ({argument[1]:.1f} s CPU) | "
+        f"{captured[0]:.1f} s ({captured[1]:.1f} s CPU) |"
+    )
+    print(lines[-1], flush=True)
+
+  row("(constants only)", lambda s, y, where: jnp.sum(jnp.where(where, s * y, 0)), scores, False)
+  for name in jaxrank.__all__:
+    fn = getattr(jaxrank, name)
+    params = inspect.signature(fn).parameters if inspect.isfunction(fn) else {}
+    if not {"labels", "where", "reduce_fn"} <= set(params) or name == "smooth_rank_ap_loss":
+      continue  # smooth_rank_ap_loss is supap_loss's body (covered by it).
+    fn = functools.partial(fn, **REQUIRED.get(name, {}))
+    row(name, fn, distances if name.startswith("hamming_") else scores, name.endswith("_loss"))
+  return lines
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--batch", type=int, default=4096)
+  parser.add_argument("--dim", type=int, default=512)
+  parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--losses", nargs="+", choices=list(LOSSES), default=list(LOSSES))
+  parser.add_argument("--skip-compile-table", action="store_true")
+  parser.add_argument("--simplified-constants", action="store_true")
+  args = parser.parse_args()
+  import jax
+
+  if args.simplified_constants:
+    jax.config.update("jax_use_simplified_jaxpr_constants", True)
+  print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
+  lines = loss_table(args.batch, args.dim, args.repeats, args.losses)
+  if not args.skip_compile_table:
+    lines += [""] + compile_table(args.batch)
+  print("\n".join(["", *lines]))
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,127 @@
+"""Compilation does not depend on the calling pattern: nothing is constant-folded from the labels.
+
+Training scripts and notebooks close over the labels and masks
+(`jax.jit(jax.value_and_grad(lambda s: loss(s, labels, where=mask)))`), which makes them
+compile-time constants. Without `lists.opaque` (the barrier `checks.check_lists` puts on them) XLA
+constant-folds what is computed from them alone (relevance masks, gains, counts, sorts): at
+`B = 4096` that took up to 40 s of compilation on CPU (issue 18). Timing the compilation would
+flake on a loaded machine, so this test inspects the compiled program instead, on small lists: the
+only list-sized constants left in it are the captured labels and mask themselves, one of each;
+any folded derivative of them would be a further list-sized constant.
+
+The functions are every list-level function of `jaxrank.__all__` (those taking `labels`, `where`
+and `reduce_fn`), found by their signature, so a new one is covered without editing this file.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import inspect
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrank
+
+SHAPE = (4, 64)  # 256 items: more than any shape-only constant (a harmonic table of 65, ...).
+NUM_BITS = 6
+
+# The hyperparameters without a default.
+REQUIRED = {
+    "decomposability_gap": {"num_batches": 2},
+    "hamming_tie_aware_ap_metric": {"num_bits": NUM_BITS},
+    "hamming_tie_aware_ndcg_metric": {"num_bits": NUM_BITS},
+    "precision_at_k_metric": {"k": 3},
+    "recall_at_k_metric": {"k": 3},
+    "smooth_rank_ap_loss": {
+        "positive_step_fn": functools.partial(jaxrank.sigmoid_step, temperature=0.05),
+        "negative_step_fn": jaxrank.supap_negative_step,
+    },
+}
+
+
+def list_level_functions() -> list[str]:
+  names = []
+  for name in jaxrank.__all__:
+    fn = getattr(jaxrank, name)
+    if inspect.isfunction(fn) and {"labels", "where", "reduce_fn"} <= set(
+        inspect.signature(fn).parameters
+    ):
+      names.append(name)
+  return names
+
+
+def inputs(name: str):
+  rng = np.random.default_rng(0)
+  if name.startswith("hamming_"):
+    scores = rng.integers(0, NUM_BITS + 1, SHAPE).astype(np.int32)
+  else:
+    scores = rng.uniform(-1, 1, SHAPE).astype(np.float32)
+  labels = rng.integers(0, 4, SHAPE).astype(np.int32)  # Graded; relevant iff >= 1.
+  mask = rng.random(SHAPE) < 0.9
+  return jnp.asarray(scores), labels, mask
+
+
+def list_sized_constants(hlo: str) -> collections.Counter:
+  """`dtype[dims]` -> count of the constants of the program with at least `prod(SHAPE)` entries."""
+  found = collections.Counter()
+  for dtype, dims in re.findall(r"=\s*(\w+)\[([\d,]*)\]\S*\s+constant\(", hlo):
+    size = int(np.prod([int(d) for d in dims.split(",")])) if dims else 1
+    if size >= int(np.prod(SHAPE)):
+      found[f"{dtype}[{dims}]"] += 1
+  return found
+
+
+def compiled_text(name: str, captured: bool) -> str:
+  fn = functools.partial(getattr(jaxrank, name), **REQUIRED.get(name, {}))
+  scores, labels, mask = inputs(name)
+  differentiable = name.endswith("_loss")
+  if captured:
+    body = lambda s: fn(s, labels, where=mask)
+    args = (scores,)
+  else:
+    body = lambda s, y, m: fn(s, y, where=m)
+    args = (scores, labels, mask)
+  if differentiable:
+    body = jax.value_and_grad(body)
+  return jax.jit(body).lower(*args).compile().as_text()
+
+
+def test_every_list_level_function_is_covered():
+  names = list_level_functions()
+  assert len(names) >= 20 and "fastap_loss" in names and "ap_metric" in names
+  assert set(REQUIRED) <= set(names)
+
+
+@pytest.mark.parametrize("name", list_level_functions())
+def test_captured_labels_are_not_constant_folded(name):
+  dims = ",".join(map(str, SHAPE))
+  # The captured labels (int32) and mask (bool) stay as they are; nothing derived from them.
+  assert list_sized_constants(compiled_text(name, captured=True)) <= collections.Counter(
+      {f"s32[{dims}]": 1, f"pred[{dims}]": 1}
+  ), name
+
+
+def test_arguments_give_no_list_sized_constant():
+  assert not list_sized_constants(compiled_text("fastap_loss", captured=False))
+
+
+def test_folding_is_detected():
+  """The inspection sees folding: a program on captured labels gets a folded list-sized constant
+  without the barrier (the one `jaxrank` puts on labels and masks), none with it."""
+  scores, labels, mask = inputs("ap_metric")
+
+  def relevant_count(s, opaque):
+    y, m = jax.lax.optimization_barrier((labels, mask)) if opaque else (labels, mask)
+    relevant = m & (jnp.cumsum(y, axis=-1) >= 1)
+    return jnp.sum(jnp.where(relevant, s, 0))
+
+  folded = jax.jit(lambda s: relevant_count(s, False)).lower(scores).compile().as_text()
+  kept = jax.jit(lambda s: relevant_count(s, True)).lower(scores).compile().as_text()
+  dims = ",".join(map(str, SHAPE))
+  assert list_sized_constants(folded) == collections.Counter({f"pred[{dims}]": 1})
+  assert list_sized_constants(kept) == collections.Counter({f"s32[{dims}]": 1, f"pred[{dims}]": 1})
