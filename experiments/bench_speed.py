@@ -60,8 +60,8 @@ REQUIRED = {
     "decomposability_gap": {"num_batches": 2},
     "hamming_tie_aware_ap_metric": {"num_bits": 64},
     "hamming_tie_aware_ndcg_metric": {"num_bits": 64},
-    "precision_at_k_metric": {"k": 4},
-    "recall_at_k_metric": {"k": 4},
+    "precision_at_k_metric": {"topn": 4},
+    "recall_at_k_metric": {"topn": 4},
 }
 
 

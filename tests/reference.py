@@ -107,15 +107,15 @@ def ranking_map_at_r(ranked: Sequence[float]) -> float:
   return total / num_relevant
 
 
-def ranking_recall_at_k(ranked: Sequence[float], k: int) -> float:
-  return 1.0 if any(_is_relevant(y) for y in ranked[:k]) else 0.0
+def ranking_recall_at_k(ranked: Sequence[float], topn: int) -> float:
+  return 1.0 if any(_is_relevant(y) for y in ranked[:topn]) else 0.0
 
 
-def ranking_precision_at_k(ranked: Sequence[float], k: int) -> float:
+def ranking_precision_at_k(ranked: Sequence[float], topn: int) -> float:
   if not ranked:
     return 0.0
-  hits = sum(1 for y in ranked[:k] if _is_relevant(y))
-  return hits / min(k, len(ranked))
+  hits = sum(1 for y in ranked[:topn] if _is_relevant(y))
+  return hits / min(topn, len(ranked))
 
 
 def _dcg(ranked: Sequence[float], topn: int | None) -> float:

@@ -35,8 +35,8 @@ REQUIRED = {
     "decomposability_gap": {"num_batches": 2},
     "hamming_tie_aware_ap_metric": {"num_bits": NUM_BITS},
     "hamming_tie_aware_ndcg_metric": {"num_bits": NUM_BITS},
-    "precision_at_k_metric": {"k": 3},
-    "recall_at_k_metric": {"k": 3},
+    "precision_at_k_metric": {"topn": 3},
+    "recall_at_k_metric": {"topn": 3},
     "smooth_rank_ap_loss": {
         "positive_step_fn": functools.partial(jaxrank.sigmoid_step, temperature=0.05),
         "negative_step_fn": jaxrank.supap_negative_step,

@@ -30,10 +30,10 @@ CASES = [
     Case("ndcg@3", jaxrank.ndcg_metric, reference.ndcg, {"topn": 3}),
     Case("tie_aware_ndcg", jaxrank.tie_aware_ndcg_metric, reference.tie_aware_ndcg, {}),
     Case("tie_aware_ndcg@3", jaxrank.tie_aware_ndcg_metric, reference.tie_aware_ndcg, {"topn": 3}),
-    Case("recall@1", jaxrank.recall_at_k_metric, reference.recall_at_k, {"k": 1}),
-    Case("recall@3", jaxrank.recall_at_k_metric, reference.recall_at_k, {"k": 3}),
-    Case("precision@2", jaxrank.precision_at_k_metric, reference.precision_at_k, {"k": 2}),
-    Case("precision@10", jaxrank.precision_at_k_metric, reference.precision_at_k, {"k": 10}),
+    Case("recall@1", jaxrank.recall_at_k_metric, reference.recall_at_k, {"topn": 1}),
+    Case("recall@3", jaxrank.recall_at_k_metric, reference.recall_at_k, {"topn": 3}),
+    Case("precision@2", jaxrank.precision_at_k_metric, reference.precision_at_k, {"topn": 2}),
+    Case("precision@10", jaxrank.precision_at_k_metric, reference.precision_at_k, {"topn": 10}),
     Case("map_at_r", jaxrank.map_at_r_metric, reference.map_at_r, {}),
 ]
 CASE_IDS = [c.name for c in CASES]
@@ -87,10 +87,10 @@ def test_reference_hand_values():
   assert reference.map_at_r([0.9, 0.8, 0.7], [1, 0, 1]) == pytest.approx(0.5)
   assert reference.ndcg([0.9, 0.8], [0, 1]) == pytest.approx(1 / math.log2(3))
   assert reference.tie_aware_ndcg([0.5, 0.5], [0, 1]) == pytest.approx((1 + 1 / math.log2(3)) / 2)
-  assert reference.recall_at_k([0.9, 0.8, 0.7], [0, 0, 1], k=2) == 0.0
-  assert reference.recall_at_k([0.9, 0.8, 0.7], [0, 0, 1], k=3) == 1.0
-  assert reference.precision_at_k([0.9, 0.8, 0.7], [1, 0, 1], k=2) == 0.5
-  assert reference.precision_at_k([0.9, 0.8, 0.7], [1, 0, 1], k=10) == pytest.approx(2 / 3)
+  assert reference.recall_at_k([0.9, 0.8, 0.7], [0, 0, 1], topn=2) == 0.0
+  assert reference.recall_at_k([0.9, 0.8, 0.7], [0, 0, 1], topn=3) == 1.0
+  assert reference.precision_at_k([0.9, 0.8, 0.7], [1, 0, 1], topn=2) == 0.5
+  assert reference.precision_at_k([0.9, 0.8, 0.7], [1, 0, 1], topn=10) == pytest.approx(2 / 3)
   # Masked items are removed: the masked relevant item at the top does not count.
   assert reference.ap([0.9, 0.8, 0.7], [1, 0, 1], [False, True, True]) == pytest.approx(0.5)
   assert reference.ap([0.9, 0.8], [0, 0]) == 0.0
@@ -243,11 +243,11 @@ def test_single_item_list(case, label, x64):
 
 
 @pytest.mark.parametrize("fn", [jaxrank.recall_at_k_metric, jaxrank.precision_at_k_metric])
-@pytest.mark.parametrize("k", [0, -1, 1.5, None])
-def test_bad_k(fn, k):
-  error = ValueError if isinstance(k, int) else TypeError  # A wrong value, or a wrong kind.
-  with pytest.raises(error, match=rf"^{fn.__name__}: k must be a positive int, got {k}\."):
-    fn(jnp.array([0.3, 0.2]), jnp.array([1, 0]), k=k)
+@pytest.mark.parametrize("topn", [0, -1, 1.5, None])
+def test_bad_cutoff(fn, topn):
+  error = ValueError if isinstance(topn, int) else TypeError  # A wrong value, or a wrong kind.
+  with pytest.raises(error, match=rf"^{fn.__name__}: topn must be a positive int, got {topn}\."):
+    fn(jnp.array([0.3, 0.2]), jnp.array([1, 0]), topn=topn)
 
 
 @pytest.mark.parametrize("fn", [jaxrank.ndcg_metric, jaxrank.tie_aware_ndcg_metric])

@@ -105,7 +105,7 @@ def test_any_function_of_the_signature_is_a_rule():
 def _metrics_of_lists(scores, relevance, where, ks):
   """evaluate_retrieval's metrics from the list-level metrics on `batch_retrieval` lists."""
   out = {
-      f"recall@{k}": float(jaxrank.recall_at_k_metric(scores, relevance, where=where, k=k))
+      f"recall@{k}": float(jaxrank.recall_at_k_metric(scores, relevance, where=where, topn=k))
       for k in ks
   }
   out["map@r"] = float(jaxrank.map_at_r_metric(scores, relevance, where=where))

@@ -201,37 +201,38 @@ def recall_at_k_metric(
     scores: jax.typing.ArrayLike,
     labels: jax.typing.ArrayLike,
     *,
-    k: int,
+    topn: int,
     where: jax.typing.ArrayLike | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
-  r"""Recall@k as reported in metric learning: 1 if a relevant item is in the top `k`, else 0.
+  r"""Recall@k as reported in metric learning: 1 if a relevant item is in the top `topn`, else 0.
 
   This is the "Recall@K" of every seed paper (a hit rate), not the fraction of relevant items
-  retrieved. Ties are ranked pessimistically, as in `ap_metric`: a relevant item tied at the
-  `k`-th place with non-relevant items is counted after them.
+  retrieved that `rax.recall_metric(topn=)` computes under the same argument name: the two agree
+  only on lists with one relevant item. Ties are ranked pessimistically, as in `ap_metric`: a
+  relevant item tied at the `topn`-th place with non-relevant items is counted after them.
 
   Args:
     scores: `[..., n]` floating scores, higher is better.
     labels: `[..., n]` labels; relevant iff `>= 1`.
-    k: the cut-off, a positive Python int.
+    topn: the cut-off `k`, a positive Python int (rax's name for it).
     where: optional `[..., n]` boolean mask of valid items.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
     The reduced Recall@k, or `[...]` per list. Lists without a relevant valid item give 0 and are
-    left out of the reduction.
+    left out of the reduction (rax counts them, as 0).
 
   >>> import jax.numpy as jnp
   >>> scores, labels = jnp.array([0.9, 0.8, 0.7]), jnp.array([0, 0, 1])
-  >>> float(recall_at_k_metric(scores, labels, k=2)), float(recall_at_k_metric(scores, labels, k=3))
-  (0.0, 1.0)
+  >>> [recall_at_k_metric(scores, labels, topn=n).item() for n in (2, 3)]
+  [0.0, 1.0]
   """
-  checks.check_positive_int("recall_at_k_metric", "k", k)
+  checks.check_positive_int("recall_at_k_metric", "topn", topn)
   scores, where, dtype, relevant, stats, num_rel, _ = _sorted_relevant(
       "recall_at_k_metric", scores, labels, where
   )
-  values = recall_at_k_from_statistics(stats, relevant, k, dtype)
+  values = recall_at_k_from_statistics(stats, relevant, topn, dtype)
   return lists.finish(values, scores, where, num_rel > 0, reduce_fn)
 
 
@@ -239,39 +240,40 @@ def precision_at_k_metric(
     scores: jax.typing.ArrayLike,
     labels: jax.typing.ArrayLike,
     *,
-    k: int,
+    topn: int,
     where: jax.typing.ArrayLike | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
-  r"""Precision@k: the fraction of relevant items among the top `k`.
+  r"""Precision@k: the fraction of relevant items among the top `topn` (`k`), as in rax.
 
   .. math::
     \mathrm{P@k} = \frac{\#\{i : y_i \geq 1,\ \mathrm{rank}_i \leq k\}}{\min(k, n_{\mathrm{valid}})}
 
   The denominator is `min(k, n_valid)` so that a list shorter than `k` can still reach 1 (as in
-  rax). Ties are ranked pessimistically, as in `ap_metric`.
+  rax). Ties are ranked pessimistically, as in `ap_metric`. Unlike rax, lists without a relevant
+  item are left out of the reduction.
 
   Args:
     scores: `[..., n]` floating scores, higher is better.
     labels: `[..., n]` labels; relevant iff `>= 1`.
-    k: the cut-off, a positive Python int.
+    topn: the cut-off `k`, a positive Python int (rax's name for it).
     where: optional `[..., n]` boolean mask of valid items.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
     The reduced Precision@k, or `[...]` per list. Lists without a relevant valid item give 0 and
-    are left out of the reduction.
+    are left out of the reduction (rax counts them, as 0).
 
   >>> import jax.numpy as jnp
-  >>> float(precision_at_k_metric(jnp.array([0.9, 0.8, 0.7]), jnp.array([1, 0, 1]), k=2))
+  >>> float(precision_at_k_metric(jnp.array([0.9, 0.8, 0.7]), jnp.array([1, 0, 1]), topn=2))
   0.5
   """
-  checks.check_positive_int("precision_at_k_metric", "k", k)
+  checks.check_positive_int("precision_at_k_metric", "topn", topn)
   scores, where, dtype, relevant, stats, num_rel, num_valid = _sorted_relevant(
       "precision_at_k_metric", scores, labels, where
   )
-  hits = jnp.sum(relevant & (stats.rank <= k), axis=-1).astype(dtype)
-  values = hits / jnp.maximum(jnp.minimum(num_valid, k), 1).astype(dtype)
+  hits = jnp.sum(relevant & (stats.rank <= topn), axis=-1).astype(dtype)
+  values = hits / jnp.maximum(jnp.minimum(num_valid, topn), 1).astype(dtype)
   return lists.finish(values, scores, where, num_rel > 0, reduce_fn)
 
 
