@@ -7,12 +7,14 @@ public function's name and a colon.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import test_compile as listing  # Every list-level function, found by its signature.
 
 import jaxrank
 from jaxrank._src import checks
@@ -342,3 +344,32 @@ def test_in_range_allows_rounding_only():
     jax.grad(lambda s: checks.check_in_range("f", "s", s, where, -1.0, 1.0) or jnp.sum(s))(
         jnp.array([2.0, 3.0, 0.0])
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Labels and masks shared by many lists broadcast against the scores, as rax allows.
+
+
+@pytest.mark.parametrize("name", listing.list_level_functions())
+def test_labels_and_mask_broadcast_to_the_scores(name):
+  fn = functools.partial(getattr(jaxrank, name), **listing.REQUIRED.get(name, {}))
+  scores, labels, mask = listing.inputs(name)
+  row_labels, row_mask = labels[1], mask[1]  # One list's labels and mask, for every list.
+  tiled = (np.broadcast_to(row_labels, labels.shape), np.broadcast_to(row_mask, mask.shape))
+  if name.endswith("_loss"):
+    value_and_grad = lambda y, m: jax.value_and_grad(lambda s: fn(s, y, where=m))(scores)
+    got, got_grad = value_and_grad(row_labels, row_mask)
+    want, want_grad = value_and_grad(*tiled)
+    np.testing.assert_array_equal(got_grad, want_grad)
+  else:
+    got = fn(scores, row_labels, where=row_mask, reduce_fn=None)
+    want = fn(scores, tiled[0], where=tiled[1], reduce_fn=None)
+  np.testing.assert_array_equal(got, want)
+
+
+def test_labels_that_do_not_broadcast_to_the_scores():
+  with pytest.raises(ValueError, match=r"^ap_metric: labels have shape \(2, 1, 3\) but scores have "
+                     r"shape \(2, 3\); they must be equal or broadcast to it"):
+    jaxrank.ap_metric(jnp.ones((2, 3)), jnp.ones((2, 1, 3)))
+  with pytest.raises(ValueError, match=r"labels have shape \(2,\) but scores have shape \(2, 3\)"):
+    jaxrank.ap_metric(jnp.ones((2, 3)), jnp.ones(2))

@@ -40,10 +40,13 @@ def check_lists(
     labels: jax.typing.ArrayLike,
     where: jax.typing.ArrayLike | None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """Validates list-level inputs and returns them as arrays (where broadcast, never None).
+  """Validates list-level inputs and returns them as arrays of the shape of `scores`.
+
+  `labels` and `where` may have any shape that broadcasts to that of `scores` (the same labels for
+  many lists of scores, as rax allows); `where=None` becomes all True.
 
   Raises at trace time: `TypeError` for non-floating scores, non-numeric labels or a non-boolean
-  `where`; `ValueError` for mismatched shapes or a scalar.
+  `where`; `ValueError` for shapes that do not broadcast to that of `scores`, or a scalar.
   """
   scores = jnp.asarray(scores)
   labels = jnp.asarray(labels)
@@ -60,11 +63,17 @@ def check_lists(
       jnp.issubdtype(labels.dtype, jnp.number) or jnp.issubdtype(labels.dtype, jnp.bool_)
   ):
     raise TypeError(f"{fn}: labels must be numeric or boolean, got dtype {labels.dtype}.")
-  if labels.shape != scores.shape:
+  try:
+    broadcast = np.broadcast_shapes(labels.shape, scores.shape) == scores.shape
+  except ValueError:
+    broadcast = False
+  if not broadcast:
     raise ValueError(
         f"{fn}: labels have shape {labels.shape} but scores have shape {scores.shape}; "
-        "they must be equal (one label per score, the list on the last axis)."
+        "they must be equal or broadcast to it (one label per score, the list on the last axis)."
     )
+  # Labels shared by several lists (`[n]` for scores `[L, n]`) broadcast, as rax allows.
+  labels = jnp.broadcast_to(labels, scores.shape)
   where = check_mask(fn, "where", where, scores.shape)
   # Captured labels and masks would be constant-folded by XLA (slow compiles): see lists.opaque.
   labels, where = lists.opaque(labels, where)

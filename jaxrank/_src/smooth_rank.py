@@ -761,7 +761,7 @@ def roadmap_loss(
   _check_supap(fn, tau, rho, delta)
   _check_calibration(fn, alpha, beta)
   ap, valid, scores, where = _supap(fn, scores, labels, where, tau, rho, delta, chunk_size)
-  (labels,) = lists.opaque(jnp.asarray(labels))  # As check_lists does: see lists.opaque.
+  _, labels, _ = checks.check_lists(fn, scores, labels, where)  # Broadcast, behind the barrier.
   calibration, _ = _calibration(scores, labels, where, alpha, beta)
   values = (1 - lam) * (1 - ap) + lam * calibration
   return lists.finish(values, scores, where, valid, reduce_fn)
