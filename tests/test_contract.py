@@ -21,8 +21,11 @@ Every function of `jaxrank.__all__` that takes `scores [..., n]` (or integer Ham
 
 `TABLE` lists every function with the fixed hyperparameters that make the tests meaningful, the
 loop-based float64 reference it is compared with where one exists, the kind of its gradient, and,
-visibly, each property that does not hold for it and why (`exempt`, a skip with the reason) or
-that fails today (`xfail`, strict, with what fails). The comparisons with the references on random
+visibly, each property that fails today (`xfail`, strict, with what fails). The properties that do
+not hold for a function by design are listed, with the reason, in one table, `EXEMPTIONS`: the
+function is left out of that property's parametrisation (not skipped), and
+`test_exemptions_name_rows_and_properties` keeps the table from naming a row or property that does
+not exist. The comparisons with the references on random
 lists, brute force over orderings and the papers' identities live in the per-module test files;
 this module checks the conventions only.
 
@@ -56,7 +59,7 @@ BATCH = (3, 4)
 N = 8  # Lists of 8 (and of 6: sliced, or before padding), divisible by the gap's 2 batches.
 NUM_BITS = 6
 
-# Property names: the keys of `Entry.exempt` and `Entry.xfail`.
+# Property names: the second key of `EXEMPTIONS` and the keys of `Entry.xfail`.
 JIT = "jit"
 VMAP = "vmap"
 WHERE_SLICING = "where_slicing"
@@ -94,7 +97,6 @@ class Entry(NamedTuple):
       `[0, NUM_BITS]`, smaller is better).
     graded: whether the labels are grades (gain `2**label - 1`) rather than relevant iff `>= 1`.
     dtype: the dtype of the scores in the tests of the conventions (float64 unless said).
-    exempt: property -> why it does not hold for this function (the test is skipped, visibly).
     xfail: property -> what fails today (a strict xfail: a bug for another issue).
   """
 
@@ -105,7 +107,6 @@ class Entry(NamedTuple):
   inputs: str = "scores"
   graded: bool = False
   dtype: Any = np.float64
-  exempt: dict[str, str] = {}
   xfail: dict[str, str] = {}
 
 
@@ -149,12 +150,11 @@ def _hamming(name, fn, ref, *, graded=False):
       "none",
       inputs="distances",
       graded=graded,
-      exempt={INCREASING: DISTANCES},
   )
 
 
-def _loss(name, fn, ref, *, graded=False, gradient="derivative", dtype=np.float64, exempt=None,
-          xfail=None, **kwargs):
+def _loss(name, fn, ref, *, graded=False, gradient="derivative", dtype=np.float64, xfail=None,
+          **kwargs):
   return Entry(
       name,
       functools.partial(fn, **kwargs),
@@ -162,7 +162,6 @@ def _loss(name, fn, ref, *, graded=False, gradient="derivative", dtype=np.float6
       gradient,
       graded=graded,
       dtype=dtype,
-      exempt={INCREASING: SURROGATE, **(exempt or {})},
       xfail=xfail or {},
   )
 
@@ -197,10 +196,10 @@ TABLE = [
             graded=True),
     _metric("tie_aware_ndcg@3", jaxrank.tie_aware_ndcg_metric, reference.tie_aware_ndcg,
             graded=True, topn=3),
-    _metric("recall@1", jaxrank.recall_at_k_metric, reference.recall_at_k, k=1),
-    _metric("recall@3", jaxrank.recall_at_k_metric, reference.recall_at_k, k=3),
-    _metric("precision@2", jaxrank.precision_at_k_metric, reference.precision_at_k, k=2),
-    _metric("precision@10", jaxrank.precision_at_k_metric, reference.precision_at_k, k=10),
+    _metric("recall@1", jaxrank.recall_at_k_metric, reference.recall_at_k, topn=1),
+    _metric("recall@3", jaxrank.recall_at_k_metric, reference.recall_at_k, topn=3),
+    _metric("precision@2", jaxrank.precision_at_k_metric, reference.precision_at_k, topn=2),
+    _metric("precision@10", jaxrank.precision_at_k_metric, reference.precision_at_k, topn=10),
     _metric("map_at_r", jaxrank.map_at_r_metric, reference.map_at_r),
     _hamming("hamming_ap", jaxrank.hamming_tie_aware_ap_metric, rx.hamming_ap_t),
     _hamming("hamming_ndcg", jaxrank.hamming_tie_aware_ndcg_metric, rx.hamming_ndcg_t,
@@ -237,18 +236,12 @@ TABLE = [
             h_neg=lambda t: reference_smooth_rank.supap_negative_step(t, 0.02, 5.0, 0.02),
         ),
         "derivative",
-        exempt={INCREASING: SURROGATE},
     ),
     Entry(
         "decomposability_gap",
         functools.partial(jaxrank.decomposability_gap, num_batches=2),
         functools.partial(rs.decomposability_gap, num_batches=2),
         "none",
-        exempt={
-            WHERE_SLICING: BATCHES_BY_POSITION,
-            PADDING: BATCHES_BY_POSITION,
-            PERMUTATION: BATCHES_BY_POSITION,
-        },
     ),
     # Blackbox-rank losses (Rolinek et al. 2020): exact values, interpolated gradients. In float32:
     # their ranks come from a `jax.pure_callback` on CPU, and inside `jax.enable_x64(True)` (a
@@ -260,9 +253,7 @@ TABLE = [
     # sort (numpy on CPU) and, as "..._xla", on XLA's (the GPU/TPU path, forced).
     *(
         _loss(name + suffix, _on_branch(branch, fn), None, gradient="interpolation",
-              dtype=np.float32, lam=4.0,
-              exempt={INCREASING: MARGIN, GRADIENT_LINEAR: BLACKBOX_NOT_LINEAR,
-                      PERMUTATION_GRADIENT: TIES_BY_POSITION})
+              dtype=np.float32, lam=4.0)
         for name, fn in (("blackbox_ap", jaxrank.blackbox_ap_loss),
                          ("blackbox_recall", jaxrank.blackbox_recall_loss))
         for suffix, branch in (("", None), ("_xla", "xla"))
@@ -271,23 +262,67 @@ TABLE = [
 del rh, rs, rx
 
 for _entry in TABLE:
-  assert set(_entry.exempt) | set(_entry.xfail) <= set(PROPERTIES), _entry.name
+  assert set(_entry.xfail) <= set(PROPERTIES), _entry.name
   assert _entry.gradient in ("derivative", "interpolation", "none"), _entry.name
 
+_SURROGATES = ("fastap", "soft_binning_ap", "tie_aware_ap_loss", "simplified_tie_aware_ap_loss",
+               "tie_aware_ndcg_loss", "simplified_tie_aware_ndcg_loss", "smoothap", "supap",
+               "calibration", "roadmap", "smooth_rank_ap")
+_BLACKBOX = ("blackbox_ap", "blackbox_ap_xla", "blackbox_recall", "blackbox_recall_xla")
+# (row, property) -> why the property does not hold for that row by design. The row is left out of
+# the property's test (a row not in TABLE, or a property not in PROPERTIES, fails
+# `test_exemptions_name_rows_and_properties`).
+EXEMPTIONS: dict[tuple[str, str], str] = {
+    **{(name, INCREASING): DISTANCES for name in ("hamming_ap", "hamming_ndcg")},
+    **{(name, INCREASING): SURROGATE for name in _SURROGATES},
+    **{("decomposability_gap", prop): BATCHES_BY_POSITION
+       for prop in (WHERE_SLICING, PADDING, PERMUTATION)},
+    **{(name, INCREASING): MARGIN for name in _BLACKBOX},
+    **{(name, GRADIENT_LINEAR): BLACKBOX_NOT_LINEAR for name in _BLACKBOX},
+    **{(name, PERMUTATION_GRADIENT): TIES_BY_POSITION for name in _BLACKBOX},
+}
+# Properties tested only on the rows with a gradient.
+DIFFERENTIABLE_ONLY = (PERMUTATION_GRADIENT, GRADIENT_LINEAR)
 
-def cases(prop: str, *, differentiable: bool = False) -> list[Any]:
-  """The table as pytest parameters for `prop`, with its skips and strict xfails."""
+
+def cases(prop: str) -> list[Any]:
+  """The table as pytest parameters for `prop`, without the rows exempted from it (and, for a
+  property of gradients, without the rows that have none), with its strict xfails."""
+  assert prop in PROPERTIES, prop
   params = []
   for entry in TABLE:
-    if differentiable and entry.gradient == "none":
+    if prop in DIFFERENTIABLE_ONLY and entry.gradient == "none":
+      continue
+    if (entry.name, prop) in EXEMPTIONS:
       continue
     marks = []
-    if prop in entry.exempt:
-      marks.append(pytest.mark.skip(reason=f"{entry.name}: {entry.exempt[prop]}"))
     if prop in entry.xfail:
       marks.append(pytest.mark.xfail(strict=True, reason=f"{entry.name}: {entry.xfail[prop]}"))
     params.append(pytest.param(entry, id=entry.name, marks=marks))
   return params
+
+
+def test_exemptions_name_rows_and_properties():
+  rows = {e.name: e for e in TABLE}
+  assert len(rows) == len(TABLE)  # Row names are unique.
+  assert set(BINNED) <= set(rows), set(BINNED) - set(rows)
+  for (name, prop), reason in EXEMPTIONS.items():
+    assert name in rows, f"EXEMPTIONS names {name!r}, which is no row of TABLE"
+    assert prop in PROPERTIES, f"EXEMPTIONS names {prop!r}, which is no property"
+    assert reason.strip(), (name, prop)
+    # An exemption must take out a row that the property would otherwise test.
+    assert prop not in DIFFERENTIABLE_ONLY or rows[name].gradient != "none", (name, prop)
+    assert prop not in rows[name].xfail, (name, prop)
+  for prop in PROPERTIES:
+    tested = {p.values[0].name for p in cases(prop)}
+    exempt = {name for name, p in EXEMPTIONS if p == prop}
+    undifferentiable = {e.name for e in TABLE if e.gradient == "none"}
+    everything = set(rows) - (undifferentiable if prop in DIFFERENTIABLE_ONLY else set())
+    assert tested | exempt == everything and not tested & exempt, prop
+  # Every property has a test that uses `cases` with it.
+  source = inspect.getsource(inspect.getmodule(test_exemptions_name_rows_and_properties))
+  for prop, constant in ((p, c) for c, p in globals().items() if p in PROPERTIES and c.isupper()):
+    assert f"cases({constant})" in source, prop
 
 
 def test_table_covers_every_list_level_function():
@@ -442,11 +477,21 @@ def grads(entry, scores, labels, where):
 def test_jit_equals_eager(entry, entry_precision):
   scores, labels, where = with_empty_lists(1)
   scores = inputs(entry, scores)
-  eager = evaluate(entry, scores, labels, where)
   got = jitted(entry, scores, labels, where)
-  values = [{name: out[name] for name, _ in REDUCTIONS_BY_NAME} for out in (got, eager)]
-  chex.assert_trees_all_close(*values, **tol(entry, "values"))
-  chex.assert_trees_all_close(got, eager, **tol(entry, "grads"))
+  # Every reduction eagerly, but few gradients (each eager gradient compiles every op again): that
+  # of the mean, which `test_reductions` and `test_gradient_of_mean_is_gradient_of_sum_over_count`
+  # tie to the jitted gradients of the other reductions; and that of the sum where the second does
+  # not hold.
+  eager = {name: entry.fn(scores, labels, where=where, reduce_fn=reduce_fn)
+           for name, reduce_fn in REDUCTIONS_BY_NAME}
+  chex.assert_trees_all_close({name: got[name] for name in eager}, eager, **tol(entry, "values"))
+  if differentiable(entry):
+    reductions = {"mean": jnp.mean}
+    if (entry.name, GRADIENT_LINEAR) in EXEMPTIONS:
+      reductions["sum"] = jnp.sum
+    for name, reduce_fn in reductions.items():
+      eager_grad = jax.grad(value_fn(entry, labels, where, reduce_fn))(scores)
+      chex.assert_trees_all_close(got["grad_" + name], eager_grad, **tol(entry, "grads"))
 
 
 @pytest.mark.parametrize("entry", cases(VMAP))
@@ -550,7 +595,7 @@ def test_joint_permutation_changes_nothing(entry, entry_precision):
   )
 
 
-@pytest.mark.parametrize("entry", cases(PERMUTATION_GRADIENT, differentiable=True))
+@pytest.mark.parametrize("entry", cases(PERMUTATION_GRADIENT))
 def test_joint_permutation_permutes_the_gradient(entry, entry_precision):
   rng = np.random.default_rng(6)
   scores, labels, where = with_empty_lists(6)
@@ -624,7 +669,7 @@ def test_reductions(entry, entry_precision):
     chex.assert_trees_all_close(got["none"], got["sum"], **tol(entry, "grads"))
 
 
-@pytest.mark.parametrize("entry", cases(GRADIENT_LINEAR, differentiable=True))
+@pytest.mark.parametrize("entry", cases(GRADIENT_LINEAR))
 def test_gradient_of_mean_is_gradient_of_sum_over_count(entry, entry_precision):
   scores, labels, where = with_empty_lists(8)
   got = grads(entry, scores, labels, where)
@@ -669,6 +714,13 @@ DEGENERATE_LISTS = {
 }
 
 
+# The histogram losses bin similarities and reject a valid score outside [-1, 1] (their own tests
+# check the error): they get these lists with the scores clipped to [-1, 1], so that "huge_gaps"
+# and "beyond_the_ends" become lists with items at both ends of the range.
+BINNED = ("fastap", "soft_binning_ap", "tie_aware_ap_loss", "simplified_tie_aware_ap_loss",
+          "tie_aware_ndcg_loss", "simplified_tie_aware_ndcg_loss")
+
+
 def degenerate_batch():
   scores = np.zeros(BATCH + (N,))
   labels = np.ones(BATCH + (N,), np.int32)
@@ -683,6 +735,8 @@ def degenerate_batch():
 def test_degenerate_lists(entry, entry_precision):
   scores, labels, where = degenerate_batch()
   scores = inputs(entry, scores)
+  if entry.name in BINNED:
+    scores = np.clip(scores, -1, 1)
   defined = defined_lists(labels, where)
   per = np.asarray(run(entry, scores, labels, where=where, reduce_fn=None))
   chex.assert_tree_all_finite([per, run(entry, scores, labels, where=where)])

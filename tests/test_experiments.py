@@ -1,15 +1,18 @@
-"""Smoke tests of the ablation scripts (experiments/ablate_*.py): two values each, tiny config.
+"""Tests of the ablation scripts (experiments/ablate_*.py and their shared experiments/ablation.py).
 
-Each test calls a script's `main` as the command line would, then checks that the table has the
-untrained row and one row per value, and that the plot was written. The hard-sampling ablation,
-which needs super-classes, runs on mock Stanford Online Products data and must refuse the digits
-before training anything.
+Smoke tests: each calls a script's `main` as the command line would, two values, tiny config, then
+checks that the table has the untrained row and one row per value, that the plot was written, and
+that each run's `config.json` (written by the training itself) holds the swept value. The
+hard-sampling ablation, which needs super-classes, runs on mock Stanford Online Products data and
+must refuse the digits before training anything. A faster test runs every script's default sweep
+with the training replaced by a recorder, and checks that each value reaches its run's config.
 """
 
 from __future__ import annotations
 
 import ast
 import inspect
+import json
 import os
 import pathlib
 import re
@@ -22,6 +25,7 @@ from experiments import ablate_fastap_bins
 from experiments import ablate_hard_sampling
 from experiments import ablate_roadmap_lambda
 from experiments import ablation
+from experiments import config as config_lib
 from experiments import main as main_lib
 from experiments import results as results_lib
 from jaxrank.data import testing
@@ -60,20 +64,99 @@ def _run(module, what, tmp_path, capsys, values, sets=(), untrained=True):
   return list(results)
 
 
+def _stored_config(workdir, run):
+  """The config.json that the training of `run` wrote into its workdir."""
+  with open(os.path.join(workdir, run, "config.json")) as f:
+    return json.load(f)
+
+
+# What each script's value must set in its run's config, written out here rather than taken from
+# the scripts: value -> {field: expected}. `loss_kwargs` is compared whole, so a value that lands
+# beside a stale hyperparameter fails too. The batch-size sweep keeps P = 20 / 4 = 5 classes of
+# the tiny config unless the value gives (P, K).
+def _expected_batch_size(value):
+  p, k = value if isinstance(value, tuple) else (5, value)
+  return {"loss": "fastap", "loss_kwargs": {}, "batch_size": p * k, "samples_per_class": k}
+
+
+EXPECTED_FIELDS = {
+    "fastap_bins": lambda v: {"loss": "fastap", "loss_kwargs": {"num_bins": v}},
+    "batch_size": _expected_batch_size,
+    "blackbox_margin_memory": lambda v: {
+        "loss": "blackbox_ap", "loss_kwargs": {"margin": v[0]}, "memory_batches": v[1]},
+    "roadmap_lambda": lambda v: {"loss": "roadmap", "loss_kwargs": {"lam": v}},
+    "hard_sampling": lambda v: {"loss": "fastap", "loss_kwargs": {}, "sampler": v},
+}
+SCRIPTS = {
+    "fastap_bins": ablate_fastap_bins,
+    "batch_size": ablate_batch_size,
+    "blackbox_margin_memory": ablate_blackbox_margin_memory,
+    "roadmap_lambda": ablate_roadmap_lambda,
+    "hard_sampling": ablate_hard_sampling,
+}
+
+
+def _assert_fields(config, expected, what, value):
+  got = {k: config[k] for k in expected}
+  assert got == expected, f"{what}: the value {value!r} did not reach its run's config"
+
+
+def test_every_ablation_script_is_covered():
+  scripts = {p.stem for p in (ROOT / "experiments").glob("ablate_*.py")}
+  assert scripts == {f"ablate_{what}" for what in SCRIPTS} == {m.__name__.split(".")[-1]
+                                                                for m in SCRIPTS.values()}
+
+
+@pytest.mark.parametrize("what", sorted(SCRIPTS))
+def test_each_default_value_reaches_its_run_config(what, tmp_path, capsys, monkeypatch):
+  # The script's whole command line with its default values; only the training is replaced, by a
+  # recorder of the configs it would train (as their config.json) and fixed metrics.
+  recorded = {}
+
+  def fake_sweep(base, runs, workdir, *, untrained=True):
+    del workdir
+    assert not untrained
+    for config in runs.values():
+      config_lib.check_config(config)
+    recorded.update({name: config_lib.to_json(c) for name, c in runs.items()})
+    metrics = {**{f"recall@{k}": 0.5 for k in base.eval_ks}, "map@r": 0.25}
+    return {name: dict(metrics) for name in runs}, {name: 1.0 for name in runs}
+
+  monkeypatch.setattr(main_lib, "run_sweep", fake_sweep)
+  module = SCRIPTS[what]
+  sets = ["dataset=sop", f"data_dir={tmp_path}", "batch_size=16"] if what == "hard_sampling" else []
+  argv = ["--config", TINY, "--workdir", str(tmp_path), "--no-untrained"]
+  for s in sets:
+    argv += ["--set", s]
+  module.main(argv)
+  capsys.readouterr()
+  assert len(recorded) == len(module.VALUES) > 1
+  with open(tmp_path / "results.json") as f:
+    values = json.load(f)["values"]  # run name -> the value as --values takes it
+  assert list(values) == list(recorded)
+  for config, value in zip(recorded.values(), module.VALUES):
+    _assert_fields(config, EXPECTED_FIELDS[what](value), what, value)
+
+
 # The untrained baseline is evaluated in one of them only, to keep the tests short.
-@pytest.mark.parametrize("module, what, values, rows, untrained", [
-    (ablate_fastap_bins, "fastap_bins", ["5", "20"], ["L=5", "L=20"], True),
+@pytest.mark.parametrize("what, values, parsed, rows, untrained", [
+    ("fastap_bins", ["5", "20"], [5, 20], ["L=5", "L=20"], True),
     # The tiny config has P = 20 / 4 = 5 classes per batch; a value is K, or (P, K).
-    (ablate_batch_size, "batch_size", ["2", "4,4"], ["B=10_5x2", "B=16_4x4"], False),
-    (ablate_blackbox_margin_memory, "blackbox_margin_memory", ["0,0", "0.1,2"],
+    ("batch_size", ["2", "4,4"], [2, (4, 4)], ["B=10_5x2", "B=16_4x4"], False),
+    ("blackbox_margin_memory", ["0,0", "0.1,2"], [(0.0, 0), (0.1, 2)],
      ["margin=0_memory=0", "margin=0.1_memory=2"], False),
-    (ablate_roadmap_lambda, "roadmap_lambda", ["0", "1"], ["lam=0", "lam=1"], False),
+    ("roadmap_lambda", ["0", "1"], [0.0, 1.0], ["lam=0", "lam=1"], False),
 ])
 def test_ablation_prints_a_row_per_value_and_plots(
-    module, what, values, rows, untrained, tmp_path, capsys
+    what, values, parsed, rows, untrained, tmp_path, capsys
 ):
-  got = _run(module, what, tmp_path, capsys, values, untrained=untrained)
+  got = _run(SCRIPTS[what], what, tmp_path, capsys, values, untrained=untrained)
   assert got == (["untrained"] if untrained else []) + rows
+  for run, value in zip(rows, parsed):
+    _assert_fields(_stored_config(tmp_path / what, run), EXPECTED_FIELDS[what](value), what, value)
+  if untrained:  # The baseline is the base config, not trained.
+    base = _stored_config(tmp_path / what, "untrained")
+    assert (base["loss"], base["num_steps"]) == ("fastap", 0)
 
 
 def test_hard_sampling_on_mock_sop(tmp_path, capsys):
@@ -85,6 +168,9 @@ def test_hard_sampling_on_mock_sop(tmp_path, capsys):
     rows = _run(ablate_hard_sampling, "hard_sampling", tmp_path, capsys,
                 ["super_class", "m_per_class"], sets, untrained=False)
   assert rows == ["super_class", "m_per_class"]
+  for run in rows:
+    _assert_fields(_stored_config(tmp_path / "hard_sampling", run),
+                   EXPECTED_FIELDS["hard_sampling"](run), "hard_sampling", run)
 
 
 def test_hard_sampling_refuses_digits_before_training(tmp_path):

@@ -53,12 +53,38 @@ def resnet18():
     (DIGITS, (32, 64)),
     (IMAGES, (4, 8, 16)),
 ])
-def test_small_conv_net_shape(shape, features):
+def test_small_conv_net_against_numpy(shape, features):
   net = models.SmallConvNet(shape[-1], features=features, rngs=nnx.Rngs(0))
-  out = forward(net, images(shape))
+  # Non-trivial LayerNorm scales and biases (they start at 1 and 0).
+  rng = np.random.default_rng(1)
+  for norm in net.norms:
+    norm.scale[...] = jnp.asarray(rng.uniform(0.5, 1.5, norm.scale.shape), jnp.float32)
+    norm.bias[...] = jnp.asarray(rng.normal(0, 0.3, norm.bias.shape), jnp.float32)
+  x = images(shape)
+  out = forward(net, x)
   assert net.out_features == features[-1]
   assert out.shape == (shape[0], features[-1])
-  assert np.all(np.isfinite(out))
+  np.testing.assert_allclose(out, small_conv_net_numpy(net, x), rtol=1e-4, atol=1e-5)
+
+
+def small_conv_net_numpy(net, x):
+  """SmallConvNet's forward pass written out in float64 numpy: per stage (a 2x2 max-pool before
+  every stage but the first) a 3x3 convolution with zero padding, LayerNorm over the channels
+  (epsilon 1e-6) and relu; then the mean over the pixels."""
+  x = np.asarray(x, np.float64)
+  for i, (conv, norm) in enumerate(zip(net.convs, net.norms)):
+    if i > 0:
+      n, h, w, c = x.shape
+      x = x[:, :h // 2 * 2, :w // 2 * 2].reshape(n, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))
+    kernel, bias = (np.asarray(v[...], np.float64) for v in (conv.kernel, conv.bias))
+    padded = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    h, w = x.shape[1:3]
+    y = bias + sum(np.einsum("nhwc,co->nhwo", padded[:, di:di + h, dj:dj + w], kernel[di, dj])
+                   for di in range(3) for dj in range(3))
+    mean, var = y.mean(-1, keepdims=True), y.var(-1, keepdims=True)
+    y = (y - mean) / np.sqrt(var + 1e-6) * np.asarray(norm.scale[...]) + np.asarray(norm.bias[...])
+    x = np.maximum(y, 0)
+  return x.mean(axis=(1, 2))
 
 
 def test_small_conv_net_output_does_not_depend_on_the_batch():
@@ -127,8 +153,12 @@ def test_wrong_channels():
 
 def test_embedding_head_unit_rows():
   head = models.EmbeddingHead(5, 3, rngs=nnx.Rngs(0))
-  out = head(images((7, 5)))
+  nnx.update(head, {"linear": {"bias": jnp.asarray([0.5, -0.25, 1.0])}})
+  x = images((7, 5))
+  out = head(x)
   assert out.shape == (7, 3)
+  h = np.asarray(x, np.float64) @ np.asarray(head.linear.kernel[...]) + [0.5, -0.25, 1.0]
+  np.testing.assert_allclose(out, h / np.linalg.norm(h, axis=-1, keepdims=True), rtol=1e-5)
   np.testing.assert_allclose(np.linalg.norm(out, axis=-1), 1.0, rtol=1e-6)
 
 
@@ -171,7 +201,7 @@ def test_embedding_model_passes_scale_only_when_given():
   model = small_model("embedding")
   assert set(nnx.state(model)) == {"backbone", "head"}
   np.testing.assert_array_equal(model(x), model.head(model.backbone(x)))
-  with pytest.raises(TypeError):
+  with pytest.raises(TypeError, match="scale"):
     model(x, scale=2.0)
   model = small_model("hashing")
   features = model.backbone(x)

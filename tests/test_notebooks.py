@@ -1,19 +1,29 @@
-"""The notebooks in notebooks/: stored without outputs, and executed without error.
+"""The notebooks in notebooks/: stored without outputs, executed without error, their claims held.
+
+Each notebook states the findings of its "What this shows" cell as `assert`s next to the numbers
+they rest on, so executing it is the test of its claims: a claim that stops holding fails its cell.
 
 Each notebook runs in a fresh kernel of the interpreter running pytest, with a temporary directory
 as its working directory, so the figures it writes (`figures/<name>.png`, relative to the working
 directory) go there and the committed PNGs in notebooks/figures/ are left untouched. To refresh
 those, run a notebook from notebooks/ (e.g. in Jupyter, or with nbclient and that directory as
 `resources["metadata"]["path"]`).
+
+The notebooks are independent and mostly single-threaded (tracing, compiling, plotting), so they
+execute two at a time, each in its own process, started when the first of them is needed; each
+test waits for its own notebook.
 """
 
+from __future__ import annotations
+
+import concurrent.futures
 import pathlib
+import subprocess
 import sys
 
 import nbformat
 import pytest
 from jupyter_client.manager import KernelManager
-from nbclient import NotebookClient
 
 NOTEBOOKS_DIR = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
@@ -23,6 +33,41 @@ EXPECTED = {
     "03_ties_and_hashing.ipynb",
     "04_decomposability.ipynb",
 }
+PARALLEL = 2
+TIMEOUT = 600  # seconds per cell
+
+# Run in a child process: executes notebook argv[1] with argv[2] as working directory and writes
+# the executed notebook to argv[3]; a failing cell raises CellExecutionError (exit status 1).
+_EXECUTE = f"""
+import sys, nbformat
+from nbclient import NotebookClient
+nb = nbformat.read(sys.argv[1], as_version=4)
+try:
+  NotebookClient(nb, timeout={TIMEOUT}, kernel_name="python3",
+                 resources={{"metadata": {{"path": sys.argv[2]}}}}).execute()
+finally:
+  nbformat.write(nb, sys.argv[3])
+"""
+
+
+def _execute(path: pathlib.Path, workdir: pathlib.Path):
+  """Executes `path` in a child process; returns (the finished process, the executed notebook)."""
+  workdir.mkdir()
+  executed = workdir / f"executed_{path.name}"
+  process = subprocess.run([sys.executable, "-c", _EXECUTE, str(path), str(workdir), str(executed)],
+                           capture_output=True, text=True, check=False)
+  return process, executed
+
+
+@pytest.fixture(scope="module")
+def executions(request, tmp_path_factory):
+  """Notebook name -> a future of `_execute`, for each notebook whose execution test is selected."""
+  test = "test_notebook_executes_and_its_claims_hold"
+  selected = [item.callspec.params["path"] for item in request.session.items
+              if getattr(item, "originalname", None) == test]
+  root = tmp_path_factory.mktemp("notebooks")
+  with concurrent.futures.ThreadPoolExecutor(PARALLEL) as pool:
+    yield {p.name: pool.submit(_execute, p, root / p.stem) for p in selected}
 
 
 def test_all_notebooks_are_found():
@@ -50,13 +95,23 @@ def test_notebook_is_stored_without_outputs(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_executes(path, tmp_path):
+def test_notebook_states_its_claims_as_asserts(path):
+  # Each notebook checks its findings where it computes them; printing a check is not one.
   nb = nbformat.read(path, as_version=4)
-  client = NotebookClient(nb, timeout=300, kernel_name="python3",
-                          resources={"metadata": {"path": str(tmp_path)}})
-  client.execute()  # raises CellExecutionError on the first failing cell
-  errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
-  assert not errors
-  figure = tmp_path / "figures" / f"{path.stem}.png"
+  code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+  assert code.count("assert ") >= 5, path.name
+  assert "print(bool(" not in code and "bool(np.allclose" not in code, path.name
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_executes_and_its_claims_hold(path, executions):
+  process, executed = executions[path.name].result()
+  errors = []
+  if executed.is_file():
+    nb = nbformat.read(executed, as_version=4)
+    errors = [f"{o.ename}: {o.evalue}" for c in nb.cells if c.cell_type == "code"
+              for o in c.outputs if o.output_type == "error"]
+  assert process.returncode == 0 and not errors, (errors, process.stderr[-5000:])
+  figure = executed.parent / "figures" / f"{path.stem}.png"
   assert figure.is_file(), f"{path.name} did not save {figure.name}"
   assert figure.stat().st_size < 150_000

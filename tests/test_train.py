@@ -150,7 +150,8 @@ main.main(sys.argv[3:])
 
 
 def test_sigkill_during_and_between_saves_then_rerun_matches_an_uninterrupted_run(tmp_path):
-  overrides = ["num_steps=60", "checkpoint_every=3", "eval_every=30"]
+  # Saves at steps 3, 6, 9, 12 and 15: the kills need the first four; one evaluation, at the end.
+  overrides = ["num_steps=15", "checkpoint_every=3", "eval_every=15"]
   config = main_lib.apply_overrides(TINY, overrides)
   reference = train.train_and_evaluate(config, str(tmp_path / "reference"))
 
@@ -442,6 +443,16 @@ def test_image_folder_with_a_resnet18_and_frozen_batchnorm_chunked(tmp_path):
   )
   metrics = train.train_and_evaluate(config, str(tmp_path / "run"))
   assert metrics["step"] == 2 and 0 <= metrics["map@r"] <= 1
+  # Frozen: the trained network's BatchNorm statistics are those of the initial network (same
+  # seed), while its weights moved.
+  trained = train.restore_model(config, str(tmp_path / "run"))
+  initial = networks.make_model(config, 3, nnx.Rngs(config.seed))
+  stats = [jax.tree.leaves(nnx.state(m, nnx.BatchStat)) for m in (trained, initial)]
+  assert len(stats[0]) == len(stats[1]) == 2 * 20  # ResNet-18: mean and variance of 20 BatchNorms
+  for got, want in zip(*stats):
+    np.testing.assert_array_equal(got, want)
+  params = [jax.tree.leaves(nnx.state(m, nnx.Param)) for m in (trained, initial)]
+  assert any(not np.array_equal(a, b) for a, b in zip(*params))
   with pytest.raises(ValueError, match="needs freeze_batchnorm=True"):
     config_lib.check_config(dataclasses.replace(config, freeze_batchnorm=False))
 
