@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import jax
@@ -329,7 +330,7 @@ def test_in_batch_scores_are_symmetric_and_evaluation_equals_the_lists_exactly(d
 
 def _metrics_of_lists(scores, relevance, where, ks):
   out = {
-      f"recall@{k}": float(jaxrank.recall_at_k_metric(scores, relevance, where=where, k=k))
+      f"recall@{k}": float(jaxrank.recall_at_k_metric(scores, relevance, where=where, topn=k))
       for k in ks
   }
   out["map@r"] = float(jaxrank.map_at_r_metric(scores, relevance, where=where))
@@ -434,3 +435,150 @@ def test_per_query_values_and_their_mask():
 def test_evaluate_rejects_empty_and_mismatched_sets(args, match):
   with pytest.raises(ValueError, match=match):
     jaxrank.evaluate_retrieval(*args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 14: affinity relevance in evaluate_retrieval, as in batch_retrieval.
+
+
+def _per_query_lists(scores, relevance, where, ks):
+  """Per-query values of the list metrics, as evaluate_retrieval(reduce_fn=None) names them."""
+  values = _per_query_lists_jit(scores, relevance, where, ks)
+  return {key: np.asarray(value, np.float64) for key, value in values.items()}
+
+
+@functools.partial(jax.jit, static_argnames="ks")
+def _per_query_lists_jit(scores, relevance, where, ks):
+  """One jitted program: compiled once, it costs a fraction of the list metrics' eager ops."""
+  kwargs = dict(where=where, reduce_fn=None)
+  out = {
+      f"recall@{k}": jaxrank.recall_at_k_metric(scores, relevance, topn=k, **kwargs) for k in ks
+  }
+  out["map@r"] = jaxrank.map_at_r_metric(scores, relevance, **kwargs)
+  out["map"] = jaxrank.ap_metric(scores, relevance, **kwargs)
+  out["tie_aware_map"] = jaxrank.tie_aware_ap_metric(scores, relevance, **kwargs)
+  return out
+
+
+def _graded_affinity(rng, q, n):
+  """Grades around the threshold 1: 0.5 and negative values are not relevant, 1, 2, 3 are."""
+  return rng.choice(np.array([-1.0, 0.0, 0.5, 1.0, 2.0, 3.0], np.float32), size=(q, n))
+
+
+def _assert_per_query_equal(got, want, num_relevant):
+  np.testing.assert_array_equal(got["num_relevant"], num_relevant)
+  assert set(got) == set(want) | {"num_relevant"}
+  for key in want:
+    np.testing.assert_allclose(got[key], want[key], rtol=1e-6, atol=1e-7, err_msg=key)
+
+
+def test_evaluate_affinity_without_gallery_equals_the_lists_of_batch_retrieval():
+  rng = np.random.default_rng(11)
+  x = rng.standard_normal((30, 6)).astype(np.float32)
+  affinity = _graded_affinity(rng, 30, 30)
+  affinity[3] = np.where(np.arange(30) == 3, 5.0, 0.0)  # Relevant only to itself: left out.
+  scores, relevance, where = jax.jit(jaxrank.batch_retrieval)(x, affinity=affinity)
+  want = _per_query_lists(scores, relevance, where, (1, 4))
+  num_relevant = ((affinity >= 1) & ~np.eye(30, dtype=bool)).sum(axis=1)
+  assert num_relevant[3] == 0 and num_relevant.min() == 0 < num_relevant.max()
+  for chunk_size in (7, 30):  # Five chunks, the last one padded; one chunk.
+    got = jaxrank.evaluate_retrieval(
+        x, affinity=affinity, ks=(1, 4), chunk_size=chunk_size, reduce_fn=None
+    )
+    _assert_per_query_equal(got, want, num_relevant)
+  # The mean over the queries with a relevant item; a JAX array is taken as well.
+  mean = jaxrank.evaluate_retrieval(x, affinity=jnp.asarray(affinity), ks=(1, 4), chunk_size=7)
+  for key, value in want.items():
+    assert mean[key] == pytest.approx(np.mean(value[num_relevant > 0]), rel=1e-6), key
+  # The diagonal is not read: another value there, NaN included, changes nothing.
+  np.fill_diagonal(affinity, np.nan)
+  assert jaxrank.evaluate_retrieval(x, affinity=affinity, ks=(1, 4), chunk_size=7) == mean
+
+
+def test_evaluate_affinity_with_gallery_equals_the_lists_of_batch_retrieval(tmp_path):
+  rng = np.random.default_rng(12)
+  q, g = rng.standard_normal((12, 5)).astype(np.float32), rng.standard_normal((25, 5))
+  g = g.astype(np.float32)
+  affinity = _graded_affinity(rng, 12, 12 + 25) >= 1  # Boolean relevance.
+  affinity[0, 12:] = False  # A query without a relevant gallery item is left out.
+  scores, relevance, where = jax.jit(jaxrank.batch_retrieval)(
+      q, affinity=affinity, gallery_embeddings=g
+  )
+  where = np.asarray(where).copy()
+  where[:, :12] = False  # The gallery alone, as evaluate_retrieval ranks it.
+  want = _per_query_lists(scores, relevance, where, (1, 2))
+  # A memmap stays on disk: evaluate_retrieval reads one block of rows per chunk.
+  stored = np.lib.format.open_memmap(tmp_path / "affinity.npy", "w+", bool, (12, 25))
+  stored[:] = affinity[:, 12:]
+  for given in (affinity[:, 12:], stored):
+    got = jaxrank.evaluate_retrieval(
+        q, gallery_embeddings=g, affinity=given, ks=(1, 2), chunk_size=5, reduce_fn=None
+    )
+    _assert_per_query_equal(got, want, affinity[:, 12:].sum(axis=1))
+
+
+@pytest.mark.parametrize("gallery", [False, True])
+def test_evaluate_label_equality_affinity_equals_the_labels(gallery):
+  x, labels = _clustered(13, 40, num_classes=6)
+  if gallery:
+    want = jaxrank.evaluate_retrieval(
+        x[:15], labels[:15], x[15:], labels[15:], ks=(1, 2), chunk_size=8, reduce_fn=None
+    )
+    got = jaxrank.evaluate_retrieval(
+        x[:15], gallery_embeddings=x[15:], affinity=labels[:15, None] == labels[None, 15:],
+        ks=(1, 2), chunk_size=8, reduce_fn=None,
+    )
+  else:
+    want = jaxrank.evaluate_retrieval(x, labels, ks=(1, 2), chunk_size=8, reduce_fn=None)
+    affinity = (labels[:, None] == labels[None, :]).astype(np.int32)
+    got = jaxrank.evaluate_retrieval(x, affinity=affinity, ks=(1, 2), chunk_size=8, reduce_fn=None)
+  assert list(got) == list(want)
+  for key in want:
+    np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+
+def test_evaluate_shared_label_counts_as_affinity_equal_the_multi_hot_labels():
+  x = np.random.default_rng(14).standard_normal((40, 6)).astype(np.float32)
+  multi_hot = np.random.default_rng(14).random((40, 4)) < 0.3
+  want = jaxrank.evaluate_retrieval(x, multi_hot, ks=(1,), chunk_size=8, reduce_fn=None)
+  shared = multi_hot.astype(np.int32) @ multi_hot.T.astype(np.int32)  # Graded: 0, 1, 2, ...
+  got = jaxrank.evaluate_retrieval(x, affinity=shared, ks=(1,), chunk_size=8, reduce_fn=None)
+  for key in want:
+    np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+
+_X4, _G3 = np.ones((4, 2), np.float32), np.ones((3, 2), np.float32)
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, error, match",
+    [
+        ((_X4, np.zeros(4, np.int32)), {"affinity": np.ones((4, 4))}, ValueError, "not both"),
+        (
+            (_X4, None, _G3, np.zeros(3, np.int32)),
+            {"affinity": np.ones((4, 3))},
+            ValueError,
+            "evaluate_retrieval: give either labels",
+        ),
+        ((_X4,), {}, ValueError, r"evaluate_retrieval: give query_labels .* or affinity="),
+        ((_X4, None, _G3), {}, ValueError, r"evaluate_retrieval: give query_labels"),
+        (
+            (_X4,),
+            {"affinity": np.ones((4, 3))},
+            ValueError,
+            r"\[Q, Q\] = \[4, 4\], got shape \(4, 3\)",
+        ),
+        ((_X4, None, _G3), {"affinity": np.ones((4, 4))}, ValueError, r"\[Q, N\] = \[4, 3\]"),
+        ((_X4,), {"affinity": np.ones(4)}, ValueError, "evaluate_retrieval: affinity must be sha"),
+        ((_X4,), {"affinity": np.full((4, 4), "1")}, TypeError, "numeric or boolean"),
+        (
+            (_X4,),
+            {"affinity": np.where(np.eye(4, k=1, dtype=bool), np.nan, 1.0)},
+            ValueError,
+            r"evaluate_retrieval: affinity contains NaN \(first at \[0, 1\]\)",
+        ),
+    ],
+)
+def test_evaluate_affinity_errors(args, kwargs, error, match):
+  with pytest.raises(error, match=match):
+    jaxrank.evaluate_retrieval(*args, **kwargs)

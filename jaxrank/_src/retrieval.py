@@ -279,12 +279,59 @@ def _multi_hot_relevant(q_labels, g_labels, rows, leave_one_out):
   return relevant
 
 
+def _as_affinity(fn, affinity, shape, leave_one_out):
+  """A given relevance matrix `shape` (`[Q, N]`), numeric or boolean, as a host array.
+
+  Only the dtype and the shape are read here (a numpy array or memmap is not copied; a JAX array
+  is copied to the host once): the values are read chunk by chunk by `_affinity_relevant`.
+  """
+  affinity = np.asarray(affinity)
+  if not any(jnp.issubdtype(affinity.dtype, t) for t in (jnp.integer, jnp.floating, jnp.bool_)):
+    raise TypeError(
+        f"{fn}: affinity must be a numeric or boolean array, got dtype {affinity.dtype}; cast "
+        "it, e.g. affinity.astype(np.float32)."
+    )
+  q, n = shape
+  layout = f"[Q, Q] = [{q}, {q}]" if leave_one_out else f"[Q, N] = [{q}, {n}]"
+  checks.check_shape(
+      fn, "affinity", affinity, shape, layout=layout,
+      hint="One row per query, one column per "
+      + ("query (no gallery: the query set is the gallery)." if leave_one_out else "gallery item."),
+  )
+  return affinity
+
+
+def _affinity_relevant(fn, affinity, rows, leave_one_out):
+  """Relevant gallery items `[c, N]` of the consecutive queries `rows`: affinity `>= 1`.
+
+  The query's own entry (the diagonal, without a gallery) is not read: it is never relevant.
+  """
+  block = np.asarray(affinity[rows[0] : rows[-1] + 1])
+  diagonal = (np.arange(len(rows)), rows) if leave_one_out else None
+  if jnp.issubdtype(block.dtype, jnp.floating):
+    block = block.astype(np.float64)  # bfloat16 and float16 exactly, and numpy's NaN test.
+    nan = np.isnan(block)
+    if diagonal is not None:
+      nan[diagonal] = False
+    if nan.any():
+      i, j = np.argwhere(nan)[0]
+      raise ValueError(
+          f"{fn}: affinity contains NaN (first at [{rows[i]}, {j}]); give every relevance a "
+          "number (>= 1 relevant, else not)."
+      )
+  relevant = block >= 1
+  if diagonal is not None:
+    relevant[diagonal] = False
+  return relevant
+
+
 def evaluate_retrieval(
     query_embeddings: jax.typing.ArrayLike,
-    query_labels: jax.typing.ArrayLike,
+    query_labels: jax.typing.ArrayLike | None = None,
     gallery_embeddings: jax.typing.ArrayLike | None = None,
     gallery_labels: jax.typing.ArrayLike | None = None,
     *,
+    affinity: jax.typing.ArrayLike | None = None,
     ks: Sequence[int] = (1, 2, 4, 8),
     chunk_size: int = 256,
     similarity_fn: types.SimilarityFn = similarity.cosine,
@@ -294,13 +341,22 @@ def evaluate_retrieval(
 
   Without a gallery every query ranks the rest of the query set, itself left out (the SOP, CUB and
   Cars196 protocol); with a gallery every query ranks the gallery (the In-Shop protocol).
-  Relevance follows `batch_retrieval`: with integer class labels `[Q]` an item is relevant iff it
-  shares the query's class; with multi-hot labels `[Q, C]` (integers or booleans) iff it shares at
-  least one label with the query (none of these metrics uses grades). Scores are
-  `similarity_fn(queries, gallery)`, cosine similarities by default, computed by the same
-  operations as in `batch_retrieval` (see `jaxrank.similarity`): on the same set the two give
-  bit-identical scores, so the metrics equal the list metrics on `batch_retrieval`'s lists, ties
-  and near-ties included.
+  Relevance follows `batch_retrieval`, from one of:
+
+  * integer class labels `[Q]` (and `[N]`): an item is relevant iff it shares the query's class;
+  * multi-hot labels `[Q, C]` (and `[N, C]`; integers or booleans): iff it shares at least one
+    label with the query;
+  * `affinity=`, a given relevance matrix `[Q, N]` (`[Q, Q]` without a gallery), numeric or
+    boolean, instead of labels: item `j` is relevant to query `i` iff `affinity[i, j] >= 1`, the
+    rule of the list metrics on `batch_retrieval(..., affinity=...)`. Without a gallery the
+    diagonal is ignored: the query itself is left out, as with labels. It may stay in host
+    memory (a numpy array or memmap): it is read one `[chunk_size, N]` block at a time.
+
+  None of these metrics uses grades: a graded affinity (or a count of shared labels) counts only
+  as relevant or not. Scores are `similarity_fn(queries, gallery)`, cosine similarities by
+  default, computed by the same operations as in `batch_retrieval` (see `jaxrank.similarity`): on
+  the same set the two give bit-identical scores, so the metrics equal the list metrics on
+  `batch_retrieval`'s lists, ties and near-ties included.
 
   Returned metrics, per query, then reduced over the queries that have at least one relevant item:
 
@@ -325,10 +381,15 @@ def evaluate_retrieval(
   Args:
     query_embeddings: `[Q, D]` floating embeddings (bfloat16, float16, float32; float64 is
       evaluated in float32 unless `jax_enable_x64` is set), finite, `Q >= 1`.
-    query_labels: `[Q]` integer class labels, or `[Q, C]` multi-hot labels.
+    query_labels: `[Q]` integer class labels, or `[Q, C]` multi-hot labels; `None` when
+      `affinity` is given.
     gallery_embeddings: optional `[N, D]` gallery, `N >= 1`; `None` for leave-one-out within the
       queries.
-    gallery_labels: labels of the gallery, of the same kind as `query_labels` (`[N]` or `[N, C]`).
+    gallery_labels: labels of the gallery, of the same kind as `query_labels` (`[N]` or `[N, C]`);
+      `None` when `affinity` is given.
+    affinity: optional `[Q, N]` relevance of each gallery item to each query (`[Q, Q]` without a
+      gallery, its diagonal ignored), relevant iff `>= 1`; instead of labels (giving both is a
+      `ValueError`, as is a NaN entry that is read).
     ks: the cut-offs of Recall@k, positive ints (rax names a single cut-off `topn`; Recall@k here
       is not rax's recall, see above).
     chunk_size: queries per step; memory grows linearly with it.
@@ -353,6 +414,9 @@ def evaluate_retrieval(
   {'recall@1': 1.0, 'map@r': 1.0, 'map': 1.0, 'tie_aware_map': 1.0}
   >>> evaluate_retrieval(e, np.array([0, 0, 1, 2]), ks=(1,), reduce_fn=None)["num_relevant"]
   array([1, 1, 0, 0], dtype=int32)
+  >>> affinity = np.array([[9, 2, 0, 0], [2, 9, 0.5, 0], [0, 0.5, 9, 1], [0, 0, 1, 9]])
+  >>> evaluate_retrieval(e, affinity=affinity, ks=(1,))["map"]  # The diagonal is ignored.
+  1.0
   """
   fn = "evaluate_retrieval"
   ks = tuple(ks)
@@ -364,11 +428,24 @@ def evaluate_retrieval(
   if reduce_fn is not None:
     checks.check_callable(fn, "reduce_fn", reduce_fn, hint="e.g. np.mean, or None per query.")
   queries = _as_embeddings(fn, "query_embeddings", query_embeddings)
-  q_labels = _as_labels(fn, "query_labels", query_labels, queries.shape[0])
+  num_queries = queries.shape[0]
+  if affinity is not None and (query_labels is not None or gallery_labels is not None):
+    raise ValueError(
+        f"{fn}: give either labels (query_labels, gallery_labels) or affinity=, not both."
+    )
+  if affinity is None and query_labels is None:
+    raise ValueError(
+        f"{fn}: give query_labels ([Q] or [Q, C]) or affinity= ([Q, N], or [Q, Q] without a "
+        "gallery)."
+    )
+  if affinity is None:
+    q_labels = _as_labels(fn, "query_labels", query_labels, num_queries)
   if gallery_embeddings is None:
     if gallery_labels is not None:
       raise ValueError(f"{fn}: gallery_labels given without gallery_embeddings.")
-    gallery, g_labels, leave_one_out = queries, q_labels, True
+    gallery, leave_one_out = queries, True
+    if affinity is None:
+      g_labels = q_labels
   else:
     gallery = _as_embeddings(fn, "gallery_embeddings", gallery_embeddings)
     if gallery.shape[1] != queries.shape[1]:
@@ -376,27 +453,42 @@ def evaluate_retrieval(
           f"{fn}: gallery_embeddings {gallery.shape} and query_embeddings {queries.shape} differ "
           "in dimension."
       )
-    if gallery_labels is None:
-      raise ValueError(f"{fn}: gallery_embeddings need gallery_labels.")
-    g_labels = _as_labels(fn, "gallery_labels", gallery_labels, gallery.shape[0])
-    if g_labels.ndim != q_labels.ndim or g_labels.shape[1:] != q_labels.shape[1:]:
-      raise ValueError(
-          f"{fn}: gallery_labels have shape {g_labels.shape}, which does not match query_labels "
-          f"of shape {q_labels.shape} (same kind of labels, one row per gallery item)."
-      )
     leave_one_out = False
-  num_queries, n = queries.shape[0], gallery.shape[0]
+    if affinity is None:
+      if gallery_labels is None:
+        raise ValueError(f"{fn}: gallery_embeddings need gallery_labels (or give affinity=).")
+      g_labels = _as_labels(fn, "gallery_labels", gallery_labels, gallery.shape[0])
+      if g_labels.ndim != q_labels.ndim or g_labels.shape[1:] != q_labels.shape[1:]:
+        raise ValueError(
+            f"{fn}: gallery_labels have shape {g_labels.shape}, which does not match "
+            f"query_labels of shape {q_labels.shape} (same kind of labels, one row per gallery "
+            "item)."
+        )
+  n = gallery.shape[0]
   # At least two query rows per step: a single row takes XLA's matrix-vector kernel, which rounds
   # differently from the matrix product of `batch_retrieval` (see `jaxrank.similarity`).
   chunk = max(min(chunk_size, num_queries), 2)
 
-  multi_hot = q_labels.ndim == 2
-  if multi_hot:
+  # Relevance as a dense [c, N] mask per chunk (affinity, multi-hot labels), or, for class
+  # labels, as blocks of the gallery sorted by label.
+  if affinity is not None:
+    affinity = _as_affinity(fn, affinity, (num_queries, n), leave_one_out)
+
+    def dense_relevant(rows):
+      return _affinity_relevant(fn, affinity, rows, leave_one_out)
+
+  elif q_labels.ndim == 2:
+
+    def dense_relevant(rows):
+      return _multi_hot_relevant(q_labels, g_labels, rows, leave_one_out)
+
+  else:
+    dense_relevant = None
+  if dense_relevant is not None:
     max_relevant = 1
     for begin in range(0, num_queries, chunk):
       rows = np.arange(begin, min(begin + chunk, num_queries))
-      counts = _multi_hot_relevant(q_labels, g_labels, rows, leave_one_out).sum(axis=1)
-      max_relevant = max(max_relevant, int(counts.max()))
+      max_relevant = max(max_relevant, int(dense_relevant(rows).sum(axis=1).max()))
   else:
     # The relevant items of a class are one block of the gallery sorted by label.
     order = np.argsort(g_labels, kind="stable").astype(np.int32)
@@ -409,8 +501,8 @@ def evaluate_retrieval(
   for begin in range(0, num_queries, chunk):
     rows = np.arange(begin, min(begin + chunk, num_queries))
     self_index = rows if leave_one_out else np.full(rows.shape, -1)
-    if multi_hot:
-      relevant = _multi_hot_relevant(q_labels, g_labels, rows, leave_one_out)
+    if dense_relevant is not None:
+      relevant = dense_relevant(rows)
       # Relevant items first, in gallery order (a stable sort of "not relevant").
       relevant_index = np.argsort(~relevant, axis=1, kind="stable")[:, :max_relevant]
       relevant_index = relevant_index.astype(np.int32)
