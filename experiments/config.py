@@ -4,21 +4,25 @@ Config files (`experiments/configs/*.py`) return a `Config` from `get_config()`.
 gives (`dataset`, `sampler`, `model`, `head`, `loss`) are keys of the registries of
 `experiments/input_pipeline.py`, `experiments/networks.py` and `experiments/losses.py`, and
 `check_config` checks them against those registries: a data set's or model's constraints live in
-its registry record, not here.
+its registry record, not here. Every error of a configuration is a `ConfigError`, a `ValueError`
+whose message is one sentence that says what to change; `experiments.main` prints it as one line.
+
+This module imports neither JAX nor TensorFlow (the registries are imported by `check_config`), so
+that `python -m experiments.main --help` answers at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import types
+import typing
 from collections.abc import Iterable
 from typing import Any
 
-import jax
 
-from experiments import input_pipeline
-from experiments import losses
-from experiments import networks
+class ConfigError(ValueError):
+  """A configuration that cannot run, found before anything is written; the message says the fix."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +59,7 @@ class Config:
   tanh_growth: float = 2.0
   tanh_every: int = 1000
   # Loss.
-  loss: str = "fastap"  # A key of experiments.losses.LOSSES.
+  loss: str = "fastap"  # A key of experiments.losses.LOSSES (`--help` lists them).
   loss_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
   include_self: bool = False  # Whether a query is its own positive (see batch_retrieval).
   memory_batches: int = 0  # RaMBO's memory: the last tau batches join every list as a gallery.
@@ -98,7 +102,53 @@ def to_json(config: Config) -> dict[str, Any]:
 
 
 def _fail(message: str) -> None:
-  raise ValueError(message)
+  raise ConfigError(message)
+
+
+def describe_type(annotation: Any) -> str:
+  """What a field of type `annotation` holds, in words: "an int", "a tuple of ints or None"."""
+  if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+    args = typing.get_args(annotation)
+    words = [describe_type(a) for a in args if a is not type(None)]
+    return " or ".join(words) + (" or None" if type(None) in args else "")
+  origin = typing.get_origin(annotation)
+  if origin is tuple:
+    return f"a tuple of {describe_type(typing.get_args(annotation)[0])[2:]}s"
+  if origin is dict or annotation is dict:
+    return "a dict of keyword arguments"
+  return {int: "an int", float: "a float", bool: "True or False", str: "a string"}[annotation]
+
+
+def conforms(value: Any, annotation: Any) -> bool:
+  """Whether `value` is of the field type `annotation` (an int is a float; a bool is no int)."""
+  if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+    return any(conforms(value, a) for a in typing.get_args(annotation))
+  if annotation is type(None):
+    return value is None
+  origin = typing.get_origin(annotation)
+  if origin is tuple:
+    item = typing.get_args(annotation)[0]
+    return isinstance(value, tuple) and all(conforms(v, item) for v in value)
+  if origin is dict or annotation is dict:
+    return isinstance(value, dict) and all(isinstance(k, str) for k in value)
+  if annotation is float:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+  if annotation is int:
+    return isinstance(value, int) and not isinstance(value, bool)
+  return isinstance(value, annotation)
+
+
+def field_types() -> dict[str, Any]:
+  """Field name -> its type (the annotations of `Config`, evaluated)."""
+  return typing.get_type_hints(Config)
+
+
+def check_types(config: Config) -> None:
+  """Raises ConfigError for a field whose value is not of the field's type."""
+  for name, annotation in field_types().items():
+    value = getattr(config, name)
+    if not conforms(value, annotation):
+      _fail(f"config.{name} must be {describe_type(annotation)}, got {value!r}.")
 
 
 def _positive_int(config: Config, name: str) -> None:
@@ -114,18 +164,29 @@ def _one_of(config: Config, name: str, registry: Iterable[str]) -> None:
 
 
 def check_config(config: Config) -> None:
-  """Raises ValueError, with a sentence that says what to change, for a config that cannot run.
+  """Raises ConfigError, with a sentence that says what to change, for a config that cannot run.
 
   Everything that can be checked without reading images is checked here, before any data is loaded
-  or any model built; `train.train_and_evaluate` checks the data against the sampler next
-  (`input_pipeline.make_sampler`), still before training starts.
+  or any model built: every field's type, the names against the registries, the numbers against
+  each other, and the loss with its `loss_kwargs`, built and called once on two tiny lists
+  (`losses.check_loss`), so that a hyperparameter the loss rejects fails here rather than at the
+  first step. `train.check_run` checks the data against the sampler and the workdir next, still
+  before anything is written.
   """
+  # pylint: disable=g-import-not-at-top
+  import jax
+
+  from experiments import input_pipeline
+  from experiments import losses
+  from experiments import networks
+
+  check_types(config)
   _one_of(config, "dataset", input_pipeline.DATASETS)
   _one_of(config, "model", networks.MODELS)
   _one_of(config, "head", networks.HEADS)
   _one_of(config, "pooling", networks.POOLINGS)
   _one_of(config, "sampler", input_pipeline.SAMPLERS)
-  losses.get_loss(config.loss, config.loss_kwargs)
+  losses.check_loss(config.loss, config.loss_kwargs)
   dataset = input_pipeline.DATASETS[config.dataset]
   sampler = input_pipeline.SAMPLERS[config.sampler]
   for name in (

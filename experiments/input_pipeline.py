@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 import jaxrank.data as jd
+from experiments import config as config_lib
 
 if TYPE_CHECKING:
   from experiments.config import Config
@@ -99,7 +100,7 @@ def _load_image_folder(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImag
   train_dir, test_dir = (os.path.join(config.data_dir, s) for s in ("train", "test"))
   for d in (train_dir, test_dir):
     if not os.path.isdir(d):
-      raise ValueError(
+      raise config_lib.ConfigError(
           f"config.data_dir={config.data_dir!r} must hold train/ and test/ class folders for "
           f"dataset={config.dataset!r}; {d!r} is missing."
       )
@@ -155,8 +156,20 @@ DATASETS: Mapping[str, DatasetSpec] = {
 
 
 def load_data(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
-  """The train and test splits of `config.dataset`."""
-  return DATASETS[config.dataset].load(config)
+  """The train and test splits of `config.dataset`.
+
+  The splits loaded last are kept, so that the runs of a sweep, each checked before any of them
+  trains (`train.check_run`) and then trained, read their data once.
+  """
+  supers = config.sampler in SAMPLERS and SAMPLERS[config.sampler].super_classes
+  key = (config.dataset, config.data_dir, supers)  # What the loaders read of the config.
+  if key not in _LOADED:
+    _LOADED.clear()
+    _LOADED[key] = DATASETS[config.dataset].load(config)
+  return _LOADED[key]
+
+
+_LOADED: dict[tuple[str, str | None, bool], tuple[jd.LabeledImages, jd.LabeledImages]] = {}
 
 
 def preprocess_fn(config: Config, train: bool) -> PreprocessFn | None:
@@ -201,7 +214,7 @@ def _m_per_class(config: Config, train: jd.LabeledImages) -> BatchesFn:
 
 def _super_class(config: Config, train: jd.LabeledImages) -> BatchesFn:
   if train.super_labels is None:
-    raise ValueError(
+    raise config_lib.ConfigError(
         f"config.sampler={config.sampler!r} needs super-classes, which {config.dataset} does not "
         "have; use sampler='m_per_class'."
     )
@@ -231,13 +244,13 @@ def make_sampler(config: Config, train: jd.LabeledImages) -> BatchesFn:
   """The training sampler `sampler(epoch=e) -> [num_batches, B]`; its errors are config errors.
 
   Raises:
-    ValueError: the train split cannot give the batches the config asks for (too few classes,
+    ConfigError: the train split cannot give the batches the config asks for (too few classes,
       no super-classes, classes too small), before any training.
   """
   spec = SAMPLERS[config.sampler]
   sampler = spec.make(config, train)
   if spec.whole_classes and train.num_classes < config.classes_per_batch:
-    raise ValueError(
+    raise config_lib.ConfigError(
         f"config.batch_size / config.samples_per_class = {config.classes_per_batch} classes per "
         f"batch, but the train split of {config.dataset} has only {train.num_classes} classes; "
         f"lower batch_size to at most {train.num_classes * config.samples_per_class} or raise "
@@ -245,8 +258,8 @@ def make_sampler(config: Config, train: jd.LabeledImages) -> BatchesFn:
     )
   try:
     sampler(epoch=0)
-  except ValueError as e:
-    raise ValueError(
+  except ValueError as e:  # jaxrank.data's samplers say what the split lacks.
+    raise config_lib.ConfigError(
         f"config cannot be sampled from the train split of {config.dataset}: {e}"
     ) from e
   return sampler

@@ -4,7 +4,8 @@
   `images_per_second`) and per evaluation (`recall@k`, `map@r`, `map`, `tie_aware_map`, and
   `seen/...` on the train split), each with its `step`; `MetricsWriter` appends, `read_metrics`
   reads.
-* `plot_curves`: a run's loss and retrieval metrics against steps (`curves.png`);
+* `plot_curves`: a run's loss and retrieval metrics against steps (`curves.png`, titled with the
+  run's name; no loss panel for an untrained run);
   `plot_sweep`: an ablation's final metrics against the swept value.
 * `format_table`: the plain-text table of final metrics that `experiments.main` and the ablation
   scripts print, one row per run; `format_text_table`, a table of text cells
@@ -38,11 +39,15 @@ def read_metrics(workdir: str) -> list[dict[str, Any]]:
 
 
 class MetricsWriter:
-  """Appends records to `metrics.jsonl`; on resume, first drops those logged after its step."""
+  """Appends records to `metrics.jsonl`; on resume, first drops those logged after its step.
+
+  Resuming at step 0 (nothing was saved) drops every record: the evaluation of step 0 is redone.
+  """
 
   def __init__(self, workdir: str, resumed_step: int):
     self.path = os.path.join(workdir, "metrics.jsonl")
-    kept = [r for r in read_metrics(workdir) if r["step"] <= resumed_step]
+    records = read_metrics(workdir) if resumed_step else []
+    kept = [r for r in records if r["step"] <= resumed_step]
     with open(self.path + ".tmp", "w") as f:
       f.writelines(json.dumps(r) + "\n" for r in kept)
     os.replace(self.path + ".tmp", self.path)
@@ -93,7 +98,11 @@ def format_table(
 
 
 def plot_curves(workdir: str, title: str = "") -> str:
-  """Writes `curves.png`: training loss, and Recall@k and MAP@R on the test split, against steps."""
+  """Writes `curves.png`: training loss, and Recall@k and MAP@R on the test split, against steps.
+
+  A run without training steps (the untrained baseline) gets the retrieval panel alone. `title`
+  names the run (`train.train_and_evaluate` gives "<run>: <loss> on <dataset>").
+  """
   import matplotlib  # pylint: disable=g-import-not-at-top
 
   matplotlib.use("Agg")
@@ -102,10 +111,12 @@ def plot_curves(workdir: str, title: str = "") -> str:
   records = read_metrics(workdir)
   train = [r for r in records if "loss" in r]
   evals = [r for r in records if "map@r" in r]
-  fig, (ax_loss, ax_eval) = plt.subplots(1, 2, figsize=(10, 3.6))
   if train:
+    fig, (ax_loss, ax_eval) = plt.subplots(1, 2, figsize=(10, 3.6))
     ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train])
-  ax_loss.set(xlabel="step", ylabel="training loss", title="loss")
+    ax_loss.set(xlabel="step", ylabel="training loss", title="loss")
+  else:  # An untrained run (num_steps=0) has no loss to plot.
+    fig, ax_eval = plt.subplots(1, 1, figsize=(5, 3.6))
   if evals:
     steps = [r["step"] for r in evals]
     for key in [k for k in evals[-1] if k.startswith("recall@")] + ["map@r"]:

@@ -12,10 +12,13 @@ the workdir:
   batches and data position, every `checkpoint_every` steps and at the end, the last
   `keep_checkpoints` kept. Rerunning the same command resumes from the latest complete one (a run
   killed during a save leaves an unfinished directory that orbax ignores and removes), reading the
-  data from where it stopped, so an interrupted run ends exactly where an uninterrupted one does;
+  data from where it stopped, so an interrupted run ends exactly where an uninterrupted one does.
+  Ctrl-C (SIGINT) lets the current step finish, saves a checkpoint and raises `Interrupted`. A
+  checkpoint that cannot be read is moved to `unreadable_checkpoints/<step>/`, with a warning that
+  names it, and the run resumes from the newest readable one;
 * `metrics.jsonl`: one JSON record per logged step (`loss`, `learning_rate`, `images_per_second`)
   and per evaluation (`recall@k`, `map@r`, `map`, `tie_aware_map`), each with its `step`;
-* `curves.png`: the training loss and Recall@k / MAP@R over time.
+* `curves.png`: the training loss and Recall@k / MAP@R over time, titled with the run's name.
 
 One step: a batch of `P x K` images (`samples_per_class` images of each of `batch_size /
 samples_per_class` classes) is embedded, `jaxrank.batch_retrieval` makes every image a query ranking
@@ -35,12 +38,17 @@ evaluation transform are entries of its record in `networks.HEADS`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
+import shutil
+import signal
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -59,6 +67,7 @@ from experiments import networks
 from experiments import reporting
 from jaxrank import models
 
+logger = logging.getLogger(__name__)  # "experiments.train"; experiments.main shows its INFO lines.
 
 # ---------------------------------------------------------------------------------------------
 # Optimiser, loss.
@@ -233,23 +242,30 @@ def evaluate(
 # Workdir and checkpoints.
 
 
+def _check_workdir(config: config_lib.Config, workdir: str) -> None:
+  """Raises ConfigError if the workdir holds a run of another configuration; writes nothing."""
+  path = os.path.join(workdir, "config.json")
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    stored = json.load(f)
+  wanted = config_lib.to_json(config)
+  if stored != wanted:
+    changed = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
+    raise config_lib.ConfigError(
+        f"workdir {workdir!r} holds a run of another configuration (it differs in {changed}); "
+        "use a new workdir, or the same configuration to resume that run."
+    )
+
+
 def _claim_workdir(config: config_lib.Config, workdir: str) -> None:
   """Writes the workdir's config.json, or checks that the one there is `config`'s."""
+  _check_workdir(config, workdir)
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, "config.json")
-  wanted = config_lib.to_json(config)
-  if os.path.exists(path):
-    with open(path) as f:
-      stored = json.load(f)
-    if stored != wanted:
-      changed = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
-      raise ValueError(
-          f"workdir {workdir!r} holds a run of another configuration (it differs in {changed}); "
-          "use a new workdir, or the same configuration to resume that run."
-      )
-  else:
+  if not os.path.exists(path):
     with open(path + ".tmp", "w") as f:
-      json.dump(wanted, f, indent=1, sort_keys=True)
+      json.dump(config_lib.to_json(config), f, indent=1, sort_keys=True)
     os.replace(path + ".tmp", path)
 
 
@@ -260,15 +276,65 @@ def _checkpoint_manager(config: config_lib.Config, workdir: str) -> ocp.Checkpoi
   )
 
 
-def _restore_latest(manager: ocp.CheckpointManager, state) -> tuple[Any, tuple[int, int]]:
-  """The latest checkpoint's state and data position, or `state` and `(0, 0)` if there is none."""
-  if manager.latest_step() is None:
-    return state, (0, 0)
-  restored = manager.restore(
-      manager.latest_step(),
-      args=ocp.args.Composite(state=ocp.args.StandardRestore(state), data=ocp.args.JsonRestore()),
-  )
-  return restored["state"], tuple(restored["data"]["position"])
+def _restore_latest(
+    manager: ocp.CheckpointManager, state, workdir: str
+) -> tuple[Any, tuple[int, int]]:
+  """The newest readable checkpoint's state and data position, or `state` and `(0, 0)` if none.
+
+  A checkpoint that cannot be read (a corrupted or truncated file) is moved out of the way to
+  `workdir/unreadable_checkpoints/<step>/`, so that the run can save that step again, with a
+  warning that names it and says why; the next newest is tried (and TensorStore's noise about
+  the failed read is dropped: `_quiet_closed_event_loop_errors`).
+  """
+  steps = sorted(manager.all_steps(), reverse=True)
+  if steps:
+    _quiet_closed_event_loop_errors()  # Before the first read: some come before it fails.
+  for step in steps:
+    try:
+      restored = manager.restore(
+          step,
+          args=ocp.args.Composite(
+              state=ocp.args.StandardRestore(state), data=ocp.args.JsonRestore()
+          ),
+      )
+      return restored["state"], tuple(restored["data"]["position"])
+    except Exception as e:  # pylint: disable=broad-exception-caught
+      path = os.path.join(manager.directory, str(step))
+      aside = os.path.join(workdir, "unreadable_checkpoints", str(step))
+      reason = " ".join(f"{type(e).__name__}: {e}".split())
+      logger.warning(
+          "The checkpoint %s cannot be read (%s); moved to %s, trying the one before.",
+          path, reason if len(reason) <= 200 else reason[:200] + "...", aside,
+      )
+      if os.path.exists(aside):
+        shutil.rmtree(aside)
+      os.makedirs(os.path.dirname(aside), exist_ok=True)
+      shutil.move(path, aside)
+      manager.reload()
+  return state, (0, 0)
+
+
+def _quiet_closed_event_loop_errors() -> None:
+  """Drops the "RuntimeError: Event loop is closed" tracebacks of a failed orbax restore.
+
+  When one array of a checkpoint cannot be read, orbax's restore fails and closes its asyncio
+  event loop while TensorStore's other reads are still running; each of them then reports, as an
+  unraisable exception, that it could not call back into the closed loop (dozens of tracebacks,
+  some after the restore has returned). They say nothing about the checkpoint, so they are
+  dropped; every other unraisable exception goes to the hook installed before.
+  """
+  previous = sys.unraisablehook
+  if getattr(previous, "drops_closed_event_loop_errors", False):
+    return
+
+  def hook(unraisable):
+    value = unraisable.exc_value
+    if isinstance(value, RuntimeError) and str(value) == "Event loop is closed":
+      return
+    previous(unraisable)
+
+  hook.drops_closed_event_loop_errors = True
+  sys.unraisablehook = hook
 
 
 def _save(manager: ocp.CheckpointManager, step: int, state, position: tuple[int, int]) -> None:
@@ -286,30 +352,101 @@ def _save(manager: ocp.CheckpointManager, step: int, state, position: tuple[int,
 # The job.
 
 
-def train_and_evaluate(config: config_lib.Config, workdir: str) -> dict[str, float]:
+class Interrupted(KeyboardInterrupt):
+  """Ctrl-C (SIGINT) stopped training after a checkpoint of `step` was saved in `workdir`.
+
+  A `KeyboardInterrupt`, so that code that does not know it still stops; `experiments.main`
+  prints it as one line and exits with status 130.
+  """
+
+  def __init__(self, name: str, workdir: str, step: int):
+    if step:
+      message = (
+          f"{name} interrupted: step {step} is saved in {os.path.join(workdir, 'checkpoints')}; "
+          "rerun the same command to resume."
+      )
+    else:
+      message = f"{name} interrupted before its first step; rerun the same command to start it."
+    super().__init__(message)
+    self.name, self.workdir, self.step = name, workdir, step
+
+
+@contextlib.contextmanager
+def _deferred_interrupt() -> Iterator[list[bool]]:
+  """Within it, a first Ctrl-C only appends to the list it gives (checked between steps), so that
+  the step in flight finishes and the state can be saved; a second one interrupts at once.
+
+  Outside the main thread (where signal handlers cannot be set) Ctrl-C is left as it is.
+  """
+  requested: list[bool] = []
+  if threading.current_thread() is not threading.main_thread():
+    yield requested
+    return
+
+  def handler(signum, frame):
+    del signum, frame
+    if requested:
+      raise KeyboardInterrupt
+    requested.append(True)
+
+  previous = signal.signal(signal.SIGINT, handler)
+  try:
+    yield requested
+  finally:
+    signal.signal(signal.SIGINT, previous)
+
+
+def check_run(
+    config: config_lib.Config, workdir: str
+) -> tuple[jd.LabeledImages, jd.LabeledImages, input_pipeline.BatchesFn]:
+  """Everything that can fail before a run writes anything: the config, the data, the workdir.
+
+  `config_lib.check_config`, then the data against the sampler (`input_pipeline.make_sampler`),
+  then the workdir (one holding a run of another configuration is refused). Nothing is written.
+
+  Returns:
+    `(train, test, sampler)`: the splits and the training sampler.
+
+  Raises:
+    ConfigError: with a sentence that says what to change.
+  """
+  config_lib.check_config(config)
+  train_data, test_data = input_pipeline.load_data(config)
+  sampler = input_pipeline.make_sampler(config, train_data)
+  _check_workdir(config, workdir)
+  return train_data, test_data, sampler
+
+
+def train_and_evaluate(
+    config: config_lib.Config, workdir: str, *, name: str | None = None
+) -> dict[str, float]:
   """Trains (or resumes training) as `config` says, evaluating periodically; returns final metrics.
 
   Like the entry points, it first hides the GPUs from TensorFlow
   (`input_pipeline.hide_gpus_from_tensorflow`), so that tf.data leaves their memory to JAX when
-  the job is called from Python rather than from `experiments.main`.
+  the job is called from Python rather than from `experiments.main`. Everything that can fail
+  before training (`check_run`) fails before anything is written to `workdir`.
 
   Args:
     config: the run's `Config`.
     workdir: directory for the checkpoints, metrics, plot and config; a workdir that already holds
-      checkpoints of the same config resumes from the latest.
+      checkpoints of the same config resumes from the newest readable one (logging "resuming from
+      step N").
+    name: the run's name on the progress bar, in the plot's title and in messages (default: the
+      workdir's last component).
 
   Returns:
     The final evaluation on the test split: `recall@k` for `config.eval_ks`, `map@r`, `map`,
     `tie_aware_map` (floats), and `step`.
 
   Raises:
-    ValueError: a configuration that cannot run (before any training), or a workdir that holds a
-      run of another configuration.
+    ConfigError: a configuration that cannot run, or a workdir that holds a run of another
+      configuration, before anything is written.
+    Interrupted: Ctrl-C (SIGINT) during training, after the state was saved.
   """
   input_pipeline.hide_gpus_from_tensorflow()
-  config_lib.check_config(config)
-  train_data, test_data = input_pipeline.load_data(config)
-  sampler = input_pipeline.make_sampler(config, train_data)
+  name = name or os.path.basename(os.path.normpath(workdir))
+  train_data, test_data, sampler = check_run(config, workdir)
   _claim_workdir(config, workdir)
 
   tx = make_optimizer(config)
@@ -317,13 +454,6 @@ def train_and_evaluate(config: config_lib.Config, workdir: str) -> dict[str, flo
   model, state = _init_state(config, tx)
   train_step = _make_train_step(config, model, tx)
   embed_fn = _make_embed_fn(config, model)
-
-  manager = _checkpoint_manager(config, workdir)
-  state, position = _restore_latest(manager, state)
-  step = int(state["step"])
-  if step:
-    logging.info("Resumed %s from step %d.", workdir, step)
-  writer = reporting.MetricsWriter(workdir, step)
 
   def run_eval(step):
     metrics = evaluate(config, embed_fn, state, test_data)
@@ -333,40 +463,64 @@ def train_and_evaluate(config: config_lib.Config, workdir: str) -> dict[str, flo
     writer.write({"step": step, **metrics})
     return metrics
 
-  metrics = run_eval(step) if step == 0 else None
-  batches = input_pipeline.TrainBatches(config, train_data, sampler, position)
-  progress = _progress_bar(config, step)
-  last_time, last_step = time.perf_counter(), step
+  manager = _checkpoint_manager(config, workdir)
+  progress = None
   try:
-    while step < config.num_steps:
-      batch = next(batches)
-      state, loss = train_step(state, jnp.asarray(batch["image"]), jnp.asarray(batch["label"]))
-      step += 1
-      if step % config.log_every == 0 or step == config.num_steps:
-        loss = float(loss)
-        now = time.perf_counter()
-        speed = (step - last_step) * config.batch_size / (now - last_time)
-        last_time, last_step = now, step
-        lr = float(schedule(step - 1))
-        writer.write({"step": step, "loss": loss, "learning_rate": lr, "images_per_second": speed})
-        progress.set_postfix(loss=f"{loss:.4f}", img_per_s=f"{speed:.0f}")
-        if not np.isfinite(loss):
-          raise FloatingPointError(
-              f"The training loss is {loss} at step {step}; lower the learning rate."
+    # From here on, a first Ctrl-C stops the run at the next step boundary, after saving.
+    with _deferred_interrupt() as interrupted:
+      state, position = _restore_latest(manager, state, workdir)
+      step = int(state["step"])
+      if step:
+        logger.info("%s: resuming from step %d (%s).", name, step, workdir)
+      writer = reporting.MetricsWriter(workdir, step)
+      progress = _progress_bar(config, step, name)
+      metrics = run_eval(step) if step == 0 else None
+      batches = input_pipeline.TrainBatches(config, train_data, sampler, position)
+      last_time, last_step, saved = time.perf_counter(), step, step
+      while step < config.num_steps:
+        if interrupted:
+          if step > saved:
+            _save(manager, step, state, batches.position)
+            saved = step
+          manager.wait_until_finished()
+          raise Interrupted(name, workdir, saved)
+        batch = next(batches)
+        state, loss = train_step(state, jnp.asarray(batch["image"]), jnp.asarray(batch["label"]))
+        step += 1
+        if step % config.log_every == 0 or step == config.num_steps:
+          loss = float(loss)
+          now = time.perf_counter()
+          speed = (step - last_step) * config.batch_size / (now - last_time)
+          last_time, last_step = now, step
+          lr = float(schedule(step - 1))
+          writer.write(
+              {"step": step, "loss": loss, "learning_rate": lr, "images_per_second": speed}
           )
-      progress.update(1)
-      if step % config.checkpoint_every == 0 or step == config.num_steps:
-        _save(manager, step, state, batches.position)
-      if step % config.eval_every == 0 or step == config.num_steps:
-        metrics = run_eval(step)
+          progress.set_postfix(loss=f"{loss:.4f}", img_per_s=f"{speed:.0f}")
+          if not np.isfinite(loss):
+            raise FloatingPointError(
+                f"{name}: the training loss is {loss} at step {step}; lower the learning rate."
+            )
+        progress.update(1)
+        if step % config.checkpoint_every == 0 or step == config.num_steps:
+          _save(manager, step, state, batches.position)
+          saved = step
+        if step % config.eval_every == 0 or step == config.num_steps:
+          metrics = run_eval(step)
+      if interrupted:  # During the last steps: the run is saved and done; stop a sweep here.
+        raise Interrupted(name, workdir, saved)
   finally:
-    progress.close()
+    if progress is not None:
+      progress.close()
     manager.wait_until_finished()
     manager.close()
   if metrics is None:  # Resumed a finished run: its final evaluation is in the metrics file.
     done = [r for r in reporting.read_metrics(workdir) if "map@r" in r and r["step"] == step]
     metrics = done[-1] if done else run_eval(step)
-  reporting.plot_curves(workdir, title=f"{config.loss} on {config.dataset}")
+  what = f"{config.loss} on {config.dataset}"
+  if not config.num_steps:  # The untrained baseline: no loss panel either.
+    what = f"{config.dataset}, not trained"
+  reporting.plot_curves(workdir, title=what if name == config.loss else f"{name}: {what}")
   return {**metrics, "step": step}
 
 
@@ -399,13 +553,13 @@ def restore_model(
   return nnx.merge(graphs.eval_graph, state["params"], state["rest"])
 
 
-def _progress_bar(config: config_lib.Config, step: int):
+def _progress_bar(config: config_lib.Config, step: int, name: str):
   from tqdm import auto as tqdm  # pylint: disable=g-import-not-at-top
 
   return tqdm.tqdm(
       total=config.num_steps,
       initial=step,
-      desc=config.loss,
+      desc=name,
       disable=not config.progress_bar,
       unit="step",
       dynamic_ncols=True,
