@@ -36,7 +36,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from experiments import config as config_lib
-from experiments import input_pipeline
 from experiments import main as main_lib
 from experiments import reporting
 
@@ -74,7 +73,8 @@ def run(
     config = main_lib.apply_overrides(base, overrides(base, value))
     run_name = name(config)
     if run_name in configs or run_name == "untrained":
-      raise ValueError(f"--values gives the run {run_name!r} twice; give each value once.")
+      raise config_lib.ConfigError(
+          f"--values gives the run {run_name!r} twice; give each value once.")
     configs[run_name] = config
   results, seconds = main_lib.run_sweep(base, configs, workdir, untrained=untrained)
   return configs, results, seconds
@@ -117,14 +117,21 @@ def main(
   parser.add_argument("--untrained", action=argparse.BooleanOptionalAction, default=True,
                       help="also evaluate the untrained network (default: %(default)s)")
   args = parser.parse_args(argv)
-  input_pipeline.hide_gpus_from_tensorflow()
-  logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-  logging.getLogger("absl").setLevel(logging.WARNING)
-
   start = time.perf_counter()
-  base = main_lib.apply_overrides(main_lib.load_config_module(args.config).get_config(), args.set)
-  configs, results, seconds = run(base, args.values, args.workdir, overrides=overrides, name=name,
-                                  untrained=args.untrained)
+  try:
+    base = main_lib.apply_overrides(main_lib.load_config_module(args.config).get_config(), args.set)
+    main_lib.import_tensorflow_quietly()
+    from experiments import input_pipeline  # pylint: disable=g-import-not-at-top
+
+    input_pipeline.hide_gpus_from_tensorflow()
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    configs, results, seconds = run(base, args.values, args.workdir, overrides=overrides,
+                                    name=name, untrained=args.untrained)
+  except config_lib.ConfigError as e:  # One line and status 2, as experiments.main.
+    parser.exit(main_lib.EXIT_CONFIG_ERROR, f"{parser.prog}: error: {' '.join(str(e).split())}\n")
+  except KeyboardInterrupt as e:  # train.Interrupted says what was saved.
+    parser.exit(main_lib.EXIT_INTERRUPTED, f"{parser.prog}: {e or 'interrupted'}\n")
   with open(os.path.join(args.workdir, "results.json"), "w") as f:
     json.dump({"values": dict(zip(configs, map(_cli, args.values))), "metrics": results,
                "seconds": seconds}, f, indent=1)

@@ -173,10 +173,33 @@ def test_hard_sampling_on_mock_sop(tmp_path, capsys):
                    EXPECTED_FIELDS["hard_sampling"](run), "hard_sampling", run)
 
 
-def test_hard_sampling_refuses_digits_before_training(tmp_path):
+def _exits_with_one_line(module, argv, capsys) -> str:
+  """Runs an ablation script that must refuse its arguments: status 2, one line on stderr."""
+  with pytest.raises(SystemExit) as exit_info:
+    module.main(argv)
+  assert exit_info.value.code == main_lib.EXIT_CONFIG_ERROR
+  err = capsys.readouterr().err
+  assert len(err.strip().splitlines()) == 1, err
+  return err
+
+
+def test_hard_sampling_refuses_digits_before_training(tmp_path, capsys):
   workdir = tmp_path / "hard"
-  with pytest.raises(ValueError, match="which digits does not have.*dataset=.sop."):
-    ablate_hard_sampling.main(["--config", TINY, "--workdir", str(workdir)])
+  err = _exits_with_one_line(ablate_hard_sampling, ["--config", TINY, "--workdir", str(workdir)],
+                             capsys)
+  assert re.search(r"error: .*which digits does not have.*dataset=.sop.", err), err
+  assert not workdir.exists()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--set", "seed=yes"], r"error: --set seed=yes: seed must be an int"),
+    (["--values", "5", "5"], r"error: --values gives the run '.*' twice"),
+])
+def test_ablation_refuses_bad_arguments_in_one_line(tmp_path, capsys, argv, message):
+  workdir = tmp_path / "bins"
+  err = _exits_with_one_line(
+      ablate_fastap_bins, ["--config", TINY, "--workdir", str(workdir), *argv], capsys)
+  assert re.search(message, err), err
   assert not workdir.exists()
 
 
