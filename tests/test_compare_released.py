@@ -11,10 +11,9 @@ import textwrap
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch  # The dev extra installs it.
 
-torch = pytest.importorskip("torch")
-
-from experiments import compare_released  # pylint: disable=g-import-not-at-top
+from experiments import compare_released
 
 _CUDA, _MASKED_FILL, _HEAVISIDE = torch.Tensor.cuda, torch.Tensor.masked_fill_, torch.heaviside
 
@@ -82,7 +81,7 @@ def test_equal_and_differs_and_factor(released, dtype):
   # The shims are undone once their code has run.
   assert torch.Tensor.cuda is _CUDA and torch.heaviside is _HEAVISIDE
   assert torch.Tensor.masked_fill_ is _MASKED_FILL
-  with pytest.raises(RuntimeError):
+  with pytest.raises(RuntimeError, match="only supports boolean masks"):
     torch.zeros(2, 2).masked_fill_(torch.eye(2).byte(), 1.0)
 
 
