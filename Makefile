@@ -25,8 +25,9 @@ demo: $(STAMP)
 	$(PY) -m experiments.main --config experiments/configs/digits.py --workdir runs/digits
 
 # Two pytest processes: the multi-device tests need 8 simulated CPU devices, set before JAX starts.
+# The first lists its 15 slowest tests, to keep CI well under 30 minutes.
 test: $(STAMP)
-	$(PY) -m pytest -q tests jaxrank --doctest-modules --ignore=tests/multidevice
+	$(PY) -m pytest -q tests jaxrank --doctest-modules --ignore=tests/multidevice --durations=15
 	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(PY) -m pytest -q tests/multidevice
 
 $(DOCS_STAMP): $(STAMP)

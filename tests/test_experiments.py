@@ -138,14 +138,10 @@ def test_each_default_value_reaches_its_run_config(what, tmp_path, capsys, monke
     _assert_fields(config, EXPECTED_FIELDS[what](value), what, value)
 
 
-# The untrained baseline is evaluated in one of them only, to keep the tests short.
+# End to end, with training, for one script: the others share `ablation.main` and the sweep, and
+# each script's values reach its runs' configs by the test above (which replaces the training).
 @pytest.mark.parametrize("what, values, parsed, rows, untrained", [
     ("fastap_bins", ["5", "20"], [5, 20], ["L=5", "L=20"], True),
-    # The tiny config has P = 20 / 4 = 5 classes per batch; a value is K, or (P, K).
-    ("batch_size", ["2", "4,4"], [2, (4, 4)], ["B=10_5x2", "B=16_4x4"], False),
-    ("blackbox_margin_memory", ["0,0", "0.1,2"], [(0.0, 0), (0.1, 2)],
-     ["margin=0_memory=0", "margin=0.1_memory=2"], False),
-    ("roadmap_lambda", ["0", "1"], [0.0, 1.0], ["lam=0", "lam=1"], False),
 ])
 def test_ablation_prints_a_row_per_value_and_plots(
     what, values, parsed, rows, untrained, tmp_path, capsys

@@ -43,6 +43,7 @@ def test_partially_filled_memory_masks_its_empty_slots():
 
 
 def test_gradients_flow_only_through_the_current_batch():
+  @jax.jit  # One compilation instead of op-by-op dispatch: the test is about the data flow.
   def loss(params, state, x, y):
     e = x @ params
     scores, relevance, where = jaxrank.batch_retrieval(
