@@ -9,6 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxrank
+
 
 @contextlib.contextmanager
 def precision(dtype):
@@ -35,3 +37,15 @@ def assert_binned_loss_input_errors(fn, *, where_match=None):
     fn(scores, jnp.array([1, 0, 1, 0]))
   with pytest.raises(TypeError, match=where_match):
     fn(scores, labels, where=jnp.array([1, 1, 0]))
+
+
+def metrics_of_lists(scores, relevance, where, ks):
+  """evaluate_retrieval's metrics from the list-level metrics on `batch_retrieval` lists."""
+  out = {
+      f"recall@{k}": float(jaxrank.recall_at_k_metric(scores, relevance, where=where, topn=k))
+      for k in ks
+  }
+  out["map@r"] = float(jaxrank.map_at_r_metric(scores, relevance, where=where))
+  out["map"] = float(jaxrank.ap_metric(scores, relevance, where=where))
+  out["tie_aware_map"] = float(jaxrank.tie_aware_ap_metric(scores, relevance, where=where))
+  return out

@@ -8,6 +8,7 @@ import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
+import helpers
 import pytest
 
 import jaxrank
@@ -316,7 +317,7 @@ def test_in_batch_scores_are_symmetric_and_evaluation_equals_the_lists_exactly(d
   scores, relevance, where = jaxrank.batch_retrieval(x, labels)
   scores = np.asarray(scores)
   np.testing.assert_array_equal(scores, scores.T)
-  want = _metrics_of_lists(scores, relevance, where, (1, 2, 4))
+  want = helpers.metrics_of_lists(scores, relevance, where, (1, 2, 4))
   for chunk_size in (1, 16, 60):
     got = jaxrank.evaluate_retrieval(x, labels, ks=(1, 2, 4), chunk_size=chunk_size)
     for key in want:  # Only the float32 mean over queries may round differently.
@@ -326,17 +327,6 @@ def test_in_batch_scores_are_symmetric_and_evaluation_equals_the_lists_exactly(d
       per_query["map"], jaxrank.ap_metric(scores, relevance, where=where, reduce_fn=None),
       rtol=1e-6, atol=1e-7,
   )
-
-
-def _metrics_of_lists(scores, relevance, where, ks):
-  out = {
-      f"recall@{k}": float(jaxrank.recall_at_k_metric(scores, relevance, where=where, topn=k))
-      for k in ks
-  }
-  out["map@r"] = float(jaxrank.map_at_r_metric(scores, relevance, where=where))
-  out["map"] = float(jaxrank.ap_metric(scores, relevance, where=where))
-  out["tie_aware_map"] = float(jaxrank.tie_aware_ap_metric(scores, relevance, where=where))
-  return out
 
 
 @pytest.mark.parametrize("scale", [2.0**-100, 2.0**-60, 2.0**60, 2.0**100])
@@ -375,7 +365,7 @@ def test_non_finite_embeddings_give_nan_lists_not_numbers():
 def test_evaluate_takes_half_precision_as_batch_retrieval_does(dtype):
   x, labels = _clustered(6, 50)
   half = jnp.asarray(x, dtype)
-  want = _metrics_of_lists(*jaxrank.batch_retrieval(half, labels), (1, 2, 4, 8))
+  want = helpers.metrics_of_lists(*jaxrank.batch_retrieval(half, labels), (1, 2, 4, 8))
   got = jaxrank.evaluate_retrieval(half, labels, chunk_size=16)
   for key in want:
     assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-7), key
@@ -385,14 +375,14 @@ def test_evaluate_multi_hot_labels_as_batch_retrieval():
   rng = np.random.default_rng(7)
   x = rng.standard_normal((40, 6)).astype(np.float32)
   multi_hot = rng.random((40, 5)) < 0.2
-  want = _metrics_of_lists(*jaxrank.batch_retrieval(x, multi_hot), (1, 2))
+  want = helpers.metrics_of_lists(*jaxrank.batch_retrieval(x, multi_hot), (1, 2))
   got = jaxrank.evaluate_retrieval(x, multi_hot, ks=(1, 2), chunk_size=16)
   for key in want:
     assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-7), key
   gallery = jaxrank.evaluate_retrieval(x[:10], multi_hot[:10], x[10:], multi_hot[10:], ks=(1,))
   scores = jaxrank.similarity.cosine(x[:10], x[10:])
   relevance = (multi_hot[:10].astype(int) @ multi_hot[10:].T.astype(int)) > 0
-  want = _metrics_of_lists(scores, relevance, np.ones_like(relevance), (1,))
+  want = helpers.metrics_of_lists(scores, relevance, np.ones_like(relevance), (1,))
   for key in want:
     assert gallery[key] == pytest.approx(want[key], rel=1e-6, abs=1e-7), key
 

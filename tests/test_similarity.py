@@ -6,6 +6,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import helpers
 import pytest
 
 import jaxrank
@@ -102,18 +103,6 @@ def test_any_function_of_the_signature_is_a_rule():
   np.testing.assert_allclose(scores, -np.abs(e @ e.T), rtol=1e-6)
 
 
-def _metrics_of_lists(scores, relevance, where, ks):
-  """evaluate_retrieval's metrics from the list-level metrics on `batch_retrieval` lists."""
-  out = {
-      f"recall@{k}": float(jaxrank.recall_at_k_metric(scores, relevance, where=where, topn=k))
-      for k in ks
-  }
-  out["map@r"] = float(jaxrank.map_at_r_metric(scores, relevance, where=where))
-  out["map"] = float(jaxrank.ap_metric(scores, relevance, where=where))
-  out["tie_aware_map"] = float(jaxrank.tie_aware_ap_metric(scores, relevance, where=where))
-  return out
-
-
 @pytest.mark.parametrize("name", RULES + ["hamming"])
 def test_evaluate_retrieval_with_a_rule_equals_the_list_metrics_on_batch_retrieval(name):
   rng = np.random.default_rng(6)
@@ -125,7 +114,7 @@ def test_evaluate_retrieval_with_a_rule_equals_the_list_metrics_on_batch_retriev
   fn = getattr(similarity, name)
   ks = (1, 2, 4)
   got = jaxrank.evaluate_retrieval(x, labels, ks=ks, chunk_size=16, similarity_fn=fn)
-  want = _metrics_of_lists(*jaxrank.batch_retrieval(x, labels, similarity_fn=fn), ks)
+  want = helpers.metrics_of_lists(*jaxrank.batch_retrieval(x, labels, similarity_fn=fn), ks)
   for key in want:
     assert got[key] == pytest.approx(want[key], abs=1e-6), key
 
@@ -138,7 +127,7 @@ def test_evaluate_retrieval_with_a_gallery_and_a_rule():
   got = jaxrank.evaluate_retrieval(x[:20], labels[:20], x[20:], labels[20:], ks=(1,), similarity_fn=fn)
   scores = fn(x[:20], x[20:])
   relevance = labels[:20, None] == labels[None, 20:]
-  want = _metrics_of_lists(scores, relevance, np.ones_like(relevance), (1,))
+  want = helpers.metrics_of_lists(scores, relevance, np.ones_like(relevance), (1,))
   for key in want:
     assert got[key] == pytest.approx(want[key], abs=1e-6), key
 
