@@ -40,6 +40,10 @@ SUMMARIES: Mapping[str, str] = {
     "roadmap": "(1 - lam) SupAP + lam calibration, Ramzi et al. 2021 eq. 2",
     "supap+calibration": "SupAP + calibration, weight 1 each (ROADMAP's released configs)",
     "smoothap+calibration": "Smooth-AP + calibration, weight 1 each (ROADMAP's Table 3)",
+    # Pair-based baselines the papers compare against.
+    "contrastive": "contrastive, Hadsell et al. 2006 (pos_margin, neg_margin)",
+    "triplet": "triplet with batch-hard mining, Hermans et al. 2017 (margin)",
+    "multi_similarity": "multi-similarity, Wang et al. 2019 (alpha, beta, base, epsilon)",
 }
 
 
@@ -84,6 +88,9 @@ def _table() -> dict[str, Callable[..., Any]]:
       "roadmap": jaxrank.roadmap_loss,
       "supap+calibration": supap_plus_calibration,
       "smoothap+calibration": smoothap_plus_calibration,
+      "contrastive": jaxrank.contrastive_loss,
+      "triplet": jaxrank.triplet_loss,
+      "multi_similarity": jaxrank.multi_similarity_loss,
   }
   assert list(table) == list(SUMMARIES), "SUMMARIES and the table must name the same losses."
   return table

@@ -24,6 +24,9 @@ from jaxrank._src.metrics import precision_at_k_metric as precision_at_k_metric
 from jaxrank._src.metrics import recall_at_k_metric as recall_at_k_metric
 from jaxrank._src.metrics import tie_aware_ap_metric as tie_aware_ap_metric
 from jaxrank._src.metrics import tie_aware_ndcg_metric as tie_aware_ndcg_metric
+from jaxrank._src.pairwise import contrastive_loss as contrastive_loss
+from jaxrank._src.pairwise import multi_similarity_loss as multi_similarity_loss
+from jaxrank._src.pairwise import triplet_loss as triplet_loss
 from jaxrank._src.ranking import blackbox_ranks as blackbox_ranks
 from jaxrank._src.retrieval import batch_retrieval as batch_retrieval
 from jaxrank._src.retrieval import evaluate_retrieval as evaluate_retrieval
@@ -55,6 +58,7 @@ __all__ = [
     "calibration_loss",
     "chunked_value_and_grad",
     "class_balancing_weights",
+    "contrastive_loss",
     "decomposability_gap",
     "evaluate_retrieval",
     "fastap_loss",
@@ -64,6 +68,7 @@ __all__ = [
     "heaviside_step",
     "map_at_r_metric",
     "memory",
+    "multi_similarity_loss",
     "ndcg_metric",
     "precision_at_k_metric",
     "recall_at_k_metric",
@@ -84,5 +89,6 @@ __all__ = [
     "tie_aware_ap_metric",
     "tie_aware_ndcg_loss",
     "tie_aware_ndcg_metric",
+    "triplet_loss",
     "types",
 ]

@@ -49,6 +49,7 @@ import pytest
 import reference
 import reference_hashing
 import reference_histogram
+import reference_pairwise
 import reference_smooth_rank
 from helpers import precision
 
@@ -186,6 +187,7 @@ def _on_branch(branch, fn):
 
 
 rh, rs, rx = reference_histogram, reference_smooth_rank, reference_hashing
+rp = reference_pairwise
 TABLE = [
     # Exact metrics.
     _metric("ap", jaxrank.ap_metric, reference.ap),
@@ -243,6 +245,15 @@ TABLE = [
         functools.partial(rs.decomposability_gap, num_batches=2),
         "none",
     ),
+    # Pair-based baselines (Hadsell et al. 2006; Hermans et al. 2017; Wang et al. 2019). Margins
+    # inside [-1, 1] and beta = 10, so that the hinges and exponentials are neither all 0 nor
+    # saturated on these lists; the mined multi-similarity loss as a row of its own.
+    _loss("contrastive", jaxrank.contrastive_loss, rp.contrastive_loss, pos_margin=0.8,
+          neg_margin=0.2),
+    _loss("triplet", jaxrank.triplet_loss, rp.triplet_loss, margin=0.1),
+    _loss("multi_similarity", jaxrank.multi_similarity_loss, rp.multi_similarity_loss, beta=10.0),
+    _loss("multi_similarity_mined", jaxrank.multi_similarity_loss, rp.multi_similarity_loss,
+          beta=10.0, epsilon=0.1),
     # Blackbox-rank losses (Rolinek et al. 2020): exact values, interpolated gradients. In float32:
     # their ranks come from a `jax.pure_callback` on CPU, and inside `jax.enable_x64(True)` (a
     # thread-local context, as the tests use) a callback that XLA runs on another thread (two
@@ -259,7 +270,7 @@ TABLE = [
         for suffix, branch in (("", None), ("_xla", "xla"))
     ),
 ]
-del rh, rs, rx
+del rh, rs, rx, rp
 
 for _entry in TABLE:
   assert set(_entry.xfail) <= set(PROPERTIES), _entry.name
@@ -267,7 +278,8 @@ for _entry in TABLE:
 
 _SURROGATES = ("fastap", "soft_binning_ap", "tie_aware_ap_loss", "simplified_tie_aware_ap_loss",
                "tie_aware_ndcg_loss", "simplified_tie_aware_ndcg_loss", "smoothap", "supap",
-               "calibration", "roadmap", "smooth_rank_ap")
+               "calibration", "roadmap", "smooth_rank_ap", "contrastive", "triplet",
+               "multi_similarity", "multi_similarity_mined")
 _BLACKBOX = ("blackbox_ap", "blackbox_ap_xla", "blackbox_recall", "blackbox_recall_xla")
 # (row, property) -> why the property does not hold for that row by design. The row is left out of
 # the property's test (a row not in TABLE, or a property not in PROPERTIES, fails

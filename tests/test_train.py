@@ -272,6 +272,9 @@ def test_every_loss_of_the_table_is_the_loss_it_names():
       "roadmap": jaxrank.roadmap_loss,
       "supap+calibration": plus(jaxrank.supap_loss, jaxrank.calibration_loss),
       "smoothap+calibration": plus(jaxrank.smoothap_loss, jaxrank.calibration_loss),
+      "contrastive": jaxrank.contrastive_loss,
+      "triplet": jaxrank.triplet_loss,
+      "multi_similarity": jaxrank.multi_similarity_loss,
   }
   assert set(losses.LOSSES) == set(expected)
   e = jax.random.normal(jax.random.key(0), (12, 4))

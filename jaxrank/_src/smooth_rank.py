@@ -60,6 +60,7 @@ from jaxrank import types
 from jaxrank._src import checks
 from jaxrank._src import lists
 from jaxrank._src import metrics
+from jaxrank._src import pairwise
 
 
 
@@ -630,23 +631,7 @@ def supap_loss(
 
 
 def _calibration(scores, labels, where, alpha, beta):
-  return _calibration_lists(scores, labels >= 1, where, alpha, beta)
-
-
-@jax.jit
-def _calibration_lists(scores, relevant, where, alpha, beta):
-  dtype = lists.compute_dtype(scores.dtype)
-  other = where & ~relevant
-  relevant = where & relevant
-  num_relevant = jnp.sum(relevant, axis=-1)
-  s = lists.counted_scores(scores, where, num_relevant > 0).astype(dtype)
-  num_other = jnp.sum(other, axis=-1)
-  above = jnp.sum(jnp.where(relevant, jax.nn.relu(alpha - s), 0), axis=-1)
-  below = jnp.sum(jnp.where(other, jax.nn.relu(s - beta), 0), axis=-1)
-  values = above / jnp.maximum(num_relevant, 1).astype(dtype) + below / jnp.maximum(
-      num_other, 1
-  ).astype(dtype)
-  return values, num_relevant > 0
+  return pairwise.contrastive_lists(scores, labels >= 1, where, alpha, beta)
 
 
 def calibration_loss(
