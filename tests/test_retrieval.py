@@ -572,3 +572,36 @@ _X4, _G3 = np.ones((4, 2), np.float32), np.ones((3, 2), np.float32)
 def test_evaluate_affinity_errors(args, kwargs, error, match):
   with pytest.raises(error, match=match):
     jaxrank.evaluate_retrieval(*args, **kwargs)
+
+
+_MESH = jax.make_mesh((1,), ("batch",), devices=jax.devices()[:1])
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, error, match",
+    [
+        ((_X4, np.arange(4)), {"mesh": jax.devices()}, TypeError, "mesh must be a jax.sharding"),
+        (
+            (_X4, np.eye(4, dtype=np.int32)),
+            {"mesh": _MESH},
+            ValueError,
+            r"with mesh=, relevance must come from integer class labels",
+        ),
+        ((_X4,), {"affinity": np.ones((4, 4)), "mesh": _MESH}, ValueError, "one process only"),
+    ],
+)
+def test_evaluate_mesh_errors(args, kwargs, error, match):
+  with pytest.raises(error, match=match):
+    jaxrank.evaluate_retrieval(*args, **kwargs)
+
+
+def test_evaluate_on_a_one_device_mesh_equals_no_mesh():
+  # The mesh path on one device; 2 processes x 2 devices in tests/multiprocess/.
+  rng = np.random.default_rng(11)
+  e = rng.integers(-1, 2, (9, 3)).astype(np.float32)
+  labels = np.append(rng.integers(0, 3, 8), 5)
+  want = jaxrank.evaluate_retrieval(e, labels, chunk_size=4, reduce_fn=None)
+  got = jaxrank.evaluate_retrieval(e, labels, chunk_size=4, reduce_fn=None, mesh=_MESH)
+  assert sorted(got) == sorted(want)
+  for key in want:
+    np.testing.assert_array_equal(got[key], want[key])

@@ -5,16 +5,19 @@ that every list-level metric and loss takes: each embedding is a query ranking t
 (and, optionally, a gallery such as a memory bank).
 
 `evaluate_retrieval` measures Recall@k, MAP@R, mAP and tie-aware mAP of a whole test set, query
-chunk by query chunk, without a `Q x N` matrix and without sorting the lists.
+chunk by query chunk, without a `Q x N` matrix and without sorting the lists; with `mesh=`, over
+the devices of every process of a `jax.distributed` job, each holding a share of the gallery.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
 from jaxrank import types
 from jaxrank._src import checks
@@ -209,6 +212,17 @@ def _evaluate_chunk(
   rel = scores_t[relevant_index, jnp.arange(c)[:, None]]  # [c, R]
   rel = jnp.where(relevant_ok, rel, jnp.nan)  # NaN compares False: empty slots count nothing.
   above, tied = _count_above_and_tied(scores_t, rel)
+  # A valid NaN score makes the query's values NaN, as in the list metrics (NaN compares False,
+  # so the counts alone would hide it). The query itself (-inf) is not a valid item.
+  poisoned = jnp.any(jnp.isnan(scores_t), axis=0)
+  return _metrics_from_counts(
+      rel, above, tied, relevant_ok, poisoned, list_size=n, ks=ks, dtype=dtype
+  )
+
+
+def _metrics_from_counts(rel, above, tied, relevant_ok, poisoned, *, list_size, ks, dtype):
+  """Per-query metrics `[c]` (and the relevant counts) from the scores `rel [c, R]` of the
+  relevant items and the counts of gallery items above and tied with each."""
   other = rel[:, None, :]  # [c, 1, R]: the other relevant items of the query.
   mine = rel[:, :, None]  # [c, R, 1]
   slot = jnp.arange(rel.shape[1])
@@ -217,12 +231,9 @@ def _evaluate_chunk(
   earlier = (other == mine) & (slot[None, None, :] < slot[None, :, None])
   tie_position = 1 + jnp.sum(earlier, axis=-1, dtype=jnp.int32)
   stats = ranking.relevant_item_statistics(
-      above, tied, relevant_above, relevant_tied, tie_position, list_size=n, dtype=dtype
+      above, tied, relevant_above, relevant_tied, tie_position, list_size=list_size, dtype=dtype
   )
   num_rel = jnp.sum(relevant_ok, axis=-1)
-  # A valid NaN score makes the query's values NaN, as in the list metrics (NaN compares False,
-  # so the counts alone would hide it). The query itself (-inf) is not a valid item.
-  poisoned = jnp.any(jnp.isnan(scores_t), axis=0)
   out = {
       "map@r": metrics.map_at_r_from_statistics(stats, relevant_ok, num_rel, dtype),
       "map": metrics.ap_from_statistics(stats, relevant_ok, num_rel, dtype),
@@ -235,6 +246,183 @@ def _evaluate_chunk(
 
 
 _evaluate_chunk_jit = jax.jit(_evaluate_chunk, static_argnames=("ks", "similarity_fn"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation over the devices of every process (`mesh=`).
+
+
+def _sharded_step(
+    step, take, queries, self_ids, relevant_index, relevant_ok, gallery, gallery_ids, *,
+    axes, list_size, ks, similarity_fn,
+):
+  """One chunk of queries on one device, inside `shard_map` over every axis of the mesh.
+
+  The chunk is the one `_evaluate_chunk` takes in one process: `take [c]` gives, for each of its
+  queries, this device's slot holding it (-1 where another device holds it), and a `psum` in which
+  every other device adds an exact 0 assembles it on every device. Each device scores the chunk
+  against its own run of gallery rows (global ids `gallery_ids`, -1 in padding slots) and counts,
+  for each relevant item, its rows above and tied; the integer counts add up over devices. The
+  score of a relevant item comes from the device that holds it, by the same exact `psum`. The
+  metrics are then computed on every device from the same `[c, R]` arrays as in one process.
+  """
+  take = take[step]
+  held = take >= 0
+  rows = jnp.clip(take, 0)
+
+  def assemble(x):
+    mask = held.reshape(-1, *([1] * (x.ndim - 1)))
+    return jax.lax.psum(jnp.where(mask, x[rows], jnp.zeros((), x.dtype)), axes)
+
+  q, selves, index = assemble(queries), assemble(self_ids), assemble(relevant_index)
+  ok = assemble(relevant_ok.astype(jnp.int32)) > 0
+  scores_t = similarity_fn(q, gallery).T  # [S, c]: this device's rows against the chunk.
+  dtype = lists.compute_dtype(scores_t.dtype)
+  scores_t = scores_t.astype(dtype)
+  valid = (gallery_ids >= 0)[:, None]
+  scores_t = jnp.where(valid & (gallery_ids[:, None] == selves[None, :]), -jnp.inf, scores_t)
+  nan_count = jax.lax.psum(jnp.sum(jnp.isnan(scores_t) & valid, axis=0, dtype=jnp.int32), axes)
+  scores_t = jnp.where(valid, scores_t, jnp.nan)  # Padding slots count nothing.
+  position = index - gallery_ids[0]  # This device's rows are consecutive gallery ids.
+  here = ok & (position >= 0) & (position < jnp.sum(gallery_ids >= 0))
+  rel = scores_t[jnp.clip(position, 0, scores_t.shape[0] - 1), jnp.arange(q.shape[0])[:, None]]
+  rel = jax.lax.psum(jnp.where(here, rel, jnp.zeros((), dtype)), axes)
+  rel = jnp.where(ok, rel, jnp.nan)  # NaN compares False: empty slots count nothing.
+  above, tied = _count_above_and_tied(scores_t, rel)
+  above, tied = jax.lax.psum(above, axes), jax.lax.psum(tied, axes)
+  return _metrics_from_counts(
+      rel, above, tied, ok, nan_count > 0, list_size=list_size, ks=ks, dtype=dtype
+  )
+
+
+@functools.partial(jax.jit, static_argnames=("mesh", "list_size", "ks", "similarity_fn"))
+def _sharded_step_jit(step, *arrays, mesh, list_size, ks, similarity_fn):
+  axes = tuple(mesh.axis_names)
+  body = functools.partial(
+      _sharded_step, axes=axes, list_size=list_size, ks=ks, similarity_fn=similarity_fn
+  )
+  return jax.shard_map(
+      body, mesh=mesh, in_specs=(P(),) + (P(axes),) * len(arrays), out_specs=P(),
+      check_vma=False,
+  )(step, *arrays)
+
+
+def _layout(mesh, counts):
+  """How the processes' rows lie on their devices of `mesh`: for each of this process's devices
+  (mesh order), the global id of its first row and how many rows it holds; and the most rows any
+  device holds.
+
+  Global ids run over process 0's rows, then process 1's, and so on (the concatenation of the
+  processes' inputs); each process splits its rows into consecutive runs over its devices.
+  """
+  per_process = {}
+  for d in mesh.devices.flat:
+    per_process.setdefault(d.process_index, []).append(d)
+  step = {p: max(-(-int(counts[p]) // len(ds)), 1) for p, ds in per_process.items()}
+  me = jax.process_index()
+  first = int(np.sum(counts[:me]))
+  mine = [
+      (d, first + k * step[me], int(np.clip(counts[me] - k * step[me], 0, step[me])))
+      for k, d in enumerate(per_process[me])
+  ]
+  return mine, max(step.values())
+
+
+def _put(mesh, blocks):
+  """A global array split over every axis of `mesh`, from this process's per-device blocks."""
+  sharding = jax.NamedSharding(mesh, P(tuple(mesh.axis_names)))
+  first = next(iter(blocks.values()))
+  shape = (first.shape[0] * mesh.devices.size, *first.shape[1:])
+  arrays = [jax.device_put(blocks[d], d) for d in sharding.addressable_devices]
+  return jax.make_array_from_single_device_arrays(shape, sharding, arrays)
+
+
+def _evaluate_sharded(
+    fn, mesh, queries, q_labels, gallery, g_labels, leave_one_out, *, ks, chunk_size,
+    similarity_fn,
+):
+  """Per-query values `[Q]` and relevant counts of the job's whole query set, on every process."""
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+
+  # Checked before the first collective, which would wait for the processes left out.
+  missing = sorted(set(range(jax.process_count())) - {d.process_index for d in mesh.devices.flat})
+  if missing:
+    raise ValueError(
+        f"{fn}: the mesh has no device of process(es) {missing}; build it over jax.devices() "
+        "(every device of the job), e.g. jax.make_mesh((jax.device_count(),), ('batch',))."
+    )
+  sizes = np.array([queries.shape[0], gallery.shape[0], queries.shape[1]], np.int64)
+  sizes = np.asarray(multihost_utils.process_allgather(sizes)).reshape(-1, 3)  # [P, 3]
+  if np.any(sizes[:, 2] != sizes[0, 2]):
+    raise ValueError(
+        f"{fn}: the processes' embeddings differ in dimension ({sizes[:, 2].tolist()}); give "
+        "every process rows of the same [., D]."
+    )
+  num_queries, n = int(sizes[:, 0].sum()), int(sizes[:, 1].sum())
+  # Every process learns every gallery label (4 bytes an item, against 4 D for an embedding).
+  padded = np.pad(g_labels.astype(np.int64), (0, int(sizes[:, 1].max()) - len(g_labels)))
+  gathered = np.asarray(multihost_utils.process_allgather(padded)).reshape(len(sizes), -1)
+  all_labels = np.concatenate([gathered[p, : sizes[p, 1]] for p in range(len(sizes))])
+  order = np.argsort(all_labels, kind="stable").astype(np.int32)
+  classes, starts, counts = np.unique(all_labels[order], return_index=True, return_counts=True)
+  slots = np.arange(int(counts.max()))
+  me = jax.process_index()
+  q_first, g_first = int(sizes[:me, 0].sum()), int(sizes[:me, 1].sum())
+
+  def blocks(layout, rows, local, first, fill):
+    out = {}
+    for d, start, held in layout:
+      part = local[start - first : start - first + held]
+      out[d] = np.concatenate([part, np.full((rows - held, *part.shape[1:]), fill, part.dtype)])
+    return out
+
+  q_layout, q_rows = _layout(mesh, sizes[:, 0])
+  query_ids = np.arange(q_first, q_first + len(queries), dtype=np.int32)
+  self_ids = query_ids if leave_one_out else np.full(len(queries), -1, np.int32)
+  # The relevant items of a class are one block of the gallery sorted by label, as in one process.
+  pos = np.clip(np.searchsorted(classes, q_labels), 0, len(classes) - 1)
+  count = np.where(classes[pos] == q_labels, counts[pos], 0)
+  relevant_index = order[np.clip(starts[pos][:, None] + slots, 0, n - 1)]
+  relevant_ok = (slots[None, :] < count[:, None]) & (relevant_index != self_ids[:, None])
+  # The chunks of one process: the step's queries, and which slot of which device holds each.
+  chunk = max(min(chunk_size, num_queries), 2)
+  steps = -(-num_queries // chunk)
+  wanted = np.arange(steps * chunk).reshape(steps, chunk)
+  take = {}
+  for d, start, held in q_layout:
+    here = (wanted >= start) & (wanted < start + held)
+    take[d] = np.where(here, wanted - start, -1).astype(np.int32)
+  query_array = _put(mesh, blocks(q_layout, q_rows, queries, q_first, 0))
+  arrays = [
+      _put(mesh, take),
+      query_array,
+      _put(mesh, blocks(q_layout, q_rows, self_ids, q_first, -1)),
+      _put(mesh, blocks(q_layout, q_rows, relevant_index.astype(np.int32), q_first, 0)),
+      _put(mesh, blocks(q_layout, q_rows, relevant_ok, q_first, False)),
+  ]
+  if leave_one_out:
+    arrays += [query_array, _put(mesh, blocks(q_layout, q_rows, query_ids, q_first, -1))]
+  else:
+    g_layout, g_rows = _layout(mesh, sizes[:, 1])
+    gallery_ids = np.arange(g_first, g_first + len(gallery), dtype=np.int32)
+    arrays += [
+        _put(mesh, blocks(g_layout, g_rows, gallery, g_first, 0)),
+        _put(mesh, blocks(g_layout, g_rows, gallery_ids, g_first, -1)),
+    ]
+  results = [
+      _sharded_step_jit(
+          np.int32(step), *arrays, mesh=mesh, list_size=n, ks=ks, similarity_fn=similarity_fn
+      )
+      for step in range(steps)
+  ]
+  # Replicated results: every process reads its own copy.
+  fetched = jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), results)
+  num_relevant = np.concatenate([num_rel for _, num_rel in fetched])[:num_queries]
+  keys = [f"recall@{k}" for k in ks] + ["map@r", "map", "tie_aware_map"]
+  per_query = {
+      key: np.concatenate([values[key] for values, _ in fetched])[:num_queries] for key in keys
+  }
+  return per_query, num_relevant
 
 
 def _as_embeddings(fn, name, x):
@@ -336,6 +524,7 @@ def evaluate_retrieval(
     chunk_size: int = 256,
     similarity_fn: types.SimilarityFn = similarity.cosine,
     reduce_fn: types.ReduceFn | None = np.mean,
+    mesh: jax.sharding.Mesh | None = None,
 ) -> dict[str, float] | dict[str, np.ndarray]:
   """Retrieval metrics of a whole test set, computed in query chunks of bounded memory.
 
@@ -378,6 +567,44 @@ def evaluate_retrieval(
   number of items relevant to one query, memory O(chunk_size * N + N D): never the `Q x N` matrix.
   A Python loop over chunks calls one jitted function (compiled once: the last chunk is padded).
 
+  **Across devices and processes** (`mesh=`), for galleries too big for one device or one host:
+  the work is split over every device of `mesh` (all its axes), which may span the processes of a
+  `jax.distributed` job. Each process passes only its own rows: its share of the queries and, with
+  a gallery, of the gallery (any number of rows each, uneven shares allowed); the test set is the
+  processes' rows concatenated in process order. Every process must make the same call otherwise
+  (it runs collectives), and every process gets the whole result: exactly what one process
+  returns on the concatenated rows (with `reduce_fn=None`, the values of all `Q` queries).
+
+  The gallery is split, never gathered: each device holds a run of its rows. The queries go chunk
+  by chunk as in one process: a chunk (`chunk_size` rows) is assembled on every device, each
+  device scores it against its own rows and counts, for each relevant item, its rows scored above
+  and tied; the integer counts of disjoint rows add up exactly over devices (a `psum`). A relevant
+  item's score is read on the device that holds it and shared by a `psum` in which the others add
+  an exact 0. The metrics then come from the same `[chunk, R]` counts and scores as in one process,
+  so they are equal to the last digit. (Sharding the queries and gathering the gallery instead
+  would put the whole `N x D` gallery on every device.) Memory per device falls with the number
+  of devices: O(N D / devices + chunk_size * N / devices + chunk_size * R); each host holds its own
+  rows, every gallery label (O(N) integers) and the relevant indices of its queries (O(Q R / P)).
+  Relevance must come from class labels (multi-hot labels or `affinity=` are a `ValueError`).
+
+  One caveat, in the scores, not the counting: a device scores its rows with a matrix product of
+  its own size, and XLA's CPU kernels can round a dot product differently for a different number
+  of gallery rows (an ulp; see `jaxrank.similarity`). Metrics can then differ from one process
+  only where two scores of a query lie within an ulp of each other. Embeddings whose dot products
+  are exact (binary codes, small integers) give the same scores, and metrics, whatever the split.
+
+  A 2-process job (tested with 2 processes of 2 CPU devices each in `tests/multiprocess/`)::
+
+    jax.distributed.initialize()  # Before any other JAX call.
+    mesh = jax.make_mesh((jax.device_count(),), ("batch",))  # Every device of every process.
+    # This process's share of the test set, as host arrays: [Q_p, D] embeddings, [Q_p] labels
+    # (of a global jax.Array sharded over the batch, the rows of its addressable shards).
+    result = jaxrank.evaluate_retrieval(local_embeddings, local_labels, mesh=mesh)
+    result["recall@1"]  # The same on every process: Recall@1 of the whole test set.
+    # With a gallery: each process passes its queries and its share of the gallery.
+    jaxrank.evaluate_retrieval(local_queries, local_query_labels, local_gallery,
+                               local_gallery_labels, mesh=mesh)
+
   Args:
     query_embeddings: `[Q, D]` floating embeddings (bfloat16, float16, float32; float64 is
       evaluated in float32 unless `jax_enable_x64` is set), finite, `Q >= 1`.
@@ -400,6 +627,9 @@ def evaluate_retrieval(
       float64 arrays `[Q]` with `counted` the queries that have a relevant item (default
       `np.mean`: the mean over them, 0 when there are none); `None` returns the per-query values
       instead (for significance tests and failure analysis).
+    mesh: optional `jax.sharding.Mesh` to split the evaluation over (see above); its devices must
+      include devices of every process. `None` (the default): this process alone, on its default
+      device.
 
   Returns:
     A dict of Python floats with keys `recall@k` (for each k), `map@r`, `map`, `tie_aware_map`.
@@ -427,6 +657,11 @@ def evaluate_retrieval(
   checks.check_positive_int(fn, "chunk_size", chunk_size)
   if reduce_fn is not None:
     checks.check_callable(fn, "reduce_fn", reduce_fn, hint="e.g. np.mean, or None per query.")
+  if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
+    raise TypeError(
+        f"{fn}: mesh must be a jax.sharding.Mesh (e.g. jax.make_mesh((jax.device_count(),), "
+        f"('batch',))) or None, got {type(mesh).__name__}."
+    )
   queries = _as_embeddings(fn, "query_embeddings", query_embeddings)
   num_queries = queries.shape[0]
   if affinity is not None and (query_labels is not None or gallery_labels is not None):
@@ -464,6 +699,17 @@ def evaluate_retrieval(
             f"query_labels of shape {q_labels.shape} (same kind of labels, one row per gallery "
             "item)."
         )
+  if mesh is not None:
+    if affinity is not None or q_labels.ndim != 1:
+      raise ValueError(
+          f"{fn}: with mesh=, relevance must come from integer class labels [Q] (and [N]); "
+          "multi-hot labels and affinity= are evaluated in one process only (mesh=None)."
+      )
+    per_query, num_relevant = _evaluate_sharded(
+        fn, mesh, queries, q_labels, gallery, g_labels, leave_one_out, ks=ks,
+        chunk_size=chunk_size, similarity_fn=similarity_fn,
+    )
+    return _reduce_queries(per_query, num_relevant, reduce_fn)
   n = gallery.shape[0]
   # At least two query rows per step: a single row takes XLA's matrix-vector kernel, which rounds
   # differently from the matrix product of `batch_retrieval` (see `jaxrank.similarity`).
@@ -534,13 +780,20 @@ def evaluate_retrieval(
     )
   fetched = jax.device_get(results)
   num_relevant = np.concatenate([num_rel for _, num_rel in fetched])[:num_queries]
-  counted = num_relevant > 0
   keys = [f"recall@{k}" for k in ks] + ["map@r", "map", "tie_aware_map"]
-  per_query = {}
-  for key in keys:
-    values = np.concatenate([values[key] for values, _ in fetched])[:num_queries]
-    # As the list metrics: a query without a relevant item gives 0, even with a NaN score.
-    per_query[key] = np.where(counted, values.astype(np.float64), 0.0)
+  per_query = {
+      key: np.concatenate([values[key] for values, _ in fetched])[:num_queries] for key in keys
+  }
+  return _reduce_queries(per_query, num_relevant, reduce_fn)
+
+
+def _reduce_queries(per_query, num_relevant, reduce_fn):
+  """`evaluate_retrieval`'s result from the per-query values `[Q]` and relevant counts."""
+  counted = num_relevant > 0
+  # As the list metrics: a query without a relevant item gives 0, even with a NaN score.
+  per_query = {
+      key: np.where(counted, values.astype(np.float64), 0.0) for key, values in per_query.items()
+  }
   if reduce_fn is None:
     return per_query | {"num_relevant": num_relevant.astype(np.int32)}
   if reduce_fn is np.mean or reduce_fn is jnp.mean:
