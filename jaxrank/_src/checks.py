@@ -34,6 +34,12 @@ def _axes(count: int) -> str:
   return "one axis" if count == 1 else f"{count} axes"
 
 
+# What reading the elements of an array for an error message raises when they are not on this host:
+# a tracer (traced values, known mask), or a global array of a multi-process job that spans other
+# processes' devices (a RuntimeError). The messages then give a count, which every process can read.
+_UNREADABLE = (jax.errors.TracerArrayConversionError, RuntimeError)
+
+
 def check_lists(
     fn: str,
     scores: jax.typing.ArrayLike,
@@ -330,7 +336,7 @@ def check_list_weights(
   if weights.dtype != jnp.bool_ and known_any(bad):
     try:
       got = f"{np.asarray(weights)[np.asarray(bad)].flat[0]}"
-    except jax.errors.TracerArrayConversionError:
+    except _UNREADABLE:
       got = f"{int(jnp.sum(bad))} negative or NaN weights"
     raise ValueError(
         f"{fn}: weights must be non-negative, got {got}; they weigh each list's loss in the "
@@ -363,7 +369,7 @@ def check_graded_labels(fn: str, labels: jax.Array, where: jax.Array) -> None:
   if known_any(bad):
     try:
       got = f"{np.asarray(labels)[np.asarray(bad)].flat[0]} at a valid item"
-    except jax.errors.TracerArrayConversionError:
+    except _UNREADABLE:
       got = f"{int(jnp.sum(bad))} negative valid labels"
     raise ValueError(
         f"{fn}: graded labels must be >= 0 (the gain is 2**label - 1), got {got}; clip them "
@@ -395,7 +401,7 @@ def check_in_range(
   if known_any(bad):
     try:
       got = f"{float(np.asarray(values)[np.asarray(bad)].flat[0]):g} at a valid item"
-    except jax.errors.TracerArrayConversionError:  # Known mask, traced values (under grad).
+    except _UNREADABLE:  # Known mask, traced values (under grad).
       got = f"{int(jnp.sum(bad))} valid values outside it"
     raise ValueError(
         f"{fn}: {name} must lie in [{low:g}, {high:g}] (up to rounding), got {got}."

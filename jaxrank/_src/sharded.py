@@ -34,6 +34,31 @@ gradients (tested on 8 simulated devices in `tests/multidevice/`):
 >>> loss, grads = step(params, x, jnp.arange(x.shape[0]) % 4)
 >>> loss.shape, grads["kernel"].shape
 ((), (8, 4))
+
+**Across processes** (`jax.distributed`: one program per host, one mesh over the devices of all
+hosts) the functions are the same; only the setup and the reading of results differ. Each process
+joins the job before any other JAX call, builds the mesh over `jax.devices()` (every device of the
+job, not `jax.local_devices()`), feeds only its own rows of the global batch, and reads the
+replicated loss as usual but only its own shards of anything sharded over the batch. A sketch of
+a 2-process job (tested with 2 processes of 2 CPU devices each in `tests/multiprocess/`)::
+
+  jax.distributed.initialize()  # Cluster detection, or coordinator_address=, num_processes=, ...
+  mesh = jax.make_mesh((jax.device_count(),), ("batch",))  # All devices of all processes.
+  sharding = jax.NamedSharding(mesh, P("batch"))
+  # This process's rows of the [B, D] batch: the rows its devices hold (in the index order of
+  # sharding.addressable_devices_indices_map((B, D))), e.g. its share of a sampled P x K batch.
+  embeddings = jax.make_array_from_process_local_data(sharding, local_embeddings, (B, D))
+  labels = jax.make_array_from_process_local_data(sharding, local_labels, (B,))
+  loss_fn = jax.jit(jax.value_and_grad(jaxrank.sharded_loss(jaxrank.smoothap_loss, mesh, "batch")))
+  loss, grad = loss_fn(embeddings, labels)  # Runs on every process at once (collectives).
+  float(loss)  # Replicated: the same global loss on every process.
+  for shard in grad.addressable_shards:  # np.asarray(grad) would fail: the rest is elsewhere.
+    rows, local_grad = shard.index[0], np.asarray(shard.data)
+
+Numpy inputs (`loss_fn(np_embeddings, np_labels)`) are taken as the whole global batch, which
+every process must then pass identically; `make_array_from_process_local_data` avoids holding it
+whole on each host. Eager input checks that read values (out-of-range scores, negative weights)
+still run on global arrays; their messages then give counts instead of the offending value.
 """
 
 from __future__ import annotations
@@ -127,7 +152,10 @@ def sharded_loss(
   `jax.shard_map` with the batch split over `axis_name`. It equals
   `loss_fn(*batch_retrieval(embeddings, labels))` and so do its gradients, for every jaxrank loss
   (fix hyperparameters with `functools.partial`). Callable from outside `shard_map`, under `jit`
-  and `grad`.
+  and `grad`. The inputs are placed on the mesh, split over `axis_name`: arrays already sharded so
+  (global arrays of a multi-process job included) stay where they are; others are taken as the
+  whole batch. On a mesh of `Explicit` axes (`jax.make_mesh`'s default) call its gradient under
+  `jit` or `jax.set_mesh(mesh)`, as JAX requires of explicit sharding.
 
   Args:
     loss_fn: a list-level loss `loss_fn(scores, labels, *, where, reduce_fn)`.
@@ -166,6 +194,8 @@ def sharded_loss(
           f"{num_devices} devices of mesh axis {axis_name!r}; use a batch size that is a multiple "
           f"of {num_devices}."
       )
+    batch = jax.NamedSharding(mesh, P(axis_name))
+    embeddings, labels = jax.device_put((embeddings, labels), batch)
     return jax.shard_map(
         local, mesh=mesh, in_specs=(P(axis_name), P(axis_name)), out_specs=P()
     )(embeddings, labels)
