@@ -64,7 +64,9 @@ class Config:
   include_self: bool = False  # Whether a query is its own positive (see batch_retrieval).
   memory_batches: int = 0  # RaMBO's memory: the last tau batches join every list as a gallery.
   chunk_size: int | None = None  # Chunked gradient (jaxrank.chunked_value_and_grad).
-  shard: bool = False  # Shard the in-batch retrieval over all devices (jaxrank.sharded_loss).
+  # Shard the in-batch retrieval over all devices of all processes (jaxrank.sharded_loss); a job
+  # of several processes needs it.
+  shard: bool = False
   # Optimisation.
   num_steps: int = 300
   learning_rate: float = 1e-3
@@ -299,3 +301,14 @@ def check_config(config: Config) -> None:
       )
     if config.memory_batches:
       _fail("config.shard=True does not support memory_batches; turn one off.")
+  if jax.process_count() > 1:
+    if not config.shard:
+      _fail(
+          f"running as {jax.process_count()} processes needs config.shard=True (one batch split "
+          "over the devices of every process); add --set shard=True."
+      )
+    if config.chunk_size is not None:
+      _fail(
+          f"config.chunk_size cannot be combined with running as {jax.process_count()} "
+          "processes; leave chunk_size=None (each process already holds only its share)."
+      )

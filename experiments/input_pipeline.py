@@ -274,6 +274,12 @@ class TrainBatches:
 
   `next(batches)` gives a dict of numpy arrays (`image [B, ...]`, `label [B]`, ..., see
   `jaxrank.data.make_pipeline`); `batches.position` is then where a resumed run starts reading.
+
+  With `share=(start, stop)` (one process of a multi-process job) every process calls the same
+  seeded sampler, so all agree on each global batch of `B` indices, and this one reads only the
+  columns `start:stop` of it: its images are the slice `start:stop` of the global batch, with the
+  augmentation each of them would get in a one-process run (the pipeline's per-example seeds are
+  renumbered to the example's place in the global batch).
   """
 
   def __init__(
@@ -282,14 +288,21 @@ class TrainBatches:
       data: jd.LabeledImages,
       sampler: BatchesFn,
       position: tuple[int, int],
+      share: tuple[int, int] | None = None,
   ):
+    preprocess = preprocess_fn(config, train=True)
+    if share is not None:
+      start, stop = share
+      sampler = functools.partial(_columns, sampler, start, stop)
+      if preprocess is not None:
+        preprocess = _global_seeds(preprocess, config.batch_size, start, stop)
     self._sampler = sampler
     self._sizes: dict[int, int] = {}
     self.position = position
     self._iterator = jd.make_pipeline(
         data,
         sampler,
-        preprocess_fn=preprocess_fn(config, train=True),
+        preprocess_fn=preprocess,
         seed=config.seed,
         start_epoch=position[0],
         start_batch=position[1],
@@ -310,15 +323,47 @@ class TrainBatches:
     return batch
 
 
-def eval_batches(config: Config, data: jd.LabeledImages) -> Iterator[dict[str, np.ndarray]]:
+def _columns(sampler: BatchesFn, start: int, stop: int, epoch: int) -> np.ndarray:
+  """This process's columns `start:stop` of the sampler's `[num_batches, B]` indices."""
+  return sampler(epoch=epoch)[:, start:stop]
+
+
+def _global_seeds(fn: PreprocessFn, batch_size: int, start: int, stop: int) -> PreprocessFn:
+  """`fn` called with the seed of the example's place in the global batch, not in the slice.
+
+  `make_pipeline` seeds example `j` of batch `b` of epoch `e` with `(seed, e * 2**32 + b * width
+  + j)`, `width` the batch it builds (`stop - start` here); the global batch has `batch_size`
+  columns and this slice starts at column `start`.
+  """
+  width = stop - start
+
+  def with_global_seed(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    epoch = tf.bitwise.right_shift(seed[1], 32)
+    place = seed[1] - tf.bitwise.left_shift(epoch, 32)
+    b, j = place // width, place % width
+    position = tf.bitwise.left_shift(epoch, 32) + b * batch_size + start + j
+    return fn(image, tf.stack([seed[0], position]))
+
+  return with_global_seed
+
+
+def eval_batches(
+    config: Config, data: jd.LabeledImages, share: tuple[int, int] | None = None
+) -> Iterator[dict[str, np.ndarray]]:
   """Every example of `data` once, in order, in batches of `eval_batch_size` (the last padded).
 
-  Each batch is a dict of numpy arrays; `mask [B]` is False on the padding.
+  With `share=(start, stop)`, only the examples `start:stop` (one process's share of the
+  evaluation); none when `start == stop`. Each batch is a dict of numpy arrays; `mask [B]` is
+  False on the padding.
   """
-  batches = jd.sequential_batches(
-      data.num_examples, batch_size=min(config.eval_batch_size, data.num_examples)
-  )
+  start, stop = (0, data.num_examples) if share is None else share
+  if stop <= start:
+    return iter(())
+  rows = jd.sequential_batches(stop - start, batch_size=min(config.eval_batch_size, stop - start))
   ds = jd.make_pipeline(
-      data, batches, preprocess_fn=preprocess_fn(config, train=False), num_epochs=1
+      data,
+      np.where(rows >= 0, rows + start, -1),
+      preprocess_fn=preprocess_fn(config, train=False),
+      num_epochs=1,
   )
   return ds.as_numpy_iterator()

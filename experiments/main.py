@@ -21,6 +21,20 @@ What the command does when things go wrong:
 * a checkpoint that cannot be read is named in a warning and set aside, and the run resumes from the
   newest readable one (`train.train_and_evaluate`).
 
+Several processes (one per host, or several on one machine) run one job with `jax.distributed`
+(`train.train_and_evaluate` says what each does; the config needs `shard=True`). Before anything
+else touches JAX the command joins the job (`initialize_distributed`), on the CPU with gloo
+collectives:
+
+* on a cluster that JAX detects (SLURM, Open MPI, Cloud TPU pods, Kubernetes), with nothing to add:
+  the coordinator, the number of processes and this process's id come from the environment;
+* anywhere else with `--coordinator_address HOST:PORT --num_processes N --process_id I`, the same
+  address and count in every process and `I` from 0 to N - 1 (flags, not config fields: they say
+  where this process runs, not what the run computes, and differ between processes);
+* with neither, it runs alone.
+
+Only process 0 prints the table and writes `results.json`.
+
 `--help` lists the losses and the config fields; it imports neither JAX nor TensorFlow, which are
 imported (with TensorFlow's start-up logging silenced) only once a run starts.
 """
@@ -222,8 +236,11 @@ def run(
   if runs is None:
     return {config.loss: train.train_and_evaluate(config, workdir, name=config.loss)}
   results, _ = run_sweep(config, runs, workdir)
-  with open(os.path.join(workdir, "results.json"), "w") as f:
-    json.dump(results, f, indent=1)
+  import jax  # pylint: disable=g-import-not-at-top
+
+  if jax.process_index() == 0:
+    with open(os.path.join(workdir, "results.json"), "w") as f:
+      json.dump(results, f, indent=1)
   return results
 
 
@@ -256,7 +273,88 @@ def _parser() -> argparse.ArgumentParser:
       metavar="FIELD=VALUE",
       help="override a config field (repeatable); a Python literal or a plain string",
   )
+  group = parser.add_argument_group(
+      "several processes (jax.distributed; not needed where JAX detects the cluster: SLURM, "
+      "Open MPI, Cloud TPU)"
+  )
+  group.add_argument(
+      "--coordinator_address", metavar="HOST:PORT", help="process 0's address, the same in all"
+  )
+  group.add_argument("--num_processes", type=int, metavar="N", help="processes in the job")
+  group.add_argument("--process_id", type=int, metavar="I", help="this process, 0 to N - 1")
   return parser
+
+
+def initialize_distributed(
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+) -> None:
+  """Joins a `jax.distributed` job if there is one; call it before anything else uses JAX.
+
+  Selects gloo for JAX's collectives between processes on the CPU (the setting is read only by
+  the CPU backend). With the three arguments, joins the job they describe. Without them, asks
+  JAX's cluster detection (`jax.distributed.initialize()` with no arguments), which reads the
+  environment of SLURM (`SLURM_JOB_ID`, ...), Open MPI (`OMPI_MCA_orte_hnp_uri`), Cloud TPU VMs
+  (queried only where a TPU is present) and Kubernetes: where it finds none it fails at once,
+  without connecting anywhere, asking for a coordinator address, and the run is a single process.
+
+  Where the process has joined a job already, or has already used JAX (`main()` called from
+  Python after some JAX computation, as the tests do), it stays as it is: JAX can join a job only
+  before its first computation.
+
+  Raises:
+    ConfigError: only some of the three arguments, values that cannot describe a job, or the
+      three arguments in a process that has already used JAX.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  # Whether JAX has started: no public API says.
+  from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+
+  if jax.distributed.is_initialized():
+    return
+
+  given = {
+      "--coordinator_address": coordinator_address,
+      "--num_processes": num_processes,
+      "--process_id": process_id,
+  }
+  if any(v is not None for v in given.values()):
+    missing = [flag for flag, v in given.items() if v is None]
+    if missing:
+      raise config_lib.ConfigError(
+          f"{', '.join(missing)} missing: --coordinator_address, --num_processes and "
+          "--process_id go together (or give none where JAX detects the cluster)."
+      )
+    host, _, port = coordinator_address.rpartition(":")
+    if not host or not port.isdigit():
+      raise config_lib.ConfigError(
+          f"--coordinator_address {coordinator_address!r} must be HOST:PORT, e.g. localhost:12355."
+      )
+    if num_processes < 1 or not 0 <= process_id < num_processes:
+      raise config_lib.ConfigError(
+          f"--num_processes {num_processes} --process_id {process_id}: the number of processes "
+          "must be positive and the process id between 0 and the number of processes minus 1."
+      )
+  if xla_bridge.backends_are_initialized():
+    if coordinator_address is not None:
+      raise config_lib.ConfigError(
+          "--coordinator_address: this process has already run JAX computations, after which "
+          "it cannot join a job; run experiments.main as a command of its own."
+      )
+    return
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  if coordinator_address is not None:
+    jax.distributed.initialize(
+        coordinator_address, num_processes=num_processes, process_id=process_id
+    )
+    return
+  try:
+    jax.distributed.initialize()
+  except ValueError as e:
+    # JAX's detection found no cluster, so no coordinator: one process, nothing to join.
+    if "coordinator_address" not in str(e):
+      raise
 
 
 def _configure_logging() -> None:
@@ -312,6 +410,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     input_pipeline.hide_gpus_from_tensorflow()
     _configure_logging()
+    initialize_distributed(args.coordinator_address, args.num_processes, args.process_id)
     results = run(args.config, args.workdir, args.set)
   except config_lib.ConfigError as e:
     _exit(EXIT_CONFIG_ERROR, f"error: {e}")
@@ -322,6 +421,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
   except FloatingPointError as e:  # A diverged run: its checkpoints are kept.
     _exit(EXIT_DIVERGED, f"error: {e}")
+  import jax  # pylint: disable=g-import-not-at-top
+
+  if jax.process_index():  # Process 0 alone prints.
+    return
   print(f"\nTest split (classes unseen in training), {' '.join([args.config, *args.set])}:\n")
   print(reporting.format_table(results))
   curves = "curves.png" if len(results) == 1 else "*/curves.png"

@@ -28,12 +28,26 @@ rate, and a learning rate `head_lr_multiplier` times larger on the embedding lay
 10x). Optionally the gradient is computed in chunks (`chunk_size`, `jaxrank.chunked_value_and_grad`)
 or the in-batch retrieval is sharded over every device (`shard=True`, `jaxrank.sharded_loss`).
 
+The same job runs as several processes of one `jax.distributed` job (one per host, started by
+`experiments.main`, which joins the job before anything else touches JAX), with `shard=True`: one
+mesh over the devices of every process. Each process calls the same seeded sampler, reads only its
+own contiguous slice of each global `P x K` batch (`input_pipeline.TrainBatches(share=...)`) and
+makes its part of the global batch with `jax.make_array_from_process_local_data`; the training
+state is replicated on every device. Orbax saves and restores checkpoints collectively (every
+process calls it; the workdir must be one directory that every process sees, such as a shared
+file system). Evaluation embeds a contiguous share of the test split in each process, and
+`jaxrank.evaluate_retrieval(..., mesh=...)` splits the metrics' work over every device of every
+process, each of which gets the metrics of the whole split. Only process 0 writes
+`config.json`, `metrics.jsonl` and `curves.png`, and shows the progress bar. Ctrl-C is not
+deferred there (the processes could not agree on when to stop): a killed job resumes from its last
+checkpoint, and ends where an uninterrupted one does.
+
 Evaluation embeds the test split (unseen classes) with the network in inference mode and computes
 `jaxrank.evaluate_retrieval` (leave-one-out). A hashing model (`head="hashing"`) trains on relaxed
 codes `tanh(alpha f)` with the similarity `1 - 2 d / b` of their relaxed Hamming distance
 (`jaxrank.similarity.hamming`; He et al. 2018, eq. 10) and is evaluated on the binary codes
-`sign(f)` with the same similarity, whose many ties `tie_aware_map` accounts for. Each head's scoring rule and
-evaluation transform are entries of its record in `networks.HEADS`.
+`sign(f)` with the same similarity, whose many ties `tie_aware_map` accounts for. Each head's
+scoring rule and evaluation transform are entries of its record in `networks.HEADS`.
 """
 
 from __future__ import annotations
@@ -57,6 +71,9 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from flax import nnx
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import jaxrank
 import jaxrank.data as jd
@@ -112,14 +129,20 @@ def _tanh_scale(config: config_lib.Config, step: jax.Array) -> jax.Array | None:
   )
 
 
-def _batch_loss_fn(config: config_lib.Config) -> Callable[[jax.Array, Any], jax.Array]:
+def _mesh(config: config_lib.Config) -> jax.sharding.Mesh | None:
+  """With `shard=True`, the mesh `("batch",)` over every device of every process; else None."""
+  if not config.shard:
+    return None
+  return jax.make_mesh((jax.device_count(),), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
+
+
+def _batch_loss_fn(
+    config: config_lib.Config, mesh: jax.sharding.Mesh | None
+) -> Callable[[jax.Array, Any], jax.Array]:
   """`fn(embeddings [B, D], (labels [B], memory or None)) -> scalar`: retrieval, then the loss."""
   list_loss = losses.get_loss(config.loss, config.loss_kwargs)
   similarity_fn = networks.HEADS[config.head].similarity_fn
-  if config.shard:
-    mesh = jax.make_mesh(
-        (jax.device_count(),), ("batch",), axis_types=(jax.sharding.AxisType.Auto,)
-    )
+  if mesh is not None:
     sharded = jaxrank.sharded_loss(
         list_loss, mesh, "batch", include_self=config.include_self, similarity_fn=similarity_fn
     )
@@ -171,8 +194,13 @@ def _init_state(config: config_lib.Config, tx: optax.GradientTransformation):
   return _Model(train_graph, eval_graph), state
 
 
-def _make_train_step(config: config_lib.Config, model: _Model, tx: optax.GradientTransformation):
-  batch_loss = _batch_loss_fn(config)
+def _make_train_step(
+    config: config_lib.Config,
+    model: _Model,
+    tx: optax.GradientTransformation,
+    mesh: jax.sharding.Mesh | None,
+):
+  batch_loss = _batch_loss_fn(config, mesh)
 
   def embed(params, rest, images, scale):
     net = nnx.merge(model.train_graph, params, rest)
@@ -209,7 +237,71 @@ def _make_train_step(config: config_lib.Config, model: _Model, tx: optax.Gradien
     return new, loss
 
   # No buffer donation: an asynchronous checkpoint save may still be reading the previous state.
-  return jax.jit(step_fn)
+  if mesh is None:
+    return jax.jit(step_fn)
+  # On the mesh: the state replicated, the batch split; the state stays replicated after a step.
+  replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("batch"))
+  return jax.jit(
+      step_fn, in_shardings=(replicated, split, split), out_shardings=(replicated, replicated)
+  )
+
+
+# ---------------------------------------------------------------------------------------------
+# Placement across processes.
+
+
+def _replicate(state, mesh: jax.sharding.Mesh | None):
+  """The state on every device of the mesh (each process holds the same values), or as it is."""
+  if mesh is None:
+    return state
+  return jax.device_put(state, NamedSharding(mesh, P()))
+
+
+def _local(tree):
+  """A replicated (or single-device) pytree as arrays on one device of this process."""
+  return jax.tree.map(lambda x: x.addressable_data(0), tree)
+
+
+def _train_share(
+    config: config_lib.Config, mesh: jax.sharding.Mesh | None
+) -> tuple[int, int] | None:
+  """The columns `start:stop` of each global batch that this process's devices hold (None: all).
+
+  `jax.make_array_from_process_local_data` takes, from each process, the rows of the global batch
+  that its devices hold, in order; with the mesh of `_mesh` they are one contiguous slice.
+  """
+  if mesh is None or jax.process_count() == 1:
+    return None
+  held = NamedSharding(mesh, P("batch")).addressable_devices_indices_map((config.batch_size,))
+  rows = sorted((index[0].start or 0, index[0].stop) for index in held.values())
+  start, stop = rows[0][0], rows[-1][1]
+  if any(a[1] != b[0] for a, b in zip(rows, rows[1:])):
+    raise ValueError(
+        f"train_and_evaluate: this process's devices hold the rows {rows} of the batch, which "
+        "are not one contiguous slice; the mesh must order devices by process."
+    )
+  return start, stop
+
+
+def _global_batch(mesh: jax.sharding.Mesh | None, local: np.ndarray, batch_size: int):
+  """This process's slice of a batch, as the global array split over the mesh's devices."""
+  if mesh is None:
+    return jnp.asarray(local)
+  return jax.make_array_from_process_local_data(
+      NamedSharding(mesh, P("batch")), local, (batch_size, *local.shape[1:])
+  )
+
+
+def _is_primary() -> bool:
+  """Whether this is the process that writes files and prints (process 0; the only one alone)."""
+  return jax.process_index() == 0
+
+
+class _NoWriter:
+  """The metrics writer of processes other than 0: writes nothing."""
+
+  def write(self, record: dict[str, Any]) -> None:
+    del record
 
 
 def _make_embed_fn(config: config_lib.Config, model: _Model):
@@ -224,10 +316,20 @@ def _make_embed_fn(config: config_lib.Config, model: _Model):
 def evaluate(
     config: config_lib.Config, embed_fn, state, test: jd.LabeledImages
 ) -> dict[str, float]:
-  """Leave-one-out retrieval metrics of the test split (unseen classes) under the current state."""
-  embeddings, labels = [], []
-  for batch in input_pipeline.eval_batches(config, test):
-    e = np.asarray(embed_fn(state["params"], state["rest"], batch["image"], state["step"]))
+  """Leave-one-out retrieval metrics of the test split (unseen classes) under the current state.
+
+  In a job of several processes each embeds a contiguous share of the split (on one of its
+  devices, from its copy of the replicated state) and `jaxrank.evaluate_retrieval` splits the
+  evaluation over the devices of every process (`mesh=`): no process holds the whole split's
+  embeddings, and every process returns the metrics of the whole split.
+  """
+  count, index = jax.process_count(), jax.process_index()
+  share = (index * test.num_examples // count, (index + 1) * test.num_examples // count)
+  params, rest, step = _local((state["params"], state["rest"], state["step"]))
+  embeddings = [np.zeros((0, config.embedding_dim), np.float32)]
+  labels = [np.zeros((0,), np.int32)]
+  for batch in input_pipeline.eval_batches(config, test, share):
+    e = np.asarray(embed_fn(params, rest, batch["image"], step))
     embeddings.append(e[batch["mask"]])
     labels.append(batch["label"][batch["mask"]])
   return jaxrank.evaluate_retrieval(
@@ -235,6 +337,7 @@ def evaluate(
       np.concatenate(labels),
       ks=config.eval_ks,
       similarity_fn=networks.HEADS[config.head].similarity_fn,
+      mesh=_mesh(config) if count > 1 else None,
   )
 
 
@@ -259,11 +362,11 @@ def _check_workdir(config: config_lib.Config, workdir: str) -> None:
 
 
 def _claim_workdir(config: config_lib.Config, workdir: str) -> None:
-  """Writes the workdir's config.json, or checks that the one there is `config`'s."""
+  """Writes the workdir's config.json (process 0), or checks that the one there is `config`'s."""
   _check_workdir(config, workdir)
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, "config.json")
-  if not os.path.exists(path):
+  if _is_primary() and not os.path.exists(path):
     with open(path + ".tmp", "w") as f:
       json.dump(config_lib.to_json(config), f, indent=1, sort_keys=True)
     os.replace(path + ".tmp", path)
@@ -306,10 +409,13 @@ def _restore_latest(
           "The checkpoint %s cannot be read (%s); moved to %s, trying the one before.",
           path, reason if len(reason) <= 200 else reason[:200] + "...", aside,
       )
-      if os.path.exists(aside):
-        shutil.rmtree(aside)
-      os.makedirs(os.path.dirname(aside), exist_ok=True)
-      shutil.move(path, aside)
+      if _is_primary():
+        if os.path.exists(aside):
+          shutil.rmtree(aside)
+        os.makedirs(os.path.dirname(aside), exist_ok=True)
+        shutil.move(path, aside)
+      if jax.process_count() > 1:  # Every process reloads once the checkpoint is moved.
+        multihost_utils.sync_global_devices(f"jaxrank: set aside checkpoint {step}")
       manager.reload()
   return state, (0, 0)
 
@@ -376,10 +482,12 @@ def _deferred_interrupt() -> Iterator[list[bool]]:
   """Within it, a first Ctrl-C only appends to the list it gives (checked between steps), so that
   the step in flight finishes and the state can be saved; a second one interrupts at once.
 
-  Outside the main thread (where signal handlers cannot be set) Ctrl-C is left as it is.
+  Outside the main thread (where signal handlers cannot be set) and in a job of several processes
+  (where saving is collective, and the processes would not agree on the step at which to save)
+  Ctrl-C is left as it is.
   """
   requested: list[bool] = []
-  if threading.current_thread() is not threading.main_thread():
+  if threading.current_thread() is not threading.main_thread() or jax.process_count() > 1:
     yield requested
     return
 
@@ -451,9 +559,13 @@ def train_and_evaluate(
 
   tx = make_optimizer(config)
   schedule = learning_rate_schedule(config)
+  mesh = _mesh(config)
   model, state = _init_state(config, tx)
-  train_step = _make_train_step(config, model, tx)
+  state = _replicate(state, mesh)
+  train_step = _make_train_step(config, model, tx, mesh)
   embed_fn = _make_embed_fn(config, model)
+  share = _train_share(config, mesh)
+  primary = _is_primary()
 
   def run_eval(step):
     metrics = evaluate(config, embed_fn, state, test_data)
@@ -470,12 +582,12 @@ def train_and_evaluate(
     with _deferred_interrupt() as interrupted:
       state, position = _restore_latest(manager, state, workdir)
       step = int(state["step"])
-      if step:
+      if step and primary:
         logger.info("%s: resuming from step %d (%s).", name, step, workdir)
-      writer = reporting.MetricsWriter(workdir, step)
-      progress = _progress_bar(config, step, name)
+      writer = reporting.MetricsWriter(workdir, step) if primary else _NoWriter()
+      progress = _progress_bar(config, step, name, show=primary)
       metrics = run_eval(step) if step == 0 else None
-      batches = input_pipeline.TrainBatches(config, train_data, sampler, position)
+      batches = input_pipeline.TrainBatches(config, train_data, sampler, position, share)
       last_time, last_step, saved = time.perf_counter(), step, step
       while step < config.num_steps:
         if interrupted:
@@ -485,7 +597,11 @@ def train_and_evaluate(
           manager.wait_until_finished()
           raise Interrupted(name, workdir, saved)
         batch = next(batches)
-        state, loss = train_step(state, jnp.asarray(batch["image"]), jnp.asarray(batch["label"]))
+        state, loss = train_step(
+            state,
+            _global_batch(mesh, batch["image"], config.batch_size),
+            _global_batch(mesh, batch["label"], config.batch_size),
+        )
         step += 1
         if step % config.log_every == 0 or step == config.num_steps:
           loss = float(loss)
@@ -520,7 +636,8 @@ def train_and_evaluate(
   what = f"{config.loss} on {config.dataset}"
   if not config.num_steps:  # The untrained baseline: no loss panel either.
     what = f"{config.dataset}, not trained"
-  reporting.plot_curves(workdir, title=what if name == config.loss else f"{name}: {what}")
+  if primary:
+    reporting.plot_curves(workdir, title=what if name == config.loss else f"{name}: {what}")
   return {**metrics, "step": step}
 
 
@@ -553,14 +670,14 @@ def restore_model(
   return nnx.merge(graphs.eval_graph, state["params"], state["rest"])
 
 
-def _progress_bar(config: config_lib.Config, step: int, name: str):
+def _progress_bar(config: config_lib.Config, step: int, name: str, show: bool = True):
   from tqdm import auto as tqdm  # pylint: disable=g-import-not-at-top
 
   return tqdm.tqdm(
       total=config.num_steps,
       initial=step,
       desc=name,
-      disable=not config.progress_bar,
+      disable=not (config.progress_bar and show),
       unit="step",
       dynamic_ncols=True,
       leave=False,
