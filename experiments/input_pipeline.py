@@ -87,6 +87,16 @@ def _load_digits(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
   return jd.load_digits("train"), jd.load_digits("test")
 
 
+def _load_glyphs(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+  del config  # One fixed data set, augmentation seed 0: GLYPHS_PARAMS.
+  return jd.load_glyphs("train", **GLYPHS_PARAMS), jd.load_glyphs("test", **GLYPHS_PARAMS)
+
+
+# The glyph data set of the training job: the 359 + 359 characters drawn by at least 16 of the 21
+# typefaces, 16 x 16, half-strength augmentation (see experiments/configs/glyphs.py for why).
+GLYPHS_PARAMS = {"min_typefaces": 16, "image_size": 16, "strength": 0.5}
+
+
 def _tfds_splits(load: Callable[..., jd.LabeledImages]):
   """`load(config)` reading the train and test splits of a tfds builder from `config.data_dir`."""
 
@@ -131,6 +141,17 @@ DATASETS: Mapping[str, DatasetSpec] = {
         bundled_with="scikit-learn",
         models=("small_convnet",),
         misfit="would reduce the 8 x 8 digits to nothing",
+    ),
+    # Characters across matplotlib's typefaces, [16, 16, 1] arrays in [0, 1]; super-classes are
+    # scripts and Unicode blocks.
+    "glyphs": DatasetSpec(
+        load=_load_glyphs,
+        in_channels=1,
+        preprocess=_as_they_are,
+        bundled_with="matplotlib",
+        models=("small_convnet",),
+        misfit="would reduce the 16 x 16 glyphs to nothing",
+        super_classes="dataset='glyphs'",
     ),
     # Photographs from tfds builders prepared in data_dir; every loader decodes RGB.
     "cub200": DatasetSpec(

@@ -21,6 +21,7 @@ Typical training input:
 """
 
 from jaxrank.data import datasets as datasets
+from jaxrank.data import glyphs as glyphs
 from jaxrank.data import pipeline as pipeline
 from jaxrank.data import preprocess as preprocess
 from jaxrank.data import samplers as samplers
@@ -33,6 +34,7 @@ from jaxrank.data.datasets import load_stanford_online_products as load_stanford
 from jaxrank.data.datasets import select as select
 from jaxrank.data.datasets import select_classes as select_classes
 from jaxrank.data.datasets import unreadable_images as unreadable_images
+from jaxrank.data.glyphs import load_glyphs as load_glyphs
 from jaxrank.data.pipeline import make_pipeline as make_pipeline
 from jaxrank.data.preprocess import eval_preprocess as eval_preprocess
 from jaxrank.data.preprocess import train_preprocess as train_preprocess
