@@ -2,7 +2,8 @@
 
 A config file defines `get_config() -> experiments.config.Config` and, optionally, `get_sweep() ->
 {run name: {field: value}}`: then every run of the sweep trains in `DIR/<run name>`, an untrained
-network (the same config with `num_steps=0`) is evaluated in `DIR/untrained`, and a table of the
+network (the same config with `num_steps=0`) is evaluated in `DIR/untrained` (and, with
+`raw_pixels_baseline`, retrieval on the raw pixels, the row `raw_pixels`), and a table of the
 final metrics on the test split (classes unseen in training) is printed and written to
 `DIR/results.json`. Rerunning the same command resumes every unfinished run from its latest
 checkpoint ("resuming from step N") and reuses finished ones. `--set field=value` (repeatable)
@@ -160,7 +161,8 @@ def run_sweep(
     untrained: bool = True,
 ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
   """Trains each run in `workdir/<name>`, after checking every one; first, optionally, `base`
-  untrained (`num_steps=0`) in `workdir/untrained`.
+  untrained (`num_steps=0`) in `workdir/untrained`, and with `base.raw_pixels_baseline` retrieval
+  on the raw pixels (`train.evaluate_raw_pixels`, the row "raw_pixels"; nothing written).
 
   Every run (the baseline included) goes through `train.check_run` before the first one starts,
   so that a config error in the last run of a sweep fails before anything is written.
@@ -174,10 +176,11 @@ def run_sweep(
   """
   from experiments import train  # pylint: disable=g-import-not-at-top
 
-  if "untrained" in runs:
-    raise config_lib.ConfigError(
-        "a run of a sweep cannot be called 'untrained': that is the baseline's name."
-    )
+  for reserved in ("untrained", "raw_pixels"):
+    if reserved in runs:
+      raise config_lib.ConfigError(
+          f"a run of a sweep cannot be called {reserved!r}: that is a baseline's name."
+      )
   baseline = {"untrained": dataclasses.replace(base, num_steps=0)} if untrained else {}
   runs = {**baseline, **runs}
   for name, config in runs.items():
@@ -191,6 +194,10 @@ def run_sweep(
     results[name] = train.train_and_evaluate(config, os.path.join(workdir, name), name=name)
     seconds[name] = time.perf_counter() - start
     logger.info("%s: %.1f s", name, seconds[name])
+    if name == "untrained" and base.raw_pixels_baseline:
+      start = time.perf_counter()
+      results["raw_pixels"] = train.evaluate_raw_pixels(base)
+      seconds["raw_pixels"] = time.perf_counter() - start
   return results, seconds
 
 

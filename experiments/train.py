@@ -345,6 +345,34 @@ def evaluate(
 # Workdir and checkpoints.
 
 
+def evaluate_raw_pixels(config: config_lib.Config) -> dict[str, float]:
+  """Leave-one-out retrieval on the test split's pixels: the baseline of no learning at all.
+
+  Each image as the network sees it at evaluation (`input_pipeline.eval_batches`), flattened,
+  minus the mean image of the train split, compared by cosine similarity; the metrics of
+  `evaluate`, and with `eval_seen_classes` the same on the train split ("seen/..."). Every
+  process computes them alone (meant for small images: it holds a split's pixels in memory).
+  """
+  train_data, test_data = input_pipeline.load_data(config)
+
+  def pixels(data: jd.LabeledImages) -> tuple[np.ndarray, np.ndarray]:
+    rows, labels = [], []
+    for batch in input_pipeline.eval_batches(config, data):
+      mask = batch["mask"]
+      rows.append(np.asarray(batch["image"][mask], np.float32).reshape(int(mask.sum()), -1))
+      labels.append(batch["label"][mask])
+    return np.concatenate(rows), np.concatenate(labels)
+
+  train_pixels, train_labels = pixels(train_data)
+  mean = train_pixels.mean(axis=0)
+  test_pixels, test_labels = pixels(test_data)
+  metrics = jaxrank.evaluate_retrieval(test_pixels - mean, test_labels, ks=config.eval_ks)
+  if config.eval_seen_classes:
+    seen = jaxrank.evaluate_retrieval(train_pixels - mean, train_labels, ks=config.eval_ks)
+    metrics.update({f"seen/{k}": v for k, v in seen.items()})
+  return metrics
+
+
 def _check_workdir(config: config_lib.Config, workdir: str) -> None:
   """Raises ConfigError if the workdir holds a run of another configuration; writes nothing."""
   path = os.path.join(workdir, "config.json")

@@ -307,14 +307,25 @@ def test_main_runs_a_sweep_with_an_untrained_baseline(tmp_path, capsys):
       "  return {'fastap': {'loss': 'fastap'}, 'blackbox_ap': {'loss': 'blackbox_ap'}}\n"
   )
   main_lib.main(
-      ["--config", str(config_file), "--workdir", str(tmp_path / "out"), "--set", "num_steps=2"]
+      ["--config", str(config_file), "--workdir", str(tmp_path / "out"), "--set", "num_steps=2",
+       "--set", "raw_pixels_baseline=True"]
   )
   out = capsys.readouterr().out
   table = [line.split()[0] for line in out.splitlines() if line[:1].isalpha()]
-  assert table[-4:-1] == ["untrained", "fastap", "blackbox_ap"]
+  assert table[-5:-1] == ["untrained", "raw_pixels", "fastap", "blackbox_ap"]
   results = json.loads((tmp_path / "out" / "results.json").read_text())
-  assert set(results) == {"untrained", "fastap", "blackbox_ap"}
+  assert set(results) == {"untrained", "raw_pixels", "fastap", "blackbox_ap"}
   assert results["untrained"]["step"] == 0 and results["fastap"]["step"] == 2
+  # The raw-pixel row, recomputed by brute force: each test image's nearest other test image by
+  # cosine of the pixels minus the train split's mean image.
+  train_data, test_data = input_pipeline.load_data(TINY)
+  flat = lambda d: np.asarray(d.images, np.float64).reshape(d.num_examples, -1)
+  x = flat(test_data) - flat(train_data).mean(axis=0)
+  x /= np.linalg.norm(x, axis=1, keepdims=True)
+  sims = x @ x.T
+  np.fill_diagonal(sims, -np.inf)
+  hit = test_data.labels[np.argmax(sims, axis=1)] == test_data.labels
+  assert results["raw_pixels"]["recall@1"] == pytest.approx(hit.mean(), abs=1e-9)
 
 
 def test_memory_holds_the_last_batches_and_enters_the_loss(tmp_path):
