@@ -2,20 +2,44 @@
 
 Command:
 
-    .venv/bin/python -m experiments.bench_chunked                 # B = 256, 1024, 4096
-    .venv/bin/python -m experiments.bench_chunked --batch-sizes 256 --repeats 1
+    .venv/bin/python -m experiments.bench_chunked       # B = 256; chunks of 64 and 128
+    .venv/bin/python -m experiments.bench_chunked --batch-sizes 1024 --chunks 128 --rounds 1
 
-The step is the gradient of `blackbox_ap_loss(*batch_retrieval(cnn(images), labels))` with respect
-to the CNN's parameters, on random 32x32x3 images (4 per class), either by plain `jax.grad` over the
-whole batch or by `chunked_value_and_grad` with chunks of 128 images.
+The step is the value and gradient of `blackbox_ap_loss(*batch_retrieval(cnn(images), labels))`
+with respect to the CNN's parameters, on random 32x32x3 images (4 per class), three ways:
+`unchunked` (`jax.jit(jax.value_and_grad(...))` over the whole batch), `jitted`
+(`jax.jit(chunked_value_and_grad(...))`, the chunk loops a `lax.map` and a `lax.scan`) and `host`
+(`host_chunked_value_and_grad`, a Python loop over jitted per-chunk stages). Each variant runs in
+its own process; `--rounds` processes per variant are interleaved (unchunked, jitted, host, ...),
+and `x unchunked` is the median over rounds of the time ratio to the unchunked process of the same
+round, so that a change of load on a shared machine hits every variant alike.
 
-Memory is XLA's own account of the compiled step (`memory_analysis()`): the temporary buffers the
-program needs at its peak, besides its inputs and outputs. It is exact for the program and free of
-allocator noise; process RSS is also printed (it includes the runtime, ~0.3 GB). Time is the median
-over `--repeats` steps after one warm-up (compilation excluded).
+Memory is XLA's own account of the compiled program (`memory_analysis()`): the temporary buffers
+it needs at its peak, besides inputs and outputs. For `host`, whose stages run one after another,
+it is the largest of its three stages' temporaries (embed one chunk; loss and gradient over all `B`
+embeddings; VJP of one chunk). Process RSS (peak, including the runtime, ~0.3 GB) is also printed.
+Time is the median over `--repeats` steps after one warm-up (compilation excluded).
 
-Measured on the 2-core development machine (AMD EPYC, 24 GiB, no GPU), 2026-11-22: see README.md,
-section "Large batches", for the table this script printed.
+Where the time goes: `jitted` and `host` do the same work (one forward per chunk, the loss, then a
+forward and a VJP per chunk); they differ only in whether the chunk loop is an XLA loop or a
+Python loop. So the gap between them is the cost of running the convolution gradients inside an
+XLA `while` loop on CPU, not the loop overhead or the rematerialisation (which `host` pays too).
+
+Measured with jax 0.10.2 on the shared 2-core development machine (load average 2.5-3 from other
+jobs), 2026-11-23:
+
+    one training step, small CNN on 32x32x3, blackbox_ap_loss, median over 3 interleaved processes
+    x 2 steps
+         B chunk       mode   time s x unchunked compile s  XLA temp MB   RSS MB
+       256     -  unchunked    0.794        1.00       2.5        131.6      723
+       256    64     jitted   16.061       18.61       2.6         31.3      476
+       256    64       host    0.702        0.88       3.6         32.8      560
+       256   128     jitted   21.536       27.13       3.5         62.2      538
+       256   128       host    0.783        0.92       3.8         65.6      604
+
+`host` is within 1.5x of `unchunked` (0.9x here) with a chunk's memory (XLA temporaries 33 MB at
+chunk 64 against 132 MB unchunked); `jitted` has the same memory but is 19-27x slower on this
+CPU (8x in a single quieter run).
 """
 
 from __future__ import annotations
@@ -30,7 +54,7 @@ import time
 import numpy as np
 
 
-def child(batch: int, chunk: int | None, repeats: int) -> dict:
+def child(batch: int, chunk: int | None, repeats: int, host: bool = False) -> dict:
   import jax
   import jax.numpy as jnp
   from flax import nnx
@@ -63,55 +87,85 @@ def child(batch: int, chunk: int | None, repeats: int) -> dict:
   rng = np.random.default_rng(0)
   images = jnp.asarray(rng.standard_normal((batch, 32, 32, 3)), jnp.float32)
   labels = jnp.asarray(np.repeat(np.arange(batch // 4), 4))
-  if chunk is None:
-    step = jax.jit(jax.value_and_grad(lambda p, x, y: loss(embed(p, x), y)))
+  if host:
+    # Python loop over jitted stages: compile each stage (a warm-up call) and sum their memory.
+    step = jaxrank.host_chunked_value_and_grad(embed, loss, chunk_size=chunk)
+    start = time.perf_counter()
+    jax.block_until_ready(step(params, images, labels))
+    compile_time = time.perf_counter() - start
+    embeddings = jax.jit(embed)(params, images[:chunk])
+    stage_temps = [
+        jax.jit(embed).lower(params, images[:chunk]).compile(),
+        jax.jit(jax.value_and_grad(loss)).lower(
+            jnp.zeros((batch, embeddings.shape[1])), labels).compile(),
+        jax.jit(lambda p, x, g: jax.vjp(lambda q: embed(q, x), p)[1](g)).lower(
+            params, images[:chunk], embeddings).compile(),
+    ]
+    # The stages run one after another: the peak is the largest stage's temporaries.
+    temp_bytes = max(c.memory_analysis().temp_size_in_bytes for c in stage_temps)
+    run = lambda: step(params, images, labels)
   else:
-    step = jax.jit(jaxrank.chunked_value_and_grad(embed, loss, chunk_size=chunk))
-  start = time.perf_counter()
-  compiled = step.lower(params, images, labels).compile()
-  compile_time = time.perf_counter() - start
-  temp_bytes = compiled.memory_analysis().temp_size_in_bytes
-  jax.block_until_ready(compiled(params, images, labels))
+    if chunk is None:
+      step = jax.jit(jax.value_and_grad(lambda p, x, y: loss(embed(p, x), y)))
+    else:
+      step = jax.jit(jaxrank.chunked_value_and_grad(embed, loss, chunk_size=chunk))
+    start = time.perf_counter()
+    compiled = step.lower(params, images, labels).compile()
+    compile_time = time.perf_counter() - start
+    temp_bytes = compiled.memory_analysis().temp_size_in_bytes
+    jax.block_until_ready(compiled(params, images, labels))
+    run = lambda: compiled(params, images, labels)
   times = []
   for _ in range(repeats):
     start = time.perf_counter()
-    jax.block_until_ready(compiled(params, images, labels))
+    jax.block_until_ready(run())
     times.append(time.perf_counter() - start)
   return {
       "time": float(np.median(times)),
+      "times": times,
       "compile": compile_time,
       "temp_mb": temp_bytes / 2**20,
       "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
   }
 
 
+MODES = ("unchunked", "jitted", "host")
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--batch-sizes", type=int, nargs="+", default=[256, 1024, 4096])
-  parser.add_argument("--chunk", type=int, default=128)
-  parser.add_argument("--repeats", type=int, default=3)
-  parser.add_argument("--child", nargs=2, type=int, help=argparse.SUPPRESS)
+  parser.add_argument("--batch-sizes", type=int, nargs="+", default=[256])
+  parser.add_argument("--chunks", type=int, nargs="+", default=[64, 128])
+  parser.add_argument("--repeats", type=int, default=2, help="timed steps per process")
+  parser.add_argument("--rounds", type=int, default=3,
+                      help="processes per variant, interleaved; the table gives medians over them")
+  parser.add_argument("--child", nargs=3, type=int, help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.child:
-    batch, chunk = args.child
-    print(json.dumps(child(batch, chunk or None, args.repeats)))
+    batch, chunk, host = args.child
+    print(json.dumps(child(batch, chunk or None, args.repeats, bool(host))))
     return
-  print(f"one training step, small CNN on 32x32x3, blackbox_ap_loss, chunk {args.chunk}, "
-        f"median of {args.repeats}")
-  print(f"{'B':>6} {'mode':>10} {'time s':>8} {'compile s':>9} {'XLA temp MB':>12} {'RSS MB':>8} "
-        f"{'temp ratio':>11}")
+  print(f"one training step, small CNN on 32x32x3, blackbox_ap_loss, median over {args.rounds} "
+        f"interleaved processes x {args.repeats} steps")
+  print(f"{'B':>6} {'chunk':>5} {'mode':>10} {'time s':>8} {'x unchunked':>11} {'compile s':>9} "
+        f"{'XLA temp MB':>12} {'RSS MB':>8}")
   for batch in args.batch_sizes:
-    rows = {}
-    for mode, chunk in (("unchunked", 0), ("chunked", args.chunk)):
-      command = [sys.executable, "-m", "experiments.bench_chunked", "--child", str(batch), str(chunk)]
-      command += ["--repeats", str(args.repeats)]
-      out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-      rows[mode] = json.loads(out.strip().splitlines()[-1])
-    for mode in ("unchunked", "chunked"):
-      row = rows[mode]
-      ratio = row["temp_mb"] / rows["unchunked"]["temp_mb"]
-      print(f"{batch:6d} {mode:>10} {row['time']:8.2f} {row['compile']:9.1f} {row['temp_mb']:12.1f} "
-            f"{row['rss_mb']:8.0f} {ratio:11.3f}")
+    variants = [("unchunked", 0)] + [(m, c) for c in args.chunks for m in ("jitted", "host")]
+    results = {v: [] for v in variants}
+    for _ in range(args.rounds):
+      for mode, chunk in variants:  # interleaved, so load changes hit every variant alike
+        command = [sys.executable, "-m", "experiments.bench_chunked", "--child", str(batch),
+                   str(chunk), str(int(mode == "host")), "--repeats", str(args.repeats)]
+        out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        results[(mode, chunk)].append(json.loads(out.strip().splitlines()[-1]))
+    base = [r["time"] for r in results[("unchunked", 0)]]
+    for mode, chunk in variants:
+      rows = results[(mode, chunk)]
+      # Ratio per round (same load), then the median of the ratios.
+      ratio = np.median([r["time"] / b for r, b in zip(rows, base)])
+      med = {key: float(np.median([r[key] for r in rows])) for key in rows[0] if key != "times"}
+      print(f"{batch:6d} {chunk or '-':>5} {mode:>10} {med['time']:8.3f} {ratio:11.2f} "
+            f"{med['compile']:9.1f} {med['temp_mb']:12.1f} {med['rss_mb']:8.0f}", flush=True)
 
 
 if __name__ == "__main__":

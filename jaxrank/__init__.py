@@ -12,6 +12,7 @@ from jaxrank import types as types
 from jaxrank._src.blackbox import blackbox_ap_loss as blackbox_ap_loss
 from jaxrank._src.blackbox import blackbox_recall_loss as blackbox_recall_loss
 from jaxrank._src.chunked import chunked_value_and_grad as chunked_value_and_grad
+from jaxrank._src.chunked import host_chunked_value_and_grad as host_chunked_value_and_grad
 from jaxrank._src.hamming import hamming_tie_aware_ap_metric as hamming_tie_aware_ap_metric
 from jaxrank._src.hamming import hamming_tie_aware_ndcg_metric as hamming_tie_aware_ndcg_metric
 from jaxrank._src.histogram import class_balancing_weights as class_balancing_weights
@@ -66,6 +67,7 @@ __all__ = [
     "hamming_tie_aware_ndcg_metric",
     "hashing",
     "heaviside_step",
+    "host_chunked_value_and_grad",
     "map_at_r_metric",
     "memory",
     "multi_similarity_loss",
