@@ -19,10 +19,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[train,dev]'
 	touch $(STAMP)
 
-# The main job: every loss family trained on the bundled digits, beside an untrained network.
-# Rerunning resumes unfinished runs from their checkpoints and reuses finished ones.
+# The main job: every loss family and three baselines trained on the glyphs (characters across
+# matplotlib's typefaces), beside an untrained network and the raw pixels. Rerunning resumes
+# unfinished runs from their checkpoints and reuses finished ones.
 demo: $(STAMP)
-	$(PY) -m experiments.main --config experiments/configs/digits.py --workdir runs/digits
+	$(PY) -m experiments.main --config experiments/configs/glyphs.py --workdir runs/glyphs
 
 # Two pytest processes: the multi-device tests need 8 simulated CPU devices, set before JAX starts.
 # The first lists its 15 slowest tests, to keep CI well under 30 minutes.

@@ -93,8 +93,9 @@ def _load_glyphs(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
 
 
 # The glyph data set of the training job: the 359 + 359 characters drawn by at least 16 of the 21
-# typefaces, 16 x 16, half-strength augmentation (see experiments/configs/glyphs.py for why).
-GLYPHS_PARAMS = {"min_typefaces": 16, "image_size": 16, "strength": 0.5}
+# typefaces, 16 x 16, half-strength augmentation without noise (see experiments/configs/glyphs.py
+# for why).
+GLYPHS_PARAMS = {"min_typefaces": 16, "image_size": 16, "strength": 0.5, "noise": 0.0}
 
 
 def _tfds_splits(load: Callable[..., jd.LabeledImages]):

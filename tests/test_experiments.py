@@ -241,7 +241,7 @@ def test_results_document_has_each_section_command_and_table():
   text = results_lib.format_document({e.name: _canned_section(e) for e in experiments})
   sections = results_lib.read_sections(text)
   assert list(sections) == [e.name for e in experiments]  # In order, each once.
-  assert ("python -m experiments.main --config experiments/configs/digits.py "
+  assert ("python -m experiments.main --config experiments/configs/glyphs.py "
           "--workdir runs/results/main/seed1 --set seed=1") in sections["main"]
   for e in experiments:
     section = sections[e.name]
@@ -288,7 +288,7 @@ def test_results_runner_captures_the_table_or_the_error():
 
 
 @pytest.mark.parametrize("path", [
-    "experiments/configs/digits.py", *sorted(
+    "experiments/configs/digits.py", "experiments/configs/glyphs.py", *sorted(
         str(p.relative_to(ROOT)) for p in (ROOT / "experiments").glob("ablate_*.py"))])
 def test_module_docstrings_point_at_results_instead_of_holding_them(path):
   doc = ast.get_docstring(ast.parse((ROOT / path).read_text()))

@@ -98,6 +98,16 @@ def test_the_cache_is_used_and_keyed_by_the_parameters(tmp_path, monkeypatch):
   assert len(os.listdir(tmp_path)) == 4
 
 
+def test_without_noise_the_background_is_exactly_zero(tmp_path):
+  params = {"min_typefaces": 21, "image_size": 8, "cache_dir": str(tmp_path)}
+  clean = glyphs.load_glyphs("train", noise=0.0, **params)
+  noisy = glyphs.load_glyphs("train", **params)
+  background = lambda images: np.mean(images == 0)
+  assert background(clean.images) > 0.3  # Most of each image is untouched background.
+  # Noise below 0 is clipped and the weakest rounds to 0 in uint8: it darkens about half of it.
+  assert background(noisy.images) < background(clean.images) - 0.15
+
+
 def test_missing_fonts_raise_a_clear_error(tmp_path):
   with pytest.raises(FileNotFoundError, match="load_glyphs: the typefaces .* matplotlib"):
     glyphs.load_glyphs("train", cache_dir=str(tmp_path), font_dir=str(tmp_path), **SMALL)
@@ -112,6 +122,8 @@ def test_missing_fonts_raise_a_clear_error(tmp_path):
         ({"image_size": 12.0}, TypeError),
         ({"copies": 0}, ValueError),
         ({"strength": -1.0}, ValueError),
+        ({"noise": -0.1}, ValueError),
+        ({"noise": 2.0}, ValueError),
     ],
 )
 def test_bad_arguments_raise(kwargs, error, tmp_path):

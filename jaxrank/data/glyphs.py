@@ -246,7 +246,7 @@ def _grey_morphology(x: np.ndarray, grow: bool) -> np.ndarray:
 
 
 def _augment(
-    base: np.ndarray, image_size: int, strength: float, rng: np.random.Generator
+    base: np.ndarray, image_size: int, strength: float, noise: float, rng: np.random.Generator
 ) -> np.ndarray:
   """Random stroke weight, affine warp and noise of `base [N, S, S]` (`S = 2 image_size`).
 
@@ -259,7 +259,7 @@ def _augment(
   angle = np.deg2rad(rng.uniform(-12.0 * a, 12.0 * a, n))
   shear = rng.uniform(-0.25 * a, 0.25 * a, n)
   shift = rng.uniform(-0.08 * a, 0.08 * a, (n, 2)) * s
-  noise_level = rng.uniform(0.0, 0.1 * a, n).astype(np.float32)
+  noise_level = rng.uniform(0.0, noise * a, n).astype(np.float32)
   noise = rng.standard_normal((n, image_size, image_size), np.float32)
 
   # Stroke weight: blend towards the 3 x 3 dilation (bolder) or, at most half way so that hairlines
@@ -317,6 +317,7 @@ def _generate(
     image_size: int,
     copies: int,
     strength: float,
+    noise: float,
     seed: int,
     font_dir: str,
 ) -> dict[str, dict[str, np.ndarray]]:
@@ -332,7 +333,7 @@ def _generate(
     mine = train_classes[classes] == (split == "train")
     rng = np.random.default_rng([seed, i])
     images = np.concatenate(
-        [_augment(glyphs[mine], image_size, strength, rng) for _ in range(copies)]
+        [_augment(glyphs[mine], image_size, strength, noise, rng) for _ in range(copies)]
     )
     c = np.tile(classes[mine], copies)
     out[split] = {
@@ -366,6 +367,7 @@ def load_glyphs(
     image_size: int = 32,
     copies: int = 1,
     strength: float = 1.0,
+    noise: float = 0.1,
     seed: int = 0,
     cache_dir: str | os.PathLike | None = None,
     font_dir: str | os.PathLike | None = None,
@@ -380,7 +382,7 @@ def load_glyphs(
   images, each drawn centred at 0.6 of a canvas twice the image side, then augmented with its own
   random stroke weight (blend towards a 3 x 3 dilation or erosion), scale (x e^U(-0.2, 0.2)),
   rotation (U(-12, 12) degrees), shear (U(-0.25, 0.25)), translation (U(-0.08, 0.08) of the side)
-  and Gaussian noise (sigma U(0, 0.1)), every range times `strength`, and warped down bilinearly.
+  and Gaussian noise (sigma U(0, noise), 0.1 by default), every range times `strength`, and warped down bilinearly.
 
   Labels are the characters' code points; super-labels index the sorted super-class names: the
   script of a letter (Latin, Greek, Cyrillic, Armenian, Georgian, ...) and the Unicode block of any
@@ -405,6 +407,8 @@ def load_glyphs(
     image_size: the side of the square images, in pixels (>= 8).
     copies: augmented images per (character, typeface) pair (>= 1).
     strength: multiplies every augmentation range; 0 gives the plain drawings.
+    noise: the largest standard deviation of the added Gaussian noise, before `strength`
+      (ink is 1); 0 leaves the background exactly 0.
     seed: the seed of the augmentation; another seed gives other images of the same classes.
     cache_dir: where generated splits are stored; None for the default.
     font_dir: the folder of the typefaces; None for matplotlib's `mpl-data/fonts/ttf`.
@@ -438,6 +442,7 @@ def load_glyphs(
         f"typefaces there are), got {min_typefaces}."
     )
   strength = checks.check_real(fn, "strength", strength, at_least=0.0, at_most=2.0, static=True)
+  noise = checks.check_real(fn, "noise", noise, at_least=0.0, at_most=1.0, static=True)
   font_dir = os.fspath(font_dir) if font_dir is not None else _font_dir()
   cache_dir = os.fspath(cache_dir) if cache_dir is not None else _default_cache_dir()
   params = {
@@ -445,6 +450,7 @@ def load_glyphs(
       "image_size": image_size,
       "copies": copies,
       "strength": strength,
+      "noise": noise,
       "seed": seed,
       "font_dir": os.path.abspath(font_dir),
   }
@@ -454,7 +460,7 @@ def load_glyphs(
     with np.load(path) as cached:
       arrays = {k: cached[k] for k in cached.files}
   else:
-    both = _generate(min_typefaces, image_size, copies, strength, seed, font_dir)
+    both = _generate(min_typefaces, image_size, copies, strength, noise, seed, font_dir)
     for name, split_arrays in both.items():
       _save(os.path.join(cache_dir, f"glyphs-{name}-{key}.npz"), split_arrays)
     arrays = both[split]
