@@ -50,6 +50,8 @@ import time
 
 import numpy as np
 
+from experiments import bench_evaluate
+
 MEASUREMENTS = ("smoothap", "fastap", "evaluate")
 _MARK = "BENCH_DISTRIBUTED_RESULT "
 
@@ -142,12 +144,7 @@ def eval_rows(num: int, dim: int, lo: int, hi: int, seed: int = 0) -> tuple[np.n
   never holds the whole `[num, dim]` set and the rows are the same however the set is split.
   """
   rng = np.random.default_rng(seed)
-  sizes = []
-  while sum(sizes) < num:
-    sizes.append(int(rng.integers(2, 13)))
-  sizes[-1] -= sum(sizes) - num
-  if sizes[-1] < 2:
-    sizes[-2] += sizes.pop()
+  sizes = bench_evaluate.class_sizes(num, rng)
   labels = np.repeat(np.arange(len(sizes)), sizes)[rng.permutation(num)]
   centres = rng.standard_normal((len(sizes), dim), dtype=np.float32)
   block = 4096

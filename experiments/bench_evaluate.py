@@ -38,15 +38,22 @@ import numpy as np
 KS = (1, 2, 4, 8)
 
 
-def make_data(num: int, dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-  """SOP-like test set: classes of 2..12 items, noisy copies of class centres, unit norm."""
-  rng = np.random.default_rng(seed)
+def class_sizes(num: int, rng: np.random.Generator) -> list[int]:
+  """The sizes of SOP-like classes, 2 to 12 items each, adding up to `num` (shuffle the labels
+  `np.repeat(np.arange(len(sizes)), sizes)` with the same `rng` next)."""
   sizes = []
   while sum(sizes) < num:
     sizes.append(int(rng.integers(2, 13)))
   sizes[-1] -= sum(sizes) - num
   if sizes[-1] < 2:
     sizes[-2] += sizes.pop()
+  return sizes
+
+
+def make_data(num: int, dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+  """SOP-like test set: classes of 2..12 items, noisy copies of class centres, unit norm."""
+  rng = np.random.default_rng(seed)
+  sizes = class_sizes(num, rng)
   labels = np.repeat(np.arange(len(sizes)), sizes)
   labels = labels[rng.permutation(num)]
   centres = rng.standard_normal((len(sizes), dim), dtype=np.float32)
