@@ -1,5 +1,13 @@
 """Shared fixtures: float64 only inside a test, never at import."""
 
+# Importing TensorFlow (2.21) before triton (which torchvision and torch._dynamo import) kills the
+# process with a segmentation fault (torch 2.14.1's CUDA build, on this CPU machine). Test modules
+# import both at collection, in file order, so triton is imported first, here.
+try:
+  import triton  # noqa: F401  pylint: disable=unused-import
+except ImportError:  # No torch installed: neither is imported.
+  pass
+
 import jax
 import pytest
 

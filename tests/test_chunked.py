@@ -136,8 +136,11 @@ def test_arguments_use_the_shared_checks():
     jaxrank.chunked_value_and_grad(embed, loss, chunk_size=2)(w, {"x": x, "t": 1.0}, y)
 
 
-@pytest.mark.parametrize("model_name", ["mlp", "cnn"])
-@pytest.mark.parametrize("loss_name", sorted(LOSSES))
+# The loss runs whole in one stage, so one loss suffices for the dense network; the convolutional
+# one (whose gradient is what the host loop is for) takes every loss.
+@pytest.mark.parametrize(
+    "model_name, loss_name", [("mlp", "fastap")] + [("cnn", name) for name in sorted(LOSSES)]
+)
 def test_host_chunked_equals_unchunked_with_uneven_last_chunk(model_name, loss_name):
   model = (MLP if model_name == "mlp" else CNN)(nnx.Rngs(0))
   graphdef, params = nnx.split(model, nnx.Param)
@@ -145,19 +148,19 @@ def test_host_chunked_equals_unchunked_with_uneven_last_chunk(model_name, loss_n
   loss = LOSSES[loss_name]
   x, y = batch(model_name)
   want_value, want_grads = jax.jit(jax.value_and_grad(lambda p: loss(embed(p, x), y)))(params)
-  for chunk_size in (10,):  # 24 = 10 + 10 + 4 (even chunks: the pytree test below)
-    step = jaxrank.host_chunked_value_and_grad(embed, loss, chunk_size=chunk_size)
-    value, grads = step(params, x, y)
-    np.testing.assert_allclose(value, want_value, rtol=1e-5)
-    assert jax.tree.structure(grads) == jax.tree.structure(params)
-    for got, want in zip(jax.tree.leaves(grads), jax.tree.leaves(want_grads)):
-      np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    # A second step reuses the compiled stages and gives the same result (the donated gradient
-    # buffer is a fresh one each step).
-    again, grads_again = step(params, x, y)
-    np.testing.assert_array_equal(again, value)
-    for got, want in zip(jax.tree.leaves(grads_again), jax.tree.leaves(grads)):
-      np.testing.assert_array_equal(got, want)
+  # 24 = 10 + 10 + 4 (even chunks: the pytree test below).
+  step = jaxrank.host_chunked_value_and_grad(embed, loss, chunk_size=10)
+  value, grads = step(params, x, y)
+  np.testing.assert_allclose(value, want_value, rtol=1e-5)
+  assert jax.tree.structure(grads) == jax.tree.structure(params)
+  for got, want in zip(jax.tree.leaves(grads), jax.tree.leaves(want_grads)):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  # A second step reuses the compiled stages and gives the same result (the donated gradient
+  # buffer is a fresh one each step).
+  again, grads_again = step(params, x, y)
+  np.testing.assert_array_equal(again, value)
+  for got, want in zip(jax.tree.leaves(grads_again), jax.tree.leaves(grads)):
+    np.testing.assert_array_equal(got, want)
 
 
 def test_host_chunked_pytree_inputs_and_errors():
