@@ -123,7 +123,9 @@ def finish(
     where: jax.Array,
     valid_lists: jax.Array,
     reduce_fn: types.ReduceFn,
+    *,
+    weights: jax.Array | None = None,
 ) -> jax.Array:
   """The last step of every metric and loss: NaN for lists with a valid NaN score, then the
-  reduction over `valid_lists` (`safe_reduce`)."""
-  return safe_reduce(nan_if_any(values, scores, where), valid_lists, reduce_fn)
+  reduction over `valid_lists` (`safe_reduce`, weighted by the per-list `weights` if given)."""
+  return safe_reduce(nan_if_any(values, scores, where), valid_lists, reduce_fn, weights=weights)

@@ -51,11 +51,6 @@ def _prepare(fn, scores, labels, where, weights):
   return scores, relevant, where, dtype, weights
 
 
-def _finish(values, valid, scores, where, weights, reduce_fn):
-  values = lists.nan_if_any(values, scores, where)
-  return lists.safe_reduce(values, valid, reduce_fn, weights=weights)
-
-
 def _masked_mean(values, mask, dtype):
   total = jnp.sum(jnp.where(mask, values, 0), axis=-1)
   return total / jnp.maximum(jnp.sum(mask, axis=-1), 1).astype(dtype)
@@ -144,7 +139,7 @@ def contrastive_loss(
   values, valid = contrastive_lists(
       scores, relevant, where, jnp.asarray(pos_margin, dtype), jnp.asarray(neg_margin, dtype)
   )
-  return _finish(values, valid, scores, where, weights, reduce_fn)
+  return lists.finish(values, scores, where, valid, reduce_fn, weights=weights)
 
 
 @jax.jit
@@ -225,7 +220,7 @@ def triplet_loss(
   checks.check_real(fn, "margin", margin)
   scores, relevant, where, dtype, weights = _prepare(fn, scores, labels, where, weights)
   values, valid = _triplet_lists(scores, relevant, where, jnp.asarray(margin, dtype))
-  return _finish(values, valid, scores, where, weights, reduce_fn)
+  return lists.finish(values, scores, where, valid, reduce_fn, weights=weights)
 
 
 def _log1p_sum_exp(x, mask):
@@ -339,4 +334,4 @@ def multi_similarity_loss(
       jnp.asarray(0 if epsilon is None else epsilon, dtype),
       mine=epsilon is not None,
   )
-  return _finish(values, valid, scores, where, weights, reduce_fn)
+  return lists.finish(values, scores, where, valid, reduce_fn, weights=weights)
