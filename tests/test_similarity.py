@@ -3,14 +3,18 @@ functions, against float64 numpy."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+from jax import test_util as jtu
 import numpy as np
 import helpers
 import pytest
 
 import jaxrank
 from jaxrank import similarity
+from jaxrank._src import similarity as similarity_src
 
 
 def _reference(name, q, x):
@@ -146,3 +150,53 @@ def test_a_score_does_not_depend_on_the_other_rows_nor_on_jit(name):
   for begin, end in [(0, 2), (5, 21), (30, 70)]:
     np.testing.assert_array_equal(jitted(x[begin:end], x), full[begin:end])
     np.testing.assert_array_equal(fn(x[begin:end], x), full[begin:end])
+
+
+@pytest.mark.parametrize("name", RULES + ["hamming"])
+def test_a_score_does_not_depend_on_the_number_of_items_nor_where_they_start(name):
+  """Every entry comes from a product over `ITEM_BLOCK` (1,024) item rows, so a gallery split anywhere
+  (across devices or processes) scores each pair bit for bit as the whole gallery does. A plain
+  product changes most entries' last bits with the item count (checked in the control below)."""
+  rng = np.random.default_rng(3)
+  n = 2 * similarity_src.ITEM_BLOCK + 300
+  x = (rng.standard_normal(64) + 1e-3 * rng.standard_normal((n, 64))).astype(np.float32)
+  fn = jax.jit(getattr(similarity, name))
+  queries = x[:6]
+  full = np.asarray(fn(queries, x))
+  for begin, end in [(0, 7), (5, 1029), (1000, 2048), (17, n), (n - 1100, n)]:
+    np.testing.assert_array_equal(fn(queries, x[begin:end]), full[:, begin:end])
+  # Control: without the blocks, the entries of one pair of shapes already differ.
+  plain = jax.jit(lambda q, i: q @ i.T)
+  assert (np.asarray(plain(queries, x[:1500])) != np.asarray(plain(queries, x))[:, :1500]).any()
+
+
+def test_the_derivative_of_a_blocked_product_is_the_plain_products():
+  """The scores are blocked, their derivative is not (`jax.custom_jvp`): both equal the definition
+  to rounding, in float64, forward and reverse, across several blocks."""
+  rng = np.random.default_rng(4)
+  with jax.enable_x64(True):
+    queries = jnp.asarray(rng.standard_normal((3, 5)))
+    items = jnp.asarray(rng.standard_normal((similarity_src.ITEM_BLOCK + 9, 5)))
+    for name in RULES + ["hamming"]:
+      fn = getattr(similarity, name)
+      np.testing.assert_allclose(fn(queries, items), _definition(name, queries, items), rtol=1e-12,
+                                 atol=1e-12)
+      sines = lambda rule: jax.jit(jax.grad(lambda q, i: jnp.sum(jnp.sin(rule(q, i))), (0, 1)))
+      got = sines(fn)(queries, items)
+      want = sines(functools.partial(_definition, name))(queries, items)
+      for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10)
+    # Forward mode too (the jvp rule itself), against finite differences.
+    jtu.check_grads(similarity.dot_product, (queries, items), order=1, modes=["fwd"], eps=1e-6)
+
+
+def _definition(name, q, x):
+  """The rules in plain jax.numpy, differentiable: the relaxed Hamming rule for `hamming`."""
+  if name == "cosine":
+    return (q / jnp.linalg.norm(q, axis=1, keepdims=True)) @ (
+        x / jnp.linalg.norm(x, axis=1, keepdims=True)).T
+  if name == "dot_product":
+    return q @ x.T
+  if name == "negative_squared_euclidean":
+    return -jnp.sum((q[:, None, :] - x[None, :, :]) ** 2, axis=-1)
+  return q @ x.T / q.shape[1]

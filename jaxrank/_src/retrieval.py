@@ -587,11 +587,11 @@ def evaluate_retrieval(
   rows, every gallery label (O(N) integers) and the relevant indices of its queries (O(Q R / P)).
   Relevance must come from class labels (multi-hot labels or `affinity=` are a `ValueError`).
 
-  One caveat, in the scores, not the counting: a device scores its rows with a matrix product of
-  its own size, and XLA's CPU kernels can round a dot product differently for a different number
-  of gallery rows (an ulp; see `jaxrank.similarity`). Metrics can then differ from one process
-  only where two scores of a query lie within an ulp of each other. Embeddings whose dot products
-  are exact (binary codes, small integers) give the same scores, and metrics, whatever the split.
+  The scores are the same bits as in one process too: a device scores its rows with products over
+  blocks of a fixed number of gallery rows, so no score depends on how the gallery is split (see
+  `jaxrank.similarity`; a plain matrix product on CPU rounds many entries differently for a
+  different number of rows). Metrics are therefore equal to the last digit for float embeddings
+  as for binary codes (tested with nearly collinear float embeddings and 2 processes).
 
   A 2-process job (tested with 2 processes of 2 CPU devices each in `tests/multiprocess/`)::
 

@@ -32,7 +32,10 @@ def test_sharded_training_equals_single_device(tmp_path, overrides):
   single = train.train_and_evaluate(config, str(tmp_path / "single"))
   sharded_config = dataclasses.replace(config, shard=True)
   sharded = train.train_and_evaluate(sharded_config, str(tmp_path / "sharded"))
-  assert sharded == pytest.approx(single, rel=1e-3)
+  # The two gradients are sums in other orders, so the weights agree to rounding (checked below),
+  # not bit for bit; a metric that counts queries (896 test queries) may then see one query cross a
+  # rank cut-off: a step of 1/896 = 1.1e-3, which the tolerance allows, and not two.
+  assert sharded == pytest.approx(single, rel=1e-3, abs=1.5e-3)
   a = jax.tree.leaves(nnx.state(train.restore_model(config, str(tmp_path / "single"))))
   b = jax.tree.leaves(nnx.state(train.restore_model(sharded_config, str(tmp_path / "sharded"))))
   for x, y in zip(a, b):

@@ -55,6 +55,12 @@ query_labels = np.append(rng.integers(0, 4, 20), 7)
 gallery = (rng.integers(-2, 3, (50, 6)).astype(np.float32), rng.integers(0, 4, 50))
 check("gallery, 2 x 2 mesh, dot product, 6 chunks", queries, query_labels, 15, gallery, 17,
       mesh=grid, chunk_size=4, ks=(1, 5), similarity_fn=jaxrank.similarity.dot_product)
+# Float embeddings, nearly collinear (many scores an ulp apart), on a gallery split into shards of
+# other sizes than one process's: exact only because every score comes out of a product of one
+# shape (1,024 item rows, `jaxrank.similarity`) whatever the shard.
+close = (rng.standard_normal(64) + 1e-3 * rng.standard_normal((1500, 64))).astype(np.float32)
+close_labels = np.append(rng.integers(0, 40, 1499), 99)  # The last has no relevant item.
+check("float, nearly collinear, 1,500 items", close, close_labels, 700, chunk_size=250)
 
 # A mesh without the other process's devices is refused at once on every process (a collective
 # would wait for the missing devices).
@@ -72,4 +78,4 @@ else:
 def test_distributed_evaluation_equals_one_process():
   finished = launcher.run(["-c", _SCRIPT], num_processes=2, devices_per_process=2, timeout=150)
   for f in finished:
-    assert f.output.count("ok ") == 3, f.output
+    assert f.output.count("ok ") == 4, f.output
