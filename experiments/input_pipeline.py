@@ -299,9 +299,8 @@ class TrainBatches:
 
   With `share=(start, stop)` (one process of a multi-process job) every process calls the same
   seeded sampler, so all agree on each global batch of `B` indices, and this one reads only the
-  columns `start:stop` of it: its images are the slice `start:stop` of the global batch, with the
-  augmentation each of them would get in a one-process run (the pipeline's per-example seeds are
-  renumbered to the example's place in the global batch).
+  columns `start:stop` of it (`jaxrank.data.make_pipeline(columns=)`): its images are the slice
+  `start:stop` of the global batch, with the augmentation each of them gets in a one-process run.
   """
 
   def __init__(
@@ -313,11 +312,6 @@ class TrainBatches:
       share: tuple[int, int] | None = None,
   ):
     preprocess = preprocess_fn(config, train=True)
-    if share is not None:
-      start, stop = share
-      sampler = functools.partial(_columns, sampler, start, stop)
-      if preprocess is not None:
-        preprocess = _global_seeds(preprocess, config.batch_size, start, stop)
     self._sampler = sampler
     self._sizes: dict[int, int] = {}
     self.position = position
@@ -328,6 +322,7 @@ class TrainBatches:
         seed=config.seed,
         start_epoch=position[0],
         start_batch=position[1],
+        columns=share,
     ).as_numpy_iterator()
 
   def _num_batches(self, epoch: int) -> int:
@@ -343,30 +338,6 @@ class TrainBatches:
       epoch, b = epoch + 1, 0
     self.position = (epoch, b)
     return batch
-
-
-def _columns(sampler: BatchesFn, start: int, stop: int, epoch: int) -> np.ndarray:
-  """This process's columns `start:stop` of the sampler's `[num_batches, B]` indices."""
-  return sampler(epoch=epoch)[:, start:stop]
-
-
-def _global_seeds(fn: PreprocessFn, batch_size: int, start: int, stop: int) -> PreprocessFn:
-  """`fn` called with the seed of the example's place in the global batch, not in the slice.
-
-  `make_pipeline` seeds example `j` of batch `b` of epoch `e` with `(seed, e * 2**32 + b * width
-  + j)`, `width` the batch it builds (`stop - start` here); the global batch has `batch_size`
-  columns and this slice starts at column `start`.
-  """
-  width = stop - start
-
-  def with_global_seed(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-    epoch = tf.bitwise.right_shift(seed[1], 32)
-    place = seed[1] - tf.bitwise.left_shift(epoch, 32)
-    b, j = place // width, place % width
-    position = tf.bitwise.left_shift(epoch, 32) + b * batch_size + start + j
-    return fn(image, tf.stack([seed[0], position]))
-
-  return with_global_seed
 
 
 def eval_batches(

@@ -69,6 +69,7 @@ def make_pipeline(
     num_epochs: int | None = None,
     start_epoch: int = 0,
     start_batch: int = 0,
+    columns: tuple[int, int] | None = None,
     num_parallel_calls: int = tf.data.AUTOTUNE,
 ) -> tf.data.Dataset:
   """A tf.data pipeline of the batches a sampler chooses, read, decoded and preprocessed.
@@ -94,6 +95,10 @@ def make_pipeline(
       start_batch)` yields exactly what one started at `(0, 0)` yields from that point on,
       augmentation included: a training run restored from a checkpoint resumes its data where it
       stopped without reading the batches before.
+    columns: `(start, stop)` to read only the columns `start:stop` of every batch (one process's
+      share of a global batch in a multi-process job): the examples, and the augmentation each
+      gets, are exactly those of the same columns of the whole batch (each keeps the seed of its
+      place in the whole batch), and batches have `stop - start` rows. None reads whole batches.
     num_parallel_calls: parallelism of the decode-and-preprocess `map`.
 
   Returns:
@@ -115,7 +120,18 @@ def make_pipeline(
         f"{fn}: start_batch {start_batch} is past the end of epoch {start_epoch}, which has "
         f"{first.shape[0]} batches."
     )
-  batch_size = first.shape[1]
+  width = first.shape[1]
+  if columns is None:
+    columns = (0, width)
+  elif (not isinstance(columns, tuple) or len(columns) != 2
+        or not all(isinstance(c, int) and not isinstance(c, bool) for c in columns)
+        or not 0 <= columns[0] < columns[1] <= width):
+    raise ValueError(
+        f"{fn}: columns must be a tuple (start, stop) of ints with 0 <= start < stop <= {width} "
+        f"(the sampler's batch size), got {columns!r}."
+    )
+  begin, end = columns
+  batch_size = end - begin
   images, labels, supers = data.images, data.labels, data.super_labels
 
   def generate():
@@ -124,12 +140,13 @@ def make_pipeline(
       if epoch == start_epoch:
         rows, skip = first, start_batch
       else:
-        rows, skip = _checked(fn, sampler(epoch=epoch), len(labels), batch_size, epoch), 0
+        rows, skip = _checked(fn, sampler(epoch=epoch), len(labels), width, epoch), 0
       for b in range(skip, len(rows)):
-        row = rows[b]
+        row = rows[b, begin:end]
         valid = row >= 0
         safe = np.where(valid, row, 0)
-        positions = (epoch << 32) + b * batch_size + np.arange(batch_size, dtype=np.int64)
+        # The seed of each example's place in the whole batch, whichever columns are read.
+        positions = (epoch << 32) + b * width + np.arange(begin, end, dtype=np.int64)
         out = {
             "image": images[safe],
             "label": np.where(valid, labels[safe], -1).astype(np.int32),
