@@ -315,8 +315,6 @@ def initialize_distributed(
       three arguments in a process that has already used JAX.
   """
   import jax  # pylint: disable=g-import-not-at-top
-  # Whether JAX has started: no public API says.
-  from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
 
   if jax.distributed.is_initialized():
     return
@@ -343,24 +341,27 @@ def initialize_distributed(
           f"--num_processes {num_processes} --process_id {process_id}: the number of processes "
           "must be positive and the process id between 0 and the number of processes minus 1."
       )
-  if xla_bridge.backends_are_initialized():
+  # Read only when the CPU backend starts, so harmless where it has started already.
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  try:
+    if coordinator_address is not None:
+      jax.distributed.initialize(
+          coordinator_address, num_processes=num_processes, process_id=process_id
+      )
+    else:
+      jax.distributed.initialize()
+  except RuntimeError as e:
+    # JAX has started already (no public API says so beforehand; this is its documented error).
+    if "before any JAX" not in str(e):
+      raise
     if coordinator_address is not None:
       raise config_lib.ConfigError(
           "--coordinator_address: this process has already run JAX computations, after which "
           "it cannot join a job; run experiments.main as a command of its own."
-      )
-    return
-  jax.config.update("jax_cpu_collectives_implementation", "gloo")
-  if coordinator_address is not None:
-    jax.distributed.initialize(
-        coordinator_address, num_processes=num_processes, process_id=process_id
-    )
-    return
-  try:
-    jax.distributed.initialize()
+      ) from None
   except ValueError as e:
     # JAX's detection found no cluster, so no coordinator: one process, nothing to join.
-    if "coordinator_address" not in str(e):
+    if coordinator_address is not None or "coordinator_address" not in str(e):
       raise
 
 

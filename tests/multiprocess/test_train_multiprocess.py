@@ -190,3 +190,24 @@ def test_without_a_cluster_or_flags_the_command_runs_alone_at_once():
 def test_launch_flags_are_checked_before_joining(flags, message):
   with pytest.raises(config_lib.ConfigError, match=message):
     main_lib.initialize_distributed(*flags)
+
+
+def test_a_process_that_has_used_jax_stays_alone_or_refuses_the_flags():
+  # JAX can join a job only before its first computation: afterwards the detection is skipped (one
+  # process, as when `main()` is called from Python), and explicit flags are a ConfigError.
+  script = (
+      "import jax.numpy as jnp; jnp.ones(2).block_until_ready()\n"
+      "from experiments import config, main\n"
+      "main.initialize_distributed()\n"
+      "try:\n"
+      "  main.initialize_distributed('localhost:1234', 2, 0)\n"
+      "except config.ConfigError as e:\n"
+      "  print('refused:', e)\n"
+      "import jax; print(jax.process_count())\n"
+  )
+  done = subprocess.run(
+      [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
+  )
+  assert done.returncode == 0, done.stderr
+  assert "refused: --coordinator_address: this process has already run JAX" in done.stdout
+  assert done.stdout.split()[-1] == "1"
