@@ -383,8 +383,11 @@ def test_pipeline_of_some_columns_is_those_columns_of_the_whole_batches(digits):
       np.testing.assert_array_equal(np.concatenate([p[i][key] for p in parts]), batch[key])
   # The augmentation really depends on the place: another place gives another image.
   assert not np.array_equal(parts[0][0]["image"][:1], parts[2][0]["image"][:1])
-  for bad in [(0, 21), (5, 5), (-1, 3), [0, 4], (0.0, 4)]:
-    with pytest.raises(ValueError, match=r"make_pipeline: columns must be a tuple \(start, stop\)"):
+  for bad in [(0, 21), (5, 5), (-1, 3)]:
+    with pytest.raises(ValueError, match=r"make_pipeline: columns .* must satisfy 0 <= start < stop <= 20"):
+      jd.make_pipeline(train, sampler, columns=bad)
+  for bad in [[0, 4], (0.0, 4), (0, 4, 8), (True, 4)]:
+    with pytest.raises(TypeError, match=r"make_pipeline: columns must be a tuple \(start, stop\)"):
       jd.make_pipeline(train, sampler, columns=bad)
 
 

@@ -124,11 +124,12 @@ def make_pipeline(
   if columns is None:
     columns = (0, width)
   elif (not isinstance(columns, tuple) or len(columns) != 2
-        or not all(isinstance(c, int) and not isinstance(c, bool) for c in columns)
-        or not 0 <= columns[0] < columns[1] <= width):
+        or not all(isinstance(c, int) and not isinstance(c, bool) for c in columns)):
+    raise TypeError(f"{fn}: columns must be a tuple (start, stop) of two ints, got {columns!r}.")
+  elif not 0 <= columns[0] < columns[1] <= width:
     raise ValueError(
-        f"{fn}: columns must be a tuple (start, stop) of ints with 0 <= start < stop <= {width} "
-        f"(the sampler's batch size), got {columns!r}."
+        f"{fn}: columns {columns} must satisfy 0 <= start < stop <= {width} (the sampler's batch "
+        "size)."
     )
   begin, end = columns
   batch_size = end - begin
