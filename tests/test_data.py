@@ -363,8 +363,8 @@ def test_digits_pipeline_with_augmentation_is_deterministic_by_seed(digits):
 
 
 def test_pipeline_of_some_columns_is_those_columns_of_the_whole_batches(digits):
-  """`columns=(start, stop)` (one process's share of a global batch) gives the same examples with the
-  same augmentation as those columns of the whole pipeline, over an epoch boundary and resumed."""
+  """`columns=(start, stop)` (one process's share of a global batch) gives the same examples with
+  the same augmentation as those columns of the whole pipeline, across an epoch, resumed."""
   train, _ = digits
   augment = functools.partial(
       jd.train_preprocess, resize_size=10, crop_size=8, mean=(0.5,), std=(0.5,)
@@ -384,7 +384,7 @@ def test_pipeline_of_some_columns_is_those_columns_of_the_whole_batches(digits):
   # The augmentation really depends on the place: another place gives another image.
   assert not np.array_equal(parts[0][0]["image"][:1], parts[2][0]["image"][:1])
   for bad in [(0, 21), (5, 5), (-1, 3)]:
-    with pytest.raises(ValueError, match=r"make_pipeline: columns .* must satisfy 0 <= start < stop <= 20"):
+    with pytest.raises(ValueError, match=r"columns .* must satisfy 0 <= start < stop <= 20"):
       jd.make_pipeline(train, sampler, columns=bad)
   for bad in [[0, 4], (0.0, 4), (0, 4, 8), (True, 4)]:
     with pytest.raises(TypeError, match=r"make_pipeline: columns must be a tuple \(start, stop\)"):

@@ -154,9 +154,9 @@ def test_a_score_does_not_depend_on_the_other_rows_nor_on_jit(name):
 
 @pytest.mark.parametrize("name", RULES + ["hamming"])
 def test_a_score_does_not_depend_on_the_number_of_items_nor_where_they_start(name):
-  """Every entry comes from a product over `ITEM_BLOCK` (1,024) item rows, so a gallery split anywhere
-  (across devices or processes) scores each pair bit for bit as the whole gallery does. A plain
-  product changes most entries' last bits with the item count (checked in the control below)."""
+  """Every entry comes from a product over `ITEM_BLOCK` (1,024) item rows, so a gallery split
+  anywhere (across devices or processes) scores each pair bit for bit as the whole gallery does. A
+  plain product changes many entries' last bits with the item count (the control below)."""
   rng = np.random.default_rng(3)
   n = 2 * similarity_src.ITEM_BLOCK + 300
   x = (rng.standard_normal(64) + 1e-3 * rng.standard_normal((n, 64))).astype(np.float32)
