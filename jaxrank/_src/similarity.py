@@ -92,27 +92,28 @@ def row_sums(x: jax.Array) -> jax.Array:
   """Sums `[N]` of the rows of `x [N, D]` by a pairwise tree of elementwise additions.
 
   Unlike `jnp.sum`, whose reduction order XLA may choose by the shape (so that a row's sum can
-  change with the number of rows), the order here depends on `D` alone.
+  change with the number of rows), the order here depends on `D` alone. The rows are first padded
+  with zeros to a power of two (adding 0 is exact), so the tree is `log2` halvings.
   """
   width = x.shape[-1]
   if width == 0:
     return jnp.zeros(x.shape[:-1], x.dtype)
-  while width > 1:
-    half = width // 2
-    head = x[..., :half] + x[..., half : 2 * half]
-    x = jnp.concatenate([head, x[..., 2 * half :]], axis=-1) if width % 2 else head
-    width = x.shape[-1]
+  padded = 1 << (width - 1).bit_length()
+  x = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, padded - width)])
+  while padded > 1:
+    padded //= 2
+    x = x[..., :padded] + x[..., padded:]
   return x[..., 0]
 
 
 def squares_of(x: jax.Array) -> jax.Array:
-  """The squares of `x [N, D]` as `[N, 3 D]` terms that sum to them, each product exact.
+  """The squares of `x [N, D]`, each computed from exact products, so that no fusion changes it.
 
   Each entry is split into a high part of 12 significant bits (the low mantissa bits cleared)
-  and the rest, `x = h + l`, so `x^2 = h^2 + 2 h l + l^2` with every product exact in float32.
-  The row sums of these terms then round only in their additions, in the order of `row_sums`:
-  XLA may fuse a product into the addition that follows it (a fused multiply-add, in compiled
-  code but not op by op), and with exact products that changes nothing.
+  and the rest, `x = h + l`, so `x^2 = (h^2 + 2 h l) + l^2` with every product exact in float32
+  and only the two additions rounding. XLA may fuse a product into the addition that follows it
+  (a fused multiply-add, in compiled code but not op by op); with exact products that changes
+  nothing, so eager and compiled code give the same bits.
   """
   info = jnp.finfo(x.dtype)
   bits = jnp.dtype(f"int{info.bits}")
@@ -121,7 +122,22 @@ def squares_of(x: jax.Array) -> jax.Array:
       jax.lax.bitcast_convert_type(x, bits) & jnp.asarray(mask, bits), x.dtype
   )
   low = x - high
-  return jnp.concatenate([high * high, (2 * high) * low, low * low], axis=-1)
+  return (high * high + (2 * high) * low) + low * low
+
+
+@jax.custom_jvp
+def squared_norms(x: jax.Array) -> jax.Array:
+  """`[N]` squared Euclidean norms of the rows of `x [N, D]`: `row_sums(squares_of(x))`, whose
+  rounding depends on `D` alone; the derivative `2 x . dx` is taken plainly (it needs no fixed
+  order, and differentiating the tree of additions and the bit masks made the programs larger and
+  slower to compile)."""
+  return row_sums(squares_of(x))
+
+
+@squared_norms.defjvp
+def _squared_norms_jvp(primals, tangents):
+  (x,), (dx,) = primals, tangents
+  return squared_norms(x), 2 * jnp.sum(x * dx, axis=-1)
 
 
 def _power_of_two(exponent: jax.Array, dtype) -> jax.Array:
@@ -152,7 +168,7 @@ def unit_scaled(x: jax.Array, dtype) -> tuple[jax.Array, jax.Array]:
   # Two factors, each a normal number, whatever the exponent (1e-45 to 3e38 in float32).
   scaled = x * _power_of_two(-first, dtype)[:, None]
   scaled = scaled * _power_of_two(first - exponent, dtype)[:, None]
-  squares = row_sums(squares_of(scaled))
+  squares = squared_norms(scaled)
   # A nonzero scaled row has an entry of magnitude >= 1/2, so the floor changes only zero rows.
   # `sqrt` is correctly rounded wherever XLA computes it (an `rsqrt` is not: its vectorised
   # approximation rounds differently from the scalar one).
@@ -234,8 +250,8 @@ def negative_squared_euclidean(queries: jax.Array, items: jax.Array) -> jax.Arra
   """
   dtype = lists.compute_dtype(jnp.result_type(queries, items))
   dots = _dots(queries, items, dtype)
-  q2 = row_sums(squares_of(queries.astype(dtype)))
-  x2 = row_sums(squares_of(items.astype(dtype)))
+  q2 = squared_norms(queries.astype(dtype))
+  x2 = squared_norms(items.astype(dtype))
   # The two squared norms are added first (commutative), so the matrix of a set is symmetric.
   return jnp.minimum(2 * dots - (q2[:, None] + x2[None, :]), jnp.zeros((), dtype))
 
