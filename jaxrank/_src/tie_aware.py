@@ -144,8 +144,10 @@ def tie_aware_ap_estimate(hist: histogram.SoftHistograms, num_relevant: jax.Arra
   """
   p, n = hist.relevant, hist.total
   big_p, big_n = _exclusive_cumsum(p), _exclusive_cumsum(n)
-  first = p * (big_p + 1) * harmonic.harmonic_slope(big_n, n)
-  q = 1 - (big_n + 1) * harmonic.harmonic_slope(big_n + 1, n - 1)
+  # Both slopes in one call: half the operations for XLA to compile.
+  slopes = harmonic.harmonic_slope(jnp.stack([big_n, big_n + 1]), jnp.stack([n, n - 1]))
+  first = p * (big_p + 1) * slopes[0]
+  q = 1 - (big_n + 1) * slopes[1]
   nonempty = n > 0
   share = jnp.where(nonempty, p / jnp.where(nonempty, n, jnp.ones_like(n)), jnp.zeros_like(n))
   total = jnp.sum(first + share * (p - 1) * q, axis=-1)
