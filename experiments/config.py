@@ -293,6 +293,12 @@ def check_config(config: Config) -> None:
           "normalises each chunk by its own statistics, so the chunked gradient would not be the "
           "batch's gradient."
       )
+    if networks.HEADS[config.head].batch_norm:
+      _fail(
+          f"config.chunk_size cannot be used with head={config.head!r}: its BatchNorm normalises "
+          "each chunk by its own statistics, so the chunked gradient would not be the batch's "
+          "gradient; leave chunk_size=None."
+      )
     if config.memory_batches:
       _fail("config.memory_batches cannot be combined with config.chunk_size: set one of them.")
   if config.shard:

@@ -90,12 +90,58 @@ class HeadSpec:
       (`config.tanh_*`).
     evaluated_as: what the evaluation retrieves with, from the head's outputs (binary codes for a
       hashing head).
+    batch_norm: whether it normalises by batch statistics in training mode (then a chunked
+      gradient cannot be used: each chunk would be normalised by its own statistics).
   """
 
   build: Callable[..., nnx.Module]
   similarity_fn: jaxrank.types.SimilarityFn
   tanh_scaled: bool
   evaluated_as: Callable[[jax.Array], jax.Array]
+  batch_norm: bool = False
+
+
+class CentredHashingHead(nnx.Module):
+  r"""`jaxrank.models.HashingHead` on features centred and scaled over the batch.
+
+  .. math::
+    c = \tanh(\alpha (W \hat x + b)), \qquad \hat x = (x - \mu) / \sqrt{\sigma^2 + \epsilon}
+
+  with `\mu`, `\sigma^2` the mean and variance of each feature over the batch in training mode,
+  and their running averages (momentum 0.9) in inference mode: a BatchNorm without learned scale
+  or offset.
+
+  Why: the backbones' features are averages of relu outputs, non-negative and nearly the same for
+  every image, so `W x` gives every image nearly the same code, a common component `m` much larger
+  than what sets images apart. The similarity the codes are trained on, `q.x / b` (He et al. 2018,
+  eq. 10), is not normalised, so `m` adds to each item's score a term `m . c_j / b` that is the
+  same for every query; nearly all of the loss's gradient on the codes goes into that term instead
+  of into telling the classes apart, the backbone learns little, and the binary codes keep most
+  bits constant. (The L2-normalised embedding head is spared: its normalisation takes the common
+  direction out of the gradient. A LayerNorm centres each image over its channels and leaves `m`.)
+  Centred over the batch, the features give balanced bits and a gradient that separates classes.
+  The untrained network's running statistics are those of initialisation (mean 0, variance 1), so
+  it is evaluated on uncentred features.
+
+  Args:
+    in_features: the size `F` of the input features.
+    num_bits: the number of bits `b` of the codes.
+    rngs: the random number generators of the initialisation.
+
+  Attributes:
+    norm: the `nnx.BatchNorm(in_features)` without scale or offset.
+    hashing: the `jaxrank.models.HashingHead(in_features, num_bits)`.
+  """
+
+  def __init__(self, in_features: int, num_bits: int, *, rngs: nnx.Rngs):
+    self.norm = nnx.BatchNorm(
+        in_features, use_scale=False, use_bias=False, momentum=0.9, epsilon=1e-5, rngs=rngs
+    )
+    self.hashing = models.HashingHead(in_features, num_bits, rngs=rngs)
+
+  def __call__(self, x: jax.Array, *, scale: jax.typing.ArrayLike = 1.0) -> jax.Array:
+    """Returns `[N, num_bits]` relaxed codes of `[N, in_features]` features, in `(-1, 1)`."""
+    return self.hashing(self.norm(x), scale=scale)
 
 
 HEADS: Mapping[str, HeadSpec] = {
@@ -106,14 +152,15 @@ HEADS: Mapping[str, HeadSpec] = {
         tanh_scaled=False,
         evaluated_as=lambda outputs: outputs,
     ),
-    # Relaxed codes tanh(alpha f), trained on the similarity 1 - 2 d / b of their relaxed Hamming
-    # distance (He et al. eq. 10; cosine would ignore how saturated the codes are), evaluated as
-    # binary codes.
+    # Relaxed codes tanh(alpha f) of the batch-centred features, trained on the similarity
+    # 1 - 2 d / b of their relaxed Hamming distance (He et al. eq. 10; cosine would ignore how
+    # saturated the codes are), evaluated as binary codes.
     "hashing": HeadSpec(
-        build=models.HashingHead,
+        build=CentredHashingHead,
         similarity_fn=jaxrank.similarity.hamming,
         tanh_scaled=True,
         evaluated_as=jaxrank.hashing.binarize,
+        batch_norm=True,
     ),
 }
 

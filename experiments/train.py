@@ -44,10 +44,11 @@ checkpoint, and ends where an uninterrupted one does.
 
 Evaluation embeds the test split (unseen classes) with the network in inference mode and computes
 `jaxrank.evaluate_retrieval` (leave-one-out). A hashing model (`head="hashing"`) trains on relaxed
-codes `tanh(alpha f)` with the similarity `1 - 2 d / b` of their relaxed Hamming distance
-(`jaxrank.similarity.hamming`; He et al. 2018, eq. 10) and is evaluated on the binary codes
-`sign(f)` with the same similarity, whose many ties `tie_aware_map` accounts for. Each head's
-scoring rule and evaluation transform are entries of its record in `networks.HEADS`.
+codes `tanh(alpha f)` of batch-centred features (`networks.CentredHashingHead`) with the
+similarity `1 - 2 d / b` of their relaxed Hamming distance (`jaxrank.similarity.hamming`; He et
+al. 2018, eq. 10) and is evaluated on the binary codes `sign(f)` with the same similarity, whose
+many ties `tie_aware_map` accounts for. Each head's scoring rule and evaluation transform are
+entries of its record in `networks.HEADS`.
 """
 
 from __future__ import annotations
@@ -203,7 +204,9 @@ def _make_train_step(
   batch_loss = _batch_loss_fn(config, mesh)
 
   def embed(params, rest, images, scale):
-    net = nnx.merge(model.train_graph, params, rest)
+    # Fresh variables (copy=True): a BatchNorm in training mode updates its statistics inside
+    # value_and_grad, which NNX refuses for variables made at the outer (jit) level.
+    net = nnx.merge(model.train_graph, params, rest, copy=True)
     embeddings = net(images, scale=scale)
     return embeddings, nnx.state(net, nnx.Not(nnx.Param))
 

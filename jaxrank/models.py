@@ -703,6 +703,12 @@ class HashingHead(nnx.Module):
   outputs, whatever the scale). The linear layer's kernel is LeCun normal (variance
   `1 / in_features`, untruncated), its bias zero.
 
+  Centre the input features across images first (a BatchNorm without scale or offset, as the
+  training job's hashing head does): pooled ReLU features are non-negative and nearly alike, so
+  uncentred they give every image nearly the same code, and the unnormalised similarity `q.x / b`
+  the codes train on sends most of the loss's gradient into that shared component (measured on
+  the glyphs: nothing trained; see the README's Hashing section).
+
   Args:
     in_features: the size `F` of the input features.
     num_bits: the number of bits `b` of the codes.

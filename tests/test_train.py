@@ -208,6 +208,7 @@ def test_sigkill_during_and_between_saves_then_rerun_matches_an_uninterrupted_ru
         ({"head": "binary"}, "config.head='binary' is not known"),
         ({"chunk_size": 7}, "does not divide config.batch_size=20"),
         ({"chunk_size": 10, "memory_batches": 1}, "cannot be combined"),
+        ({"chunk_size": 10, "head": "hashing"}, "cannot be used with head='hashing'"),
         ({"num_steps": -1}, "num_steps must be a non-negative int"),
         ({"init_weights": "/nonexistent/w.npz"}, "nothing is ever downloaded"),
         ({"sampler": "super_class"}, "needs super-classes"),
@@ -396,6 +397,53 @@ def test_options_train(tmp_path, overrides):
   if overrides.get("head") == "hashing":
     # Binary codes tie a lot: the tie-aware mAP differs from the pessimistic one.
     assert metrics["tie_aware_map"] > metrics["map"]
+    # The head's BatchNorm ran in training mode inside the step: its statistics moved.
+    config = dataclasses.replace(TINY, num_steps=3, **overrides)
+    head = train.restore_model(config, str(tmp_path)).head
+    mean = np.asarray(head.norm.mean[...])  # Running means of non-negative features.
+    assert np.all(mean >= 0) and np.any(mean > 0)
+
+
+def test_hashing_head_splits_features_that_every_image_shares():
+  """The features of a relu network share a large positive part; the hashing head centres them.
+
+  Without centring, the bits of `tanh(alpha W x)` are set by the shared part, the same for every
+  image, and training on `q.x / b` stalls (see `networks.CentredHashingHead`).
+  """
+  rng = np.random.default_rng(0)
+  features = 5.0 + rng.uniform(size=(64, 8)).astype(np.float32)  # Non-negative, shared offset.
+  build = networks.HEADS["hashing"].build
+  bit_balance = lambda codes: np.mean(np.asarray(jaxrank.hashing.binarize(codes)) > 0, axis=0)
+  # The library's HashingHead alone: most bits have one sign for nearly the whole batch.
+  plain = bit_balance(models.HashingHead(8, 16, rngs=nnx.Rngs(0))(features))
+  assert np.sum((plain < 0.1) | (plain > 0.9)) >= 12
+  balanced = lambda fraction: np.all((fraction > 0.1) & (fraction < 0.9))
+  head = build(8, 16, rngs=nnx.Rngs(0))
+  head.train()
+  assert balanced(bit_balance(head(features)))
+  for _ in range(60):  # Running statistics (momentum 0.9) for inference mode.
+    head(features + rng.normal(scale=0.01, size=features.shape).astype(np.float32))
+  head.eval()
+  assert balanced(bit_balance(head(features)))
+  # The similarity the codes are trained on: the gradient no longer goes mostly into the
+  # common direction of the codes (the one term of each item's score that no query tells apart).
+  head.train()
+  labels = np.repeat(np.arange(16), 4)
+
+  def loss(codes):
+    scores, relevance, where = jaxrank.batch_retrieval(
+        codes, labels, similarity_fn=jaxrank.similarity.hamming
+    )
+    return jaxrank.smoothap_loss(scores, relevance, where=where)
+
+  def along_mean_code(codes):
+    g = np.asarray(jax.grad(loss)(codes))
+    mean = np.asarray(codes).mean(axis=0)
+    return np.linalg.norm(g @ mean) / (np.linalg.norm(g) * np.linalg.norm(mean))
+
+  plain_codes = models.HashingHead(8, 16, rngs=nnx.Rngs(0))(features)
+  assert along_mean_code(plain_codes) > 0.9
+  assert along_mean_code(head(features)) < 0.5
 
 
 def test_chunked_gradient_trains_the_same_network(tmp_path):
