@@ -7,17 +7,18 @@ placed on the plot, and calls `main`. Then
     python -m experiments.ablate_<what> [--config FILE] [--workdir DIR] [--set field=value ...]
                                         [--values V [V ...]]
 
-1. loads `--config` (default `experiments/configs/digits.py`; its `get_sweep`, if any, is ignored)
-   and applies every `--set` to it: the base config;
+1. loads `--config` (default `experiments/configs/glyphs.py`, the main job's data, network and
+   schedule; its `get_sweep`, if any, is ignored) and applies every `--set` to it: the base config;
 2. builds one config per value, the base with the script's overrides on top (so `--set` cannot undo
    what is swept), and checks them all (`config.check_config`) before anything trains;
 3. evaluates the base network untrained (`num_steps=0`) in `DIR/untrained` (unless `--no-untrained`:
    on a large test split that evaluation costs as much as any other), then trains each value in
    `DIR/<run name>` with `train.train_and_evaluate`;
 4. prints a table of the final Recall@k, MAP@R and each run's time on the test split (classes
-   unseen in training), writes it with the metrics to `DIR/results.json`, and plots MAP@R and R@1
-   against the swept value in `DIR/<what>.png` (the untrained network as a dashed line), both with
-   `experiments/reporting.py`.
+   unseen in training; with the config's `raw_pixels_baseline`, as the glyphs have it, a row
+   "raw_pixels" of retrieval on the images themselves follows "untrained"), writes it with the
+   metrics to `DIR/results.json`, and plots MAP@R and R@1 against the swept value in
+   `DIR/<what>.png` (the untrained network as a dashed line), both with `experiments/reporting.py`.
 
 Values given to `--values` are Python literals (`10`, `0.5`, `0.02,2` for a tuple) or plain strings
 (`super_class`). Rerunning the same command reuses finished runs and resumes unfinished ones (the
@@ -39,7 +40,7 @@ from experiments import config as config_lib
 from experiments import main as main_lib
 from experiments import reporting
 
-DEFAULT_CONFIG = "experiments/configs/digits.py"
+DEFAULT_CONFIG = "experiments/configs/glyphs.py"
 
 
 def loss_overrides(base: config_lib.Config, loss: str, **hyperparameters: Any) -> dict[str, Any]:
@@ -135,7 +136,7 @@ def main(
   with open(os.path.join(args.workdir, "results.json"), "w") as f:
     json.dump({"values": dict(zip(configs, map(_cli, args.values))), "metrics": results,
                "seconds": seconds}, f, indent=1)
-  swept = {n: m for n, m in results.items() if n != "untrained"}
+  swept = {n: m for n, m in results.items() if n in configs}  # Not the baselines' rows.
   path = reporting.plot_sweep(
       swept, {n: point(c) for n, c in configs.items()}, os.path.join(args.workdir, f"{what}.png"),
       xlabel=xlabel, log_x=log_x, title=f"{what} on {base.dataset} (unseen classes)",

@@ -2,8 +2,8 @@
 
 The main job until the glyphs (`experiments/configs/glyphs.py`, what `make demo` runs) replaced it:
 with five training classes and an untrained network already at R@1 0.980 there is nothing to
-separate one loss from another, but it is the smallest complete run (the ablations still default
-to it). Command (rerunning it resumes unfinished runs and reuses finished ones):
+separate one loss from another, but it is the smallest complete run (the ablations default to
+the glyphs too). Command (rerunning it resumes unfinished runs and reuses finished ones):
 
     python -m experiments.main --config experiments/configs/digits.py --workdir runs/digits
 
