@@ -3,14 +3,17 @@
 Smoke tests: each calls a script's `main` as the command line would, two values, tiny config, then
 checks that the table has the untrained row and one row per value, that the plot was written, and
 that each run's `config.json` (written by the training itself) holds the swept value. The
-hard-sampling ablation, which needs super-classes, runs on mock Stanford Online Products data and
-must refuse the digits before training anything. A faster test runs every script's default sweep
-with the training replaced by a recorder, and checks that each value reaches its run's config.
+hard-sampling ablation, which needs super-classes, runs end to end on mock Stanford Online
+Products data and must refuse the digits before training anything. A faster test runs every
+script's default command (its default values on its default config, the glyphs) with the training
+replaced by a recorder, which checks each run against its data as the real sweep does first, and
+checks that each value reaches its run's config.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import json
 import os
@@ -28,6 +31,7 @@ from experiments import ablation
 from experiments import config as config_lib
 from experiments import main as main_lib
 from experiments import results as results_lib
+from experiments import train
 from jaxrank.data import testing
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -72,11 +76,20 @@ def _stored_config(workdir, run):
 
 # What each script's value must set in its run's config, written out here rather than taken from
 # the scripts: value -> {field: expected}. `loss_kwargs` is compared whole, so a value that lands
-# beside a stale hyperparameter fails too. The batch-size sweep keeps P = 20 / 4 = 5 classes of
-# the tiny config unless the value gives (P, K).
+# beside a stale hyperparameter fails too. A value without a batch geometry keeps the base
+# config's: the glyphs' 64 = 16 classes x 4 images, 300 steps and S = 2 (the Config default).
 def _expected_batch_size(value):
-  p, k = value if isinstance(value, tuple) else (5, value)
-  return {"loss": "fastap", "loss_kwargs": {}, "batch_size": p * k, "samples_per_class": k}
+  p, k, steps = (*value, 300)[:3] if isinstance(value, tuple) else (16, value, 300)
+  return {"loss": "fastap", "loss_kwargs": {}, "batch_size": p * k, "samples_per_class": k,
+          "num_steps": steps}
+
+
+def _expected_hard_sampling(value, base=(16, 4, 2)):
+  """`value` is `sampler`, `sampler,P,K` or `sampler,P,K,S`; `base` the config's P, K, S."""
+  sampler, *given = value.split(",")
+  p, k, s = (*map(int, given), *base[len(given):])
+  return {"loss": "fastap", "loss_kwargs": {}, "sampler": sampler, "batch_size": p * k,
+          "samples_per_class": k, "super_classes_per_batch": s}
 
 
 EXPECTED_FIELDS = {
@@ -85,7 +98,7 @@ EXPECTED_FIELDS = {
     "blackbox_margin_memory": lambda v: {
         "loss": "blackbox_ap", "loss_kwargs": {"margin": v[0]}, "memory_batches": v[1]},
     "roadmap_lambda": lambda v: {"loss": "roadmap", "loss_kwargs": {"lam": v}},
-    "hard_sampling": lambda v: {"loss": "fastap", "loss_kwargs": {}, "sampler": v},
+    "hard_sampling": _expected_hard_sampling,
 }
 SCRIPTS = {
     "fastap_bins": ablate_fastap_bins,
@@ -107,34 +120,42 @@ def test_every_ablation_script_is_covered():
                                                                 for m in SCRIPTS.values()}
 
 
-@pytest.mark.parametrize("what", sorted(SCRIPTS))
-def test_each_default_value_reaches_its_run_config(what, tmp_path, capsys, monkeypatch):
-  # The script's whole command line with its default values; only the training is replaced, by a
-  # recorder of the configs it would train (as their config.json) and fixed metrics.
+# Each script's defaults, and the other forms of value that experiments/results.py and the
+# docstrings give: `--values` as typed -> the values as the script receives them.
+@pytest.mark.parametrize("what, given", [
+    *[(what, None) for what in sorted(SCRIPTS)],
+    ("batch_size", {"64,4,75": (64, 4, 75), "4": 4}),
+    ("hard_sampling", {"m_per_class": "m_per_class", "super_class,16,4,8": "super_class,16,4,8"}),
+])
+def test_each_value_reaches_its_run_config(what, given, tmp_path, capsys, monkeypatch):
+  # The script's whole command line on its default config (the glyphs); only the
+  # training is replaced, by a recorder of the configs it would train (as their config.json) and
+  # fixed metrics. As the real sweep does first, each run is checked against the data: its config,
+  # and its sampler on the train split (the hard batches' super-classes are large enough).
   recorded = {}
 
   def fake_sweep(base, runs, workdir, *, untrained=True):
-    del workdir
     assert not untrained
-    for config in runs.values():
-      config_lib.check_config(config)
+    assert base.dataset == "glyphs"
+    for name, config in runs.items():
+      train.check_run(config, os.path.join(workdir, name))
     recorded.update({name: config_lib.to_json(c) for name, c in runs.items()})
     metrics = {**{f"recall@{k}": 0.5 for k in base.eval_ks}, "map@r": 0.25}
     return {name: dict(metrics) for name in runs}, {name: 1.0 for name in runs}
 
   monkeypatch.setattr(main_lib, "run_sweep", fake_sweep)
   module = SCRIPTS[what]
-  sets = ["dataset=sop", f"data_dir={tmp_path}", "batch_size=16"] if what == "hard_sampling" else []
-  argv = ["--config", TINY, "--workdir", str(tmp_path), "--no-untrained"]
-  for s in sets:
-    argv += ["--set", s]
-  module.main(argv)
+  argv = ["--workdir", str(tmp_path), "--no-untrained"]
+  module.main(argv if given is None else [*argv, "--values", *given])
   capsys.readouterr()
-  assert len(recorded) == len(module.VALUES) > 1
+  expected = module.VALUES if given is None else list(given.values())
+  assert len(recorded) == len(expected) > 1
   with open(tmp_path / "results.json") as f:
     values = json.load(f)["values"]  # run name -> the value as --values takes it
   assert list(values) == list(recorded)
-  for config, value in zip(recorded.values(), module.VALUES):
+  if given is not None:
+    assert list(values.values()) == list(given)
+  for config, value in zip(recorded.values(), expected):
     _assert_fields(config, EXPECTED_FIELDS[what](value), what, value)
 
 
@@ -157,16 +178,17 @@ def test_ablation_prints_a_row_per_value_and_plots(
 
 def test_hard_sampling_on_mock_sop(tmp_path, capsys):
   # 24 classes in the 12 super-classes of SOP: two per super-class, so P = 16 / 4 = 4 classes from
-  # two super-classes can be drawn.
+  # two super-classes can be drawn. One value with its geometry, one with the base config's.
   sets = ["dataset=sop", f"data_dir={tmp_path}", "image_size=32", "resize_size=36",
           "batch_size=16"]
+  values = ["super_class,4,4,2", "m_per_class"]
   with testing.mock_retrieval_data(classes_per_split=24, images_per_class=4):
-    rows = _run(ablate_hard_sampling, "hard_sampling", tmp_path, capsys,
-                ["super_class", "m_per_class"], sets, untrained=False)
-  assert rows == ["super_class", "m_per_class"]
-  for run in rows:
+    rows = _run(ablate_hard_sampling, "hard_sampling", tmp_path, capsys, values, sets,
+                untrained=False)
+  assert rows == ["super_class_4x4_S=2", "m_per_class_4x4"]
+  for run, value in zip(rows, values):
     _assert_fields(_stored_config(tmp_path / "hard_sampling", run),
-                   EXPECTED_FIELDS["hard_sampling"](run), "hard_sampling", run)
+                   _expected_hard_sampling(value, base=(4, 4, 2)), "hard_sampling", value)
 
 
 def _exits_with_one_line(module, argv, capsys) -> str:
@@ -187,14 +209,20 @@ def test_hard_sampling_refuses_digits_before_training(tmp_path, capsys):
   assert not workdir.exists()
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--set", "seed=yes"], r"error: --set seed=yes: seed must be an int"),
-    (["--values", "5", "5"], r"error: --values gives the run '.*' twice"),
+# The hard-sampling cases run on the default config (the glyphs, which have super-classes).
+@pytest.mark.parametrize(("what", "argv", "message"), [
+    ("fastap_bins", ["--config", TINY, "--set", "seed=yes"],
+     r"error: --set seed=yes: seed must be an int"),
+    ("fastap_bins", ["--config", TINY, "--values", "5", "5"],
+     r"error: --values gives the run '.*' twice"),
+    ("hard_sampling", ["--values", "super_class,16"],
+     r"error: a value of the hard-sampling .* got 'super_class,16'\.$"),
+    ("hard_sampling", ["--values", "super_class,16,4,3"],
+     r"error: .*16 classes is not a multiple of it"),
 ])
-def test_ablation_refuses_bad_arguments_in_one_line(tmp_path, capsys, argv, message):
-  workdir = tmp_path / "bins"
-  err = _exits_with_one_line(
-      ablate_fastap_bins, ["--config", TINY, "--workdir", str(workdir), *argv], capsys)
+def test_ablation_refuses_bad_arguments_in_one_line(what, tmp_path, capsys, argv, message):
+  workdir = tmp_path / what
+  err = _exits_with_one_line(SCRIPTS[what], ["--workdir", str(workdir), *argv], capsys)
   assert re.search(message, err), err
   assert not workdir.exists()
 
@@ -236,8 +264,8 @@ def _canned_section(experiment, seeds=(0, 1), table="table"):
 def test_results_document_has_each_section_command_and_table():
   experiments = results_lib.EXPERIMENTS
   assert [e.name for e in experiments] == [
-      "main", "fastap_bins", "batch_size", "hard_sampling", "blackbox_margin_memory",
-      "roadmap_lambda"]
+      "main", "fastap_bins", "batch_size", "batch_size_images", "hard_sampling",
+      "blackbox_margin_memory", "roadmap_lambda", "glyphs_hashing"]
   text = results_lib.format_document({e.name: _canned_section(e) for e in experiments})
   sections = results_lib.read_sections(text)
   assert list(sections) == [e.name for e in experiments]  # In order, each once.
@@ -255,11 +283,20 @@ def test_results_document_has_each_section_command_and_table():
                      f"### Reading (written {e.written})", inspect.cleandoc(e.reading),
                      inspect.cleandoc(e.claim)):
       assert expected in section, (e.name, expected)
-  assert "exit status 1, as expected" in sections["hard_sampling"]
-  hard = experiments[3]  # Its error on the digits is its result; another error is a failure.
-  assert hard.as_expected(results_lib.Run(0, "", 1, f"ValueError: {hard.fails_with}", 1.0))
-  assert not hard.as_expected(results_lib.Run(0, "", 1, "ImportError: no module", 1.0))
-  assert not experiments[0].as_expected(results_lib.Run(0, "", 1, "table", 1.0))
+  # Every experiment trains on the glyphs: none ends with an expected error, the hard-sampling
+  # ablation included (it stopped on the digits, which have no super-classes).
+  assert not any(e.fails_with for e in experiments)
+  hard = next(e for e in experiments if e.name == "hard_sampling")
+  assert not hard.as_expected(results_lib.Run(0, "", 1, "ValueError: digits", 1.0))
+  assert hard.as_expected(results_lib.Run(0, "", 0, "table", 1.0))
+  # An experiment whose error is its result: that error is as expected, another is a failure.
+  refusing = dataclasses.replace(hard, fails_with="which digits does not have")
+  assert refusing.as_expected(results_lib.Run(0, "", 1, "ValueError: which digits does not have",
+                                              1.0))
+  assert not refusing.as_expected(results_lib.Run(0, "", 1, "ImportError: no module", 1.0))
+  assert not refusing.as_expected(results_lib.Run(0, "", 0, "table", 1.0))
+  section = _canned_section(refusing)
+  assert "exit status 1, as expected" in section
   assert "What was tried before" in sections["main"]
 
 

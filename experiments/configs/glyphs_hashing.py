@@ -2,7 +2,8 @@
 
 Command (rerunning it resumes unfinished runs and reuses finished ones):
 
-    python -m experiments.main --config experiments/configs/glyphs_hashing.py --workdir runs/glyphs_hashing
+    python -m experiments.main --config experiments/configs/glyphs_hashing.py \\
+        --workdir runs/glyphs_hashing
 
 He et al. 2018 (Tables 1-2), in small: the hashing head (`networks.HEADS["hashing"]`: the
 batch-centred features of the small convolutional network, a linear layer to `b` bits and
@@ -17,11 +18,11 @@ relaxed Hamming similarity `q.x / b` and evaluated on the binary codes of the 5,
 359 unseen characters, leave-one-out, by Hamming distance: the column to read is mAP_T
 (tie-aware mAP, He et al. eq. 6); R@1 ranks ties pessimistically, so it is low for short codes.
 
-Expected (seed 0; 7.5 minutes on 2 cores shared with other jobs, 3.6 minutes of CPU time): the
-untrained network at chance (mAP_T 0.008: its codes, from uncentred features, barely differ);
-mAP_T 0.12-0.13 at 16 bits, 0.17-0.20 at 32 and 0.26-0.27 at 64 for every loss, AP_r 0.132,
-0.201 and 0.268 (R@1 0.074, 0.234 and 0.389). Tie-aware AP is ahead of FastAP at every length in
-both seeds (by 0.007 to 0.028 mAP_T) but within the seeds' spread of SmoothAP.
+Expected (seed 0; about 2.5 minutes on 2 cores): the untrained network at chance (mAP_T 0.008:
+its codes, from uncentred features, barely differ); mAP_T 0.12-0.15 at 16 bits, 0.17-0.20 at 32
+and 0.26-0.29 at 64 for every loss, AP_r 0.145, 0.196 and 0.291 (R@1 0.082, 0.221 and 0.409).
+Tie-aware AP is ahead of FastAP at every length in both seeds (by 0.009 to 0.034 mAP_T) but
+within the seeds' spread of SmoothAP. Both seeds' tables: experiments/RESULTS.md.
 """
 
 from experiments import config as config_lib
