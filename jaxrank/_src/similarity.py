@@ -71,8 +71,11 @@ def _blocked_dots(queries: jax.Array, items: jax.Array) -> jax.Array:
     rows = jax.lax.dynamic_slice_in_dim(items, start, ITEM_BLOCK, axis=0)
     return jax.lax.dynamic_update_slice_in_dim(scores, _plain_dots(queries, rows), start, axis=1)
 
-  scores = jnp.zeros((queries.shape[0], num_items), queries.dtype)
-  return jax.lax.fori_loop(0, -(-num_items // ITEM_BLOCK), block, scores)
+  # The first block, padded, starts the result: under `shard_map` it then has the type (the
+  # device-varying axes) of every later block, which a loop carry of zeros would not.
+  first = _plain_dots(queries, items[:ITEM_BLOCK])
+  scores = jnp.pad(first, ((0, 0), (0, num_items - ITEM_BLOCK)))
+  return jax.lax.fori_loop(1, -(-num_items // ITEM_BLOCK), block, scores)
 
 
 @_blocked_dots.defjvp

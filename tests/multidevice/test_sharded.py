@@ -78,6 +78,23 @@ def test_sharded_loss_takes_the_similarity_rule(mesh, similarity_fn):
   np.testing.assert_allclose(grad, want_grad, rtol=1e-5, atol=1e-5)
 
 
+def test_sharded_loss_over_more_items_than_one_block(mesh):
+  """More than 1,024 items: the scores are products over several item blocks (a loop inside
+  `shard_map`), with the value, the gradient and every score of one device."""
+  embeddings, labels = data(batch=1040, dim=4)
+  loss_fn = functools.partial(jaxrank.smoothap_loss, temperature=0.05)
+  want, want_grad = jax.value_and_grad(single_device(loss_fn))(embeddings, labels)
+  got, grad = jax.jit(jax.value_and_grad(jaxrank.sharded_loss(loss_fn, mesh, AXIS)))(
+      embeddings, labels
+  )
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  np.testing.assert_allclose(grad, want_grad, rtol=1e-5, atol=1e-6)
+  scores = jax.jit(jax.shard_map(
+      lambda e, y: jaxrank.sharded_batch_retrieval(e, y, axis_name=AXIS)[0],
+      mesh=mesh, in_specs=(P(AXIS), P(AXIS)), out_specs=P(AXIS)))(embeddings, labels)
+  np.testing.assert_array_equal(scores, jaxrank.batch_retrieval(embeddings, labels)[0])
+
+
 def test_sharded_lists_are_the_rows_of_batch_retrieval(mesh):
   embeddings, labels = data()
 
