@@ -345,15 +345,18 @@ def test_pipeline_raises_before_iterating(digits):
     jd.make_pipeline(train, np.array([[0, 1]]), preprocess_fn=small)
 
 
+# The training augmentation of the digits' pipeline tests: 8 x 8 crops of 10 x 10 resizes.
+_AUGMENT = functools.partial(
+    jd.train_preprocess, resize_size=10, crop_size=8, mean=(0.5,), std=(0.5,)
+)
+
+
 def test_digits_pipeline_with_augmentation_is_deterministic_by_seed(digits):
   train, _ = digits
-  augment = functools.partial(
-      jd.train_preprocess, resize_size=10, crop_size=8, mean=(0.5,), std=(0.5,)
-  )
   batches = jd.random_batches(train.num_examples, batch_size=16, seed=0)
 
   def images(seed):
-    ds = jd.make_pipeline(train, batches, preprocess_fn=augment, seed=seed, num_epochs=1)
+    ds = jd.make_pipeline(train, batches, preprocess_fn=_AUGMENT, seed=seed, num_epochs=1)
     return np.stack([b["image"] for b in _take(ds, 3)])
 
   a = images(0)
@@ -366,15 +369,12 @@ def test_pipeline_of_some_columns_is_those_columns_of_the_whole_batches(digits):
   """`columns=(start, stop)` (one process's share of a global batch) gives the same examples with
   the same augmentation as those columns of the whole pipeline, across an epoch, resumed."""
   train, _ = digits
-  augment = functools.partial(
-      jd.train_preprocess, resize_size=10, crop_size=8, mean=(0.5,), std=(0.5,)
-  )
   sampler = functools.partial(
       jd.m_per_class_batches, train.labels, classes_per_batch=5, samples_per_class=4, seed=1
   )
   per_epoch = sampler(epoch=0).shape[0]
   start = (0, per_epoch - 2)
-  pipeline = functools.partial(jd.make_pipeline, train, sampler, preprocess_fn=augment, seed=2,
+  pipeline = functools.partial(jd.make_pipeline, train, sampler, preprocess_fn=_AUGMENT, seed=2,
                                start_epoch=start[0], start_batch=start[1])
   whole = _take(pipeline(), 4)
   parts = [_take(pipeline(columns=c), 4) for c in [(0, 7), (7, 8), (8, 20)]]
@@ -394,19 +394,16 @@ def test_pipeline_of_some_columns_is_those_columns_of_the_whole_batches(digits):
 def test_pipeline_started_mid_run_yields_the_rest_of_the_run(digits):
   """A pipeline started at (epoch, batch) is the tail of one started at (0, 0), augmentation too."""
   train, _ = digits
-  augment = functools.partial(
-      jd.train_preprocess, resize_size=10, crop_size=8, mean=(0.5,), std=(0.5,)
-  )
   sampler = functools.partial(
       jd.m_per_class_batches, train.labels, classes_per_batch=5, samples_per_class=8, seed=3
   )
   per_epoch = sampler(epoch=0).shape[0]
-  whole = _take(jd.make_pipeline(train, sampler, preprocess_fn=augment, seed=5), per_epoch + 4)
+  whole = _take(jd.make_pipeline(train, sampler, preprocess_fn=_AUGMENT, seed=5), per_epoch + 4)
   for epoch, batch in ((0, 3), (1, 0), (1, 2)):
     skipped = epoch * per_epoch + batch
     tail = _take(
         jd.make_pipeline(
-            train, sampler, preprocess_fn=augment, seed=5, start_epoch=epoch, start_batch=batch
+            train, sampler, preprocess_fn=_AUGMENT, seed=5, start_epoch=epoch, start_batch=batch
         ),
         len(whole) - skipped,
     )
@@ -416,7 +413,9 @@ def test_pipeline_started_mid_run_yields_the_rest_of_the_run(digits):
       for key in a:
         np.testing.assert_array_equal(a[key], b[key])
   # Different epochs get different augmentation of the same example.
-  first = _take(jd.make_pipeline(train, np.arange(8)[None], preprocess_fn=augment, num_epochs=2), 2)
+  first = _take(
+      jd.make_pipeline(train, np.arange(8)[None], preprocess_fn=_AUGMENT, num_epochs=2), 2
+  )
   assert not np.array_equal(first[0]["image"], first[1]["image"])
   with pytest.raises(ValueError, match="past the end of epoch 0"):
     jd.make_pipeline(train, sampler, start_batch=per_epoch)
