@@ -48,8 +48,8 @@ centres. Since `d = 2 - 2 s` maps one grid onto the other, `fastap_loss(s, y, nu
   AP when the items sit on bin centres (hard binning). It does not converge to AP for arbitrary
   scores: soft binning keeps a bias of order `1 / rank`.
 
-**Cost.** Each item is scattered into two bins (`segment_sum` over flattened indices): O(n)
-time and memory per list, O(B n) for `B` lists, plus O(B M) for the `M` bins; no `[..., n, M]`
+**Cost.** Each item is scattered into its two bins (one `segment_sum` over flattened indices):
+O(n) time and memory per list, O(B n) for `B` lists, plus O(B M) for the `M` bins; no `[..., n, M]`
 tensor is built, in the forward pass or in the gradient. Through `jaxrank.batch_retrieval` add the
 `[B, B]` similarity matrix and its O(B^2 D) matrix product.
 """
@@ -109,8 +109,10 @@ def soft_histograms(
   lets such weights fall off instead. Histograms are accumulated in at least float32 and their
   gradient flows through the weights (piecewise constant in `v`, `\pm 1/\Delta`).
 
-  Cost: a scatter-add (`jax.ops.segment_sum`) of two weights per item, O(n) time and memory per
-  list, O(B n + B M) for `B` lists: an `[..., n, M]` tensor is never built, nor in the gradient.
+  Cost: one scatter-add (`jax.ops.segment_sum`) of four terms per item (its two bins' weights
+  and relevance-weighted weights), O(n) time and memory per list, O(B n + B M) for `B` lists: an
+  `[..., n, M]` tensor is never built. The derivative is written out (a custom JVP, so forward
+  and reverse mode both work); in reverse mode each item gathers its two bins' cotangents.
 
   The shared primitive of every histogram loss; its callers check the inputs.
 
@@ -134,38 +136,89 @@ def soft_histograms(
   >>> h.relevant.tolist(), h.total.tolist()
   ([1.25, 0.75, 0.0], [1.25, 0.75, 1.0])
   """
-  m = num_centres
-  batch, n = values.shape[:-1], values.shape[-1]
-  # Position in units of bins: 0 at the first (best) centre, m - 1 at the last.
-  scale = (m - 1) / (last_centre - first_centre)
-  t = (values.astype(dtype) - first_centre) * scale
-  t = jnp.where(where, t, jnp.zeros_like(t))  # Masked values (maybe NaN or inf) never enter.
-  top = m - 1
-  # Clip to [0, m - 1]; `where` rather than `clip` keeps a full one-sided gradient at the ends.
-  t = jnp.where(t < 0, jnp.zeros_like(t), jnp.where(t > top, jnp.full_like(t, top), t))
-  # Lower bin k in [0, m - 2] and the fraction f in [0, 1] past it: weight 1 - f goes to bin k and f
-  # to bin k + 1 (eq. 23 with width = the spacing of the centres). floor() carries no gradient, so
-  # the gradient flows through f only. NaN positions become bin 0 with a NaN weight.
-  lower = jnp.clip(jnp.floor(jnp.where(jnp.isnan(t), jnp.zeros_like(t), t)), 0, m - 2)
-  frac = t - lower
-  valid = where.astype(dtype)
+  values = values.astype(dtype)
   relevance = jnp.where(where, relevance.astype(dtype), jnp.zeros((), dtype))
-  # Scatter-add (weight, relevance * weight) into bins k and k + 1 of each list, flattened to one
-  # axis of rows * m segments. Every bin is a sum of non-negative terms (exactly 0 when empty), the
-  # relevant one over a subset of the same terms, so h+ <= h up to rounding and the estimator's
-  # gradients stay bounded. (Scattering counts and fractions to bin k alone and shifting would
-  # save a scatter but cancel C - F in float32.)
-  rows = int(np.prod(batch, dtype=np.int64))
-  row = jnp.arange(rows, dtype=jnp.int32)[:, None]
-  index = (row * m + lower.reshape(rows, n).astype(jnp.int32)).reshape(-1)
-  pair = jnp.stack([valid, relevance], axis=-1).reshape(rows * n, 2)
-  to_lower = (1 - frac).reshape(rows * n, 1) * pair
-  to_upper = frac.reshape(rows * n, 1) * pair
-  hist = jax.ops.segment_sum(to_lower, index, num_segments=rows * m) + jax.ops.segment_sum(
-      to_upper, index + 1, num_segments=rows * m
-  )
-  hist = hist.reshape(batch + (m, 2))
+  hist = _binned(values, relevance, where, num_centres, first_centre, last_centre)
   return SoftHistograms(relevant=hist[..., 1], total=hist[..., 0])
+
+
+def _bin_positions(values, where, num_centres, first_centre, last_centre):
+  """Each item's lower bin `k`, its fraction `f` past it, and whether it lies within the centres.
+
+  Positions are in units of bins, 0 at the first (best) centre and `M - 1` at the last; masked
+  values (maybe NaN or inf) are placed at 0. Values beyond the end centres are clipped to them
+  (`inside` False: no gradient). Weight `1 - f` goes to bin `k` in `[0, M - 2]` and `f` to bin
+  `k + 1` (eq. 23 with width the spacing of the centres); a NaN value goes to bin 0 with a NaN
+  fraction.
+  """
+  top = num_centres - 1
+  t = (values - first_centre) * (top / (last_centre - first_centre))
+  t = jnp.where(where, t, jnp.zeros_like(t))
+  inside = ~((t < 0) | (t > top))
+  t = jnp.where(t < 0, jnp.zeros_like(t), jnp.where(t > top, jnp.full_like(t, top), t))
+  lower = jnp.clip(jnp.floor(jnp.where(jnp.isnan(t), jnp.zeros_like(t), t)), 0, top - 1)
+  return lower.astype(jnp.int32), t - lower, inside
+
+
+def _to_bins(lower, lower_total, lower_relevant, upper_total, upper_relevant, num_centres):
+  """`[..., M, 2]` histograms (total, relevant): each `lower_*` `[..., n]` added into its item's bin
+  `k`, each `upper_*` into `k + 1`.
+
+  One scatter-add (`jax.ops.segment_sum`) of all four into the lower bin, the upper sums then
+  moved up one bin: the same sums, term for term, as one scatter per bin at half the cost. Every
+  bin stays a sum of its own terms; nothing is recovered as a difference of larger sums, which
+  would cancel in float32.
+  """
+  batch, n = lower.shape[:-1], lower.shape[-1]
+  rows = int(np.prod(batch, dtype=np.int64))
+  index = jnp.arange(rows, dtype=jnp.int32)[:, None] * num_centres + lower.reshape(rows, n)
+  parts = jnp.stack([lower_total, lower_relevant, upper_total, upper_relevant], axis=-1)
+  sums = jax.ops.segment_sum(
+      parts.reshape(rows * n, 4), index.reshape(-1), num_segments=rows * num_centres
+  ).reshape(batch + (num_centres, 4))
+  moved = jnp.concatenate([jnp.zeros_like(sums[..., :1, 2:]), sums[..., :-1, 2:]], axis=-2)
+  return sums[..., :2] + moved
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4, 5))
+def _binned(values, relevance, where, num_centres, first_centre, last_centre):
+  """`[..., M, 2]` soft histograms: of all valid items (`[..., 0]`), relevance-weighted (`1`).
+
+  `relevance` is already 0 where masked. The derivative is written out (`_binned_jvp`) instead of
+  traced through the binning, so that reverse mode gathers each item's two bins' cotangents
+  rather than differentiating the scatter's operands: forward and backward about 2x faster at
+  `[4096, 4096]` on CPU (issue 18), the same values.
+  """
+  lower, frac, _ = _bin_positions(values, where, num_centres, first_centre, last_centre)
+  valid = where.astype(values.dtype)
+  return _to_bins(
+      lower, (1 - frac) * valid, (1 - frac) * relevance, frac * valid, frac * relevance,
+      num_centres,
+  )
+
+
+@_binned.defjvp
+def _binned_jvp(num_centres, first_centre, last_centre, primals, tangents):
+  """Moving an item's fraction `f` by `df` moves `df` times its weight from bin `k` to `k + 1`;
+  a relevance tangent is split between the bins like the relevance. `df = dv (M - 1) / (last -
+  first)` within the centres, 0 beyond them (clipped) and for masked items."""
+  values, relevance, where = primals
+  dvalues, drelevance, _ = tangents
+  hist = _binned(values, relevance, where, num_centres, first_centre, last_centre)
+  lower, frac, inside = _bin_positions(values, where, num_centres, first_centre, last_centre)
+  valid = where.astype(values.dtype)
+  scale = (num_centres - 1) / (last_centre - first_centre)
+  dfrac = jnp.where(where & inside, dvalues * scale, jnp.zeros_like(dvalues))
+  drelevance = jnp.where(where, drelevance, jnp.zeros_like(drelevance))
+  dhist = _to_bins(
+      lower,
+      -dfrac * valid,
+      (1 - frac) * drelevance - dfrac * relevance,
+      dfrac * valid,
+      frac * drelevance + dfrac * relevance,
+      num_centres,
+  )
+  return hist, dhist
 
 
 def _histogram_ap(hist: SoftHistograms, num_relevant: jax.Array) -> jax.Array:
