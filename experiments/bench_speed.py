@@ -4,6 +4,7 @@ Command:
 
     .venv/bin/python -m experiments.bench_speed                  # B = 4096, D = 512, 5 repeats
     .venv/bin/python -m experiments.bench_speed --batch 1024 --repeats 3 --skip-compile-table
+    .venv/bin/python -m experiments.bench_speed --losses FastAP SmoothAP --skip-breakdown
 
 Table 1, one row per loss: the step is `jax.jit(jax.value_and_grad(f))` with
 `f(e) = loss(*batch_retrieval(e, labels))` on `[B, D]` random unit embeddings (4 per class); the
@@ -21,8 +22,14 @@ issue 18: `[B, B]` scores as the argument, and labels and mask either arguments 
 (`lambda s: f(s, labels, where=mask)`), `value_and_grad` for losses, the value for metrics.
 Captured `[B, B]` labels and mask are 80 MB of constants that XLA's CPU compiler embeds in the
 program whatever the function does; the row "(constants only)" measures that cost alone on a
-function that only reads them. JAX's `jax_use_simplified_jaxpr_constants=True` passes captured
-constants as arguments instead (`--simplified-constants` sets it here).
+function that only reads them (about 1 s here: no library code can avoid it, since the caller's
+closure puts the arrays in the program; JAX 0.10.2's `jax_use_simplified_jaxpr_constants=True`
+did not change it, measured).
+
+Table 3, where each step's time goes: forward+backward of the scores alone (`batch_retrieval`'s
+`[B, B]` cosines, which include the floor's product), of the loss alone on those precomputed
+scores, and of the whole step, interleaved with the floor; the step is about the sum of the first
+two, so `(scores + lists) / floor` says which part keeps a loss from 2x.
 
 The blackbox losses sort on the host on CPU (`jax.pure_callback`, numpy, both cores); on GPU and
 TPU they take XLA's sort (`ranking.descending_ranks`). No accelerator was available: every number
@@ -140,6 +147,64 @@ def loss_table(batch: int, dim: int, repeats: int, names: list[str]) -> list[str
   return lines
 
 
+def breakdown_table(batch: int, dim: int, repeats: int, names: list[str]) -> list[str]:
+  """Where each step's time goes: the floor, the scores alone, the loss alone, the whole step."""
+  import jax
+  import jax.numpy as jnp
+
+  import jaxrank
+
+  embeddings, labels = make_batch(batch, dim)
+  e, y = jnp.asarray(embeddings), jnp.asarray(labels)
+  scores, relevance, where = jax.jit(jaxrank.batch_retrieval)(e, y)
+
+  def timed(fn, *args):
+    compiled = jax.jit(fn).lower(*args).compile()
+    jax.block_until_ready(compiled(*args))  # Warm-up.
+
+    def once():
+      start = time.perf_counter()
+      jax.block_until_ready(compiled(*args))
+      return time.perf_counter() - start
+
+    return once
+
+  floor = timed(jax.value_and_grad(lambda e: jnp.sum(e @ e.T)), e)
+  # The scores' share: batch_retrieval's cosine matrix, forward and backward, as in every step.
+  similarity = timed(jax.value_and_grad(lambda e: jnp.sum(jaxrank.batch_retrieval(e, y)[0])), e)
+  lines = [
+      (f"where the time goes, B = {batch}, D = {dim}: medians of {repeats}, interleaved; "
+       "scores: forward+backward of batch_retrieval's [B, B] cosines alone; loss on lists: "
+       "forward+backward of the loss on those precomputed [B, B] scores"),
+      "| loss | floor | scores | loss on lists | step | (scores + lists) / floor |",
+      "| --- | --- | --- | --- | --- | --- |",
+  ]
+  for name in names:
+    loss_fn = getattr(jaxrank, LOSSES[name])
+
+    def step_loss(e, y, loss_fn=loss_fn):
+      s, r, w = jaxrank.batch_retrieval(e, y)
+      return loss_fn(s, r, where=w)
+
+    on_lists = timed(
+        jax.value_and_grad(lambda s, r, w, loss_fn=loss_fn: loss_fn(s, r, where=w)),
+        scores, relevance, where,
+    )
+    step = timed(jax.value_and_grad(step_loss), e, y)
+    times = {"floor": [], "scores": [], "lists": [], "step": []}
+    for _ in range(repeats):
+      for key, once in (("floor", floor), ("scores", similarity), ("lists", on_lists),
+                        ("step", step)):
+        times[key].append(once())
+    t = {key: float(np.median(value)) for key, value in times.items()}
+    lines.append(
+        f"| {name} | {t['floor']:.2f} s | {t['scores']:.2f} s | {t['lists']:.2f} s | "
+        f"{t['step']:.2f} s | {(t['scores'] + t['lists']) / t['floor']:.1f}x |"
+    )
+    print(lines[-1], flush=True)
+  return lines
+
+
 def compile_table(batch: int) -> list[str]:
   import jax
   import jax.numpy as jnp
@@ -186,14 +251,14 @@ def main():
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--losses", nargs="+", choices=list(LOSSES), default=list(LOSSES))
   parser.add_argument("--skip-compile-table", action="store_true")
-  parser.add_argument("--simplified-constants", action="store_true")
+  parser.add_argument("--skip-breakdown", action="store_true")
   args = parser.parse_args()
   import jax
 
-  if args.simplified_constants:
-    jax.config.update("jax_use_simplified_jaxpr_constants", True)
   print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
   lines = loss_table(args.batch, args.dim, args.repeats, args.losses)
+  if not args.skip_breakdown:
+    lines += [""] + breakdown_table(args.batch, args.dim, args.repeats, args.losses)
   if not args.skip_compile_table:
     lines += [""] + compile_table(args.batch)
   print("\n".join(["", *lines]))

@@ -1,0 +1,40 @@
+"""Smoke test of `experiments/bench_speed.py` at a tiny batch: every table has its header and a
+row per loss (or per list-level function) with numbers in it. Timings are not checked."""
+
+from __future__ import annotations
+
+import re
+
+from experiments import bench_speed
+
+LOSSES = ["FastAP", "blackbox AP"]
+NUMBER = r"\d+\.\d+ s"
+
+
+def _rows(lines):
+  return [line for line in lines if line.startswith("| ") and not line.startswith("| ---")][1:]
+
+
+def test_loss_and_breakdown_tables_have_a_row_per_loss(capsys):
+  for table in (bench_speed.loss_table, bench_speed.breakdown_table):
+    lines = table(32, 8, 1, LOSSES)
+    rows = _rows(lines)
+    assert [row.split(" | ")[0] for row in rows] == [f"| {name}" for name in LOSSES]
+    for row in rows:
+      assert len(re.findall(NUMBER, row)) >= 3, row
+      assert re.search(r"\d+\.\dx \|", row), row
+  assert "FastAP" in capsys.readouterr().out  # Rows are printed as they come.
+
+
+def test_breakdown_is_printed_by_default_and_can_be_skipped(monkeypatch, capsys):
+  calls = []
+  monkeypatch.setattr(bench_speed, "loss_table", lambda *a: calls.append("loss") or ["loss"])
+  monkeypatch.setattr(bench_speed, "breakdown_table", lambda *a: calls.append("where") or ["w"])
+  monkeypatch.setattr(bench_speed, "compile_table", lambda *a: calls.append("compile") or ["c"])
+  monkeypatch.setattr("sys.argv", ["bench_speed", "--batch", "32"])
+  bench_speed.main()
+  assert calls == ["loss", "where", "compile"]
+  calls.clear()
+  monkeypatch.setattr("sys.argv", ["bench_speed", "--skip-breakdown", "--skip-compile-table"])
+  bench_speed.main()
+  assert calls == ["loss"]
