@@ -20,11 +20,12 @@ process's CPU time (less sensitive to other jobs).
 Table 2, one row per list-level function of `jaxrank.__all__`, the list-level calling pattern of
 issue 18: `[B, B]` scores as the argument, and labels and mask either arguments too or captured
 (`lambda s: f(s, labels, where=mask)`), `value_and_grad` for losses, the value for metrics.
-Captured `[B, B]` labels and mask are 80 MB of constants that XLA's CPU compiler embeds in the
-program whatever the function does; the row "(constants only)" measures that cost alone on a
-function that only reads them (about 1 s here: no library code can avoid it, since the caller's
-closure puts the arrays in the program; JAX 0.10.2's `jax_use_simplified_jaxpr_constants=True`
-did not change it, measured).
+Captured `[B, B]` labels and mask are constants that XLA embeds in the program: as they are
+(int32 and bool, 80 MB), that costs about 1 s of CPU compilation whatever the function does, which
+the row "(constants only)" measures on a function that only reads them (JAX 0.10.2's
+`jax_use_simplified_jaxpr_constants=True` did not change it, measured). jaxrank's list-level
+functions embed them compactly instead, as bits or int8 (`lists.embedded_compactly`, called by
+`checks.check_lists`), so captured costs about 0.1-0.2 s more than arguments.
 
 Table 3, where each step's time goes: forward+backward of the scores alone (`batch_retrieval`'s
 `[B, B]` cosines, which include the floor's product), of the loss alone on those precomputed

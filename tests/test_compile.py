@@ -4,10 +4,12 @@ Training scripts and notebooks close over the labels and masks
 (`jax.jit(jax.value_and_grad(lambda s: loss(s, labels, where=mask)))`), which makes them
 compile-time constants. Without `lists.opaque` (the barrier `checks.check_lists` puts on them) XLA
 constant-folds what is computed from them alone (relevance masks, gains, counts, sorts): at
-`B = 4096` that took up to 40 s of compilation on CPU (issue 18). Timing the compilation would
-flake on a loaded machine, so this test inspects the compiled program instead, on small lists: the
-only list-sized constants left in it are the captured labels and mask themselves, one of each;
-any folded derivative of them would be a further list-sized constant.
+`B = 4096` that took up to 40 s of compilation on CPU (issue 18). Embedding the constants
+themselves costs about 1 s per 80 MB on CPU, so `lists.embedded_compactly` embeds them as bits
+(0/1 values) or int8 (small integers). Timing the compilation would flake on a loaded machine, so
+these tests inspect the compiled program instead: the only list-sized constant left in it is the
+graded labels as int8 (the mask is packed to bits); any folded derivative of them would be a
+further list-sized constant, and binary labels leave none at all.
 
 The functions are every list-level function of `jaxrank.__all__` (those taking `labels`, `where`
 and `reduce_fn`), found by their signature, so a new one is covered without editing this file.
@@ -27,7 +29,8 @@ import pytest
 
 import jaxrank
 
-SHAPE = (4, 64)  # 256 items: more than any shape-only constant (a harmonic table of 65, ...).
+SHAPE = (8, 128)  # 1,024 items: more than any shape-only constant (a harmonic table of 129, ...),
+# and as many as lists.COMPACT_MIN_SIZE, from which closed-over arrays are embedded compactly.
 NUM_BITS = 6
 
 # The hyperparameters without a default.
@@ -100,10 +103,24 @@ def test_every_list_level_function_is_covered():
 @pytest.mark.parametrize("name", list_level_functions())
 def test_captured_labels_are_not_constant_folded(name):
   dims = ",".join(map(str, SHAPE))
-  # The captured labels (int32) and mask (bool) stay as they are; nothing derived from them.
+  # The captured labels as int8 (graded 0-3) and the mask as bits; nothing derived from them.
   assert list_sized_constants(compiled_text(name, captured=True)) <= collections.Counter(
-      {f"s32[{dims}]": 1, f"pred[{dims}]": 1}
+      {f"s8[{dims}]": 1}
   ), name
+
+
+@pytest.mark.parametrize("name", ["fastap_loss", "ap_metric", "tie_aware_ndcg_loss"])
+def test_captured_binary_labels_leave_no_list_sized_constant(name):
+  # Binary labels and the mask are embedded as bits; the results are those of the arguments.
+  fn = getattr(jaxrank, name)
+  scores, labels, mask = inputs(name)
+  binary = (labels >= 2).astype(np.int32)
+  wrap = jax.value_and_grad if name.endswith("_loss") else (lambda g: g)
+  captured = jax.jit(wrap(lambda s: fn(s, binary, where=mask))).lower(scores).compile()
+  assert not list_sized_constants(captured.as_text()), name
+  argument = jax.jit(wrap(lambda s, y, m: fn(s, y, where=m)))
+  got, want = captured(scores), argument(scores, binary, mask)
+  jax.tree.map(np.testing.assert_array_equal, got, want)
 
 
 def test_arguments_give_no_list_sized_constant():

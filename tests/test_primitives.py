@@ -536,3 +536,61 @@ def test_finish_by_hand():
   assert np.isnan(lists.finish(values, scores, where, valid_lists, jnp.mean))
   clean = valid_lists.at[0].set(False)
   assert float(lists.finish(values, scores, where, clean, jnp.mean)) == 0.75
+
+
+# Closed-over arrays embedded compactly (lists.embedded_compactly).
+
+_BIG = (3, 345)  # 1,035 entries: above lists.COMPACT_MIN_SIZE, a last axis not a multiple of 8.
+_RNG = np.random.default_rng(5)
+_COMPACTED = {
+    "bool": _RNG.random(_BIG) < 0.5,
+    "binary int32": (_RNG.random(_BIG) < 0.5).astype(np.int32),
+    "binary float32": (_RNG.random(_BIG) < 0.5).astype(np.float32),
+    "graded int64": _RNG.integers(-128, 128, _BIG),
+    "graded float64, 3 axes": _RNG.integers(0, 5, (3, 5, 69)).astype(np.float64),
+    "jax array": jnp.asarray(_RNG.integers(0, 4, _BIG), jnp.int32),
+}
+_KEPT = {
+    "fractions": _RNG.uniform(0, 2, _BIG).astype(np.float32),
+    "beyond int8": np.full(_BIG, 200, np.int32),
+    "NaN": np.where(_RNG.random(_BIG) < 0.5, np.nan, 1.0),
+    "small": (_RNG.random((4, 8)) < 0.5).astype(np.int32),
+}
+
+
+def _through_jit(x):
+  """What `embedded_compactly` gives for `x` closed over beside traced scores, and whether it
+  returned `x` itself."""
+  kept = []
+
+  def f(s):
+    out = lists.embedded_compactly(x, s)
+    kept.append(out is x)
+    return out
+
+  return jax.jit(f)(jnp.zeros(())), kept[0]
+
+
+@pytest.mark.parametrize("name", list(_COMPACTED))
+def test_compactly_embedded_arrays_keep_their_values_and_dtype(name):
+  x = _COMPACTED[name]
+  got, kept = _through_jit(x)
+  assert not kept
+  assert got.dtype == jnp.asarray(x).dtype and got.shape == x.shape
+  np.testing.assert_array_equal(got, x)
+
+
+@pytest.mark.parametrize("name", list(_KEPT))
+def test_other_arrays_are_embedded_as_they_are(name):
+  got, kept = _through_jit(_KEPT[name])
+  assert kept
+  np.testing.assert_array_equal(got, _KEPT[name])
+
+
+def test_only_arrays_beside_traced_scores_are_compacted():
+  x = _COMPACTED["binary int32"]
+  assert lists.embedded_compactly(x, jnp.zeros(())) is x  # Eager: nothing is embedded.
+  assert lists.embedded_compactly(None, jnp.zeros(())) is None
+  traced = []
+  jax.jit(lambda y, s: traced.append(lists.embedded_compactly(y, s) is y))(x, jnp.zeros(()))
+  assert traced == [True]  # A traced array (an argument) is not a constant.

@@ -51,11 +51,17 @@ def check_lists(
   `labels` and `where` may have any shape that broadcasts to that of `scores` (the same labels for
   many lists of scores, as rax allows); `where=None` becomes all True.
 
+  Labels and mask closed over by a traced caller are embedded in the program compactly
+  (`lists.embedded_compactly`), and both go through `lists.opaque`: the same values, compiled
+  faster.
+
   Raises at trace time: `TypeError` for non-floating scores, non-numeric labels or a non-boolean
   `where`; `ValueError` for shapes that do not broadcast to that of `scores`, or a scalar.
   """
   scores = jnp.asarray(scores)
-  labels = jnp.asarray(labels)
+  # Arrays the caller closed over are embedded in the program; compactly (see lists.opaque too).
+  labels = jnp.asarray(lists.embedded_compactly(labels, scores))
+  where = lists.embedded_compactly(where, scores)
   if not jnp.issubdtype(scores.dtype, jnp.floating):
     raise TypeError(
         f"{fn}: scores must be a floating-point array, got dtype {scores.dtype}; "

@@ -10,6 +10,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrank import types
 
@@ -29,9 +30,51 @@ def opaque(*arrays: jax.Array) -> tuple[jax.Array, ...]:
   on CPU and embeds the results in the program. `checks.check_lists` passes the labels and the mask
   of every list-level function through this barrier, so nothing derived from them is folded
   whatever the calling pattern; with traced inputs it changes nothing. Works under `jit`, `vmap`
-  and `grad` (the barrier is the identity for values and tangents).
+  and `grad` (the barrier is the identity for values and tangents). The constants themselves are
+  embedded compactly (`embedded_compactly`).
   """
   return jax.lax.optimization_barrier(arrays)
+
+
+# Closed-over arrays from this many entries up are embedded compactly (`embedded_compactly`).
+COMPACT_MIN_SIZE = 1024
+
+
+def embedded_compactly(x: Any, scores: jax.Array) -> Any:
+  """`x`, or its values rebuilt in the program from a compact constant when `x` would be embedded.
+
+  An array that is not a tracer, passed beside traced `scores`, is one that the caller's traced
+  function closed over (`jax.jit(jax.grad(lambda s: loss(s, labels, where=mask)))`): XLA embeds
+  it in the program, and on CPU embedding costs time by the byte whatever the function does
+  (about 1 s for `[4096, 4096]` int32 labels and a boolean mask, 80 MB). Such an array is
+  embedded instead as bits (`np.packbits`) when its values are 0 and 1 (masks, binary labels), or
+  as int8 when they are integers in `[-128, 127]` (graded labels): 32 or 4 times fewer bytes. The
+  program rebuilds the same values in the same dtype behind `opaque`'s barrier, so XLA does not
+  fold them back into a full-size constant. Anything else is returned as it is: tracers, small
+  arrays (below `COMPACT_MIN_SIZE` entries), arrays beside untraced scores (eager calls), other
+  values, and arrays not readable on this host (a multi-process global array).
+  """
+  if not isinstance(scores, jax.core.Tracer) or isinstance(x, jax.core.Tracer):
+    return x
+  if not isinstance(x, (np.ndarray, jax.Array)) or x.ndim < 1 or x.size < COMPACT_MIN_SIZE:
+    return x
+  try:
+    host = np.asarray(x)
+  except RuntimeError:  # A global array spanning other processes' devices.
+    return x
+  kind = host.dtype
+  if not (kind == np.bool_ or np.issubdtype(kind, np.integer) or np.issubdtype(kind, np.floating)):
+    return x
+  dtype = jax.dtypes.canonicalize_dtype(kind)  # What jnp.asarray(x) would give (int32 for int64).
+  if kind == np.bool_ or np.all((host == 0) | (host == 1)):
+    (bits,) = opaque(jnp.asarray(np.packbits(host.astype(bool), axis=-1)))
+    return jnp.unpackbits(bits, axis=-1, count=host.shape[-1]).astype(dtype)
+  with np.errstate(invalid="ignore", over="ignore"):  # NaN, inf and large values: not equal below.
+    small = host.astype(np.int8)
+  if np.array_equal(small, host):  # Integer values in [-128, 127].
+    (narrow,) = opaque(jnp.asarray(small))
+    return narrow.astype(dtype)
+  return x
 
 
 def safe_reduce(
