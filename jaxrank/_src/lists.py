@@ -47,12 +47,13 @@ def embedded_compactly(x: Any, scores: jax.Array) -> Any:
   function closed over (`jax.jit(jax.grad(lambda s: loss(s, labels, where=mask)))`): XLA embeds
   it in the program, and on CPU embedding costs time by the byte whatever the function does
   (about 1 s for `[4096, 4096]` int32 labels and a boolean mask, 80 MB). Such an array is
-  embedded instead as bits (`np.packbits`) when its values are 0 and 1 (masks, binary labels), or
-  as int8 when they are integers in `[-128, 127]` (graded labels): 32 or 4 times fewer bytes. The
-  program rebuilds the same values in the same dtype behind `opaque`'s barrier, so XLA does not
-  fold them back into a full-size constant. Anything else is returned as it is: tracers, small
-  arrays (below `COMPACT_MIN_SIZE` entries), arrays beside untraced scores (eager calls), other
-  values, and arrays not readable on this host (a multi-process global array).
+  embedded instead as bits (`np.packbits`) when its values are 0 and 1 (masks, binary labels: an
+  eighth of a boolean mask's bytes), or as int8 when they are integers in `[-128, 127]` (graded
+  labels: a quarter of int32's). The program rebuilds the same values in the same dtype behind
+  `opaque`'s barrier, so XLA does not fold them back into a full-size constant. Anything else is
+  returned as it is: tracers, small arrays (below `COMPACT_MIN_SIZE` entries), arrays beside
+  untraced scores (eager calls), other values, and arrays not readable on this host (a
+  multi-process global array).
   """
   if not isinstance(scores, jax.core.Tracer) or isinstance(x, jax.core.Tracer):
     return x
