@@ -120,7 +120,7 @@ EXPERIMENTS = (
         written="2026-11-24",
         reading="""
             Both seeds tell the same story. Every AP loss trains the network well above the two
-            baselines of no learning: R@1 0.49 to 0.65 against the untrained network's 0.20-0.21 and
+            baselines of no learning: R@1 0.48 to 0.65 against the untrained network's 0.20-0.21 and
             the raw pixels' 0.42, MAP@R 0.17 to 0.29 against 0.04 and 0.095. SupAP and SmoothAP come
             first in both seeds (R@1 0.61 and 0.65, MAP@R 0.25 to 0.29), FastAP (40 bins) and ROADMAP
             next, blackbox AP and mAP_Q (soft binning) last; every loss moves by +0.03 to +0.06 R@1
@@ -385,11 +385,11 @@ EXPERIMENTS = (
             """,
         written="2026-11-24",
         reading="""
-            Longer codes retrieve better for every loss (mAP_T 0.12-0.15, 0.17-0.22 and 0.26-0.29
+            Longer codes retrieve better for every loss (mAP_T 0.11-0.14, 0.19-0.21 and 0.24-0.29
             at 16, 32 and 64 bits). Tie-aware AP beats FastAP, the plain surrogate on the same bins,
-            in every cell of both seeds (AP_r ahead by 0.009 to 0.034 mAP_T); against SmoothAP the
-            difference (-0.010 to +0.021) is within the up to 0.03 a cell moves between seeds, so the
-            claim cannot be told there. AP_s stays within 0.03 of AP_r, below it in 5 of 6 cells.
+            in every cell of both seeds (AP_r ahead by 0.013 to 0.030 mAP_T); against SmoothAP the
+            difference (-0.003 to +0.010) is within the up to 0.03 a cell moves between seeds, so the
+            claim cannot be told there. AP_s stays within 0.01 of AP_r, above it in 4 of 6 cells.
             The untrained row is at chance: its BatchNorm still holds the statistics of
             initialisation, so its features are not centred and its codes barely differ.
             """,

@@ -19,9 +19,9 @@ relaxed Hamming similarity `q.x / b` and evaluated on the binary codes of the 5,
 (tie-aware mAP, He et al. eq. 6); R@1 ranks ties pessimistically, so it is low for short codes.
 
 Expected (seed 0; about 2.5 minutes on 2 cores): the untrained network at chance (mAP_T 0.008:
-its codes, from uncentred features, barely differ); mAP_T 0.12-0.15 at 16 bits, 0.17-0.20 at 32
-and 0.26-0.29 at 64 for every loss, AP_r 0.145, 0.196 and 0.291 (R@1 0.082, 0.221 and 0.409).
-Tie-aware AP is ahead of FastAP at every length in both seeds (by 0.009 to 0.034 mAP_T) but
+its codes, from uncentred features, barely differ); mAP_T 0.11-0.14 at 16 bits, 0.19-0.21 at 32
+and 0.24-0.28 at 64 for every loss, AP_r 0.134, 0.203 and 0.270 (R@1 0.077, 0.245 and 0.397).
+Tie-aware AP is ahead of FastAP at every length in both seeds (by 0.013 to 0.030 mAP_T) but
 within the seeds' spread of SmoothAP. Both seeds' tables: experiments/RESULTS.md.
 """
 
