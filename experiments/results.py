@@ -171,13 +171,13 @@ EXPERIMENTS = (
         written="2026-11-24",
         reading="""
             Does not hold on the glyphs: R@1 and MAP@R rise with the number of bins in both seeds,
-            with no peak at 10. For L = 5, 10, 20, 40, 80, R@1 is 0.177, 0.382, 0.468, 0.560, 0.580
-            in seed 0 and 0.334, 0.427, 0.540, 0.587, 0.605 in seed 1 (MAP@R 0.043 to 0.239 and
-            0.101 to 0.262). The paper's 10 bins are 0.16-0.20 R@1 below 40 and 80 bins in both
+            with no peak at 10. For L = 5, 10, 20, 40, 80, R@1 is 0.185, 0.376, 0.479, 0.551, 0.580
+            in seed 0 and 0.324, 0.460, 0.547, 0.587, 0.606 in seed 1 (MAP@R 0.045 to 0.232 and
+            0.096 to 0.261). The paper's 10 bins are 0.13-0.20 R@1 below 40 and 80 bins in both
             seeds, and in seed 0 below the raw pixels (R@1 0.421); 5 bins hardly train in seed 0
-            (R@1 0.177, under the untrained network's 0.203). From 40 to 80 bins the gain is small
-            (+0.02 R@1 in both seeds): the curve levels off near 40, the main job's value. The seed
-            moves a row by up to 0.16 R@1 at 5 bins and 0.03 at 40, but the rows come in the same
+            (R@1 0.185, under the untrained network's 0.203). From 40 to 80 bins the gain is small
+            (+0.03 and +0.02 R@1): the curve levels off near 40, the main job's value. The seed
+            moves a row by up to 0.14 R@1 at 5 bins and 0.04 at 40, but the rows come in the same
             order in both seeds. A likely reason is where training starts: in the untrained network
             (both seeds' initialisations, the first five batches of 64 glyphs) the squared distances
             from a query to the rest of its batch span only about 0.03 (all of them below 0.07,
@@ -210,10 +210,10 @@ EXPERIMENTS = (
         written="2026-11-24",
         reading="""
             Holds as this sweep runs it, at a fixed 300 steps: R@1 and MAP@R rise with the batch
-            size in both seeds, from B = 16 to 256 R@1 0.292, 0.453, 0.560, 0.623, 0.666 in seed 0
-            and 0.349, 0.459, 0.587, 0.645, 0.681 in seed 1 (MAP@R 0.078 to 0.312 and 0.103 to
-            0.331), each doubling gaining less than the one before from B = 32 on (+0.04 R@1 from
-            128 to 256 in both seeds). Every batch size trains above the untrained network (R@1
+            size in both seeds, from B = 16 to 256 R@1 0.280, 0.435, 0.551, 0.621, 0.657 in seed 0
+            and 0.364, 0.443, 0.587, 0.650, 0.695 in seed 1 (MAP@R 0.076 to 0.306 and 0.106 to
+            0.336), each doubling gaining less than the one before from B = 32 on (+0.04 and +0.05
+            R@1 from 128 to 256). Every batch size trains above the untrained network (R@1
             0.20-0.21), and from B = 32 above the raw pixels (0.421). But at a fixed number of steps
             a larger batch also sees proportionally more images (4,800 at B = 16, 76,800 at B = 256,
             13 epochs) and does as much more work, so this table alone does not say that the batch
@@ -242,11 +242,12 @@ EXPERIMENTS = (
         written="2026-11-24",
         reading="""
             Does not hold at a fixed number of images (19,200, 3.3 epochs of the training glyphs):
-            R@1 peaks at B = 64 and falls on both sides, in both seeds: for B = 16 to 256 (1,200 to
-            75 steps) it is 0.492, 0.556, 0.560, 0.516, 0.395 in seed 0 and 0.517, 0.564, 0.587,
-            0.539, 0.466 in seed 1 (MAP@R 0.173 to 0.120 through 0.216 at B = 32 in seed 0, 0.200 to
-            0.158 through 0.248 at B = 64 in seed 1). B = 256 trains 75 steps, 20 of them warm-up,
-            and ends below the raw pixels (R@1 0.421) in seed 0. The B = 64 row is the previous
+            R@1 peaks in the middle and falls on both sides, at B = 32 in seed 0 and B = 64 in seed
+            1: for B = 16 to 256 (1,200 to 75 steps) it is 0.492, 0.564, 0.551, 0.518, 0.371 in seed
+            0 and 0.529, 0.555, 0.587, 0.540, 0.456 in seed 1 (MAP@R 0.177 to 0.111 through 0.229 at
+            B = 32 in seed 0, 0.200 to 0.155 through 0.250 at B = 64 in seed 1). B = 256 trains 75
+            steps, 20 of them warm-up, and ends below the raw pixels (R@1 0.421) in seed 0. The
+            B = 64 row is the previous
             section's run at the same 300 steps and gives the same numbers. So on the glyphs the
             gain of the previous section comes with the extra images and steps, not with the batch
             size alone; at this budget a small batch's extra steps matter more than its noisier
@@ -273,10 +274,10 @@ EXPERIMENTS = (
         reading="""
             Does not hold on the glyphs: random classes beat hard batches in both seeds and both
             batch geometries. At 16 classes x 4 images (hard with S = 4 super-classes per batch),
-            random against hard gives R@1 0.560 against 0.504 in seed 0 and 0.587 against 0.553 in
-            seed 1, MAP@R 0.212 against 0.185 and 0.248 against 0.225; at 8 x 8 with the paper's two
-            super-classes per batch, R@1 0.515 against 0.468 and 0.569 against 0.460, MAP@R 0.185
-            against 0.161 and 0.227 against 0.166. The hard batches lose 0.03 to 0.11 R@1 in all
+            random against hard gives R@1 0.551 against 0.502 in seed 0 and 0.587 against 0.554 in
+            seed 1, MAP@R 0.208 against 0.183 and 0.250 against 0.224; at 8 x 8 with the paper's two
+            super-classes per batch, R@1 0.514 against 0.460 and 0.559 against 0.461, MAP@R 0.185
+            against 0.159 and 0.219 against 0.167. The hard batches lose 0.03 to 0.10 R@1 in all
             four pairs. Two differences from the paper's setting may explain it; neither is tested
             here. First, the sampler visits every set of super-classes equally often, so each of the
             9 super-classes fills 9 to 12.5% of the batches' images (300 batches, both geometries),
