@@ -17,7 +17,13 @@ lowering plus compilation of the step with the labels as an argument, and with t
 captured as a constant (`lambda e: loss(*batch_retrieval(e, labels))`), wall time and the
 process's CPU time (less sensitive to other jobs).
 
-Table 2, one row per list-level function of `jaxrank.__all__`, the list-level calling pattern of
+Table 2, where each step's time goes: forward+backward of the scores alone (`batch_retrieval`'s
+`[B, B]` cosines, which include the floor's product), of the loss alone on those precomputed
+scores, and of the whole step, interleaved with the floor; the step is about the sum of the first
+two, so `(scores + lists) / floor` says which part keeps a loss from 2x. For the blackbox losses
+a last line times one of their two host sorts of the lists (`ranking.numpy_descending_ranks`).
+
+Table 3, one row per list-level function of `jaxrank.__all__`, the list-level calling pattern of
 issue 18: `[B, B]` scores as the argument, and labels and mask either arguments too or captured
 (`lambda s: f(s, labels, where=mask)`), `value_and_grad` for losses, the value for metrics.
 Captured `[B, B]` labels and mask are constants that XLA embeds in the program: as they are
@@ -26,11 +32,6 @@ the row "(constants only)" measures on a function that only reads them (JAX 0.10
 `jax_use_simplified_jaxpr_constants=True` did not change it, measured). jaxrank's list-level
 functions embed them compactly instead, as bits or int8 (`lists.embedded_compactly`, called by
 `checks.check_lists`), so captured costs about 0.1-0.2 s more than arguments.
-
-Table 3, where each step's time goes: forward+backward of the scores alone (`batch_retrieval`'s
-`[B, B]` cosines, which include the floor's product), of the loss alone on those precomputed
-scores, and of the whole step, interleaved with the floor; the step is about the sum of the first
-two, so `(scores + lists) / floor` says which part keeps a loss from 2x.
 
 The blackbox losses sort on the host on CPU (`jax.pure_callback`, numpy, both cores); on GPU and
 TPU they take XLA's sort (`ranking.descending_ranks`). No accelerator was available: every number
@@ -204,7 +205,8 @@ def breakdown_table(batch: int, dim: int, repeats: int, names: list[str]) -> lis
     )
     print(lines[-1], flush=True)
   if any(name.startswith("blackbox") for name in names):
-    # The blackbox losses rank each list on the host (CPU), forward and backward: one such sort.
+    # The blackbox losses rank each list on the host (CPU), forward and backward: one such sort,
+    # timed on the library's private sort itself (a benchmark of the implementation, as tests are).
     from jaxrank._src import ranking
 
     host = np.asarray(scores)
