@@ -99,22 +99,36 @@ def make_batch(batch: int, dim: int, seed: int = 0):
   return e / np.linalg.norm(e, axis=1, keepdims=True), labels
 
 
+def in_batch_loss(name: str):
+  """`f(embeddings, labels)`: the loss `LOSSES[name]` on `batch_retrieval`'s lists, as trained."""
+  import jaxrank
+
+  loss_fn = getattr(jaxrank, LOSSES[name])
+
+  def loss(e, y):
+    scores, relevance, where = jaxrank.batch_retrieval(e, y)
+    return loss_fn(scores, relevance, where=where)
+
+  return loss
+
+
+def run_seconds(compiled, *args) -> float:
+  """Wall seconds of one call of a compiled function, until its results are ready."""
+  import jax
+
+  start = time.perf_counter()
+  jax.block_until_ready(compiled(*args))
+  return time.perf_counter() - start
+
+
 def loss_table(batch: int, dim: int, repeats: int, names: list[str]) -> list[str]:
   import jax
   import jax.numpy as jnp
-
-  import jaxrank
 
   embeddings, labels = make_batch(batch, dim)
   e, y = jnp.asarray(embeddings), jnp.asarray(labels)
   floor = jax.jit(jax.value_and_grad(lambda e: jnp.sum(e @ e.T)))
   floor_compiled = floor.lower(e).compile()
-
-  def run(compiled, *args):
-    start = time.perf_counter()
-    jax.block_until_ready(compiled(*args))
-    return time.perf_counter() - start
-
   lines = [
       (f"B = {batch}, D = {dim}, {PER_CLASS} per class; forward+backward, median of {repeats}; "
        "floor: forward+backward of e @ e.T in the same run"),
@@ -123,22 +137,17 @@ def loss_table(batch: int, dim: int, repeats: int, names: list[str]) -> list[str
       "| --- | --- | --- | --- | --- | --- | --- | --- |",
   ]
   for name in names:
-    loss_fn = getattr(jaxrank, LOSSES[name])
-
-    def loss(e, y, loss_fn=loss_fn):
-      scores, relevance, where = jaxrank.batch_retrieval(e, y)
-      return loss_fn(scores, relevance, where=where)
-
+    loss = in_batch_loss(name)
     step = jax.jit(jax.value_and_grad(loss))
     argument_wall, argument_cpu, compiled = compile_seconds(step, e, y)
     captured = jax.jit(jax.value_and_grad(lambda e, loss=loss: loss(e, labels)))
     captured_wall, captured_cpu, _ = compile_seconds(captured, e)
-    run(compiled, e, y)  # Warm-up.
-    run(floor_compiled, e)
+    run_seconds(compiled, e, y)  # Warm-up.
+    run_seconds(floor_compiled, e)
     times, floors = [], []
     for _ in range(repeats):
-      floors.append(run(floor_compiled, e))
-      times.append(run(compiled, e, y))
+      floors.append(run_seconds(floor_compiled, e))
+      times.append(run_seconds(compiled, e, y))
     t, f = float(np.median(times)), float(np.median(floors))
     lines.append(
         f"| {name} | {t:.2f} s | {f:.2f} s | {t / f:.1f}x | {memory_mb(compiled):.0f} MB | "
@@ -162,14 +171,8 @@ def breakdown_table(batch: int, dim: int, repeats: int, names: list[str]) -> lis
 
   def timed(fn, *args):
     compiled = jax.jit(fn).lower(*args).compile()
-    jax.block_until_ready(compiled(*args))  # Warm-up.
-
-    def once():
-      start = time.perf_counter()
-      jax.block_until_ready(compiled(*args))
-      return time.perf_counter() - start
-
-    return once
+    run_seconds(compiled, *args)  # Warm-up.
+    return functools.partial(run_seconds, compiled, *args)
 
   floor = timed(jax.value_and_grad(lambda e: jnp.sum(e @ e.T)), e)
   # The scores' share: batch_retrieval's cosine matrix, forward and backward, as in every step.
@@ -183,16 +186,11 @@ def breakdown_table(batch: int, dim: int, repeats: int, names: list[str]) -> lis
   ]
   for name in names:
     loss_fn = getattr(jaxrank, LOSSES[name])
-
-    def step_loss(e, y, loss_fn=loss_fn):
-      s, r, w = jaxrank.batch_retrieval(e, y)
-      return loss_fn(s, r, where=w)
-
     on_lists = timed(
         jax.value_and_grad(lambda s, r, w, loss_fn=loss_fn: loss_fn(s, r, where=w)),
         scores, relevance, where,
     )
-    step = timed(jax.value_and_grad(step_loss), e, y)
+    step = timed(jax.value_and_grad(in_batch_loss(name)), e, y)
     times = {"floor": [], "scores": [], "lists": [], "step": []}
     for _ in range(repeats):
       for key, once in (("floor", floor), ("scores", similarity), ("lists", on_lists),

@@ -189,7 +189,11 @@ def _binned(values, relevance, where, num_centres, first_centre, last_centre):
   rather than differentiating the scatter's operands: about half the time and memory (issue 18).
   """
   lower, frac, _ = _bin_positions(values, where, num_centres, first_centre, last_centre)
-  valid = where.astype(values.dtype)
+  return _split_into_bins(lower, frac, where.astype(values.dtype), relevance, num_centres)
+
+
+def _split_into_bins(lower, frac, valid, relevance, num_centres):
+  """Each item's weight and relevance split between bins `k` (`1 - f`) and `k + 1` (`f`)."""
   return _to_bins(
       lower, (1 - frac) * valid, (1 - frac) * relevance, frac * valid, frac * relevance,
       num_centres,
@@ -203,9 +207,9 @@ def _binned_jvp(num_centres, first_centre, last_centre, primals, tangents):
   first)` within the centres, 0 beyond them (clipped) and for masked items."""
   values, relevance, where = primals
   dvalues, drelevance, _ = tangents
-  hist = _binned(values, relevance, where, num_centres, first_centre, last_centre)
   lower, frac, inside = _bin_positions(values, where, num_centres, first_centre, last_centre)
   valid = where.astype(values.dtype)
+  hist = _split_into_bins(lower, frac, valid, relevance, num_centres)
   scale = (num_centres - 1) / (last_centre - first_centre)
   dfrac = jnp.where(where & inside, dvalues * scale, jnp.zeros_like(dvalues))
   drelevance = jnp.where(where, drelevance, jnp.zeros_like(drelevance))
