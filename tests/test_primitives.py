@@ -15,6 +15,7 @@ example database in the checkout.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import math
@@ -594,3 +595,67 @@ def test_only_arrays_beside_traced_scores_are_compacted():
   traced = []
   jax.jit(lambda y, s: traced.append(lists.embedded_compactly(y, s) is y))(x, jnp.zeros(()))
   assert traced == [True]  # A traced array (an argument) is not a constant.
+
+
+# ---------------------------------------------------------------------------------------------
+# Counting around relevant items (`evaluate_retrieval`).
+
+
+def _counts_by_brute_force(scores, thresholds):
+  """`(thresholds in decreasing order with NaN last, above, tied)` by a loop over each list."""
+  ordered, above, tied = [], [], []
+  for row, keys in zip(scores, thresholds):
+    keys = sorted(keys, key=lambda v: (math.isnan(v), -v if not math.isnan(v) else 0))
+    ordered.append(keys)
+    above.append([0 if math.isnan(t) else sum(s > t for s in row) for t in keys])
+    tied.append([0 if math.isnan(t) else sum(s == t for s in row) for t in keys])
+  return np.array(ordered, np.float32), np.array(above), np.array(tied)
+
+
+@pytest.mark.parametrize("num_thresholds", [5, ranking.COMPARE_UP_TO, ranking.COMPARE_UP_TO + 7])
+@pytest.mark.parametrize("branch", [None, *ranking.DESCENDING_RANKS_BRANCHES])
+def test_count_above_and_tied_matches_brute_force(num_thresholds, branch):
+  """Every path (compare up to COMPARE_UP_TO thresholds, then numpy's or XLA's sort) counts the
+  same, with ties, signed zeros, infinities, NaN scores (which count nothing) and NaN
+  thresholds (empty slots: counts 0, sorted last)."""
+  rng = np.random.default_rng(num_thresholds)
+  values = np.array([v for v in ALPHABET if not np.isnan(v)] + [np.nan], np.float32)
+  scores = rng.choice(values, (4, 60)).astype(np.float32)
+  thresholds = rng.choice(values, (4, num_thresholds)).astype(np.float32)
+  thresholds[0] = np.nan  # A list without a threshold.
+  want = _counts_by_brute_force(scores, thresholds)
+  with ranking.descending_ranks_branch(branch) if branch else contextlib.nullcontext():
+    got = jax.jit(ranking.count_above_and_tied)(jnp.asarray(scores), jnp.asarray(thresholds))
+  np.testing.assert_array_equal(got.thresholds, want[0])
+  np.testing.assert_array_equal(got.above, want[1])
+  np.testing.assert_array_equal(got.tied, want[2])
+  assert got.above.dtype == got.tied.dtype == jnp.int32
+
+
+def test_numpy_sorted_counts_under_vmap_and_on_many_lists():
+  """The callback takes leading batch axes (vmap) and splits many lists over the cores."""
+  rng = np.random.default_rng(0)
+  scores = rng.integers(0, 30, (3, 40, 2000)).astype(np.float32)  # Above the parallel size.
+  thresholds = scores[..., :50]
+  with ranking.descending_ranks_branch("numpy"):
+    got = jax.jit(jax.vmap(ranking.count_above_and_tied))(scores, thresholds)
+  with ranking.descending_ranks_branch("xla"):
+    want = jax.jit(jax.vmap(ranking.count_above_and_tied))(scores, thresholds)
+  chex.assert_trees_all_equal(got, want)
+
+
+@pytest.mark.parametrize("num", [6, 40])
+def test_relevant_ties_match_brute_force(num):
+  rng = np.random.default_rng(num)
+  values = rng.choice(np.array([-1.0, -0.0, 0.0, 0.5, 2.0], np.float32), (5, num))
+  values[1, num // 2 :] = np.nan
+  ordered = ranking.count_above_and_tied(jnp.zeros((5, 1)), jnp.asarray(values)).thresholds
+  above, tied, position = (np.asarray(x) for x in ranking.relevant_ties(ordered))
+  ordered = np.asarray(ordered)
+  for i, j in np.argwhere(~np.isnan(ordered)):
+    row = ordered[i][~np.isnan(ordered[i])]
+    assert above[i, j] == np.sum(row > ordered[i, j])
+    assert tied[i, j] == np.sum(row == ordered[i, j])
+    # The places among equal scores are 1, 2, ..., tied: each once.
+    equal = np.flatnonzero(ordered[i] == ordered[i, j])
+    assert position[i, j] == 1 + np.searchsorted(equal, j)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 
@@ -13,6 +14,8 @@ import pytest
 
 import jaxrank
 import reference
+from jaxrank._src import ranking
+from jaxrank._src import retrieval
 
 # ---------------------------------------------------------------------------------------------
 # batch_retrieval
@@ -605,3 +608,77 @@ def test_evaluate_on_a_one_device_mesh_equals_no_mesh():
   assert sorted(got) == sorted(want)
   for key in want:
     np.testing.assert_array_equal(got[key], want[key])
+
+
+# ---------------------------------------------------------------------------------------------
+# Large classes: the counts come from sorts beyond ranking.COMPARE_UP_TO relevant items.
+
+
+def _large_classes(seed, n=240, bits=8):
+  """Binary codes of 3 classes of about n / 3 items (far beyond COMPARE_UP_TO, with ties), and a
+  class of 2 items."""
+  rng = np.random.default_rng(seed)
+  labels = np.append(rng.integers(0, 3, n - 2), [7, 7])
+  codes = np.sign(rng.standard_normal((8, bits))[labels] + 1.2 * rng.standard_normal((n, bits)))
+  return codes.astype(np.float32), labels
+
+
+@pytest.mark.parametrize("branch", [None, *ranking.DESCENDING_RANKS_BRANCHES])
+def test_evaluate_large_classes_equal_brute_force_on_every_counting_path(branch):
+  codes, labels = _large_classes(0)
+  assert np.bincount(labels).max() > ranking.COMPARE_UP_TO
+  hamming = jaxrank.similarity.hamming
+  with ranking.descending_ranks_branch(branch) if branch else contextlib.nullcontext():
+    got = jaxrank.evaluate_retrieval(codes, labels, chunk_size=64, similarity_fn=hamming)
+    per_query = jaxrank.evaluate_retrieval(
+        codes, labels, chunk_size=64, similarity_fn=hamming, reduce_fn=None
+    )
+  scores, relevance, where = jaxrank.batch_retrieval(codes, labels, similarity_fn=hamming)
+  want = _brute_force(
+      _leave_one_out(np.asarray(scores)), _leave_one_out(np.asarray(relevance)),
+      np.ones((len(codes), len(codes) - 1), bool), (1, 2, 4, 8),
+  )
+  for key in want:
+    assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-7), key
+  np.testing.assert_allclose(
+      per_query["tie_aware_map"],
+      jaxrank.tie_aware_ap_metric(scores, relevance, where=where, reduce_fn=None), rtol=1e-6,
+  )
+  assert got["tie_aware_map"] > got["map"] + 0.01  # Ties are many, and they matter.
+
+
+def test_evaluate_large_classes_by_affinity_and_on_a_mesh_equal_the_labels():
+  codes, labels = _large_classes(1)
+  hamming = jaxrank.similarity.hamming
+  want = jaxrank.evaluate_retrieval(codes, labels, similarity_fn=hamming, reduce_fn=None)
+  affinity = (labels[:, None] == labels[None, :]).astype(np.float32)
+  by_affinity = jaxrank.evaluate_retrieval(
+      codes, affinity=affinity, similarity_fn=hamming, reduce_fn=None, chunk_size=100
+  )
+  on_mesh = jaxrank.evaluate_retrieval(
+      codes, labels, similarity_fn=hamming, reduce_fn=None, mesh=_MESH, chunk_size=100
+  )
+  for key in want:
+    np.testing.assert_array_equal(on_mesh[key], want[key])
+    np.testing.assert_allclose(by_affinity[key], want[key], rtol=1e-6, atol=1e-7)
+
+
+def test_evaluate_memory_does_not_grow_with_the_size_of_the_classes():
+  """The compiled chunk holds O(chunk N) temporaries with classes of N / 2 items: no
+  `[chunk, R, R]` comparison (which needed 8 GB here before) nor a `[chunk, N, R]` one."""
+  rng = np.random.default_rng(0)
+  n, chunk = 4096, 64
+  x = rng.standard_normal((n, 8)).astype(np.float32)
+  labels = rng.integers(0, 2, n)
+  relevance = retrieval._ClassRelevance(labels, labels, leave_one_out=True)
+  self_ids, index, ok = relevance(np.arange(chunk, dtype=np.int32))
+  assert index.shape == (chunk, np.bincount(labels).max())
+  prepared = retrieval._prepare_items(jaxrank.similarity.cosine, jnp.asarray(x), x.dtype)
+  for branch in ("numpy", "xla"):
+    with ranking.descending_ranks_branch(branch):
+      compiled = retrieval._evaluate_chunk.lower(
+          x[:chunk], self_ids, index, ok, prepared, ks=(1,),
+          similarity_fn=jaxrank.similarity.cosine, branch=branch,
+      ).compile()
+    temporaries = compiled.memory_analysis().temp_size_in_bytes
+    assert temporaries < 16 * chunk * n * 4, (branch, temporaries)

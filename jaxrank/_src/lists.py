@@ -6,6 +6,7 @@ rax's conventions: a list without a valid relevant item is left out of the reduc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -105,14 +106,35 @@ def safe_reduce(
   if reduce_fn is None:
     return values
   if reduce_fn is jnp.mean:
-    if weights is not None:
-      total = jnp.sum(weights).astype(values.dtype)
-      return jnp.sum(values) / jnp.where(total != 0, total, jnp.ones_like(total))
-    count = jnp.sum(valid, dtype=values.dtype)
-    return jnp.sum(values) / jnp.maximum(count, 1)
+    reduce_fn = Mean(jnp.sum)
+  if isinstance(reduce_fn, Mean):
+    return reduce_fn(values, where=valid, weights=weights)
   # Any other reduce_fn sees the masked values and the mask, and must itself give 0 for an empty
-  # mask (jnp.sum does). It may use collectives (see sharded_mean), so no local test is added here.
+  # mask (jnp.sum does).
   return reduce_fn(values, where=valid)
+
+
+class Mean:
+  """A `reduce_fn`: the mean over the valid lists, its sums taken by `sum_fn`.
+
+  `safe_reduce` treats `jnp.mean` as `Mean(jnp.sum)`; `sharded_mean` is a `Mean` whose sums run
+  over the devices of a mesh axis. With per-list weights (passed by `safe_reduce`), the mean is
+  `sum(weights * values) / sum(weights)` over the valid lists, 0 when the valid weights sum to 0;
+  without, the sum over the count, 0 with no valid list (and a zero gradient either way).
+  """
+
+  def __init__(self, sum_fn: Callable[[jax.Array], jax.Array]):
+    self.sum_fn = sum_fn
+
+  def __call__(
+      self, values: jax.Array, where: jax.Array, weights: jax.Array | None = None
+  ) -> jax.Array:
+    values = jnp.where(where, values, jnp.zeros_like(values))
+    if weights is None:
+      count = self.sum_fn(where.astype(values.dtype))
+      return self.sum_fn(values) / jnp.maximum(count, 1)
+    total = self.sum_fn(jnp.where(where, weights, jnp.zeros_like(weights))).astype(values.dtype)
+    return self.sum_fn(values) / jnp.where(total != 0, total, jnp.ones_like(total))
 
 
 def nan_if_any(values: jax.Array, scores: jax.Array, where: jax.Array) -> jax.Array:

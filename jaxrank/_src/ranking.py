@@ -4,8 +4,9 @@ Every exact metric in jaxrank is a function of where the relevant items of a lis
 module computes that once, in two ways that give the same statistics:
 
 * `tie_groups` sorts a list (O(n log n)) and describes the group of tied scores each item is in;
-* `evaluate_retrieval` counts, for each relevant item, the items scored above it and tied with it
-  without sorting (O(n) per relevant item), which is faster for long lists with few relevant items.
+* `count_above_and_tied` (for `evaluate_retrieval`) counts, for each relevant item, the items
+  scored above it and tied with it, without ranking the list: by comparing (O(n) per relevant item,
+  the fastest way for long lists with few relevant items) or, for many, by one sort of the scores.
 
 Both feed `relevant_item_statistics`, the single place where the tie policy lives:
 
@@ -24,7 +25,7 @@ import contextlib
 import contextvars
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import jax
@@ -253,6 +254,158 @@ def list_relevant_statistics(
 
 
 # ---------------------------------------------------------------------------------------------
+# Counting around relevant items (`evaluate_retrieval`): the statistics without sorting the lists.
+
+COMPARE_UP_TO = 32
+"""Relevant items per list up to which the counts compare every item with every relevant score.
+
+Comparing is O(n R) per list for R relevant items, and on CPU the fastest way for small R (one
+vectorised compare-and-add per item and relevant score); beyond, the counts come from one sort of
+each list (O(n log n) whatever R). Measured on 2 CPU cores, 256 lists of 10,000 scores: comparing
+takes 3 ms at R = 12, 7 ms at R = 32, 36 ms at R = 256 and 97 ms at R = 1,024; numpy's sort and
+search take 4 to 30 ms across those R.
+"""
+
+
+class Counts(NamedTuple):
+  """What `count_above_and_tied` finds around thresholds, each array `[c, R]`.
+
+  Attributes:
+    thresholds: the thresholds of each list in decreasing order, NaN (empty slots) last.
+    above: the valid scores of the list strictly above each threshold (0 for NaN).
+    tied: the valid scores of the list equal to each threshold (0 for NaN).
+  """
+
+  thresholds: jax.Array
+  above: jax.Array
+  tied: jax.Array
+
+
+def count_above_and_tied(scores: jax.Array, thresholds: jax.Array) -> Counts:
+  """For each threshold, the scores of its list strictly above it and equal to it.
+
+  Args:
+    scores: `[c, n]` floating scores; NaN entries count for nothing (mark excluded items so).
+    thresholds: `[c, R]` of the same dtype, the values to count around (the relevant items'
+      scores); NaN marks an empty slot.
+
+  Returns:
+    `Counts`, with the thresholds sorted (in decreasing order, NaN last) and the counts in that
+    order, int32. The same integers on every path: with at most `COMPARE_UP_TO` thresholds, on
+    CPU, by comparing (O(n R) per list, `[R, c]` accumulators); otherwise by one sort of each list
+    and a binary search of the sorted thresholds (O((n + R) log n) per list): numpy's sort through
+    `jax.pure_callback` on CPU, XLA's sort elsewhere (`descending_ranks_branch` forces either, as
+    for the ranks). Memory O(c (n + R)).
+  """
+  branch = _DESCENDING_RANKS_BRANCH.get()
+  if thresholds.shape[-1] <= COMPARE_UP_TO and branch != "xla":
+    ordered = -jnp.sort(-thresholds, axis=-1)  # Decreasing, NaN last.
+    above, tied = _compare_counts(scores, ordered)
+  elif branch == "numpy":
+    ordered, above, tied = _cpu_sorted_counts(scores, thresholds)
+  elif branch == "xla":
+    ordered, above, tied = xla_sorted_counts(scores, thresholds)
+  else:
+    ordered, above, tied = lax.platform_dependent(
+        scores, thresholds, cpu=_cpu_sorted_counts, default=xla_sorted_counts
+    )
+  empty = jnp.isnan(ordered)
+  return Counts(ordered, jnp.where(empty, 0, above), jnp.where(empty, 0, tied))
+
+
+def _compare_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """The counts by comparing: a loop over the `n` items with `[R, c]` accumulators.
+
+  Each step is one vectorised compare-and-add; on CPU this runs about 50x faster than
+  `jnp.sum(scores[:, :, None] > thresholds[:, None, :], axis=1)`, whose XLA reduction is not
+  vectorised, and it never materialises the `[c, n, R]` comparison.
+  """
+  scores_t, thresholds_t = scores.T, thresholds.T  # [n, c], [R, c]
+
+  def step(j, counts):
+    above, tied = counts
+    row = scores_t[j][None, :]
+    above = above + (row > thresholds_t).astype(jnp.int32)
+    return above, tied + (row == thresholds_t).astype(jnp.int32)
+
+  zeros = jnp.zeros(thresholds_t.shape, jnp.int32)
+  zeros = lists.varying_like(lists.varying_like(zeros, thresholds_t), scores_t)
+  above, tied = lax.fori_loop(0, scores_t.shape[0], step, (zeros, zeros), unroll=4)
+  return above.T, tied.T
+
+
+def xla_sorted_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Array, ...]:
+  """`(thresholds in decreasing order, above, tied)` by XLA's sorts and a binary search: the
+  path on GPU and TPU. Negated, the scores and thresholds sort increasing with NaN last, where
+  no search reaches them (NaN compares False)."""
+  negated = jnp.sort(-scores, axis=-1)
+  keys = jnp.sort(-thresholds, axis=-1)
+
+  def search(side):
+    found = jax.vmap(lambda row, x: jnp.searchsorted(row, x, side=side))(negated, keys)
+    return found.astype(jnp.int32)
+
+  above = search("left")  # -s < -t: s > t.
+  return -keys, above, search("right") - above
+
+
+def numpy_sorted_counts(scores: np.ndarray, thresholds: np.ndarray) -> tuple[np.ndarray, ...]:
+  """`xla_sorted_counts` in numpy (about 10x faster on CPU), the lists split over the cores.
+
+  The thresholds are searched in increasing order of their negation, which lets numpy's binary
+  search start from the previous answer (10x faster than searching them unsorted).
+  """
+  scores, thresholds = np.asarray(scores), np.asarray(thresholds)
+  lead = np.broadcast_shapes(scores.shape[:-1], thresholds.shape[:-1])
+  scores = np.broadcast_to(scores, lead + scores.shape[-1:]).reshape(-1, scores.shape[-1])
+  keys = np.broadcast_to(thresholds, lead + thresholds.shape[-1:])
+  keys = -keys.reshape(-1, thresholds.shape[-1])
+  above = np.empty(keys.shape, np.int32)
+  tied = np.empty(keys.shape, np.int32)
+
+  def count_block(lo: int, hi: int) -> None:
+    keys[lo:hi] = np.sort(keys[lo:hi], axis=-1)  # NaN last, as in XLA.
+    negated = np.sort(-scores[lo:hi], axis=-1)
+    for i in range(hi - lo):
+      above[lo + i] = np.searchsorted(negated[i], keys[lo + i], side="left")
+      tied[lo + i] = np.searchsorted(negated[i], keys[lo + i], side="right") - above[lo + i]
+
+  map_row_blocks(count_block, scores.shape[0], scores.size)
+  shape = lead + thresholds.shape[-1:]
+  return -keys.reshape(shape), above.reshape(shape), tied.reshape(shape)
+
+
+def _cpu_sorted_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Array, ...]:
+  lead = jnp.broadcast_shapes(scores.shape[:-1], thresholds.shape[:-1])
+  shape = lead + thresholds.shape[-1:]
+  shapes = (jax.ShapeDtypeStruct(shape, thresholds.dtype),)
+  shapes += (jax.ShapeDtypeStruct(shape, jnp.int32),) * 2
+  out = jax.pure_callback(
+      numpy_sorted_counts, shapes, scores, thresholds, vmap_method="broadcast_all"
+  )
+  # Inside shard_map the results vary as their inputs do; the callback does not record it.
+  return tuple(lists.varying_like(lists.varying_like(x, thresholds), scores) for x in out)
+
+
+def relevant_ties(ordered: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Where each relevant item stands among the relevant items of its list.
+
+  Args:
+    ordered: `[c, R]` scores of the relevant items in decreasing order, NaN (empty slots) last
+      (`Counts.thresholds`).
+
+  Returns:
+    `(relevant_above, relevant_tied, tie_position)`, each `[c, R]` int32: the relevant items
+    scored strictly higher, those scored equal (itself included), and its place among those equal
+    (1 for the first), the inputs of `relevant_item_statistics`; O(R) per list. Values in empty
+    slots are unspecified.
+  """
+  start, end = run_bounds(ordered[..., 1:] != ordered[..., :-1])  # Each NaN is a run of its own.
+  iota = lax.broadcasted_iota(jnp.int32, ordered.shape, ordered.ndim - 1)
+  return start, end - start + 1, iota - start + 1
+
+
+# ---------------------------------------------------------------------------------------------
 # Blackbox ranks (RaMBO).
 
 
@@ -282,21 +435,31 @@ def numpy_descending_ranks(scores: np.ndarray) -> np.ndarray:
   the ranks are the same whatever the split.
   """
   scores = np.asarray(scores)
-  if scores.ndim < 2 or scores.size < _PARALLEL_ITEMS:
+  if scores.ndim < 2:
     return _numpy_descending_ranks(scores)
   rows = scores.reshape(-1, scores.shape[-1])
-  workers = min(_num_cores(), rows.shape[0])
-  if workers < 2:
-    return _numpy_descending_ranks(scores)
   ranks = np.empty_like(rows)
-  bounds = np.linspace(0, rows.shape[0], workers + 1).astype(int)
 
-  def sort_block(block: int) -> None:
-    lo, hi = bounds[block], bounds[block + 1]
+  def sort_block(lo: int, hi: int) -> None:
     ranks[lo:hi] = _numpy_descending_ranks(rows[lo:hi])
 
-  list(_sort_pool(workers).map(sort_block, range(workers)))
+  map_row_blocks(sort_block, rows.shape[0], rows.size)
   return ranks.reshape(scores.shape)
+
+
+def map_row_blocks(fn: Callable[[int, int], None], num_rows: int, size: int) -> None:
+  """Calls `fn(lo, hi)` on blocks of rows `[lo, hi)` covering `range(num_rows)`, one per core.
+
+  For numpy callbacks on independent lists (numpy's sort releases the GIL): the callback otherwise
+  runs on one core while XLA's other threads wait for it. `size` is the number of values in all;
+  below `_PARALLEL_ITEMS` one call on this thread is faster than a hand-off to the pool.
+  """
+  workers = min(_num_cores(), num_rows)
+  if workers < 2 or size < _PARALLEL_ITEMS:
+    fn(0, num_rows)
+    return
+  bounds = np.linspace(0, num_rows, workers + 1).astype(int)
+  list(_sort_pool(workers).map(fn, bounds[:-1], bounds[1:]))
 
 
 # Below this many scores one thread sorts faster than a hand-off to the pool.
@@ -351,7 +514,8 @@ DESCENDING_RANKS_BRANCHES = ("numpy", "xla")
 
 @contextlib.contextmanager
 def descending_ranks_branch(branch: str) -> Iterator[None]:
-  """Makes `descending_ranks` take one branch on every platform, inside the block (for tests).
+  """Makes `descending_ranks` (and `count_above_and_tied`) take one branch on every platform,
+  inside the block (for tests).
 
   `"numpy"` is the CPU path (numpy's sort through `jax.pure_callback`, which also runs on an
   accelerator, through the host); `"xla"` is the GPU/TPU path (`xla_descending_ranks`), so the
@@ -378,6 +542,12 @@ def descending_ranks_branch(branch: str) -> Iterator[None]:
     yield
   finally:
     _DESCENDING_RANKS_BRANCH.reset(token)
+
+
+def forced_branch() -> str | None:
+  """The branch `descending_ranks_branch` forces here (`None`: chosen by platform), for code that
+  must key its compiled programs by it."""
+  return _DESCENDING_RANKS_BRANCH.get()
 
 
 def _descending_ranks_on(scores: jax.Array, branch: str | None) -> jax.Array:

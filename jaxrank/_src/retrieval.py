@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.sharding import PartitionSpec as P
 
 from jaxrank import types
@@ -173,66 +174,58 @@ def batch_retrieval(
 # Evaluation at scale.
 
 
-def _count_above_and_tied(scores_t: jax.Array, thresholds: jax.Array) -> tuple[jax.Array, ...]:
-  """For each threshold `[c, R]`, the scores in its column of `scores_t [N, c]` above and equal.
-
-  A loop over the `N` rows with `[R, c]` accumulators: each step is a vectorised compare-and-add.
-  On CPU this runs about 50x faster than `jnp.sum(scores[:, None, :] > thresholds[..., None])`,
-  whose XLA reduction is not vectorised, and it never materialises the `[c, R, N]` comparison.
-  """
-  thresholds = thresholds.T  # [R, c]
-
-  def step(j, counts):
-    above, tied = counts
-    row = scores_t[j][None, :]
-    above = above + (row > thresholds).astype(jnp.int32)
-    return above, tied + (row == thresholds).astype(jnp.int32)
-
-  zeros = jnp.zeros(thresholds.shape, jnp.int32)
-  above, tied = jax.lax.fori_loop(0, scores_t.shape[0], step, (zeros, zeros), unroll=4)
-  return above.T, tied.T
+def _without_excluded(scores, excluded):
+  """The lists `scores [c, N]` with excluded items (the query itself, padding) made NaN, which
+  counts for nothing, and how many valid items of each list score NaN `[c]`."""
+  nan_count = jnp.sum(jnp.isnan(scores) & ~excluded, axis=-1, dtype=jnp.int32)
+  return jnp.where(excluded, jnp.nan, scores), nan_count
 
 
+def _relevant_scores(scores, relevant_index, relevant_ok):
+  """The scores `[c, R]` of the relevant items of each list, NaN in empty slots (counts 0)."""
+  index = jnp.clip(relevant_index, 0, scores.shape[-1] - 1)
+  return jnp.where(relevant_ok, jnp.take_along_axis(scores, index, axis=-1), jnp.nan)
+
+
+@functools.partial(jax.jit, static_argnames=("ks", "similarity_fn", "branch"))
 def _evaluate_chunk(
-    queries, self_index, relevant_index, relevant_ok, gallery, *, ks, similarity_fn
+    queries, self_index, relevant_index, relevant_ok, prepared, *, ks, similarity_fn, branch
 ):
-  """Per-query metrics of one chunk of queries against the whole gallery.
+  """Per-query metrics of one chunk of queries against the whole (prepared) gallery.
 
-  Counting instead of sorting: for each relevant item of a query, the gallery items scored above it
-  and tied with it (O(N) per relevant item), then `ranking.relevant_item_statistics`.
+  Counting instead of sorting the lists: for each relevant item of a query, the gallery items
+  scored above it and tied with it (`ranking.count_above_and_tied`), then
+  `ranking.relevant_item_statistics`. `branch` is the counting's branch
+  (`ranking.descending_ranks_branch`), read when called, so that code traced with one branch is
+  never reused with another.
   """
-  n, c = gallery.shape[0], queries.shape[0]
-  # Scored as `batch_retrieval` scores, then transposed to [N, c]: the counting loop runs over
-  # gallery rows.
-  scores_t = similarity_fn(queries, gallery).T
-  dtype = lists.compute_dtype(scores_t.dtype)
-  scores_t = scores_t.astype(dtype)
-  row = jax.lax.broadcasted_iota(jnp.int32, scores_t.shape, 0)
-  scores_t = jnp.where(row == self_index[None, :], -jnp.inf, scores_t)  # Leave the query out.
-  rel = scores_t[relevant_index, jnp.arange(c)[:, None]]  # [c, R]
-  rel = jnp.where(relevant_ok, rel, jnp.nan)  # NaN compares False: empty slots count nothing.
-  above, tied = _count_above_and_tied(scores_t, rel)
-  # A valid NaN score makes the query's values NaN, as in the list metrics (NaN compares False,
-  # so the counts alone would hide it). The query itself (-inf) is not a valid item.
-  poisoned = jnp.any(jnp.isnan(scores_t), axis=0)
+  del branch  # Read by the counting when traced; a key of the compiled code.
+  scores = similarity.score_prepared(similarity_fn, queries, prepared)
+  dtype = lists.compute_dtype(scores.dtype)
+  column = jax.lax.broadcasted_iota(jnp.int32, scores.shape, 1)
+  scores, nan_count = _without_excluded(scores.astype(dtype), column == self_index[:, None])
+  rel = _relevant_scores(scores, relevant_index, relevant_ok)
+  counts = ranking.count_above_and_tied(scores, rel)
   return _metrics_from_counts(
-      rel, above, tied, relevant_ok, poisoned, list_size=n, ks=ks, dtype=dtype
+      counts, relevant_ok, nan_count > 0, list_size=scores.shape[1], ks=ks, dtype=dtype
   )
 
 
-def _metrics_from_counts(rel, above, tied, relevant_ok, poisoned, *, list_size, ks, dtype):
-  """Per-query metrics `[c]` (and the relevant counts) from the scores `rel [c, R]` of the
-  relevant items and the counts of gallery items above and tied with each."""
-  other = rel[:, None, :]  # [c, 1, R]: the other relevant items of the query.
-  mine = rel[:, :, None]  # [c, R, 1]
-  slot = jnp.arange(rel.shape[1])
-  relevant_above = jnp.sum(other > mine, axis=-1, dtype=jnp.int32)
-  relevant_tied = jnp.sum(other == mine, axis=-1, dtype=jnp.int32)
-  earlier = (other == mine) & (slot[None, None, :] < slot[None, :, None])
-  tie_position = 1 + jnp.sum(earlier, axis=-1, dtype=jnp.int32)
+def _metrics_from_counts(counts, relevant_ok, poisoned, *, list_size, ks, dtype):
+  """Per-query metrics `[c]` (and the relevant counts) from the `ranking.Counts` of the gallery
+  items around the relevant items of each query, `relevant_ok [c, R]` its filled slots.
+
+  A valid NaN score (`poisoned [c]`) makes the query's values NaN, as in the list metrics: NaN is
+  counted neither above nor tied, so the counts alone would hide it.
+  """
+  relevant_above, relevant_tied, tie_position = ranking.relevant_ties(counts.thresholds)
   stats = ranking.relevant_item_statistics(
-      above, tied, relevant_above, relevant_tied, tie_position, list_size=list_size, dtype=dtype
+      counts.above, counts.tied, relevant_above, relevant_tied, tie_position, list_size=list_size,
+      dtype=dtype,
   )
+  # The counts are in decreasing order of the relevant scores: the filled slots come first.
+  num_rel = jnp.sum(relevant_ok, axis=-1)
+  relevant_ok = lax.broadcasted_iota(jnp.int32, relevant_ok.shape, 1) < num_rel[:, None]
   num_rel = jnp.sum(relevant_ok, axis=-1)
   out = {
       "map@r": metrics.map_at_r_from_statistics(stats, relevant_ok, num_rel, dtype),
@@ -245,7 +238,7 @@ def _metrics_from_counts(rel, above, tied, relevant_ok, poisoned, *, list_size, 
   return out, num_rel
 
 
-_evaluate_chunk_jit = jax.jit(_evaluate_chunk, static_argnames=("ks", "similarity_fn"))
+_prepare_items = jax.jit(similarity.prepare_items, static_argnums=(0, 2))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,58 +246,66 @@ _evaluate_chunk_jit = jax.jit(_evaluate_chunk, static_argnames=("ks", "similarit
 
 
 def _sharded_step(
-    step, take, queries, self_ids, relevant_index, relevant_ok, gallery, gallery_ids, *,
+    take, queries, prepared, gallery_ids, self_ids, relevant_index, relevant_ok, *,
     axes, list_size, ks, similarity_fn,
 ):
   """One chunk of queries on one device, inside `shard_map` over every axis of the mesh.
 
-  The chunk is the one `_evaluate_chunk` takes in one process: `take [c]` gives, for each of its
-  queries, this device's slot holding it (-1 where another device holds it), and a `psum` in which
-  every other device adds an exact 0 assembles it on every device. Each device scores the chunk
-  against its own run of gallery rows (global ids `gallery_ids`, -1 in padding slots) and counts,
-  for each relevant item, its rows above and tied; the integer counts add up over devices. The
-  score of a relevant item comes from the device that holds it, by the same exact `psum`. The
-  metrics are then computed on every device from the same `[c, R]` arrays as in one process.
+  The chunk is the one `_evaluate_chunk` takes in one process. Its relevant items (global gallery
+  ids `relevant_index [c, R]`, `relevant_ok`) and the global ids of its queries (`self_ids`, -1
+  without leave-one-out) are the same on every device. Its query embeddings are assembled on every
+  device: `take [c]` gives, for each query, this device's slot holding it (-1 where another device
+  holds it), and a `psum` in which every other device adds an exact 0 gathers them. Each device
+  scores the chunk against its own run of (prepared) gallery rows (global ids `gallery_ids`, -1 in
+  padding slots) and counts, for each relevant item, its rows above and tied; the integer counts
+  add up over devices. The score of a relevant item comes from the device that holds it, by the
+  same exact `psum`. The metrics then come from the same `[c, R]` arrays as in one process.
   """
-  take = take[step]
   held = take >= 0
-  rows = jnp.clip(take, 0)
-
-  def assemble(x):
-    mask = held.reshape(-1, *([1] * (x.ndim - 1)))
-    return jax.lax.psum(jnp.where(mask, x[rows], jnp.zeros((), x.dtype)), axes)
-
-  q, selves, index = assemble(queries), assemble(self_ids), assemble(relevant_index)
-  ok = assemble(relevant_ok.astype(jnp.int32)) > 0
-  scores_t = similarity_fn(q, gallery).T  # [S, c]: this device's rows against the chunk.
-  dtype = lists.compute_dtype(scores_t.dtype)
-  scores_t = scores_t.astype(dtype)
-  valid = (gallery_ids >= 0)[:, None]
-  scores_t = jnp.where(valid & (gallery_ids[:, None] == selves[None, :]), -jnp.inf, scores_t)
-  nan_count = jax.lax.psum(jnp.sum(jnp.isnan(scores_t) & valid, axis=0, dtype=jnp.int32), axes)
-  scores_t = jnp.where(valid, scores_t, jnp.nan)  # Padding slots count nothing.
-  position = index - gallery_ids[0]  # This device's rows are consecutive gallery ids.
-  here = ok & (position >= 0) & (position < jnp.sum(gallery_ids >= 0))
-  rel = scores_t[jnp.clip(position, 0, scores_t.shape[0] - 1), jnp.arange(q.shape[0])[:, None]]
+  q = jax.lax.psum(jnp.where(held[:, None], queries[jnp.clip(take, 0)], 0), axes)
+  scores = similarity.score_prepared(similarity_fn, q, prepared)  # [c, S]: this device's rows.
+  dtype = lists.compute_dtype(scores.dtype)
+  padding = (gallery_ids < 0)[None, :]
+  excluded = padding | (gallery_ids[None, :] == self_ids[:, None])
+  scores, nan_count = _without_excluded(scores.astype(dtype), excluded)
+  position = relevant_index - gallery_ids[0]  # This device's rows are consecutive gallery ids.
+  here = relevant_ok & (position >= 0) & (position < jnp.sum(~padding))
+  rel = _relevant_scores(scores, position, here)
   rel = jax.lax.psum(jnp.where(here, rel, jnp.zeros((), dtype)), axes)
-  rel = jnp.where(ok, rel, jnp.nan)  # NaN compares False: empty slots count nothing.
-  above, tied = _count_above_and_tied(scores_t, rel)
-  above, tied = jax.lax.psum(above, axes), jax.lax.psum(tied, axes)
+  counts = ranking.count_above_and_tied(scores, jnp.where(relevant_ok, rel, jnp.nan))
+  above, tied, nan_count = (jax.lax.psum(x, axes) for x in (counts.above, counts.tied, nan_count))
   return _metrics_from_counts(
-      rel, above, tied, ok, nan_count > 0, list_size=list_size, ks=ks, dtype=dtype
+      counts._replace(above=above, tied=tied), relevant_ok, nan_count > 0, list_size=list_size,
+      ks=ks, dtype=dtype,
   )
 
 
-@functools.partial(jax.jit, static_argnames=("mesh", "list_size", "ks", "similarity_fn"))
-def _sharded_step_jit(step, *arrays, mesh, list_size, ks, similarity_fn):
+@functools.partial(
+    jax.jit, static_argnames=("mesh", "list_size", "ks", "similarity_fn", "branch")
+)
+def _sharded_step_jit(
+    take, queries, prepared, gallery_ids, self_ids, relevant_index, relevant_ok, *, mesh,
+    list_size, ks, similarity_fn, branch,
+):
+  del branch  # Read by the counting when traced; a key of the compiled code.
   axes = tuple(mesh.axis_names)
   body = functools.partial(
       _sharded_step, axes=axes, list_size=list_size, ks=ks, similarity_fn=similarity_fn
   )
+  split, same = P(axes), P()
   return jax.shard_map(
-      body, mesh=mesh, in_specs=(P(),) + (P(axes),) * len(arrays), out_specs=P(),
-      check_vma=False,
-  )(step, *arrays)
+      body, mesh=mesh, in_specs=(split,) * 4 + (same,) * 3, out_specs=same, check_vma=False
+  )(take, queries, prepared, gallery_ids, self_ids, relevant_index, relevant_ok)
+
+
+@functools.partial(jax.jit, static_argnames=("mesh", "similarity_fn", "query_dtype"))
+def _prepare_sharded(gallery, *, mesh, similarity_fn, query_dtype):
+  """`similarity.prepare_items` on each device's rows, where they lie."""
+  split = P(tuple(mesh.axis_names))
+  return jax.shard_map(
+      lambda rows: similarity.prepare_items(similarity_fn, rows, query_dtype),
+      mesh=mesh, in_specs=split, out_specs=split, check_vma=False,
+  )(gallery)
 
 
 def _layout(mesh, counts):
@@ -328,6 +329,18 @@ def _layout(mesh, counts):
   return mine, max(step.values())
 
 
+def _put_rows(mesh, counts, local, fill):
+  """This process's rows `local` as its part of a global array split over every axis of `mesh`
+  (its devices' runs of rows, padded with `fill` to the longest run), and the runs' layout."""
+  layout, rows = _layout(mesh, counts)
+  first = int(np.sum(counts[: jax.process_index()]))
+  blocks = {}
+  for d, start, held in layout:
+    part = local[start - first : start - first + held]
+    blocks[d] = np.concatenate([part, np.full((rows - held, *part.shape[1:]), fill, part.dtype)])
+  return _put(mesh, blocks), layout
+
+
 def _put(mesh, blocks):
   """A global array split over every axis of `mesh`, from this process's per-device blocks."""
   sharding = jax.NamedSharding(mesh, P(tuple(mesh.axis_names)))
@@ -337,13 +350,24 @@ def _put(mesh, blocks):
   return jax.make_array_from_single_device_arrays(shape, sharding, arrays)
 
 
-def _evaluate_sharded(
-    fn, mesh, queries, q_labels, gallery, g_labels, leave_one_out, *, ks, chunk_size,
-    similarity_fn,
-):
-  """Per-query values `[Q]` and relevant counts of the job's whole query set, on every process."""
+def _replicated(mesh, x):
+  """The same host array `x` on every device of `mesh` (every process passes the same values)."""
+  sharding = jax.NamedSharding(mesh, P())
+  return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+
+def _allgather_rows(local, sizes):
+  """Every process's rows `local [n_p, ...]`, concatenated in process order (`sizes [P]`)."""
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
 
+  padded = np.pad(local, [(0, int(sizes.max()) - len(local))] + [(0, 0)] * (local.ndim - 1))
+  gathered = np.asarray(multihost_utils.process_allgather(padded))
+  gathered = gathered.reshape(len(sizes), -1, *local.shape[1:])
+  return np.concatenate([gathered[p, : sizes[p]] for p in range(len(sizes))])
+
+
+def _job_sizes(fn, mesh, queries, gallery):
+  """`[P, 3]`: each process's number of queries, gallery rows and dimension, checked."""
   # Checked before the first collective, which would wait for the processes left out.
   missing = sorted(set(range(jax.process_count())) - {d.process_index for d in mesh.devices.flat})
   if missing:
@@ -351,78 +375,151 @@ def _evaluate_sharded(
         f"{fn}: the mesh has no device of process(es) {missing}; build it over jax.devices() "
         "(every device of the job), e.g. jax.make_mesh((jax.device_count(),), ('batch',))."
     )
-  sizes = np.array([queries.shape[0], gallery.shape[0], queries.shape[1]], np.int64)
-  sizes = np.asarray(multihost_utils.process_allgather(sizes)).reshape(-1, 3)  # [P, 3]
+  sizes = np.array([[queries.shape[0], gallery.shape[0], queries.shape[1]]], np.int64)
+  sizes = _allgather_rows(sizes, np.ones(jax.process_count(), np.int64))
   if np.any(sizes[:, 2] != sizes[0, 2]):
     raise ValueError(
         f"{fn}: the processes' embeddings differ in dimension ({sizes[:, 2].tolist()}); give "
         "every process rows of the same [., D]."
     )
+  return sizes
+
+
+def _evaluate_sharded(
+    fn, mesh, queries, q_labels, gallery, g_labels, leave_one_out, *, ks, chunk_size,
+    similarity_fn,
+):
+  """Per-query values `[Q]` and relevant counts of the job's whole query set, on every process."""
+  sizes = _job_sizes(fn, mesh, queries, gallery)
   num_queries, n = int(sizes[:, 0].sum()), int(sizes[:, 1].sum())
-  # Every process learns every gallery label (4 bytes an item, against 4 D for an embedding).
-  padded = np.pad(g_labels.astype(np.int64), (0, int(sizes[:, 1].max()) - len(g_labels)))
-  gathered = np.asarray(multihost_utils.process_allgather(padded)).reshape(len(sizes), -1)
-  all_labels = np.concatenate([gathered[p, : sizes[p, 1]] for p in range(len(sizes))])
-  order = np.argsort(all_labels, kind="stable").astype(np.int32)
-  classes, starts, counts = np.unique(all_labels[order], return_index=True, return_counts=True)
-  slots = np.arange(int(counts.max()))
-  me = jax.process_index()
-  q_first, g_first = int(sizes[:me, 0].sum()), int(sizes[:me, 1].sum())
-
-  def blocks(layout, rows, local, first, fill):
-    out = {}
-    for d, start, held in layout:
-      part = local[start - first : start - first + held]
-      out[d] = np.concatenate([part, np.full((rows - held, *part.shape[1:]), fill, part.dtype)])
-    return out
-
-  q_layout, q_rows = _layout(mesh, sizes[:, 0])
-  query_ids = np.arange(q_first, q_first + len(queries), dtype=np.int32)
-  self_ids = query_ids if leave_one_out else np.full(len(queries), -1, np.int32)
-  # The relevant items of a class are one block of the gallery sorted by label, as in one process.
-  pos = np.clip(np.searchsorted(classes, q_labels), 0, len(classes) - 1)
-  count = np.where(classes[pos] == q_labels, counts[pos], 0)
-  relevant_index = order[np.clip(starts[pos][:, None] + slots, 0, n - 1)]
-  relevant_ok = (slots[None, :] < count[:, None]) & (relevant_index != self_ids[:, None])
-  # The chunks of one process: the step's queries, and which slot of which device holds each.
-  chunk = max(min(chunk_size, num_queries), 2)
-  steps = -(-num_queries // chunk)
-  wanted = np.arange(steps * chunk).reshape(steps, chunk)
-  take = {}
-  for d, start, held in q_layout:
-    here = (wanted >= start) & (wanted < start + held)
-    take[d] = np.where(here, wanted - start, -1).astype(np.int32)
-  query_array = _put(mesh, blocks(q_layout, q_rows, queries, q_first, 0))
-  arrays = [
-      _put(mesh, take),
-      query_array,
-      _put(mesh, blocks(q_layout, q_rows, self_ids, q_first, -1)),
-      _put(mesh, blocks(q_layout, q_rows, relevant_index.astype(np.int32), q_first, 0)),
-      _put(mesh, blocks(q_layout, q_rows, relevant_ok, q_first, False)),
-  ]
+  # Every process learns every label (4 bytes an item, against 4 D for an embedding), and so
+  # the relevant items of every chunk, as in one process.
+  all_q_labels = _allgather_rows(q_labels.astype(np.int64), sizes[:, 0])
+  all_g_labels = all_q_labels if leave_one_out else (
+      _allgather_rows(g_labels.astype(np.int64), sizes[:, 1])
+  )
+  relevance = _ClassRelevance(all_q_labels, all_g_labels, leave_one_out)
+  query_array, q_layout = _put_rows(mesh, sizes[:, 0], queries, 0)
   if leave_one_out:
-    arrays += [query_array, _put(mesh, blocks(q_layout, q_rows, query_ids, q_first, -1))]
+    gallery_array, g_layout = query_array, q_layout
   else:
-    g_layout, g_rows = _layout(mesh, sizes[:, 1])
-    gallery_ids = np.arange(g_first, g_first + len(gallery), dtype=np.int32)
-    arrays += [
-        _put(mesh, blocks(g_layout, g_rows, gallery, g_first, 0)),
-        _put(mesh, blocks(g_layout, g_rows, gallery_ids, g_first, -1)),
-    ]
-  results = [
-      _sharded_step_jit(
-          np.int32(step), *arrays, mesh=mesh, list_size=n, ks=ks, similarity_fn=similarity_fn
-      )
-      for step in range(steps)
-  ]
+    gallery_array, g_layout = _put_rows(mesh, sizes[:, 1], gallery, 0)
+  g_first = int(sizes[: jax.process_index(), 1].sum())
+  ids = np.arange(g_first, g_first + len(gallery), dtype=np.int32)
+  gallery_ids, _ = _put_rows(mesh, sizes[:, 1], ids, -1)
+  prepared = _prepare_sharded(
+      gallery_array, mesh=mesh, similarity_fn=similarity_fn, query_dtype=queries.dtype
+  )
+  branch = ranking.forced_branch()
+  results = []
+  for rows in _chunks(num_queries, chunk_size):
+    # Which slot of which of this process's devices holds each query of the chunk (-1: none).
+    take = {d: np.where((rows >= start) & (rows < start + held), rows - start, -1)
+            for d, start, held in q_layout}
+    same = [_replicated(mesh, x) for x in relevance(rows)]  # Self ids, relevant items.
+    results.append(
+        _sharded_step_jit(
+            _put(mesh, {d: t.astype(np.int32) for d, t in take.items()}), query_array, prepared,
+            gallery_ids, *same, mesh=mesh, list_size=n, ks=ks, similarity_fn=similarity_fn,
+            branch=branch,
+        )
+    )
   # Replicated results: every process reads its own copy.
-  fetched = jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), results)
-  num_relevant = np.concatenate([num_rel for _, num_rel in fetched])[:num_queries]
+  return _per_query(jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), results), ks,
+                    num_queries)
+
+
+# ---------------------------------------------------------------------------------------------
+# The chunks and their relevant items, shared by both paths.
+
+
+def _chunks(num_queries, chunk_size):
+  """The global query ids of each chunk `[c]`, all of one length (the last padded with -1): one
+  compiled program serves them all. At least two rows: a single row takes XLA's matrix-vector
+  kernel, which rounds differently from the matrix product of `batch_retrieval`
+  (see `jaxrank.similarity`)."""
+  chunk = max(min(chunk_size, num_queries), 2)
+  for begin in range(0, num_queries, chunk):
+    rows = np.arange(begin, begin + chunk, dtype=np.int32)
+    yield np.where(rows < num_queries, rows, -1)
+
+
+def _per_query(results, ks, num_queries):
+  """The per-query values `[Q]` and relevant counts from the chunks' fetched results."""
+  num_relevant = np.concatenate([num_rel for _, num_rel in results])[:num_queries]
   keys = [f"recall@{k}" for k in ks] + ["map@r", "map", "tie_aware_map"]
   per_query = {
-      key: np.concatenate([values[key] for values, _ in fetched])[:num_queries] for key in keys
+      key: np.concatenate([values[key] for values, _ in results])[:num_queries] for key in keys
   }
   return per_query, num_relevant
+
+
+class _ClassRelevance:
+  """The relevant items of a chunk of queries from class labels: a block of the gallery sorted by
+  label. Called on the global query ids `rows [c]` (-1 for padding), it gives the ids to leave out
+  (`[c]`, -1 for none), the relevant gallery ids `[c, R]` and which slots hold one, `R` the largest
+  class of the gallery."""
+
+  def __init__(self, q_labels, g_labels, leave_one_out):
+    self.order = np.argsort(g_labels, kind="stable").astype(np.int32)
+    self.classes, self.starts, self.counts = np.unique(
+        g_labels[self.order], return_index=True, return_counts=True
+    )
+    self.q_labels, self.leave_one_out = q_labels, leave_one_out
+    self.slots = np.arange(int(self.counts.max()))
+
+  def __call__(self, rows):
+    valid = rows >= 0
+    labels = self.q_labels[np.where(valid, rows, 0)]
+    pos = np.clip(np.searchsorted(self.classes, labels), 0, len(self.classes) - 1)
+    count = np.where(valid & (self.classes[pos] == labels), self.counts[pos], 0)
+    index = self.order[np.clip(self.starts[pos][:, None] + self.slots, 0, len(self.order) - 1)]
+    self_ids = rows if self.leave_one_out else np.full(rows.shape, -1, np.int32)
+    ok = (self.slots[None, :] < count[:, None]) & (index != self_ids[:, None])
+    return self_ids, index, ok
+
+
+class _DenseRelevance:
+  """The relevant items of a chunk of queries from a dense `[c, N]` relevance of its rows
+  (`dense(rows)`: affinity or multi-hot labels): the relevant items first, in gallery order.
+  One pass over every chunk first finds `R`, the most relevant items of any query."""
+
+  def __init__(self, dense, num_queries, chunk_size, leave_one_out):
+    self.dense, self.leave_one_out = dense, leave_one_out
+    self.max_relevant = 1
+    for rows in _chunks(num_queries, chunk_size):
+      rows = rows[rows >= 0]
+      self.max_relevant = max(self.max_relevant, int(dense(rows).sum(axis=1).max()))
+
+  def __call__(self, rows):
+    valid = rows[rows >= 0]
+    relevant = self.dense(valid)
+    # A stable sort of "not relevant" puts the relevant items first, in gallery order.
+    index = np.argsort(~relevant, axis=1, kind="stable")[:, : self.max_relevant]
+    ok = np.arange(self.max_relevant)[None, :] < relevant.sum(axis=1)[:, None]
+    pad = len(rows) - len(valid)
+    index = np.pad(index.astype(np.int32), ((0, pad), (0, 0)))
+    ok = np.pad(ok, ((0, pad), (0, 0)))
+    self_ids = rows if self.leave_one_out else np.full(rows.shape, -1, np.int32)
+    return self_ids, index, ok
+
+
+def _evaluate_local(queries, gallery, relevance, *, ks, chunk_size, similarity_fn):
+  """Per-query values `[Q]` and relevant counts, in this process on its default device."""
+  num_queries = len(queries)
+  prepared = _prepare_items(similarity_fn, jnp.asarray(gallery), queries.dtype)
+  branch = ranking.forced_branch()
+  results = []  # Device arrays: gathered once at the end so that chunks dispatch asynchronously.
+  for rows in _chunks(num_queries, chunk_size):
+    self_ids, relevant_index, relevant_ok = relevance(rows)
+    results.append(
+        _evaluate_chunk(
+            jnp.asarray(queries[np.maximum(rows, 0)]), jnp.asarray(self_ids),
+            jnp.asarray(relevant_index), jnp.asarray(relevant_ok), prepared, ks=ks,
+            similarity_fn=similarity_fn, branch=branch,
+        )
+    )
+  return _per_query(jax.device_get(results), ks, num_queries)
 
 
 def _as_embeddings(fn, name, x):
@@ -562,10 +659,15 @@ def evaluate_retrieval(
   query's values NaN, and so the mean: never a confident wrong number. Non-finite embeddings, or
   float64 embeddings that overflow float32, are a `ValueError`.
 
-  Lists are never sorted: for each relevant item of a query, the gallery items scored above it and
-  tied with it are counted, which is all the metrics need. Time O(Q N (D + R)) with `R` the largest
-  number of items relevant to one query, memory O(chunk_size * N + N D): never the `Q x N` matrix.
-  A Python loop over chunks calls one jitted function (compiled once: the last chunk is padded).
+  For each relevant item of a query, the gallery items scored above it and tied with it are
+  counted, which is all the metrics need (`ranking.count_above_and_tied`): with `R`, the largest
+  number of items relevant to one query, at most `ranking.COMPARE_UP_TO` (32: SOP, CUB, Cars196)
+  by comparing every item with every relevant score, O(N R) per query; beyond (the few large
+  classes of CIFAR-10 or NUS-WIDE) by one sort of the query's scores, O(N log N) per query
+  whatever `R`. Time O(Q N (D + min(R, 32) + log N)), memory O(chunk_size * N + N D): never the
+  `Q x N` matrix, and nothing grows with `R` beyond `[chunk_size, R]`. The items' side of the
+  scoring rule (for cosine, the rows' scale and norms) is computed once, not per chunk. A Python
+  loop over chunks calls one jitted function (compiled once: the last chunk is padded).
 
   **Across devices and processes** (`mesh=`), for galleries too big for one device or one host:
   the work is split over every device of `mesh` (all its axes), which may span the processes of a
@@ -584,7 +686,7 @@ def evaluate_retrieval(
   so they are equal to the last digit. (Sharding the queries and gathering the gallery instead
   would put the whole `N x D` gallery on every device.) Memory per device falls with the number
   of devices: O(N D / devices + chunk_size * N / devices + chunk_size * R); each host holds its own
-  rows, every gallery label (O(N) integers) and the relevant indices of its queries (O(Q R / P)).
+  rows and every label (O(Q + N) integers), from which it finds each chunk's relevant items.
   Relevance must come from class labels (multi-hot labels or `affinity=` are a `ValueError`).
 
   The scores are the same bits as in one process too: a device scores its rows with products over
@@ -662,8 +764,44 @@ def evaluate_retrieval(
         f"{fn}: mesh must be a jax.sharding.Mesh (e.g. jax.make_mesh((jax.device_count(),), "
         f"('batch',))) or None, got {type(mesh).__name__}."
     )
+  queries, gallery, q_labels, g_labels = _evaluation_inputs(
+      fn, query_embeddings, query_labels, gallery_embeddings, gallery_labels, affinity
+  )
+  leave_one_out = gallery is None
+  gallery = queries if leave_one_out else gallery
+  kwargs = dict(ks=ks, chunk_size=chunk_size, similarity_fn=similarity_fn)
+  if mesh is not None:
+    if affinity is not None or q_labels.ndim != 1:
+      raise ValueError(
+          f"{fn}: with mesh=, relevance must come from integer class labels [Q] (and [N]); "
+          "multi-hot labels and affinity= are evaluated in one process only (mesh=None)."
+      )
+    per_query, num_relevant = _evaluate_sharded(
+        fn, mesh, queries, q_labels, gallery, g_labels, leave_one_out, **kwargs
+    )
+    return _reduce_queries(per_query, num_relevant, reduce_fn)
+  num_queries, n = queries.shape[0], gallery.shape[0]
+  if affinity is not None:
+    affinity = _as_affinity(fn, affinity, (num_queries, n), leave_one_out)
+    dense = functools.partial(_affinity_relevant, fn, affinity, leave_one_out=leave_one_out)
+  elif q_labels.ndim == 2:
+    dense = functools.partial(_multi_hot_relevant, q_labels, g_labels, leave_one_out=leave_one_out)
+  else:
+    dense = None
+  if dense is None:
+    relevance = _ClassRelevance(q_labels, g_labels, leave_one_out)
+  else:
+    relevance = _DenseRelevance(dense, num_queries, chunk_size, leave_one_out)
+  per_query, num_relevant = _evaluate_local(queries, gallery, relevance, **kwargs)
+  return _reduce_queries(per_query, num_relevant, reduce_fn)
+
+
+def _evaluation_inputs(fn, query_embeddings, query_labels, gallery_embeddings, gallery_labels,
+                       affinity):
+  """The checked host arrays `(queries, gallery, query_labels, gallery_labels)`: the gallery
+  `None` for leave-one-out (then the gallery labels are the query labels), the labels `None`
+  with `affinity`."""
   queries = _as_embeddings(fn, "query_embeddings", query_embeddings)
-  num_queries = queries.shape[0]
   if affinity is not None and (query_labels is not None or gallery_labels is not None):
     raise ValueError(
         f"{fn}: give either labels (query_labels, gallery_labels) or affinity=, not both."
@@ -673,118 +811,31 @@ def evaluate_retrieval(
         f"{fn}: give query_labels ([Q] or [Q, C]) or affinity= ([Q, N], or [Q, Q] without a "
         "gallery)."
     )
+  q_labels = None
   if affinity is None:
-    q_labels = _as_labels(fn, "query_labels", query_labels, num_queries)
+    q_labels = _as_labels(fn, "query_labels", query_labels, queries.shape[0])
   if gallery_embeddings is None:
     if gallery_labels is not None:
       raise ValueError(f"{fn}: gallery_labels given without gallery_embeddings.")
-    gallery, leave_one_out = queries, True
-    if affinity is None:
-      g_labels = q_labels
-  else:
-    gallery = _as_embeddings(fn, "gallery_embeddings", gallery_embeddings)
-    if gallery.shape[1] != queries.shape[1]:
-      raise ValueError(
-          f"{fn}: gallery_embeddings {gallery.shape} and query_embeddings {queries.shape} differ "
-          "in dimension."
-      )
-    leave_one_out = False
-    if affinity is None:
-      if gallery_labels is None:
-        raise ValueError(f"{fn}: gallery_embeddings need gallery_labels (or give affinity=).")
-      g_labels = _as_labels(fn, "gallery_labels", gallery_labels, gallery.shape[0])
-      if g_labels.ndim != q_labels.ndim or g_labels.shape[1:] != q_labels.shape[1:]:
-        raise ValueError(
-            f"{fn}: gallery_labels have shape {g_labels.shape}, which does not match "
-            f"query_labels of shape {q_labels.shape} (same kind of labels, one row per gallery "
-            "item)."
-        )
-  if mesh is not None:
-    if affinity is not None or q_labels.ndim != 1:
-      raise ValueError(
-          f"{fn}: with mesh=, relevance must come from integer class labels [Q] (and [N]); "
-          "multi-hot labels and affinity= are evaluated in one process only (mesh=None)."
-      )
-    per_query, num_relevant = _evaluate_sharded(
-        fn, mesh, queries, q_labels, gallery, g_labels, leave_one_out, ks=ks,
-        chunk_size=chunk_size, similarity_fn=similarity_fn,
+    return queries, None, q_labels, q_labels
+  gallery = _as_embeddings(fn, "gallery_embeddings", gallery_embeddings)
+  if gallery.shape[1] != queries.shape[1]:
+    raise ValueError(
+        f"{fn}: gallery_embeddings {gallery.shape} and query_embeddings {queries.shape} differ "
+        "in dimension."
     )
-    return _reduce_queries(per_query, num_relevant, reduce_fn)
-  n = gallery.shape[0]
-  # At least two query rows per step: a single row takes XLA's matrix-vector kernel, which rounds
-  # differently from the matrix product of `batch_retrieval` (see `jaxrank.similarity`).
-  chunk = max(min(chunk_size, num_queries), 2)
-
-  # Relevance as a dense [c, N] mask per chunk (affinity, multi-hot labels), or, for class
-  # labels, as blocks of the gallery sorted by label.
   if affinity is not None:
-    affinity = _as_affinity(fn, affinity, (num_queries, n), leave_one_out)
-
-    def dense_relevant(rows):
-      return _affinity_relevant(fn, affinity, rows, leave_one_out)
-
-  elif q_labels.ndim == 2:
-
-    def dense_relevant(rows):
-      return _multi_hot_relevant(q_labels, g_labels, rows, leave_one_out)
-
-  else:
-    dense_relevant = None
-  if dense_relevant is not None:
-    max_relevant = 1
-    for begin in range(0, num_queries, chunk):
-      rows = np.arange(begin, min(begin + chunk, num_queries))
-      max_relevant = max(max_relevant, int(dense_relevant(rows).sum(axis=1).max()))
-  else:
-    # The relevant items of a class are one block of the gallery sorted by label.
-    order = np.argsort(g_labels, kind="stable").astype(np.int32)
-    classes, starts, counts = np.unique(g_labels[order], return_index=True, return_counts=True)
-    max_relevant = int(counts.max())
-  slots = np.arange(max_relevant)
-
-  gallery_device = jnp.asarray(gallery)
-  results = []  # Device arrays: gathered once at the end so that chunks dispatch asynchronously.
-  for begin in range(0, num_queries, chunk):
-    rows = np.arange(begin, min(begin + chunk, num_queries))
-    self_index = rows if leave_one_out else np.full(rows.shape, -1)
-    if dense_relevant is not None:
-      relevant = dense_relevant(rows)
-      # Relevant items first, in gallery order (a stable sort of "not relevant").
-      relevant_index = np.argsort(~relevant, axis=1, kind="stable")[:, :max_relevant]
-      relevant_index = relevant_index.astype(np.int32)
-      relevant_ok = slots[None, :] < relevant.sum(axis=1)[:, None]
-    else:
-      labels = q_labels[rows]
-      pos = np.clip(np.searchsorted(classes, labels), 0, len(classes) - 1)
-      count = np.where(classes[pos] == labels, counts[pos], 0)
-      relevant_index = order[np.clip(starts[pos][:, None] + slots, 0, n - 1)]
-      relevant_ok = slots[None, :] < count[:, None]
-      relevant_ok &= relevant_index != self_index[:, None]
-    pad = chunk - len(rows)
-    block = queries[rows]
-    if pad:
-      block = np.pad(block, ((0, pad), (0, 0)))
-      self_index = np.pad(self_index, (0, pad), constant_values=-1)
-      relevant_index = np.pad(relevant_index, ((0, pad), (0, 0)))
-      relevant_ok = np.pad(relevant_ok, ((0, pad), (0, 0)))
-    results.append(
-        _evaluate_chunk_jit(
-            jnp.asarray(block),
-            jnp.asarray(self_index, jnp.int32),
-            jnp.asarray(relevant_index, jnp.int32),
-            jnp.asarray(relevant_ok),
-            gallery_device,
-            ks=ks,
-            similarity_fn=similarity_fn,
-        )
+    return queries, gallery, None, None
+  if gallery_labels is None:
+    raise ValueError(f"{fn}: gallery_embeddings need gallery_labels (or give affinity=).")
+  g_labels = _as_labels(fn, "gallery_labels", gallery_labels, gallery.shape[0])
+  if g_labels.ndim != q_labels.ndim or g_labels.shape[1:] != q_labels.shape[1:]:
+    raise ValueError(
+        f"{fn}: gallery_labels have shape {g_labels.shape}, which does not match "
+        f"query_labels of shape {q_labels.shape} (same kind of labels, one row per gallery "
+        "item)."
     )
-  fetched = jax.device_get(results)
-  num_relevant = np.concatenate([num_rel for _, num_rel in fetched])[:num_queries]
-  keys = [f"recall@{k}" for k in ks] + ["map@r", "map", "tie_aware_map"]
-  per_query = {
-      key: np.concatenate([values[key] for values, _ in fetched])[:num_queries] for key in keys
-  }
-  return _reduce_queries(per_query, num_relevant, reduce_fn)
+  return queries, gallery, q_labels, g_labels
 
 
 def _reduce_queries(per_query, num_relevant, reduce_fn):

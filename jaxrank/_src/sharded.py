@@ -71,6 +71,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxrank import types
 from jaxrank._src import checks
+from jaxrank._src import lists
 from jaxrank._src import retrieval
 from jaxrank._src import similarity
 
@@ -122,20 +123,16 @@ def sharded_batch_retrieval(
   return scores, relevance, where
 
 
-def sharded_mean(axis_name: str) -> Callable[..., jax.Array]:
+def sharded_mean(axis_name: str) -> types.ReduceFn:
   """A `reduce_fn` for list-level losses: the mean over the valid lists of every device.
 
   `loss_fn(scores, relevance, where=where, reduce_fn=sharded_mean("batch"))` inside `shard_map`
-  returns, on every device, the mean over all devices' valid lists (lists without a relevant item
-  are left out, as in the single-device mean), 0 when there is none.
+  returns, on every device, what `reduce_fn=jnp.mean` gives on the lists of all devices together:
+  the mean over the valid lists (lists without a relevant item are left out), 0 when there is
+  none; for a loss given per-list `weights`, the weighted mean `sum(w * values) / sum(w)` over
+  every device's valid lists. It is a `Mean` whose sums are `psum`s over `axis_name`.
   """
-
-  def reduce(values: jax.Array, where: jax.Array) -> jax.Array:
-    total = jax.lax.psum(jnp.sum(jnp.where(where, values, 0)), axis_name)
-    count = jax.lax.psum(jnp.sum(where, dtype=values.dtype), axis_name)
-    return total / jnp.maximum(count, 1)
-
-  return reduce
+  return lists.Mean(lambda x: jax.lax.psum(jnp.sum(x), axis_name))
 
 
 def sharded_loss(

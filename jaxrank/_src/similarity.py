@@ -40,10 +40,14 @@ need to match across splits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrank import types
 from jaxrank._src import lists
 
 
@@ -204,9 +208,17 @@ def cosine(queries: jax.Array, items: jax.Array) -> jax.Array:
   >>> cosine(jnp.array([[3.0, 4.0]]), jnp.array([[1.0, 0.0], [0.0, -2.0]])).tolist()
   [[0.6000000238418579, -0.800000011920929]]
   """
-  dtype = lists.compute_dtype(jnp.result_type(queries, items))
+  dtype = rule_dtype(cosine, queries.dtype, items.dtype)
+  return _cosine_scores(queries, _cosine_items(items, dtype), dtype)
+
+
+def _cosine_items(items: jax.Array, dtype) -> tuple[jax.Array, jax.Array]:
+  return unit_scaled(items, dtype)
+
+
+def _cosine_scores(queries: jax.Array, prepared, dtype) -> jax.Array:
+  items, norms_x = prepared
   queries, norms_q = unit_scaled(queries, dtype)
-  items, norms_x = unit_scaled(items, dtype)
   # One product of the two norms (commutative, so s_ij and s_ji are divided alike).
   scores = _dots(queries, items, dtype) / (norms_q[:, None] * norms_x[None, :])
   # Rounding can leave [-1, 1] by an ulp (a row with itself: 1.0000001); clipping is monotone.
@@ -228,7 +240,15 @@ def dot_product(queries: jax.Array, items: jax.Array) -> jax.Array:
   >>> dot_product(jnp.array([[3.0, 4.0]]), jnp.array([[1.0, 0.0], [0.0, -2.0]])).tolist()
   [[3.0, -8.0]]
   """
-  dtype = lists.compute_dtype(jnp.result_type(queries, items))
+  dtype = rule_dtype(dot_product, queries.dtype, items.dtype)
+  return _dot_product_scores(queries, _cast_items(items, dtype), dtype)
+
+
+def _cast_items(items: jax.Array, dtype) -> jax.Array:
+  return items.astype(dtype)
+
+
+def _dot_product_scores(queries: jax.Array, items: jax.Array, dtype) -> jax.Array:
   return _dots(queries, items, dtype)
 
 
@@ -251,10 +271,19 @@ def negative_squared_euclidean(queries: jax.Array, items: jax.Array) -> jax.Arra
   >>> negative_squared_euclidean(q, x).tolist()
   [[0.0, -25.0]]
   """
-  dtype = lists.compute_dtype(jnp.result_type(queries, items))
+  dtype = rule_dtype(negative_squared_euclidean, queries.dtype, items.dtype)
+  return _euclidean_scores(queries, _euclidean_items(items, dtype), dtype)
+
+
+def _euclidean_items(items: jax.Array, dtype) -> tuple[jax.Array, jax.Array]:
+  items = items.astype(dtype)
+  return items, squared_norms(items)
+
+
+def _euclidean_scores(queries: jax.Array, prepared, dtype) -> jax.Array:
+  items, x2 = prepared
   dots = _dots(queries, items, dtype)
   q2 = squared_norms(queries.astype(dtype))
-  x2 = squared_norms(items.astype(dtype))
   # The two squared norms are added first (commutative), so the matrix of a set is symmetric.
   return jnp.minimum(2 * dots - (q2[:, None] + x2[None, :]), jnp.zeros((), dtype))
 
@@ -281,10 +310,63 @@ def hamming(queries: jax.Array, items: jax.Array) -> jax.Array:
   >>> hamming(jnp.array([[1.0, 1.0, -1.0, 1.0]]), jnp.array([[1.0, -1.0, -1.0, 1.0]])).tolist()
   [[0.5]]
   """
-  dtype = lists.compute_dtype(jnp.result_type(queries, items))
-  if not jnp.issubdtype(dtype, jnp.floating):
-    dtype = jnp.result_type(float)
+  dtype = rule_dtype(hamming, queries.dtype, items.dtype)
+  return _hamming_scores(queries, _cast_items(items, dtype), dtype)
+
+
+def _hamming_scores(queries: jax.Array, items: jax.Array, dtype) -> jax.Array:
   b = queries.shape[-1]
   dots = _dots(queries, items, dtype)
   distances = (b - dots) / 2
   return 1 - 2 * distances / b
+
+
+# ---------------------------------------------------------------------------------------------
+# Many chunks of queries against one gallery (`evaluate_retrieval`): the items' part once.
+
+
+class _Rule(NamedTuple):
+  """A built-in rule split in two: `items(items, dtype)`, what the scores need of the items
+  (each row on its own), and `scores(queries, prepared, dtype)`. The rule itself is the two
+  composed, so scores from a prepared gallery are the rule's, bit for bit."""
+
+  items: Callable[[jax.Array, Any], Any]
+  scores: Callable[[jax.Array, Any, Any], jax.Array]
+
+
+_RULES = {
+    cosine: _Rule(_cosine_items, _cosine_scores),
+    dot_product: _Rule(_cast_items, _dot_product_scores),
+    negative_squared_euclidean: _Rule(_euclidean_items, _euclidean_scores),
+    hamming: _Rule(_cast_items, _hamming_scores),
+}
+
+
+def rule_dtype(similarity_fn: types.SimilarityFn, query_dtype, item_dtype):
+  """The dtype a built-in rule computes in for these inputs: at least float32 (and floating)."""
+  dtype = lists.compute_dtype(jnp.result_type(query_dtype, item_dtype))
+  if similarity_fn is hamming and not jnp.issubdtype(dtype, jnp.floating):
+    dtype = jnp.result_type(float)
+  return dtype
+
+
+def prepare_items(similarity_fn: types.SimilarityFn, items: jax.Array, query_dtype) -> Any:
+  """What `score_prepared` needs of `items [N, D]`, computed once for every chunk of queries of
+  `query_dtype` (for cosine, the rows scaled by powers of two and their norms: without it, each
+  chunk recomputed them, which took longer than the chunk's matrix product). Any other function
+  than the built-in rules gets the items as they are."""
+  rule = _RULES.get(similarity_fn)
+  if rule is None:
+    return items
+  return rule.items(items, rule_dtype(similarity_fn, query_dtype, items.dtype))
+
+
+def score_prepared(similarity_fn: types.SimilarityFn, queries: jax.Array, prepared) -> jax.Array:
+  """`similarity_fn(queries, items)` `[c, N]` from `prepared = prepare_items(similarity_fn, items,
+  queries.dtype)`: bit-identical to the rule on the items (each prepared row depends on its own
+  row alone, by the operations the rule performs)."""
+  rule = _RULES.get(similarity_fn)
+  if rule is None:
+    return similarity_fn(queries, prepared)
+  item_dtype = jax.tree.leaves(prepared)[0].dtype
+  return rule.scores(queries, prepared, rule_dtype(similarity_fn, queries.dtype, item_dtype))

@@ -159,3 +159,27 @@ def test_data_parallel_chunked_train_step_equals_single_device(mesh):
   np.testing.assert_allclose(value, want_value, rtol=1e-5)
   for got, want in zip(jax.tree.leaves(grads), jax.tree.leaves(want_grads)):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "loss_fn", [jaxrank.soft_binning_ap_loss, jaxrank.contrastive_loss], ids=["map_q", "contrastive"]
+)
+def test_sharded_mean_of_weighted_lists_equals_the_weighted_mean(mesh, loss_fn):
+  """Per-list weights: sum(w * loss) / sum(w) over every device's valid lists, as jnp.mean gives
+  on one device (not a weighted sum over the count of lists)."""
+  embeddings, labels = data()
+  scores, relevance, where = jaxrank.batch_retrieval(embeddings, labels)
+  relevance = relevance.at[3].set(0)  # A list without a relevant item: left out of both.
+  weights = jnp.linspace(0.5, 3.0, len(labels))
+
+  def loss(s, r, w, weights, reduce_fn):
+    return loss_fn(s, r, where=w, weights=weights, reduce_fn=reduce_fn)
+
+  want, want_grad = jax.value_and_grad(loss)(scores, relevance, where, weights, jnp.mean)
+  sharded = jax.shard_map(
+      functools.partial(loss, reduce_fn=jaxrank.sharded_mean(AXIS)), mesh=mesh,
+      in_specs=(P(AXIS),) * 4, out_specs=P(),
+  )
+  got, grad = jax.jit(jax.value_and_grad(sharded))(scores, relevance, where, weights)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  np.testing.assert_allclose(grad, want_grad, rtol=1e-5, atol=1e-7)
