@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import logging
 import os
@@ -210,7 +211,7 @@ def _make_train_step(
     embeddings = net(images, scale=scale)
     return embeddings, nnx.state(net, nnx.Not(nnx.Param))
 
-  def step_fn(state, images, labels):
+  def step_fn(state, images, labels, first_bad):
     scale = _tanh_scale(config, state["step"])
     memory = state.get("memory")
     if config.chunk_size is None:
@@ -237,7 +238,14 @@ def _make_train_step(
     }
     if memory is not None:
       new["memory"] = jaxrank.memory.push(memory, embeddings, labels)
-    return new, loss
+    # The first step whose loss or updated parameters are not finite (-1: none yet), checked
+    # here on every step at the cost of one reduction, read on the host only before saving and
+    # on logging steps (`_check_finite`).
+    finite = jnp.isfinite(loss)
+    for leaf in jax.tree.leaves(new["params"]):
+      finite &= jnp.all(jnp.isfinite(leaf))
+    first_bad = jnp.where((first_bad < 0) & ~finite, new["step"], first_bad)
+    return new, loss, first_bad
 
   # No buffer donation: an asynchronous checkpoint save may still be reading the previous state.
   if mesh is None:
@@ -245,8 +253,22 @@ def _make_train_step(
   # On the mesh: the state replicated, the batch split; the state stays replicated after a step.
   replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("batch"))
   return jax.jit(
-      step_fn, in_shardings=(replicated, split, split), out_shardings=(replicated, replicated)
+      step_fn,
+      in_shardings=(replicated, split, split, replicated),
+      out_shardings=(replicated,) * 3,
   )
+
+
+def _check_finite(name: str, first_bad: jax.Array, saved: int) -> None:
+  """Raises if a step so far gave a non-finite loss or parameters (`first_bad >= 0`): before
+  every save (so that a diverged state is never checkpointed, and so never resumed) and on
+  logging steps."""
+  bad = int(first_bad)
+  if bad >= 0:
+    raise FloatingPointError(
+        f"{name}: the training loss or the parameters are not finite at step {bad} (NaN or "
+        f"infinite); lower the learning rate. Nothing after step {saved} was saved."
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -410,44 +432,91 @@ def _checkpoint_manager(config: config_lib.Config, workdir: str) -> ocp.Checkpoi
   )
 
 
+class CheckpointError(RuntimeError):
+  """A checkpoint that can be read but not restored into this run's state (the configuration or
+  the code changed since it was saved), or a failure that is not the checkpoint's; nothing was
+  moved or deleted."""
+
+
+def _restore(manager: ocp.CheckpointManager, step: int, state=None):
+  """The checkpoint of `step`: into the structure of `state`, or as saved when it is `None`."""
+  item = ocp.args.StandardRestore() if state is None else ocp.args.StandardRestore(state)
+  return manager.restore(step, args=ocp.args.Composite(state=item, data=ocp.args.JsonRestore()))
+
+
+def _why_unreadable(manager: ocp.CheckpointManager, step: int) -> str | None:
+  """Why the files of checkpoint `step` cannot be read (truncated, corrupt or missing files: its
+  arrays read as saved, without this run's structure, fail twice), or `None` if they can."""
+  reason = None
+  for _ in range(2):  # A second try, so that a passing I/O error does not condemn a checkpoint.
+    try:
+      _restore(manager, step)
+      return None
+    except Exception as e:  # pylint: disable=broad-exception-caught
+      reason = " ".join(f"{type(e).__name__}: {e}".split())
+  return reason if len(reason) <= 200 else reason[:200] + "..."
+
+
+def _set_aside(manager: ocp.CheckpointManager, step: int, workdir: str, reason: str) -> None:
+  """Moves the unreadable checkpoint `step` to `workdir/unreadable_checkpoints/<step>` (or
+  `<step>.<k>` when an earlier one of that step is there: nothing is ever deleted), so that the
+  run can save that step again."""
+  path = os.path.join(manager.directory, str(step))
+  aside = os.path.join(workdir, "unreadable_checkpoints", str(step))
+  for k in itertools.count(1):
+    if not os.path.exists(aside):
+      break
+    aside = os.path.join(workdir, "unreadable_checkpoints", f"{step}.{k}")
+  logger.warning(
+      "The checkpoint %s cannot be read (%s); moved to %s, trying the one before.",
+      path, reason, aside,
+  )
+  if _is_primary():
+    os.makedirs(os.path.dirname(aside), exist_ok=True)
+    shutil.move(path, aside)
+  if jax.process_count() > 1:  # Every process reloads once the checkpoint is moved.
+    multihost_utils.sync_global_devices(f"jaxrank: set aside checkpoint {step}")
+  manager.reload()
+
+
 def _restore_latest(
     manager: ocp.CheckpointManager, state, workdir: str
 ) -> tuple[Any, tuple[int, int]]:
   """The newest readable checkpoint's state and data position, or `state` and `(0, 0)` if none.
 
-  A checkpoint that cannot be read (a corrupted or truncated file) is moved out of the way to
-  `workdir/unreadable_checkpoints/<step>/`, so that the run can save that step again, with a
-  warning that names it and says why; the next newest is tried (and TensorStore's noise about
-  the failed read is dropped: `_quiet_closed_event_loop_errors`).
+  When the newest checkpoint does not restore, its files are read once more as saved (without
+  this run's structure) to tell why:
+
+  * they cannot be read (a truncated, corrupted or missing file): the checkpoint is moved out of
+    the way (`_set_aside`, never deleted), with a warning that names it and says why, and the
+    next newest is tried (TensorStore's noise about the failed read is dropped:
+    `_quiet_closed_event_loop_errors`);
+  * they can: the checkpoint is sound and the failure is not its own (the state's structure
+    changed with the configuration or the code, or a bug), so nothing is moved and a
+    `CheckpointError` says so, from the original exception. A passing failure (the restore
+    succeeds when tried again) is no failure.
   """
   steps = sorted(manager.all_steps(), reverse=True)
   if steps:
     _quiet_closed_event_loop_errors()  # Before the first read: some come before it fails.
   for step in steps:
     try:
-      restored = manager.restore(
-          step,
-          args=ocp.args.Composite(
-              state=ocp.args.StandardRestore(state), data=ocp.args.JsonRestore()
-          ),
-      )
-      return restored["state"], tuple(restored["data"]["position"])
+      restored = _restore(manager, step, state)
     except Exception as e:  # pylint: disable=broad-exception-caught
-      path = os.path.join(manager.directory, str(step))
-      aside = os.path.join(workdir, "unreadable_checkpoints", str(step))
-      reason = " ".join(f"{type(e).__name__}: {e}".split())
-      logger.warning(
-          "The checkpoint %s cannot be read (%s); moved to %s, trying the one before.",
-          path, reason if len(reason) <= 200 else reason[:200] + "...", aside,
-      )
-      if _is_primary():
-        if os.path.exists(aside):
-          shutil.rmtree(aside)
-        os.makedirs(os.path.dirname(aside), exist_ok=True)
-        shutil.move(path, aside)
-      if jax.process_count() > 1:  # Every process reloads once the checkpoint is moved.
-        multihost_utils.sync_global_devices(f"jaxrank: set aside checkpoint {step}")
-      manager.reload()
+      reason = _why_unreadable(manager, step)
+      if reason is not None:
+        _set_aside(manager, step, workdir, reason)
+        continue
+      try:
+        restored = _restore(manager, step, state)
+      except Exception:  # pylint: disable=broad-exception-caught
+        raise CheckpointError(
+            f"The checkpoint {os.path.join(manager.directory, str(step))} can be read but not "
+            f"restored into this run's state ({type(e).__name__}: {' '.join(str(e).split())[:300]}"
+            "). Did the configuration or the code change since it was saved? Resume with the "
+            "code that saved it, or train in a new workdir; the checkpoint is left as it is."
+        ) from e
+    return restored["state"], tuple(restored["data"]["position"])
   return state, (0, 0)
 
 
@@ -620,21 +689,25 @@ def train_and_evaluate(
       metrics = run_eval(step) if step == 0 else None
       batches = input_pipeline.TrainBatches(config, train_data, sampler, position, share)
       last_time, last_step, saved = time.perf_counter(), step, step
+      first_bad = _replicate(jnp.int32(-1), mesh)
       while step < config.num_steps:
         if interrupted:
           if step > saved:
+            _check_finite(name, first_bad, saved)
             _save(manager, step, state, batches.position)
             saved = step
           manager.wait_until_finished()
           raise Interrupted(name, workdir, saved)
         batch = next(batches)
-        state, loss = train_step(
+        state, loss, first_bad = train_step(
             state,
             _global_batch(mesh, batch["image"], config.batch_size),
             _global_batch(mesh, batch["label"], config.batch_size),
+            first_bad,
         )
         step += 1
         if step % config.log_every == 0 or step == config.num_steps:
+          _check_finite(name, first_bad, saved)
           loss = float(loss)
           now = time.perf_counter()
           speed = (step - last_step) * config.batch_size / (now - last_time)
@@ -644,15 +717,13 @@ def train_and_evaluate(
               {"step": step, "loss": loss, "learning_rate": lr, "images_per_second": speed}
           )
           progress.set_postfix(loss=f"{loss:.4f}", img_per_s=f"{speed:.0f}")
-          if not np.isfinite(loss):
-            raise FloatingPointError(
-                f"{name}: the training loss is {loss} at step {step}; lower the learning rate."
-            )
         progress.update(1)
         if step % config.checkpoint_every == 0 or step == config.num_steps:
+          _check_finite(name, first_bad, saved)
           _save(manager, step, state, batches.position)
           saved = step
         if step % config.eval_every == 0 or step == config.num_steps:
+          _check_finite(name, first_bad, saved)
           metrics = run_eval(step)
       if interrupted:  # During the last steps: the run is saved and done; stop a sweep here.
         raise Interrupted(name, workdir, saved)

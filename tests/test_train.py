@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
@@ -563,3 +564,117 @@ def test_entry_points_hide_gpus_from_tensorflow_before_running(monkeypatch):
     with pytest.raises(_Stop):
       entry_point(["--config", TINY_PATH, "--workdir", "unused"])
     assert events == ["hide", "run"], entry_point
+
+
+# ---------------------------------------------------------------------------------------------
+# Divergence and unreadable checkpoints (issue 31).
+
+
+def test_a_diverged_step_between_logs_is_never_checkpointed(tmp_path, monkeypatch):
+  """The loss turns NaN at step 3, logged only at step 5: the check of every step stops the run
+  before the checkpoint of step 4, which would otherwise hold NaN parameters to resume from."""
+  make_step = train._make_train_step
+
+  def poisoning(*args):
+    step_fn = make_step(*args)
+    calls = []
+
+    def step(state, images, labels, first_bad):
+      calls.append(1)
+      if len(calls) == 3:
+        images = images * np.nan
+      return step_fn(state, images, labels, first_bad)
+
+    return step
+
+  monkeypatch.setattr(train, "_make_train_step", poisoning)
+  config = dataclasses.replace(TINY, log_every=5, checkpoint_every=2, keep_checkpoints=5)
+  with pytest.raises(FloatingPointError, match="not finite at step 3.*Nothing after step 2"):
+    train.train_and_evaluate(config, str(tmp_path))
+  assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()) == [2]
+
+
+def _manager(directory):
+  return ocp.CheckpointManager(
+      str(directory), options=ocp.CheckpointManagerOptions(max_to_keep=5, create=True)
+  )
+
+
+def _saved_steps(tmp_path, steps=(1, 2)):
+  """A workdir whose checkpoints hold a small state at `steps`; returns the state."""
+  state = {"params": {"w": jnp.arange(6.0).reshape(2, 3)}, "step": jnp.int32(0)}
+  manager = _manager(tmp_path / "checkpoints")
+  for step in steps:
+    train._save(manager, step, {**state, "step": jnp.int32(step)}, (step, 0))
+  manager.wait_until_finished()
+  manager.close()
+  return state
+
+
+def _corrupt(checkpoint):
+  for blob in (checkpoint / "state").rglob("*"):
+    if blob.is_file() and blob.parent.name == "d":  # The arrays' data files.
+      blob.write_bytes(b"not an array")
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "missing"])
+def test_an_unreadable_checkpoint_is_moved_aside_never_deleted(tmp_path, damage, caplog):
+  state = _saved_steps(tmp_path)
+  checkpoint = tmp_path / "checkpoints" / "2"
+  if damage == "corrupt":
+    _corrupt(checkpoint)
+  else:
+    for blob in (checkpoint / "state").rglob("*"):
+      if blob.is_file() and blob.parent.name == "d":
+        blob.unlink()
+  earlier = tmp_path / "unreadable_checkpoints" / "2"  # Set aside by an earlier run: kept.
+  earlier.mkdir(parents=True)
+  (earlier / "keep").write_text("an earlier copy")
+  manager = _manager(tmp_path / "checkpoints")
+  restored, position = train._restore_latest(manager, state, str(tmp_path))
+  manager.close()
+  assert int(restored["step"]) == 1 and position == (1, 0)
+  assert (earlier / "keep").read_text() == "an earlier copy"
+  assert (tmp_path / "unreadable_checkpoints" / "2.1" / "state").is_dir()
+  assert not checkpoint.exists()
+  assert "cannot be read" in caplog.text
+
+
+def test_a_readable_checkpoint_that_does_not_fit_is_left_and_the_error_says_why(tmp_path):
+  _saved_steps(tmp_path)
+  changed = {"params": {"w": jnp.zeros((2, 3)), "b": jnp.zeros(3)}, "step": jnp.int32(0)}
+  manager = _manager(tmp_path / "checkpoints")
+  with pytest.raises(train.CheckpointError, match="can be read but not restored.*configuration"):
+    train._restore_latest(manager, changed, str(tmp_path))
+  manager.close()
+  assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["1", "2"]
+  assert not (tmp_path / "unreadable_checkpoints").exists()
+
+
+@pytest.mark.parametrize("failures", [1, 10])
+def test_a_failure_that_is_not_the_checkpoints_moves_nothing(tmp_path, monkeypatch, failures):
+  """A restore that fails once (an I/O hiccup) is tried again; one that keeps failing while the
+  files read (a bug) is raised, from the original error; neither moves the checkpoint."""
+  state = _saved_steps(tmp_path)
+  restore = train._restore
+  calls = []
+
+  def flaky(manager, step, target=None):
+    if target is not None and len(calls) < failures:
+      calls.append(step)
+      raise OSError("Input/output error")
+    return restore(manager, step, target)
+
+  monkeypatch.setattr(train, "_restore", flaky)
+  manager = _manager(tmp_path / "checkpoints")
+  try:
+    if failures == 1:
+      restored, _ = train._restore_latest(manager, state, str(tmp_path))
+      assert int(restored["step"]) == 2
+    else:
+      with pytest.raises(train.CheckpointError, match="OSError: Input/output error") as raised:
+        train._restore_latest(manager, state, str(tmp_path))
+      assert isinstance(raised.value.__cause__, OSError)
+  finally:
+    manager.close()
+  assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["1", "2"]
