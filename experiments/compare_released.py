@@ -414,6 +414,9 @@ def _roadmap_losses(root: str) -> types.ModuleType:
   return import_released(root, "roadmap.losses")
 
 
+# Long (about 90 lines) by design: one `compare(...)` per row of the table it prints, read top to
+# bottom as that table; split, its parts would only pass the same eight inputs around.
+# tests/test_function_length.py allows it.
 def compare_roadmap(root: str) -> list[Row]:
   """elias-ramzi/ROADMAP, `roadmap/losses`: SmoothAP, SupAP, calibration, their composition,
   and the re-implementations of mAP_Q, RaMBO's AP and (pytorch-metric-learning's) FastAP."""
