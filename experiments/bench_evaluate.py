@@ -21,7 +21,7 @@ whole call (the first jaxrank run includes compilation). Both use every core of 
 
 Measured on the 2-core development machine (AMD EPYC, 24 GiB, no GPU), 2026-11-22:
 
-    see README.md, section "Evaluation at scale", for the table this script printed.
+    see docs/guide/scale.rst, section "Evaluation at scale", for the table this script printed.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ relative to the largest value or gradient entry, unless a row's settings name a 
 released code, with their cause; the rows "... x factor" show a bug with its factor accounted for.
 
 Measured with the command above: the table it printed, with the commits and versions it ran on,
-is in the README's section "How jaxrank relates to the released code".
+is in the user guide, docs/guide/released_code.rst.
 """
 
 from __future__ import annotations

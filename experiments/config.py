@@ -287,12 +287,12 @@ def _check_data(config: Config, dataset: Any) -> None:
     if config.data_dir is None:
       _fail(
           f"config.data_dir is None but dataset={config.dataset!r} is read from disk: set it to "
-          "the directory where you prepared the data (see the README's 'Real data' section)."
+          "the directory where you prepared the data (see docs/guide/real_data.rst)."
       )
     if not os.path.isdir(config.data_dir):
       _fail(
           f"config.data_dir={config.data_dir!r} does not exist: point it at the directory where "
-          f"you prepared {config.dataset} (see the README's 'Real data' section)."
+          f"you prepared {config.dataset} (see docs/guide/real_data.rst)."
       )
   if dataset.models is not None and config.model not in dataset.models:
     _fail(

@@ -20,10 +20,10 @@ half of the classes and tests on the second, all images of each, so those loader
 splits and keep the classes of the requested half. Labels keep their original values (CUB's test
 labels are 100-199): retrieval only compares them.
 
-The tfds loaders read a data set that the user has prepared in `data_dir` (see the README); they
-never download, and raise `FileNotFoundError` with instructions when the data is not there. They
-read the encoded JPEG bytes into memory once (about 1.5 GB per SOP split, 0.6 GB for CUB, 1 GB for
-Cars196) and decode them in the tf.data pipeline, so that the samplers can pick any example.
+The tfds loaders read a data set that the user has prepared in `data_dir` (see the user guide,
+docs/guide/real_data.rst); they never download, and raise `FileNotFoundError` with instructions
+when the data is not there. They read the encoded JPEG bytes into memory once (about 1.5 GB per SOP
+split, 0.6 GB for CUB, 1 GB for Cars196) and decode them in the tf.data pipeline, so that the samplers can pick any example.
 
 >>> from jaxrank.data import datasets
 >>> train = datasets.load_digits("train")
@@ -183,7 +183,7 @@ def _load_tfds(
     except AssertionError as e:  # What tfds raises when the data set was not prepared.
       raise FileNotFoundError(
           f"{fn}: no prepared {name!r} in data_dir={data_dir!r} ({e}). jaxrank never downloads: "
-          f"prepare {name} once (README, section 'Real data sets'), for instance with "
+          f"prepare {name} once (see docs/guide/real_data.rst), for instance with "
           f"tfds.builder({name!r}, data_dir=...).download_and_prepare(download_config="
           "tfds.download.DownloadConfig(manual_dir=...)) on the archives you downloaded, then "
           "pass that data_dir."

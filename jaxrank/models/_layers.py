@@ -1,4 +1,4 @@
-"""What the model families share: the initialisers of their kernels and the check of their images."""
+"""What the model families share: the initialisers of their kernels, the check of their images."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Heads that turn a backbone's features into embeddings or relaxed hash codes, and the model of the two."""
+"""Heads from a backbone's features to embeddings or relaxed codes, and the model of the two."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ class HashingHead(nnx.Module):
   training job's hashing head does): pooled ReLU features are non-negative and nearly alike, so
   uncentred they give every image nearly the same code, and the unnormalised similarity `q.x / b`
   the codes train on sends most of the loss's gradient into that shared component (measured on
-  the glyphs: nothing trained; see the README's Hashing section).
+  the glyphs: nothing trained; see the user guide's page on hashing, docs/guide/hashing.rst).
 
   Args:
     in_features: the size `F` of the input features.

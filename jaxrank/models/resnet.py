@@ -1,4 +1,4 @@
-"""`ResNet`, with `resnet18`, `resnet50` and `resnet101`: torchvision's ResNets without the classifier."""
+"""`ResNet`, with `resnet18`, `resnet50`, `resnet101`: torchvision's ResNets without the classifier."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every variable of a model to and from a local `.npz` file, and BatchNorm frozen for fine-tuning."""
+"""Every variable of a model to and from a local `.npz` file; BatchNorm frozen for fine-tuning."""
 
 from __future__ import annotations
 
