@@ -1,7 +1,7 @@
 # The two commands of the README: `make demo` (the main job) and `make test` (the whole suite).
 # Each creates the virtual environment .venv when it is absent (or when pyproject.toml changed)
-# and installs jaxrank with everything it needs. CI also runs `make docs` (the API reference) and
-# `make package-check` (the wheel installed on its own).
+# and installs jaxrank with everything it needs. CI also runs `make docs` (the user guide and the
+# API reference) and `make package-check` (the wheel installed on its own).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -35,8 +35,9 @@ $(DOCS_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[docs]'
 	touch $(DOCS_STAMP)
 
-# The API reference from the docstrings, into docs/_build/html (open index.html there). Warnings
-# (a malformed docstring, a broken reference, a public name on no page) are errors.
+# The user guide (docs/guide/) and the API reference from the docstrings, into docs/_build/html
+# (open index.html there). Warnings (a malformed docstring, a broken reference, a public name on no
+# page) are errors.
 docs: $(DOCS_STAMP)
 	$(PY) -m sphinx -b html -E -n -W --keep-going -q docs docs/_build/html
 

@@ -14,8 +14,8 @@ they run in numpy (XLA's CPU sort is about 10x slower), on GPU/TPU in XLA.
 Each side runs in its own process pinned to one core (`sched_setaffinity`, one intra-op thread).
 Times are medians over `--repeats` calls after one warm-up (compilation excluded).
 
-Measured on the 2-core development machine (AMD EPYC, no GPU), 2026-11-22: see README.md,
-section "Blackbox ranking", for the table this script printed.
+Measured on the 2-core development machine (AMD EPYC, no GPU), 2026-11-22: see
+docs/guide/benchmarks.rst, section "Blackbox ranking", for the table this script printed.
 """
 
 from __future__ import annotations

@@ -55,8 +55,32 @@ import numpy as np
 
 
 def child(batch: int, chunk: int | None, repeats: int, host: bool = False) -> dict:
+  """One variant's step compiled, then timed `repeats` times: the row this process reports."""
   import jax
   import jax.numpy as jnp
+
+  embed, loss, params = _model_and_loss()
+  rng = np.random.default_rng(0)
+  images = jnp.asarray(rng.standard_normal((batch, 32, 32, 3)), jnp.float32)
+  labels = jnp.asarray(np.repeat(np.arange(batch // 4), 4))
+  compile_step = _compile_host_step if host else _compile_jitted_step
+  run, compile_time, temp_bytes = compile_step(embed, loss, params, images, labels, chunk)
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(run())
+    times.append(time.perf_counter() - start)
+  return {
+      "time": float(np.median(times)),
+      "times": times,
+      "compile": compile_time,
+      "temp_mb": temp_bytes / 2**20,
+      "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+  }
+
+
+def _model_and_loss():
+  """`embed(params, images)` of the small CNN, `loss(embeddings, labels)`, and the parameters."""
   from flax import nnx
 
   import jaxrank
@@ -84,49 +108,50 @@ def child(batch: int, chunk: int | None, repeats: int, host: bool = False) -> di
     scores, relevance, where = jaxrank.batch_retrieval(e, y)
     return jaxrank.blackbox_ap_loss(scores, relevance, where=where)
 
-  rng = np.random.default_rng(0)
-  images = jnp.asarray(rng.standard_normal((batch, 32, 32, 3)), jnp.float32)
-  labels = jnp.asarray(np.repeat(np.arange(batch // 4), 4))
-  if host:
-    # Python loop over jitted stages: compile each stage (a warm-up call) and sum their memory.
-    step = jaxrank.host_chunked_value_and_grad(embed, loss, chunk_size=chunk)
-    start = time.perf_counter()
-    jax.block_until_ready(step(params, images, labels))
-    compile_time = time.perf_counter() - start
-    embeddings = jax.jit(embed)(params, images[:chunk])
-    stage_temps = [
-        jax.jit(embed).lower(params, images[:chunk]).compile(),
-        jax.jit(jax.value_and_grad(loss)).lower(
-            jnp.zeros((batch, embeddings.shape[1])), labels).compile(),
-        jax.jit(lambda p, x, g: jax.vjp(lambda q: embed(q, x), p)[1](g)).lower(
-            params, images[:chunk], embeddings).compile(),
-    ]
-    # The stages run one after another: the peak is the largest stage's temporaries.
-    temp_bytes = max(c.memory_analysis().temp_size_in_bytes for c in stage_temps)
-    run = lambda: step(params, images, labels)
+  return embed, loss, params
+
+
+def _compile_host_step(embed, loss, params, images, labels, chunk):
+  """`host_chunked_value_and_grad`: a warm-up call compiles each stage; memory of the largest."""
+  import jax
+  import jax.numpy as jnp
+
+  import jaxrank
+
+  batch = images.shape[0]
+  step = jaxrank.host_chunked_value_and_grad(embed, loss, chunk_size=chunk)
+  start = time.perf_counter()
+  jax.block_until_ready(step(params, images, labels))
+  compile_time = time.perf_counter() - start
+  embeddings = jax.jit(embed)(params, images[:chunk])
+  stage_temps = [
+      jax.jit(embed).lower(params, images[:chunk]).compile(),
+      jax.jit(jax.value_and_grad(loss)).lower(
+          jnp.zeros((batch, embeddings.shape[1])), labels).compile(),
+      jax.jit(lambda p, x, g: jax.vjp(lambda q: embed(q, x), p)[1](g)).lower(
+          params, images[:chunk], embeddings).compile(),
+  ]
+  # The stages run one after another: the peak is the largest stage's temporaries.
+  temp_bytes = max(c.memory_analysis().temp_size_in_bytes for c in stage_temps)
+  return (lambda: step(params, images, labels)), compile_time, temp_bytes
+
+
+def _compile_jitted_step(embed, loss, params, images, labels, chunk):
+  """The unchunked step (`chunk` None) or `chunked_value_and_grad`, compiled ahead of time."""
+  import jax
+
+  import jaxrank
+
+  if chunk is None:
+    step = jax.jit(jax.value_and_grad(lambda p, x, y: loss(embed(p, x), y)))
   else:
-    if chunk is None:
-      step = jax.jit(jax.value_and_grad(lambda p, x, y: loss(embed(p, x), y)))
-    else:
-      step = jax.jit(jaxrank.chunked_value_and_grad(embed, loss, chunk_size=chunk))
-    start = time.perf_counter()
-    compiled = step.lower(params, images, labels).compile()
-    compile_time = time.perf_counter() - start
-    temp_bytes = compiled.memory_analysis().temp_size_in_bytes
-    jax.block_until_ready(compiled(params, images, labels))
-    run = lambda: compiled(params, images, labels)
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(run())
-    times.append(time.perf_counter() - start)
-  return {
-      "time": float(np.median(times)),
-      "times": times,
-      "compile": compile_time,
-      "temp_mb": temp_bytes / 2**20,
-      "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-  }
+    step = jax.jit(jaxrank.chunked_value_and_grad(embed, loss, chunk_size=chunk))
+  start = time.perf_counter()
+  compiled = step.lower(params, images, labels).compile()
+  compile_time = time.perf_counter() - start
+  temp_bytes = compiled.memory_analysis().temp_size_in_bytes
+  jax.block_until_ready(compiled(params, images, labels))
+  return (lambda: compiled(params, images, labels)), compile_time, temp_bytes
 
 
 MODES = ("unchunked", "jitted", "host")

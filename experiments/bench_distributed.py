@@ -32,7 +32,7 @@ processes agree, and it must be the same for every N (up to the last float32 dig
 whose mean is a sum over devices in another order).
 
 On one machine the processes share its cores, so time cannot fall with N; what must fall is the
-memory of each process. Measured on the 2-core development machine: see README.md.
+memory of each process. Measured on the 2-core development machine: see docs/guide/scale.rst.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ the runtime and the data included) is its own:
 
 Time is the median over `--repeats` runs of the whole call (the first run includes compilation);
 `/ floor` is the ratio to `xla_product`'s median. Every side uses every core of the machine.
-Measured numbers and the machine they come from: the guide's benchmarks page (README).
+Measured numbers and the machine they come from: docs/guide/scale.rst, "Evaluation at scale".
 """
 
 from __future__ import annotations

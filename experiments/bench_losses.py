@@ -21,8 +21,8 @@ the first step (the data, the libraries and the runtime excluded). pytorch-metri
 SmoothAPLoss builds `[B, B, B]` tensors: it is skipped above `--max-pml-smoothap` (default 1024;
 at 2048 it needs more than this machine's 24 GiB).
 
-Measured on the 2-core development machine (AMD EPYC, 24 GiB, no GPU), 2026-11-22: see README.md,
-section "Loss benchmarks", for the tables this script printed.
+Measured on the 2-core development machine (AMD EPYC, 24 GiB, no GPU), 2026-11-22: see
+docs/guide/benchmarks.rst, section "Loss benchmarks", for the tables this script printed.
 """
 
 from __future__ import annotations

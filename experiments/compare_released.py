@@ -28,7 +28,7 @@ relative to the largest value or gradient entry, unless a row's settings name a 
 released code, with their cause; the rows "... x factor" show a bug with its factor accounted for.
 
 Measured with the command above: the table it printed, with the commits and versions it ran on,
-is in the README's section "How jaxrank relates to the released code".
+is in the user guide, docs/guide/released_code.rst.
 """
 
 from __future__ import annotations
@@ -414,6 +414,9 @@ def _roadmap_losses(root: str) -> types.ModuleType:
   return import_released(root, "roadmap.losses")
 
 
+# Long (about 90 lines) by design: one `compare(...)` per row of the table it prints, read top to
+# bottom as that table; split, its parts would only pass the same eight inputs around.
+# tests/test_function_length.py allows it.
 def compare_roadmap(root: str) -> list[Row]:
   """elias-ramzi/ROADMAP, `roadmap/losses`: SmoothAP, SupAP, calibration, their composition,
   and the re-implementations of mAP_Q, RaMBO's AP and (pytorch-metric-learning's) FastAP."""

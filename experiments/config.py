@@ -176,11 +176,26 @@ def check_config(config: Config) -> None:
   each other, and the loss with its `loss_kwargs`, built and called once on two tiny lists
   (`losses.check_loss`), so that a hyperparameter the loss rejects fails here rather than at the
   first step. `train.check_run` checks the data against the sampler and the workdir next, still
-  before anything is written.
+  before anything is written. The checks run in a fixed order, and the first that fails is the
+  error raised.
   """
   # pylint: disable=g-import-not-at-top
-  import jax
+  from experiments import input_pipeline
 
+  _check_names(config)
+  _check_counts(config)
+  dataset = input_pipeline.DATASETS[config.dataset]
+  _check_batches(config, dataset, input_pipeline.SAMPLERS[config.sampler])
+  _check_optimizer(config)
+  _check_data(config, dataset)
+  _check_model(config)
+  _check_chunks(config)
+  _check_devices(config)
+
+
+def _check_names(config: Config) -> None:
+  """Every field's type, the names against the registries, and the loss with its arguments."""
+  # pylint: disable=g-import-not-at-top
   from experiments import input_pipeline
   from experiments import losses
   from experiments import networks
@@ -192,8 +207,10 @@ def check_config(config: Config) -> None:
   _one_of(config, "pooling", networks.POOLINGS)
   _one_of(config, "sampler", input_pipeline.SAMPLERS)
   losses.check_loss(config.loss, config.loss_kwargs)
-  dataset = input_pipeline.DATASETS[config.dataset]
-  sampler = input_pipeline.SAMPLERS[config.sampler]
+
+
+def _check_counts(config: Config) -> None:
+  """The sizes and periods that must be positive, the step counts that must not be negative."""
   for name in (
       "batch_size",
       "samples_per_class",
@@ -208,12 +225,17 @@ def check_config(config: Config) -> None:
       "batches_per_group",
   ):
     _positive_int(config, name)
-  if not isinstance(config.num_steps, int) or config.num_steps < 0:
-    _fail(f"config.num_steps must be a non-negative int, got {config.num_steps!r}.")
-  if not isinstance(config.warmup_steps, int) or config.warmup_steps < 0:
-    _fail(f"config.warmup_steps must be a non-negative int, got {config.warmup_steps!r}.")
-  if not isinstance(config.memory_batches, int) or config.memory_batches < 0:
-    _fail(f"config.memory_batches must be a non-negative int, got {config.memory_batches!r}.")
+  for name in ("num_steps", "warmup_steps", "memory_batches"):
+    value = getattr(config, name)
+    if not isinstance(value, int) or value < 0:
+      _fail(f"config.{name} must be a non-negative int, got {value!r}.")
+
+
+def _check_batches(config: Config, dataset: Any, sampler: Any) -> None:
+  """The batch against the sampler: whole classes, two of them at least, and super-classes."""
+  # pylint: disable=g-import-not-at-top
+  from experiments import input_pipeline
+
   if sampler.whole_classes and config.batch_size % config.samples_per_class:
     _fail(
         f"config.batch_size={config.batch_size} is not a multiple of config.samples_per_class="
@@ -227,26 +249,34 @@ def check_config(config: Config) -> None:
         f"{config.samples_per_class} images, so no list has a non-relevant item to rank; make "
         "batch_size at least twice samples_per_class."
     )
-  if sampler.super_classes:
-    if dataset.super_classes is None:
-      with_super_classes = [d.super_classes for d in input_pipeline.DATASETS.values()]
-      _fail(
-          f"config.sampler={config.sampler!r} needs super-classes (categories such as SOP's "
-          f"'bicycle'), which {config.dataset} does not have; use sampler='m_per_class', or "
-          f"{' or '.join(s for s in with_super_classes if s is not None)}."
-      )
-    if config.classes_per_batch % config.super_classes_per_batch:
-      _fail(
-          f"config.sampler={config.sampler!r} takes the same number of classes from each of "
-          f"super_classes_per_batch={config.super_classes_per_batch} super-classes, but "
-          f"batch_size / samples_per_class = {config.classes_per_batch} classes is not a multiple "
-          "of it; change batch_size or super_classes_per_batch."
-      )
+  if not sampler.super_classes:
+    return
+  if dataset.super_classes is None:
+    with_super_classes = [d.super_classes for d in input_pipeline.DATASETS.values()]
+    _fail(
+        f"config.sampler={config.sampler!r} needs super-classes (categories such as SOP's "
+        f"'bicycle'), which {config.dataset} does not have; use sampler='m_per_class', or "
+        f"{' or '.join(s for s in with_super_classes if s is not None)}."
+    )
+  if config.classes_per_batch % config.super_classes_per_batch:
+    _fail(
+        f"config.sampler={config.sampler!r} takes the same number of classes from each of "
+        f"super_classes_per_batch={config.super_classes_per_batch} super-classes, but "
+        f"batch_size / samples_per_class = {config.classes_per_batch} classes is not a multiple "
+        "of it; change batch_size or super_classes_per_batch."
+    )
+
+
+def _check_optimizer(config: Config) -> None:
   if config.learning_rate <= 0 or config.head_lr_multiplier <= 0 or config.weight_decay < 0:
     _fail(
         "config.learning_rate and config.head_lr_multiplier must be positive and "
         "config.weight_decay non-negative."
     )
+
+
+def _check_data(config: Config, dataset: Any) -> None:
+  """Where the data set is read from, and whether the model fits its images."""
   if dataset.bundled_with is not None:
     if config.data_dir is not None:
       _fail(
@@ -257,18 +287,25 @@ def check_config(config: Config) -> None:
     if config.data_dir is None:
       _fail(
           f"config.data_dir is None but dataset={config.dataset!r} is read from disk: set it to "
-          "the directory where you prepared the data (see the README's 'Real data' section)."
+          "the directory where you prepared the data (see docs/guide/real_data.rst)."
       )
     if not os.path.isdir(config.data_dir):
       _fail(
           f"config.data_dir={config.data_dir!r} does not exist: point it at the directory where "
-          f"you prepared {config.dataset} (see the README's 'Real data' section)."
+          f"you prepared {config.dataset} (see docs/guide/real_data.rst)."
       )
   if dataset.models is not None and config.model not in dataset.models:
     _fail(
         f"config.model={config.model!r} {dataset.misfit}; use "
         f"{' or '.join(f'model={m!r}' for m in dataset.models)} for {config.dataset}."
     )
+
+
+def _check_model(config: Config) -> None:
+  """The backbone's initial weights and its pooling."""
+  # pylint: disable=g-import-not-at-top
+  from experiments import networks
+
   if config.init_weights is not None and not os.path.isfile(config.init_weights):
     _fail(
         f"config.init_weights={config.init_weights!r} is not a file: give a local .npz of the "
@@ -280,27 +317,42 @@ def check_config(config: Config) -> None:
         f"config.pooling={config.pooling!r} needs a ResNet: model={config.model!r} has its own "
         "pooling; leave pooling='average'."
     )
-  if config.chunk_size is not None:
-    _positive_int(config, "chunk_size")
-    if config.batch_size % config.chunk_size:
-      _fail(
-          f"config.chunk_size={config.chunk_size} does not divide config.batch_size="
-          f"{config.batch_size}; pick a divisor of the batch size."
-      )
-    if networks.MODELS[config.model].batch_norm and not config.freeze_batchnorm:
-      _fail(
-          f"config.chunk_size with model={config.model!r} needs freeze_batchnorm=True: BatchNorm "
-          "normalises each chunk by its own statistics, so the chunked gradient would not be the "
-          "batch's gradient."
-      )
-    if networks.HEADS[config.head].batch_norm:
-      _fail(
-          f"config.chunk_size cannot be used with head={config.head!r}: its BatchNorm normalises "
-          "each chunk by its own statistics, so the chunked gradient would not be the batch's "
-          "gradient; leave chunk_size=None."
-      )
-    if config.memory_batches:
-      _fail("config.memory_batches cannot be combined with config.chunk_size: set one of them.")
+
+
+def _check_chunks(config: Config) -> None:
+  """The chunked gradient: a divisor of the batch, and nothing that looks across a chunk."""
+  # pylint: disable=g-import-not-at-top
+  from experiments import networks
+
+  if config.chunk_size is None:
+    return
+  _positive_int(config, "chunk_size")
+  if config.batch_size % config.chunk_size:
+    _fail(
+        f"config.chunk_size={config.chunk_size} does not divide config.batch_size="
+        f"{config.batch_size}; pick a divisor of the batch size."
+    )
+  if networks.MODELS[config.model].batch_norm and not config.freeze_batchnorm:
+    _fail(
+        f"config.chunk_size with model={config.model!r} needs freeze_batchnorm=True: BatchNorm "
+        "normalises each chunk by its own statistics, so the chunked gradient would not be the "
+        "batch's gradient."
+    )
+  if networks.HEADS[config.head].batch_norm:
+    _fail(
+        f"config.chunk_size cannot be used with head={config.head!r}: its BatchNorm normalises "
+        "each chunk by its own statistics, so the chunked gradient would not be the batch's "
+        "gradient; leave chunk_size=None."
+    )
+  if config.memory_batches:
+    _fail("config.memory_batches cannot be combined with config.chunk_size: set one of them.")
+
+
+def _check_devices(config: Config) -> None:
+  """Sharding over the devices, and what a job of several processes needs."""
+  # pylint: disable=g-import-not-at-top
+  import jax
+
   if config.shard:
     n = jax.device_count()
     if config.batch_size % n:

@@ -1,6 +1,6 @@
 """ROADMAP on CUB-200-2011 with a ResNet-50: the papers' setting, on data you prepared yourself.
 
-Command (after preparing CUB with tensorflow-datasets into DATA_DIR, see the README's "Real data";
+Command (after preparing CUB with tensorflow-datasets into DATA_DIR, see docs/guide/real_data.rst;
 give ImageNet weights converted to `jaxrank.models.save_weights` format with
 `--set init_weights=PATH`, nothing is downloaded):
 

@@ -6,8 +6,8 @@ layer's rate 10x, constant; 256 x 256 images, 224 x 224 crops; L = 10 bins; App.
 sampling, 5 batches per pair of categories; convergence within 50 epochs (about 31,000 steps of 96).
 BatchNorm is frozen here, as in the other recipes (the paper does not say).
 
-Command (after preparing SOP into DATA_DIR, see the README's "Real data"; WEIGHTS is your ImageNet
-ResNet-50 (torchvision `resnet50`) checkpoint, see the README's "Pretrained backbones"; nothing is
+Command (after preparing SOP into DATA_DIR, see docs/guide/real_data.rst; WEIGHTS is your ImageNet
+ResNet-50 (torchvision `resnet50`) checkpoint, see docs/guide/pretrained.rst; nothing is
 downloaded):
 
     python -m experiments.main --config experiments/configs/fastap_sop.py \\

@@ -5,8 +5,8 @@ this setting. App. A: Adam, weight decay 4e-4, batch 128, learning rate 5e-6 (Ta
 layer's rate 10x, margin 0.02 and lambda 0.2 (Table 9), memory of 3 batches, at most 80 epochs
 (about 3,700 steps) with the rate cut by 70% after 35; 4 images per class, no super-labels.
 
-Command (after preparing CUB-200-2011 into DATA_DIR, see the README's "Real data"; WEIGHTS is your
-ImageNet ResNet-50 (torchvision `resnet50`) checkpoint, see the README's "Pretrained backbones";
+Command (after preparing CUB-200-2011 into DATA_DIR, see docs/guide/real_data.rst; WEIGHTS is your
+ImageNet ResNet-50 (torchvision `resnet50`) checkpoint, see docs/guide/pretrained.rst;
 nothing is downloaded):
 
     python -m experiments.main --config experiments/configs/rambo_cub200.py \\

@@ -6,8 +6,8 @@ layer's rate higher (10x, Cakir et al.'s default), margin 0.02 and lambda 4 (Tab
 batches, at most 80 epochs (about 37,000 steps) with the rate cut by 70% after 35; super-label
 batches, 10 per pair of super-labels, 4 images per class.
 
-Command (after preparing SOP into DATA_DIR, see the README's "Real data"; WEIGHTS is your ImageNet
-ResNet-50 (torchvision `resnet50`) checkpoint, see the README's "Pretrained backbones"; nothing is
+Command (after preparing SOP into DATA_DIR, see docs/guide/real_data.rst; WEIGHTS is your ImageNet
+ResNet-50 (torchvision `resnet50`) checkpoint, see docs/guide/pretrained.rst; nothing is
 downloaded):
 
     python -m experiments.main --config experiments/configs/rambo_sop.py \\

@@ -6,9 +6,9 @@ ResNet-50 results, 68.5 on CUB, by 3 to 9 points) for this setting. Sec. 4: Adam
 embeddings, batch 64 (sec. 4.1), 224 x 224 (the DeiT checkpoint's size). The learning rates and
 schedule are in the supplementary material, which our copy lacks: those of cub200.py are used.
 
-Command (after preparing CUB-200-2011 into DATA_DIR, see the README's "Real data"; WEIGHTS is your
-ImageNet DeiT-S/16 (timm `deit_small_patch16_224`) checkpoint, see the README's "Pretrained
-backbones"; nothing is downloaded):
+Command (after preparing CUB-200-2011 into DATA_DIR, see docs/guide/real_data.rst; WEIGHTS is your
+ImageNet DeiT-S/16 (timm `deit_small_patch16_224`) checkpoint, see docs/guide/pretrained.rst;
+nothing is downloaded):
 
     python -m experiments.main --config experiments/configs/roadmap_deit_cub200.py \\
         --workdir runs/roadmap_deit_cub200 \\

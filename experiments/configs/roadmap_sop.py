@@ -5,8 +5,8 @@ for this setting. Sec. 4: Adam for ResNet-50, batch 64 (sec. 4.1), 256 x 256 ima
 (sec. 4.4), lambda 0.5, tau 0.01, rho 100. The learning rates and schedule are in the paper's
 supplementary material, which our copy lacks: those of cub200.py are used.
 
-Command (after preparing SOP into DATA_DIR, see the README's "Real data"; WEIGHTS is your ImageNet
-ResNet-50 (torchvision `resnet50`) checkpoint, see the README's "Pretrained backbones"; nothing is
+Command (after preparing SOP into DATA_DIR, see docs/guide/real_data.rst; WEIGHTS is your ImageNet
+ResNet-50 (torchvision `resnet50`) checkpoint, see docs/guide/pretrained.rst; nothing is
 downloaded):
 
     python -m experiments.main --config experiments/configs/roadmap_sop.py \\

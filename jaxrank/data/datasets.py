@@ -20,10 +20,10 @@ half of the classes and tests on the second, all images of each, so those loader
 splits and keep the classes of the requested half. Labels keep their original values (CUB's test
 labels are 100-199): retrieval only compares them.
 
-The tfds loaders read a data set that the user has prepared in `data_dir` (see the README); they
-never download, and raise `FileNotFoundError` with instructions when the data is not there. They
-read the encoded JPEG bytes into memory once (about 1.5 GB per SOP split, 0.6 GB for CUB, 1 GB for
-Cars196) and decode them in the tf.data pipeline, so that the samplers can pick any example.
+The tfds loaders read a data set that the user has prepared in `data_dir` (see the user guide,
+docs/guide/real_data.rst); they never download, and raise `FileNotFoundError` with instructions
+when the data is not there. They read the encoded JPEG bytes into memory once (about 1.5 GB per SOP
+split, 0.6 GB for CUB, 1 GB for Cars196) and decode them in the tf.data pipeline, so that the samplers can pick any example.
 
 >>> from jaxrank.data import datasets
 >>> train = datasets.load_digits("train")
@@ -183,7 +183,7 @@ def _load_tfds(
     except AssertionError as e:  # What tfds raises when the data set was not prepared.
       raise FileNotFoundError(
           f"{fn}: no prepared {name!r} in data_dir={data_dir!r} ({e}). jaxrank never downloads: "
-          f"prepare {name} once (README, section 'Real data sets'), for instance with "
+          f"prepare {name} once (see docs/guide/real_data.rst), for instance with "
           f"tfds.builder({name!r}, data_dir=...).download_and_prepare(download_config="
           "tfds.download.DownloadConfig(manual_dir=...)) on the archives you downloaded, then "
           "pass that data_dir."
@@ -349,6 +349,31 @@ def load_image_folder(
   root = os.fspath(directory)
   if not tf.io.gfile.isdir(root):
     raise FileNotFoundError(f"{fn}: {root!r} is not a directory.")
+  paths, class_keys = _image_files(fn, root)
+  paths, class_keys = _readable(fn, root, paths, class_keys, unreadable)
+
+  _, labels = np.unique(class_keys, return_inverse=True)
+  super_labels = None
+  if super_classes:
+    parents = np.array([os.path.dirname(k) for k in class_keys], dtype=str)
+    if (parents == "").any():
+      flat = class_keys[parents == ""][0]
+      raise ValueError(
+          f"{fn}: super_classes=True needs directory/super_class/class/image files, but class "
+          f"{flat!r} lies directly in {root!r}."
+      )
+    _, super_labels = np.unique(parents, return_inverse=True)
+    super_labels = super_labels.astype(np.int32)
+  return LabeledImages(
+      images=paths,
+      labels=labels.astype(np.int32),
+      super_labels=super_labels,
+      image_format="path",
+  )
+
+
+def _image_files(fn: str, root: str) -> tuple[np.ndarray, np.ndarray]:
+  """The image files under `root`, sorted by path, and the class folder of each."""
   paths, class_keys = [], []
   for folder, _, files in tf.io.gfile.walk(root):
     rel = os.path.relpath(folder, root).replace(os.sep, "/")
@@ -370,7 +395,12 @@ def load_image_folder(
   order = np.argsort(paths, kind="stable")
   paths = np.asarray(paths, dtype=str)[order]
   class_keys = np.asarray(class_keys, dtype=str)[order]
+  return paths, class_keys
 
+
+def _readable(fn: str, root: str, paths: np.ndarray, class_keys: np.ndarray,
+              unreadable: str) -> tuple[np.ndarray, np.ndarray]:
+  """`paths` and `class_keys` without the files that cannot be decoded, or a `ValueError`."""
   bad = unreadable_images(paths)
   if bad:
     if unreadable == "raise":
@@ -385,22 +415,4 @@ def load_image_folder(
     )
     keep = ~np.isin(paths, bad)
     paths, class_keys = paths[keep], class_keys[keep]
-
-  _, labels = np.unique(class_keys, return_inverse=True)
-  super_labels = None
-  if super_classes:
-    parents = np.array([os.path.dirname(k) for k in class_keys], dtype=str)
-    if (parents == "").any():
-      flat = class_keys[parents == ""][0]
-      raise ValueError(
-          f"{fn}: super_classes=True needs directory/super_class/class/image files, but class "
-          f"{flat!r} lies directly in {root!r}."
-      )
-    _, super_labels = np.unique(parents, return_inverse=True)
-    super_labels = super_labels.astype(np.int32)
-  return LabeledImages(
-      images=paths,
-      labels=labels.astype(np.int32),
-      super_labels=super_labels,
-      image_format="path",
-  )
+  return paths, class_keys

@@ -25,8 +25,9 @@ Each element is a dict of numpy-convertible tensors with a fixed leading batch d
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -120,47 +121,83 @@ def make_pipeline(
         f"{fn}: start_batch {start_batch} is past the end of epoch {start_epoch}, which has "
         f"{first.shape[0]} batches."
     )
-  width = first.shape[1]
+  begin, end = _checked_columns(fn, columns, first.shape[1])
+  generate = functools.partial(
+      _examples, data, sampler, first, start_epoch=start_epoch, start_batch=start_batch,
+      num_epochs=num_epochs, columns=(begin, end), seed=seed)
+  ds = tf.data.Dataset.from_generator(generate, output_signature=_signature(data, end - begin))
+  if data.image_format == "array" and preprocess_fn is None:
+    drop_seed = lambda example: {k: v for k, v in example.items() if k != _SEED}
+    return ds.map(drop_seed).prefetch(tf.data.AUTOTUNE)
+  ds = ds.unbatch()
+  ds = ds.map(functools.partial(_load, data.image_format, preprocess_fn),
+              num_parallel_calls=num_parallel_calls, deterministic=True)
+  return ds.batch(end - begin, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+def _checked_columns(fn: str, columns: tuple[int, int] | None, width: int) -> tuple[int, int]:
+  """`columns` checked against the sampler's batch size `width`; None is every column."""
   if columns is None:
-    columns = (0, width)
-  elif (not isinstance(columns, tuple) or len(columns) != 2
-        or not all(isinstance(c, int) and not isinstance(c, bool) for c in columns)):
+    return 0, width
+  if (not isinstance(columns, tuple) or len(columns) != 2
+      or not all(isinstance(c, int) and not isinstance(c, bool) for c in columns)):
     raise TypeError(f"{fn}: columns must be a tuple (start, stop) of two ints, got {columns!r}.")
-  elif not 0 <= columns[0] < columns[1] <= width:
+  if not 0 <= columns[0] < columns[1] <= width:
     raise ValueError(
         f"{fn}: columns {columns} must satisfy 0 <= start < stop <= {width} (the sampler's batch "
         "size)."
     )
-  begin, end = columns
-  batch_size = end - begin
+  return columns
+
+
+def _examples(
+    data: datasets.LabeledImages,
+    sampler: Callable[..., np.ndarray],
+    first: np.ndarray,
+    *,
+    start_epoch: int,
+    start_batch: int,
+    num_epochs: int | None,
+    columns: tuple[int, int],
+    seed: int,
+) -> Iterator[dict[str, np.ndarray]]:
+  """The undecoded batches of `make_pipeline`, each with the augmentation seed of its examples.
+
+  `first` is the sampler's (checked) batches of `start_epoch`; later epochs are drawn and checked
+  as they come.
+  """
   images, labels, supers = data.images, data.labels, data.super_labels
+  begin, end = columns
+  width = first.shape[1]
+  stop = None if num_epochs is None else start_epoch + num_epochs
+  for epoch in itertools.count(start_epoch) if stop is None else range(start_epoch, stop):
+    if epoch == start_epoch:
+      rows, skip = first, start_batch
+    else:
+      rows, skip = _checked("make_pipeline", sampler(epoch=epoch), len(labels), width, epoch), 0
+    for b in range(skip, len(rows)):
+      row = rows[b, begin:end]
+      valid = row >= 0
+      safe = np.where(valid, row, 0)
+      # The seed of each example's place in the whole batch, whichever columns are read.
+      positions = (epoch << 32) + b * width + np.arange(begin, end, dtype=np.int64)
+      out = {
+          "image": images[safe],
+          "label": np.where(valid, labels[safe], -1).astype(np.int32),
+          "index": row,
+          "mask": valid,
+          _SEED: np.stack([np.full(end - begin, seed, np.int64), positions], axis=1),
+      }
+      if supers is not None:
+        out["super_label"] = np.where(valid, supers[safe], -1).astype(np.int32)
+      yield out
 
-  def generate():
-    stop = None if num_epochs is None else start_epoch + num_epochs
-    for epoch in itertools.count(start_epoch) if stop is None else range(start_epoch, stop):
-      if epoch == start_epoch:
-        rows, skip = first, start_batch
-      else:
-        rows, skip = _checked(fn, sampler(epoch=epoch), len(labels), width, epoch), 0
-      for b in range(skip, len(rows)):
-        row = rows[b, begin:end]
-        valid = row >= 0
-        safe = np.where(valid, row, 0)
-        # The seed of each example's place in the whole batch, whichever columns are read.
-        positions = (epoch << 32) + b * width + np.arange(begin, end, dtype=np.int64)
-        out = {
-            "image": images[safe],
-            "label": np.where(valid, labels[safe], -1).astype(np.int32),
-            "index": row,
-            "mask": valid,
-            _SEED: np.stack([np.full(batch_size, seed, np.int64), positions], axis=1),
-        }
-        if supers is not None:
-          out["super_label"] = np.where(valid, supers[safe], -1).astype(np.int32)
-        yield out
 
+def _signature(data: datasets.LabeledImages, batch_size: int) -> dict[str, tf.TensorSpec]:
+  """The `output_signature` of `_examples`' batches of `batch_size`."""
   if data.image_format == "array":
-    image_spec = tf.TensorSpec((batch_size, *images.shape[1:]), tf.as_dtype(images.dtype))
+    image_spec = tf.TensorSpec((batch_size, *data.images.shape[1:]),
+                               tf.as_dtype(data.images.dtype))
   else:
     image_spec = tf.TensorSpec((batch_size,), tf.string)
   spec = {
@@ -170,25 +207,21 @@ def make_pipeline(
       "mask": tf.TensorSpec((batch_size,), tf.bool),
       _SEED: tf.TensorSpec((batch_size, 2), tf.int64),
   }
-  if supers is not None:
+  if data.super_labels is not None:
     spec["super_label"] = tf.TensorSpec((batch_size,), tf.int32)
-  ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
-  if data.image_format == "array" and preprocess_fn is None:
-    drop_seed = lambda example: {k: v for k, v in example.items() if k != _SEED}
-    return ds.map(drop_seed).prefetch(tf.data.AUTOTUNE)
+  return spec
 
-  def load(example):
-    example = dict(example)
-    example_seed = example.pop(_SEED)
-    image = example["image"]
-    if data.image_format == "path":
-      image = tf.io.read_file(image)
-    if data.image_format != "array":
-      image = preprocess.decode_image(image)
-    if preprocess_fn is not None:
-      image = preprocess_fn(image, example_seed)
-    return {**example, "image": image}
 
-  ds = ds.unbatch()
-  ds = ds.map(load, num_parallel_calls=num_parallel_calls, deterministic=True)
-  return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+def _load(image_format: str, preprocess_fn: PreprocessFn | None,
+          example: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+  """One example read (a path), decoded (bytes) and preprocessed, its augmentation seed dropped."""
+  example = dict(example)
+  example_seed = example.pop(_SEED)
+  image = example["image"]
+  if image_format == "path":
+    image = tf.io.read_file(image)
+  if image_format != "array":
+    image = preprocess.decode_image(image)
+  if preprocess_fn is not None:
+    image = preprocess_fn(image, example_seed)
+  return {**example, "image": image}

@@ -304,6 +304,34 @@ def super_class_batches(
   checks.check_shape(
       fn, "super_labels", super_labels, labels.shape, hint="Give one super-class per label."
   )
+  supers = _checked_super_classes(fn, labels, super_labels, p, s)
+  members_of, usable_of = _super_class_members(
+      fn, labels, super_labels, supers, samples_per_class=k, classes_needed=p // s,
+      skip_small_classes=skip_small_classes)
+  queues: list[list[np.ndarray]] = [[] for _ in supers]
+
+  def next_part(g: int) -> np.ndarray:
+    """The next `P / S` groups of super-class `g`, from a fresh packing of it when used up."""
+    if not queues[g]:
+      queues[g] = list(
+          _pack_groups(
+              rng, members_of[g], usable_of[g], classes_per_batch=p // s, samples_per_class=k
+          )
+      )
+    return queues[g].pop(0)
+
+  sets = list(itertools.combinations(range(len(supers)), s))
+  batches = []
+  for i in rng.permutation(len(sets)):
+    for _ in range(batches_per_group):
+      batches.append(np.concatenate([next_part(g) for g in sets[i]]))
+  return np.stack(batches)
+
+
+def _checked_super_classes(
+    fn: str, labels: np.ndarray, super_labels: np.ndarray, p: int, s: int
+) -> np.ndarray:
+  """The super-classes (sorted), after checking P against S and every class in one of them."""
   if p % s:
     raise ValueError(
         f"{fn}: classes_per_batch={p} must be a multiple of super_classes_per_batch={s}, so that "
@@ -324,7 +352,24 @@ def super_class_batches(
         f"{fn}: super_classes_per_batch={s} but the data has only {len(supers)} super-classes; "
         f"lower super_classes_per_batch to at most {len(supers)}."
     )
-  per_super = p // s
+  return supers
+
+
+def _super_class_members(
+    fn: str,
+    labels: np.ndarray,
+    super_labels: np.ndarray,
+    supers: np.ndarray,
+    *,
+    samples_per_class: int,
+    classes_needed: int,
+    skip_small_classes: bool,
+) -> tuple[list[list[np.ndarray]], list[np.ndarray]]:
+  """For each super-class, the dataset indices of each of its classes and which classes are usable.
+
+  Raises the `ValueError` of `_usable` for a super-class with fewer than `classes_needed` usable
+  classes, with a sentence on why a batch needs them.
+  """
   members_of, usable_of = [], []
   for g in supers:
     in_g = np.flatnonzero(super_labels == g)
@@ -334,36 +379,19 @@ def super_class_batches(
       usable = _usable(
           fn,
           members,
-          samples_per_class=k,
-          classes_needed=per_super,
+          samples_per_class=samples_per_class,
+          classes_needed=classes_needed,
           skip_small_classes=skip_small_classes,
           where=f" of super-class {g}",
       )
     except ValueError as e:
       raise ValueError(
-          f"{e} Each batch takes classes_per_batch / super_classes_per_batch = {per_super} classes "
-          "from each of its super-classes."
+          f"{e} Each batch takes classes_per_batch / super_classes_per_batch = {classes_needed} "
+          "classes from each of its super-classes."
       ) from None
     members_of.append(members)
     usable_of.append(usable)
-
-  queues: list[list[np.ndarray]] = [[] for _ in supers]
-
-  def next_part(g: int) -> np.ndarray:
-    if not queues[g]:
-      queues[g] = list(
-          _pack_groups(
-              rng, members_of[g], usable_of[g], classes_per_batch=per_super, samples_per_class=k
-          )
-      )
-    return queues[g].pop(0)
-
-  sets = list(itertools.combinations(range(len(supers)), s))
-  batches = []
-  for i in rng.permutation(len(sets)):
-    for _ in range(batches_per_group):
-      batches.append(np.concatenate([next_part(g) for g in sets[i]]))
-  return np.stack(batches)
+  return members_of, usable_of
 
 
 def random_batches(

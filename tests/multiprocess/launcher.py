@@ -15,6 +15,7 @@ timeout is killed whole; either way the test fails with every child's output.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import signal
 import socket
@@ -24,6 +25,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import IO
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -98,21 +100,8 @@ def run(
   Raises:
     JobFailed: a child exited with a non-zero status (unless `expect_failure`) or the job timed out.
   """
-  port = free_port()
-  children = []
-  logs = []
-  base = dict(os.environ)
-  base.pop("XLA_FLAGS", None)
-  base.update(
-      XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_per_process}",
-      JAXRANK_TEST_COORDINATOR=f"127.0.0.1:{port}",
-      JAXRANK_TEST_NUM_PROCESSES=str(num_processes),
-      TF_CPP_MIN_LOG_LEVEL="2",
-      PYTHONPATH=os.pathsep.join(
-          filter(None, [str(REPO), str(HERE), base.get("PYTHONPATH", "")])
-      ),
-  )
-  base.update(env or {})
+  base = _environment(num_processes, devices_per_process, env)
+  children, logs = [], []
   for i in range(num_processes):
     args = list(argv(i) if callable(argv) else argv)
     log = tempfile.TemporaryFile(mode="w+", prefix=f"process{i}-")
@@ -127,25 +116,8 @@ def run(
             start_new_session=True,  # Its own process group: killed with its children.
         )
     )
-
-  def kill_all():
-    for p in children:
-      if p.poll() is None:
-        try:
-          os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-          pass
-    for p in children:
-      p.wait()
-
-  def collect() -> list[Finished]:
-    out = []
-    for i, (p, log) in enumerate(zip(children, logs)):
-      log.seek(0)
-      out.append(Finished(i, p.returncode, log.read()))
-      log.close()
-    return out
-
+  kill_all = functools.partial(_kill_all, children)
+  collect = functools.partial(_collect, children, logs)
   deadline = time.monotonic() + timeout
   try:
     while True:
@@ -169,3 +141,43 @@ def run(
   if not expect_failure and any(f.returncode for f in finished):
     raise JobFailed(_report("a process failed", finished))
   return finished
+
+
+def _environment(num_processes: int, devices_per_process: int,
+                 env: dict[str, str] | None) -> dict[str, str]:
+  """Every child's environment but its process id: simulated devices, the coordinator, the path."""
+  base = dict(os.environ)
+  base.pop("XLA_FLAGS", None)
+  base.update(
+      XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_per_process}",
+      JAXRANK_TEST_COORDINATOR=f"127.0.0.1:{free_port()}",
+      JAXRANK_TEST_NUM_PROCESSES=str(num_processes),
+      TF_CPP_MIN_LOG_LEVEL="2",
+      PYTHONPATH=os.pathsep.join(
+          filter(None, [str(REPO), str(HERE), base.get("PYTHONPATH", "")])
+      ),
+  )
+  base.update(env or {})
+  return base
+
+
+def _kill_all(children: Sequence[subprocess.Popen]) -> None:
+  """Kills the process group of every child still running, and waits for every child."""
+  for p in children:
+    if p.poll() is None:
+      try:
+        os.killpg(p.pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
+  for p in children:
+    p.wait()
+
+
+def _collect(children: Sequence[subprocess.Popen], logs: Sequence[IO[str]]) -> list[Finished]:
+  """Each child's exit status and output, in process-id order; closes the logs."""
+  out = []
+  for i, (p, log) in enumerate(zip(children, logs)):
+    log.seek(0)
+    out.append(Finished(i, p.returncode, log.read()))
+    log.close()
+  return out

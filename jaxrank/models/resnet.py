@@ -1,0 +1,211 @@
+"""`ResNet`, with `resnet18`, `resnet50`, `resnet101`: torchvision's ResNets without the classifier."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxrank.models._layers import RESNET_INIT, check_images
+from jaxrank.models.pooling import global_average_pool
+
+
+def _conv(c_in: int, c_out: int, kernel: int, stride: int, rngs: nnx.Rngs) -> nnx.Conv:
+  # Symmetric padding as in torchvision (Flax's "SAME" pads more at the end for stride 2), so that
+  # converted weights give the same outputs.
+  pad = (kernel - 1) // 2
+  return nnx.Conv(
+      c_in, c_out, kernel_size=(kernel, kernel), strides=(stride, stride),
+      padding=((pad, pad), (pad, pad)), use_bias=False, kernel_init=RESNET_INIT, rngs=rngs)
+
+
+def _batch_norm(features: int, rngs: nnx.Rngs) -> nnx.BatchNorm:
+  # torchvision's momentum 0.1 is Flax's 0.9 (the weight of the old running average).
+  return nnx.BatchNorm(features, momentum=0.9, epsilon=1e-5, rngs=rngs)
+
+
+class _BasicBlock(nnx.Module):
+  """Two 3x3 convolutions and a shortcut (ResNet-18/34)."""
+
+  expansion = 1
+
+  def __init__(self, c_in: int, width: int, stride: int, *, rngs: nnx.Rngs):
+    self.conv1 = _conv(c_in, width, 3, stride, rngs)
+    self.bn1 = _batch_norm(width, rngs)
+    self.conv2 = _conv(width, width, 3, 1, rngs)
+    self.bn2 = _batch_norm(width, rngs)
+    self.downsample = _downsample(c_in, width, stride, rngs)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    y = nnx.relu(self.bn1(self.conv1(x)))
+    y = self.bn2(self.conv2(y))
+    return nnx.relu(y + _shortcut(self.downsample, x))
+
+
+class _Bottleneck(nnx.Module):
+  """1x1, 3x3 (with the stride, as torchvision's "ResNet v1.5") and 1x1 convolutions, expansion 4."""
+
+  expansion = 4
+
+  def __init__(self, c_in: int, width: int, stride: int, *, rngs: nnx.Rngs):
+    self.conv1 = _conv(c_in, width, 1, 1, rngs)
+    self.bn1 = _batch_norm(width, rngs)
+    self.conv2 = _conv(width, width, 3, stride, rngs)
+    self.bn2 = _batch_norm(width, rngs)
+    self.conv3 = _conv(width, width * 4, 1, 1, rngs)
+    self.bn3 = _batch_norm(width * 4, rngs)
+    self.downsample = _downsample(c_in, width * 4, stride, rngs)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    y = nnx.relu(self.bn1(self.conv1(x)))
+    y = nnx.relu(self.bn2(self.conv2(y)))
+    y = self.bn3(self.conv3(y))
+    return nnx.relu(y + _shortcut(self.downsample, x))
+
+
+def _downsample(c_in: int, c_out: int, stride: int, rngs: nnx.Rngs) -> nnx.List | None:
+  """The projection shortcut `[1x1 conv, BatchNorm]` when the shape changes, else None."""
+  if stride == 1 and c_in == c_out:
+    return None
+  return nnx.List([_conv(c_in, c_out, 1, stride, rngs), _batch_norm(c_out, rngs)])
+
+
+def _shortcut(downsample: nnx.List | None, x: jax.Array) -> jax.Array:
+  if downsample is None:
+    return x
+  conv, norm = downsample
+  return norm(conv(x))
+
+
+class ResNet(nnx.Module):
+  """A ResNet (He et al. 2016) as in torchvision, without the classifier: images to features.
+
+  A 7x7 convolution of stride 2 to 64 channels, BatchNorm, relu and a 3x3 max-pool of stride 2;
+  four stages of residual blocks of widths 64, 128, 256, 512 (stride 2 in the first block of
+  stages 2-4; a projection shortcut, 1x1 convolution and BatchNorm, where the shape changes);
+  then a pooling of the `[N, h, w, C]` feature map, `pool` (global average by default, as
+  torchvision; `average_max_pool` or `GeMPool` as some of the papers). Basic blocks are two 3x3 convolutions; bottleneck blocks are 1x1,
+  3x3 (with the stride, torchvision's "v1.5") and 1x1 convolutions with expansion 4. Padding is
+  symmetric as in torchvision. An `[N, 224, 224, 3]` image is reduced 32 times, to `7 x 7` before
+  the pool; time and memory grow linearly with `N` and the number of pixels.
+
+  **Initialisation.** Random, as torchvision: convolutions (no bias) He/Kaiming normal with
+  `fan_out` (`variance_scaling(2.0, "fan_out", "normal")`), BatchNorm scale 1 and bias 0. The
+  last BatchNorm scale of each block is not zeroed (torchvision's default
+  `zero_init_residual=False`); to zero it, set `block.bn2.scale[...] = 0` (`bn3` for bottlenecks)
+  for every block after construction.
+
+  **Training and inference modes.** Every BatchNorm (momentum 0.9, epsilon 1e-5) is built in
+  training mode (`use_running_average=False`, Flax's default): each call normalises with the
+  statistics of its batch, so an example's output depends on the rest of the batch, and updates
+  the running averages in place (also under `nnx.jit`, which propagates the update).
+  `model.eval()` switches every BatchNorm of the model to the running averages (outputs per
+  example, nothing updated) and `model.train()` back; both set `use_running_average` recursively
+  (Flax's `Module.set_attributes`), in place. `nnx.view(model, use_running_average=True)` gives an
+  inference view without changing `model`. With `jaxrank.chunked_value_and_grad`, use inference
+  mode (see its docstring) or `SmallConvNet`.
+
+  **Converted weights.** Variables are named after torchvision's, so that a state dict converts
+  key by key for `load_weights`: `conv1.weight` is `conv1/kernel` (transpose `OIHW` to `HWIO`),
+  `bn1.{weight, bias, running_mean, running_var}` is `bn1/{scale, bias, mean, var}`,
+  `layer1.0.conv1.weight` is `layer1/0/conv1/kernel`, `layer2.0.downsample.0.weight` is
+  `layer2/0/downsample/0/kernel`, `layer2.0.downsample.1.weight` is
+  `layer2/0/downsample/1/scale`; drop `num_batches_tracked` and `fc`.
+  `jaxrank.convert.load_pytorch_weights` does this from a `.pth` or `.safetensors` file.
+
+  Args:
+    stage_sizes: the number of blocks in each of the four stages, e.g. `(2, 2, 2, 2)`.
+    bottleneck: bottleneck blocks (ResNet-50 and deeper) if True, basic blocks if False.
+    in_channels: the channels `C` of the input images.
+    pool: `pool(x [N, h, w, C]) -> [N, C]`, a function (`global_average_pool`,
+      `average_max_pool`) or a module with parameters (`GeMPool`).
+    rngs: the random number generators of the initialisation.
+
+  Attributes:
+    out_features: 512 with basic blocks, 2048 with bottleneck blocks.
+    conv1, bn1: the stem.
+    layer1, layer2, layer3, layer4: the blocks of each stage (`nnx.List`).
+    pool: the pooling.
+
+  >>> import jax.numpy as jnp
+  >>> from flax import nnx
+  >>> net = ResNet((1, 1, 1, 1), bottleneck=False, rngs=nnx.Rngs(0))
+  >>> net.eval()
+  >>> net(jnp.zeros((2, 32, 32, 3))).shape, net.out_features
+  ((2, 512), 512)
+  """
+
+  def __init__(
+      self,
+      stage_sizes: Sequence[int],
+      *,
+      bottleneck: bool,
+      in_channels: int = 3,
+      pool: Callable[[jax.Array], jax.Array] | None = None,
+      rngs: nnx.Rngs,
+  ):
+    stage_sizes = tuple(int(s) for s in stage_sizes)
+    if len(stage_sizes) != 4 or min(stage_sizes) < 1 or in_channels < 1:
+      raise ValueError(
+          "ResNet: stage_sizes must be four positive block counts and in_channels positive, got "
+          f"stage_sizes={stage_sizes} and in_channels={in_channels}.")
+    block = _Bottleneck if bottleneck else _BasicBlock
+    self.in_channels = in_channels
+    self.conv1 = _conv(in_channels, 64, 7, 2, rngs)
+    self.bn1 = _batch_norm(64, rngs)
+    c_in = 64
+    stages = []
+    for i, (num_blocks, width) in enumerate(zip(stage_sizes, (64, 128, 256, 512))):
+      blocks = []
+      for j in range(num_blocks):
+        stride = 2 if i > 0 and j == 0 else 1
+        blocks.append(block(c_in, width, stride, rngs=rngs))
+        c_in = width * block.expansion
+      stages.append(nnx.List(blocks))
+    self.layer1, self.layer2, self.layer3, self.layer4 = stages
+    self.pool = global_average_pool if pool is None else pool
+    self.out_features = c_in
+
+  def __call__(self, x: jax.typing.ArrayLike) -> jax.Array:
+    """Returns the features of images.
+
+    Args:
+      x: `[N, H, W, in_channels]` images (at least `32 x 32` keeps every stage non-empty).
+
+    Returns:
+      `[N, out_features]` features (the pooling of non-negative activations).
+    """
+    x = jnp.asarray(x)
+    check_images("ResNet", x, self.in_channels)
+    x = nnx.relu(self.bn1(self.conv1(x)))
+    x = nnx.max_pool(x, window_shape=(3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+    for stage in (self.layer1, self.layer2, self.layer3, self.layer4):
+      for block in stage:
+        x = block(x)
+    return self.pool(x)
+
+
+def resnet18(*, in_channels: int = 3, pool: Callable[[jax.Array], jax.Array] | None = None,
+             rngs: nnx.Rngs) -> ResNet:
+  """ResNet-18: basic blocks `(2, 2, 2, 2)`, 512 features, 11.2M parameters; see `ResNet`.
+
+  >>> from flax import nnx
+  >>> resnet18(rngs=nnx.Rngs(0)).out_features
+  512
+  """
+  return ResNet((2, 2, 2, 2), bottleneck=False, in_channels=in_channels, pool=pool, rngs=rngs)
+
+
+def resnet50(*, in_channels: int = 3, pool: Callable[[jax.Array], jax.Array] | None = None,
+             rngs: nnx.Rngs) -> ResNet:
+  """ResNet-50: bottleneck blocks `(3, 4, 6, 3)`, 2048 features, 23.5M parameters; see `ResNet`."""
+  return ResNet((3, 4, 6, 3), bottleneck=True, in_channels=in_channels, pool=pool, rngs=rngs)
+
+
+def resnet101(*, in_channels: int = 3, pool: Callable[[jax.Array], jax.Array] | None = None,
+              rngs: nnx.Rngs) -> ResNet:
+  """ResNet-101: bottleneck blocks `(3, 4, 23, 3)`, 2048 features, 42.5M parameters; see `ResNet`.
+  """
+  return ResNet((3, 4, 23, 3), bottleneck=True, in_channels=in_channels, pool=pool, rngs=rngs)

@@ -1,0 +1,110 @@
+"""The commands that the README and the user guide (docs/guide/*.rst) tell a reader to run exist.
+
+Every `python -m experiments.<module>` names a module of experiments/, each of its `--flag`s is
+defined by that module or an experiments module it imports (or, for flags built at run time, shown
+by its `--help`), each `--config` file exists, each `--set field=value` names a field of
+`experiments.config.Config`, and each `make <target>` is a target of the Makefile. Nothing trains:
+a command that runs for minutes is checked in seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from experiments import config as config_lib
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs" / "guide").glob("*.rst"))]
+COMMAND = re.compile(r"python -m (experiments\.[A-Za-z_.]+)([^`\n|#]*)")
+# `make x` in inline code, or at the start of a line of a code block.
+MAKE = re.compile(r"(?:`|^\s*)make ([a-z][a-z-]*)\b", flags=re.MULTILINE)
+
+
+def text_of(path: pathlib.Path) -> str:
+  """The document with continuation lines joined and `python -m` kept on one line."""
+  text = path.read_text()
+  text = re.sub(r"\\\n\s*", " ", text)
+  return re.sub(r"python -m\s+", "python -m ", text)
+
+
+def commands() -> list[tuple[str, str, str]]:
+  """(document, module, arguments) of every `python -m experiments.X ...` of the documents."""
+  found = []
+  for path in DOCUMENTS:
+    for match in COMMAND.finditer(text_of(path)):
+      found.append((path.relative_to(REPO).as_posix(), match.group(1), match.group(2)))
+  return found
+
+
+def arguments(text: str) -> list[str]:
+  text = text.replace("[", " ").replace("]", " ")
+  try:
+    return shlex.split(text)
+  except ValueError:  # An unclosed quote in prose: split on spaces.
+    return text.split()
+
+
+def module_path(module: str) -> pathlib.Path:
+  return REPO / (module.replace(".", "/") + ".py")
+
+
+@functools.cache
+def flags_defined(module: str) -> set[str]:
+  """The `"--flag"` strings of a module's source and of the experiments modules it imports."""
+  sources = [module_path(module).read_text()]
+  for imported in re.findall(r"from experiments import (\w+)", sources[0]):
+    path = module_path(f"experiments.{imported}")
+    if path.exists():
+      sources.append(path.read_text())
+  return {"--help"} | {
+      flag for source in sources for flag in re.findall(r"[\"'](--[a-z][\w-]*)[\"']", source)}
+
+
+@functools.cache
+def help_text(module: str) -> str:
+  """What `python -m module --help` prints (for flags that a module builds at run time)."""
+  return subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO, capture_output=True,
+                        text=True, timeout=120, check=False).stdout
+
+
+def test_the_documents_have_commands():
+  assert len(DOCUMENTS) > 1, "docs/guide/*.rst is missing"
+  documents = {document for document, _, _ in commands()}
+  assert "docs/guide/training.rst" in documents, documents
+
+
+@pytest.mark.parametrize(("document", "module", "args"), commands())
+def test_each_command_names_what_exists(document, module, args):
+  where = f"{document}: python -m {module}{args}"
+  assert module_path(module).exists(), f"{where}: no module {module}"
+  words = arguments(args)
+  defined = flags_defined(module)
+  fields = {f.name for f in dataclasses.fields(config_lib.Config)}
+  for i, word in enumerate(words):
+    if not word.startswith("--"):
+      continue
+    flag, _, value = word.partition("=")
+    assert flag in defined or re.search(rf"{flag}\b", help_text(module)), (
+        f"{where}: {module} defines no flag {flag}")
+    following = value or (words[i + 1] if i + 1 < len(words) else "")
+    if flag == "--config" and not following.startswith(("$", "your")):
+      assert (REPO / following).exists(), f"{where}: no config file {following}"
+    if flag == "--set":
+      field = following.partition("=")[0]
+      assert field in fields, f"{where}: --set {field}: Config has no field {field!r}"
+
+
+def test_each_make_target_exists():
+  makefile = (REPO / "Makefile").read_text()
+  targets = set(re.findall(r"^([a-z][a-z-]*):", makefile, flags=re.MULTILINE))
+  for path in DOCUMENTS:
+    for target in MAKE.findall(text_of(path)):
+      assert target in targets, f"{path.name}: `make {target}` is no target of the Makefile"
