@@ -65,7 +65,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -625,6 +625,72 @@ def check_run(
   return train_data, test_data, sampler
 
 
+class _Loop(NamedTuple):
+  """What the training loop of `train_and_evaluate` works with."""
+
+  config: config_lib.Config
+  name: str
+  workdir: str
+  manager: ocp.CheckpointManager
+  mesh: jax.sharding.Mesh | None
+  train_step: Callable[..., Any]
+  schedule: optax.Schedule
+  writer: Any
+  progress: Any
+
+
+def _train_loop(loop: _Loop, state, step: int, batches, interrupted: list[bool], run_eval):
+  """Trains from `step` to `config.num_steps`, logging, saving and evaluating as the config says.
+
+  Returns the state, its step and the last evaluation (`None` if none ran). A first Ctrl-C
+  (`interrupted`) saves the state at the next step boundary and raises `Interrupted`.
+  """
+  config = loop.config
+  metrics = None
+  last_log, saved = (time.perf_counter(), step), step
+  first_bad = _replicate(jnp.int32(-1), loop.mesh)
+  while step < config.num_steps:
+    if interrupted:
+      if step > saved:
+        _check_finite(loop.name, first_bad, saved)
+        _save(loop.manager, step, state, batches.position)
+        saved = step
+      loop.manager.wait_until_finished()
+      raise Interrupted(loop.name, loop.workdir, saved)
+    batch = next(batches)
+    state, loss, first_bad = loop.train_step(
+        state,
+        _global_batch(loop.mesh, batch["image"], config.batch_size),
+        _global_batch(loop.mesh, batch["label"], config.batch_size),
+        first_bad,
+    )
+    step += 1
+    if step % config.log_every == 0 or step == config.num_steps:
+      _check_finite(loop.name, first_bad, saved)
+      last_log = _log_step(loop, step, float(loss), last_log)
+    loop.progress.update(1)
+    if step % config.checkpoint_every == 0 or step == config.num_steps:
+      _check_finite(loop.name, first_bad, saved)
+      _save(loop.manager, step, state, batches.position)
+      saved = step
+    if step % config.eval_every == 0 or step == config.num_steps:
+      _check_finite(loop.name, first_bad, saved)
+      metrics = run_eval(state, step)
+  if interrupted:  # During the last steps: the run is saved and done; stop a sweep here.
+    raise Interrupted(loop.name, loop.workdir, saved)
+  return state, step, metrics
+
+
+def _log_step(loop: _Loop, step: int, loss: float, last_log: tuple[float, int]):
+  """Writes the loss, learning rate and speed of `step`; returns `(time, step)` of this log."""
+  now = time.perf_counter()
+  speed = (step - last_log[1]) * loop.config.batch_size / (now - last_log[0])
+  lr = float(loop.schedule(step - 1))
+  loop.writer.write({"step": step, "loss": loss, "learning_rate": lr, "images_per_second": speed})
+  loop.progress.set_postfix(loss=f"{loss:.4f}", img_per_s=f"{speed:.0f}")
+  return now, step
+
+
 def train_and_evaluate(
     config: config_lib.Config, workdir: str, *, name: str | None = None
 ) -> dict[str, float]:
@@ -667,7 +733,7 @@ def train_and_evaluate(
   share = _train_share(config, mesh)
   primary = _is_primary()
 
-  def run_eval(step):
+  def run_eval(state, step):
     metrics = evaluate(config, embed_fn, state, test_data)
     if config.eval_seen_classes:
       seen = evaluate(config, embed_fn, state, train_data)
@@ -686,47 +752,11 @@ def train_and_evaluate(
         logger.info("%s: resuming from step %d (%s).", name, step, workdir)
       writer = reporting.MetricsWriter(workdir, step) if primary else _NoWriter()
       progress = _progress_bar(config, step, name, show=primary)
-      metrics = run_eval(step) if step == 0 else None
+      metrics = run_eval(state, step) if step == 0 else None
       batches = input_pipeline.TrainBatches(config, train_data, sampler, position, share)
-      last_time, last_step, saved = time.perf_counter(), step, step
-      first_bad = _replicate(jnp.int32(-1), mesh)
-      while step < config.num_steps:
-        if interrupted:
-          if step > saved:
-            _check_finite(name, first_bad, saved)
-            _save(manager, step, state, batches.position)
-            saved = step
-          manager.wait_until_finished()
-          raise Interrupted(name, workdir, saved)
-        batch = next(batches)
-        state, loss, first_bad = train_step(
-            state,
-            _global_batch(mesh, batch["image"], config.batch_size),
-            _global_batch(mesh, batch["label"], config.batch_size),
-            first_bad,
-        )
-        step += 1
-        if step % config.log_every == 0 or step == config.num_steps:
-          _check_finite(name, first_bad, saved)
-          loss = float(loss)
-          now = time.perf_counter()
-          speed = (step - last_step) * config.batch_size / (now - last_time)
-          last_time, last_step = now, step
-          lr = float(schedule(step - 1))
-          writer.write(
-              {"step": step, "loss": loss, "learning_rate": lr, "images_per_second": speed}
-          )
-          progress.set_postfix(loss=f"{loss:.4f}", img_per_s=f"{speed:.0f}")
-        progress.update(1)
-        if step % config.checkpoint_every == 0 or step == config.num_steps:
-          _check_finite(name, first_bad, saved)
-          _save(manager, step, state, batches.position)
-          saved = step
-        if step % config.eval_every == 0 or step == config.num_steps:
-          _check_finite(name, first_bad, saved)
-          metrics = run_eval(step)
-      if interrupted:  # During the last steps: the run is saved and done; stop a sweep here.
-        raise Interrupted(name, workdir, saved)
+      loop = _Loop(config, name, workdir, manager, mesh, train_step, schedule, writer, progress)
+      state, step, last = _train_loop(loop, state, step, batches, interrupted, run_eval)
+      metrics = metrics if last is None else last
   finally:
     if progress is not None:
       progress.close()
@@ -734,7 +764,7 @@ def train_and_evaluate(
     manager.close()
   if metrics is None:  # Resumed a finished run: its final evaluation is in the metrics file.
     done = [r for r in reporting.read_metrics(workdir) if "map@r" in r and r["step"] == step]
-    metrics = done[-1] if done else run_eval(step)
+    metrics = done[-1] if done else run_eval(state, step)
   what = f"{config.loss} on {config.dataset}"
   if not config.num_steps:  # The untrained baseline: no loss panel either.
     what = f"{config.dataset}, not trained"

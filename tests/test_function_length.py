@@ -23,10 +23,6 @@ FOLDERS = ("jaxrank", "experiments", "tests")
 ALLOWED = {
     "experiments/compare_released.py:compare_roadmap":
         "one compare() per row of the table it prints, read top to bottom as that table",
-    "jaxrank/_src/retrieval.py:evaluate_retrieval": "being split in issue 30 by another change",
-    "jaxrank/_src/retrieval.py:_evaluate_sharded": "being split in issue 30 by another change",
-    "jaxrank/_src/retrieval.py:batch_retrieval": "being split in issue 30 by another change",
-    "experiments/train.py:train_and_evaluate": "being split in issue 30 by another change",
 }
 
 

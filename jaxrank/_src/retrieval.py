@@ -125,39 +125,7 @@ def batch_retrieval(
     gallery = jnp.concatenate([embeddings, gallery_embeddings.astype(embeddings.dtype)], axis=0)
   elif gallery_labels is not None or gallery_where is not None:
     raise ValueError(f"{fn}: gallery_labels/gallery_where given without gallery_embeddings.")
-
-  if (labels is None) == (affinity is None):
-    raise ValueError(f"{fn}: give exactly one of labels ([B] or [B, C]) and affinity ([B, B + M]).")
-  if affinity is not None:
-    relevance = jnp.asarray(affinity)
-    if relevance.shape != (b, b + m):
-      raise ValueError(
-          f"{fn}: affinity must be [B, B + M] = {(b, b + m)}, got shape {relevance.shape}."
-      )
-  else:
-    if jnp.shape(labels)[:1] != (b,):
-      raise ValueError(
-          f"{fn}: labels have shape {jnp.shape(labels)} but embeddings have {b} rows."
-      )
-    if m and gallery_labels is None:
-      raise ValueError(f"{fn}: gallery_embeddings need gallery_labels.")
-    if gallery_labels is not None and jnp.shape(gallery_labels)[:1] != (m,):
-      raise ValueError(
-          f"{fn}: gallery_labels have shape {jnp.shape(gallery_labels)} but the gallery has "
-          f"{m} rows."
-      )
-    labels = check_labels(fn, labels)
-    targets = labels
-    if gallery_labels is not None:
-      gallery_labels = jnp.asarray(gallery_labels)
-      if gallery_labels.ndim != labels.ndim or gallery_labels.shape[1:] != labels.shape[1:]:
-        raise ValueError(
-            f"{fn}: gallery_labels have shape {gallery_labels.shape}, which does not match "
-            f"labels of shape {labels.shape} (same kind of labels, one row per gallery item)."
-        )
-      targets = jnp.concatenate([labels, gallery_labels.astype(labels.dtype)], axis=0)
-    relevance = relevance_matrix(labels, targets)
-
+  relevance = _batch_relevance(fn, labels, affinity, gallery_labels, b, m)
   scores = similarity_fn(embeddings, gallery)
   where = jnp.ones((b, b + m), dtype=bool)
   if not include_self:
@@ -168,6 +136,40 @@ def batch_retrieval(
     )
     where = where.at[:, b:].set(jnp.broadcast_to(gallery_where, (b, m)))
   return scores, relevance, where
+
+
+def _batch_relevance(fn, labels, affinity, gallery_labels, b, m):
+  """`batch_retrieval`'s relevance `[B, B + M]`: the given affinity, or from the labels of the
+  batch and the gallery, checked."""
+  if (labels is None) == (affinity is None):
+    raise ValueError(f"{fn}: give exactly one of labels ([B] or [B, C]) and affinity ([B, B + M]).")
+  if affinity is not None:
+    relevance = jnp.asarray(affinity)
+    if relevance.shape != (b, b + m):
+      raise ValueError(
+          f"{fn}: affinity must be [B, B + M] = {(b, b + m)}, got shape {relevance.shape}."
+      )
+    return relevance
+  if jnp.shape(labels)[:1] != (b,):
+    raise ValueError(f"{fn}: labels have shape {jnp.shape(labels)} but embeddings have {b} rows.")
+  if m and gallery_labels is None:
+    raise ValueError(f"{fn}: gallery_embeddings need gallery_labels.")
+  if gallery_labels is not None and jnp.shape(gallery_labels)[:1] != (m,):
+    raise ValueError(
+        f"{fn}: gallery_labels have shape {jnp.shape(gallery_labels)} but the gallery has "
+        f"{m} rows."
+    )
+  labels = check_labels(fn, labels)
+  targets = labels
+  if gallery_labels is not None:
+    gallery_labels = jnp.asarray(gallery_labels)
+    if gallery_labels.ndim != labels.ndim or gallery_labels.shape[1:] != labels.shape[1:]:
+      raise ValueError(
+          f"{fn}: gallery_labels have shape {gallery_labels.shape}, which does not match "
+          f"labels of shape {labels.shape} (same kind of labels, one row per gallery item)."
+      )
+    targets = jnp.concatenate([labels, gallery_labels.astype(labels.dtype)], axis=0)
+  return relevance_matrix(labels, targets)
 
 
 # ---------------------------------------------------------------------------------------------
