@@ -305,7 +305,7 @@ def _average_ranks(x: jax.Array) -> jax.Array:
                          signature="(n),(n)->(n)", excluded={2})
   below = search(sorted_x, x, "left")
   not_above = search(sorted_x, x, "right")
-  return (below + not_above + 1) / 2
+  return (below + not_above + 1).astype(x.dtype) / 2
 
 
 def _pearson(x: jax.Array, y: jax.Array) -> jax.Array:
