@@ -1,11 +1,12 @@
 """jaxrank: learning embeddings by optimising rank-based retrieval metrics, in JAX.
 
-The public API is what `__all__` lists: the functions below and the `hashing`, `memory`,
-`similarity` and `types` namespaces; with the `train` extra, also the `jaxrank.models` and
+The public API is what `__all__` lists: the functions below and the `hashing`, `landscape`,
+`memory`, `similarity` and `types` namespaces; with the `train` extra, also the `jaxrank.models` and
 `jaxrank.data` subpackages. The implementation lives in `jaxrank._src` and is private.
 """
 
 from jaxrank import hashing as hashing
+from jaxrank import landscape as landscape
 from jaxrank import memory as memory
 from jaxrank import similarity as similarity
 from jaxrank import types as types
@@ -68,6 +69,7 @@ __all__ = [
     "hashing",
     "heaviside_step",
     "host_chunked_value_and_grad",
+    "landscape",
     "map_at_r_metric",
     "memory",
     "multi_similarity_loss",

@@ -32,6 +32,7 @@ EXPECTED = {
     "02_surrogate_vs_exact_ap.ipynb",
     "03_ties_and_hashing.ipynb",
     "04_decomposability.ipynb",
+    "05_trained_network_landscape.ipynb",
 }
 PARALLEL = 2
 TIMEOUT = 600  # seconds per cell

@@ -61,6 +61,7 @@ from jaxrank._src import checks
 from jaxrank._src import lists
 from jaxrank._src import metrics
 from jaxrank._src import pairwise
+from jaxrank._src import partitions
 
 
 
@@ -812,13 +813,18 @@ def decomposability_gap(
 def _gap(scores, relevant, where, *, num_batches):
   labels = relevant.astype(jnp.int32)
   n = scores.shape[-1]
-  split = scores.shape[:-1] + (num_batches, n // num_batches)
-  batch_ap = metrics.ap_metric(
-      scores.reshape(split), labels.reshape(split), where=where.reshape(split), reduce_fn=None
+  batches = jnp.arange(n).reshape(num_batches, n // num_batches)
+
+  def batch_ap(batch):
+    s, l, w = batch
+    return (metrics.ap_metric(s, l, where=w, reduce_fn=None), jnp.any(w & (l >= 1), axis=-1))
+
+  # [K, ...] per batch, all batches at once (the memory of one copy of the lists).
+  batch_ap, batch_defined = partitions.over_batches(
+      batch_ap, (scores, labels, where), batches, axis=-1, batch_size=num_batches
   )
-  batch_defined = jnp.any((where & (labels >= 1)).reshape(split), axis=-1)
-  count = jnp.sum(batch_defined, axis=-1)
-  total = jnp.sum(jnp.where(batch_defined, batch_ap, 0), axis=-1)
+  count = jnp.sum(batch_defined, axis=0)
+  total = jnp.sum(jnp.where(batch_defined, batch_ap, 0), axis=0)
   mean_batch = total / jnp.maximum(count, 1).astype(batch_ap.dtype)
   whole = metrics.ap_metric(scores, labels, where=where, reduce_fn=None)
   return mean_batch - whole, count > 0
