@@ -86,6 +86,10 @@ class Config:
   keep_checkpoints: int = 3
   log_every: int = 10
   progress_bar: bool = True
+  # Debugging: check the values of traced inputs inside every step (`jaxrank.traced_checks`,
+  # functionalized with checkify): a histogram loss's scores out of range, say, stop the run
+  # with the eager check's message instead of being clipped. One host sync per step: slower.
+  check_traced_inputs: bool = False
 
   @property
   def classes_per_batch(self) -> int:
@@ -93,7 +97,7 @@ class Config:
 
 
 # Fields that change nothing a run computes: a rerun may differ in them and still resume.
-COSMETIC_FIELDS = ("progress_bar",)
+COSMETIC_FIELDS = ("progress_bar", "check_traced_inputs")
 
 
 def to_json(config: Config) -> dict[str, Any]:

@@ -73,6 +73,7 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from flax import nnx
+from jax.experimental import checkify
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -247,16 +248,27 @@ def _make_train_step(
     first_bad = jnp.where((first_bad < 0) & ~finite, new["step"], first_bad)
     return new, loss, first_bad
 
+  if config.check_traced_inputs:
+    step_fn = checkify.checkify(step_fn, errors=checkify.user_checks)
   # No buffer donation: an asynchronous checkpoint save may still be reading the previous state.
   if mesh is None:
-    return jax.jit(step_fn)
-  # On the mesh: the state replicated, the batch split; the state stays replicated after a step.
-  replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("batch"))
-  return jax.jit(
-      step_fn,
-      in_shardings=(replicated, split, split, replicated),
-      out_shardings=(replicated,) * 3,
-  )
+    jitted = jax.jit(step_fn)
+  else:
+    # On the mesh: the state replicated, the batch split; the state stays replicated after a step.
+    replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("batch"))
+    jitted = jax.jit(
+        step_fn, in_shardings=(replicated, split, split, replicated), out_shardings=replicated
+    )
+  if not config.check_traced_inputs:
+    return jitted
+
+  def checked_step(*args):
+    with jaxrank.traced_checks():  # Read when the step is traced, on its first call.
+      error, out = jitted(*args)
+    error.throw()
+    return out
+
+  return checked_step
 
 
 def _check_finite(name: str, first_bad: jax.Array, saved: int) -> None:

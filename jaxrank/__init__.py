@@ -12,6 +12,7 @@ from jaxrank import similarity as similarity
 from jaxrank import types as types
 from jaxrank._src.blackbox import blackbox_ap_loss as blackbox_ap_loss
 from jaxrank._src.blackbox import blackbox_recall_loss as blackbox_recall_loss
+from jaxrank._src.checks import traced_checks as traced_checks
 from jaxrank._src.chunked import chunked_value_and_grad as chunked_value_and_grad
 from jaxrank._src.chunked import host_chunked_value_and_grad as host_chunked_value_and_grad
 from jaxrank._src.hamming import hamming_tie_aware_ap_metric as hamming_tie_aware_ap_metric
@@ -93,6 +94,7 @@ __all__ = [
     "tie_aware_ap_metric",
     "tie_aware_ndcg_loss",
     "tie_aware_ndcg_metric",
+    "traced_checks",
     "triplet_loss",
     "types",
 ]

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.experimental import checkify
 import test_compile as listing  # Every list-level function, found by its signature.
 
 import jaxrank
@@ -373,3 +374,35 @@ def test_labels_that_do_not_broadcast_to_the_scores():
     jaxrank.ap_metric(jnp.ones((2, 3)), jnp.ones((2, 1, 3)))
   with pytest.raises(ValueError, match=r"labels have shape \(2,\) but scores have shape \(2, 3\)"):
     jaxrank.ap_metric(jnp.ones((2, 3)), jnp.ones(2))
+
+
+# ---------------------------------------------------------------------------------------------
+# Traced inputs: checked inside jaxrank.traced_checks, through checkify.
+
+_S = jnp.array([[0.5, 0.9, -0.2, 0.1], [0.3, -0.4, 0.8, 0.0]])
+_Y = jnp.array([[1, 0, 1, 0], [0, 1, 1, 0]])
+# name -> (function of one traced array, a bad value of it, a good value, the eager message).
+_TRACED = {
+    "range": (lambda s: jaxrank.fastap_loss(s, _Y), 2 * _S + 1, _S, r"fastap_loss: scores must lie in \[-1, 1\]"),
+    "tie_aware_range": (lambda s: jaxrank.tie_aware_ap_loss(s, _Y), _S - 3, _S, r"tie_aware_ap_loss: scores must lie in"),
+    "weights": (lambda w: jaxrank.soft_binning_ap_loss(_S, _Y, weights=w), jnp.array([1.0, -1.0]), jnp.array([1.0, 2.0]), "soft_binning_ap_loss: weights must be non-negative"),
+    "graded_labels": (lambda y: jaxrank.ndcg_metric(_S, y), jnp.array([[2, 0, -1, 0], [0, 1, 1, 0]]), _Y, r"ndcg_metric: graded labels must be >= 0"),
+    "hamming": (lambda d: jaxrank.hamming_tie_aware_ap_metric(d, _Y, num_bits=4), jnp.array([[0.0, 1.5, 2, 4], [1, 2, 3, 4]]), jnp.array([[0.0, 1, 2, 4], [1, 2, 3, 4]]), r"distances must be integers in \[0, num_bits\]"),
+    "hyperparameter": (lambda lam: jaxrank.blackbox_ap_loss(_S, _Y, lam=lam), jnp.float32(-1.0), jnp.float32(0.5), r"blackbox_ap_loss: lam must be > 0"),
+    "temperature": (lambda t: jaxrank.smoothap_loss(_S, _Y, temperature=t), jnp.float32(0.0), jnp.float32(0.01), r"smoothap_loss: temperature must be > 0"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_TRACED))
+def test_traced_checks_report_what_the_eager_check_raises(name):
+  fn, bad, good, message = _TRACED[name]
+  with pytest.raises(ValueError, match=message):
+    fn(bad)  # Eagerly: the ValueError.
+  with jaxrank.traced_checks():
+    error, _ = checkify.checkify(jax.jit(lambda x: fn(x)))(bad)
+    clean, _ = checkify.checkify(jax.jit(lambda x: fn(x)))(good)
+  assert re.search(message, error.get()), error.get()
+  assert clean.get() is None
+  # Outside the block a traced value is not checked: jit runs, and nothing is reported.
+  unchecked, _ = checkify.checkify(jax.jit(lambda x: fn(x)))(bad)
+  assert unchecked.get() is None

@@ -678,3 +678,24 @@ def test_a_failure_that_is_not_the_checkpoints_moves_nothing(tmp_path, monkeypat
   finally:
     manager.close()
   assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["1", "2"]
+
+
+def test_checked_steps_stop_at_a_traced_value_check_that_fails(tmp_path, monkeypatch):
+  """check_traced_inputs=True: scores out of FastAP's range inside the jitted step stop the run
+  with the eager check's message (unchecked, they would be clipped to the end bins)."""
+  def doubled_scores(config, mesh):
+    del config, mesh  # The loss below replaces the configured one.
+
+    def loss(embeddings, targets):
+      scores, relevance, where = jaxrank.batch_retrieval(embeddings, targets[0])
+      return jaxrank.fastap_loss(2 * scores, relevance, where=where)
+
+    return loss
+
+  config = dataclasses.replace(TINY, num_steps=2, check_traced_inputs=True)
+  train.train_and_evaluate(config, str(tmp_path / "clean"))  # In range: it runs through.
+  monkeypatch.setattr(train, "_batch_loss_fn", doubled_scores)
+  with pytest.raises(Exception, match=r"fastap_loss: scores must lie in \[-1, 1\]"):
+    train.train_and_evaluate(config, str(tmp_path / "doubled"))
+  unchecked = dataclasses.replace(config, check_traced_inputs=False)
+  train.train_and_evaluate(unchecked, str(tmp_path / "unchecked"))  # Clipped, silently.

@@ -15,12 +15,15 @@ use them too.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import contextvars
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import checkify
 
 from jaxrank._src import lists
 
@@ -339,7 +342,8 @@ def check_list_weights(
         "per list, one per query, not per item."
     ) from None
   bad = ~(weights >= 0)  # NaN fails `>= 0` too.
-  if weights.dtype != jnp.bool_ and known_any(bad):
+  traced = f"{fn}: weights must be non-negative (and not NaN)."
+  if weights.dtype != jnp.bool_ and known_any(bad, traced):
     try:
       got = f"{np.asarray(weights)[np.asarray(bad)].flat[0]}"
     except _UNREADABLE:
@@ -351,17 +355,57 @@ def check_list_weights(
   return jnp.broadcast_to(weights.astype(dtype), lists)
 
 
-def known_any(mask: Any) -> bool:
+_TRACED_CHECKS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "jaxrank_traced_checks", default=False
+)
+
+
+@contextlib.contextmanager
+def traced_checks() -> Iterator[None]:
+  """Checks the values of traced inputs too (under `jit`), through `jax.experimental.checkify`.
+
+  Outside this block, jaxrank checks values (scores in a histogram loss's range, non-negative
+  weights and graded labels, integer Hamming distances, hyperparameters in range) only when
+  they are known at trace time: under `jit` they pass unchecked, and, for example, scores
+  outside `[-1, 1]` are clipped to a histogram's end bins with a zero gradient. Functions traced
+  inside the block emit each such check as a `checkify.check` instead, with the same message as
+  the eager `ValueError`; functionalize them with `checkify.checkify` (required: a traced check
+  that is not functionalized is an error when staged) and read the error, e.g. once per
+  training step while debugging::
+
+    with jaxrank.traced_checks():
+      err, loss = checkify.checkify(jax.jit(loss_fn))(scores, labels)
+    err.throw()  # ValueError-like JaxRuntimeError: "fastap_loss: scores must lie in [-1, 1] ..."
+
+  The setting is read when a function is traced (a function jitted and traced before the block
+  keeps its unchecked code; jit a new one inside), is a `contextvars` variable (each thread has
+  its own), and nothing is set at import. A check costs one reduction of a boolean per input.
+
+  Yields:
+    None.
+  """
+  token = _TRACED_CHECKS.set(True)
+  try:
+    yield
+  finally:
+    _TRACED_CHECKS.reset(token)
+
+
+def known_any(mask: Any, message: str | None = None) -> bool:
   """Whether any element of the boolean `mask` is True, when it is known at trace time.
 
   The value checks of concrete inputs (out-of-range scores, negative labels or weights) use it: a
   concrete mask (NumPy, an eager JAX array, or an array under `jax.grad` outside `jit`) is reduced
   and read; a traced one (under `jit`) gives False, so that traced inputs are not checked and never
-  raise (one device-to-host transfer of a boolean per check, eagerly; nothing under `jit`).
+  raise (one device-to-host transfer of a boolean per check, eagerly; nothing under `jit`). Inside
+  `traced_checks`, a traced mask with a `message` becomes `checkify.check(~any(mask), message)`.
   """
   try:
     return bool(jnp.any(mask))
   except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError):
+    if message is not None and _TRACED_CHECKS.get():
+      # checkify formats its message: braces in ours are literal.
+      checkify.check(~jnp.any(mask), message.replace("{", "{{").replace("}", "}}"))
     return False
 
 
@@ -369,17 +413,17 @@ def check_graded_labels(fn: str, labels: jax.Array, where: jax.Array) -> None:
   """Raises `ValueError` when a valid graded label (NDCG's relevance) is negative and known.
 
   A gain `2**label - 1` below 0 would make NDCG leave `[0, 1]`. Masked labels are not read;
-  traced labels (under `jit`) are not checked (`known_any`).
+  traced labels (under `jit`) are checked only inside `traced_checks` (`known_any`).
   """
   bad = where & (labels < 0)
-  if known_any(bad):
+  fix = "; clip them (jnp.maximum(labels, 0)) or mask those items out with where."
+  if known_any(bad, f"{fn}: graded labels must be >= 0 (the gain is 2**label - 1){fix}"):
     try:
       got = f"{np.asarray(labels)[np.asarray(bad)].flat[0]} at a valid item"
     except _UNREADABLE:
       got = f"{int(jnp.sum(bad))} negative valid labels"
     raise ValueError(
-        f"{fn}: graded labels must be >= 0 (the gain is 2**label - 1), got {got}; clip them "
-        "(jnp.maximum(labels, 0)) or mask those items out with where."
+        f"{fn}: graded labels must be >= 0 (the gain is 2**label - 1), got {got}{fix}"
     )
 
 
@@ -398,20 +442,22 @@ def check_in_range(
   Rounding is allowed: the bounds are widened by `max(1e-3, 4 eps) * (high - low) / 2`, with `eps`
   the machine epsilon of the values' dtype (cosines computed in float32, or by reduced-precision
   matrix products such as TF32, exceed 1 by about that much). NaN is not out of range (it makes its
-  list NaN); infinities are. Masked values are not read, and traced values (under `jit`) are not
-  checked (`known_any`). `hint` (how to map the values into the range) is appended.
+  list NaN); infinities are. Masked values are not read, and traced values (under `jit`) are
+  checked only inside `traced_checks` (`known_any`). `hint` (how to map the values into the range)
+  is appended.
   """
   eps = float(jnp.finfo(values.dtype).eps)
   slack = max(1e-3, 4 * eps) * (high - low) / 2
   bad = where & ((values < low - slack) | (values > high + slack))
-  if known_any(bad):
+  hint = " " + hint if hint else ""
+  traced = f"{fn}: {name} must lie in [{low:g}, {high:g}] (up to rounding).{hint}"
+  if known_any(bad, traced):
     try:
       got = f"{float(np.asarray(values)[np.asarray(bad)].flat[0]):g} at a valid item"
     except _UNREADABLE:  # Known mask, traced values (under grad).
       got = f"{int(jnp.sum(bad))} valid values outside it"
     raise ValueError(
-        f"{fn}: {name} must lie in [{low:g}, {high:g}] (up to rounding), got {got}."
-        f"{' ' + hint if hint else ''}"
+        f"{fn}: {name} must lie in [{low:g}, {high:g}] (up to rounding), got {got}.{hint}"
     )
 
 
@@ -432,7 +478,8 @@ def check_real(
   Returns the value as a Python float when it is known at trace time, after checking
   `value > above`, `value >= at_least` and `value <= at_most` (each when given); returns `None`,
   unchecked, when it is a traced array (a hyperparameter under `jit` or `grad` is the caller's
-  responsibility). Raises `TypeError` for a non-real value (a bool included), `ValueError` for a
+  responsibility, or checked through checkify inside `traced_checks`). Raises `TypeError` for a
+  non-real value (a bool included), `ValueError` for a
   non-scalar, NaN or out-of-range one; `hint` is appended to the range message.
 
   With `scalar=False` an array of any shape is accepted too (one value per list, say): when it
@@ -452,6 +499,7 @@ def check_real(
           f"{fn}: {name} must be known at trace time (a Python number), got a traced value; "
           "pass it as a static argument, or close over it instead of passing it through jit."
       ) from None
+    _check_traced_real(fn, name, value, above, at_least, at_most, hint)
     return None
   if not (np.issubdtype(known.dtype, np.floating) or np.issubdtype(known.dtype, np.integer)):
     shown = repr(value) if known.ndim == 0 else f"an array of dtype {known.dtype}"
@@ -471,3 +519,15 @@ def check_real(
         got = f"{float(known[~ok].flat[0])} in an array of shape {known.shape}"
       raise ValueError(f"{fn}: {name} must be {text}, got {got}.{' ' + hint if hint else ''}")
   return float(known) if known.ndim == 0 else None
+
+
+def _check_traced_real(fn, name, value, above, at_least, at_most, hint):
+  """`check_real`'s bounds on a traced value, as a `checkify.check` inside `traced_checks`."""
+  value = jnp.asarray(value)
+  for bound, ok, text in (
+      (above, lambda b: value > b, f"> {above}"),
+      (at_least, lambda b: value >= b, f">= {at_least}"),
+      (at_most, lambda b: value <= b, f"<= {at_most}"),
+  ):
+    if bound is not None:
+      known_any(~ok(bound), f"{fn}: {name} must be {text}.{' ' + hint if hint else ''}")

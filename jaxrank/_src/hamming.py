@@ -25,7 +25,8 @@ metrics.
 
 **Inputs.** Distances must be integers in `[0, num_bits]` at valid items (integer or floating
 dtype; NaN makes the list NaN; masked items are neither checked nor counted). Called eagerly, other
-values raise `ValueError`; under `jit` they are not checked, and a non-integer distance is split
+values raise `ValueError`; under `jit` they are not checked (unless traced inside
+`jaxrank.traced_checks`), and a non-integer distance is split
 between its two nearest integers as in the losses (the value is then the relaxation, AP_r or
 DCG_r). Boolean distances raise `TypeError`; `num_bits` is an int `>= 1` (not a bool).
 
@@ -70,16 +71,14 @@ def _check_distances(fn, distances, labels, where, num_bits):
   bad = where & ~jnp.isnan(distances) & (
       (distances != jnp.round(distances)) | (distances < 0) | (distances > num_bits)
   )
-  try:
-    any_bad = bool(jnp.any(bad))
-  except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError):
-    any_bad = False  # Traced (under jit): not checked, see the module docstring.
-  if any_bad:
-    raise ValueError(
-        f"{fn}: distances must be integers in [0, num_bits] = [0, {num_bits}] at valid items; "
-        "for relaxed (real-valued) distances use the losses, e.g. tie_aware_ap_loss(1 - 2 * d / "
-        "num_bits, ..., num_bins=num_bits + 1)."
-    )
+  message = (
+      f"{fn}: distances must be integers in [0, num_bits] = [0, {num_bits}] at valid items; "
+      "for relaxed (real-valued) distances use the losses, e.g. tie_aware_ap_loss(1 - 2 * d / "
+      "num_bits, ..., num_bins=num_bits + 1)."
+  )
+  # Traced (under jit): checked only inside `traced_checks` (see the module docstring).
+  if checks.known_any(bad, message):
+    raise ValueError(message)
   return distances, labels, where
 
 
@@ -105,7 +104,8 @@ def hamming_tie_aware_ap_metric(
   estimator of `tie_aware_ap_loss` on hard histograms, and equals `jaxrank.tie_aware_ap_metric(
   -distances, labels)`, which sorts instead.
 
-  Counting, inputs (checked eagerly, not under `jit`), degenerate lists, self-inclusion and cost
+  Counting, inputs (checked eagerly; under `jit` inside `jaxrank.traced_checks` only), degenerate
+  lists, self-inclusion and cost
   (O(n + b) per list, no sort): see the module docstring.
 
   Args:
@@ -160,14 +160,16 @@ def hamming_tie_aware_ndcg_metric(
   normalised by the DCG of the ideal order. This is the estimator of `tie_aware_ndcg_loss` on hard
   histograms, and equals `jaxrank.tie_aware_ndcg_metric(-distances, labels)`.
 
-  Counting, inputs (checked eagerly, not under `jit`), degenerate lists and self-inclusion: see
+  Counting, inputs (checked eagerly; under `jit` inside `jaxrank.traced_checks` only), degenerate
+  lists and self-inclusion: see
   the module docstring. Cost: O(n + b) per list for the DCG, plus one sort of the gains for the
   ideal DCG (O(n log n); the paper's counting sort over the `|V|` levels needs integer labels).
 
   Args:
     distances: `[..., n]` integer Hamming distances, smaller is better.
     labels: `[..., n]` non-negative graded labels (gain `2**label - 1`); a negative valid label
-      raises `ValueError` when the labels are known (not under `jit`).
+      raises `ValueError` when the labels are known (under `jit`, inside `jaxrank.traced_checks`
+      only).
     num_bits: `b >= 1`, the code length.
     where: optional `[..., n]` boolean mask of valid items.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.

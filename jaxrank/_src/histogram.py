@@ -28,8 +28,9 @@ centres. Since `d = 2 - 2 s` maps one grid onto the other, `fastap_loss(s, y, nu
   outside `[-1, 1]` raise `ValueError`: a loss fed logits or dot products would otherwise clip them
   silently and its gradient vanish. Rounding is allowed (by `max(1e-3, 4 eps)` of the scores'
   dtype: float32 cosines exceed 1 by a few ulps, and more with reduced-precision matrix products).
-  Under `jit` scores are not checked, and values beyond the end centres are clipped to them: they
-  count fully (weight 1) in the end bin and get no gradient. The released FastAP code and
+  Under `jit` scores are not checked (unless traced inside `jaxrank.traced_checks`, which reports
+  them through checkify), and values beyond the end centres are clipped to them: they count fully
+  (weight 1) in the end bin and get no gradient. The released FastAP code and
   pytorch-metric-learning let the weight of such a value fall off linearly instead
   (`relu(1 - |d - c| / width)`); the two agree on the range.
 * **Other ranges.** Map the scores onto `[-1, 1]` before the loss. For scores known to lie in
@@ -285,7 +286,8 @@ def check_similarities(fn: str, scores: jax.Array, where: jax.Array) -> None:
 
   The check of every histogram loss on similarities (this module's and `tie_aware.py`'s): values
   outside the bins would be clipped to the end bins with a zero gradient (the module docstring,
-  *Range*). Traced scores (under `jit`) are not checked; see `checks.check_in_range`.
+  *Range*). Traced scores (under `jit`) are checked only inside `traced_checks`; see
+  `checks.check_in_range`.
   """
   checks.check_in_range(
       fn,
@@ -337,8 +339,9 @@ def fastap_loss(
   convention of the authors' released code and of pytorch-metric-learning's `FastAPLoss(num_bins)`
   (the paper's text speaks of `L` centres). The default `L = 10` is where the paper's ablation peaks
   (sec. 5, Fig. 4b) and pytorch-metric-learning's default. Known scores outside `[-1, 1]`
-  (distances outside `[0, 4]`) raise `ValueError`; under `jit` they are clipped to the end bins
-  (module docstring, *Range*, which also says how to bin other ranges). This equals
+  (distances outside `[0, 4]`) raise `ValueError`; under `jit` they are clipped to the end bins,
+  unless traced inside `jaxrank.traced_checks` (module docstring, *Range*, which also says how to
+  bin other ranges). This equals
   `soft_binning_ap_loss(scores, labels, num_bins=L + 1)`.
 
   **Self-inclusion.** The list is taken as given. Through `jaxrank.batch_retrieval` the query is
@@ -422,7 +425,8 @@ def soft_binning_ap_loss(
   `APLoss()` places `nq = 25` bins on `[min, max] = [0, 1]`, the same kernel and centres from `max`
   down to `min`; on scores in `[0, 1]` it is `soft_binning_ap_loss(2 * s - 1, labels,
   num_bins=25)` (module docstring, *Other ranges*). Known scores outside `[-1, 1]` raise
-  `ValueError`; under `jit` they are clipped to the end bins (module docstring, *Range*).
+  `ValueError`; under `jit` they are clipped to the end bins, unless traced inside
+  `jaxrank.traced_checks` (module docstring, *Range*).
 
   **Class balancing** (sec. 4.2). Per-list `weights` (one per query; see
   `class_balancing_weights`) make the default `jnp.mean` the weighted mean

@@ -315,7 +315,8 @@ def ndcg_metric(
   Args:
     scores: `[..., n]` floating scores, higher is better.
     labels: `[..., n]` non-negative graded labels (gain `2**label - 1`); a negative valid label
-      raises `ValueError` when the labels are known (not under `jit`).
+      raises `ValueError` when the labels are known (under `jit`, inside `jaxrank.traced_checks`
+      only).
     topn: optional cut-off `k`, a positive Python int; `None` uses the whole list.
     where: optional `[..., n]` boolean mask of valid items.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
@@ -354,7 +355,8 @@ def tie_aware_ndcg_metric(
   Args:
     scores: `[..., n]` floating scores, higher is better.
     labels: `[..., n]` non-negative graded labels (gain `2**label - 1`); a negative valid label
-      raises `ValueError` when the labels are known (not under `jit`).
+      raises `ValueError` when the labels are known (under `jit`, inside `jaxrank.traced_checks`
+      only).
     topn: optional cut-off `k`, a positive Python int; `None` uses the whole list.
     where: optional `[..., n]` boolean mask of valid items.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.

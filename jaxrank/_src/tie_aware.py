@@ -82,7 +82,8 @@ On soft histograms all four are relaxations.
 
 **Conventions** (as in `jaxrank._src.histogram`). Masked items contribute nothing. Known scores
 (not traced) outside `[-1, 1]` raise `ValueError`, beyond rounding; under `jit` they are not
-checked and are clipped to the end bins (weight 1, no gradient). Other ranges: see that module's
+checked (unless traced inside `jaxrank.traced_checks`) and are clipped to the end bins (weight 1,
+no gradient). Other ranges: see that module's
 *Other ranges* (for Hamming distances, `1 - 2 d / b` above). A list without a relevant valid item
 (AP), or whose ideal DCG is 0 (NDCG: no valid item with a positive label), gives 0 and is left out
 of the reduction; values and gradients are finite in every case (all items in one bin, all masked,
@@ -414,7 +415,7 @@ def tie_aware_ndcg_loss(
     scores: `[..., n]` floating similarities in `[-1, 1]`, higher is better.
     labels: `[..., n]` non-negative graded labels (gain `2**label - 1`), e.g. the number of shared
       tags (`batch_retrieval` with multi-hot labels); a negative valid label raises `ValueError`
-      when the labels are known (not under `jit`).
+      when the labels are known (under `jit`, inside `jaxrank.traced_checks` only).
     where: optional `[..., n]` boolean mask of valid items.
     num_bins: `M >= 2`, the number of bin centres.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
@@ -467,7 +468,8 @@ def simplified_tie_aware_ndcg_loss(
   Args:
     scores: `[..., n]` floating similarities in `[-1, 1]`, higher is better.
     labels: `[..., n]` non-negative graded labels (gain `2**label - 1`); a negative valid label
-      raises `ValueError` when the labels are known (not under `jit`).
+      raises `ValueError` when the labels are known (under `jit`, inside `jaxrank.traced_checks`
+      only).
     where: optional `[..., n]` boolean mask of valid items.
     num_bins: `M >= 2`, the number of bin centres.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
