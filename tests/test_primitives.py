@@ -601,15 +601,9 @@ def test_only_arrays_beside_traced_scores_are_compacted():
 # Counting around relevant items (`evaluate_retrieval`).
 
 
-def _counts_by_brute_force(scores, thresholds):
-  """`(thresholds in decreasing order with NaN last, above, tied)` by a loop over each list."""
-  ordered, above, tied = [], [], []
-  for row, keys in zip(scores, thresholds):
-    keys = sorted(keys, key=lambda v: (math.isnan(v), -v if not math.isnan(v) else 0))
-    ordered.append(keys)
-    above.append([0 if math.isnan(t) else sum(s > t for s in row) for t in keys])
-    tied.append([0 if math.isnan(t) else sum(s == t for s in row) for t in keys])
-  return np.array(ordered, np.float32), np.array(above), np.array(tied)
+def _sorted_thresholds(thresholds):
+  """Each list's thresholds in decreasing order, NaN last."""
+  return -np.sort(-np.asarray(thresholds, np.float32), axis=-1)
 
 
 @pytest.mark.parametrize("num_thresholds", [5, ranking.COMPARE_UP_TO, ranking.COMPARE_UP_TO + 7])
@@ -617,18 +611,22 @@ def _counts_by_brute_force(scores, thresholds):
 def test_count_above_and_tied_matches_brute_force(num_thresholds, branch):
   """Every path (compare up to COMPARE_UP_TO thresholds, then numpy's or XLA's sort) counts the
   same, with ties, signed zeros, infinities, NaN scores (which count nothing) and NaN
-  thresholds (empty slots: counts 0, sorted last)."""
+  thresholds (empty slots: counts 0); comparing keeps the thresholds' order, sorting sorts them
+  (decreasing, NaN last)."""
   rng = np.random.default_rng(num_thresholds)
   values = np.array([v for v in ALPHABET if not np.isnan(v)] + [np.nan], np.float32)
   scores = rng.choice(values, (4, 60)).astype(np.float32)
   thresholds = rng.choice(values, (4, num_thresholds)).astype(np.float32)
   thresholds[0] = np.nan  # A list without a threshold.
-  want = _counts_by_brute_force(scores, thresholds)
   with ranking.descending_ranks_branch(branch) if branch else contextlib.nullcontext():
-    got = jax.jit(ranking.count_above_and_tied)(jnp.asarray(scores), jnp.asarray(thresholds))
-  np.testing.assert_array_equal(got.thresholds, want[0])
-  np.testing.assert_array_equal(got.above, want[1])
-  np.testing.assert_array_equal(got.tied, want[2])
+    got = jax.jit(lambda s, t: ranking.count_above_and_tied(s, t))(scores, thresholds)
+  compared = num_thresholds <= ranking.COMPARE_UP_TO and branch != "xla"
+  want_order = thresholds if compared else _sorted_thresholds(thresholds)
+  np.testing.assert_array_equal(got.thresholds, want_order)
+  for i, j in itertools.product(range(4), range(num_thresholds)):
+    t = want_order[i, j]
+    assert got.above[i, j] == (0 if np.isnan(t) else np.sum(scores[i] > t)), (i, j)
+    assert got.tied[i, j] == (0 if np.isnan(t) else np.sum(scores[i] == t)), (i, j)
   assert got.above.dtype == got.tied.dtype == jnp.int32
 
 
@@ -646,16 +644,17 @@ def test_numpy_sorted_counts_under_vmap_and_on_many_lists():
 
 @pytest.mark.parametrize("num", [6, 40])
 def test_relevant_ties_match_brute_force(num):
+  """In any order up to COMPARE_UP_TO slots, in decreasing order beyond (as the counts give)."""
   rng = np.random.default_rng(num)
   values = rng.choice(np.array([-1.0, -0.0, 0.0, 0.5, 2.0], np.float32), (5, num))
   values[1, num // 2 :] = np.nan
-  ordered = ranking.count_above_and_tied(jnp.zeros((5, 1)), jnp.asarray(values)).thresholds
-  above, tied, position = (np.asarray(x) for x in ranking.relevant_ties(ordered))
-  ordered = np.asarray(ordered)
-  for i, j in np.argwhere(~np.isnan(ordered)):
-    row = ordered[i][~np.isnan(ordered[i])]
-    assert above[i, j] == np.sum(row > ordered[i, j])
-    assert tied[i, j] == np.sum(row == ordered[i, j])
-    # The places among equal scores are 1, 2, ..., tied: each once.
-    equal = np.flatnonzero(ordered[i] == ordered[i, j])
+  if num > ranking.COMPARE_UP_TO:
+    values = _sorted_thresholds(values)
+  above, tied, position = (np.asarray(x) for x in ranking.relevant_ties(jnp.asarray(values)))
+  for i, j in np.argwhere(~np.isnan(values)):
+    row = values[i][~np.isnan(values[i])]
+    assert above[i, j] == np.sum(row > values[i, j])
+    assert tied[i, j] == np.sum(row == values[i, j])
+    # The places among equal scores are 1, 2, ..., tied in slot order: each once.
+    equal = np.flatnonzero(values[i] == values[i, j])
     assert position[i, j] == 1 + np.searchsorted(equal, j)

@@ -271,7 +271,8 @@ class Counts(NamedTuple):
   """What `count_above_and_tied` finds around thresholds, each array `[c, R]`.
 
   Attributes:
-    thresholds: the thresholds of each list in decreasing order, NaN (empty slots) last.
+    thresholds: the thresholds of each list: as given when counted by comparing (at most
+      `COMPARE_UP_TO` of them), else in decreasing order with NaN (empty slots) last.
     above: the valid scores of the list strictly above each threshold (0 for NaN).
     tied: the valid scores of the list equal to each threshold (0 for NaN).
   """
@@ -290,17 +291,17 @@ def count_above_and_tied(scores: jax.Array, thresholds: jax.Array) -> Counts:
       scores); NaN marks an empty slot.
 
   Returns:
-    `Counts`, with the thresholds sorted (in decreasing order, NaN last) and the counts in that
-    order, int32. The same integers on every path: with at most `COMPARE_UP_TO` thresholds, on
-    CPU, by comparing (O(n R) per list, `[R, c]` accumulators); otherwise by one sort of each list
-    and a binary search of the sorted thresholds (O((n + R) log n) per list): numpy's sort through
-    `jax.pure_callback` on CPU, XLA's sort elsewhere (`descending_ranks_branch` forces either, as
-    for the ranks). Memory O(c (n + R)).
+    `Counts`: the thresholds and their counts (int32) in the same order, which is the order given
+    when counted by comparing, else decreasing. The same integers on every path: with at most
+    `COMPARE_UP_TO` thresholds, on CPU, by comparing (O(n R) per list, `[R, c]` accumulators);
+    otherwise by one sort of each list and a binary search of the sorted thresholds
+    (O((n + R) log n) per list): numpy's sort through `jax.pure_callback` on CPU, XLA's sort
+    elsewhere (`descending_ranks_branch` forces either, as for the ranks). Memory O(c (n + R)).
   """
   branch = _DESCENDING_RANKS_BRANCH.get()
   if thresholds.shape[-1] <= COMPARE_UP_TO and branch != "xla":
-    ordered = -jnp.sort(-thresholds, axis=-1)  # Decreasing, NaN last.
-    above, tied = _compare_counts(scores, ordered)
+    ordered = thresholds
+    above, tied = _compare_counts(scores, thresholds)
   elif branch == "numpy":
     ordered, above, tied = _cpu_sorted_counts(scores, thresholds)
   elif branch == "xla":
@@ -387,21 +388,30 @@ def _cpu_sorted_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Ar
   return tuple(lists.varying_like(lists.varying_like(x, thresholds), scores) for x in out)
 
 
-def relevant_ties(ordered: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+def relevant_ties(values: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Where each relevant item stands among the relevant items of its list.
 
   Args:
-    ordered: `[c, R]` scores of the relevant items in decreasing order, NaN (empty slots) last
-      (`Counts.thresholds`).
+    values: `[c, R]` scores of the relevant items, NaN in empty slots, as `Counts.thresholds`
+      holds them: in any order for at most `COMPARE_UP_TO` slots, else in decreasing order with
+      NaN last.
 
   Returns:
     `(relevant_above, relevant_tied, tie_position)`, each `[c, R]` int32: the relevant items
     scored strictly higher, those scored equal (itself included), and its place among those equal
-    (1 for the first), the inputs of `relevant_item_statistics`; O(R) per list. Values in empty
-    slots are unspecified.
+    (1 for the first, in slot order), the inputs of `relevant_item_statistics`. Values in empty
+    slots are unspecified. By comparing every pair for at most `COMPARE_UP_TO` slots (O(R^2) per
+    list, no sort); beyond, read off the sorted order (O(R)).
   """
-  start, end = run_bounds(ordered[..., 1:] != ordered[..., :-1])  # Each NaN is a run of its own.
-  iota = lax.broadcasted_iota(jnp.int32, ordered.shape, ordered.ndim - 1)
+  if values.shape[-1] <= COMPARE_UP_TO:
+    other, mine = values[:, None, :], values[:, :, None]  # [c, 1, R], [c, R, 1]
+    slot = jnp.arange(values.shape[-1])
+    relevant_above = jnp.sum(other > mine, axis=-1, dtype=jnp.int32)
+    relevant_tied = jnp.sum(other == mine, axis=-1, dtype=jnp.int32)
+    earlier = (other == mine) & (slot[None, None, :] < slot[None, :, None])
+    return relevant_above, relevant_tied, 1 + jnp.sum(earlier, axis=-1, dtype=jnp.int32)
+  start, end = run_bounds(values[..., 1:] != values[..., :-1])  # Each NaN is a run of its own.
+  iota = lax.broadcasted_iota(jnp.int32, values.shape, values.ndim - 1)
   return start, end - start + 1, iota - start + 1
 
 

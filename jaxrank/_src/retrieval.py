@@ -17,7 +17,6 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 from jax.sharding import PartitionSpec as P
 
 from jaxrank import types
@@ -178,9 +177,10 @@ def _batch_relevance(fn, labels, affinity, gallery_labels, b, m):
 
 def _without_excluded(scores, excluded):
   """The lists `scores [c, N]` with excluded items (the query itself, padding) made NaN, which
-  counts for nothing, and how many valid items of each list score NaN `[c]`."""
-  nan_count = jnp.sum(jnp.isnan(scores) & ~excluded, axis=-1, dtype=jnp.int32)
-  return jnp.where(excluded, jnp.nan, scores), nan_count
+  counts for nothing, and whether a valid item of each list scores NaN `[c]` (a boolean
+  reduction: counting them in int32 cost a pass over `[c, N]`)."""
+  has_nan = jnp.any(jnp.isnan(scores) & ~excluded, axis=-1)
+  return jnp.where(excluded, jnp.nan, scores), has_nan
 
 
 def _relevant_scores(scores, relevant_index, relevant_ok):
@@ -205,11 +205,11 @@ def _evaluate_chunk(
   scores = similarity.score_prepared(similarity_fn, queries, prepared)
   dtype = lists.compute_dtype(scores.dtype)
   column = jax.lax.broadcasted_iota(jnp.int32, scores.shape, 1)
-  scores, nan_count = _without_excluded(scores.astype(dtype), column == self_index[:, None])
+  scores, poisoned = _without_excluded(scores.astype(dtype), column == self_index[:, None])
   rel = _relevant_scores(scores, relevant_index, relevant_ok)
   counts = ranking.count_above_and_tied(scores, rel)
   return _metrics_from_counts(
-      counts, relevant_ok, nan_count > 0, list_size=scores.shape[1], ks=ks, dtype=dtype
+      counts, relevant_ok, poisoned, list_size=scores.shape[1], ks=ks, dtype=dtype
   )
 
 
@@ -225,10 +225,10 @@ def _metrics_from_counts(counts, relevant_ok, poisoned, *, list_size, ks, dtype)
       counts.above, counts.tied, relevant_above, relevant_tied, tie_position, list_size=list_size,
       dtype=dtype,
   )
-  # The counts are in decreasing order of the relevant scores: the filled slots come first.
   num_rel = jnp.sum(relevant_ok, axis=-1)
-  relevant_ok = lax.broadcasted_iota(jnp.int32, relevant_ok.shape, 1) < num_rel[:, None]
-  num_rel = jnp.sum(relevant_ok, axis=-1)
+  # The counts may come in another order than the slots: their filled ones are those not NaN (a
+  # valid NaN score makes the query NaN whatever this says).
+  relevant_ok = ~jnp.isnan(counts.thresholds)
   out = {
       "map@r": metrics.map_at_r_from_statistics(stats, relevant_ok, num_rel, dtype),
       "map": metrics.ap_from_statistics(stats, relevant_ok, num_rel, dtype),
@@ -269,15 +269,16 @@ def _sharded_step(
   dtype = lists.compute_dtype(scores.dtype)
   padding = (gallery_ids < 0)[None, :]
   excluded = padding | (gallery_ids[None, :] == self_ids[:, None])
-  scores, nan_count = _without_excluded(scores.astype(dtype), excluded)
+  scores, poisoned = _without_excluded(scores.astype(dtype), excluded)
   position = relevant_index - gallery_ids[0]  # This device's rows are consecutive gallery ids.
   here = relevant_ok & (position >= 0) & (position < jnp.sum(~padding))
   rel = _relevant_scores(scores, position, here)
   rel = jax.lax.psum(jnp.where(here, rel, jnp.zeros((), dtype)), axes)
   counts = ranking.count_above_and_tied(scores, jnp.where(relevant_ok, rel, jnp.nan))
-  above, tied, nan_count = (jax.lax.psum(x, axes) for x in (counts.above, counts.tied, nan_count))
+  above, tied = (jax.lax.psum(x, axes) for x in (counts.above, counts.tied))
+  poisoned = jax.lax.psum(poisoned.astype(jnp.int32), axes) > 0
   return _metrics_from_counts(
-      counts._replace(above=above, tied=tied), relevant_ok, nan_count > 0, list_size=list_size,
+      counts._replace(above=above, tied=tied), relevant_ok, poisoned, list_size=list_size,
       ks=ks, dtype=dtype,
   )
 
