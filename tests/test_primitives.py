@@ -658,3 +658,15 @@ def test_relevant_ties_match_brute_force(num):
     # The places among equal scores are 1, 2, ..., tied in slot order: each once.
     equal = np.flatnonzero(values[i] == values[i, j])
     assert position[i, j] == 1 + np.searchsorted(equal, j)
+
+
+def test_count_above_and_tied_without_a_host_callback_counts_the_same():
+  rng = np.random.default_rng(3)
+  scores = rng.integers(0, 9, (6, 80)).astype(np.float32)
+  thresholds = scores[:, : ranking.COMPARE_UP_TO + 5]
+  count = lambda s, t, **kwargs: ranking.count_above_and_tied(s, t, **kwargs)  # noqa: E731
+  want = jax.jit(count)(scores, thresholds)
+  got = jax.jit(functools.partial(count, host_callback=False))(scores, thresholds)
+  chex.assert_trees_all_equal(got, want)
+  text = jax.jit(functools.partial(count, host_callback=False)).lower(scores, thresholds).as_text()
+  assert "callback" not in text

@@ -282,40 +282,48 @@ class Counts(NamedTuple):
   tied: jax.Array
 
 
-def count_above_and_tied(scores: jax.Array, thresholds: jax.Array) -> Counts:
+def count_above_and_tied(
+    scores: jax.Array, thresholds: jax.Array, *, host_callback: bool = True
+) -> Counts:
   """For each threshold, the scores of its list strictly above it and equal to it.
 
   Args:
     scores: `[c, n]` floating scores; NaN entries count for nothing (mark excluded items so).
     thresholds: `[c, R]` of the same dtype, the values to count around (the relevant items'
       scores); NaN marks an empty slot.
+    host_callback: whether the CPU path may sort in numpy through `jax.pure_callback`; `False`
+      takes XLA's sort instead (same counts), for programs where a host callback must not run.
 
   Returns:
     `Counts`: the thresholds and their counts (int32) in the same order, which is the order given
-    when counted by comparing, else decreasing. The same integers on every path: with at most
-    `COMPARE_UP_TO` thresholds, on CPU, by comparing (O(n R) per list, `[R, c]` accumulators);
-    otherwise by one sort of each list and a binary search of the sorted thresholds
-    (O((n + R) log n) per list): numpy's sort through `jax.pure_callback` on CPU, XLA's sort
-    elsewhere (`descending_ranks_branch` forces either, as for the ranks). Memory O(c (n + R)).
+    when counted by comparing, else decreasing. The same integers on every path. On CPU, with at
+    most `COMPARE_UP_TO` thresholds, by comparing (O(n R) per list, `[R, c]` accumulators);
+    beyond, by one sort of each list and a binary search of the sorted thresholds
+    (O((n + R) log n) per list) in numpy through `jax.pure_callback`. On other platforms by XLA's
+    sort whatever R (a loop over the items would run as `n` small steps).
+    `descending_ranks_branch` forces either platform's path ("numpy": the CPU's, "xla": the
+    others'), as for the ranks. Memory O(c (n + R)).
   """
   branch = _DESCENDING_RANKS_BRANCH.get()
-  if thresholds.shape[-1] <= COMPARE_UP_TO and branch != "xla":
-    ordered = thresholds
-    above, tied = _compare_counts(scores, thresholds)
-  elif branch == "numpy":
-    ordered, above, tied = _cpu_sorted_counts(scores, thresholds)
+  if thresholds.shape[-1] <= COMPARE_UP_TO:
+    cpu = _compare_counts
+  else:
+    cpu = _cpu_sorted_counts if host_callback else xla_sorted_counts
+  if branch == "numpy":
+    ordered, above, tied = cpu(scores, thresholds)
   elif branch == "xla":
     ordered, above, tied = xla_sorted_counts(scores, thresholds)
   else:
     ordered, above, tied = lax.platform_dependent(
-        scores, thresholds, cpu=_cpu_sorted_counts, default=xla_sorted_counts
+        scores, thresholds, cpu=cpu, default=xla_sorted_counts
     )
   empty = jnp.isnan(ordered)
   return Counts(ordered, jnp.where(empty, 0, above), jnp.where(empty, 0, tied))
 
 
-def _compare_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """The counts by comparing: a loop over the `n` items with `[R, c]` accumulators.
+def _compare_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Array, ...]:
+  """`(thresholds, above, tied)` by comparing: a loop over the `n` items with `[R, c]`
+  accumulators, the thresholds in their order.
 
   Each step is one vectorised compare-and-add; on CPU this runs about 50x faster than
   `jnp.sum(scores[:, :, None] > thresholds[:, None, :], axis=1)`, whose XLA reduction is not
@@ -332,7 +340,7 @@ def _compare_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Array
   zeros = jnp.zeros(thresholds_t.shape, jnp.int32)
   zeros = lists.varying_like(lists.varying_like(zeros, thresholds_t), scores_t)
   above, tied = lax.fori_loop(0, scores_t.shape[0], step, (zeros, zeros), unroll=4)
-  return above.T, tied.T
+  return thresholds, above.T, tied.T
 
 
 def xla_sorted_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Array, ...]:

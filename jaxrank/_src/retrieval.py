@@ -274,7 +274,10 @@ def _sharded_step(
   here = relevant_ok & (position >= 0) & (position < jnp.sum(~padding))
   rel = _relevant_scores(scores, position, here)
   rel = jax.lax.psum(jnp.where(here, rel, jnp.zeros((), dtype)), axes)
-  counts = ranking.count_above_and_tied(scores, jnp.where(relevant_ok, rel, jnp.nan))
+  rel = jnp.where(relevant_ok, rel, jnp.nan)
+  # No host callback here: with numpy's sort in one, this program never finished on 4 CPU
+  # devices (XLA's CPU collectives waited for devices that did not arrive; JAX 0.10.2).
+  counts = ranking.count_above_and_tied(scores, rel, host_callback=False)
   above, tied = (jax.lax.psum(x, axes) for x in (counts.above, counts.tied))
   poisoned = jax.lax.psum(poisoned.astype(jnp.int32), axes) > 0
   return _metrics_from_counts(
@@ -283,14 +286,11 @@ def _sharded_step(
   )
 
 
-@functools.partial(
-    jax.jit, static_argnames=("mesh", "list_size", "ks", "similarity_fn", "branch")
-)
+@functools.partial(jax.jit, static_argnames=("mesh", "list_size", "ks", "similarity_fn"))
 def _sharded_step_jit(
     take, queries, prepared, gallery_ids, self_ids, relevant_index, relevant_ok, *, mesh,
-    list_size, ks, similarity_fn, branch,
+    list_size, ks, similarity_fn,
 ):
-  del branch  # Read by the counting when traced; a key of the compiled code.
   axes = tuple(mesh.axis_names)
   body = functools.partial(
       _sharded_step, axes=axes, list_size=list_size, ks=ks, similarity_fn=similarity_fn
@@ -413,7 +413,6 @@ def _evaluate_sharded(
   prepared = _prepare_sharded(
       gallery_array, mesh=mesh, similarity_fn=similarity_fn, query_dtype=queries.dtype
   )
-  branch = ranking.forced_branch()
   results = []
   for rows in _chunks(num_queries, chunk_size):
     # Which slot of which of this process's devices holds each query of the chunk (-1: none).
@@ -424,7 +423,6 @@ def _evaluate_sharded(
         _sharded_step_jit(
             _put(mesh, {d: t.astype(np.int32) for d, t in take.items()}), query_array, prepared,
             gallery_ids, *same, mesh=mesh, list_size=n, ks=ks, similarity_fn=similarity_fn,
-            branch=branch,
         )
     )
   # Replicated results: every process reads its own copy.
