@@ -24,19 +24,34 @@ from jaxrank._src import lists
 from jaxrank._src import ranking
 
 
-def _ranks_of_relevant_items(fn, scores, labels, where, lam, margin):
-  """Shared by the AP and recall losses: margin shift (eq. 14-15), then one blackbox ranking.
+def _first_relevant(relevant: jax.Array, count: int) -> tuple[jax.Array, jax.Array]:
+  """The positions `[..., count]` of the first `count` relevant items of each list, in list order,
+  and whether each slot holds one (O(count n) per list, no sort)."""
+  seen = jnp.cumsum(relevant.astype(jnp.int32), axis=-1)  # Relevant items at or before each one.
+  slot = jnp.arange(count, dtype=jnp.int32)
+  # The (k + 1)-th relevant item is at the number of positions that have seen at most k of them.
+  indices = jnp.sum((seen[..., None, :] <= slot[:, None]).astype(jnp.int32), axis=-1)
+  valid = indices < relevant.shape[-1]
+  return jnp.minimum(indices, relevant.shape[-1] - 1), valid
 
-  Returns the ranks among all valid items (with the blackbox gradient), the ranks among the
-  relevant items (constants: they follow from the same sort and, as in the authors' code, carry no
-  gradient), the relevance mask, the number of relevant items per list, and the checked scores and
-  mask (for `lists.finish`).
+
+def _blackbox_list_values(fn, scores, labels, where, lam, margin, max_relevant, body):
+  """The per-list body shared by the AP and recall losses, on either rank path.
+
+  Margin shift (eq. 14-15), `lam` scaled by the valid items, then the blackbox ranks of the
+  relevant items and their ranks among the relevant items (constants: as in the authors' code they
+  carry no gradient), passed to `body(ranks, relevant_ranks, relevant, num_relevant)`, which gives
+  the per-list values from arrays `[..., m]` where `relevant` marks the entries to read: `m = n`
+  (every item) on the sort path, `m = max_relevant` (one slot per relevant item) on the counting
+  path. Returns the values `[...]`, the relevant counts `[...]`, and the checked scores and mask
+  (for `lists.finish`).
   """
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
   lam = ranking.check_lam(fn, lam)
   checks.check_real(
       fn, "margin", margin, at_least=0, scalar=False, hint="It is RaMBO's alpha (eq. 14): 0.02."
   )
+  checks.check_positive_int(fn, "max_relevant", max_relevant, allow_none=True)
   dtype = lists.compute_dtype(scores.dtype)
   relevant = where & (labels >= 1)
   # Eq. 14: positives move down and negatives up by half the margin.
@@ -46,17 +61,56 @@ def _ranks_of_relevant_items(fn, scores, labels, where, lam, margin):
   # lam is defined for ranks normalised by the list length, as in the authors' code (whose Table 9
   # values assume it): that equals raw ranks with lam * n, n the number of valid items.
   num_valid = jnp.sum(where, axis=-1).astype(dtype)
-  ranks = ranking.blackbox_ranks(shifted, lam.astype(dtype) * jnp.maximum(num_valid, 1))
-  # Rank among relevant items: count the relevant items at or above each position of the order.
-  order_ranks = lax.stop_gradient(ranks).astype(jnp.int32) - 1
-  axis = scores.ndim - 1
-  in_order = jnp.put_along_axis(
-      jnp.zeros(scores.shape, jnp.int32), order_ranks, relevant.astype(jnp.int32), axis=axis,
-      inplace=False,
-  )
-  relevant_ranks = jnp.take_along_axis(jnp.cumsum(in_order, axis=axis), order_ranks, axis=axis)
+  if lam.ndim and lam.shape != shifted.shape[:-1]:
+    raise ValueError(
+        f"{fn}: lam must be a scalar or one value per list {shifted.shape[:-1]}, got shape "
+        f"{lam.shape}."
+    )
+  lam = lam.astype(dtype) * jnp.maximum(num_valid, 1)
   num_relevant = jnp.sum(relevant, axis=-1)
-  return ranks, relevant_ranks.astype(dtype), relevant, num_relevant, scores, where
+
+  def sorting(shifted, relevant, lam):
+    ranks = ranking.blackbox_ranks(shifted, lam)
+    # Rank among relevant items: count the relevant items at or above each position of the order.
+    order_ranks = lax.stop_gradient(ranks).astype(jnp.int32) - 1
+    axis = shifted.ndim - 1
+    in_order = jnp.put_along_axis(
+        jnp.zeros(shifted.shape, jnp.int32), order_ranks, relevant.astype(jnp.int32), axis=axis,
+        inplace=False,
+    )
+    relevant_ranks = jnp.take_along_axis(jnp.cumsum(in_order, axis=axis), order_ranks, axis=axis)
+    return body(ranks, relevant_ranks.astype(shifted.dtype), relevant, num_relevant)
+
+  if max_relevant is None:
+    values = sorting(shifted, relevant, lam)
+  else:
+    count = min(max_relevant, shifted.shape[-1])
+
+    def counting(shifted, relevant, lam):
+      indices, valid = _first_relevant(relevant, count)
+      ranks = ranking.blackbox_ranks_at(shifted, indices, valid, lam)
+      relevant_ranks = ranking.ranks_among(shifted, indices, valid).astype(shifted.dtype)
+      return body(ranks, relevant_ranks, valid, num_relevant)
+
+    # Exact whatever the data: a batch with a list of more relevant items takes the sort.
+    fits = jnp.max(num_relevant, initial=0) <= count
+    values = lax.cond(fits, counting, sorting, shifted, relevant, lam)
+  return values, num_relevant, scores, where
+
+
+def _ap_values(ranks, relevant_ranks, relevant, num_relevant):
+  precision = relevant_ranks / jnp.where(relevant, ranks, 1)
+  ap = jnp.sum(jnp.where(relevant, precision, 0), axis=-1) / jnp.maximum(num_relevant, 1)
+  return 1 - ap
+
+
+def _recall_values(weight_fn):
+  def values(ranks, relevant_ranks, relevant, num_relevant):
+    outrun = jnp.where(relevant, ranks - relevant_ranks, 0)
+    weight = weight_fn(outrun)
+    return jnp.sum(jnp.where(relevant, weight, 0), axis=-1) / jnp.maximum(num_relevant, 1)
+
+  return values
 
 
 def blackbox_ap_loss(
@@ -66,6 +120,7 @@ def blackbox_ap_loss(
     where: jax.typing.ArrayLike | None = None,
     lam: jax.typing.ArrayLike = 0.2,
     margin: float = 0.02,
+    max_relevant: int | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""RaMBO's Average Precision loss: exact AP, blackbox gradient (Rolinek et al. 2020, eq. 21-22).
@@ -115,13 +170,10 @@ def blackbox_ap_loss(
     out of the reduction; a list with a valid NaN score gives NaN (and zero gradients). O(n log n)
     time and O(n) memory per list.
   """
-  fn = "blackbox_ap_loss"
-  ranks, relevant_ranks, relevant, num_relevant, scores, where = _ranks_of_relevant_items(
-      fn, scores, labels, where, lam, margin
+  values, num_relevant, scores, where = _blackbox_list_values(
+      "blackbox_ap_loss", scores, labels, where, lam, margin, max_relevant, _ap_values
   )
-  precision = relevant_ranks / jnp.where(relevant, ranks, 1)
-  ap = jnp.sum(jnp.where(relevant, precision, 0), axis=-1) / jnp.maximum(num_relevant, 1)
-  return lists.finish(1 - ap, scores, where, num_relevant > 0, reduce_fn)
+  return lists.finish(values, scores, where, num_relevant > 0, reduce_fn)
 
 
 def blackbox_recall_loss(
@@ -132,6 +184,7 @@ def blackbox_recall_loss(
     lam: jax.typing.ArrayLike = 0.2,
     margin: float = 0.02,
     weight_fn: Callable[[jax.Array], jax.Array] = jnp.log1p,
+    max_relevant: int | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""RaMBO's recall loss: a weighted sum of Recall@K losses over all K (Rolinek et al. 2020, eq. 16-20).
@@ -172,10 +225,7 @@ def blackbox_recall_loss(
   """
   fn = "blackbox_recall_loss"
   checks.check_callable(fn, "weight_fn", weight_fn, hint="Pass W, e.g. jnp.log1p.")
-  ranks, relevant_ranks, relevant, num_relevant, scores, where = _ranks_of_relevant_items(
-      fn, scores, labels, where, lam, margin
+  values, num_relevant, scores, where = _blackbox_list_values(
+      fn, scores, labels, where, lam, margin, max_relevant, _recall_values(weight_fn)
   )
-  outrun = jnp.where(relevant, ranks - relevant_ranks, 0)
-  weight = weight_fn(outrun)
-  loss = jnp.sum(jnp.where(relevant, weight, 0), axis=-1) / jnp.maximum(num_relevant, 1)
-  return lists.finish(loss, scores, where, num_relevant > 0, reduce_fn)
+  return lists.finish(values, scores, where, num_relevant > 0, reduce_fn)

@@ -426,6 +426,130 @@ def _blackbox_ranks_bwd(branch, residuals, cotangent):
 _blackbox_ranks.defvjp(_blackbox_ranks_fwd, _blackbox_ranks_bwd)
 
 
+def order_keys(scores: jax.Array) -> jax.Array:
+  """Integer keys `[..., n]` whose ascending order, ties by position, is `descending_ranks`' order.
+
+  The scores are negated (`0.0` and `-0.0` one key, every NaN the one positive quiet NaN) and their
+  bits mapped to signed integers of the same width that order like the floats: `+inf` first,
+  `-inf` after every finite score, NaN last. So item `j` is ranked above item `i` exactly when
+  `key[j] < key[i] + (j < i)`, a comparison that needs no sort (`blackbox_ranks_at`). Scores
+  narrower than float32 are widened first (exactly).
+
+  Args:
+    scores: `[..., n]` floating scores.
+
+  Returns:
+    `[..., n]` int32 keys (int64 for float64 scores).
+  """
+  if jnp.dtype(scores.dtype).itemsize < 4:
+    scores = scores.astype(jnp.float32)
+  int_dtype = jnp.int64 if jnp.dtype(scores.dtype).itemsize == 8 else jnp.int32
+  negated = jnp.where(scores == 0, jnp.zeros_like(scores), -scores)
+  negated = jnp.where(jnp.isnan(negated), jnp.asarray(jnp.nan, scores.dtype), negated)
+  bits = lax.bitcast_convert_type(negated, int_dtype)
+  # Negative floats order backwards as integers: flip their magnitude bits.
+  return jnp.where(bits < 0, bits ^ jnp.iinfo(int_dtype).max, bits)
+
+
+def _ahead(keys: jax.Array, item_keys: jax.Array, indices: jax.Array) -> jax.Array:
+  """`[..., K, n]` int32: whether each item `j` of `keys [..., n]` is ranked above the item at each
+  of `indices [..., K]` whose key is `item_keys [..., K]` (ties by position)."""
+  position = lax.broadcasted_iota(indices.dtype, (1,) * (indices.ndim - 1) + (1, keys.shape[-1]),
+                                  indices.ndim)
+  earlier = (position < indices[..., :, None]).astype(keys.dtype)
+  return (keys[..., None, :] < item_keys[..., :, None] + earlier).astype(jnp.int32)
+
+
+def _ahead_among(item_keys: jax.Array, other_keys: jax.Array, indices: jax.Array) -> jax.Array:
+  """`[..., K, K]` int32: `[k, m]` whether item `m` (key `other_keys[m]`) is above item `k`."""
+  earlier = (indices[..., None, :] < indices[..., :, None]).astype(item_keys.dtype)
+  return (other_keys[..., None, :] < item_keys[..., :, None] + earlier).astype(jnp.int32)
+
+
+def _ranks_at(scores: jax.Array, indices: jax.Array) -> jax.Array:
+  keys = order_keys(scores)
+  item_keys = jnp.take_along_axis(keys, indices, axis=-1)
+  return (1 + jnp.sum(_ahead(keys, item_keys, indices), axis=-1)).astype(scores.dtype)
+
+
+@jax.custom_vjp
+def _blackbox_ranks_at(
+    scores: jax.Array, indices: jax.Array, valid: jax.Array, lam: jax.Array
+) -> jax.Array:
+  return _ranks_at(scores, indices)
+
+
+def _blackbox_ranks_at_fwd(scores, indices, valid, lam):
+  return _ranks_at(scores, indices), (scores, indices, valid, lam)
+
+
+def _blackbox_ranks_at_bwd(residuals, cotangent):
+  scores, indices, valid, lam = residuals
+  lam = jnp.asarray(lam, scores.dtype)
+  keys = order_keys(scores)
+  item_scores = jnp.take_along_axis(scores, indices, axis=-1)
+  # Algorithm 1 moves only the selected items: y + lam g, with g zero elsewhere. The same
+  # arithmetic as `blackbox_ranks` on those items, so the same perturbed scores.
+  moved = item_scores + lam[..., None] * jnp.where(valid, cotangent, jnp.zeros_like(cotangent))
+  before = jnp.take_along_axis(keys, indices, axis=-1)
+  after = order_keys(moved)
+  valid_int = valid.astype(jnp.int32)
+  # [k, j]: +1 where item j was below item k and is above it after the move, -1 the other way.
+  crossed = (_ahead(keys, after, indices) - _ahead(keys, before, indices)) * valid_int[..., None]
+  position = lax.broadcasted_iota(indices.dtype, (1,) * (indices.ndim - 1) + (1, scores.shape[-1]),
+                                  indices.ndim)
+  at = (position == indices[..., :, None]).astype(jnp.int32) * valid_int[..., None]  # [k, j]
+  selected = jnp.sum(at, axis=-2)  # [..., n]: whether j is one of the (moved) items.
+  # An item that did not move changes rank by the moved items that crossed it.
+  still = -jnp.sum(crossed, axis=-2)
+  # A moved item: by the items that did not move that it crossed, and the moved ones.
+  among = (_ahead_among(after, after, indices) - _ahead_among(before, before, indices))
+  moved_delta = (jnp.sum(crossed * (1 - selected[..., None, :]), axis=-1)
+                 + jnp.sum(among * valid_int[..., None, :], axis=-1))
+  delta = jnp.where(selected > 0, jnp.sum(at * moved_delta[..., :, None], axis=-2), still)
+  # As `blackbox_ranks`: -(rk(y) - rk(y + lam g)) / lam, the difference exact in the float dtype.
+  return -((-delta).astype(scores.dtype)) / lam[..., None], None, None, None
+
+
+_blackbox_ranks_at.defvjp(_blackbox_ranks_at_fwd, _blackbox_ranks_at_bwd)
+
+
+def blackbox_ranks_at(
+    scores: jax.Array, indices: jax.Array, valid: jax.Array, lam: jax.Array
+) -> jax.Array:
+  r"""`blackbox_ranks(scores, lam)` at a few items, by counting: no sort, O(K n) per list.
+
+  Equals `jnp.take_along_axis(blackbox_ranks(scores, lam), indices, axis=-1)` in value (the same
+  ranks, ties by position, NaN last) and in gradient, for any loss that reads the ranks only
+  there: Algorithm 1 then moves only these `K` items (`y + lam g`, `g` zero elsewhere), so an item
+  that does not move changes rank by the moved items that cross it, and a moved item by the items
+  it crosses; counting the crossings gives every item's `rk(y) - rk(y + lam g)` exactly. The
+  forward pass counts, for each of the `K` items, the `n` items above it.
+
+  Args:
+    scores: `[..., n]` floating scores.
+    indices: `[..., K]` int32 positions in `[0, n)`, distinct among the valid ones in each list.
+    valid: `[..., K]` bool; an invalid slot's rank is meaningless, its cotangent is ignored and it
+      moves nothing.
+    lam: `[...]` interpolation strength per list, in `scores`' dtype (no gradient).
+
+  Returns:
+    `[..., K]` ranks in `scores`' dtype. O(K n) time per list forward and backward, nothing larger
+    than `[..., K, n]` (fused by XLA into reductions) and no host callback: the same on every
+    platform.
+  """
+  return _blackbox_ranks_at(scores, indices, valid, lam)
+
+
+def ranks_among(scores: jax.Array, indices: jax.Array, valid: jax.Array) -> jax.Array:
+  """`[..., K]` rank of each valid item at `indices` among the valid ones (ties by position, as
+  `descending_ranks`): O(K^2) per list, no gradient (int32)."""
+  keys = order_keys(lax.stop_gradient(scores))
+  item_keys = jnp.take_along_axis(keys, indices, axis=-1)
+  ahead = _ahead_among(item_keys, item_keys, indices) * valid[..., None, :].astype(jnp.int32)
+  return 1 + jnp.sum(ahead, axis=-1)
+
+
 def check_lam(fn: str, lam: jax.typing.ArrayLike) -> jax.Array:
   """Checks the blackbox strength `lam` (real, `> 0` where known, any shape); returns an array."""
   hint = "It is the blackbox interpolation strength (RaMBO's Table 9: 0.2 to 4)."
