@@ -24,17 +24,6 @@ from jaxrank._src import lists
 from jaxrank._src import ranking
 
 
-def _first_relevant(relevant: jax.Array, count: int) -> tuple[jax.Array, jax.Array]:
-  """The positions `[..., count]` of the first `count` relevant items of each list, in list order,
-  and whether each slot holds one (O(count n) per list, no sort)."""
-  seen = jnp.cumsum(relevant.astype(jnp.int32), axis=-1)  # Relevant items at or before each one.
-  slot = jnp.arange(count, dtype=jnp.int32)
-  # The (k + 1)-th relevant item is at the number of positions that have seen at most k of them.
-  indices = jnp.sum((seen[..., None, :] <= slot[:, None]).astype(jnp.int32), axis=-1)
-  valid = indices < relevant.shape[-1]
-  return jnp.minimum(indices, relevant.shape[-1] - 1), valid
-
-
 def _blackbox_list_values(fn, scores, labels, where, lam, margin, max_relevant, body):
   """The per-list body shared by the AP and recall losses, on either rank path.
 
@@ -68,33 +57,11 @@ def _blackbox_list_values(fn, scores, labels, where, lam, margin, max_relevant, 
     )
   lam = lam.astype(dtype) * jnp.maximum(num_valid, 1)
   num_relevant = jnp.sum(relevant, axis=-1)
-
-  def sorting(shifted, relevant, lam):
-    ranks = ranking.blackbox_ranks(shifted, lam)
-    # Rank among relevant items: count the relevant items at or above each position of the order.
-    order_ranks = lax.stop_gradient(ranks).astype(jnp.int32) - 1
-    axis = shifted.ndim - 1
-    in_order = jnp.put_along_axis(
-        jnp.zeros(shifted.shape, jnp.int32), order_ranks, relevant.astype(jnp.int32), axis=axis,
-        inplace=False,
-    )
-    relevant_ranks = jnp.take_along_axis(jnp.cumsum(in_order, axis=axis), order_ranks, axis=axis)
-    return body(ranks, relevant_ranks.astype(shifted.dtype), relevant, num_relevant)
-
-  if max_relevant is None:
-    values = sorting(shifted, relevant, lam)
-  else:
-    count = min(max_relevant, shifted.shape[-1])
-
-    def counting(shifted, relevant, lam):
-      indices, valid = _first_relevant(relevant, count)
-      ranks = ranking.blackbox_ranks_at(shifted, indices, valid, lam)
-      relevant_ranks = ranking.ranks_among(shifted, indices, valid).astype(shifted.dtype)
-      return body(ranks, relevant_ranks, valid, num_relevant)
-
-    # Exact whatever the data: a batch with a list of more relevant items takes the sort.
-    fits = jnp.max(num_relevant, initial=0) <= count
-    values = lax.cond(fits, counting, sorting, shifted, relevant, lam)
+  count = None if max_relevant is None else min(max_relevant, shifted.shape[-1])
+  ranks, relevant_ranks = ranking.blackbox_relevant_ranks(
+      shifted, relevant, lam, max_relevant=count
+  )
+  values = body(ranks, relevant_ranks, relevant, num_relevant)
   return values, num_relevant, scores, where
 
 
