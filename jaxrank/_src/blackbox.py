@@ -6,7 +6,8 @@ the ranks (zero almost everywhere) but the interpolation of Algorithm 1. `blackb
 
 A valid NaN score makes its list's value NaN (README, "Conventions"), as for every other loss, on
 every platform: the ranks place NaN scores last on both sort paths (`ranking.descending_ranks`),
-and the per-list values go through `lists.finish`. Such a list passes a zero cotangent to its ranks,
+and the per-list values go through `lists.finish` (on the counting path too: its keys,
+`ranking.order_keys`, order NaN last as the sorts do). Such a list passes a zero cotangent to its ranks,
 so its scores get a zero gradient; the other lists keep their values and gradients.
 """
 
@@ -29,10 +30,9 @@ def _blackbox_list_values(fn, scores, labels, where, lam, margin, max_relevant, 
 
   Margin shift (eq. 14-15), `lam` scaled by the valid items, then the blackbox ranks of the
   relevant items and their ranks among the relevant items (constants: as in the authors' code they
-  carry no gradient), passed to `body(ranks, relevant_ranks, relevant, num_relevant)`, which gives
-  the per-list values from arrays `[..., m]` where `relevant` marks the entries to read: `m = n`
-  (every item) on the sort path, `m = max_relevant` (one slot per relevant item) on the counting
-  path. Returns the values `[...]`, the relevant counts `[...]`, and the checked scores and mask
+  carry no gradient), passed to `body(ranks, relevant_ranks, relevant, num_relevant)` (arrays `[..., n]`
+  read only where `relevant`: `ranking.blackbox_relevant_ranks` on either path), which gives the
+  per-list values. Returns the values `[...]`, the relevant counts `[...]`, and the checked scores and mask
   (for `lists.finish`).
   """
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
@@ -99,8 +99,26 @@ def blackbox_ap_loss(
   relevant items by :math:`-\alpha/2`, others by :math:`+\alpha/2`), so the value is the exact AP
   loss of the shifted scores (ties by position). The ranks among relevant items follow from the
   same sort and, as in the authors' code, carry no gradient; the ranks among all items carry the
-  blackbox gradient of `jaxrank.blackbox_ranks` (an interpolation, not a derivative). Two sorts of each
-  list in all: one forward, one backward.
+  blackbox gradient of `jaxrank.blackbox_ranks` (an interpolation, not a derivative).
+
+  Two exact paths, the same values and gradients (bit for bit; tested on ties, NaN, masks,
+  margins and memory galleries):
+
+  * **sort** (`max_relevant=None`, the default): one sort of each list forward and one backward,
+    O(n log n) per list (numpy through a host callback on CPU, XLA's sort elsewhere);
+  * **counting** (`max_relevant=K`): the loss reads only the ranks of the relevant items, and
+    Algorithm 1's backward moves only their scores, so every item's rank before and after the
+    move follows from counting, for each relevant item, the items above it and the items it
+    crosses: O(K n) per list, no sort, no host callback. Taken when no list of the call has more
+    than `K` relevant valid items (one check on the whole batch at run time, `lax.cond`), else the
+    sort; under `vmap` both run.
+
+  Why a static argument: the path's shapes (`K` slots per list) are fixed when the function is
+  traced, while the number of relevant items is data (traced labels); the bound is the
+  sampler's, which the caller knows (in-batch lists with `m` items per class: `K = m - 1`, plus
+  the class's items in a memory gallery). Counting costs `K` passes over each list whatever the
+  actual count, so it pays while `K` is small (`experiments/bench_speed.py` times both); the sort
+  stays the default because it suits any number of relevant items.
 
   Conventions and defaults:
 
@@ -130,12 +148,14 @@ def blackbox_ap_loss(
     where: optional `[..., n]` boolean mask of valid items.
     lam: blackbox interpolation strength (> 0) for normalised ranks; scalar or `[...]`.
     margin: the margin :math:`\alpha \geq 0` of eq. 14.
+    max_relevant: optional static bound `K` on the relevant valid items of a list: counting
+      instead of sorting while every list of the call has at most `K` (see above).
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
     The reduced loss, or `[...]` per list. Lists without a relevant valid item give 0 and are left
-    out of the reduction; a list with a valid NaN score gives NaN (and zero gradients). O(n log n)
-    time and O(n) memory per list.
+    out of the reduction; a list with a valid NaN score gives NaN (and zero gradients). Per list,
+    O(n log n) time (sort) or O(K n) (counting), and O(n) memory.
   """
   values, num_relevant, scores, where = _blackbox_list_values(
       "blackbox_ap_loss", scores, labels, where, lam, margin, max_relevant, _ap_values
@@ -167,7 +187,8 @@ def blackbox_recall_loss(
   `jnp.log1p` (the default, :math:`w_K \approx 1/K`, "RaMBO log") and
   `lambda r: jnp.log1p(jnp.log1p(r))` (:math:`w_K \approx 1/(K \log K)`, "RaMBO log log"). Gradients come from `blackbox_ranks`, as in
   `blackbox_ap_loss`, whose conventions (`lam` on normalised ranks, Table 9 defaults, fixed margin,
-  self-exclusion through `batch_retrieval`) apply here too. The loss is 0 when every relevant
+  self-exclusion through `batch_retrieval`) apply here too, and so do its two paths (sort, or
+  counting with `max_relevant`). The loss is 0 when every relevant
   item is above every other item, and it is not bounded by 1.
 
   Args:
@@ -178,16 +199,20 @@ def blackbox_recall_loss(
     margin: the margin :math:`\alpha \geq 0` of eq. 14.
     weight_fn: the cumulative weight :math:`W` of eq. 25, applied elementwise to the counts
       :math:`r_i` (as floats); it should be increasing with :math:`W(0) = 0`.
+    max_relevant: optional static bound `K` on the relevant valid items of a list: counting
+      instead of sorting while every list of the call has at most `K` (`blackbox_ap_loss`).
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
     The reduced loss, or `[...]` per list. Lists without a relevant valid item give 0 and are left
-    out of the reduction; a list with a valid NaN score gives NaN (and zero gradients). O(n log n)
-    time and O(n) memory per list.
+    out of the reduction; a list with a valid NaN score gives NaN (and zero gradients). Per list,
+    O(n log n) time (sort) or O(K n) (counting), and O(n) memory.
 
   >>> import jax.numpy as jnp
   >>> scores, labels = jnp.array([0.9, 0.8, 0.7, 0.1]), jnp.array([1, 0, 1, 0])
   >>> round(float(blackbox_recall_loss(scores, labels, margin=0.0)), 4)  # (log 1 + log 2) / 2
+  0.3466
+  >>> round(float(blackbox_recall_loss(scores, labels, margin=0.0, max_relevant=2)), 4)
   0.3466
   """
   fn = "blackbox_recall_loss"
