@@ -47,6 +47,8 @@ functions embed them compactly instead, as bits or int8 (`lists.embedded_compact
 The rows "blackbox AP (counting)" and "blackbox recall (counting)" are the same losses with
 `max_relevant=PER_CLASS - 1` (3): every list has 3 relevant items, so they rank by counting (O(3 n)
 per list, no sort) instead of sorting; their values and gradients are those of the sort rows.
+Their programs also hold the sort, as the branch for a batch with a list of more relevant items
+(`lax.cond`), so they compile in about the time of both paths.
 
 The blackbox losses sort on the host on CPU (`jax.pure_callback`, numpy, both cores); on GPU and
 TPU they take XLA's sort (`ranking.descending_ranks`). No accelerator was available: every number
