@@ -343,8 +343,8 @@ def cost_table(batch: int, dim: int, names: list[str]) -> list[str]:
       (f"XLA's cost and memory analysis of the step, B = {batch}, D = {dim}, as ratios to the "
        f"floor's (floor: {base['flops'] / 1e9:.1f} GFLOP, {base['bytes'] / 2**30:.2f} GiB "
        f"accessed, {base['temp'] / 2**20:.0f} MiB temporaries); largest B whose step fits "
-       f"{DEVICE_BYTES / 1e9:.0f} GB by the memory analysis (fit a B^2 + b B at B/2 and B, "
-       "checked by compiling there); floor: "
+       f"{DEVICE_BYTES / 1e9:.0f} GB by the memory analysis (compiled, not run: a B^2 + c B "
+       "fitted at B/2 and B, refitted at the predicted B until within 1% under); floor: "
        f"B = {floor_best} ({floor_bytes / 1e9:.1f} GB)"),
       "| loss | flops / floor | bytes / floor | temporaries / floor | largest B in 80 GB |",
       "| --- | --- | --- | --- | --- |",
