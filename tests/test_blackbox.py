@@ -398,3 +398,131 @@ def test_hyperparameters_use_the_shared_checks():
     jaxrank.blackbox_ranks(jnp.array(0.5), 1.0)
   with pytest.raises(TypeError, match="blackbox_recall_loss: weight_fn must be a function"):
     jaxrank.blackbox_recall_loss(s, y, weight_fn="log")
+
+
+# ---------------------------------------------------------------------------------------------
+# The counting path (max_relevant=K): the same ranks and gradients as the sort path, no sort.
+
+
+def awkward_scores(rng, shape, ties):
+  """Random or tied scores with NaNs, infinities and signed zeros sprinkled in."""
+  scores = (rng.integers(0, 3, shape).astype(np.float32) if ties
+            else rng.standard_normal(shape).astype(np.float32))
+  for value, share in ((np.nan, 0.08), (-np.nan, 0.04), (-np.inf, 0.08), (np.inf, 0.05),
+                       (-0.0, 0.08)):
+    scores[rng.random(shape) < share] = value
+  return scores
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_blackbox_ranks_at_equals_the_gathered_blackbox_ranks(ties, rank_branch):
+  rng = np.random.default_rng(10 + ties)
+  for _ in range(10):
+    n = int(rng.integers(2, 12))
+    k = int(rng.integers(1, n + 1))
+    scores = awkward_scores(rng, (3, n), ties)
+    indices = np.stack([rng.permutation(n)[:k] for _ in range(3)]).astype(np.int32)
+    valid = rng.random((3, k)) < 0.8
+    lam = (rng.random(3) * 5 + 0.1).astype(np.float32)
+    g = np.where(valid, rng.standard_normal((3, k)), 0).astype(np.float32)
+    sort, sort_vjp = jax.vjp(
+        lambda s: jnp.take_along_axis(jaxrank.blackbox_ranks(s, lam), indices, -1), scores)
+    count, count_vjp = jax.vjp(
+        jax.jit(lambda s: ranking.blackbox_ranks_at(s, indices, valid, lam)), scores)
+    np.testing.assert_array_equal(np.where(valid, count, 0), np.where(valid, sort, 0))
+    np.testing.assert_array_equal(count_vjp(g)[0], sort_vjp(g)[0])
+
+
+def test_counting_needs_no_sort_and_no_callback():
+  s, idx, valid, lam = jnp.ones((2, 5)), jnp.zeros((2, 2), jnp.int32), jnp.ones((2, 2), bool), jnp.ones(2)
+  jaxpr = str(jax.make_jaxpr(jax.grad(
+      lambda s: jnp.sum(ranking.blackbox_ranks_at(s, idx, valid, lam))))(s))
+  assert "sort[" not in jaxpr and "pure_callback" not in jaxpr
+  # The loss keeps the sort only as the branch for lists of more than K relevant items.
+  labels = jnp.array([[1, 0, 1, 0, 0], [0, 1, 0, 0, 0]])
+  jaxpr = str(jax.make_jaxpr(jax.grad(
+      lambda s: jaxrank.blackbox_ap_loss(s, labels, max_relevant=2)))(s))
+  assert "cond[" in jaxpr and "top_k" in jaxpr
+
+
+def counting_cases():
+  """Lists of every kind (`branch_inputs`), a valid NaN in one, and lists with more relevant
+  items than the smaller bounds below (so those take the sort)."""
+  scores, labels, where = branch_inputs()
+  nan = scores.copy()
+  nan[0, 7], where_nan = np.nan, where.copy()
+  where_nan[0, 7] = True
+  return [(scores, labels, where), (nan, labels, where_nan)]
+
+
+@pytest.mark.parametrize("loss_fn", LOSSES, ids=["ap", "recall"])
+@pytest.mark.parametrize("lam, margin", [(0.2, 0.02), (4.0, 0.0), (1.0, 0.3)])
+def test_counting_path_equals_the_sort_path(loss_fn, lam, margin, rank_branch):
+  moved = 0.0
+  for scores, labels, where in counting_cases():
+    most = int(np.max(np.sum(where & (labels >= 1), axis=-1)))
+    for reduce_fn in (None, jnp.mean):
+      def f(s, k):
+        return jnp.sum(loss_fn(s, labels, where=where, lam=lam, margin=margin,
+                               reduce_fn=reduce_fn, max_relevant=k))
+
+      want = jax.value_and_grad(f)(scores, None)
+      for k in (most, most + 3, 100, max(most - 1, 1)):  # Counting, counting, counting, sort.
+        got = jax.jit(jax.value_and_grad(f), static_argnums=1)(scores, k)
+        chex.assert_trees_all_equal(got, want)
+      moved = max(moved, float(np.abs(want[1]).max()))
+  assert moved > 0 or lam < 1  # Not a trivial case (lam = 0.2 rarely moves these short lists).
+
+
+@pytest.mark.parametrize("loss_fn", LOSSES, ids=["ap", "recall"])
+def test_counting_path_on_random_tied_lists_and_under_vmap(loss_fn):
+  rng = np.random.default_rng(12)
+  for trial in range(6):
+    shape = (4, int(rng.integers(3, 15)))
+    scores = awkward_scores(rng, shape, ties=trial % 2 == 0)
+    scores[:2] = np.where(np.isnan(scores[:2]), 0.5, scores[:2])  # Two lists without NaN.
+    labels = (rng.random(shape) < 0.4).astype(np.int32)
+    where = rng.random(shape) < 0.85
+    k = int(np.max(np.sum(where & (labels >= 1), axis=-1))) or 1
+    f = lambda s, k: loss_fn(s, labels, where=where, lam=2.0, reduce_fn=jnp.sum, max_relevant=k)
+    want = jax.value_and_grad(f)(scores, None)
+    chex.assert_trees_all_equal(jax.value_and_grad(f)(scores, k), want)
+    per_list = lambda s, y, w: loss_fn(s, y, where=w, lam=2.0, max_relevant=k)
+    mapped = jax.vmap(jax.value_and_grad(per_list))(scores, labels, where)
+    single = jax.vmap(jax.value_and_grad(
+        lambda s, y, w: loss_fn(s, y, where=w, lam=2.0)))(scores, labels, where)
+    chex.assert_trees_all_equal(mapped, single)
+
+
+@pytest.mark.parametrize("loss_fn", LOSSES, ids=["ap", "recall"])
+def test_counting_path_on_batches_with_a_memory_gallery(loss_fn, rank_branch):
+  rng = np.random.default_rng(13)
+  embeddings = rng.standard_normal((12, 6)).astype(np.float32)
+  labels = np.repeat(np.arange(4), 3).astype(np.int32)
+  gallery = rng.standard_normal((8, 6)).astype(np.float32)
+  gallery_labels = rng.integers(0, 4, 8).astype(np.int32)
+  gallery_where = rng.random(8) < 0.75
+  gallery[1] = embeddings[0]  # A tie with a batch item.
+
+  def loss(e, g, k):
+    scores, relevance, where = jaxrank.batch_retrieval(
+        e, labels, gallery_embeddings=g, gallery_labels=gallery_labels,
+        gallery_where=gallery_where)
+    return loss_fn(scores, relevance, where=where, lam=1.0, max_relevant=k)
+
+  # At most 2 in the batch and the class's valid gallery items.
+  most = 2 + int(np.max(np.bincount(gallery_labels[gallery_where], minlength=4)))
+  step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)), static_argnums=2)
+  want = step(embeddings, gallery, None)
+  for k in (most, 3 * most):
+    # The same ranks; the programs around them differ, so XLA may sum in another order (an ulp).
+    chex.assert_trees_all_close(step(embeddings, gallery, k), want, rtol=1e-6, atol=1e-7)
+  assert np.abs(want[1][0]).max() > 0
+
+
+def test_max_relevant_is_checked():
+  s, y = jnp.array([0.3, 0.2, 0.1]), jnp.array([1, 0, 1])
+  with pytest.raises(TypeError, match="blackbox_ap_loss: max_relevant must be a positive int"):
+    jaxrank.blackbox_ap_loss(s, y, max_relevant=2.0)
+  with pytest.raises(ValueError, match="blackbox_recall_loss: max_relevant must be a positive"):
+    jaxrank.blackbox_recall_loss(s, y, max_relevant=0)

@@ -269,6 +269,14 @@ TABLE = [
                          ("blackbox_recall", jaxrank.blackbox_recall_loss))
         for suffix, branch in (("", None), ("_xla", "xla"))
     ),
+    # Their counting path (no sort): max_relevant = N, at least the relevant items of any list
+    # here, so every call counts.
+    *(
+        _loss(name + "_counting", fn, None, gradient="interpolation", dtype=np.float32, lam=4.0,
+              max_relevant=N)
+        for name, fn in (("blackbox_ap", jaxrank.blackbox_ap_loss),
+                         ("blackbox_recall", jaxrank.blackbox_recall_loss))
+    ),
 ]
 del rh, rs, rx, rp
 
@@ -280,7 +288,8 @@ _SURROGATES = ("fastap", "soft_binning_ap", "tie_aware_ap_loss", "simplified_tie
                "tie_aware_ndcg_loss", "simplified_tie_aware_ndcg_loss", "smoothap", "supap",
                "calibration", "roadmap", "smooth_rank_ap", "contrastive", "triplet",
                "multi_similarity", "multi_similarity_mined")
-_BLACKBOX = ("blackbox_ap", "blackbox_ap_xla", "blackbox_recall", "blackbox_recall_xla")
+_BLACKBOX = ("blackbox_ap", "blackbox_ap_xla", "blackbox_ap_counting", "blackbox_recall",
+             "blackbox_recall_xla", "blackbox_recall_counting")
 # (row, property) -> why the property does not hold for that row by design. The row is left out of
 # the property's test (a row not in TABLE, or a property not in PROPERTIES, fails
 # `test_exemptions_name_rows_and_properties`).

@@ -6,7 +6,8 @@ the ranks (zero almost everywhere) but the interpolation of Algorithm 1. `blackb
 
 A valid NaN score makes its list's value NaN (README, "Conventions"), as for every other loss, on
 every platform: the ranks place NaN scores last on both sort paths (`ranking.descending_ranks`),
-and the per-list values go through `lists.finish`. Such a list passes a zero cotangent to its ranks,
+and the per-list values go through `lists.finish` (on the counting path too: its keys,
+`ranking.order_keys`, order NaN last as the sorts do). Such a list passes a zero cotangent to its ranks,
 so its scores get a zero gradient; the other lists keep their values and gradients.
 """
 
@@ -24,19 +25,22 @@ from jaxrank._src import lists
 from jaxrank._src import ranking
 
 
-def _ranks_of_relevant_items(fn, scores, labels, where, lam, margin):
-  """Shared by the AP and recall losses: margin shift (eq. 14-15), then one blackbox ranking.
+def _blackbox_list_values(fn, scores, labels, where, lam, margin, max_relevant, body):
+  """The per-list body shared by the AP and recall losses, on either rank path.
 
-  Returns the ranks among all valid items (with the blackbox gradient), the ranks among the
-  relevant items (constants: they follow from the same sort and, as in the authors' code, carry no
-  gradient), the relevance mask, the number of relevant items per list, and the checked scores and
-  mask (for `lists.finish`).
+  Margin shift (eq. 14-15), `lam` scaled by the valid items, then the blackbox ranks of the
+  relevant items and their ranks among the relevant items (constants: as in the authors' code they
+  carry no gradient), passed to `body(ranks, relevant_ranks, relevant, num_relevant)` (arrays `[..., n]`
+  read only where `relevant`: `ranking.blackbox_relevant_ranks` on either path), which gives the
+  per-list values. Returns the values `[...]`, the relevant counts `[...]`, and the checked scores and mask
+  (for `lists.finish`).
   """
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
   lam = ranking.check_lam(fn, lam)
   checks.check_real(
       fn, "margin", margin, at_least=0, scalar=False, hint="It is RaMBO's alpha (eq. 14): 0.02."
   )
+  checks.check_positive_int(fn, "max_relevant", max_relevant, allow_none=True)
   dtype = lists.compute_dtype(scores.dtype)
   relevant = where & (labels >= 1)
   # Eq. 14: positives move down and negatives up by half the margin.
@@ -46,17 +50,34 @@ def _ranks_of_relevant_items(fn, scores, labels, where, lam, margin):
   # lam is defined for ranks normalised by the list length, as in the authors' code (whose Table 9
   # values assume it): that equals raw ranks with lam * n, n the number of valid items.
   num_valid = jnp.sum(where, axis=-1).astype(dtype)
-  ranks = ranking.blackbox_ranks(shifted, lam.astype(dtype) * jnp.maximum(num_valid, 1))
-  # Rank among relevant items: count the relevant items at or above each position of the order.
-  order_ranks = lax.stop_gradient(ranks).astype(jnp.int32) - 1
-  axis = scores.ndim - 1
-  in_order = jnp.put_along_axis(
-      jnp.zeros(scores.shape, jnp.int32), order_ranks, relevant.astype(jnp.int32), axis=axis,
-      inplace=False,
-  )
-  relevant_ranks = jnp.take_along_axis(jnp.cumsum(in_order, axis=axis), order_ranks, axis=axis)
+  if lam.ndim and lam.shape != shifted.shape[:-1]:
+    raise ValueError(
+        f"{fn}: lam must be a scalar or one value per list {shifted.shape[:-1]}, got shape "
+        f"{lam.shape}."
+    )
+  lam = lam.astype(dtype) * jnp.maximum(num_valid, 1)
   num_relevant = jnp.sum(relevant, axis=-1)
-  return ranks, relevant_ranks.astype(dtype), relevant, num_relevant, scores, where
+  count = None if max_relevant is None else min(max_relevant, shifted.shape[-1])
+  ranks, relevant_ranks = ranking.blackbox_relevant_ranks(
+      shifted, relevant, lam, max_relevant=count
+  )
+  values = body(ranks, relevant_ranks, relevant, num_relevant)
+  return values, num_relevant, scores, where
+
+
+def _ap_values(ranks, relevant_ranks, relevant, num_relevant):
+  precision = relevant_ranks / jnp.where(relevant, ranks, 1)
+  ap = jnp.sum(jnp.where(relevant, precision, 0), axis=-1) / jnp.maximum(num_relevant, 1)
+  return 1 - ap
+
+
+def _recall_values(weight_fn):
+  def values(ranks, relevant_ranks, relevant, num_relevant):
+    outrun = jnp.where(relevant, ranks - relevant_ranks, 0)
+    weight = weight_fn(outrun)
+    return jnp.sum(jnp.where(relevant, weight, 0), axis=-1) / jnp.maximum(num_relevant, 1)
+
+  return values
 
 
 def blackbox_ap_loss(
@@ -66,6 +87,7 @@ def blackbox_ap_loss(
     where: jax.typing.ArrayLike | None = None,
     lam: jax.typing.ArrayLike = 0.2,
     margin: float = 0.02,
+    max_relevant: int | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""RaMBO's Average Precision loss: exact AP, blackbox gradient (Rolinek et al. 2020, eq. 21-22).
@@ -77,8 +99,26 @@ def blackbox_ap_loss(
   relevant items by :math:`-\alpha/2`, others by :math:`+\alpha/2`), so the value is the exact AP
   loss of the shifted scores (ties by position). The ranks among relevant items follow from the
   same sort and, as in the authors' code, carry no gradient; the ranks among all items carry the
-  blackbox gradient of `jaxrank.blackbox_ranks` (an interpolation, not a derivative). Two sorts of each
-  list in all: one forward, one backward.
+  blackbox gradient of `jaxrank.blackbox_ranks` (an interpolation, not a derivative).
+
+  Two exact paths, the same values and gradients (bit for bit; tested on ties, NaN, masks,
+  margins and memory galleries):
+
+  * **sort** (`max_relevant=None`, the default): one sort of each list forward and one backward,
+    O(n log n) per list (numpy through a host callback on CPU, XLA's sort elsewhere);
+  * **counting** (`max_relevant=K`): the loss reads only the ranks of the relevant items, and
+    Algorithm 1's backward moves only their scores, so every item's rank before and after the
+    move follows from counting, for each relevant item, the items above it and the items it
+    crosses: O(K n) per list, no sort, no host callback. Taken when no list of the call has more
+    than `K` relevant valid items (one check on the whole batch at run time, `lax.cond`), else the
+    sort; under `vmap` both run.
+
+  Why a static argument: the path's shapes (`K` slots per list) are fixed when the function is
+  traced, while the number of relevant items is data (traced labels); the bound is the
+  sampler's, which the caller knows (in-batch lists with `m` items per class: `K = m - 1`, plus
+  the class's items in a memory gallery). Counting costs `K` passes over each list whatever the
+  actual count, so it pays while `K` is small (`experiments/bench_speed.py` times both); the sort
+  stays the default because it suits any number of relevant items.
 
   Conventions and defaults:
 
@@ -108,20 +148,19 @@ def blackbox_ap_loss(
     where: optional `[..., n]` boolean mask of valid items.
     lam: blackbox interpolation strength (> 0) for normalised ranks; scalar or `[...]`.
     margin: the margin :math:`\alpha \geq 0` of eq. 14.
+    max_relevant: optional static bound `K` on the relevant valid items of a list: counting
+      instead of sorting while every list of the call has at most `K` (see above).
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
     The reduced loss, or `[...]` per list. Lists without a relevant valid item give 0 and are left
-    out of the reduction; a list with a valid NaN score gives NaN (and zero gradients). O(n log n)
-    time and O(n) memory per list.
+    out of the reduction; a list with a valid NaN score gives NaN (and zero gradients). Per list,
+    O(n log n) time (sort) or O(K n) (counting), and O(n) memory.
   """
-  fn = "blackbox_ap_loss"
-  ranks, relevant_ranks, relevant, num_relevant, scores, where = _ranks_of_relevant_items(
-      fn, scores, labels, where, lam, margin
+  values, num_relevant, scores, where = _blackbox_list_values(
+      "blackbox_ap_loss", scores, labels, where, lam, margin, max_relevant, _ap_values
   )
-  precision = relevant_ranks / jnp.where(relevant, ranks, 1)
-  ap = jnp.sum(jnp.where(relevant, precision, 0), axis=-1) / jnp.maximum(num_relevant, 1)
-  return lists.finish(1 - ap, scores, where, num_relevant > 0, reduce_fn)
+  return lists.finish(values, scores, where, num_relevant > 0, reduce_fn)
 
 
 def blackbox_recall_loss(
@@ -132,6 +171,7 @@ def blackbox_recall_loss(
     lam: jax.typing.ArrayLike = 0.2,
     margin: float = 0.02,
     weight_fn: Callable[[jax.Array], jax.Array] = jnp.log1p,
+    max_relevant: int | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""RaMBO's recall loss: a weighted sum of Recall@K losses over all K (Rolinek et al. 2020, eq. 16-20).
@@ -147,7 +187,8 @@ def blackbox_recall_loss(
   `jnp.log1p` (the default, :math:`w_K \approx 1/K`, "RaMBO log") and
   `lambda r: jnp.log1p(jnp.log1p(r))` (:math:`w_K \approx 1/(K \log K)`, "RaMBO log log"). Gradients come from `blackbox_ranks`, as in
   `blackbox_ap_loss`, whose conventions (`lam` on normalised ranks, Table 9 defaults, fixed margin,
-  self-exclusion through `batch_retrieval`) apply here too. The loss is 0 when every relevant
+  self-exclusion through `batch_retrieval`) apply here too, and so do its two paths (sort, or
+  counting with `max_relevant`). The loss is 0 when every relevant
   item is above every other item, and it is not bounded by 1.
 
   Args:
@@ -158,24 +199,25 @@ def blackbox_recall_loss(
     margin: the margin :math:`\alpha \geq 0` of eq. 14.
     weight_fn: the cumulative weight :math:`W` of eq. 25, applied elementwise to the counts
       :math:`r_i` (as floats); it should be increasing with :math:`W(0) = 0`.
+    max_relevant: optional static bound `K` on the relevant valid items of a list: counting
+      instead of sorting while every list of the call has at most `K` (`blackbox_ap_loss`).
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
     The reduced loss, or `[...]` per list. Lists without a relevant valid item give 0 and are left
-    out of the reduction; a list with a valid NaN score gives NaN (and zero gradients). O(n log n)
-    time and O(n) memory per list.
+    out of the reduction; a list with a valid NaN score gives NaN (and zero gradients). Per list,
+    O(n log n) time (sort) or O(K n) (counting), and O(n) memory.
 
   >>> import jax.numpy as jnp
   >>> scores, labels = jnp.array([0.9, 0.8, 0.7, 0.1]), jnp.array([1, 0, 1, 0])
   >>> round(float(blackbox_recall_loss(scores, labels, margin=0.0)), 4)  # (log 1 + log 2) / 2
   0.3466
+  >>> round(float(blackbox_recall_loss(scores, labels, margin=0.0, max_relevant=2)), 4)
+  0.3466
   """
   fn = "blackbox_recall_loss"
   checks.check_callable(fn, "weight_fn", weight_fn, hint="Pass W, e.g. jnp.log1p.")
-  ranks, relevant_ranks, relevant, num_relevant, scores, where = _ranks_of_relevant_items(
-      fn, scores, labels, where, lam, margin
+  values, num_relevant, scores, where = _blackbox_list_values(
+      fn, scores, labels, where, lam, margin, max_relevant, _recall_values(weight_fn)
   )
-  outrun = jnp.where(relevant, ranks - relevant_ranks, 0)
-  weight = weight_fn(outrun)
-  loss = jnp.sum(jnp.where(relevant, weight, 0), axis=-1) / jnp.maximum(num_relevant, 1)
-  return lists.finish(loss, scores, where, num_relevant > 0, reduce_fn)
+  return lists.finish(values, scores, where, num_relevant > 0, reduce_fn)

@@ -614,6 +614,261 @@ def _blackbox_ranks_bwd(branch, residuals, cotangent):
 _blackbox_ranks.defvjp(_blackbox_ranks_fwd, _blackbox_ranks_bwd)
 
 
+def order_keys(scores: jax.Array) -> jax.Array:
+  """Integer keys `[..., n]` whose ascending order, ties by position, is `descending_ranks`' order.
+
+  The scores are negated (`0.0` and `-0.0` one key, every NaN the one positive quiet NaN) and their
+  bits mapped to signed integers of the same width that order like the floats: `+inf` first,
+  `-inf` after every finite score, NaN last. So item `j` is ranked above item `i` exactly when
+  `key[j] < key[i] + (j < i)`, a comparison that needs no sort (`blackbox_ranks_at`). Scores
+  narrower than float32 are widened first (exactly).
+
+  Args:
+    scores: `[..., n]` floating scores.
+
+  Returns:
+    `[..., n]` int32 keys (int64 for float64 scores).
+  """
+  if jnp.dtype(scores.dtype).itemsize < 4:
+    scores = scores.astype(jnp.float32)
+  int_dtype = jnp.int64 if jnp.dtype(scores.dtype).itemsize == 8 else jnp.int32
+  negated = jnp.where(scores == 0, jnp.zeros_like(scores), -scores)
+  negated = jnp.where(jnp.isnan(negated), jnp.asarray(jnp.nan, scores.dtype), negated)
+  bits = lax.bitcast_convert_type(negated, int_dtype)
+  # Negative floats order backwards as integers: flip their magnitude bits.
+  return jnp.where(bits < 0, bits ^ jnp.iinfo(int_dtype).max, bits)
+
+
+def _ahead(keys: jax.Array, item_keys: jax.Array, indices: jax.Array) -> jax.Array:
+  """`[..., K, n]` int32: whether each item `j` of `keys [..., n]` is ranked above the item at each
+  of `indices [..., K]` whose key is `item_keys [..., K]` (ties by position)."""
+  position = lax.broadcasted_iota(indices.dtype, (1,) * (indices.ndim - 1) + (1, keys.shape[-1]),
+                                  indices.ndim)
+  earlier = (position < indices[..., :, None]).astype(keys.dtype)
+  return (keys[..., None, :] < item_keys[..., :, None] + earlier).astype(jnp.int32)
+
+
+def _ahead_among(item_keys: jax.Array, other_keys: jax.Array, indices: jax.Array) -> jax.Array:
+  """`[..., K, K]` int32: `[k, m]` whether item `m` (key `other_keys[m]`) is above item `k`."""
+  earlier = (indices[..., None, :] < indices[..., :, None]).astype(item_keys.dtype)
+  return (other_keys[..., None, :] < item_keys[..., :, None] + earlier).astype(jnp.int32)
+
+
+def _ranks_at(scores: jax.Array, indices: jax.Array) -> jax.Array:
+  keys = order_keys(scores)
+  item_keys = jnp.take_along_axis(keys, indices, axis=-1)
+  return (1 + jnp.sum(_ahead(keys, item_keys, indices), axis=-1)).astype(scores.dtype)
+
+
+@jax.custom_vjp
+def _blackbox_ranks_at(
+    scores: jax.Array, indices: jax.Array, valid: jax.Array, lam: jax.Array
+) -> jax.Array:
+  return _ranks_at(scores, indices)
+
+
+def _blackbox_ranks_at_fwd(scores, indices, valid, lam):
+  return _ranks_at(scores, indices), (scores, indices, valid, lam)
+
+
+def _counted_gradient(scores, indices, valid, lam, cotangent):
+  """Algorithm 1's `-(rk(y) - rk(y + lam g)) / lam` `[..., n]` for `g` zero except at `indices`,
+  where it is `cotangent [..., K]` (invalid slots ignored), by counting crossings: O(K n)."""
+  lam = jnp.asarray(lam, scores.dtype)
+  keys = order_keys(scores)
+  item_scores = jnp.take_along_axis(scores, indices, axis=-1)
+  # Algorithm 1 moves only the selected items: y + lam g, with g zero elsewhere. The same
+  # arithmetic as `blackbox_ranks` on those items, so the same perturbed scores.
+  moved = item_scores + lam[..., None] * jnp.where(valid, cotangent, jnp.zeros_like(cotangent))
+  before = jnp.take_along_axis(keys, indices, axis=-1)
+  after = order_keys(moved)
+  valid_int = valid.astype(jnp.int32)
+  # [k, j]: +1 where item j was below item k and is above it after the move, -1 the other way.
+  crossed = (_ahead(keys, after, indices) - _ahead(keys, before, indices)) * valid_int[..., None]
+  position = lax.broadcasted_iota(indices.dtype, (1,) * (indices.ndim - 1) + (1, scores.shape[-1]),
+                                  indices.ndim)
+  at = (position == indices[..., :, None]).astype(jnp.int32) * valid_int[..., None]  # [k, j]
+  selected = jnp.sum(at, axis=-2)  # [..., n]: whether j is one of the (moved) items.
+  # An item that did not move changes rank by the moved items that crossed it.
+  still = -jnp.sum(crossed, axis=-2)
+  # A moved item: by the items that did not move that it crossed, and by the moved ones.
+  among = (_ahead_among(after, after, indices) - _ahead_among(before, before, indices))
+  moved_delta = (jnp.sum(crossed * (1 - selected[..., None, :]), axis=-1)
+                 + jnp.sum(among * valid_int[..., None, :], axis=-1))
+  delta = jnp.where(selected > 0, jnp.sum(at * moved_delta[..., :, None], axis=-2), still)
+  # As `blackbox_ranks`: -(rk(y) - rk(y + lam g)) / lam, the difference exact in the float dtype.
+  return -((-delta).astype(scores.dtype)) / lam[..., None]
+
+
+def _blackbox_ranks_at_bwd(residuals, cotangent):
+  scores, indices, valid, lam = residuals
+  return _counted_gradient(scores, indices, valid, lam, cotangent), None, None, None
+
+
+_blackbox_ranks_at.defvjp(_blackbox_ranks_at_fwd, _blackbox_ranks_at_bwd)
+
+
+def blackbox_ranks_at(
+    scores: jax.Array, indices: jax.Array, valid: jax.Array, lam: jax.Array
+) -> jax.Array:
+  r"""`blackbox_ranks(scores, lam)` at a few items, by counting: no sort, O(K n) per list.
+
+  Equals `jnp.take_along_axis(blackbox_ranks(scores, lam), indices, axis=-1)` in value (the same
+  ranks, ties by position, NaN last) and in gradient, for any loss that reads the ranks only
+  there: Algorithm 1 then moves only these `K` items (`y + lam g`, `g` zero elsewhere), so an item
+  that does not move changes rank by the moved items that cross it, and a moved item by the items
+  it crosses; counting the crossings gives every item's `rk(y) - rk(y + lam g)` exactly. The
+  forward pass counts, for each of the `K` items, the `n` items above it.
+
+  Args:
+    scores: `[..., n]` floating scores.
+    indices: `[..., K]` int32 positions in `[0, n)`, distinct among the valid ones in each list.
+    valid: `[..., K]` bool; an invalid slot's rank is meaningless, its cotangent is ignored and it
+      moves nothing.
+    lam: `[...]` interpolation strength per list, in `scores`' dtype (no gradient).
+
+  Returns:
+    `[..., K]` ranks in `scores`' dtype. O(K n) time per list forward and backward, nothing larger
+    than `[..., K, n]` (fused by XLA into reductions) and no host callback: the same on every
+    platform.
+  """
+  return _blackbox_ranks_at(scores, indices, valid, lam)
+
+
+def ranks_among(scores: jax.Array, indices: jax.Array, valid: jax.Array) -> jax.Array:
+  """`[..., K]` rank of each valid item at `indices` among the valid ones (ties by position, as
+  `descending_ranks`): O(K^2) per list, no gradient (int32)."""
+  keys = order_keys(lax.stop_gradient(scores))
+  item_keys = jnp.take_along_axis(keys, indices, axis=-1)
+  ahead = _ahead_among(item_keys, item_keys, indices) * valid[..., None, :].astype(jnp.int32)
+  return 1 + jnp.sum(ahead, axis=-1)
+
+
+def first_relevant(relevant: jax.Array, count: int) -> tuple[jax.Array, jax.Array]:
+  """The positions `[..., count]` int32 of the first `count` relevant items of each list, in list
+  order, and whether each slot holds one (`[..., count]` bool): one `lax.top_k`, no full sort."""
+  n = relevant.shape[-1]
+  position = lax.broadcasted_iota(jnp.int32, relevant.shape, relevant.ndim - 1)
+  # Relevant items get (n, 2n], the others (0, n], earlier ones more: exact in float32 below 2**23
+  # items (XLA's CPU top_k is fast on float32), int32 beyond.
+  value = jnp.where(relevant, 2 * n - position, n - position)
+  if 2 * n < 2**24:
+    value = value.astype(jnp.float32)
+  top, indices = lax.top_k(value, count)
+  return indices.astype(jnp.int32), top > n
+
+
+def _spread(indices: jax.Array, valid: jax.Array, values: jax.Array, n: int) -> jax.Array:
+  """`[..., n]`: `values [..., K]` at `indices`, 0 elsewhere (O(K n), no scatter)."""
+  position = lax.broadcasted_iota(indices.dtype, (1,) * (indices.ndim - 1) + (1, n), indices.ndim)
+  at = (position == indices[..., :, None]) & valid[..., :, None]
+  return jnp.sum(jnp.where(at, values[..., :, None], jnp.zeros((), values.dtype)), axis=-2)
+
+
+def _sorted_relevant_ranks(scores, relevant, branch):
+  ranks = _descending_ranks_on(scores, branch)
+  # Rank among relevant items: count the relevant items at or above each position of the order.
+  order_ranks = ranks.astype(jnp.int32) - 1
+  axis = scores.ndim - 1
+  in_order = jnp.put_along_axis(
+      jnp.zeros(scores.shape, jnp.int32), order_ranks, relevant.astype(jnp.int32), axis=axis,
+      inplace=False,
+  )
+  relevant_ranks = jnp.take_along_axis(jnp.cumsum(in_order, axis=axis), order_ranks, axis=axis)
+  return ranks, relevant_ranks.astype(scores.dtype)
+
+
+def _counted_relevant_ranks(scores, relevant, count):
+  indices, valid = first_relevant(relevant, count)
+  ranks = _ranks_at(scores, indices)
+  among = ranks_among(scores, indices, valid).astype(scores.dtype)
+  n = scores.shape[-1]
+  return _spread(indices, valid, ranks, n), _spread(indices, valid, among, n)
+
+
+def _relevant_ranks_on(scores, relevant, count, branch):
+  """(ranks, relevant ranks, whether counted): counting when every list fits `count` slots."""
+  if count is None:
+    return (*_sorted_relevant_ranks(scores, relevant, branch), jnp.asarray(False))
+  fits = jnp.max(jnp.sum(relevant, axis=-1), initial=0) <= count
+  ranks, relevant_ranks = lax.cond(
+      fits,
+      lambda s, r: _counted_relevant_ranks(s, r, count),
+      lambda s, r: _sorted_relevant_ranks(s, r, branch),
+      scores, relevant,
+  )
+  return ranks, relevant_ranks, fits
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _blackbox_relevant_ranks(scores, relevant, lam, count, branch):
+  ranks, relevant_ranks, _ = _relevant_ranks_on(scores, relevant, count, branch)
+  return ranks, relevant_ranks
+
+
+def _blackbox_relevant_ranks_fwd(scores, relevant, lam, count, branch):
+  ranks, relevant_ranks, fits = _relevant_ranks_on(scores, relevant, count, branch)
+  return (ranks, relevant_ranks), (scores, relevant, lam, ranks, fits)
+
+
+def _blackbox_relevant_ranks_bwd(count, branch, residuals, cotangents):
+  scores, relevant, lam, ranks, fits = residuals
+  g = jnp.where(relevant, cotangents[0], jnp.zeros_like(cotangents[0]))
+  lam = jnp.asarray(lam, scores.dtype)
+
+  def sorted_gradient(g):
+    perturbed = _descending_ranks_on(scores + lam[..., None] * g, branch)
+    return -(ranks - perturbed) / lam[..., None]
+
+  def counted_gradient(g):
+    indices, valid = first_relevant(relevant, count)
+    slots = jnp.take_along_axis(g, indices, axis=-1)
+    return _counted_gradient(scores, indices, valid, lam, slots)
+
+  if count is None:
+    grad = sorted_gradient(g)
+  else:
+    grad = lax.cond(fits, counted_gradient, sorted_gradient, g)
+  return grad, None, None
+
+
+_blackbox_relevant_ranks.defvjp(_blackbox_relevant_ranks_fwd, _blackbox_relevant_ranks_bwd)
+
+
+def blackbox_relevant_ranks(
+    scores: jax.Array, relevant: jax.Array, lam: jax.Array, *, max_relevant: int | None = None
+) -> tuple[jax.Array, jax.Array]:
+  r"""The blackbox ranks of the relevant items of lists, and their ranks among relevant items.
+
+  At relevant positions, `ranks` is `blackbox_ranks(scores, lam)` in value and gradient (the
+  cotangent is read there only: Algorithm 1 moves only the relevant items), and `relevant_ranks`
+  the rank among the relevant items in the same order (no gradient). Entries at the other
+  positions are unspecified: read only the relevant ones. Two ways, the same ranks and gradients:
+
+  * **sort** (`max_relevant=None`): one sort of each list forward and one backward
+    (`descending_ranks`: numpy through a host callback on CPU, XLA's sort elsewhere), O(n log n);
+  * **counting** (`max_relevant=K`), when no list of the call has more than `K` relevant items
+    (one check on the whole batch, `lax.cond`; otherwise the sort): the rank of each of the `K`
+    slots is the count of items above it, and Algorithm 1's backward moves only those items, so
+    an item's rank changes by the relevant items that cross it and a relevant item's by the items
+    it crosses (`blackbox_ranks_at`). O(K n) per list whatever the number of relevant items, pure
+    XLA (no host callback), nothing larger than `[..., K, n]` fused into reductions.
+
+  Args:
+    scores: `[..., n]` floating scores.
+    relevant: `[..., n]` bool, the items whose ranks are read.
+    lam: `[...]` interpolation strength per list, in `scores`' dtype (no gradient).
+    max_relevant: `K`, a static bound on the relevant items per list that selects counting, or
+      `None` for the sort.
+
+  Returns:
+    `(ranks, relevant_ranks)`, each `[..., n]` in `scores`' dtype, meaningful where `relevant`.
+  """
+  return _blackbox_relevant_ranks(
+      scores, relevant, lam, max_relevant, _DESCENDING_RANKS_BRANCH.get()
+  )
+
+
 def check_lam(fn: str, lam: jax.typing.ArrayLike) -> jax.Array:
   """Checks the blackbox strength `lam` (real, `> 0` where known, any shape); returns an array."""
   hint = "It is the blackbox interpolation strength (RaMBO's Table 9: 0.2 to 4)."

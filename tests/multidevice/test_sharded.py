@@ -37,6 +37,8 @@ LOSSES = {
     "roadmap": jaxrank.roadmap_loss,
     "blackbox_ap": jaxrank.blackbox_ap_loss,
     "blackbox_recall": functools.partial(jaxrank.blackbox_recall_loss, lam=1.0),
+    # 3 relevant items per list without the query (counting), 4 with it (more: the sort).
+    "blackbox_ap_counting": functools.partial(jaxrank.blackbox_ap_loss, max_relevant=3),
     "ap_metric": jaxrank.ap_metric,
 }
 
