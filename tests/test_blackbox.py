@@ -526,3 +526,21 @@ def test_max_relevant_is_checked():
     jaxrank.blackbox_ap_loss(s, y, max_relevant=2.0)
   with pytest.raises(ValueError, match="blackbox_recall_loss: max_relevant must be a positive"):
     jaxrank.blackbox_recall_loss(s, y, max_relevant=0)
+
+
+@pytest.mark.parametrize("max_relevant", [None, 2])
+@pytest.mark.parametrize("loss", [jaxrank.blackbox_ap_loss, jaxrank.blackbox_recall_loss])
+def test_masked_items_rank_below_a_valid_minus_infinity(rank_branch, loss, max_relevant):
+  """Padding changes nothing, even before a valid -inf score: masked items rank after it."""
+  del rank_branch
+  scores = jnp.array([[0.5, 0.9, 0.2, -jnp.inf, 0.1]])
+  labels = jnp.array([[1, 0, 0, 1, 0]])
+  where = jnp.array([[True, True, False, True, True]])
+  keep = np.flatnonzero(np.asarray(where[0]))
+  f = lambda s, y, w: loss(s, y, where=w, lam=0.5, max_relevant=max_relevant)  # noqa: E731
+  padded, grad = jax.jit(jax.value_and_grad(f))(scores, labels, where)
+  want, want_grad = jax.jit(jax.value_and_grad(f))(scores[:, keep], labels[:, keep], where[:, keep])
+  np.testing.assert_array_equal(padded, want)
+  finite = np.isfinite(np.asarray(scores[:, keep]))
+  np.testing.assert_array_equal(np.asarray(grad)[:, keep][finite], np.asarray(want_grad)[finite])
+  assert np.asarray(grad)[0, 2] == 0

@@ -45,8 +45,9 @@ def _blackbox_list_values(fn, scores, labels, where, lam, margin, max_relevant, 
   relevant = where & (labels >= 1)
   # Eq. 14: positives move down and negatives up by half the margin.
   shifted = scores.astype(dtype) + jnp.where(relevant, -0.5, 0.5) * jnp.asarray(margin, dtype)
-  # Masked items go last; they are ranked but never read.
-  shifted = jnp.where(where, shifted, -jnp.inf)
+  # Masked items go last, after every valid score, -inf included (NaN ranks after -inf); they
+  # are ranked but never read. (As -inf, a valid -inf after them ranked below them: issue 31.)
+  shifted = jnp.where(where, shifted, jnp.nan)
   # lam is defined for ranks normalised by the list length, as in the authors' code (whose Table 9
   # values assume it): that equals raw ranks with lam * n, n the number of valid items.
   num_valid = jnp.sum(where, axis=-1).astype(dtype)
