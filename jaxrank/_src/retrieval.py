@@ -175,12 +175,12 @@ def _batch_relevance(fn, labels, affinity, gallery_labels, b, m):
 # Evaluation at scale.
 
 
-def _without_excluded(scores, excluded):
-  """The lists `scores [c, N]` with excluded items (the query itself, padding) made NaN, which
-  counts for nothing, and whether a valid item of each list scores NaN `[c]` (a boolean
-  reduction: counting them in int32 cost a pass over `[c, N]`)."""
-  has_nan = jnp.any(jnp.isnan(scores) & ~excluded, axis=-1)
-  return jnp.where(excluded, jnp.nan, scores), has_nan
+def _without_excluded(scores, excluded, axis=-1):
+  """The lists `scores` (items on `axis`) with excluded items (the query itself, padding) made
+  NaN, which counts for nothing, and whether a valid item of each list scores NaN (a boolean
+  reduction: counting them in int32 cost a pass over the scores)."""
+  scores = jnp.where(excluded, jnp.nan, scores)
+  return scores, jnp.any(jnp.isnan(scores) & ~excluded, axis=axis)
 
 
 def _relevant_scores(scores, relevant_index, relevant_ok):
@@ -204,12 +204,17 @@ def _evaluate_chunk(
   del branch  # Read by the counting when traced; a key of the compiled code.
   scores = similarity.score_prepared(similarity_fn, queries, prepared)
   dtype = lists.compute_dtype(scores.dtype)
-  column = jax.lax.broadcasted_iota(jnp.int32, scores.shape, 1)
-  scores, poisoned = _without_excluded(scores.astype(dtype), column == self_index[:, None])
-  rel = _relevant_scores(scores, relevant_index, relevant_ok)
-  counts = ranking.count_above_and_tied(scores, rel)
+  # Everything below reads the scores transposed, [N, c], as the comparing loop does: the scores'
+  # last operations, the exclusion and the transposition then make one pass (reading [c, N] in
+  # several places made three).
+  scores_t = scores.astype(dtype).T
+  row = jax.lax.broadcasted_iota(jnp.int32, scores_t.shape, 0)
+  scores_t, poisoned = _without_excluded(scores_t, row == self_index[None, :], axis=0)
+  index = jnp.clip(relevant_index, 0, scores_t.shape[0] - 1)
+  rel = jnp.where(relevant_ok, scores_t[index, jnp.arange(index.shape[0])[:, None]], jnp.nan)
+  counts = ranking.count_above_and_tied(scores_t.T, rel)
   return _metrics_from_counts(
-      counts, relevant_ok, poisoned, list_size=scores.shape[1], ks=ks, dtype=dtype
+      counts, relevant_ok, poisoned, list_size=scores_t.shape[0], ks=ks, dtype=dtype
   )
 
 
