@@ -469,6 +469,19 @@ def _why_unreadable(manager: ocp.CheckpointManager, step: int) -> str | None:
   return reason if len(reason) <= 200 else reason[:200] + "..."
 
 
+class _DropUnretrievedReadErrors(logging.Filter):
+  """Drops asyncio's "Task/Future exception was never retrieved" records of TensorStore's failed
+  reads: when one array of a checkpoint cannot be read, the other reads fail in tasks nobody
+  awaits, and asyncio logs each when it is collected (dozens of tracebacks, some at exit), though
+  the one reason that matters is logged with the checkpoint's name."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    unretrieved = message.startswith(("Task exception was never retrieved",
+                                      "Future exception was never retrieved"))
+    return not (unretrieved and ("OCDBT" in message or "tensorstore" in message.lower()))
+
+
 def _set_aside(manager: ocp.CheckpointManager, step: int, workdir: str, reason: str) -> None:
   """Moves the unreadable checkpoint `step` to `workdir/unreadable_checkpoints/<step>` (or
   `<step>.<k>` when an earlier one of that step is there: nothing is ever deleted), so that the
@@ -539,11 +552,13 @@ def _quiet_closed_event_loop_errors() -> None:
   event loop while TensorStore's other reads are still running; each of them then reports, as an
   unraisable exception, that it could not call back into the closed loop (dozens of tracebacks,
   some after the restore has returned). They say nothing about the checkpoint, so they are
-  dropped; every other unraisable exception goes to the hook installed before.
+  dropped; every other unraisable exception goes to the hook installed before. The reads that
+  failed in tasks nobody awaits are dropped from asyncio's log too (`_DropUnretrievedReadErrors`).
   """
   previous = sys.unraisablehook
   if getattr(previous, "drops_closed_event_loop_errors", False):
     return
+  logging.getLogger("asyncio").addFilter(_DropUnretrievedReadErrors())
 
   def hook(unraisable):
     value = unraisable.exc_value
