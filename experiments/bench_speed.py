@@ -54,8 +54,9 @@ The blackbox losses sort on the host on CPU (`jax.pure_callback`, numpy, both co
 TPU they take XLA's sort (`ranking.descending_ranks`). No accelerator was available: every number
 here is from CPU.
 
-Measured on the 2-core development machine (AMD EPYC, 24 GiB, no GPU): see README.md, section
-"Loss speed", for the tables this script printed and the command that printed them.
+Measured on the 2-core development machine (AMD EPYC, 24 GiB, no GPU): see
+docs/guide/benchmarks.rst, section "Loss speed", for the tables this script printed and the
+command that printed them.
 """
 
 from __future__ import annotations
