@@ -211,12 +211,25 @@ def _finite_difference_loop(reference_fn, scores, labels, h):
   return g
 
 
+@pytest.fixture
+def global_x64():
+  """float64 on every thread: the blackbox's host callback may run on one of XLA's threads, where
+  the thread-local `jax.enable_x64(True)` of the test does not hold, and JAX then canonicalizes
+  its float64 ranks to float32 and refuses them ("Incorrect output dtype"; seen once in CI)."""
+  previous = jax.config.read("jax_enable_x64")
+  jax.config.update("jax_enable_x64", True)
+  try:
+    yield
+  finally:
+    jax.config.update("jax_enable_x64", previous)
+
+
 @pytest.mark.parametrize("loss", [
     lambda s, l: jaxrank.smoothap_loss(s, l, reduce_fn=None),
     lambda s, l: jaxrank.blackbox_ap_loss(s, l, lam=1.0, reduce_fn=None),  # no true gradient
     lambda s, l: jaxrank.fastap_loss(s, l, reduce_fn=None),
 ], ids=["smoothap", "blackbox", "fastap"])
-def test_gradient_cosine_equals_hand_computed(loss):
+def test_gradient_cosine_equals_hand_computed(loss, global_x64):
   rng = np.random.default_rng(1)
   with jax.enable_x64(True):
     scores = jnp.asarray(rng.uniform(-1, 1, (4, 15)))
