@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 # matplotlib's typefaces), beside an untrained network and the raw pixels. Rerunning resumes
 # unfinished runs from their checkpoints and reuses finished ones.
 demo: $(STAMP)
-	$(PY) -m experiments.main --config experiments/configs/glyphs.py --workdir runs/glyphs
+	$(PY) -m experiments.job.main --config experiments/job/configs/glyphs.py --workdir runs/glyphs
 
 # Two pytest processes: the multi-device tests need 8 simulated CPU devices, set before JAX starts.
 # The first lists its 15 slowest tests, to keep CI well under 30 minutes.
@@ -49,7 +49,7 @@ package-check: $(STAMP)
 # Benchmarks need baselines that the library does not (faiss-cpu): the `bench` extra.
 bench-evaluate: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]'
-	$(PY) -m experiments.bench_evaluate
+	$(PY) -m experiments.benchmarks.evaluate
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache runs docs/_build

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from experiments import reporting
+from experiments.job import reporting
 
 # flag -> (the clone's directory name on GitHub, what the flag points at).
 REPOSITORIES = {

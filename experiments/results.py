@@ -6,8 +6,8 @@ Command (about 45 minutes in all on 2 CPU cores shared with other jobs):
     python -m experiments.results --only fastap_bins roadmap_lambda --seeds 0
 
 For each experiment of `EXPERIMENTS` and each seed, the script runs the experiment's own command
-line as a subprocess (`python -m experiments.main --config experiments/configs/glyphs.py` or
-`python -m experiments.ablate_<what>`, with `--workdir runs/results/<name>/seed<S> --set seed=S`),
+line as a subprocess (`python -m experiments.job.main --config experiments/job/configs/glyphs.py` or
+`python -m experiments.ablations.<what>`, with `--workdir runs/results/<name>/seed<S> --set seed=S`),
 from the repository root, and captures what the command prints on stdout (its table), or the end of
 its error output when it fails. Each workdir is deleted first, so that every number is measured
 anew; `--resume` keeps finished runs instead (after an interruption), and then a wall time no
@@ -107,8 +107,8 @@ EXPERIMENTS = (
     Experiment(
         name="main",
         title="Main job: every loss family and three baselines on the glyphs",
-        module="experiments.main",
-        args=("--config", "experiments/configs/glyphs.py"),
+        module="experiments.job.main",
+        args=("--config", "experiments/job/configs/glyphs.py"),
         claim="""
             Each paper reports that training an embedding with its AP surrogate (FastAP, RaMBO's
             blackbox AP, mAP_Q soft binning, SmoothAP, SupAP, ROADMAP) improves retrieval (Recall@k,
@@ -141,7 +141,7 @@ EXPERIMENTS = (
             Until 2026-11-23 the main job trained on scikit-learn's 8 x 8 digits, 0-4 for training
             and 5-9 for testing: five training classes, and an untrained network already at R@1
             0.980 (raw pixels 0.991), so nothing there separated one loss from another
-            (experiments/configs/digits.py keeps that setting). The glyphs (jaxrank.data.load_glyphs)
+            (experiments/job/configs/digits.py keeps that setting). The glyphs (jaxrank.data.load_glyphs)
             give 359 training and 359 unseen characters. Their difficulty was chosen so that one run
             takes about 15-25 s on 2 cores and the untrained network is far from the ceiling: at
             the load_glyphs defaults (1,165 test characters, 32 x 32, full-strength augmentation)
@@ -159,7 +159,7 @@ EXPERIMENTS = (
     Experiment(
         name="fastap_bins",
         title="FastAP's number of histogram bins L (Cakir et al. 2019, Fig. 4b)",
-        module="experiments.ablate_fastap_bins",
+        module="experiments.ablations.fastap_bins",
         args=(),
         claim="""
             Cakir et al. (2019, Sec. 5.3 "Distance Quantization", Fig. 4b: ResNet-18, batch 256, R@1
@@ -199,7 +199,7 @@ EXPERIMENTS = (
     Experiment(
         name="batch_size",
         title="FastAP's batch size (Cakir et al. 2019, Fig. 4a)",
-        module="experiments.ablate_batch_size",
+        module="experiments.ablations.batch_size",
         args=("--set", 'loss_kwargs={"num_bins": 40}'),  # FastAP as the main job trains it.
         claim="""
             Cakir et al. (2019, Sec. 5.3 "Batch Size", Fig. 4a: FastAP, ResNet-18, R@1 on Stanford
@@ -230,7 +230,7 @@ EXPERIMENTS = (
     Experiment(
         name="batch_size_images",
         title="FastAP's batch size at the same number of images (Cakir et al. 2019, Fig. 4a)",
-        module="experiments.ablate_batch_size",
+        module="experiments.ablations.batch_size",
         args=("--set", 'loss_kwargs={"num_bins": 40}', "--values", "4,4,1200", "8,4,600",
               "16,4,300", "32,4,150", "64,4,75"),
         claim="""
@@ -261,7 +261,7 @@ EXPERIMENTS = (
         name="hard_sampling",
         title="Hard (category-based) versus random class sampling for FastAP (Cakir et al. 2019, "
               "Table 5)",
-        module="experiments.ablate_hard_sampling",
+        module="experiments.ablations.hard_sampling",
         args=("--set", 'loss_kwargs={"num_bins": 40}'),  # FastAP as the main job trains it.
         claim="""
             FastAP (Cakir et al. 2019, Sec. 4.2 and App. A-B.1) draws "hard" batches: two
@@ -300,7 +300,7 @@ EXPERIMENTS = (
     Experiment(
         name="blackbox_margin_memory",
         title="RaMBO's score margin and batch memory (Rolinek et al. 2020, Table 7)",
-        module="experiments.ablate_blackbox_margin_memory",
+        module="experiments.ablations.blackbox_margin_memory",
         args=(),
         claim="""
             RaMBO's AP loss (Rolinek et al. 2020) shifts positive scores down and negative scores up
@@ -342,7 +342,7 @@ EXPERIMENTS = (
     Experiment(
         name="roadmap_lambda",
         title="ROADMAP's weight lambda between SupAP and calibration (Ramzi et al. 2021, Fig. 4a)",
-        module="experiments.ablate_roadmap_lambda",
+        module="experiments.ablations.roadmap_lambda",
         args=(),
         claim="""
             ROADMAP (Ramzi et al. 2021, eq. 2) trains `(1 - lambda) L_SupAP + lambda L_calibr`.
@@ -376,8 +376,8 @@ EXPERIMENTS = (
     Experiment(
         name="glyphs_hashing",
         title="Hashing: tie-aware AP against plain AP surrogates (He et al. 2018, Tables 1-2)",
-        module="experiments.main",
-        args=("--config", "experiments/configs/glyphs_hashing.py"),
+        module="experiments.job.main",
+        args=("--config", "experiments/job/configs/glyphs_hashing.py"),
         claim="""
             He et al. (2018, Tables 1-2: CIFAR-10, NUS-WIDE, LabelMe and ImageNet100 at 12 to 64
             bits) train binary codes better by optimising tie-aware AP through its relaxations AP_r

@@ -1,11 +1,11 @@
-"""Smoke test of `experiments/bench_speed.py` at a tiny batch: every table has its header and a
+"""Smoke test of `experiments/benchmarks/speed.py` at a tiny batch: every table has its header and a
 row per loss (or per list-level function) with numbers in it. Timings are not checked."""
 
 from __future__ import annotations
 
 import re
 
-from experiments import bench_speed
+from experiments.benchmarks import speed
 
 LOSSES = ["FastAP", "blackbox AP", "blackbox AP (counting)"]
 NUMBER = r"\d+\.\d+ s"
@@ -16,7 +16,7 @@ def _rows(lines):
 
 
 def test_loss_and_breakdown_tables_have_a_row_per_loss(capsys):
-  for table in (bench_speed.loss_table, bench_speed.breakdown_table):
+  for table in (speed.loss_table, speed.breakdown_table):
     lines = table(32, 8, 1, LOSSES)
     rows = _rows(lines)
     assert [row.split(" | ")[0] for row in rows] == [f"| {name}" for name in LOSSES]
@@ -27,35 +27,35 @@ def test_loss_and_breakdown_tables_have_a_row_per_loss(capsys):
 
 
 def test_cost_table_has_ratios_and_a_largest_batch_per_loss():
-  lines = bench_speed.cost_table(32, 8, LOSSES)
+  lines = speed.cost_table(32, 8, LOSSES)
   rows = _rows(lines)
   assert [row.split(" | ")[0] for row in rows] == [f"| {name}" for name in LOSSES]
   for row in rows:
     assert len(re.findall(r"\d+\.\d+x \|", row)) == 3, row  # flops, bytes, temporaries.
     best, used = re.search(r"\| (\d+) \((\d+\.\d) GB\) \|$", row).groups()
-    assert int(best) > 10_000 and int(best) % bench_speed.PER_CLASS == 0, row
+    assert int(best) > 10_000 and int(best) % speed.PER_CLASS == 0, row
     assert 0.99 * 80 <= float(used) <= 80.0, row  # Within 1% under the budget (1 decimal).
 
 
 def test_largest_batch_fits_the_budget_and_one_more_class_does_not():
-  loss = bench_speed.in_batch_loss("FastAP")
-  best, used = bench_speed.largest_batch(loss, 64, 8, budget=2e8)
+  loss = speed.in_batch_loss("FastAP")
+  best, used = speed.largest_batch(loss, 64, 8, budget=2e8)
   assert used <= 2e8
-  over = bench_speed.footprint_bytes(bench_speed.step_for(loss, best + 8 * bench_speed.PER_CLASS, 8))
+  over = speed.footprint_bytes(speed.step_for(loss, best + 8 * speed.PER_CLASS, 8))
   assert over > 2e8 * 0.99
 
 
 def test_breakdown_is_printed_by_default_and_can_be_skipped(monkeypatch, capsys):
   calls = []
-  monkeypatch.setattr(bench_speed, "loss_table", lambda *a: calls.append("loss") or ["loss"])
-  monkeypatch.setattr(bench_speed, "breakdown_table", lambda *a: calls.append("where") or ["w"])
-  monkeypatch.setattr(bench_speed, "compile_table", lambda *a: calls.append("compile") or ["c"])
-  monkeypatch.setattr(bench_speed, "cost_table", lambda *a: calls.append("cost") or ["x"])
-  monkeypatch.setattr("sys.argv", ["bench_speed", "--batch", "32"])
-  bench_speed.main()
+  monkeypatch.setattr(speed, "loss_table", lambda *a: calls.append("loss") or ["loss"])
+  monkeypatch.setattr(speed, "breakdown_table", lambda *a: calls.append("where") or ["w"])
+  monkeypatch.setattr(speed, "compile_table", lambda *a: calls.append("compile") or ["c"])
+  monkeypatch.setattr(speed, "cost_table", lambda *a: calls.append("cost") or ["x"])
+  monkeypatch.setattr("sys.argv", ["speed", "--batch", "32"])
+  speed.main()
   assert calls == ["loss", "where", "cost", "compile"]
   calls.clear()
-  monkeypatch.setattr("sys.argv", ["bench_speed", "--skip-breakdown", "--skip-compile-table",
+  monkeypatch.setattr("sys.argv", ["speed", "--skip-breakdown", "--skip-compile-table",
                                    "--skip-cost"])
-  bench_speed.main()
+  speed.main()
   assert calls == ["loss"]

@@ -1,4 +1,4 @@
-"""The training command line, `python -m experiments.main`, as a user meets it: each behaviour runs
+"""The training command line, `python -m experiments.job.main`, as a user meets it: each behaviour runs
 `main()` in a subprocess (with a timeout) on the tiny config and checks its exit status, what it
 prints and what it writes.
 
@@ -27,13 +27,13 @@ import time
 
 import pytest
 
-from experiments import config as config_lib
-from experiments import losses
-from experiments import main as main_lib
+from experiments.job import config as config_lib
+from experiments.job import losses
+from experiments.job import main as main_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TINY = str(ROOT / "experiments" / "configs" / "tiny.py")
-DIGITS = str(ROOT / "experiments" / "configs" / "digits.py")
+TINY = str(ROOT / "experiments" / "job" / "configs" / "tiny.py")
+DIGITS = str(ROOT / "experiments" / "job" / "configs" / "digits.py")
 # The environment of a user who set nothing: main itself quiets TensorFlow.
 ENV = {k: v for k, v in os.environ.items() if not k.startswith(("TF_", "XLA_", "JAX_"))}
 # A run that trains until it is interrupted: one loss record per step, a checkpoint every 2 steps.
@@ -42,14 +42,14 @@ ENDLESS = ["num_steps=100000", "eval_every=100000", "checkpoint_every=2", "log_e
 
 def _main(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
   return subprocess.run(
-      [sys.executable, "-m", "experiments.main", *args],
+      [sys.executable, "-m", "experiments.job.main", *args],
       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout, check=False,
   )
 
 
 def _command(workdir: pathlib.Path, overrides=ENDLESS) -> list[str]:
   sets = [a for o in overrides for a in ("--set", o)]
-  return [sys.executable, "-m", "experiments.main", "--config", TINY, "--workdir", str(workdir),
+  return [sys.executable, "-m", "experiments.job.main", "--config", TINY, "--workdir", str(workdir),
           *sets]
 
 
@@ -60,7 +60,7 @@ def _command(workdir: pathlib.Path, overrides=ENDLESS) -> list[str]:
 def test_help_is_fast_lists_losses_and_fields_and_imports_neither_tensorflow_nor_jax():
   code = textwrap.dedent("""
       import sys
-      from experiments import main
+      from experiments.job import main
       try:
         main.main(["--help"])
       except SystemExit as e:
@@ -101,7 +101,7 @@ def test_the_loss_summaries_name_the_table():
         (["--config", DIGITS, "--set", "loss=smoothap"],
          "--set loss=smoothap: the sweep of " + DIGITS + " sets loss in its runs fastap_40bins, "
          "soft_binning_ap"),
-        (["--config", "experiments/configs/nonexistent.py"], "is not a file"),
+        (["--config", "experiments/job/configs/nonexistent.py"], "is not a file"),
         # A hyperparameter that the loss rejects fails before anything runs, not at the first step.
         (["--set", "loss_kwargs={'num_bins': 1}"],
          "config.loss_kwargs={'num_bins': 1} cannot be used with loss 'fastap': fastap_loss: "
@@ -116,7 +116,7 @@ def test_a_bad_config_prints_one_line_exits_2_and_writes_nothing(tmp_path, argum
   proc = _main(*arguments, "--workdir", str(workdir))
   assert proc.returncode == 2, proc.stderr
   lines = proc.stderr.splitlines()
-  assert len(lines) == 1 and lines[0].startswith("experiments.main: error: "), proc.stderr
+  assert len(lines) == 1 and lines[0].startswith("experiments.job.main: error: "), proc.stderr
   assert message in lines[0]
   assert proc.stdout == ""
   assert not workdir.exists()
@@ -125,7 +125,7 @@ def test_a_bad_config_prints_one_line_exits_2_and_writes_nothing(tmp_path, argum
 def test_every_run_of_a_sweep_is_checked_before_the_first_one_trains(tmp_path):
   config_file = tmp_path / "sweep.py"
   config_file.write_text(textwrap.dedent(f"""
-      from experiments import main
+      from experiments.job import main
       get_config = main.load_config_module({TINY!r}).get_config
       def get_sweep():
         return {{"good": {{"loss": "smoothap"}}, "bad": {{"loss_kwargs": {{"num_bins": 1}}}}}}
@@ -213,7 +213,7 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_130_with_one_line(interrupted):
   workdir, stderr = interrupted
   assert len(stderr) == 1, stderr  # Nothing else: no traceback, no TensorFlow start-up lines.
   match = re.fullmatch(
-      r"experiments\.main: fastap interrupted: step (\d+) is saved in (.*); rerun the same "
+      r"experiments\.job\.main: fastap interrupted: step (\d+) is saved in (.*); rerun the same "
       r"command to resume\.", stderr[0])
   assert match, stderr
   step = int(match[1])
@@ -243,5 +243,5 @@ def test_a_rerun_names_an_unreadable_newest_checkpoint_and_resumes_from_the_one_
   assert not any("Traceback" in line for line in run.stderr), "\n".join(run.stderr)
   # Interrupted again: it saved where it got to, and says so in one line.
   assert returncode == 130
-  assert re.fullmatch(r"experiments\.main: fastap interrupted: step \d+ is saved in .*",
+  assert re.fullmatch(r"experiments\.job\.main: fastap interrupted: step \d+ is saved in .*",
                       run.stderr[-1])

@@ -1,4 +1,4 @@
-"""Tests of the ablation scripts (experiments/ablate_*.py and their shared experiments/ablation.py).
+"""Tests of the ablation scripts (experiments/ablations/*.py and their shared experiments/ablations/sweep.py).
 
 Smoke tests: each calls a script's `main` as the command line would, two values, tiny config, then
 checks that the table has the untrained row and one row per value, that the plot was written, and
@@ -22,20 +22,20 @@ import re
 
 import pytest
 
-from experiments import ablate_batch_size
-from experiments import ablate_blackbox_margin_memory
-from experiments import ablate_fastap_bins
-from experiments import ablate_hard_sampling
-from experiments import ablate_roadmap_lambda
-from experiments import ablation
-from experiments import config as config_lib
-from experiments import main as main_lib
+from experiments.ablations import batch_size
+from experiments.ablations import blackbox_margin_memory
+from experiments.ablations import fastap_bins
+from experiments.ablations import hard_sampling
+from experiments.ablations import roadmap_lambda
+from experiments.ablations import sweep
+from experiments.job import config as config_lib
+from experiments.job import main as main_lib
 from experiments import results as results_lib
-from experiments import train
+from experiments.job import train
 from jaxrank.data import testing
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TINY = str(ROOT / "experiments" / "configs" / "tiny.py")
+TINY = str(ROOT / "experiments" / "job" / "configs" / "tiny.py")
 # One evaluation and one checkpoint after the 6 steps (and the evaluation at step 0): about a
 # second less per run than the tiny config's every 3 and 2 steps.
 FAST = ["eval_every=6", "checkpoint_every=6"]
@@ -101,11 +101,11 @@ EXPECTED_FIELDS = {
     "hard_sampling": _expected_hard_sampling,
 }
 SCRIPTS = {
-    "fastap_bins": ablate_fastap_bins,
-    "batch_size": ablate_batch_size,
-    "blackbox_margin_memory": ablate_blackbox_margin_memory,
-    "roadmap_lambda": ablate_roadmap_lambda,
-    "hard_sampling": ablate_hard_sampling,
+    "fastap_bins": fastap_bins,
+    "batch_size": batch_size,
+    "blackbox_margin_memory": blackbox_margin_memory,
+    "roadmap_lambda": roadmap_lambda,
+    "hard_sampling": hard_sampling,
 }
 
 
@@ -115,9 +115,8 @@ def _assert_fields(config, expected, what, value):
 
 
 def test_every_ablation_script_is_covered():
-  scripts = {p.stem for p in (ROOT / "experiments").glob("ablate_*.py")}
-  assert scripts == {f"ablate_{what}" for what in SCRIPTS} == {m.__name__.split(".")[-1]
-                                                                for m in SCRIPTS.values()}
+  scripts = {p.stem for p in (ROOT / "experiments/ablations").glob("*.py")} - {"__init__", "sweep"}
+  assert scripts == set(SCRIPTS) == {m.__name__.split(".")[-1] for m in SCRIPTS.values()}
 
 
 # Each script's defaults, and the other forms of value that experiments/results.py and the
@@ -159,7 +158,7 @@ def test_each_value_reaches_its_run_config(what, given, tmp_path, capsys, monkey
     _assert_fields(config, EXPECTED_FIELDS[what](value), what, value)
 
 
-# End to end, with training, for one script: the others share `ablation.main` and the sweep, and
+# End to end, with training, for one script: the others share `sweep.main` and the sweep, and
 # each script's values reach its runs' configs by the test above (which replaces the training).
 @pytest.mark.parametrize("what, values, parsed, rows, untrained", [
     ("fastap_bins", ["5", "20"], [5, 20], ["L=5", "L=20"], True),
@@ -183,7 +182,7 @@ def test_hard_sampling_on_mock_sop(tmp_path, capsys):
           "batch_size=16"]
   values = ["super_class,4,4,2", "m_per_class"]
   with testing.mock_retrieval_data(classes_per_split=24, images_per_class=4):
-    rows = _run(ablate_hard_sampling, "hard_sampling", tmp_path, capsys, values, sets,
+    rows = _run(hard_sampling, "hard_sampling", tmp_path, capsys, values, sets,
                 untrained=False)
   assert rows == ["super_class_4x4_S=2", "m_per_class_4x4"]
   for run, value in zip(rows, values):
@@ -203,7 +202,7 @@ def _exits_with_one_line(module, argv, capsys) -> str:
 
 def test_hard_sampling_refuses_digits_before_training(tmp_path, capsys):
   workdir = tmp_path / "hard"
-  err = _exits_with_one_line(ablate_hard_sampling, ["--config", TINY, "--workdir", str(workdir)],
+  err = _exits_with_one_line(hard_sampling, ["--config", TINY, "--workdir", str(workdir)],
                              capsys)
   assert re.search(r"error: .*which digits does not have.*dataset=.sop.", err), err
   assert not workdir.exists()
@@ -234,12 +233,12 @@ def test_values_parse_as_literals_or_strings():
 
 
 def test_loss_overrides_keep_the_base_hyperparameters_of_the_same_loss():
-  from experiments import config as config_lib  # pylint: disable=g-import-not-at-top
+  from experiments.job import config as config_lib  # pylint: disable=g-import-not-at-top
 
   base = config_lib.Config(loss="blackbox_ap", loss_kwargs={"lam": 4.0})
-  assert ablation.loss_overrides(base, "blackbox_ap", margin=0.1) == {
+  assert sweep.loss_overrides(base, "blackbox_ap", margin=0.1) == {
       "loss": "blackbox_ap", "loss_kwargs": {"lam": 4.0, "margin": 0.1}}
-  assert ablation.loss_overrides(base, "fastap", num_bins=5) == {
+  assert sweep.loss_overrides(base, "fastap", num_bins=5) == {
       "loss": "fastap", "loss_kwargs": {"num_bins": 5}}
 
 
@@ -269,7 +268,7 @@ def test_results_document_has_each_section_command_and_table():
   text = results_lib.format_document({e.name: _canned_section(e) for e in experiments})
   sections = results_lib.read_sections(text)
   assert list(sections) == [e.name for e in experiments]  # In order, each once.
-  assert ("python -m experiments.main --config experiments/configs/glyphs.py "
+  assert ("python -m experiments.job.main --config experiments/job/configs/glyphs.py "
           "--workdir runs/results/main/seed1 --set seed=1") in sections["main"]
   for e in experiments:
     section = sections[e.name]
@@ -325,8 +324,9 @@ def test_results_runner_captures_the_table_or_the_error():
 
 
 @pytest.mark.parametrize("path", [
-    "experiments/configs/digits.py", "experiments/configs/glyphs.py", *sorted(
-        str(p.relative_to(ROOT)) for p in (ROOT / "experiments").glob("ablate_*.py"))])
+    "experiments/job/configs/digits.py", "experiments/job/configs/glyphs.py", *sorted(
+        str(p.relative_to(ROOT)) for p in (ROOT / "experiments/ablations").glob("*.py")
+        if p.stem not in ("__init__", "sweep"))])
 def test_module_docstrings_point_at_results_instead_of_holding_them(path):
   doc = ast.get_docstring(ast.parse((ROOT / path).read_text()))
   assert "RESULTS.md" in doc and "python -m experiments.results" in doc

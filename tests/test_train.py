@@ -1,4 +1,4 @@
-"""The training job end to end, on tiny configs: experiments/train.py and main.py, with the config,
+"""The training job end to end, on tiny configs: experiments/job/train.py and main.py, with the config,
 input pipeline, networks and reporting modules beside them."""
 
 import dataclasses
@@ -18,16 +18,17 @@ from flax import nnx
 
 import jaxrank
 import jaxrank.data as jd
-from experiments import config as config_lib
-from experiments import input_pipeline
-from experiments import main as main_lib
-from experiments import networks
-from experiments import reporting
-from experiments import train
+from experiments.job import check
+from experiments.job import config as config_lib
+from experiments.job import input_pipeline
+from experiments.job import main as main_lib
+from experiments.job import networks
+from experiments.job import reporting
+from experiments.job import train
 from jaxrank import models
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TINY_PATH = str(ROOT / "experiments" / "configs" / "tiny.py")
+TINY_PATH = str(ROOT / "experiments" / "job" / "configs" / "tiny.py")
 TINY = main_lib.load_config_module(TINY_PATH).get_config()
 
 
@@ -109,7 +110,7 @@ def test_checkpoint_restores_into_a_fresh_model_with_identical_outputs(tmp_path)
     train.restore_model(TINY, str(tmp_path), step=5)
 
 
-# Runs `experiments.main` with a hook that SIGKILLs the process at a point of the save path that
+# Runs `experiments.job.main` with a hook that SIGKILLs the process at a point of the save path that
 # the test chooses, whatever the speed of the machine or of the save. "during": in the N-th save,
 # while orbax writes the data position (the JSON item) into the checkpoint's temporary directory:
 # the item is wrapped in a dict whose `items()`, which `json.dumps` calls from orbax's writing
@@ -119,7 +120,7 @@ def test_checkpoint_restores_into_a_fresh_model_with_identical_outputs(tmp_path)
 _KILL_IN_SAVE = """
 import os, signal, sys
 import orbax.checkpoint as ocp
-from experiments import main
+from experiments.job import main
 mode, at, calls = sys.argv[1], int(sys.argv[2]), []
 
 def kill():
@@ -253,7 +254,7 @@ def test_overrides_parse_literals_and_reject_unknown_fields():
 
 
 def test_every_loss_of_the_table_is_the_loss_it_names():
-  from experiments import losses  # pylint: disable=g-import-not-at-top
+  from experiments.job import losses  # pylint: disable=g-import-not-at-top
 
   # Each name's expected loss, written out here from jaxrank's functions (the sums with weight 1).
   def plus(f, g):
@@ -460,12 +461,12 @@ def test_chunked_gradient_trains_the_same_network(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "path", sorted((ROOT / "experiments" / "configs").glob("*.py")), ids=lambda p: p.name
+    "path", sorted((ROOT / "experiments" / "job" / "configs").glob("*.py")), ids=lambda p: p.name
 )
 def test_every_config_file_is_valid_or_asks_for_its_data(path):
   module = main_lib.load_config_module(str(path))
   text = path.read_text()
-  assert "python -m experiments.main --config experiments/configs/" in text  # The command.
+  assert "python -m experiments.job.main --config experiments/job/configs/" in text  # The command.
   assert "Expected" in text  # And the result it should give.
   config = module.get_config()
   runs = [
@@ -473,10 +474,10 @@ def test_every_config_file_is_valid_or_asks_for_its_data(path):
   ]
   for c in [config] + runs:
     if input_pipeline.DATASETS[c.dataset].bundled_with:  # The digits, the glyphs.
-      config_lib.check_config(c)
+      check.check_config(c)
     else:
       with pytest.raises(ValueError, match="config.data_dir is None"):
-        config_lib.check_config(c)
+        check.check_config(c)
 
 
 def test_image_folder_with_a_resnet18_and_frozen_batchnorm_chunked(tmp_path):
@@ -517,7 +518,7 @@ def test_image_folder_with_a_resnet18_and_frozen_batchnorm_chunked(tmp_path):
   params = [jax.tree.leaves(nnx.state(m, nnx.Param)) for m in (trained, initial)]
   assert any(not np.array_equal(a, b) for a, b in zip(*params))
   with pytest.raises(ValueError, match="needs freeze_batchnorm=True"):
-    config_lib.check_config(dataclasses.replace(config, freeze_batchnorm=False))
+    check.check_config(dataclasses.replace(config, freeze_batchnorm=False))
 
 
 def test_hide_gpus_from_tensorflow(monkeypatch, caplog):
@@ -547,8 +548,8 @@ class _Stop(Exception):
 
 
 def test_entry_points_hide_gpus_from_tensorflow_before_running(monkeypatch):
-  from experiments import ablate_fastap_bins  # pylint: disable=g-import-not-at-top
-  from experiments import ablation  # pylint: disable=g-import-not-at-top
+  from experiments.ablations import fastap_bins  # pylint: disable=g-import-not-at-top
+  from experiments.ablations import sweep  # pylint: disable=g-import-not-at-top
 
   events = []
 
@@ -558,8 +559,8 @@ def test_entry_points_hide_gpus_from_tensorflow_before_running(monkeypatch):
 
   monkeypatch.setattr(input_pipeline, "hide_gpus_from_tensorflow", lambda: events.append("hide"))
   monkeypatch.setattr(main_lib, "run", run)
-  monkeypatch.setattr(ablation, "run", run)
-  for entry_point in (main_lib.main, ablate_fastap_bins.main):
+  monkeypatch.setattr(sweep, "run", run)
+  for entry_point in (main_lib.main, fastap_bins.main):
     events.clear()
     with pytest.raises(_Stop):
       entry_point(["--config", TINY_PATH, "--workdir", "unused"])

@@ -118,7 +118,7 @@ def blackbox_ap_loss(
   traced, while the number of relevant items is data (traced labels); the bound is the
   sampler's, which the caller knows (in-batch lists with `m` items per class: `K = m - 1`, plus
   the class's items in a memory gallery). Counting costs `K` passes over each list whatever the
-  actual count, so it pays while `K` is small (`experiments/bench_speed.py` times both); the sort
+  actual count, so it pays while `K` is small (`experiments/benchmarks/speed.py` times both); the sort
   stays the default because it suits any number of relevant items.
 
   Conventions and defaults:

@@ -30,10 +30,8 @@ product's entries do change with the number of item rows: a third to nine tenths
 D = 512). A single query row takes a matrix-vector kernel that rounds differently, so
 `evaluate_retrieval` never scores fewer than two rows at a time. Not checked on GPU or TPU.
 
-The blocks cost little, with one `[Q, 1024]` block of temporaries: measured interleaved against
-plain products on the loaded 2-core CPU machine, `evaluate_retrieval` on 20,000 x 512 took 0.93x
-(medians of 3) and a SmoothAP step at B = 4096 1.3x (medians of 3; the fastest runs 1.95 s
-against 2.07 s), both within that machine's noise. Derivatives are taken from plain products
+The blocks cost little, one `[Q, 1024]` block of temporaries (measured in docs/guide/scale.rst,
+section "Across processes and machines", under evaluation). Derivatives are taken from plain products
 (`jax.custom_jvp`): they are sums of products of the same values, and their rounding does not
 need to match across splits.
 """

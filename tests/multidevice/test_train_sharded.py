@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from experiments import main as main_lib
-from experiments import train
+from experiments.job import main as main_lib
+from experiments.job import train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-TINY = main_lib.load_config_module(str(ROOT / "experiments" / "configs" / "tiny.py")).get_config()
+TINY = main_lib.load_config_module(str(ROOT / "experiments" / "job" / "configs" / "tiny.py")).get_config()
 
 
 @pytest.mark.parametrize(

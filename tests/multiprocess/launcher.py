@@ -83,7 +83,7 @@ def run(
   """Runs `python *argv` as `num_processes` processes of one job and waits for all of them.
 
   Args:
-    argv: the arguments after `python` (e.g. `["-m", "experiments.main", ...]` or a script path),
+    argv: the arguments after `python` (e.g. `["-m", "experiments.job.main", ...]` or a script path),
       or a function of the process id giving them.
     num_processes: how many processes.
     devices_per_process: simulated CPU devices in each.

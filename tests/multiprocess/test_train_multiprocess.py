@@ -8,7 +8,7 @@ The main test is a reference and two jobs, in order:
 2. two processes with 2 devices each train it in another workdir; after step 3, once the
    checkpoint of step 2 is on disk, process 0 kills itself with SIGKILL and the launcher kills
    process 1 at once (neither saves anything more, nor cleans up);
-3. the same command, as `python -m experiments.main --coordinator_address ... --num_processes 2
+3. the same command, as `python -m experiments.job.main --coordinator_address ... --num_processes 2
    --process_id I`, resumes the killed run from step 2 and ends.
 
 The run of 3 (steps 1-2 trained by two processes, 3-4 by two processes after a restore) must end
@@ -28,13 +28,13 @@ import launcher
 import numpy as np
 import pytest
 
-from experiments import config as config_lib
-from experiments import input_pipeline
-from experiments import main as main_lib
-from experiments import train
+from experiments.job import config as config_lib
+from experiments.job import input_pipeline
+from experiments.job import main as main_lib
+from experiments.job import train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-TINY = str(ROOT / "experiments" / "configs" / "tiny.py")
+TINY = str(ROOT / "experiments" / "job" / "configs" / "tiny.py")
 # 20 images a batch: 5 on each of the 4 devices, 10 in each process.
 OVERRIDES = ["shard=True", "num_steps=4", "eval_every=4", "checkpoint_every=2"]
 KILL_AFTER_STEP = 3
@@ -45,7 +45,7 @@ _TRAIN = """
 import launcher
 launcher.initialize()
 import json, os, signal, sys, time
-from experiments import main, train
+from experiments.job import main, train
 
 path, workdir, overrides, kill_after = sys.argv[1:3] + [json.loads(sys.argv[3]), int(sys.argv[4])]
 config, _ = main.prepare(path, overrides)
@@ -75,14 +75,14 @@ metrics = train.train_and_evaluate(config, workdir, name="mp")
 print("RESULT", json.dumps(metrics), flush=True)
 """
 
-# experiments.main, with the job's coordinates (known only in the child) as its flags.
+# experiments.job.main, with the job's coordinates (known only in the child) as its flags.
 _MAIN = """
 import os, runpy, sys
-sys.argv = ["experiments.main", *sys.argv[1:],
+sys.argv = ["experiments.job.main", *sys.argv[1:],
             "--coordinator_address", os.environ["JAXRANK_TEST_COORDINATOR"],
             "--num_processes", os.environ["JAXRANK_TEST_NUM_PROCESSES"],
             "--process_id", os.environ["JAXRANK_TEST_PROCESS_ID"]]
-runpy.run_module("experiments.main", run_name="__main__")
+runpy.run_module("experiments.job.main", run_name="__main__")
 """
 
 
@@ -169,7 +169,7 @@ def test_without_a_cluster_or_flags_the_command_runs_alone_at_once():
       k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "JAX_COORD"))
   }
   script = (
-      "from experiments import main; main.initialize_distributed(); import jax; "
+      "from experiments.job import main; main.initialize_distributed(); import jax; "
       "print(jax.process_count(), jax.config.jax_cpu_collectives_implementation)"
   )
   done = subprocess.run(
@@ -197,7 +197,7 @@ def test_a_process_that_has_used_jax_stays_alone_or_refuses_the_flags():
   # process, as when `main()` is called from Python), and explicit flags are a ConfigError.
   script = (
       "import jax.numpy as jnp; jnp.ones(2).block_until_ready()\n"
-      "from experiments import config, main\n"
+      "from experiments.job import config, main\n"
       "main.initialize_distributed()\n"
       "try:\n"
       "  main.initialize_distributed('localhost:1234', 2, 0)\n"

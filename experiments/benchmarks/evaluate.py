@@ -1,0 +1,200 @@
+"""Benchmark: `jaxrank.evaluate_retrieval` beside XLA's plain product of the same shapes and faiss.
+
+Command (needs the `bench` extra for faiss-cpu; `make bench-evaluate` installs it):
+
+    .venv/bin/python -m experiments.benchmarks.evaluate            # both data sets below
+    .venv/bin/python -m experiments.benchmarks.evaluate --num 5000 --num-codes 3000 --repeats 1
+
+Two data sets, each leave-one-out over the whole set, generated from a fixed seed in each process:
+
+* `sop`: shaped like Stanford Online Products' test split (60,502 images in classes of 2 to 12
+  images), each a noisy copy of its class centre, L2-normalised, float32, D = 512; cosine.
+* `large_classes`: few large classes, the hashing papers' CIFAR-10 protocol (12,000 codes of 32
+  bits in 10 classes of about 1,200 items); `jaxrank.similarity.hamming`. Every query has about
+  1,200 relevant items, far beyond `ranking.COMPARE_UP_TO`: the counts come from sorts.
+
+Three sides, each in its own process so that its peak memory (max RSS, the whole process: Python,
+the runtime and the data included) is its own:
+
+* `xla_product`, the floor: XLA's plain `q @ x.T` of the same chunks of queries against the whole
+  set, reduced to each row's largest score (what any exact evaluation must at least compute);
+* `faiss`: `IndexFlatIP` exact inner-product search of every query for its top 9 (itself
+  included, then dropped), giving Recall@1/2/4/8 only: faiss cannot give MAP@R or mAP without
+  the full ranking (on the codes it breaks ties its own way, so its Recall@k differs there);
+* `jaxrank`: `evaluate_retrieval(x, labels)`, giving Recall@1/2/4/8, MAP@R, mAP over the full
+  ranking and tie-aware mAP.
+
+Time is the median over `--repeats` runs of the whole call (the first run includes compilation);
+`/ floor` is the ratio to `xla_product`'s median. Every side uses every core of the machine.
+Measured numbers and the machine they come from: docs/guide/scale.rst, "Evaluation at scale".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+KS = (1, 2, 4, 8)
+
+
+def class_sizes(num: int, rng: np.random.Generator) -> list[int]:
+  """The sizes of SOP-like classes, 2 to 12 items each, adding up to `num` (shuffle the labels
+  `np.repeat(np.arange(len(sizes)), sizes)` with the same `rng` next)."""
+  sizes = []
+  while sum(sizes) < num:
+    sizes.append(int(rng.integers(2, 13)))
+  sizes[-1] -= sum(sizes) - num
+  if sizes[-1] < 2:
+    sizes[-2] += sizes.pop()
+  return sizes
+
+
+def make_data(num: int, dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+  """SOP-like test set: classes of 2..12 items, noisy copies of class centres, unit norm."""
+  rng = np.random.default_rng(seed)
+  sizes = class_sizes(num, rng)
+  labels = np.repeat(np.arange(len(sizes)), sizes)
+  labels = labels[rng.permutation(num)]
+  centres = rng.standard_normal((len(sizes), dim), dtype=np.float32)
+  x = centres[labels] + 2.2 * rng.standard_normal((num, dim), dtype=np.float32)
+  x /= np.linalg.norm(x, axis=1, keepdims=True)
+  return x, labels
+
+
+def make_codes(num: int, bits: int, num_classes: int, seed: int = 0):
+  """Few large classes, as the hashing papers' CIFAR-10 protocol: `bits`-bit codes in {-1, 1}
+  (noisy signs of class centres), `num_classes` classes of about `num / num_classes` items."""
+  rng = np.random.default_rng(seed)
+  labels = rng.integers(0, num_classes, num)
+  centres = rng.standard_normal((num_classes, bits), dtype=np.float32)
+  noise = 1.5 * rng.standard_normal((num, bits), dtype=np.float32)
+  return np.sign(centres[labels] + noise).astype(np.float32), labels
+
+
+DATA = {
+    # name: (how to make it from --num and --dim, scoring rule's name in jaxrank.similarity).
+    "sop": (lambda args: make_data(args.num, args.dim), "cosine"),
+    "large_classes": (lambda args: make_codes(args.num_codes, args.bits, 10), "hamming"),
+}
+
+
+def peak_rss_mb() -> float:
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _timed(repeats, fn):
+  times, result = [], None
+  for _ in range(repeats):
+    start = time.perf_counter()
+    result = fn()
+    times.append(time.perf_counter() - start)
+  return times, result
+
+
+def run_jaxrank(x, labels, repeats, chunk_size, rule):
+  import jaxrank
+
+  similarity_fn = getattr(jaxrank.similarity, rule)
+  return _timed(repeats, lambda: jaxrank.evaluate_retrieval(
+      x, labels, ks=KS, chunk_size=chunk_size, similarity_fn=similarity_fn
+  ))
+
+
+def run_xla_product(x, labels, repeats, chunk_size, rule):
+  """The floor: XLA's plain `q @ x.T` of every chunk of queries against the whole set (the same
+  chunks as jaxrank's), reduced to each row's largest score so that nothing is skipped."""
+  del labels, rule
+  import jax
+  import jax.numpy as jnp
+
+  product = jax.jit(lambda q, g: jnp.max(q @ g.T, axis=1))
+  gallery = jnp.asarray(x)
+
+  def run():
+    out = [product(gallery[i : i + chunk_size], gallery) for i in range(0, len(x), chunk_size)]
+    return float(jnp.concatenate(jax.block_until_ready(out)).sum())
+
+  return _timed(repeats, run)
+
+
+def run_faiss(x, labels, repeats, chunk_size, rule):
+  del chunk_size, rule
+  import faiss
+
+  def run():
+    index = faiss.IndexFlatIP(x.shape[1])
+    index.add(x)
+    _, found = index.search(x, max(KS) + 1)
+    # Drop the query itself (wherever ties put it), keep the first max(KS) others.
+    others = found != np.arange(len(x))[:, None]
+    found = np.array([row[keep][: max(KS)] for row, keep in zip(found, others)])
+    hit = labels[found] == labels[:, None]
+    has_relevant = np.bincount(labels)[labels] > 1
+    return {f"recall@{k}": float(hit[has_relevant, :k].any(axis=1).mean()) for k in KS}
+
+  return _timed(repeats, run)
+
+
+SIDES = {"xla_product": run_xla_product, "faiss": run_faiss, "jaxrank": run_jaxrank}
+
+
+def child(args) -> None:
+  make, rule = DATA[args.data]
+  x, labels = make(args)
+  times, result = SIDES[args.side](x, labels, args.repeats, args.chunk_size, rule)
+  print(json.dumps({"times": times, "peak_mb": peak_rss_mb(), "result": result}))
+
+
+def table(args, data: str) -> None:
+  """Runs every side on one data set, each in its own process, and prints their rows."""
+  rows = {}
+  for side in SIDES:
+    command = [sys.executable, "-m", "experiments.benchmarks.evaluate", "--side", side, "--data", data]
+    for flag in ("num", "dim", "num_codes", "bits", "repeats", "chunk_size"):
+      command += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    rows[side] = json.loads(out.strip().splitlines()[-1])
+  shape = f"{args.num:,} x {args.dim} floats" if data == "sop" else (
+      f"{args.num_codes:,} x {args.bits}-bit codes in 10 classes")
+  print(f"{data}: {shape}, leave-one-out, chunk {args.chunk_size}, median of {args.repeats}")
+  base = float(np.median(rows["xla_product"]["times"]))
+  print(f"{'':12} {'time s':>8} {'/ floor':>8} {'peak MB':>8}  metrics")
+  for side, row in rows.items():
+    median = float(np.median(row["times"]))
+    result = row["result"]
+    metrics = "" if side == "xla_product" else " ".join(f"{k}={v:.4f}" for k, v in result.items())
+    print(f"{side:12} {median:8.2f} {median / base:8.2f} {row['peak_mb']:8.0f}  {metrics}")
+  for k in KS:  # Both sides must agree on what both compute (faiss breaks ties its own way).
+    a, b = rows["faiss"]["result"][f"recall@{k}"], rows["jaxrank"]["result"][f"recall@{k}"]
+    if data == "sop" and abs(a - b) > 1e-3:
+      print(f"WARNING: recall@{k} differs: faiss {a:.5f}, jaxrank {b:.5f}")
+  print()
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--data", choices=list(DATA), nargs="+", default=list(DATA))
+  parser.add_argument("--num", type=int, default=60502)
+  parser.add_argument("--dim", type=int, default=512)
+  parser.add_argument("--num-codes", type=int, default=12000)
+  parser.add_argument("--bits", type=int, default=32)
+  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--chunk-size", type=int, default=256)
+  parser.add_argument("--side", choices=list(SIDES), help=argparse.SUPPRESS)
+  args = parser.parse_args()
+  if args.side:
+    args.data = args.data[0] if isinstance(args.data, list) else args.data
+    child(args)
+    return
+  for data in args.data:
+    table(args, data)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,158 @@
+"""A training run's configuration: the `Config` dataclass, its fields' types, and `ConfigError`.
+
+Config files (`experiments/job/configs/*.py`) return a `Config` from `get_config()`. The names a
+config gives (`dataset`, `sampler`, `model`, `head`, `loss`) are keys of the registries of
+`input_pipeline.py`, `networks.py` and `losses.py`; `check.check_config` checks them and the
+numbers against each other. Every error of a configuration is a `ConfigError`, a `ValueError`
+whose message is one sentence that says what to change; `experiments.job.main` prints it as one
+line.
+
+This module imports nothing of the job (the registries import it, never the other way), nor JAX or
+TensorFlow, so that `python -m experiments.job.main --help` answers at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any
+
+
+class ConfigError(ValueError):
+  """A configuration that cannot run, found before anything is written; the message says the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  """Everything a training run depends on. Config files return one from `get_config()`.
+
+  Attributes are grouped as data, model, loss, optimisation and bookkeeping; defaults train a small
+  convolutional network on the bundled digits.
+  """
+
+  # Data.
+  dataset: str = "digits"  # A key of input_pipeline.DATASETS.
+  data_dir: str | None = None  # tfds data_dir (cub200, cars196, sop) or the image_folder root.
+  image_size: int = 224  # Crop size of photographs (ignored for digits).
+  resize_size: int = 256  # Shorter side before cropping (ignored for digits).
+  sampler: str = "m_per_class"  # A key of input_pipeline.SAMPLERS.
+  batch_size: int = 60
+  samples_per_class: int = 12  # K; batch_size / K classes per batch.
+  super_classes_per_batch: int = 2  # For sampler="super_class".
+  batches_per_group: int = (
+      5  # sampler="super_class": batches drawn from one group of super-classes.
+  )
+  # Model.
+  model: str = "small_convnet"  # A key of networks.MODELS.
+  model_features: tuple[int, ...] = (32, 64)  # SmallConvNet's stage widths.
+  head: str = "embedding"  # A key of networks.HEADS: "embedding" (L2-normalised) or "hashing".
+  embedding_dim: int = 32  # D, or the number of bits b of a hashing head.
+  pooling: str = "average"  # A key of networks.POOLINGS: the pooling of a ResNet's feature map.
+  # A local file of backbone weights: an .npz of `models.save_weights`, or a torchvision/timm
+  # checkpoint (.pth, .pt, .safetensors) converted by `jaxrank.convert.load_pytorch_weights`.
+  init_weights: str | None = None
+  freeze_batchnorm: bool = False  # Train ResNets with BatchNorm in inference mode.
+  tanh_initial: float = 1.0  # Hashing: alpha = tanh_initial * tanh_growth ** (step // tanh_every).
+  tanh_growth: float = 2.0
+  tanh_every: int = 1000
+  # Loss.
+  loss: str = "fastap"  # A key of experiments.job.losses.LOSSES (`--help` lists them).
+  loss_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+  include_self: bool = False  # Whether a query is its own positive (see batch_retrieval).
+  memory_batches: int = 0  # RaMBO's memory: the last tau batches join every list as a gallery.
+  chunk_size: int | None = None  # Chunked gradient (jaxrank.chunked_value_and_grad).
+  # Shard the in-batch retrieval over all devices of all processes (jaxrank.sharded_loss); a job
+  # of several processes needs it.
+  shard: bool = False
+  # Optimisation.
+  num_steps: int = 300
+  learning_rate: float = 1e-3
+  warmup_steps: int = 20
+  weight_decay: float = 1e-4
+  head_lr_multiplier: float = 10.0
+  seed: int = 0
+  # Bookkeeping.
+  eval_every: int = 100
+  eval_batch_size: int = 256
+  eval_ks: tuple[int, ...] = (1, 2, 4, 8)
+  eval_seen_classes: bool = False  # Also evaluate on the train split (metrics named "seen/...").
+  # A sweep's table also gets a row "raw_pixels": retrieval on the images themselves (see
+  # train.evaluate_raw_pixels), what an embedding must beat to have learned beyond the pixels.
+  raw_pixels_baseline: bool = False
+  checkpoint_every: int = 100
+  keep_checkpoints: int = 3
+  log_every: int = 10
+  progress_bar: bool = True
+  # Debugging: check the values of traced inputs inside every step (`jaxrank.traced_checks`,
+  # functionalized with checkify): a histogram loss's scores out of range, say, stop the run
+  # with the eager check's message instead of being clipped. One host sync per step: slower.
+  check_traced_inputs: bool = False
+
+  @property
+  def classes_per_batch(self) -> int:
+    return self.batch_size // self.samples_per_class
+
+
+# Fields that change nothing a run computes: a rerun may differ in them and still resume.
+COSMETIC_FIELDS = ("progress_bar", "check_traced_inputs")
+
+
+def to_json(config: Config) -> dict[str, Any]:
+  """The fields that determine what a run computes, as JSON values (the workdir's config.json)."""
+  values = dataclasses.asdict(config)
+  return {
+      k: (list(v) if isinstance(v, tuple) else v)
+      for k, v in values.items()
+      if k not in COSMETIC_FIELDS
+  }
+
+
+def _fail(message: str) -> None:
+  raise ConfigError(message)
+
+
+def describe_type(annotation: Any) -> str:
+  """What a field of type `annotation` holds, in words: "an int", "a tuple of ints or None"."""
+  if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+    args = typing.get_args(annotation)
+    words = [describe_type(a) for a in args if a is not type(None)]
+    return " or ".join(words) + (" or None" if type(None) in args else "")
+  origin = typing.get_origin(annotation)
+  if origin is tuple:
+    return f"a tuple of {describe_type(typing.get_args(annotation)[0])[2:]}s"
+  if origin is dict or annotation is dict:
+    return "a dict of keyword arguments"
+  return {int: "an int", float: "a float", bool: "True or False", str: "a string"}[annotation]
+
+
+def conforms(value: Any, annotation: Any) -> bool:
+  """Whether `value` is of the field type `annotation` (an int is a float; a bool is no int)."""
+  if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+    return any(conforms(value, a) for a in typing.get_args(annotation))
+  if annotation is type(None):
+    return value is None
+  origin = typing.get_origin(annotation)
+  if origin is tuple:
+    item = typing.get_args(annotation)[0]
+    return isinstance(value, tuple) and all(conforms(v, item) for v in value)
+  if origin is dict or annotation is dict:
+    return isinstance(value, dict) and all(isinstance(k, str) for k in value)
+  if annotation is float:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+  if annotation is int:
+    return isinstance(value, int) and not isinstance(value, bool)
+  return isinstance(value, annotation)
+
+
+def field_types() -> dict[str, Any]:
+  """Field name -> its type (the annotations of `Config`, evaluated)."""
+  return typing.get_type_hints(Config)
+
+
+def check_types(config: Config) -> None:
+  """Raises ConfigError for a field whose value is not of the field's type."""
+  for name, annotation in field_types().items():
+    value = getattr(config, name)
+    if not conforms(value, annotation):
+      _fail(f"config.{name} must be {describe_type(annotation)}, got {value!r}.")

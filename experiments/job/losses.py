@@ -1,0 +1,169 @@
+"""The losses a training config can name: a small table from names to jaxrank's list-level losses.
+
+Every entry is called as `fn(scores [B, n], labels [B, n], *, where, reduce_fn, **hyperparameters)`
+on the lists of `jaxrank.batch_retrieval` (each item of the batch querying the rest, and the memory
+when there is one); `config.loss_kwargs` fixes the hyperparameters (`{"num_bins": 20}`). The entries
+are the library's functions themselves, except the sums the papers train with, which are spelled out
+here so that their weights are visible.
+
+`SUMMARIES` (name -> one line) is plain data, and `LOSSES` (name -> function) is built from it on
+first use, so that listing the losses (`python -m experiments.job.main --help`) imports neither JAX nor
+jaxrank.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from experiments.job import config as config_lib
+
+# Name -> what it is. Keys of `LOSSES`, in the order `--help` lists them.
+SUMMARIES: Mapping[str, str] = {
+    # Histogram (soft-binning) estimators of AP.
+    "fastap": "FastAP, Cakir et al. 2019 (num_bins)",
+    "soft_binning_ap": "mAP_Q, Revaud et al. 2019 (num_bins)",
+    # Tie-aware relaxations for hashing (He et al. 2018).
+    "tie_aware_ap": "AP_r, He et al. 2018 (num_bins)",
+    "simplified_tie_aware_ap": "AP_s, He et al. 2018 (num_bins)",
+    "tie_aware_ndcg": "NDCG_r, He et al. 2018 (num_bins)",
+    "simplified_tie_aware_ndcg": "NDCG_s, He et al. 2018 (num_bins)",
+    # Blackbox-differentiated ranks (RaMBO).
+    "blackbox_ap": "RaMBO's AP loss, Rolinek et al. 2020 (lam, margin)",
+    "blackbox_recall": "RaMBO's recall loss, Rolinek et al. 2020 (lam, margin, weight_fn)",
+    # Smooth ranks (SmoothAP, ROADMAP).
+    "smoothap": "Smooth-AP, Brown et al. 2020 (temperature)",
+    "supap": "SupAP, Ramzi et al. 2021 (tau, rho, delta)",
+    "calibration": "ROADMAP's calibration loss (alpha, beta)",
+    "roadmap": "(1 - lam) SupAP + lam calibration, Ramzi et al. 2021 eq. 2",
+    "supap+calibration": "SupAP + calibration, weight 1 each (ROADMAP's released configs)",
+    "smoothap+calibration": "Smooth-AP + calibration, weight 1 each (ROADMAP's Table 3)",
+    # Pair-based baselines the papers compare against.
+    "contrastive": "contrastive, Hadsell et al. 2006 (pos_margin, neg_margin)",
+    "triplet": "triplet with batch-hard mining, Hermans et al. 2017 (margin)",
+    "multi_similarity": "multi-similarity, Wang et al. 2019 (alpha, beta, base, epsilon)",
+}
+
+
+@functools.cache
+def _table() -> dict[str, Callable[..., Any]]:
+  """Name -> loss function: `LOSSES`, built on first use (it imports jaxrank)."""
+  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp
+
+  import jaxrank
+
+  def supap_plus_calibration(scores, labels, *, where=None, reduce_fn=jnp.mean):
+    """SupAP + calibration with weight 1 each: what the ROADMAP authors' configs train with.
+
+    `roadmap_loss` is eq. 2 of Ramzi et al. 2021 as printed, `(1 - lam) SupAP + lam calibration`
+    with `lam = 0.5`; the released configs instead add the two losses with weight 1 (twice eq. 2).
+    The minimiser is the same; the gradient is twice as large, which matters with a fixed learning
+    rate.
+    """
+    return jaxrank.supap_loss(scores, labels, where=where, reduce_fn=reduce_fn) + (
+        jaxrank.calibration_loss(scores, labels, where=where, reduce_fn=reduce_fn)
+    )
+
+  def smoothap_plus_calibration(scores, labels, *, where=None, reduce_fn=jnp.mean):
+    """SmoothAP + calibration with weight 1 each: ROADMAP's ablation of its two terms (Table 3)."""
+    return jaxrank.smoothap_loss(scores, labels, where=where, reduce_fn=reduce_fn) + (
+        jaxrank.calibration_loss(scores, labels, where=where, reduce_fn=reduce_fn)
+    )
+
+  table = {
+      "fastap": jaxrank.fastap_loss,
+      "soft_binning_ap": jaxrank.soft_binning_ap_loss,
+      "tie_aware_ap": jaxrank.tie_aware_ap_loss,
+      "simplified_tie_aware_ap": jaxrank.simplified_tie_aware_ap_loss,
+      "tie_aware_ndcg": jaxrank.tie_aware_ndcg_loss,
+      "simplified_tie_aware_ndcg": jaxrank.simplified_tie_aware_ndcg_loss,
+      "blackbox_ap": jaxrank.blackbox_ap_loss,
+      "blackbox_recall": jaxrank.blackbox_recall_loss,
+      "smoothap": jaxrank.smoothap_loss,
+      "supap": jaxrank.supap_loss,
+      "calibration": jaxrank.calibration_loss,
+      "roadmap": jaxrank.roadmap_loss,
+      "supap+calibration": supap_plus_calibration,
+      "smoothap+calibration": smoothap_plus_calibration,
+      "contrastive": jaxrank.contrastive_loss,
+      "triplet": jaxrank.triplet_loss,
+      "multi_similarity": jaxrank.multi_similarity_loss,
+  }
+  assert list(table) == list(SUMMARIES), "SUMMARIES and the table must name the same losses."
+  return table
+
+
+def __getattr__(name: str) -> Any:
+  """`LOSSES`: name -> loss function, built on first access (PEP 562)."""
+  if name == "LOSSES":
+    return _table()
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def get_loss(
+    name: str, hyperparameters: Mapping[str, object] | None = None
+) -> Callable[..., object]:
+  """The loss called `name` with its hyperparameters fixed; errors say what to change.
+
+  Args:
+    name: a key of `LOSSES`.
+    hyperparameters: keyword arguments of that loss (not `where`, `reduce_fn`).
+
+  Returns:
+    `fn(scores, labels, *, where=None, reduce_fn=jnp.mean)`.
+
+  Raises:
+    ConfigError: an unknown name or hyperparameter.
+  """
+  if name not in SUMMARIES:
+    raise config_lib.ConfigError(
+        f"config.loss={name!r} is not a known loss; use one of {', '.join(sorted(SUMMARIES))}."
+    )
+  fn = _table()[name]
+  hyperparameters = dict(hyperparameters or {})
+  signature = inspect.signature(fn)
+  allowed = [
+      p.name
+      for p in signature.parameters.values()
+      if p.kind is p.KEYWORD_ONLY and p.name not in ("where", "reduce_fn", "weights")
+  ]
+  unknown = sorted(set(hyperparameters) - set(allowed))
+  if unknown:
+    raise config_lib.ConfigError(
+        f"config.loss_kwargs has {unknown} which loss {name!r} does not take; its hyperparameters "
+        f"are {allowed or 'none'}."
+    )
+  return functools.partial(fn, **hyperparameters) if hyperparameters else fn
+
+
+def check_loss(name: str, hyperparameters: Mapping[str, object] | None = None) -> None:
+  """Builds the loss and traces its value and gradient on two tiny lists, before any training.
+
+  A hyperparameter that the loss itself rejects (`num_bins=1`, a negative temperature, a wrong
+  type) fails here, with the loss's own message, instead of at the first training step after the
+  workdir and the first evaluation were written. jaxrank checks hyperparameters when a function is
+  traced, so tracing (`jax.eval_shape`, nothing compiled or run: well under a second) is enough.
+  The lists are cosine-like scores in [-1, 1], each with relevant and non-relevant items, as
+  `jaxrank.batch_retrieval` gives them.
+
+  Raises:
+    ConfigError: an unknown name or hyperparameter, or a value the loss rejects.
+  """
+  fn = get_loss(name, hyperparameters)
+  # pylint: disable=g-import-not-at-top
+  import jax
+  import numpy as np
+
+  scores = np.array([[0.5, -0.2, 0.1, 0.8], [0.3, 0.9, -0.7, 0.0]], np.float32)
+  labels = np.array([[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0]], np.float32)
+  where = np.ones_like(labels, dtype=bool)
+  try:
+    jax.eval_shape(jax.value_and_grad(lambda s: fn(s, labels, where=where)), scores)
+  except (TypeError, ValueError) as e:
+    kwargs, reason = dict(hyperparameters or {}), " ".join(str(e).split())
+    raise config_lib.ConfigError(
+        f"config.loss_kwargs={kwargs!r} cannot be used with loss {name!r}: {reason}"
+    ) from e

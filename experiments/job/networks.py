@@ -1,0 +1,177 @@
+"""The networks a config can name: backbones (`MODELS`) and heads (`HEADS`) from `jaxrank.models`.
+
+`make_model(config, in_channels, rngs)` builds `jaxrank.models.EmbeddingModel(backbone, head)`: the
+backbone `MODELS[config.model]` (pooled by `POOLINGS[config.pooling]` where it takes a pooling),
+its variables loaded from `config.init_weights` if given (a `.npz` of `jaxrank.models.save_weights`,
+or a torchvision/timm checkpoint, `.pth`/`.pt`/`.safetensors`, through
+`jaxrank.convert.load_pytorch_weights`), and the head `HEADS[config.head]` from the backbone's
+features to `config.embedding_dim`. Which models fit
+which data set is said by the data set (`input_pipeline.DatasetSpec.models`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+import jax
+from flax import nnx
+
+import jaxrank
+from jaxrank import convert
+from jaxrank import models
+
+if TYPE_CHECKING:
+  from experiments.job.config import Config
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+  """A backbone: an entry of `MODELS`.
+
+  Attributes:
+    build: `build(config, in_channels, rngs) -> backbone`, a module with `out_features` that maps
+      `[N, H, W, in_channels]` images to `[N, out_features]`.
+    batch_norm: whether it normalises by batch statistics in training mode (then a chunked
+      gradient needs `config.freeze_batchnorm`).
+    pooled: whether it takes `config.pooling` (a ResNet's pooling of its last feature map).
+  """
+
+  build: Callable[[Config, int, nnx.Rngs], nnx.Module]
+  batch_norm: bool
+  pooled: bool = False
+
+
+def _small_convnet(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.SmallConvNet:
+  return models.SmallConvNet(in_channels, features=config.model_features, rngs=rngs)
+
+
+# The poolings of a ResNet's last feature map, by `config.pooling`: each builds a fresh pooling.
+POOLINGS: Mapping[str, Callable[[], Callable[[jax.Array], jax.Array]]] = {
+    "average": lambda: models.global_average_pool,  # torchvision's.
+    "max": lambda: models.global_max_pool,  # ROADMAP's Table 4 (Ramzi et al. 2021, sec. 4.4).
+    "average_max": lambda: models.average_max_pool,
+    "gem": lambda: models.GeMPool(p=3.0),  # Revaud et al. 2019: GeM, p = 3 learned.
+}
+
+
+def _resnet(factory: Callable[..., models.ResNet]) -> Callable[[Config, int, nnx.Rngs], nnx.Module]:
+  def build(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.ResNet:
+    return factory(in_channels=in_channels, pool=POOLINGS[config.pooling](), rngs=rngs)
+
+  return build
+
+
+def _vit_small(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.VisionTransformer:
+  return models.vit_small(image_size=config.image_size, in_channels=in_channels, rngs=rngs)
+
+
+MODELS: Mapping[str, ModelSpec] = {
+    "small_convnet": ModelSpec(build=_small_convnet, batch_norm=False),  # LayerNorm.
+    "resnet18": ModelSpec(build=_resnet(models.resnet18), batch_norm=True, pooled=True),
+    "resnet50": ModelSpec(build=_resnet(models.resnet50), batch_norm=True, pooled=True),
+    "resnet101": ModelSpec(build=_resnet(models.resnet101), batch_norm=True, pooled=True),
+    # timm's ViT-S/16 and DeiT-S/16 (LayerNorm, class-token features) at config.image_size.
+    "vit_small": ModelSpec(build=_vit_small, batch_norm=False),
+}
+
+# `config.init_weights` file suffixes read as PyTorch checkpoints (else jaxrank's own .npz).
+PYTORCH_SUFFIXES = (".pth", ".pt", ".safetensors", ".bin")
+
+@dataclasses.dataclass(frozen=True)
+class HeadSpec:
+  """A head: an entry of `HEADS`, with how its outputs are scored and evaluated.
+
+  Attributes:
+    build: `build(in_features, embedding_dim, rngs=rngs) -> head`.
+    similarity_fn: the scoring rule of training and evaluation (`jaxrank.similarity`).
+    tanh_scaled: whether the head takes the growing scale of `jaxrank.hashing.tanh_scale`
+      (`config.tanh_*`).
+    evaluated_as: what the evaluation retrieves with, from the head's outputs (binary codes for a
+      hashing head).
+    batch_norm: whether it normalises by batch statistics in training mode (then a chunked
+      gradient cannot be used: each chunk would be normalised by its own statistics).
+  """
+
+  build: Callable[..., nnx.Module]
+  similarity_fn: jaxrank.types.SimilarityFn
+  tanh_scaled: bool
+  evaluated_as: Callable[[jax.Array], jax.Array]
+  batch_norm: bool = False
+
+
+class CentredHashingHead(nnx.Module):
+  r"""`jaxrank.models.HashingHead` on features centred and scaled over the batch.
+
+  .. math::
+    c = \tanh(\alpha (W \hat x + b)), \qquad \hat x = (x - \mu) / \sqrt{\sigma^2 + \epsilon}
+
+  with `\mu`, `\sigma^2` the mean and variance of each feature over the batch in training mode,
+  and their running averages (momentum 0.9) in inference mode: a BatchNorm without learned scale
+  or offset.
+
+  Why: the backbones' features are averages of relu outputs, non-negative and nearly the same for
+  every image, so `W x` gives every image nearly the same code, a common component `m` much larger
+  than what sets images apart. The similarity the codes are trained on, `q.x / b` (He et al. 2018,
+  eq. 10), is not normalised, so `m` adds to each item's score a term `m . c_j / b` that is the
+  same for every query; nearly all of the loss's gradient on the codes goes into that term instead
+  of into telling the classes apart, the backbone learns little, and the binary codes keep most
+  bits constant. (The L2-normalised embedding head is spared: its normalisation takes the common
+  direction out of the gradient. A LayerNorm centres each image over its channels and leaves `m`.)
+  Centred over the batch, the features give balanced bits and a gradient that separates classes.
+  The untrained network's running statistics are those of initialisation (mean 0, variance 1), so
+  it is evaluated on uncentred features.
+
+  Args:
+    in_features: the size `F` of the input features.
+    num_bits: the number of bits `b` of the codes.
+    rngs: the random number generators of the initialisation.
+
+  Attributes:
+    norm: the `nnx.BatchNorm(in_features)` without scale or offset.
+    hashing: the `jaxrank.models.HashingHead(in_features, num_bits)`.
+  """
+
+  def __init__(self, in_features: int, num_bits: int, *, rngs: nnx.Rngs):
+    self.norm = nnx.BatchNorm(
+        in_features, use_scale=False, use_bias=False, momentum=0.9, epsilon=1e-5, rngs=rngs
+    )
+    self.hashing = models.HashingHead(in_features, num_bits, rngs=rngs)
+
+  def __call__(self, x: jax.Array, *, scale: jax.typing.ArrayLike = 1.0) -> jax.Array:
+    """Returns `[N, num_bits]` relaxed codes of `[N, in_features]` features, in `(-1, 1)`."""
+    return self.hashing(self.norm(x), scale=scale)
+
+
+HEADS: Mapping[str, HeadSpec] = {
+    # L2-normalised embeddings, scored by cosine similarity.
+    "embedding": HeadSpec(
+        build=models.EmbeddingHead,
+        similarity_fn=jaxrank.similarity.cosine,
+        tanh_scaled=False,
+        evaluated_as=lambda outputs: outputs,
+    ),
+    # Relaxed codes tanh(alpha f) of the batch-centred features, trained on the similarity
+    # 1 - 2 d / b of their relaxed Hamming distance (He et al. eq. 10; cosine would ignore how
+    # saturated the codes are), evaluated as binary codes.
+    "hashing": HeadSpec(
+        build=CentredHashingHead,
+        similarity_fn=jaxrank.similarity.hamming,
+        tanh_scaled=True,
+        evaluated_as=jaxrank.hashing.binarize,
+        batch_norm=True,
+    ),
+}
+
+
+def make_model(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.EmbeddingModel:
+  """The network of a config: backbone and head, backbone weights loaded if given."""
+  backbone = MODELS[config.model].build(config, in_channels, rngs)
+  if config.init_weights is not None:
+    if config.init_weights.endswith(PYTORCH_SUFFIXES):
+      convert.load_pytorch_weights(backbone, config.init_weights)
+    else:
+      models.load_weights(backbone, config.init_weights)
+  head = HEADS[config.head].build(backbone.out_features, config.embedding_dim, rngs=rngs)
+  return models.EmbeddingModel(backbone, head)

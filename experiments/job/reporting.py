@@ -1,0 +1,201 @@
+"""What runs report: the metrics file, the plots and the table of final metrics.
+
+* `metrics.jsonl` in a run's workdir: one JSON record per logged step (`loss`, `learning_rate`,
+  `images_per_second`) and per evaluation (`recall@k`, `map@r`, `map`, `tie_aware_map`, and
+  `seen/...` on the train split), each with its `step`; `MetricsWriter` appends, `read_metrics`
+  reads.
+* `plot_curves`: a run's loss and retrieval metrics against steps (`curves.png`, titled with the
+  run's name; no loss panel for an untrained run);
+  `plot_sweep`: an ablation's final metrics against the swept value.
+* `format_table`: the plain-text table of final metrics that `experiments.job.main` and the ablation
+  scripts print, one row per run; `format_text_table`, a table of text cells
+  (`experiments.compare_released`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+# Column headers of the metrics in tables (Recall@k is "R@k").
+_HEADERS = {"map@r": "MAP@R", "map": "mAP", "tie_aware_map": "mAP_T", "seen/map@r": "seen MAP@R"}
+
+
+def read_metrics(workdir: str) -> list[dict[str, Any]]:
+  """The records of `metrics.jsonl` in a workdir, in order (empty if there is none)."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.exists(path):
+    return []
+  records = []
+  with open(path) as f:
+    for line in f:
+      try:
+        records.append(json.loads(line))
+      except json.JSONDecodeError:  # A line cut short by a killed run.
+        break
+  return records
+
+
+class MetricsWriter:
+  """Appends records to `metrics.jsonl`; on resume, first drops those logged after its step.
+
+  Resuming at step 0 (nothing was saved) drops every record: the evaluation of step 0 is redone.
+  """
+
+  def __init__(self, workdir: str, resumed_step: int):
+    self.path = os.path.join(workdir, "metrics.jsonl")
+    records = read_metrics(workdir) if resumed_step else []
+    kept = [r for r in records if r["step"] <= resumed_step]
+    with open(self.path + ".tmp", "w") as f:
+      f.writelines(json.dumps(r) + "\n" for r in kept)
+    os.replace(self.path + ".tmp", self.path)
+
+  def write(self, record: dict[str, Any]) -> None:
+    with open(self.path, "a") as f:
+      f.write(json.dumps(record) + "\n")
+
+
+def format_table(
+    rows: dict[str, dict[str, float]],
+    *,
+    ks: Sequence[int] = (1, 2, 4, 8),
+    metrics: Sequence[str] = ("map@r", "map", "tie_aware_map"),
+    column: str = "run",
+    seconds: dict[str, float] | None = None,
+) -> str:
+  """A plain-text table of final metrics, one row per named run.
+
+  Args:
+    rows: run name -> its metrics (holding `recall@k` for every k of `ks` and every key of
+      `metrics`).
+    ks: the Recall@k columns.
+    metrics: the columns after Recall@k: keys of `"map@r"`, `"map"`, `"tie_aware_map"`.
+    column: the header of the first column, the run names.
+    seconds: run name -> wall time, for a last column "time" (blank for runs it lacks).
+
+  Returns:
+    The header, a dashed line and a row per run. When every run has `seen/map@r` (trained with
+    `eval_seen_classes`), a column "seen MAP@R" gives MAP@R on the train split.
+  """
+  keys = [f"recall@{k}" for k in ks] + list(metrics)
+  if all("seen/map@r" in m for m in rows.values()):
+    keys.append("seen/map@r")
+  names = [f"R@{k[len('recall@'):]}" if k.startswith("recall@") else _HEADERS[k] for k in keys]
+  width = max([len(n) for n in rows] + [len(column)])
+  header = f"{column:{width}} " + " ".join(f"{n:>6}" for n in names)
+  if seconds is not None:
+    header += f" {'time':>6}"
+  lines = [header, "-" * len(header)]
+  for name, values in rows.items():
+    cells = [f"{values[k]:{max(6, len(n))}.3f}" for k, n in zip(keys, names)]
+    line = f"{name:{width}} " + " ".join(cells)
+    if seconds is not None:
+      line += f" {seconds[name]:5.0f}s" if name in seconds else " " * 7
+    lines.append(line)
+  return "\n".join(lines)
+
+
+def plot_curves(workdir: str, title: str = "") -> str:
+  """Writes `curves.png`: training loss, and Recall@k and MAP@R on the test split, against steps.
+
+  A run without training steps (the untrained baseline) gets the retrieval panel alone. `title`
+  names the run (`train.train_and_evaluate` gives "<run>: <loss> on <dataset>").
+  """
+  import matplotlib  # pylint: disable=g-import-not-at-top
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  records = read_metrics(workdir)
+  train = [r for r in records if "loss" in r]
+  evals = [r for r in records if "map@r" in r]
+  if train:
+    fig, (ax_loss, ax_eval) = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train])
+    ax_loss.set(xlabel="step", ylabel="training loss", title="loss")
+  else:  # An untrained run (num_steps=0) has no loss to plot.
+    fig, ax_eval = plt.subplots(1, 1, figsize=(5, 3.6))
+  if evals:
+    steps = [r["step"] for r in evals]
+    for key in [k for k in evals[-1] if k.startswith("recall@")] + ["map@r"]:
+      ax_eval.plot(steps, [r[key] for r in evals], marker="o", label=key)
+    ax_eval.legend(fontsize=8)
+  ax_eval.set(xlabel="step", ylabel="test split (unseen classes)", title="retrieval")
+  fig.suptitle(title)
+  fig.tight_layout()
+  path = os.path.join(workdir, "curves.png")
+  fig.savefig(path, dpi=80)
+  plt.close(fig)
+  return path
+
+
+def plot_sweep(
+    results: dict[str, dict[str, float]],
+    points: dict[str, tuple[Any, str | None]],
+    path: str,
+    *,
+    xlabel: str,
+    title: str,
+    baseline: dict[str, float] | None = None,
+    log_x: bool = False,
+    k: int = 1,
+) -> str:
+  """Writes MAP@R (top) and R@k (bottom) against the swept value, the untrained network dashed.
+
+  Args:
+    results: run name -> final metrics.
+    points: run name -> `(x, series)`: where the run sits on the x axis (a number, or a string for
+      categories) and the line it belongs to (`None` for a single line).
+    path: the PNG to write.
+    xlabel, title: axis label and figure title.
+    baseline: metrics of the untrained network, drawn as horizontal dashed lines.
+    log_x: logarithmic x axis (base 2), for values that double.
+    k: which Recall@k to plot (the metrics must hold `recall@<k>`).
+  """
+  import matplotlib  # pylint: disable=g-import-not-at-top
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  fig, axes = plt.subplots(2, 1, figsize=(5, 3.5), sharex=True)
+  series = list(dict.fromkeys(points[n][1] for n in results))
+  for ax, key, label in zip(axes, ("map@r", f"recall@{k}"), ("MAP@R", f"R@{k}")):
+    for s in series:
+      names = [n for n in results if points[n][1] == s]
+      ax.plot([points[n][0] for n in names], [results[n][key] for n in names], marker="o",
+              label=s if s is not None else label)
+    if baseline is not None:
+      ax.axhline(baseline[key], color="grey", linestyle="--", linewidth=1, label="untrained")
+    ax.set_ylabel(label)
+    ax.grid(alpha=0.3)
+  axes[0].legend(fontsize=7, loc="best")
+  if log_x:
+    axes[1].set_xscale("log", base=2)
+    xs = sorted({points[n][0] for n in results})
+    axes[1].set_xticks(xs, [f"{x:g}" for x in xs])
+    axes[1].minorticks_off()
+  axes[1].set_xlabel(xlabel)
+  fig.suptitle(title, fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path, dpi=80)
+  plt.close(fig)
+  return path
+
+
+def format_text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+  """A plain-text table of text cells, columns left-aligned to their widest cell.
+
+  Args:
+    header: the column names.
+    rows: one sequence of cells per row, as many as `header`.
+
+  Returns:
+    The header, a dashed line and a line per row (trailing spaces stripped).
+  """
+  widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+  lines = [" | ".join(f"{c:{w}}" for c, w in zip(cells, widths)).rstrip()
+           for cells in [list(header)] + [list(r) for r in rows]]
+  lines.insert(1, "-+-".join("-" * w for w in widths))
+  return "\n".join(lines)
