@@ -204,27 +204,40 @@ def supap_negative_step(
 # identity), so module-level functions compile once per shape.
 
 
-def _relevant_slots(relevant: jax.Array, width: int) -> jax.Array:
-  """`[B, width]` int32: slot `p` of a list holds the index of its `p`-th relevant item (else 0)."""
-  num_lists, n = relevant.shape
-  slot = jnp.cumsum(relevant, axis=-1, dtype=jnp.int32) - 1
-  slot = jnp.where(relevant, slot, width)  # Out of range: dropped by the scatter.
-  items = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (num_lists, n))
-  rows = jnp.arange(num_lists)[:, None]
-  return jnp.zeros((num_lists, width), jnp.int32).at[rows, slot].set(items, mode="drop")
+def _next_relevant(relevant: jax.Array, after: jax.Array, chunk: int) -> tuple[jax.Array, jax.Array]:
+  """The next `chunk` relevant items of each list after the item `after` `[B]`.
+
+  Returns their indices `[B, chunk]` int32 in increasing order (`n` where a list has no more) and
+  the last of them `[B]`, where the next call starts. Each item is one minimum over the list: time
+  O(B n) per item, in the loop that compares the same items with their lists at O(B n) each.
+  (The slots of every relevant item, found at once by a cumulative sum and a scatter of all
+  `B n` items, took longer on CPU than the comparisons themselves.)
+  """
+  n = relevant.shape[-1]
+  index = jnp.arange(n, dtype=jnp.int32)
+
+  def one(after, _):
+    item = jnp.min(jnp.where(relevant & (index > after[:, None]), index, n), axis=-1)
+    return item, item
+
+  last, items = lax.scan(one, after, None, length=chunk)
+  return items.T, last
 
 
-def _chunk_pairs(scores, relevant, other, slots, start, chunk):
-  """Pairs `(k, j)` of one step: `k` runs over `chunk` relevant slots of each list, `j` over items.
+def _chunk_pairs(scores, relevant, other, items):
+  """Pairs `(k, j)` of one step: `k` runs over the relevant `items [B, chunk]` of each list (`n`
+  past its last one), `j` over the list's items.
 
   Returns the differences `s_j - s_k` `[B, chunk, n]`, the masks of the pairs counted by `H^+`
-  (`j` relevant, `j != k`) and by `H^-` (`j` valid, not relevant), and the items `k` `[B, chunk]`.
+  (`j` relevant, `j != k`) and by `H^-` (`j` valid, not relevant), and `items` with `n` replaced
+  by 0 (a slot past the last relevant item computes on item 0, and its result is discarded).
   """
-  items = lax.dynamic_slice_in_dim(slots, start, chunk, axis=1)
-  s_k = jnp.take_along_axis(scores, items, axis=1)
+  n = scores.shape[1]
+  safe = jnp.where(items < n, items, 0)
+  s_k = jnp.take_along_axis(scores, safe, axis=1)
   diff = scores[:, None, :] - s_k[:, :, None]
-  not_self = items[:, :, None] != jnp.arange(scores.shape[1], dtype=jnp.int32)
-  return diff, relevant[:, None, :] & not_self, other[:, None, :], items
+  not_self = items[:, :, None] != jnp.arange(n, dtype=jnp.int32)
+  return diff, relevant[:, None, :] & not_self, other[:, None, :], safe
 
 
 def _steps(positive_step, negative_step, diff, params):
@@ -238,29 +251,44 @@ def _steps(positive_step, negative_step, diff, params):
 def _precision_sums_fwd(positive_step, negative_step, chunk, scores, relevant, other, params):
   num_lists, n = scores.shape
   width = -(-n // chunk) * chunk
-  slots = _relevant_slots(relevant, width)
   num_relevant = jnp.sum(relevant, axis=-1, dtype=jnp.int32)
   # The loop stops after the list with the most relevant items: a data-dependent trip count.
   num_steps = (jnp.max(num_relevant) + chunk - 1) // chunk
 
-  def body(c, ranks):
-    rank_pos, rank_neg = ranks
-    diff, pos_pairs, neg_pairs, _ = _chunk_pairs(scores, relevant, other, slots, c * chunk, chunk)
+  def body(c, carry):
+    after, total, slots, rank_pos, rank_neg = carry
+    items, after = _next_relevant(relevant, after, chunk)
+    diff, pos_pairs, neg_pairs, _ = _chunk_pairs(scores, relevant, other, items)
     h_pos, h_neg = _steps(positive_step, negative_step, diff, params)
     above_pos = 1 + jnp.sum(jnp.where(pos_pairs, h_pos, 0), axis=-1)
     above_neg = jnp.sum(jnp.where(neg_pairs, h_neg, 0), axis=-1)
+    in_slot = items < n
+    rank = jnp.where(in_slot, above_pos + above_neg, 1)
+    total = total + jnp.sum(jnp.where(in_slot, above_pos / rank, 0), axis=-1)
+    start = c * chunk
     return (
-        lax.dynamic_update_slice_in_dim(rank_pos, above_pos, c * chunk, axis=1),
-        lax.dynamic_update_slice_in_dim(rank_neg, above_neg, c * chunk, axis=1),
+        after,
+        total,
+        lax.dynamic_update_slice_in_dim(slots, items, start, axis=1),
+        lax.dynamic_update_slice_in_dim(rank_pos, above_pos, start, axis=1),
+        lax.dynamic_update_slice_in_dim(rank_neg, above_neg, start, axis=1),
     )
 
-  zeros = lists.varying_like(jnp.zeros((num_lists, width), scores.dtype), scores)
-  rank_pos, rank_neg = lax.fori_loop(0, num_steps, body, (zeros + 1, zeros))
-  in_slot = jnp.arange(width) < num_relevant[:, None]
-  rank = jnp.where(in_slot, rank_pos + rank_neg, 1)
-  precision = jnp.where(in_slot, rank_pos / rank, 0)
-  residuals = (scores, relevant, other, params, slots, num_steps, in_slot, rank_pos, rank_neg)
-  return jnp.sum(precision, axis=-1), residuals
+  # What the backward pass reads of each slot (its item, rank^+ and rank^-) is kept in `[B, width]`
+  # arrays, written only where the loop runs; the precisions are summed as it goes.
+  def varying(x):
+    return lists.varying_like(x, scores)
+
+  init = (
+      varying(jnp.full((num_lists,), -1, jnp.int32)),
+      varying(jnp.zeros((num_lists,), scores.dtype)),
+      varying(jnp.full((num_lists, width), n, jnp.int32)),
+      varying(jnp.zeros((num_lists, width), scores.dtype)),
+      varying(jnp.zeros((num_lists, width), scores.dtype)),
+  )
+  _, total, slots, rank_pos, rank_neg = lax.fori_loop(0, num_steps, body, init)
+  residuals = (scores, relevant, other, params, slots, num_steps, rank_pos, rank_neg)
+  return total, residuals
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
@@ -271,12 +299,8 @@ def _precision_sums(positive_step, negative_step, chunk, scores, relevant, other
 
 
 def _precision_sums_bwd(positive_step, negative_step, chunk, residuals, cotangent):
-  scores, relevant, other, params, slots, num_steps, in_slot, rank_pos, rank_neg = residuals
-  rank = jnp.where(in_slot, rank_pos + rank_neg, 1)
-  # With rank = rank^+ + rank^-: d(rank^+ / rank) / d rank^+ = rank^- / rank^2 and
-  # d(rank^+ / rank) / d rank^- = -rank^+ / rank^2.
-  scale = jnp.where(in_slot, cotangent[:, None] / jnp.square(rank), 0)
-  coef_pos, coef_neg = scale * rank_neg, -scale * rank_pos
+  scores, relevant, other, params, slots, num_steps, rank_pos, rank_neg = residuals
+  n = scores.shape[1]
   rows = jnp.arange(scores.shape[0])[:, None]
   # Only floating hyperparameters get a cotangent; the others are held fixed.
   inexact = jax.tree.map(lambda p: jnp.issubdtype(jnp.result_type(p), jnp.inexact), params)
@@ -288,12 +312,21 @@ def _precision_sums_bwd(positive_step, negative_step, chunk, residuals, cotangen
     )
     return _steps(positive_step, negative_step, diff, merged)
 
+  def coefficients(start):
+    """`[B, chunk, 1]` cotangents of rank^+ and rank^- of the slots of this step."""
+    items = lax.dynamic_slice_in_dim(slots, start, chunk, axis=1)
+    pos = lax.dynamic_slice_in_dim(rank_pos, start, chunk, axis=1)
+    neg = lax.dynamic_slice_in_dim(rank_neg, start, chunk, axis=1)
+    in_slot = items < n
+    # With rank = rank^+ + rank^-: d(rank^+ / rank) / d rank^+ = rank^- / rank^2 and
+    # d(rank^+ / rank) / d rank^- = -rank^+ / rank^2.
+    scale = jnp.where(in_slot, cotangent[:, None] / jnp.square(jnp.where(in_slot, pos + neg, 1)), 0)
+    return items, (scale * neg)[:, :, None], (-scale * pos)[:, :, None]
+
   def body(c, carry):
     grad, grad_params = carry
-    start = c * chunk
-    diff, pos_pairs, neg_pairs, items = _chunk_pairs(scores, relevant, other, slots, start, chunk)
-    cp = lax.dynamic_slice_in_dim(coef_pos, start, chunk, axis=1)[:, :, None]
-    cn = lax.dynamic_slice_in_dim(coef_neg, start, chunk, axis=1)[:, :, None]
+    items, cp, cn = coefficients(c * chunk)
+    diff, pos_pairs, neg_pairs, safe = _chunk_pairs(scores, relevant, other, items)
     ct_pos = jnp.where(pos_pairs, cp, 0)
     ct_neg = jnp.where(neg_pairs, cn, 0)
     _, vjp = jax.vjp(steps_of_free, diff, free)
@@ -303,7 +336,7 @@ def _precision_sums_bwd(positive_step, negative_step, chunk, residuals, cotangen
       ct_diff, ct_free = vjp((ct_pos, ct_neg))
     # diff = s_j - s_k: the cotangent goes to every item j, and negated to the slot's item k.
     grad = grad + jnp.sum(ct_diff, axis=1)
-    grad = grad.at[rows, items].add(-jnp.sum(ct_diff, axis=2))
+    grad = grad.at[rows, safe].add(-jnp.sum(ct_diff, axis=2))
     return grad, jax.tree.map(jnp.add, grad_params, ct_free)
 
   init = (lists.varying_like(jnp.zeros_like(scores), scores), jax.tree.map(jnp.zeros_like, free))
