@@ -155,8 +155,12 @@ def test_a_score_does_not_depend_on_the_other_rows_nor_on_jit(name):
 @pytest.mark.parametrize("name", RULES + ["hamming"])
 def test_a_score_does_not_depend_on_the_number_of_items_nor_where_they_start(name):
   """Every entry comes from a product over `ITEM_BLOCK` (1,024) item rows, so a gallery split
-  anywhere (across devices or processes) scores each pair bit for bit as the whole gallery does. A
-  plain product changes many entries' last bits with the item count (the control below)."""
+  anywhere (across devices or processes) scores each pair bit for bit as the whole gallery does.
+
+  Whether a plain product changes entries' last bits with the item count depends on the CPU's
+  matrix kernels: it did on the machines the blocks were written on (a third to nine tenths of
+  the entries at D = 512), and does not on others of the same kind (AMD EPYC, 2 cores, jax
+  0.10.2, seen 2026-11-25), so it is not asserted here; the blocks guarantee it either way."""
   rng = np.random.default_rng(3)
   n = 2 * similarity_src.ITEM_BLOCK + 300
   x = (rng.standard_normal(64) + 1e-3 * rng.standard_normal((n, 64))).astype(np.float32)
@@ -165,9 +169,6 @@ def test_a_score_does_not_depend_on_the_number_of_items_nor_where_they_start(nam
   full = np.asarray(fn(queries, x))
   for begin, end in [(0, 7), (5, 1029), (1000, 2048), (17, n), (n - 1100, n)]:
     np.testing.assert_array_equal(fn(queries, x[begin:end]), full[:, begin:end])
-  # Control: without the blocks, the entries of one pair of shapes already differ.
-  plain = jax.jit(lambda q, i: q @ i.T)
-  assert (np.asarray(plain(queries, x[:1500])) != np.asarray(plain(queries, x))[:, :1500]).any()
 
 
 def test_the_derivative_of_a_blocked_product_is_the_plain_products():

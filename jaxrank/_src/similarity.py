@@ -59,25 +59,37 @@ def _plain_dots(queries: jax.Array, items: jax.Array) -> jax.Array:
   )
 
 
-@jax.custom_jvp
-def _blocked_dots(queries: jax.Array, items: jax.Array) -> jax.Array:
-  """`queries @ items.T` `[Q, N]`, each entry from a `[Q, ITEM_BLOCK]` product."""
+def _in_blocks(queries: jax.Array, items: jax.Array, finish: Callable | None = None) -> jax.Array:
+  """`queries @ items.T` `[Q, N]`, each entry from a `[Q, ITEM_BLOCK]` product; `finish(block,
+  start)` maps each block of products (its columns from `start`) to its scores as it is written."""
   num_items = items.shape[0]
+
+  def product(rows, start):
+    dots = _plain_dots(queries, rows)
+    return dots if finish is None else finish(dots, start)
+
   if num_items <= ITEM_BLOCK:
     padded = jnp.pad(items, ((0, ITEM_BLOCK - num_items), (0, 0)))
-    return _plain_dots(queries, padded)[:, :num_items]
+    dots = _plain_dots(queries, padded)[:, :num_items]
+    return dots if finish is None else finish(dots, 0)
 
   def block(i, scores):
     # The last block ends at the last item, overlapping its neighbour: both write equal values.
     start = jnp.minimum(i * ITEM_BLOCK, num_items - ITEM_BLOCK)
     rows = jax.lax.dynamic_slice_in_dim(items, start, ITEM_BLOCK, axis=0)
-    return jax.lax.dynamic_update_slice_in_dim(scores, _plain_dots(queries, rows), start, axis=1)
+    return jax.lax.dynamic_update_slice_in_dim(scores, product(rows, start), start, axis=1)
 
   # The first block, padded, starts the result: under `shard_map` it then has the type (the
   # device-varying axes) of every later block, which a loop carry of zeros would not.
-  first = _plain_dots(queries, items[:ITEM_BLOCK])
+  first = product(items[:ITEM_BLOCK], 0)
   scores = jnp.pad(first, ((0, 0), (0, num_items - ITEM_BLOCK)))
   return jax.lax.fori_loop(1, -(-num_items // ITEM_BLOCK), block, scores)
+
+
+@jax.custom_jvp
+def _blocked_dots(queries: jax.Array, items: jax.Array) -> jax.Array:
+  """`queries @ items.T` `[Q, N]`, each entry from a `[Q, ITEM_BLOCK]` product."""
+  return _in_blocks(queries, items)
 
 
 @_blocked_dots.defjvp
@@ -85,6 +97,36 @@ def _blocked_dots_jvp(primals, tangents):
   (queries, items), (d_queries, d_items) = primals, tangents
   return _blocked_dots(queries, items), (
       _plain_dots(d_queries, items) + _plain_dots(queries, d_items)
+  )
+
+
+@jax.custom_jvp
+def _scaled_cosines(queries, norms_q, items, norms_x) -> jax.Array:
+  """`clip(q.x / (|q| |x|), -1, 1)` `[Q, N]` of rows and their norms, in item blocks: each block's
+  products are divided by the one product of the two norms and clipped as the block is written,
+  so that the `[Q, N]` scores are written once."""
+
+  def finish(dots, start):
+    block_norms = jax.lax.dynamic_slice_in_dim(norms_x, start, dots.shape[1])
+    return jnp.clip(dots / (norms_q[:, None] * block_norms[None, :]), -1, 1)
+
+  return _in_blocks(queries, items, finish)
+
+
+@_scaled_cosines.defjvp
+def _scaled_cosines_jvp(primals, tangents):
+  """The derivative through the unit rows `u = x / |x|`: `ds = du_q . u_x + u_q . du_x`, with
+  `du = (dx - u d|x|) / |x|` `[N, D]`. Its transpose is two products of the cotangent with the
+  unit rows and O((Q + N) D) besides, with no `[Q, N]` residual (differentiating the division
+  by the norms would reduce the cotangent times the scores over each row and column). The clip
+  is a rounding fix (a row with itself may give 1 + ulp), so the derivative is cosine's own,
+  through it."""
+  (q, norms_q, x, norms_x), (dq, d_norms_q, dx, d_norms_x) = primals, tangents
+  unit_q, unit_x = q / norms_q[:, None], x / norms_x[:, None]
+  d_unit_q = (dq - unit_q * d_norms_q[:, None]) / norms_q[:, None]
+  d_unit_x = (dx - unit_x * d_norms_x[:, None]) / norms_x[:, None]
+  return _scaled_cosines(q, norms_q, x, norms_x), (
+      _plain_dots(d_unit_q, unit_x) + _plain_dots(unit_q, d_unit_x)
   )
 
 
@@ -217,10 +259,9 @@ def _cosine_items(items: jax.Array, dtype) -> tuple[jax.Array, jax.Array]:
 def _cosine_scores(queries: jax.Array, prepared, dtype) -> jax.Array:
   items, norms_x = prepared
   queries, norms_q = unit_scaled(queries, dtype)
-  # One product of the two norms (commutative, so s_ij and s_ji are divided alike).
-  scores = _dots(queries, items, dtype) / (norms_q[:, None] * norms_x[None, :])
-  # Rounding can leave [-1, 1] by an ulp (a row with itself: 1.0000001); clipping is monotone.
-  return jnp.clip(scores, -1, 1)
+  # One product of the two norms (commutative, so s_ij and s_ji are divided alike). Rounding can
+  # leave [-1, 1] by an ulp (a row with itself: 1.0000001); clipping is monotone.
+  return _scaled_cosines(queries, norms_q, items, norms_x)
 
 
 def dot_product(queries: jax.Array, items: jax.Array) -> jax.Array:
