@@ -52,6 +52,9 @@ from jaxrank._src import lists
 ITEM_BLOCK = 1024
 """Item rows per matrix product in every built-in rule (see the module docstring)."""
 
+UNROLL_BLOCKS = 8
+"""Up to this many item blocks, the products are written out rather than looped over."""
+
 
 def _plain_dots(queries: jax.Array, items: jax.Array) -> jax.Array:
   return jax.lax.dot_general(
@@ -83,7 +86,10 @@ def _in_blocks(queries: jax.Array, items: jax.Array, finish: Callable | None = N
   # device-varying axes) of every later block, which a loop carry of zeros would not.
   first = product(items[:ITEM_BLOCK], 0)
   scores = jnp.pad(first, ((0, 0), (0, num_items - ITEM_BLOCK)))
-  return jax.lax.fori_loop(1, -(-num_items // ITEM_BLOCK), block, scores)
+  # A few blocks (an in-batch step) are written out, so that XLA sees every product (its cost
+  # analysis counts a loop's body once, whatever the trip count); a gallery's many blocks loop.
+  num_blocks = -(-num_items // ITEM_BLOCK)
+  return jax.lax.fori_loop(1, num_blocks, block, scores, unroll=num_blocks <= UNROLL_BLOCKS)
 
 
 @jax.custom_jvp
