@@ -63,22 +63,24 @@ def _cache_compilations(workdir: str) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
   """The command line; exits with status 2 for a bad name, 130 when interrupted."""
   args = _parser().parse_args(argv)
-  main_lib.import_tensorflow_quietly()
   # pylint: disable=g-import-not-at-top
-  from experiments import results
-  from experiments.comparison import protocol, report, run
-  from experiments.job import input_pipeline
+  from experiments.comparison import protocol  # Data only: neither JAX nor TensorFlow.
 
-  input_pipeline.hide_gpus_from_tensorflow()
-  logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s", stream=sys.stderr,
-                      force=True)
-  logging.getLogger("experiments").setLevel(logging.INFO)
   known = {*protocol.LOSSES, *(a.name for a in protocol.ABLATIONS)}
   unknown = sorted(set(args.only or ()) - known)
   if unknown:
     _parser().exit(main_lib.EXIT_CONFIG_ERROR,
                    f"{PROG}: error: --only {' '.join(unknown)}: not a loss or ablation of the "
                    f"comparison; use some of {', '.join(sorted(known))}.\n")
+  main_lib.import_tensorflow_quietly()
+  from experiments import results
+  from experiments.comparison import report, run
+  from experiments.job import input_pipeline
+
+  input_pipeline.hide_gpus_from_tensorflow()
+  logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s", stream=sys.stderr,
+                      force=True)
+  logging.getLogger("experiments").setLevel(logging.INFO)
   _cache_compilations(args.workdir)
   try:
     out = run.run_comparison(args.size, args.workdir, args.only)

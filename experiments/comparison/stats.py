@@ -66,7 +66,12 @@ def _beta_fraction(a: float, b: float, x: float) -> float:
 
 def t_cdf(t: float, df: float) -> float:
   """Student's t distribution's cumulative probability `P(T <= t)` with `df > 0` degrees."""
-  tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
+  # P(|T| > |t|) = I_{df / (df + t^2)}(df / 2, 1 / 2) = 1 - I_{t^2 / (df + t^2)}(1 / 2, df / 2): the
+  # argument that is not close to 1 keeps the precision.
+  if t * t < df:
+    tail = 0.5 * (1.0 - betainc(0.5, df / 2.0, t * t / (df + t * t)))
+  else:
+    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
   return 1.0 - tail if t > 0 else tail
 
 
