@@ -92,12 +92,13 @@ class Size:
 
 
 SIZES: Mapping[str, Size] = {
-    # About 45 minutes on 2 CPU cores: 150 steps a run, half the main job's 300.
+    # About 35 to 45 minutes on 2 otherwise idle CPU cores: some 230 runs of 150 steps (half the
+    # main job's 300) at about 8 s each, the backbone's 1,000 steps in about a minute.
     "full": Size(
         dataset="glyphs", model_features=(32, 64), embedding_dim=128, batch_size=64,
         samples_per_class=4, num_steps=150, warmup_steps=15, trials=4, seeds=5,
         validation_fraction=0.25, ablation_values=None,
-        pretrain={"min_typefaces": 8, "max_classes": None, "num_steps": 1500, "batch_size": 128,
+        pretrain={"min_typefaces": 8, "max_classes": None, "num_steps": 1000, "batch_size": 128,
                   "learning_rate": 3e-3},
     ),
     # The smoke test: the glyphs' 31 + 31 commonest characters, a tiny network, two steps.
