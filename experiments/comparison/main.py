@@ -56,7 +56,8 @@ def _cache_compilations(workdir: str) -> None:
   """JAX's persistent compilation cache in `workdir/jax_cache`, before anything compiles."""
   import jax  # pylint: disable=g-import-not-at-top
 
-  jax.config.update("jax_compilation_cache_dir", os.path.abspath(os.path.join(workdir, "jax_cache")))
+  cache = os.path.abspath(os.path.join(workdir, "jax_cache"))
+  jax.config.update("jax_compilation_cache_dir", cache)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 

@@ -80,8 +80,8 @@ def pretraining_data(
   labels = np.concatenate([p.labels for p in parts])
   characters = np.setdiff1d(np.unique(labels), excluded)[:settings.max_classes]
   keep = np.isin(labels, characters)
-  return (jd.LabeledImages(images[keep], np.searchsorted(characters, labels[keep]).astype(np.int32)),
-          characters)
+  indices = np.searchsorted(characters, labels[keep]).astype(np.int32)
+  return jd.LabeledImages(images[keep], indices), characters
 
 
 def settings_key(base: config_lib.Config, settings: Pretraining) -> str:

@@ -183,10 +183,11 @@ def run_comparison(size_name: str, workdir: str,
   """The whole comparison at a size; returns what the results document reports.
 
   Returns:
-    A JSON-able dict: `size`, `only`, `data` (`data_summary`), `backbone` (`pretrain.pretrained_backbone`'s report), `settings`
-    (setting -> `run_setting`'s dict), `raw_pixels` (metrics), `ablations` (name ->
-    `run_ablation`'s rows), `computed` and `reused` (runs), `run_seconds` (the wall time of
-    every run, computed or reused), `seconds` (this call's wall time).
+    A JSON-able dict: `size`, `only`, `data` (`data_summary`), `backbone`
+    (`pretrain.pretrained_backbone`'s report), `settings` (setting -> `run_setting`'s dict),
+    `raw_pixels` (metrics), `ablations` (name -> `run_ablation`'s rows), `computed` and `reused`
+    (runs), `run_seconds` (the wall time of every run, computed or reused), `seconds` (this
+    call's wall time).
   """
   start = time.perf_counter()
   size = protocol.SIZES[size_name]
