@@ -99,18 +99,33 @@ def test_config_imports_nothing_of_the_job():
   assert import_graph()["experiments.job.config"] == set()
 
 
-@pytest.mark.parametrize("folder", ["job", "ablations", "benchmarks"])
+# What each folder may import besides itself: the job nothing, the comparison the job, the
+# ablations' definitions and the results document's writer (its claims), the others the job.
+ALLOWED_IMPORTS = {
+    "job": set(),
+    "ablations": {"job"},
+    "benchmarks": {"job"},
+    "comparison": {"job", "ablations", "results"},
+}
+
+
+@pytest.mark.parametrize("folder", sorted(ALLOWED_IMPORTS))
 def test_folders_only_import_downwards(folder):
-  """The job imports neither ablations nor benchmarks; nothing in experiments imports the tests."""
+  """The job imports no other folder, and nothing imports the comparison."""
   graph = import_graph()
   for name, imported in graph.items():
     if name.startswith(f"experiments.{folder}."):
       others = {m.split(".")[1] for m in imported} - {folder}
-      allowed = {"job"} if folder != "job" else set()
-      assert others <= allowed, f"{name} imports {sorted(imported)}"
+      assert others <= ALLOWED_IMPORTS[folder], f"{name} imports {sorted(imported)}"
+
+
+def test_nothing_imports_the_comparison():
+  for name, imported in import_graph().items():
+    if not name.startswith("experiments.comparison"):
+      assert not any(m.startswith("experiments.comparison") for m in imported), name
 
 
 def test_every_part_is_in_its_folder():
   top = {p.name for p in EXPERIMENTS.iterdir() if not p.name.startswith((".", "__"))}
-  assert top == {"job", "ablations", "benchmarks", "results.py", "RESULTS.md",
+  assert top == {"job", "ablations", "benchmarks", "comparison", "results.py", "RESULTS.md",
                  "compare_released.py"}, sorted(top)

@@ -49,10 +49,14 @@ def overrides(base, value):
   return changed
 
 
+def name(config):
+  return (f"B={config.batch_size}_{config.classes_per_batch}x{config.samples_per_class}_"
+          f"{config.num_steps}")
+
+
 def main(argv=None):
   return sweep.main(
-      argv, what="batch_size", doc=__doc__, values=VALUES, overrides=overrides,
-      name=lambda c: f"B={c.batch_size}_{c.classes_per_batch}x{c.samples_per_class}_{c.num_steps}",
+      argv, what="batch_size", doc=__doc__, values=VALUES, overrides=overrides, name=name,
       column="B_PxK_steps", point=lambda c: (c.batch_size, None), xlabel="batch size B = P x K",
       log_x=True,
   )

@@ -41,11 +41,14 @@ def overrides(base, value):
           "memory_batches": memory}
 
 
+def name(config):
+  return f"margin={config.loss_kwargs['margin']:g}_memory={config.memory_batches}"
+
+
 def main(argv=None):
   return sweep.main(
       argv, what="blackbox_margin_memory", doc=__doc__, values=VALUES, overrides=overrides,
-      name=lambda c: f"margin={c.loss_kwargs['margin']:g}_memory={c.memory_batches}",
-      column="margin_memory",
+      name=name, column="margin_memory",
       point=lambda c: (f"{c.loss_kwargs['margin']:g}", f"memory {c.memory_batches}"),
       xlabel="margin alpha",
   )

@@ -29,11 +29,18 @@ from experiments.ablations import sweep
 VALUES = (5, 10, 20, 40, 80)
 
 
+def overrides(base, num_bins):
+  return sweep.loss_overrides(base, "fastap", num_bins=num_bins)
+
+
+def name(config):
+  return f"L={config.loss_kwargs['num_bins']}"
+
+
 def main(argv=None):
   return sweep.main(
-      argv, what="fastap_bins", doc=__doc__, values=VALUES,
-      overrides=lambda base, num_bins: sweep.loss_overrides(base, "fastap", num_bins=num_bins),
-      name=lambda c: f"L={c.loss_kwargs['num_bins']}", column="bins",
+      argv, what="fastap_bins", doc=__doc__, values=VALUES, overrides=overrides, name=name,
+      column="bins",
       point=lambda c: (c.loss_kwargs["num_bins"], None), xlabel="FastAP histogram bins L",
       log_x=True,
   )

@@ -29,11 +29,18 @@ from experiments.ablations import sweep
 VALUES = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
+def overrides(base, lam):
+  return sweep.loss_overrides(base, "roadmap", lam=float(lam))
+
+
+def name(config):
+  return f"lam={config.loss_kwargs['lam']:g}"
+
+
 def main(argv=None):
   return sweep.main(
-      argv, what="roadmap_lambda", doc=__doc__, values=VALUES,
-      overrides=lambda base, lam: sweep.loss_overrides(base, "roadmap", lam=float(lam)),
-      name=lambda c: f"lam={c.loss_kwargs['lam']:g}", column="lambda",
+      argv, what="roadmap_lambda", doc=__doc__, values=VALUES, overrides=overrides, name=name,
+      column="lambda",
       point=lambda c: (c.loss_kwargs["lam"], None),
       xlabel="lambda (0: SupAP alone, 1: calibration alone)",
   )

@@ -134,7 +134,12 @@ def _check_optimizer(config: Config) -> None:
 
 
 def _check_data(config: Config, dataset: Any) -> None:
-  """Where the data set is read from, and whether the model fits its images."""
+  """Where the data set is read from, whether the model fits its images, the validation split."""
+  if not 0.0 <= config.validation_fraction < 1.0:
+    _fail(
+        f"config.validation_fraction must be in [0, 1) (the fraction of the training classes held "
+        f"out for validation; 0 for none), got {config.validation_fraction!r}."
+    )
   if dataset.bundled_with is not None:
     if config.data_dir is not None:
       _fail(

@@ -36,6 +36,10 @@ class Config:
   data_dir: str | None = None  # tfds data_dir (cub200, cars196, sop) or the image_folder root.
   image_size: int = 224  # Crop size of photographs (ignored for digits).
   resize_size: int = 256  # Shorter side before cropping (ignored for digits).
+  # Hold out this fraction of the training classes (seeded, per super-class; see
+  # input_pipeline.validation_split), train on the rest and evaluate on the held-out classes: a
+  # class-disjoint validation split for tuning, which never reads the test classes. 0: none.
+  validation_fraction: float = 0.0
   sampler: str = "m_per_class"  # A key of input_pipeline.SAMPLERS.
   batch_size: int = 60
   samples_per_class: int = 12  # K; batch_size / K classes per batch.

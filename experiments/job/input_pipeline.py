@@ -92,10 +92,18 @@ def _load_glyphs(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
   return jd.load_glyphs("train", **GLYPHS_PARAMS), jd.load_glyphs("test", **GLYPHS_PARAMS)
 
 
+def _load_glyphs_tiny(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+  del config  # GLYPHS_TINY_PARAMS.
+  return jd.load_glyphs("train", **GLYPHS_TINY_PARAMS), jd.load_glyphs("test", **GLYPHS_TINY_PARAMS)
+
+
 # The glyph data set of the training job: the 359 + 359 characters drawn by at least 16 of the 21
 # typefaces, 16 x 16, half-strength augmentation without noise (see experiments/job/configs/glyphs.py
 # for why).
 GLYPHS_PARAMS = {"min_typefaces": 16, "image_size": 16, "strength": 0.5, "noise": 0.0}
+# The same images of the 31 + 31 characters drawn by at least 20 typefaces (the ASCII letters and
+# digits that Computer Modern draws too; 651 images per split, 2 super-classes): smoke tests.
+GLYPHS_TINY_PARAMS = {**GLYPHS_PARAMS, "min_typefaces": 20}
 
 
 def _tfds_splits(load: Callable[..., jd.LabeledImages]):
@@ -154,6 +162,16 @@ DATASETS: Mapping[str, DatasetSpec] = {
         misfit="would reduce the 16 x 16 glyphs to nothing",
         super_classes="dataset='glyphs'",
     ),
+    # The glyphs' commonest characters only: a tiny data set of the same kind, for smoke tests.
+    "glyphs_tiny": DatasetSpec(
+        load=_load_glyphs_tiny,
+        in_channels=1,
+        preprocess=_as_they_are,
+        bundled_with="matplotlib",
+        models=("small_convnet",),
+        misfit="would reduce the 16 x 16 glyphs to nothing",
+        super_classes="dataset='glyphs_tiny'",
+    ),
     # Photographs from tfds builders prepared in data_dir; every loader decodes RGB.
     "cub200": DatasetSpec(
         load=_tfds_splits(jd.load_cub200), in_channels=3, preprocess=_photographs
@@ -178,7 +196,9 @@ DATASETS: Mapping[str, DatasetSpec] = {
 
 
 def load_data(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
-  """The train and test splits of `config.dataset`.
+  """The train and test splits of `config.dataset`, or, with `config.validation_fraction > 0`,
+  the training classes split in two (`validation_split`): the rest to train on, the held-out
+  classes to evaluate on; the test split is then not returned.
 
   The splits loaded last are kept, so that the runs of a sweep, each checked before any of them
   trains (`train.check_run`) and then trained, read their data once.
@@ -188,10 +208,47 @@ def load_data(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
   if key not in _LOADED:
     _LOADED.clear()
     _LOADED[key] = DATASETS[config.dataset].load(config)
-  return _LOADED[key]
+  train, test = _LOADED[key]
+  if config.validation_fraction:
+    return validation_split(train, config.validation_fraction)
+  return train, test
 
 
 _LOADED: dict[tuple[str, str | None, bool], tuple[jd.LabeledImages, jd.LabeledImages]] = {}
+
+# The seed of every validation split: the held-out classes depend on the fraction alone, so that
+# every run of a comparison (any loss, any seed) validates on the same classes.
+VALIDATION_SEED = 20261125
+
+
+def validation_split(
+    train: jd.LabeledImages, fraction: float
+) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+  """`(rest, held_out)`: the training classes split by class, `fraction` of them held out.
+
+  Within each super-class (all classes together when the data set has none), the classes are
+  shuffled with `VALIDATION_SEED` and the first `round(fraction * n)` of its `n` held out, so
+  that the validation classes come from every script as the test classes do. Both parts hold
+  every image of their classes and no class of the other.
+
+  Raises:
+    ConfigError: no class, or every class, would be held out.
+  """
+  classes, first = np.unique(train.labels, return_index=True)
+  supers = np.zeros_like(classes) if train.super_labels is None else train.super_labels[first]
+  rng = np.random.default_rng(VALIDATION_SEED)
+  held = []
+  for s in np.unique(supers):
+    members = classes[supers == s]
+    count = int(np.floor(fraction * len(members) + 0.5))
+    held.extend(members[rng.permutation(len(members))[:count]].tolist())
+  if not held or len(held) == len(classes):
+    raise config_lib.ConfigError(
+        f"config.validation_fraction={fraction} holds out {len(held)} of the {len(classes)} "
+        "training classes; choose a fraction that leaves classes on both sides."
+    )
+  rest = np.setdiff1d(classes, held)
+  return jd.select_classes(train, rest), jd.select_classes(train, held)
 
 
 def preprocess_fn(config: Config, train: bool) -> PreprocessFn | None:

@@ -418,6 +418,8 @@ def _check_workdir(config: config_lib.Config, workdir: str) -> None:
     return
   with open(path) as f:
     stored = json.load(f)
+  # A field added to Config after the run was written is missing there: that run had its default.
+  stored = {**config_lib.to_json(config_lib.Config()), **stored}
   wanted = config_lib.to_json(config)
   if stored != wanted:
     changed = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))

@@ -1,0 +1,352 @@
+"""The comparison of issue 28 (experiments/comparison/): protocol, statistics, runs, document.
+
+The smoke test runs the command at `--size tiny` for one loss and its ablation (FastAP and the bins
+ablation: the backbone, the trials on validation classes, the seeds in both settings, the untrained
+network, the raw pixels, an ablation and the document), twice: the second call trains nothing. The
+other losses and ablations are checked without training: every trial and every ablation value
+builds a config that the job accepts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scipy import special
+from scipy import stats as scipy_stats
+
+from experiments import results
+from experiments.comparison import pretrain
+from experiments.comparison import protocol
+from experiments.comparison import report
+from experiments.comparison import run
+from experiments.comparison import stats
+from experiments.job import check
+from experiments.job import config as config_lib
+from experiments.job import input_pipeline
+from experiments.job import losses
+from experiments.job import main as main_lib
+from experiments.job import train
+from experiments.job.configs import glyphs
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+TINY = protocol.SIZES["tiny"]
+
+# ---------------------------------------------------------------------------------------------
+# The smoke test: the command, twice.
+
+
+def _command(workdir: pathlib.Path, output: pathlib.Path) -> dict:
+  done = subprocess.run(
+      [sys.executable, "-m", "experiments.comparison.main", "--size", "tiny", "--only",
+       "fastap_bins", "--workdir", str(workdir), "--output", str(output)],
+      cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+      env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+  assert done.returncode == 0, done.stderr[-3000:]
+  with open(workdir / "comparison.json") as f:
+    return {**json.load(f), "stdout": done.stdout}
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+  """Both calls' outputs and the document, which held another section before."""
+  root = tmp_path_factory.mktemp("comparison")
+  output = root / "RESULTS.md"
+  other = results.EXPERIMENTS[1]
+  results.write(str(output), results.format_document({other.name: (
+      f"{results.BEGIN.format(other.name)}\n\n## {other.title}\n\nkept\n\n"
+      f"{results.END.format(other.name)}\n")}))
+  first = _command(root / "work", output)
+  second = _command(root / "work", output)
+  return first, second, output.read_text()
+
+
+def test_the_command_writes_a_section_that_parses(smoke):
+  first, second, text = smoke
+  sections = results.read_sections(text)
+  assert "kept" in sections[results.EXPERIMENTS[1].name]  # The other section is kept.
+  section = sections[report.NAME]
+  assert section.strip() == second["stdout"].strip()  # The section is also printed.
+  for expected in ("### Protocol", "held-out accuracy", "| fastap | num_bins: 10, 20, 40, 80",
+                   "fine-tuning the pretrained backbone", "from scratch", "| 1 | untrained | 2/2",
+                   "| | raw_pixels |", "#### FastAP's number of histogram bins L",
+                   "**Reading: the claim", "python -m experiments.comparison.main"):
+    assert expected in section, expected
+  assert set(first["settings"]) == set(protocol.SETTINGS)
+  assert first["settings"]["pretrained"]["chosen"].keys() == {"fastap"}
+  for setting in first["settings"].values():
+    assert len(setting["final"]["fastap"]) == TINY.seeds
+    assert all(0 <= m["recall@1"] <= 1 for m in setting["final"]["fastap"])
+
+
+def test_a_rerun_trains_nothing(smoke):
+  first, second, _ = smoke
+  assert first["computed"] > 0 and first["backbone"]["new"]
+  assert second["computed"] == 0 and not second["backbone"]["new"]
+  assert second["reused"] == first["computed"] + first["reused"]
+  assert second["settings"] == first["settings"] and second["ablations"] == first["ablations"]
+
+
+def test_a_name_that_is_no_loss_or_ablation_is_refused(capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    from experiments.comparison import main  # pylint: disable=g-import-not-at-top
+    main.main(["--size", "tiny", "--only", "fastap", "not_a_loss"])
+  assert exit_info.value.code == main_lib.EXIT_CONFIG_ERROR
+  assert "not_a_loss" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics, against SciPy.
+
+
+@pytest.mark.parametrize(("a", "b", "x"), [(2.5, 0.5, 0.3), (0.5, 0.5, 0.9), (10.0, 3.0, 0.7),
+                                          (1.0, 1.0, 0.25), (40.0, 0.5, 0.99)])
+def test_betainc_equals_scipy(a, b, x):
+  assert stats.betainc(a, b, x) == pytest.approx(special.betainc(a, b, x), rel=1e-12, abs=1e-14)
+
+
+@pytest.mark.parametrize("df", [1.0, 2.0, 4.0, 7.3, 30.0])
+def test_t_distribution_equals_scipy(df):
+  for t in (-3.0, -0.4, 0.0, 1.1, 5.0):
+    assert stats.t_cdf(t, df) == pytest.approx(scipy_stats.t.cdf(t, df), rel=1e-10)
+  for p in (0.025, 0.5, 0.9, 0.975):
+    assert stats.t_quantile(p, df) == pytest.approx(scipy_stats.t.ppf(p, df), rel=1e-9, abs=1e-12)
+
+
+A = [0.51, 0.55, 0.53, 0.58, 0.50]
+B = [0.45, 0.49, 0.52, 0.47, 0.44]
+C = [0.40, 0.61, 0.47, 0.66, 0.52]
+
+
+def test_interval_equals_scipy():
+  mean, low, high = stats.interval(A)
+  assert mean == pytest.approx(np.mean(A))
+  expected = scipy_stats.t.interval(0.95, len(A) - 1, loc=np.mean(A), scale=scipy_stats.sem(A))
+  assert (low, high) == pytest.approx(expected, rel=1e-10)
+  assert math.isnan(stats.interval([0.5])[1])
+
+
+@pytest.mark.parametrize(("a", "b"), [(A, B), (B, A), (A, C), (A, B[:3])])
+def test_welch_test_and_difference_interval_equal_scipy(a, b):
+  t, p = stats.welch_test(a, b)
+  expected = scipy_stats.ttest_ind(a, b, equal_var=False)
+  assert (t, p) == pytest.approx((expected.statistic, expected.pvalue), rel=1e-9)
+  difference, low, high = stats.difference_interval(a, b)
+  ci = expected.confidence_interval(0.95)
+  assert (difference, low, high) == pytest.approx((np.mean(a) - np.mean(b), ci.low, ci.high))
+  # The interval excludes 0 exactly when the test rejects at 0.05.
+  assert (low > 0 or high < 0) == (p < stats.ALPHA)
+  assert stats.significantly_better(a, b) == (p < stats.ALPHA and t > 0)
+
+
+def test_readings_follow_the_difference_intervals():
+  assert stats.reading([(A, B)]) == "holds"
+  assert stats.reading([(B, A)]) == "does not hold"
+  assert stats.reading([(A, C)]) == "inconclusive"
+  assert stats.reading([(A, B), (A, C)]) == "inconclusive"
+  assert stats.reading([(A, B), (B, A)]) == "does not hold"
+  assert stats.reading([]) == "inconclusive"
+  assert stats.welch_test([0.5, 0.5], [0.4, 0.4]) == (math.inf, 0.0)
+  assert stats.welch_test([0.5, 0.5], [0.5, 0.5]) == (0.0, 1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The protocol: the same budget for every loss, defaults included.
+
+
+def test_every_loss_of_the_glyphs_sweep_has_a_search_space():
+  swept = [changes["loss"] for changes in glyphs.get_sweep().values()]
+  assert list(protocol.LOSSES) == swept == list(protocol.SEARCH_SPACES)
+  assert set(protocol.BASELINES) < set(protocol.LOSSES)
+
+
+@pytest.mark.parametrize("loss", protocol.LOSSES)
+def test_search_spaces_start_with_the_defaults(loss):
+  space = protocol.SEARCH_SPACES[loss]
+  hyperparameters = [k for k in space if k != "learning_rate"]
+  assert 1 <= len(hyperparameters) <= 2
+  assert space["learning_rate"] == protocol.LEARNING_RATES
+  assert space["learning_rate"][0] == glyphs.get_config().learning_rate
+  defaults = inspect.signature(losses.LOSSES[loss]).parameters
+  for name in hyperparameters:
+    assert space[name][0] == defaults[name].default, (loss, name)
+    assert len(set(space[name])) == len(space[name]) > 1
+
+
+@pytest.mark.parametrize("size", sorted(protocol.SIZES))
+def test_every_loss_gets_the_same_trials_default_first(size):
+  count = protocol.SIZES[size].trials
+  for loss in protocol.LOSSES:
+    trials = protocol.trials(loss, count)
+    assert len(trials) == count
+    assert trials[0] == protocol.grid(loss)[0]  # The default.
+    assert len({json.dumps(t, sort_keys=True) for t in trials}) == count
+    assert trials == protocol.trials(loss, count)  # Seeded.
+
+
+@pytest.mark.parametrize("size", sorted(protocol.SIZES))
+def test_every_trial_config_passes_the_jobs_checks(size, tmp_path):
+  base = protocol.base_config(protocol.SIZES[size], None)
+  for loss in protocol.LOSSES:
+    for trial in protocol.trials(loss, protocol.SIZES[size].trials):
+      config = protocol.trial_config(base, loss, trial)
+      check.check_config(config)
+      assert config.learning_rate == trial["learning_rate"]
+
+
+@pytest.mark.parametrize("ablation", protocol.ABLATIONS, ids=lambda a: a.name)
+def test_ablations_reuse_their_modules_values_and_claims(ablation):
+  assert set(ablation.values) <= set(ablation.module.VALUES)
+  for better, worse in ablation.pairs:
+    assert better in ablation.values and worse in ablation.values
+  assert protocol.ablation_pairs(ablation, TINY)  # The tiny size still reads a pair.
+  assert ablation.name in {e.name for e in results.EXPERIMENTS}
+
+
+@pytest.mark.parametrize("ablation", protocol.ABLATIONS, ids=lambda a: a.name)
+def test_every_ablation_value_runs_on_the_tiny_data(ablation, tmp_path):
+  base = protocol.base_config(TINY, None)
+  chosen = protocol.trial_config(base, ablation.loss, protocol.trials(ablation.loss, 1)[0])
+  for value in protocol.ablation_values(ablation, TINY):
+    config = main_lib.apply_overrides(chosen, ablation.module.overrides(chosen, value))
+    train.check_run(config, str(tmp_path / "run"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Class-disjoint splits: pretraining, validation, test.
+
+
+def test_pretraining_classes_are_neither_training_nor_test_classes():
+  base = protocol.base_config(TINY, None)
+  data, characters = pretrain.pretraining_data(base, pretrain.Pretraining(**TINY.pretrain))
+  job_train, job_test = input_pipeline.load_data(base)
+  assert len(characters) == TINY.pretrain["max_classes"]
+  assert not set(characters) & (set(job_train.labels) | set(job_test.labels))
+  assert set(data.labels) == set(range(len(characters)))
+  # Every character of the main job's data set (>= 16 typefaces) is left out at 16 typefaces.
+  full = dataclasses.replace(base, dataset="glyphs")
+  _, none = pretrain.pretraining_data(full, pretrain.Pretraining(16, None, 1, 1, 1e-3))
+  assert none.size == 0
+
+
+def test_validation_classes_are_training_classes_held_out():
+  base = protocol.base_config(TINY, None)
+  job_train, job_test = input_pipeline.load_data(base)
+  rest, held = input_pipeline.load_data(dataclasses.replace(base, validation_fraction=0.25))
+  assert not set(held.labels) & set(rest.labels)
+  assert not set(held.labels) & set(job_test.labels)
+  assert set(held.labels) | set(rest.labels) == set(job_train.labels)
+  assert held.num_examples + rest.num_examples == job_train.num_examples
+  # Some of each super-class: the tiny glyphs' digits (5 classes) and Latin letters (26).
+  assert len(set(held.super_labels)) == 2
+  assert held.num_classes == 1 + 7  # round(0.25 * 5) and round(0.25 * 26), halves up.
+  again = input_pipeline.validation_split(job_train, 0.25)[1]
+  assert np.array_equal(again.labels, held.labels)  # The same classes for every run.
+
+
+def test_validation_fraction_is_checked_and_old_workdirs_resume(tmp_path):
+  base = protocol.base_config(TINY, None)
+  for bad in (1.0, -0.1):
+    with pytest.raises(config_lib.ConfigError, match="validation_fraction"):
+      check.check_config(dataclasses.replace(base, validation_fraction=bad))
+  with pytest.raises(config_lib.ConfigError, match="holds out 0 of the 31"):
+    input_pipeline.load_data(dataclasses.replace(base, validation_fraction=0.01))
+  assert config_lib.Config().validation_fraction == 0.0  # Every existing run as it was.
+  # A workdir written before the field existed is the same run.
+  stored = config_lib.to_json(base)
+  del stored["validation_fraction"]
+  (tmp_path / "config.json").write_text(json.dumps(stored))
+  train.check_run(base, str(tmp_path))
+  with pytest.raises(config_lib.ConfigError, match="validation_fraction"):
+    train.check_run(dataclasses.replace(base, validation_fraction=0.25), str(tmp_path))
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs computed once; the document.
+
+
+def test_the_store_computes_each_config_once_and_records_divergence(tmp_path):
+  calls = []
+
+  def compute(config, directory):
+    calls.append(directory)
+    if config.seed == 2:
+      raise FloatingPointError("the training loss is not finite at step 3")
+    return {"recall@1": 0.5 + config.seed, "map@r": 0.25, "map": 0.3}
+
+  base = protocol.base_config(TINY, None)
+  store = run.Store(str(tmp_path))
+  first = store.result("a", base, compute)
+  assert first["metrics"] == {"recall@1": 0.5, "map@r": 0.25}
+  assert store.result("a", base, compute) == first and len(calls) == 1
+  store.result("a", dataclasses.replace(base, seed=1), compute)
+  diverged = store.result("a", dataclasses.replace(base, seed=2), compute)
+  assert diverged["metrics"] is None and "step 3" in diverged["diverged"]
+  assert run.Store(str(tmp_path)).result("a", dataclasses.replace(base, seed=2), compute) == (
+      diverged)
+  assert (store.computed, store.reused, len(calls)) == (3, 1, 3)
+
+
+def _canned_output() -> dict:
+  """What `run.run_comparison` returns, with made-up numbers, for the report's tests."""
+  rng = np.random.default_rng(0)
+  seeds = lambda shift: [{"recall@1": 0.3 + shift + 0.01 * rng.standard_normal(),
+                          "map@r": 0.1 + shift} for _ in range(3)]
+  result = {"metrics": {"recall@1": 0.4, "map@r": 0.12}, "diverged": None, "seconds": 1.0}
+  settings = {}
+  for setting in protocol.SETTINGS:
+    trials = {loss: [{"trial": t, "result": result} for t in protocol.trials(loss, 2)]
+              for loss in protocol.LOSSES}
+    settings[setting] = {
+        "trials": trials, "chosen": {loss: trials[loss][1]["trial"] for loss in protocol.LOSSES},
+        "final": {loss: seeds(0.0 if loss in protocol.BASELINES else 0.2)
+                  for loss in protocol.LOSSES},
+        "untrained": seeds(-0.2)}
+  settings["scratch"]["final"]["triplet"][1] = None  # A diverged seed.
+  ablations = {a.name: [{"value": v, "name": f"v{i}", "seeds": seeds(0.1 * (i == 0))}
+                        for i, v in enumerate(a.values)] for a in protocol.ABLATIONS}
+  return {"size": "full", "only": [], "data": {"train": {"classes": 359, "images": 5879}},
+          "backbone": {"characters": 2485, "images": 27256, "held_out": 2726, "accuracy": 0.5,
+                       "seconds": 80.0, "settings": protocol.SIZES["full"].pretrain},
+          "settings": settings, "raw_pixels": {"recall@1": 0.42, "map@r": 0.095},
+          "ablations": ablations, "computed": 10, "reused": 2, "run_seconds": 2000.0,
+          "seconds": 1900.0}
+
+
+def test_the_section_reads_the_claims_from_the_intervals():
+  section = report.format_section(_canned_output(), date="2026-11-25", machine_name="CPU",
+                                  package_versions={"jax": "0.1"})
+  assert results.read_sections(section) == {report.NAME: section}
+  assert "| 10 | multi_similarity | 3/3 |" in section
+  assert "| 9 | triplet | 2/3 |" in section  # The diverged seed is counted out.
+  assert "Each AP loss against the best baseline" in section
+  assert ": holds;" in section  # Every AP loss is 0.2 above the baselines.
+  assert section.count("**Reading: the claim holds**") == len(protocol.ABLATIONS) - 1
+  # The ablations' second pairs compare values without a difference: batch size's (32, 4) is
+  # its third value; every first value is 0.1 above the others.
+  for ablation in protocol.ABLATIONS:
+    assert f"`experiments.ablations.{ablation.name}.overrides`" in section
+  assert "2485 characters" in section and "**held-out accuracy 0.500**" in section
+
+
+def test_regenerating_either_writer_keeps_the_other_section(tmp_path):
+  path = tmp_path / "RESULTS.md"
+  out = _canned_output()
+  report.write_section(out, str(path))
+  sections = results.read_sections(path.read_text())
+  name = results.EXPERIMENTS[0].name
+  sections[name] = f"{results.BEGIN.format(name)}\n\n## Main\n\nnew\n\n{results.END.format(name)}\n"
+  path.write_text(results.format_document(sections))  # What experiments.results writes.
+  kept = results.read_sections(path.read_text())
+  assert kept[report.NAME] == sections[report.NAME] and "new" in kept[name]
+  assert f"- {report.TITLE} (`{report.NAME}`)" in path.read_text()
+  report.write_section(out, str(path))
+  assert "new" in results.read_sections(path.read_text())[name]
