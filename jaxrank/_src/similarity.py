@@ -31,9 +31,9 @@ D = 512). A single query row takes a matrix-vector kernel that rounds differentl
 `evaluate_retrieval` never scores fewer than two rows at a time. Not checked on GPU or TPU.
 
 The blocks cost little, one `[Q, 1024]` block of temporaries (measured in docs/guide/scale.rst,
-section "Across processes and machines", under evaluation). Derivatives are taken from plain products
-(`jax.custom_jvp`): they are sums of products of the same values, and their rounding does not
-need to match across splits.
+section "Across processes and machines", under evaluation). Derivatives are taken from plain
+products (`jax.custom_jvp`; cosine's through the unit rows, see `_scaled_cosines`): they are sums
+of products of the same values, and their rounding does not need to match across splits.
 """
 
 from __future__ import annotations
@@ -67,14 +67,15 @@ def _in_blocks(queries: jax.Array, items: jax.Array, finish: Callable | None = N
   start)` maps each block of products (its columns from `start`) to its scores as it is written."""
   num_items = items.shape[0]
 
-  def product(rows, start):
-    dots = _plain_dots(queries, rows)
+  def finished(dots, start):
     return dots if finish is None else finish(dots, start)
+
+  def product(rows, start):
+    return finished(_plain_dots(queries, rows), start)
 
   if num_items <= ITEM_BLOCK:
     padded = jnp.pad(items, ((0, ITEM_BLOCK - num_items), (0, 0)))
-    dots = _plain_dots(queries, padded)[:, :num_items]
-    return dots if finish is None else finish(dots, 0)
+    return finished(_plain_dots(queries, padded)[:, :num_items], 0)
 
   def block(i, scores):
     # The last block ends at the last item, overlapping its neighbour: both write equal values.

@@ -204,7 +204,9 @@ def supap_negative_step(
 # identity), so module-level functions compile once per shape.
 
 
-def _next_relevant(relevant: jax.Array, after: jax.Array, chunk: int) -> tuple[jax.Array, jax.Array]:
+def _next_relevant(
+    relevant: jax.Array, after: jax.Array, chunk: int
+) -> tuple[jax.Array, jax.Array]:
   """The next `chunk` relevant items of each list after the item `after` `[B]`.
 
   Returns their indices `[B, chunk]` int32 in increasing order (`n` where a list has no more) and
