@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 # unfinished runs from their checkpoints and reuses finished ones. The quick run: one seed, from
 # scratch, every loss at its default hyperparameters (the baselines untuned), about 2.5 minutes;
 # the fair comparison (every loss tuned alike on validation classes, 5 seeds with 95% intervals,
-# fine-tuned from a pretrained backbone and from scratch, about 45 minutes) is
+# fine-tuned from a pretrained backbone and from scratch, about 40 minutes) is
 # `$(PY) -m experiments.comparison.main` (docs/guide/comparison.rst), not a target here.
 demo: $(STAMP)
 	$(PY) -m experiments.job.main --config experiments/job/configs/glyphs.py --workdir runs/glyphs
