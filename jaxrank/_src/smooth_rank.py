@@ -204,26 +204,27 @@ def supap_negative_step(
 # identity), so module-level functions compile once per shape.
 
 
-def _next_relevant(
-    relevant: jax.Array, after: jax.Array, chunk: int
-) -> tuple[jax.Array, jax.Array]:
-  """The next `chunk` relevant items of each list after the item `after` `[B]`.
+def _relevant_slots(relevant: jax.Array, width: int) -> jax.Array:
+  """`[B, width]` int32: slot `p` of a list holds the index of its `p`-th relevant item (else `n`).
 
-  Returns their indices `[B, chunk]` int32 in increasing order (`n` where a list has no more) and
-  the last of them `[B]`, where the next call starts. Each item is one minimum over the list: time
-  O(B n) per item, in the loop that compares the same items with their lists at O(B n) each.
-  (The slots of every relevant item, found at once by a cumulative sum and a scatter of all
-  `B n` items, took longer on CPU than the comparisons themselves.)
+  One cumulative sum and one scatter of all `B n` items: cheap for the small lists that take
+  several relevant items a step (`chunk > 1`, so `B n <= 2^21`); at `[4096, 4096]` it took longer
+  than the comparisons themselves, so one-item steps find their item with `_next_relevant`.
   """
+  num_lists, n = relevant.shape
+  slot = jnp.cumsum(relevant, axis=-1, dtype=jnp.int32) - 1
+  slot = jnp.where(relevant, slot, width)  # Out of range: dropped by the scatter.
+  items = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (num_lists, n))
+  rows = jnp.arange(num_lists)[:, None]
+  return jnp.full((num_lists, width), n, jnp.int32).at[rows, slot].set(items, mode="drop")
+
+
+def _next_relevant(relevant: jax.Array, after: jax.Array) -> jax.Array:
+  """`[B, 1]`: the first relevant item of each list after the item `after` `[B]` (`n` if none),
+  by one minimum over the list: O(B n), as the step's comparisons are."""
   n = relevant.shape[-1]
   index = jnp.arange(n, dtype=jnp.int32)
-
-  def one(after, _):
-    item = jnp.min(jnp.where(relevant & (index > after[:, None]), index, n), axis=-1)
-    return item, item
-
-  last, items = lax.scan(one, after, None, length=chunk)
-  return items.T, last
+  return jnp.min(jnp.where(relevant & (index > after[:, None]), index, n), axis=-1)[:, None]
 
 
 def _chunk_pairs(scores, relevant, other, items):
@@ -257,9 +258,16 @@ def _precision_sums_fwd(positive_step, negative_step, chunk, scores, relevant, o
   # The loop stops after the list with the most relevant items: a data-dependent trip count.
   num_steps = (jnp.max(num_relevant) + chunk - 1) // chunk
 
+  # Lists of many small steps find their items at once; one-item steps each find their own.
+  all_slots = _relevant_slots(relevant, width) if chunk > 1 else None
+
   def body(c, carry):
     after, total, slots, rank_pos, rank_neg = carry
-    items, after = _next_relevant(relevant, after, chunk)
+    if all_slots is None:
+      items = _next_relevant(relevant, after)
+      after = items[:, 0]
+    else:
+      items = lax.dynamic_slice_in_dim(all_slots, c * chunk, chunk, axis=1)
     diff, pos_pairs, neg_pairs, _ = _chunk_pairs(scores, relevant, other, items)
     h_pos, h_neg = _steps(positive_step, negative_step, diff, params)
     above_pos = 1 + jnp.sum(jnp.where(pos_pairs, h_pos, 0), axis=-1)
