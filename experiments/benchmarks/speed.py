@@ -160,23 +160,30 @@ def step_for(loss, batch: int, dim: int):
 
 
 def largest_batch(loss, batch: int, dim: int, budget: float = DEVICE_BYTES) -> tuple[int, float]:
-  """The largest batch whose step fits `budget` bytes by XLA's memory analysis, and the footprint
-  there (bytes, from a compilation at that batch).
+  """The largest batch whose step fits `budget` bytes by XLA's memory analysis on this machine's
+  CPU, and the footprint there (bytes, from a compilation at that batch): `largest_fitting` on
+  `step_for`'s footprints."""
+  return largest_fitting(
+      lambda b: float(footprint_bytes(step_for(loss, b, dim))), batch, budget
+  )
 
-  The analysis is per compiled shape, so the step is compiled (never run) at a few batches: at
+
+def largest_fitting(footprint, batch: int, budget: float) -> tuple[int, float]:
+  """The largest batch `B` with `footprint(B) <= budget`, and `footprint(B)`.
+
+  `footprint(b)` compiles a step at batch `b` (never runs it) and returns its bytes by the memory
+  analysis (or `inf` where the compiler refuses it). It is evaluated at a few batches: at
   `batch // 2` and `batch`, `m(B) = a B^2 + c B` is fitted through both footprints (every in-batch
   step holds `[B, B]` lists and `[B, D]` embeddings; a `[B, B, L]` tensor would show as a larger
   `a` at larger `B`) and solved for `m(B) = budget`; the step is compiled there and the fit
-  redone through the two largest batches, until the footprint is within 1% under the budget
-  (at most 4 rounds, then the batch is scaled down until it fits). Batches are multiples of
-  `PER_CLASS`.
+  redone through the two largest finite batches, until the footprint is within 1% under the
+  budget (at most 4 rounds, then the batch is scaled down until it fits). Batches are multiples
+  of `PER_CLASS`.
   """
-  def footprint(b):
-    return float(footprint_bytes(step_for(loss, b, dim)))
-
   points = [(batch // 2, footprint(batch // 2)), (batch, footprint(batch))]
   for _ in range(4):
-    (b1, m1), (b2, m2) = points[-2:]
+    finite = [p for p in points if np.isfinite(p[1])]
+    (b1, m1), (b2, m2) = sorted(finite)[-2:] if len(finite) >= 2 else points[:2]
     a = (m2 / b2 - m1 / b1) / (b2 - b1)
     c = m2 / b2 - a * b2
     best = budget / c if a <= 0 else (-c + np.sqrt(c * c + 4 * a * budget)) / (2 * a)
@@ -186,7 +193,8 @@ def largest_batch(loss, batch: int, dim: int, budget: float = DEVICE_BYTES) -> t
       break
   best, used = points[-1]
   while used > budget and best > PER_CLASS:
-    best = max(PER_CLASS, int(best * 0.99 * np.sqrt(budget / used)) // PER_CLASS * PER_CLASS)
+    scale = 0.9 if not np.isfinite(used) else 0.99 * np.sqrt(budget / used)
+    best = max(PER_CLASS, int(best * scale) // PER_CLASS * PER_CLASS)
     used = footprint(best)
   return best, used
 
@@ -199,18 +207,21 @@ def make_batch(batch: int, dim: int, seed: int = 0):
   return e / np.linalg.norm(e, axis=1, keepdims=True), labels
 
 
-def loss_function(name: str):
-  """The list-level loss of row `name`, its keyword arguments fixed."""
+def loss_function(name: str, table: dict[str, str] | None = None):
+  """The list-level loss of row `name` (of `table`, default `LOSSES`), its keyword arguments
+  fixed."""
   import jaxrank
 
-  return functools.partial(getattr(jaxrank, LOSSES[name]), **LOSS_KWARGS.get(name, {}))
+  table = LOSSES if table is None else table
+  return functools.partial(getattr(jaxrank, table[name]), **LOSS_KWARGS.get(name, {}))
 
 
-def in_batch_loss(name: str):
-  """`f(embeddings, labels)`: the loss `LOSSES[name]` on `batch_retrieval`'s lists, as trained."""
+def in_batch_loss(name: str, table: dict[str, str] | None = None):
+  """`f(embeddings, labels)`: the loss `table[name]` (default `LOSSES`) on `batch_retrieval`'s
+  lists, as trained."""
   import jaxrank
 
-  loss_fn = loss_function(name)
+  loss_fn = loss_function(name, table)
 
   def loss(e, y):
     scores, relevance, where = jaxrank.batch_retrieval(e, y)

@@ -35,6 +35,7 @@ from jax import lax
 
 from jaxrank._src import checks
 from jaxrank._src import lists
+from jaxrank._src import platforms
 
 
 class TieGroups(NamedTuple):
@@ -304,7 +305,7 @@ def count_above_and_tied(
     `descending_ranks_branch` forces either platform's path ("numpy": the CPU's, "xla": the
     others'), as for the ranks. Memory O(c (n + R)).
   """
-  branch = _DESCENDING_RANKS_BRANCH.get()
+  branch = forced_branch()
   if thresholds.shape[-1] <= COMPARE_UP_TO:
     cpu = _compare_counts
   else:
@@ -523,17 +524,15 @@ def _cpu_descending_ranks(scores: jax.Array) -> jax.Array:
   return lists.varying_like(ranks, scores)
 
 
-# The branch `descending_ranks` takes: None (the default) chooses by platform.
-_DESCENDING_RANKS_BRANCH: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "jaxrank_descending_ranks_branch", default=None
-)
 DESCENDING_RANKS_BRANCHES = ("numpy", "xla")
+# The branches by the platform whose path they are (`platforms.forced_platform`).
+_BRANCH_PLATFORMS = {"numpy": platforms.CPU, "xla": platforms.ACCELERATOR}
 
 
 @contextlib.contextmanager
 def descending_ranks_branch(branch: str) -> Iterator[None]:
   """Makes `descending_ranks` (and `count_above_and_tied`) take one branch on every platform,
-  inside the block (for tests).
+  inside the block (for tests): `platforms.forced_platform` under the branches' names.
 
   `"numpy"` is the CPU path (numpy's sort through `jax.pure_callback`, which also runs on an
   accelerator, through the host); `"xla"` is the GPU/TPU path (`xla_descending_ranks`), so the
@@ -541,8 +540,8 @@ def descending_ranks_branch(branch: str) -> Iterator[None]:
   `blackbox_ranks` is called in Python, that is when a jitted function is traced: a function jitted
   and traced before the block keeps the branch it was traced with (jit a new function inside the
   block). `blackbox_ranks` passes the branch to its custom VJP as a static argument, so JAX's
-  caches of the VJP's traces never mix the branches. The setting is a `contextvars` variable (each
-  thread has its own); nothing is set at import, and leaving the block restores the previous one.
+  caches of the VJP's traces never mix the branches. Every other form chosen by platform
+  (`platforms.by_platform`) follows the same setting.
 
   Args:
     branch: `"numpy"` or `"xla"`.
@@ -555,17 +554,14 @@ def descending_ranks_branch(branch: str) -> Iterator[None]:
         f"descending_ranks_branch: branch must be one of {DESCENDING_RANKS_BRANCHES}, got "
         f"{branch!r}."
     )
-  token = _DESCENDING_RANKS_BRANCH.set(branch)
-  try:
+  with platforms.forced_platform(_BRANCH_PLATFORMS[branch]):
     yield
-  finally:
-    _DESCENDING_RANKS_BRANCH.reset(token)
 
 
 def forced_branch() -> str | None:
   """The branch `descending_ranks_branch` forces here (`None`: chosen by platform), for code that
   must key its compiled programs by it."""
-  return _DESCENDING_RANKS_BRANCH.get()
+  return {v: k for k, v in _BRANCH_PLATFORMS.items()}.get(platforms.forced())
 
 
 def _descending_ranks_on(scores: jax.Array, branch: str | None) -> jax.Array:
@@ -591,7 +587,7 @@ def descending_ranks(scores: jax.Array) -> jax.Array:
   Returns:
     `[..., n]` ranks in `scores`' dtype (exact integers up to 2**24 in float32).
   """
-  return _descending_ranks_on(scores, _DESCENDING_RANKS_BRANCH.get())
+  return _descending_ranks_on(scores, forced_branch())
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
@@ -865,7 +861,7 @@ def blackbox_relevant_ranks(
     `(ranks, relevant_ranks)`, each `[..., n]` in `scores`' dtype, meaningful where `relevant`.
   """
   return _blackbox_relevant_ranks(
-      scores, relevant, lam, max_relevant, _DESCENDING_RANKS_BRANCH.get()
+      scores, relevant, lam, max_relevant, forced_branch()
   )
 
 
@@ -918,4 +914,4 @@ def blackbox_ranks(scores: jax.typing.ArrayLike, lam: jax.typing.ArrayLike) -> j
         f"shape {lam.shape}."
     )
   lam = jnp.broadcast_to(lam.astype(scores.dtype), scores.shape[:-1])
-  return _blackbox_ranks(scores, lam, _DESCENDING_RANKS_BRANCH.get())
+  return _blackbox_ranks(scores, lam, forced_branch())

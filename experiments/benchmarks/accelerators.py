@@ -1,0 +1,331 @@
+"""Benchmark: every training step compiled for a TPU v5e and an H100, on this machine, no hardware.
+
+Command (its own virtual environment, `.venv-accel`, with the `accelerators` extra: libtpu and the
+CUDA plugin at the installed JAX's version; `make .venv-accel` makes it):
+
+    .venv-accel/bin/python -m experiments.benchmarks.accelerators            # B = 4096, 16,384
+    .venv-accel/bin/python -m experiments.benchmarks.accelerators --batch 1024 --skip-largest
+    .venv-accel/bin/python -m experiments.benchmarks.accelerators --targets v5e --losses FastAP
+
+XLA compiles for accelerators it does not have: libtpu gives compile-only TPU devices of a
+topology (`jax.experimental.topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2")`,
+four v5e chips), and the CUDA plugin compiles for a GPU described by a `GpuTargetConfigProto`
+(`h100.txtpb` beside this file, written from the H100 SXM's public figures). Each step is lowered
+on `ShapeDtypeStruct`s placed on one of those devices and compiled with the accelerator's own
+compiler; nothing runs. What the compiled program says:
+
+* `estimate`: the TPU compiler's `optimal_seconds`, its own roofline estimate of the step's time
+  from the flops and bytes it will execute. It is not a timing: it leaves out what the roofline
+  does not see (latencies, a serial scatter's cost beyond its bytes), but it is the compiler's
+  figure on the compiler's program, where CPU timings of XLA:CPU's program are not. The CUDA
+  compiler gives no cost analysis: the H100 table has memory only.
+* `flops`, `bytes`: the TPU's cost analysis (bytes accessed, which bound a memory-bound step).
+* `temporaries`: `memory_analysis().temp_size_in_bytes`, the scratch the step needs beyond its
+  arguments and outputs.
+* `largest B`: the largest batch whose step fits the chip's memory (16 GB for a v5e, 80 GB for an
+  H100: arguments, outputs and temporaries by the memory analysis; a program the compiler refuses
+  as too large counts as not fitting), found by compiling at a few batches
+  (`speed.largest_fitting`).
+* `callbacks`: host callbacks in the compiled program. There must be none: jaxrank chooses its
+  accelerator path at lowering (`jax.lax.platform_dependent`).
+
+Rows: the floor (forward and backward of `sum(tanh(e @ e.T))`, what every in-batch step pays:
+the `[B, B]` product, one elementwise pass, and the two products of its gradient), every loss's
+step as trained (`f(e, y) = loss(*batch_retrieval(e, y))`, `jax.value_and_grad`, 4 items per
+class, as `speed.py`), the baselines, the sharded step on the v5e's 4 chips
+(`jaxrank.sharded_loss` over a mesh of the 4 devices; per-chip temporaries against the one-chip
+step's), and one evaluation chunk (`evaluate_retrieval`'s per-chunk program: 1,024 queries against
+a 60,000-item gallery, 11 relevant items per query, SOP's shape). Ratios are to the floor at the
+same batch. Measured tables: docs/guide/benchmarks.rst, "Accelerators".
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import os
+import pathlib
+import re
+import sys
+import time
+
+import numpy as np
+
+from experiments.benchmarks import speed
+
+H100_CONFIG = pathlib.Path(__file__).with_name("h100.txtpb")
+# Memory of one chip: a TPU v5e has 16 GiB of HBM; an H100 SXM 80 GB.
+BUDGETS = {"v5e": 16 * 2**30, "h100": 80e9}
+# The baselines beside the paper losses of `speed.LOSSES`.
+BASELINES = {
+    "contrastive": "contrastive_loss",
+    "multi-similarity": "multi_similarity_loss",
+    "triplet (batch hard)": "triplet_loss",
+}
+LOSSES = {**speed.LOSSES, **BASELINES}
+# A host callback in optimized HLO: a custom call to one of JAX's Python callback targets.
+CALLBACK = re.compile(r'custom_call_target="[^"]*callback[^"]*"')
+# The evaluation chunk: queries per chunk, gallery items, relevant slots per query (SOP: 2-12).
+EVAL_CHUNK, EVAL_GALLERY, EVAL_RELEVANT = 1024, 60_000, 11
+
+
+def set_environment() -> None:
+  """The variables that make libtpu give compile-only v5e devices and the CUDA plugin load
+  without a GPU; set before JAX starts. `JAX_PLATFORMS=cpu` keeps JAX's default backend the CPU
+  (libtpu would otherwise look for a TPU at start and log that it found none)."""
+  os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
+  os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+  os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+@functools.cache
+def devices(target: str) -> tuple:
+  """The compile-only devices of `target`: the v5e's 4 chips (2x2), or one H100."""
+  from jax.experimental import topologies
+
+  if target == "v5e":
+    return tuple(topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2").devices)
+  if target == "h100":
+    return tuple(topologies.get_topology_desc(
+        "", "cuda", target_config=H100_CONFIG.read_text(), topology="1x1x1").devices)
+  raise ValueError(f"unknown target {target!r}; known: {sorted(BUDGETS)}")
+
+
+@dataclasses.dataclass
+class Analysis:
+  """What the compiled program says (module docstring). `estimate`, `flops` and `bytes` are None
+  where the compiler gives no cost analysis (CUDA) or a meaningless one (a negative estimate)."""
+
+  estimate: float | None
+  flops: float | None
+  bytes: float | None
+  temporaries: float
+  footprint: float
+  callbacks: int
+  loops: int
+
+
+def analyse(compiled) -> Analysis:
+  text = compiled.as_text()
+  memory = compiled.memory_analysis()
+  cost = compiled.cost_analysis() or {}
+  if isinstance(cost, (list, tuple)):
+    cost = cost[0] if cost else {}
+
+  def figure(key):
+    value = cost.get(key)
+    return float(value) if value is not None and value >= 0 else None
+
+  return Analysis(
+      estimate=figure("optimal_seconds"),
+      flops=figure("flops"),
+      bytes=figure("bytes accessed"),
+      temporaries=float(memory.temp_size_in_bytes),
+      footprint=float(memory.argument_size_in_bytes + memory.output_size_in_bytes
+                      - memory.alias_size_in_bytes + memory.temp_size_in_bytes),
+      callbacks=len(CALLBACK.findall(text)),
+      loops=len(re.findall(r" while\(", text)),
+  )
+
+
+def floor_loss(e, y):
+  import jax.numpy as jnp
+
+  del y
+  return jnp.sum(jnp.tanh(e @ e.T))
+
+
+def in_batch_loss(name: str):
+  """`f(embeddings, labels)` of row `name`: the floor, or the loss on `batch_retrieval`'s lists."""
+  if name == "floor":
+    return floor_loss
+  return speed.in_batch_loss(name, LOSSES)
+
+
+def compile_step(loss, batch: int, dim: int, device):
+  """`jax.jit(jax.value_and_grad(loss))` compiled for `device` at `[batch, dim]` embeddings."""
+  import jax
+  import jax.numpy as jnp
+
+  sharding = jax.sharding.SingleDeviceSharding(device)
+  e = jax.ShapeDtypeStruct((batch, dim), jnp.float32, sharding=sharding)
+  y = jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=sharding)
+  return jax.jit(jax.value_and_grad(loss)).lower(e, y).compile()
+
+
+def compile_sharded_step(name: str, batch: int, dim: int, chips: tuple):
+  """The step of `jaxrank.sharded_loss` for loss `name` over a mesh of `chips`, compiled."""
+  import jax
+  import jax.numpy as jnp
+  from jax.sharding import NamedSharding, PartitionSpec as P
+
+  import jaxrank
+
+  mesh = jax.sharding.Mesh(np.asarray(chips), ("batch",),
+                           axis_types=(jax.sharding.AxisType.Auto,))
+  sharding = NamedSharding(mesh, P("batch"))
+  loss = jaxrank.sharded_loss(speed.loss_function(name, LOSSES), mesh, "batch")
+  e = jax.ShapeDtypeStruct((batch, dim), jnp.float32, sharding=sharding)
+  y = jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=sharding)
+  return jax.jit(jax.value_and_grad(loss)).lower(e, y).compile()
+
+
+def compile_evaluation_chunk(device, dim: int, chunk: int = EVAL_CHUNK,
+                             gallery: int = EVAL_GALLERY, relevant: int = EVAL_RELEVANT):
+  """`evaluate_retrieval`'s per-chunk program (cosine, leave-one-out, Recall@1/2/4/8, MAP@R, mAP,
+  tie-aware mAP), compiled for `device`: the library's private chunk, as `evaluate_retrieval`
+  calls it on that platform."""
+  import jax
+  import jax.numpy as jnp
+
+  import jaxrank
+  from jaxrank._src import ranking
+  from jaxrank._src import retrieval
+  from jaxrank._src import similarity
+
+  sharding = jax.sharding.SingleDeviceSharding(device)
+
+  def spec(shape, dtype):
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+
+  items = jax.ShapeDtypeStruct((gallery, dim), jnp.float32)
+  prepared = jax.eval_shape(
+      lambda x: similarity.prepare_items(jaxrank.similarity.cosine, x, jnp.float32), items)
+  prepared = jax.tree.map(lambda s: spec(s.shape, s.dtype), prepared)
+  return retrieval._evaluate_chunk.lower(  # pylint: disable=protected-access
+      spec((chunk, dim), jnp.float32), spec((chunk,), jnp.int32),
+      spec((chunk, relevant), jnp.int32), spec((chunk, relevant), jnp.bool_), prepared,
+      ks=(1, 2, 4, 8), similarity_fn=jaxrank.similarity.cosine, branch=ranking.forced_branch(),
+  ).compile()
+
+
+def footprint_at(loss, dim: int, device, batch: int) -> float:
+  """Bytes of the step at `batch` by the memory analysis; `inf` if the compiler refuses it."""
+  try:
+    return analyse(compile_step(loss, batch, dim, device)).footprint
+  except Exception as error:  # pylint: disable=broad-except
+    if "RESOURCE_EXHAUSTED" in str(error) or "memory" in str(error).lower():
+      return float("inf")
+    raise
+
+
+def _ratio(value, floor) -> str:
+  return "n/a" if value is None or floor is None else f"{value / floor:.1f}x"
+
+
+def _mb(x: float) -> str:
+  return f"{x / 2**20:,.0f} MB" if x < 10 * 2**30 else f"{x / 2**30:,.1f} GB"
+
+
+def target_table(target: str, batch: int, dim: int, names: list[str], largest: bool) -> list[str]:
+  """One row per step compiled for `target` at `batch` (module docstring)."""
+  device = devices(target)[0]
+  budget = BUDGETS[target]
+  floor = analyse(compile_step(floor_loss, batch, dim, device))
+  header = (
+      f"{target}: B = {batch}, D = {dim}, {speed.PER_CLASS} per class; ratios to the floor "
+      f"(forward+backward of sum(tanh(e @ e.T)): "
+      + (f"estimate {floor.estimate * 1e3:.3f} ms, {floor.flops / 1e9:.1f} GFLOP, "
+         f"{floor.bytes / 1e9:.2f} GB accessed, " if floor.estimate is not None else "")
+      + f"{_mb(floor.temporaries)} temporaries); largest B in {budget / 1e9:.0f} GB by the "
+      "memory analysis"
+  )
+  lines = [
+      header,
+      "| step | estimate / floor | flops / floor | bytes / floor | temporaries | "
+      "temporaries / floor | largest B | callbacks |",
+      "| --- | --- | --- | --- | --- | --- | --- | --- |",
+  ]
+  for name in ["floor", *names]:
+    start = time.perf_counter()
+    loss = in_batch_loss(name)
+    a = analyse(compile_step(loss, batch, dim, device)) if name != "floor" else floor
+    best = "-"
+    if largest:
+      b, used = speed.largest_fitting(functools.partial(footprint_at, loss, dim, device), batch,
+                                      budget)
+      best = f"{b:,} ({used / 1e9:.1f} GB)"
+    loops = f" ({a.loops} loops)" if a.loops else ""
+    lines.append(
+        f"| {name} | {_ratio(a.estimate, floor.estimate)}{loops} | {_ratio(a.flops, floor.flops)} "
+        f"| {_ratio(a.bytes, floor.bytes)} | {_mb(a.temporaries)} | "
+        f"{a.temporaries / max(floor.temporaries, 1):.1f}x | {best} | {a.callbacks} |"
+    )
+    print(lines[-1], f"({time.perf_counter() - start:.0f} s)", flush=True)
+  return lines
+
+
+def sharded_table(batch: int, dim: int, names: list[str]) -> list[str]:
+  """The sharded step on the v5e's 4 chips beside the one-chip step, per chip."""
+  chips = devices("v5e")
+  lines = [
+      f"v5e, sharded over {len(chips)} chips (jaxrank.sharded_loss): B = {batch} in all, "
+      f"{batch // len(chips)} queries per chip; per-chip estimate and temporaries against the "
+      "one-chip step of the whole batch",
+      "| step | one chip: estimate | sharded: estimate per chip | one chip: temporaries | "
+      "sharded: temporaries per chip | callbacks |",
+      "| --- | --- | --- | --- | --- | --- |",
+  ]
+  for name in names:
+    one = analyse(compile_step(in_batch_loss(name), batch, dim, chips[0]))
+    split = analyse(compile_sharded_step(name, batch, dim, chips))
+
+    def ms(a):
+      return "n/a" if a.estimate is None else f"{a.estimate * 1e3:.2f} ms"
+
+    lines.append(
+        f"| {name} | {ms(one)} | {ms(split)} | {_mb(one.temporaries)} | {_mb(split.temporaries)} "
+        f"| {split.callbacks} |"
+    )
+    print(lines[-1], flush=True)
+  return lines
+
+
+def evaluation_table(targets: list[str], dim: int) -> list[str]:
+  lines = [
+      f"evaluate_retrieval's chunk: {EVAL_CHUNK} queries x {EVAL_GALLERY:,} gallery items, "
+      f"D = {dim}, {EVAL_RELEVANT} relevant slots per query",
+      "| target | estimate | GB accessed | temporaries | callbacks |",
+      "| --- | --- | --- | --- | --- |",
+  ]
+  for target in targets:
+    a = analyse(compile_evaluation_chunk(devices(target)[0], dim))
+    estimate = "n/a" if a.estimate is None else f"{a.estimate * 1e3:.2f} ms"
+    gb = "n/a" if a.bytes is None else f"{a.bytes / 1e9:.2f}"
+    lines.append(f"| {target} | {estimate} | {gb} | {_mb(a.temporaries)} | {a.callbacks} |")
+    print(lines[-1], flush=True)
+  return lines
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--batch", type=int, nargs="+", default=[4096, 16384])
+  parser.add_argument("--dim", type=int, default=512)
+  parser.add_argument("--targets", nargs="+", choices=sorted(BUDGETS), default=["v5e", "h100"])
+  parser.add_argument("--losses", nargs="+", choices=list(LOSSES), default=list(LOSSES))
+  parser.add_argument("--skip-largest", action="store_true",
+                      help="leave out the largest-batch column (many compilations)")
+  parser.add_argument("--skip-sharded", action="store_true")
+  parser.add_argument("--skip-evaluation", action="store_true")
+  args = parser.parse_args(argv)
+  set_environment()
+  import jax
+
+  print(f"jax {jax.__version__}; compile-only targets: {', '.join(args.targets)}", flush=True)
+  lines = []
+  for target in args.targets:
+    for i, batch in enumerate(args.batch):
+      lines += [""] + target_table(target, batch, args.dim, args.losses,
+                                   largest=not args.skip_largest and i == 0)
+  if "v5e" in args.targets and not args.skip_sharded:
+    lines += [""] + sharded_table(args.batch[0], args.dim, args.losses)
+  if not args.skip_evaluation:
+    lines += [""] + evaluation_table(args.targets, args.dim)
+  print("\n".join(lines))
+
+
+if __name__ == "__main__":
+  sys.exit(main())
