@@ -10,8 +10,11 @@ STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL := 2
 
 DOCS_STAMP := $(VENV)/.installed-docs
+# The compile-only accelerators (libtpu, the CUDA plugin) in an environment of their own.
+ACCEL_VENV ?= .venv-accel
+ACCEL_STAMP := $(ACCEL_VENV)/.installed
 
-.PHONY: demo test docs package-check bench-evaluate clean
+.PHONY: demo test docs package-check bench-evaluate bench-accelerators clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,9 +32,17 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m experiments.job.main --config experiments/job/configs/glyphs.py --workdir runs/glyphs
 
+# jaxrank with the `accelerators` extra (about 1.8 GB), for the compile-only test and benchmark.
+$(ACCEL_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(ACCEL_VENV)
+	$(ACCEL_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(ACCEL_VENV)/bin/python -m pip install --quiet -e '.[accelerators]'
+	touch $(ACCEL_STAMP)
+
 # Two pytest processes: the multi-device tests need 8 simulated CPU devices, set before JAX starts.
-# The first lists its 15 slowest tests, to keep CI well under 30 minutes.
-test: $(STAMP)
+# The first lists its 15 slowest tests, to keep CI well under 30 minutes; its
+# tests/test_accelerators.py compiles every step for a TPU and an H100 in .venv-accel.
+test: $(STAMP) $(ACCEL_STAMP)
 	$(PY) -m pytest -q tests jaxrank --doctest-modules --ignore=tests/multidevice --durations=15
 	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(PY) -m pytest -q tests/multidevice
 
@@ -55,5 +66,10 @@ bench-evaluate: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) -m experiments.benchmarks.evaluate
 
+# Every training step compiled for a TPU v5e and an H100 without either (docs/guide/benchmarks.rst,
+# "Accelerators"); about an hour with the largest-batch search.
+bench-accelerators: $(ACCEL_STAMP)
+	$(ACCEL_VENV)/bin/python -m experiments.benchmarks.accelerators
+
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache runs docs/_build
+	rm -rf $(VENV) $(ACCEL_VENV) *.egg-info .pytest_cache runs docs/_build

@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import json
 import os
 import pathlib
 import re
@@ -56,7 +57,7 @@ from experiments.benchmarks import speed
 
 H100_CONFIG = pathlib.Path(__file__).with_name("h100.txtpb")
 # Memory of one chip: a TPU v5e has 16 GiB of HBM; an H100 SXM 80 GB.
-BUDGETS = {"v5e": 16 * 2**30, "h100": 80e9}
+BUDGETS = {"v5e": 16 * 2**30, "h100": 80 * 10**9}
 # The baselines beside the paper losses of `speed.LOSSES`.
 BASELINES = {
     "contrastive": "contrastive_loss",
@@ -72,10 +73,13 @@ EVAL_CHUNK, EVAL_GALLERY, EVAL_RELEVANT = 1024, 60_000, 11
 
 def set_environment() -> None:
   """The variables that make libtpu give compile-only v5e devices and the CUDA plugin load
-  without a GPU; set before JAX starts. `JAX_PLATFORMS=cpu` keeps JAX's default backend the CPU
+  without a GPU; set before JAX starts (each only where the environment does not set it). `JAX_PLATFORMS=cpu` keeps JAX's default backend the CPU
   (libtpu would otherwise look for a TPU at start and log that it found none)."""
   os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
   os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+  # libtpu takes a lock file (/tmp/libtpu_lockfile) so that one process owns a real TPU; with
+  # compile-only devices several processes (tests, benchmarks) may load it at once.
+  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -216,6 +220,10 @@ def _ratio(value, floor) -> str:
   return "n/a" if value is None or floor is None else f"{value / floor:.1f}x"
 
 
+def _gb(budget: float) -> str:
+  return f"{budget / 2**30:.0f} GiB" if budget % 2**30 == 0 else f"{budget / 1e9:.0f} GB"
+
+
 def _mb(x: float) -> str:
   return f"{x / 2**20:,.0f} MB" if x < 10 * 2**30 else f"{x / 2**30:,.1f} GB"
 
@@ -230,8 +238,8 @@ def target_table(target: str, batch: int, dim: int, names: list[str], largest: b
       f"(forward+backward of sum(tanh(e @ e.T)): "
       + (f"estimate {floor.estimate * 1e3:.3f} ms, {floor.flops / 1e9:.1f} GFLOP, "
          f"{floor.bytes / 1e9:.2f} GB accessed, " if floor.estimate is not None else "")
-      + f"{_mb(floor.temporaries)} temporaries); largest B in {budget / 1e9:.0f} GB by the "
-      "memory analysis"
+      + f"{_mb(floor.temporaries)} temporaries); largest B in {_gb(budget)} by the memory "
+      "analysis"
   )
   lines = [
       header,
@@ -252,7 +260,7 @@ def target_table(target: str, batch: int, dim: int, names: list[str], largest: b
     lines.append(
         f"| {name} | {_ratio(a.estimate, floor.estimate)}{loops} | {_ratio(a.flops, floor.flops)} "
         f"| {_ratio(a.bytes, floor.bytes)} | {_mb(a.temporaries)} | "
-        f"{a.temporaries / max(floor.temporaries, 1):.1f}x | {best} | {a.callbacks} |"
+        f"{_ratio(a.temporaries, floor.temporaries or None)} | {best} | {a.callbacks} |"
     )
     print(lines[-1], f"({time.perf_counter() - start:.0f} s)", flush=True)
   return lines
@@ -300,6 +308,28 @@ def evaluation_table(targets: list[str], dim: int) -> list[str]:
   return lines
 
 
+def records(targets: list[str], batch: int, dim: int, names: list[str], *,
+            evaluation: tuple[int, int, int] = (EVAL_CHUNK, EVAL_GALLERY, EVAL_RELEVANT)
+            ) -> list[dict]:
+  """Every analysis at one batch, as plain records (for `--json` and the compile-only test):
+  `{"target", "kind" ("step", "sharded" on the v5e's chips, or "evaluation"), "step", ...}` with
+  the fields of `Analysis`; the floor is the step named "floor"."""
+  out = []
+  for target in targets:
+    device = devices(target)[0]
+    for name in ["floor", *names]:
+      a = analyse(compile_step(in_batch_loss(name), batch, dim, device))
+      out.append({"target": target, "kind": "step", "step": name, **dataclasses.asdict(a)})
+      if target == "v5e" and name != "floor":
+        a = analyse(compile_sharded_step(name, batch, dim, devices(target)))
+        out.append({"target": target, "kind": "sharded", "step": name, **dataclasses.asdict(a)})
+    chunk, gallery, relevant = evaluation
+    a = analyse(compile_evaluation_chunk(device, dim, chunk, gallery, relevant))
+    out.append({"target": target, "kind": "evaluation", "step": "evaluation chunk",
+                **dataclasses.asdict(a)})
+  return out
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--batch", type=int, nargs="+", default=[4096, 16384])
@@ -310,9 +340,18 @@ def main(argv=None):
                       help="leave out the largest-batch column (many compilations)")
   parser.add_argument("--skip-sharded", action="store_true")
   parser.add_argument("--skip-evaluation", action="store_true")
+  parser.add_argument("--json", metavar="FILE",
+                      help="write every analysis at the first --batch to FILE as JSON records "
+                      "(steps, sharded steps, a small evaluation chunk) instead of the tables")
   args = parser.parse_args(argv)
   set_environment()
   import jax
+
+  if args.json:
+    found = records(args.targets, args.batch[0], args.dim, args.losses,
+                    evaluation=(64, 4096, EVAL_RELEVANT))
+    pathlib.Path(args.json).write_text(json.dumps(found, indent=1))
+    return 0
 
   print(f"jax {jax.__version__}; compile-only targets: {', '.join(args.targets)}", flush=True)
   lines = []
