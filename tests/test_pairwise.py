@@ -6,6 +6,9 @@ each loss here (and one for the mined multi-similarity loss). This file checks t
 gradients against `reference_pairwise.py` in float64, the losses' own degenerate lists and
 hyperparameter checks, and the equality with pytorch-metric-learning 2.9.0 on in-batch lists of
 random embeddings, in float32: value and gradient with respect to the embeddings.
+
+Every test runs on both forms of the losses (`platforms.forced_platform`: the CPU's, and the
+accelerators' one-pass custom VJPs).
 """
 
 from __future__ import annotations
@@ -26,6 +29,14 @@ from pytorch_metric_learning import miners as pml_miners
 from pytorch_metric_learning import reducers as pml_reducers
 
 import jaxrank
+from jaxrank._src import platforms
+
+
+@pytest.fixture(autouse=True, params=platforms.PLATFORMS)
+def platform(request):
+  """Each test on the CPU's form and on the accelerators' form of the losses."""
+  with platforms.forced_platform(request.param):
+    yield request.param
 
 # (name, jaxrank loss, reference, hyperparameters): each loss with its defaults and with others.
 CASES = [
@@ -325,3 +336,25 @@ if __name__ == "__main__":
     for embedding_kind in ("random", "clustered"):
       print(case, embedding_kind, "value %.6g |dvalue| %.3g max|dgrad| %.3g max|grad| %.3g"
             % pml_differences(case, embedding_kind))
+
+
+@pytest.mark.parametrize("name,fn,ref,kwargs", CASES, ids=IDS)
+def test_both_forms_agree_on_ties_and_hyperparameter_gradients(name, fn, ref, kwargs, x64):
+  """Scores on a grid of quarters (tied hardest items, hinges at their kinks), gradients with
+  respect to the scores and to every array hyperparameter, on both platforms' forms."""
+  del name, ref
+  scores, labels, where = random_lists(11, shape=(6, 13))
+  scores = np.round(scores * 4) / 4
+  given = {k: v for k, v in kwargs.items() if k != "epsilon"}
+  defaults = {"contrastive_loss": dict(pos_margin=1.0, neg_margin=0.0),
+              "triplet_loss": dict(margin=0.05),
+              "multi_similarity_loss": dict(alpha=2.0, beta=50.0, base=0.5)}[fn.__name__]
+  hyper = {k: jnp.asarray(given.get(k, v)) for k, v in defaults.items()}
+  loss = lambda s, h: fn(s, labels, where=where, epsilon=kwargs.get("epsilon"), **h) if (
+      "epsilon" in kwargs) else fn(s, labels, where=where, **h)
+  got = {}
+  for form in platforms.PLATFORMS:
+    with platforms.forced_platform(form):
+      got[form] = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(scores, hyper)
+  for a, b in zip(jax.tree.leaves(got["cpu"]), jax.tree.leaves(got["accelerator"])):
+    np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)

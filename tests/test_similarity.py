@@ -14,6 +14,7 @@ import pytest
 
 import jaxrank
 from jaxrank import similarity
+from jaxrank._src import platforms
 from jaxrank._src import similarity as similarity_src
 
 
@@ -37,12 +38,14 @@ def _reference(name, q, x):
 RULES = ["cosine", "dot_product", "negative_squared_euclidean"]
 
 
+@pytest.mark.parametrize("platform", platforms.PLATFORMS)
 @pytest.mark.parametrize("name", RULES)
-def test_rules_equal_their_definition(name):
+def test_rules_equal_their_definition(name, platform):
   rng = np.random.default_rng(0)
   q = rng.standard_normal((5, 7)).astype(np.float32)
   x = rng.standard_normal((9, 7)).astype(np.float32)
-  got = getattr(similarity, name)(q, x)
+  with platforms.forced_platform(platform):
+    got = getattr(similarity, name)(q, x)
   assert got.shape == (5, 9) and got.dtype == jnp.float32
   np.testing.assert_allclose(got, _reference(name, q, x), rtol=1e-5, atol=1e-5)
 
@@ -171,11 +174,13 @@ def test_a_score_does_not_depend_on_the_number_of_items_nor_where_they_start(nam
     np.testing.assert_array_equal(fn(queries, x[begin:end]), full[:, begin:end])
 
 
-def test_the_derivative_of_a_blocked_product_is_the_plain_products():
-  """The scores are blocked, their derivative is not (`jax.custom_jvp`): both equal the definition
-  to rounding, in float64, forward and reverse, across several blocks."""
+@pytest.mark.parametrize("platform", platforms.PLATFORMS)
+def test_the_derivative_of_a_blocked_product_is_the_plain_products(platform):
+  """The scores are blocked (on a CPU), their derivative is not (`jax.custom_jvp`): both equal the
+  definition to rounding, in float64, forward and reverse, across several blocks; and so do the
+  accelerators' form, one product."""
   rng = np.random.default_rng(4)
-  with jax.enable_x64(True):
+  with jax.enable_x64(True), platforms.forced_platform(platform):
     queries = jnp.asarray(rng.standard_normal((3, 5)))
     items = jnp.asarray(rng.standard_normal((similarity_src.ITEM_BLOCK + 9, 5)))
     for name in RULES + ["hamming"]:
@@ -201,3 +206,29 @@ def _definition(name, q, x):
   if name == "negative_squared_euclidean":
     return -jnp.sum((q[:, None, :] - x[None, :, :]) ** 2, axis=-1)
   return q @ x.T / q.shape[1]
+
+
+@pytest.mark.parametrize("name", RULES + ["hamming"])
+def test_the_accelerators_form_equals_the_cpus_to_rounding(name):
+  """The accelerators' one product against the CPU's blocks, in float32 past one block, with a
+  zero row, scaled rows and a gallery in `batch_retrieval`, values and gradients."""
+  rng = np.random.default_rng(12)
+  n = similarity_src.ITEM_BLOCK + 37
+  x = rng.standard_normal((n, 16)).astype(np.float32)
+  x[3] = 0
+  x[4] *= np.float32(2.0**90)
+  x[5] *= np.float32(2.0**-90)
+  if name == "negative_squared_euclidean":
+    x[4:6] = rng.standard_normal((2, 16))
+  fn = getattr(similarity, name)
+  labels = rng.integers(0, 50, n)
+  step = lambda e: jnp.sum(jnp.tanh(jaxrank.batch_retrieval(
+      e[:40], labels[:40], gallery_embeddings=e[40:], gallery_labels=labels[40:],
+      similarity_fn=fn)[0]))
+  got = {}
+  for form in platforms.PLATFORMS:
+    with platforms.forced_platform(form):
+      got[form] = (fn(x[:40], x), jax.jit(jax.value_and_grad(step))(x))
+  scale = 1 if name != "negative_squared_euclidean" else 100
+  for a, b in zip(jax.tree.leaves(got["cpu"]), jax.tree.leaves(got["accelerator"])):
+    np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5 * scale)

@@ -28,6 +28,17 @@ reducer and conditions named in its docstring (`tests/test_pairwise.py` checks i
 **Cost.** O(n) time and memory per list: O(B^2) for the `B` lists of a batch of `B` (the `[B, B]`
 similarity matrix itself). No `[B, B, B]` tensor of triplets is built: batch-hard mining keeps one
 positive and one negative per list.
+
+**Per platform** (`platforms.by_platform`). On a CPU each loss is written in plain `jax.numpy` and
+differentiated by JAX. On an accelerator each per-list body is a `jax.custom_vjp` whose forward
+takes every per-list sum, count, minimum or maximum it needs in one variadic reduction (one pass
+over the lists, where XLA made one pass per reduction and wrote the `[B, B]` masks between them)
+and whose backward is one elementwise expression of the scores, which XLA fuses into the two
+products of the similarity's gradient: on a TPU v5e at B = 4096 the steps' estimates fell from
+3.9-4.4x to about 1.5-2x the floor's. Both forms give the same values and gradients (the
+hyperparameters' included) up to the rounding of sums taken in another order; a valid NaN score
+makes its list NaN on both, but gives that list a zero gradient on accelerators where JAX's
+derivative of a minimum or maximum may give NaN.
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ import jax.numpy as jnp
 from jaxrank import types
 from jaxrank._src import checks
 from jaxrank._src import lists
+from jaxrank._src import platforms
 
 
 def _prepare(fn, scores, labels, where, weights):
@@ -56,20 +68,94 @@ def _masked_mean(values, mask, dtype):
   return total / jnp.maximum(jnp.sum(mask, axis=-1), 1).astype(dtype)
 
 
-@jax.jit
+def _last_axis_reduce(operands, inits, combine):
+  """One variadic reduction of `operands` (each `[..., n]`) over the last axis: `combine(a, b)`
+  takes and returns tuples, one entry per operand; one pass over the lists on every platform."""
+  inits = tuple(jnp.asarray(v, x.dtype) for v, x in zip(inits, operands))
+  return jax.lax.reduce(tuple(operands), inits, combine, (operands[0].ndim - 1,))
+
+
+def _sums(*operands):
+  return _last_axis_reduce(operands, (0,) * len(operands),
+                           lambda a, b: tuple(x + y for x, y in zip(a, b)))
+
+
 def contrastive_lists(scores, relevant, where, pos_margin, neg_margin):
   """Per-list contrastive values `[...]` and which lists count, from boolean `relevant`.
 
   Also ROADMAP's calibration loss (`smooth_rank.calibration_loss`), which is this loss.
   """
+  return _contrastive_lists(
+      scores, relevant, where, pos_margin, neg_margin, platform=platforms.forced()
+  )
+
+
+@functools.partial(jax.jit, static_argnames=("platform",))
+def _contrastive_lists(scores, relevant, where, pos_margin, neg_margin, *, platform):
   dtype = lists.compute_dtype(scores.dtype)
   other = where & ~relevant
   relevant = where & relevant
   valid = jnp.any(relevant, axis=-1)
   s = lists.counted_scores(scores, where, valid).astype(dtype)
-  pos = _masked_mean(jax.nn.relu(pos_margin - s), relevant, dtype)
-  neg = _masked_mean(jax.nn.relu(s - neg_margin), other, dtype)
-  return pos + neg, valid
+
+  def cpu(s, relevant, other, pos_margin, neg_margin):
+    pos = _masked_mean(jax.nn.relu(pos_margin - s), relevant, dtype)
+    neg = _masked_mean(jax.nn.relu(s - neg_margin), other, dtype)
+    return pos + neg
+
+  values = platforms.by_platform(
+      s, relevant, other, pos_margin, neg_margin, cpu=cpu, accelerator=_contrastive_one_pass,
+      platform=platform,
+  )
+  return values, valid
+
+
+@jax.custom_vjp
+def _contrastive_one_pass(s, relevant, other, pos_margin, neg_margin):
+  """The accelerators' contrastive values (module docstring, "Per platform")."""
+  return _contrastive_fwd(s, relevant, other, pos_margin, neg_margin)[0]
+
+
+def _contrastive_fwd(s, relevant, other, pos_margin, neg_margin):
+  zero = jnp.zeros((), s.dtype)
+  below = relevant & (s < pos_margin)  # The hinges' active pairs.
+  above = other & (s > neg_margin)
+  pos_sum, pos_count, pos_active, neg_sum, neg_count, neg_active = _sums(
+      jnp.where(below, pos_margin - s, zero), relevant.astype(jnp.int32),
+      below.astype(jnp.int32), jnp.where(above, s - neg_margin, zero), other.astype(jnp.int32),
+      above.astype(jnp.int32),
+  )
+  pos_count = jnp.maximum(pos_count, 1).astype(s.dtype)
+  neg_count = jnp.maximum(neg_count, 1).astype(s.dtype)
+  values = pos_sum / pos_count + neg_sum / neg_count
+  pos_active = pos_active.astype(s.dtype) / pos_count
+  neg_active = neg_active.astype(s.dtype) / neg_count
+  return values, (s, relevant, other, pos_margin, neg_margin, pos_count, neg_count, pos_active,
+                  neg_active)
+
+
+def _contrastive_bwd(residuals, g):
+  s, relevant, other, pos_margin, neg_margin, pos_count, neg_count, pos_active, neg_active = (
+      residuals
+  )
+  zero = jnp.zeros((), s.dtype)
+  ds = jnp.where(relevant & (s < pos_margin), -(g / pos_count)[..., None], zero) + jnp.where(
+      other & (s > neg_margin), (g / neg_count)[..., None], zero
+  )
+  return (ds, None, None, _summed_to(g * pos_active, pos_margin),
+          _summed_to(-g * neg_active, neg_margin))
+
+
+_contrastive_one_pass.defvjp(_contrastive_fwd, _contrastive_bwd)
+
+
+def _summed_to(x, like):
+  """The cotangent of a hyperparameter `like` (a scalar, or broadcast to the lists `[...]`)."""
+  x = jnp.sum(x, axis=tuple(range(x.ndim - like.ndim))) if x.ndim > like.ndim else x
+  for axis, size in enumerate(like.shape):
+    if size == 1 and x.shape[axis] != 1:
+      x = jnp.sum(x, axis=axis, keepdims=True)
+  return x.astype(like.dtype)
 
 
 def contrastive_loss(
@@ -142,20 +228,74 @@ def contrastive_loss(
   return lists.finish(values, scores, where, valid, reduce_fn, weights=weights)
 
 
-@jax.jit
 def _triplet_lists(scores, relevant, where, margin):
+  return _triplet_lists_jit(scores, relevant, where, margin, platform=platforms.forced())
+
+
+@functools.partial(jax.jit, static_argnames=("platform",))
+def _triplet_lists_jit(scores, relevant, where, margin, *, platform):
   dtype = lists.compute_dtype(scores.dtype)
   other = where & ~relevant
   relevant = where & relevant
   valid = jnp.any(relevant, axis=-1) & jnp.any(other, axis=-1)
   s = lists.counted_scores(scores, where, valid).astype(dtype)
-  # An empty min or max is +-inf; such lists are not valid, and the outer where stops both the
-  # value and the gradient there.
-  hardest_pos = jnp.min(s, axis=-1, where=relevant, initial=jnp.inf)
-  hardest_neg = jnp.max(s, axis=-1, where=other, initial=-jnp.inf)
+
+  def cpu(s, relevant, other, valid, margin):
+    # An empty min or max is +-inf; such lists are not valid, and the outer where stops both the
+    # value and the gradient there.
+    hardest_pos = jnp.min(s, axis=-1, where=relevant, initial=jnp.inf)
+    hardest_neg = jnp.max(s, axis=-1, where=other, initial=-jnp.inf)
+    hardest_pos = jnp.where(valid, hardest_pos, 0)
+    hardest_neg = jnp.where(valid, hardest_neg, 0)
+    return jnp.where(valid, jax.nn.relu(hardest_neg - hardest_pos + margin), 0)
+
+  values = platforms.by_platform(
+      s, relevant, other, valid, margin, cpu=cpu, accelerator=_batch_hard_one_pass,
+      platform=platform,
+  )
+  return values, valid
+
+
+def _hardest(s, relevant, other):
+  """The least similar relevant and the most similar other score of each list, in one pass."""
+  inf = jnp.asarray(jnp.inf, s.dtype)
+  return _last_axis_reduce(
+      (jnp.where(relevant, s, inf), jnp.where(other, s, -inf)), (jnp.inf, -jnp.inf),
+      lambda a, b: (jnp.minimum(a[0], b[0]), jnp.maximum(a[1], b[1])),
+  )
+
+
+@jax.custom_vjp
+def _batch_hard_one_pass(s, relevant, other, valid, margin):
+  """The accelerators' batch-hard triplet values (module docstring, "Per platform")."""
+  return _batch_hard_fwd(s, relevant, other, valid, margin)[0]
+
+
+def _batch_hard_fwd(s, relevant, other, valid, margin):
+  hardest_pos, hardest_neg = _hardest(s, relevant, other)
   hardest_pos = jnp.where(valid, hardest_pos, 0)
   hardest_neg = jnp.where(valid, hardest_neg, 0)
-  return jnp.where(valid, jax.nn.relu(hardest_neg - hardest_pos + margin), 0), valid
+  gap = hardest_neg - hardest_pos + margin
+  active = valid & (gap > 0)  # jax.nn.relu's derivative is 0 at 0.
+  values = jnp.where(active, gap, 0)
+  return values, (s, relevant, other, hardest_pos, hardest_neg, active, margin)
+
+
+def _batch_hard_bwd(residuals, g):
+  s, relevant, other, hardest_pos, hardest_neg, active, margin = residuals
+  zero = jnp.zeros((), s.dtype)
+  at_pos = relevant & (s == hardest_pos[..., None])
+  at_neg = other & (s == hardest_neg[..., None])
+  # Tied hardest items share the gradient equally, as JAX's derivative of `jnp.min`/`jnp.max`.
+  ties_pos, ties_neg = _sums(at_pos.astype(jnp.int32), at_neg.astype(jnp.int32))
+  g = jnp.where(active, g, zero)
+  pos = -g / jnp.maximum(ties_pos, 1).astype(s.dtype)
+  neg = g / jnp.maximum(ties_neg, 1).astype(s.dtype)
+  ds = jnp.where(at_pos, pos[..., None], zero) + jnp.where(at_neg, neg[..., None], zero)
+  return ds, None, None, None, _summed_to(g, margin)
+
+
+_batch_hard_one_pass.defvjp(_batch_hard_fwd, _batch_hard_bwd)
 
 
 def triplet_loss(
@@ -234,22 +374,103 @@ def _log1p_sum_exp(x, mask):
   return top + jnp.log(jnp.exp(-top) + jnp.sum(terms, axis=-1))
 
 
-@functools.partial(jax.jit, static_argnames=("mine",))
 def _multi_similarity_lists(scores, relevant, where, alpha, beta, base, epsilon, *, mine):
+  return _multi_similarity_lists_jit(
+      scores, relevant, where, alpha, beta, base, epsilon, mine=mine, platform=platforms.forced()
+  )
+
+
+@functools.partial(jax.jit, static_argnames=("mine", "platform"))
+def _multi_similarity_lists_jit(
+    scores, relevant, where, alpha, beta, base, epsilon, *, mine, platform
+):
   dtype = lists.compute_dtype(scores.dtype)
   other = where & ~relevant
   relevant = where & relevant
   valid = jnp.any(relevant, axis=-1)
   s = lists.counted_scores(scores, where, valid).astype(dtype)
-  if mine:
-    fixed = jax.lax.stop_gradient(s)
-    hardest_neg = jnp.max(fixed, axis=-1, where=other, initial=-jnp.inf)[..., None]
-    hardest_pos = jnp.min(fixed, axis=-1, where=relevant, initial=jnp.inf)[..., None]
-    relevant = relevant & (fixed - epsilon < hardest_neg)
-    other = other & (fixed + epsilon > hardest_pos)
-  pos = _log1p_sum_exp(-alpha * (s - base), relevant) / alpha
-  neg = _log1p_sum_exp(beta * (s - base), other) / beta
-  return pos + neg, valid
+
+  def cpu(s, relevant, other, alpha, beta, base, epsilon):
+    if mine:
+      fixed = jax.lax.stop_gradient(s)
+      hardest_neg = jnp.max(fixed, axis=-1, where=other, initial=-jnp.inf)[..., None]
+      hardest_pos = jnp.min(fixed, axis=-1, where=relevant, initial=jnp.inf)[..., None]
+      relevant = relevant & (fixed - epsilon < hardest_neg)
+      other = other & (fixed + epsilon > hardest_pos)
+    pos = _log1p_sum_exp(-alpha * (s - base), relevant) / alpha
+    neg = _log1p_sum_exp(beta * (s - base), other) / beta
+    return pos + neg
+
+  def accelerator(s, relevant, other, alpha, beta, base, epsilon):
+    if mine:
+      fixed = jax.lax.stop_gradient(s)
+      hardest_pos, hardest_neg = _hardest(fixed, relevant, other)
+      relevant = relevant & (fixed - epsilon < hardest_neg[..., None])
+      other = other & (fixed + epsilon > hardest_pos[..., None])
+    return _multi_similarity_one_pass(s, relevant, other, alpha, beta, base)
+
+  values = platforms.by_platform(
+      s, relevant, other, alpha, beta, base, epsilon, cpu=cpu, accelerator=accelerator,
+      platform=platform,
+  )
+  return values, valid
+
+
+@jax.custom_vjp
+def _multi_similarity_one_pass(s, relevant, other, alpha, beta, base):
+  """The accelerators' multi-similarity values (module docstring, "Per platform"): the two
+  `_log1p_sum_exp` terms from one pass for their maxima and one for their sums."""
+  return _multi_similarity_fwd(s, relevant, other, alpha, beta, base)[0]
+
+
+def _ms_exponents(s, alpha, beta, base):
+  return -alpha * (s - base), beta * (s - base)
+
+
+def _multi_similarity_fwd(s, relevant, other, alpha, beta, base):
+  zero = jnp.zeros((), s.dtype)
+  x_pos, x_neg = _ms_exponents(s, alpha, beta, base)
+  # The shifts for stability, at least 0 (the 1 of log(1 + ...)), as `_log1p_sum_exp`.
+  top_pos, top_neg = _last_axis_reduce(
+      (jnp.where(relevant, x_pos, zero), jnp.where(other, x_neg, zero)), (0, 0),
+      lambda a, b: (jnp.maximum(a[0], b[0]), jnp.maximum(a[1], b[1])),
+  )
+  sum_pos, sum_neg = _sums(
+      jnp.where(relevant, jnp.exp(x_pos - top_pos[..., None]), zero),
+      jnp.where(other, jnp.exp(x_neg - top_neg[..., None]), zero),
+  )
+  norm_pos = jnp.exp(-top_pos) + sum_pos
+  norm_neg = jnp.exp(-top_neg) + sum_neg
+  log_pos = top_pos + jnp.log(norm_pos)
+  log_neg = top_neg + jnp.log(norm_neg)
+  values = log_pos / alpha + log_neg / beta
+  return values, (s, relevant, other, alpha, beta, base, top_pos, top_neg, norm_pos, norm_neg,
+                  log_pos, log_neg)
+
+
+def _multi_similarity_bwd(residuals, g):
+  (s, relevant, other, alpha, beta, base, top_pos, top_neg, norm_pos, norm_neg, log_pos,
+   log_neg) = residuals
+  zero = jnp.zeros((), s.dtype)
+  x_pos, x_neg = _ms_exponents(s, alpha, beta, base)
+  # The softmax weights of the two terms: d pos / d s = -w_pos, d neg / d s = w_neg.
+  w_pos = jnp.where(relevant, jnp.exp(x_pos - top_pos[..., None]) / norm_pos[..., None], zero)
+  w_neg = jnp.where(other, jnp.exp(x_neg - top_neg[..., None]) / norm_neg[..., None], zero)
+  ds = g[..., None] * (w_neg - w_pos)
+  # The hyperparameters' (pos = log_pos / alpha, neg = log_neg / beta): reductions XLA drops
+  # when they are not asked for.
+  centred = jnp.where(relevant | other, s - base, zero)
+  pos_moment, neg_moment, pos_mass, neg_mass = _sums(
+      w_pos * centred, w_neg * centred, w_pos, w_neg
+  )
+  d_alpha = g * (-log_pos / alpha**2 - pos_moment / alpha)
+  d_beta = g * (-log_neg / beta**2 + neg_moment / beta)
+  d_base = g * (pos_mass - neg_mass)
+  return (ds, None, None, _summed_to(d_alpha, alpha), _summed_to(d_beta, beta),
+          _summed_to(d_base, base))
+
+
+_multi_similarity_one_pass.defvjp(_multi_similarity_fwd, _multi_similarity_bwd)
 
 
 def multi_similarity_loss(

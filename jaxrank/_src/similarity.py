@@ -28,9 +28,21 @@ given shape, whatever the entry's position and whatever the number of query rows
 does not promise it, but its CPU backend does it (tested in `tests/test_similarity.py`; a plain
 product's entries do change with the number of item rows: a third to nine tenths of them at
 D = 512). A single query row takes a matrix-vector kernel that rounds differently, so
-`evaluate_retrieval` never scores fewer than two rows at a time. Not checked on GPU or TPU.
+`evaluate_retrieval` never scores fewer than two rows at a time.
 
-The blocks cost little, one `[Q, 1024]` block of temporaries (measured in docs/guide/scale.rst,
+**On accelerators** (`platforms.by_platform`) the products are not blocked: each rule takes one
+`[Q, N]` product, finished (divided, clipped) in the product's own output fusion. XLA writes
+blocks into one `[Q, N]` buffer (a padded first block, then a dynamic update per block), which on
+a TPU v5e at B = 4096 made the in-batch cosine step's estimate 2.3x a plain product's; one product
+is 1.0-1.3x. There the scores keep the properties that do not rest on the blocks (scale
+invariance, the per-row factors, the symmetric division by one product of norms), but a score may
+change in its last bits with the number of items scored beside it, or where a gallery is split:
+a GPU's or TPU's matrix product chooses its tiling and the split of the `D` reduction by the
+shapes (cuBLAS picks algorithms, split-K among them, per shape; the TPU compiler tiles per
+shape), so even a fixed block shape would not promise it there. None of these properties has been
+checked on GPU or TPU hardware.
+
+On a CPU the blocks cost little, one `[Q, 1024]` block of temporaries (measured in docs/guide/scale.rst,
 section "Across processes and machines", under evaluation). Derivatives are taken from plain
 products (`jax.custom_jvp`; cosine's through the unit rows, see `_scaled_cosines`): they are sums
 of products of the same values, and their rounding does not need to match across splits.
@@ -47,6 +59,7 @@ import numpy as np
 
 from jaxrank import types
 from jaxrank._src import lists
+from jaxrank._src import platforms
 
 
 ITEM_BLOCK = 1024
@@ -63,8 +76,31 @@ def _plain_dots(queries: jax.Array, items: jax.Array) -> jax.Array:
 
 
 def _in_blocks(queries: jax.Array, items: jax.Array, finish: Callable | None = None) -> jax.Array:
-  """`queries @ items.T` `[Q, N]`, each entry from a `[Q, ITEM_BLOCK]` product; `finish(block,
-  start)` maps each block of products (its columns from `start`) to its scores as it is written."""
+  """`queries @ items.T` `[Q, N]`, mapped by `finish(block, start)` (a block of products, its
+  columns from `start`) to the scores: on a CPU each entry from a `[Q, ITEM_BLOCK]` product, each
+  block finished as it is written (`_blocked_products`); on an accelerator from one product,
+  finished in its output fusion (`_one_product`). The module docstring says why."""
+  return platforms.by_platform(
+      queries, items,
+      cpu=lambda q, x: _blocked_products(q, x, finish),
+      accelerator=lambda q, x: _one_product(q, x, finish),
+  )
+
+
+def _one_product(queries: jax.Array, items: jax.Array, finish: Callable | None) -> jax.Array:
+  """The accelerators' form of `_in_blocks`: one `[Q, N]` product, which XLA finishes (divides,
+  clips) in the product's own output fusion, so the scores are written once. Blocks cost a GPU
+  or TPU far more than a CPU: XLA writes them into one `[Q, N]` buffer (a padded first block and a
+  dynamic update per block), so the scores were written and read about twice more than the
+  product's (the in-batch cosine step's bytes on a TPU v5e at B = 4096: 2.3x a plain product's)."""
+  dots = _plain_dots(queries, items)
+  return dots if finish is None else finish(dots, 0)
+
+
+def _blocked_products(
+    queries: jax.Array, items: jax.Array, finish: Callable | None
+) -> jax.Array:
+  """The CPU's form of `_in_blocks`: each entry from a `[Q, ITEM_BLOCK]` product."""
   num_items = items.shape[0]
 
   def finished(dots, start):
