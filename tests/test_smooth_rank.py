@@ -19,6 +19,7 @@ import reference_smooth_rank as ref
 from jax.test_util import check_grads
 
 import jaxrank
+from jaxrank._src import platforms
 from jaxrank._src import smooth_rank as sr
 
 
@@ -408,6 +409,64 @@ def test_chunk_size_changes_nothing(case, x64):
     np.testing.assert_allclose(grad, want_grad, rtol=1e-12, atol=1e-14)
 
 
+# The bound on relevant items (a static trip count) and the accelerators' form (no gather, no
+# scatter: compare-and-sum over the list), against the references and the default path.
+
+BOUNDED = [c for c in CORE if c.name in ("smoothap", "supap", "roadmap")]
+
+
+@pytest.mark.parametrize("platform", platforms.PLATFORMS)
+@pytest.mark.parametrize("case", BOUNDED, ids=ids(BOUNDED))
+def test_bound_and_platform_match_reference(case, platform, x64):
+  scores, labels, where = random_lists(16, shape=(3, 11))
+  labels[0] = 1  # A list with many relevant items: several steps of the loop.
+  most = int(np.max(np.sum((labels >= 1) & where, axis=-1)))
+  want = expected(case, scores, labels, where)
+
+  def value_and_grad(**kwargs):
+    f = lambda s: run(case, s, labels, where=where, reduce_fn=None, **kwargs)  # noqa: E731
+    return jax.jit(lambda s: (f(s), jax.grad(lambda x: f(x).sum())(s)))(scores)
+
+  _, want_grad = value_and_grad()  # The CPU's default path, checked by check_grads below.
+  with platforms.forced_platform(platform):
+    for kwargs in ({}, {"chunk_size": 1}, {"chunk_size": 4}, {"max_relevant": most},
+                   {"max_relevant": most + 2, "chunk_size": 3}, {"max_relevant": 100}):
+      got, grad = value_and_grad(**kwargs)
+      np.testing.assert_allclose(got, want, **TOL64, err_msg=str(kwargs))
+      np.testing.assert_allclose(grad, want_grad, rtol=1e-12, atol=1e-14, err_msg=str(kwargs))
+
+
+@pytest.mark.parametrize("platform", platforms.PLATFORMS)
+def test_bound_violated_gives_nan_for_those_lists_only(platform, x64):
+  scores, labels, where = random_lists(17, shape=(4, 11), mask=False)
+  labels[:] = 0
+  labels[:, :2] = 1  # Two relevant items per list...
+  labels[1, 2:5] = 1  # ...but five in list 1.
+  with platforms.forced_platform(platform):
+    for loss in (sr.smoothap_loss, sr.supap_loss, sr.roadmap_loss):
+      f = lambda s, k, loss=loss: loss(s, labels, max_relevant=k, reduce_fn=None)  # noqa: E731
+      per = np.asarray(f(scores, 2))
+      assert np.isnan(per[1]) and np.isnan(np.mean(per))  # The mean says it loudly.
+      np.testing.assert_allclose(np.delete(per, 1), np.delete(f(scores, None), 1), **TOL64)
+      grad = np.asarray(jax.grad(lambda s: jnp.nansum(f(s, 2)))(scores))  # noqa: B023
+      want = np.asarray(jax.grad(lambda s: jnp.sum(f(s, None)[np.arange(4) != 1]))(scores))  # noqa: B023
+      np.testing.assert_allclose(grad, want, **TOL64)  # Zero for the list beyond the bound.
+      np.testing.assert_array_equal(grad[1], 0.0)
+
+
+@pytest.mark.parametrize("platform", platforms.PLATFORMS)
+def test_check_grads_bounded(platform, x64):
+  scores, labels, where = _grad_inputs(5, (0.0, 0.05))
+  loss = functools.partial(sr.supap_loss, labels=labels, where=where, max_relevant=N, chunk_size=2)
+  with platforms.forced_platform(platform):
+    check_grads(lambda s: loss(s), (scores,), order=1, modes=("rev",), eps=1e-6, atol=1e-6,
+                rtol=1e-6)
+    smooth = functools.partial(sr.smoothap_loss, labels=labels, where=where, temperature=0.05,
+                               max_relevant=N)
+    check_grads(lambda s: smooth(s), (scores,), order=1, modes=("rev",), eps=1e-6, atol=1e-6,
+                rtol=1e-6)
+
+
 # 7. Degenerate lists.
 
 DEGENERATE = {
@@ -523,6 +582,8 @@ def test_steps_and_static_ints_use_the_shared_checks():
   # Static ints reject bools and floats with TypeError.
   with pytest.raises(TypeError, match="supap_loss: chunk_size must be a positive int, got True"):
     sr.supap_loss(s, y, chunk_size=True)
+  with pytest.raises(ValueError, match="smoothap_loss: max_relevant must be a positive int"):
+    sr.smoothap_loss(s, y, max_relevant=0)
   with pytest.raises(TypeError, match="decomposability_gap: num_batches must be a positive int"):
     sr.decomposability_gap(s, y, num_batches=1.0)
   # Step functions must be callables, and the message says which.

@@ -39,7 +39,8 @@ FastAP, RaMBO and mAP_Q do.
 item is compared with the `n` items of its list, `chunk_size` relevant items of every list at a
 time, in a loop that stops after the largest number of relevant items of a list: time
 O(B * P * n) for `B` lists with at most `P` relevant items each, memory O(B * n) plus one chunk of
-O(B * chunk_size * n). The gradient is a custom VJP that runs the same loop again, so the
+O(B * chunk_size * n); with a static bound `max_relevant=K` the loop takes `ceil(K / chunk_size)`
+steps, a trip count the compiler counts (a list beyond the bound gives NaN). The gradient is a custom VJP that runs the same loop again, so the
 backward pass stores no `[B, n, n]` tensor either. It is the exact derivative of the surrogate
 (not an interpolation), flows to the scores and to the step functions' hyperparameters, and is
 reverse-mode only: `jax.grad`, `jax.vjp` and `jax.jacrev` work; `jax.jvp` and `jax.jacfwd` of
@@ -62,6 +63,7 @@ from jaxrank._src import lists
 from jaxrank._src import metrics
 from jaxrank._src import pairwise
 from jaxrank._src import partitions
+from jaxrank._src import platforms
 
 
 
@@ -207,9 +209,8 @@ def supap_negative_step(
 def _relevant_slots(relevant: jax.Array, width: int) -> jax.Array:
   """`[B, width]` int32: slot `p` of a list holds the index of its `p`-th relevant item (else `n`).
 
-  One cumulative sum and one scatter of all `B n` items: cheap for the small lists that take
-  several relevant items a step (`chunk > 1`, so `B n <= 2^21`); at `[4096, 4096]` it took longer
-  than the comparisons themselves, so one-item steps find their item with `_next_relevant`.
+  One cumulative sum and one scatter of all `B n` items (the CPU's form of steps of several
+  relevant items: cheap for the small lists that take them, `B n <= 2^21`).
   """
   num_lists, n = relevant.shape
   slot = jnp.cumsum(relevant, axis=-1, dtype=jnp.int32) - 1
@@ -227,7 +228,23 @@ def _next_relevant(relevant: jax.Array, after: jax.Array) -> jax.Array:
   return jnp.min(jnp.where(relevant & (index > after[:, None]), index, n), axis=-1)[:, None]
 
 
-def _chunk_pairs(scores, relevant, other, items):
+def _add_at_items(grad: jax.Array, items: jax.Array, values: jax.Array, platform) -> jax.Array:
+  """`grad [B, n]` plus `values [B, chunk]` at the items `[B, chunk]` of each list: a scatter-add
+  on CPU; on accelerators, which serialise scatters, one compare-and-sum over the list
+  (O(B chunk n), fused with the step's other sums)."""
+
+  def cpu(grad, items, values):
+    return grad.at[jnp.arange(grad.shape[0])[:, None], items].add(values)
+
+  def accelerator(grad, items, values):
+    at = items[:, :, None] == jnp.arange(grad.shape[1], dtype=items.dtype)
+    return grad + jnp.sum(jnp.where(at, values[:, :, None], 0), axis=1)
+
+  return platforms.by_platform(grad, items, values, cpu=cpu, accelerator=accelerator,
+                               platform=platform)
+
+
+def _chunk_pairs(scores, relevant, other, items, platform):
   """Pairs `(k, j)` of one step: `k` runs over the relevant `items [B, chunk]` of each list (`n`
   past its last one), `j` over the list's items.
 
@@ -237,10 +254,27 @@ def _chunk_pairs(scores, relevant, other, items):
   """
   n = scores.shape[1]
   safe = jnp.where(items < n, items, 0)
-  s_k = jnp.take_along_axis(scores, safe, axis=1)
+  s_k = _scores_at(scores, safe, platform)
   diff = scores[:, None, :] - s_k[:, :, None]
   not_self = items[:, :, None] != jnp.arange(n, dtype=jnp.int32)
   return diff, relevant[:, None, :] & not_self, other[:, None, :], safe
+
+
+def _scores_at(scores: jax.Array, items: jax.Array, platform) -> jax.Array:
+  """`[B, chunk]`: the scores of the `items` `[B, chunk]` of each list. A gather on CPU; on
+  accelerators one compare-and-sum over the list (exact: one score and zeros), which the TPU
+  compiler fuses and counts (a gather fused into the step's arithmetic is a cost it cannot
+  estimate)."""
+
+  def cpu(scores, items):
+    return jnp.take_along_axis(scores, items, axis=1)
+
+  def accelerator(scores, items):
+    at = items[:, :, None] == jnp.arange(scores.shape[1], dtype=items.dtype)
+    return jnp.sum(jnp.where(at, scores[:, None, :], 0), axis=-1)
+
+  return platforms.by_platform(scores, items, cpu=cpu, accelerator=accelerator,
+                               platform=platform)
 
 
 def _steps(positive_step, negative_step, diff, params):
@@ -251,24 +285,45 @@ def _steps(positive_step, negative_step, diff, params):
   return up, negative_step(diff, *params[1]).astype(diff.dtype)
 
 
-def _precision_sums_fwd(positive_step, negative_step, chunk, scores, relevant, other, params):
-  num_lists, n = scores.shape
-  width = -(-n // chunk) * chunk
-  num_relevant = jnp.sum(relevant, axis=-1, dtype=jnp.int32)
-  # The loop stops after the list with the most relevant items: a data-dependent trip count.
-  num_steps = (jnp.max(num_relevant) + chunk - 1) // chunk
+def _item_finder(relevant, chunk, width, platform):
+  """`items(c, after)`: the `[B, chunk]` relevant items of step `c` of each list (`n` past its
+  last), `after` `[B]` being the last item of the step before (-1 at first)."""
 
-  # Lists of many small steps find their items at once; one-item steps each find their own.
-  all_slots = _relevant_slots(relevant, width) if chunk > 1 else None
+  def one_by_one(c, after):
+    # `chunk` minimums over the list, each after the item before: O(B chunk n), no scatter.
+    del c
+    found = []
+    for _ in range(chunk):
+      found.append(_next_relevant(relevant, after))
+      after = found[-1][:, 0]
+    return jnp.concatenate(found, axis=1)
+
+  if chunk == 1 or platform == platforms.ACCELERATOR:
+    return one_by_one
+  # On CPU, steps of several relevant items (small lists) take them from the slots of the list.
+  slots = _relevant_slots(relevant, width)
+
+  def from_slots(c, after):
+    return lax.dynamic_slice_in_dim(slots, c * chunk, chunk, axis=1)
+
+  if platform == platforms.CPU:
+    return from_slots
+  return lambda c, after: platforms.by_platform(
+      c, after, cpu=from_slots, accelerator=one_by_one, platform=platform)
+
+
+def _forward_loop(positive_step, negative_step, chunk, platform, width, num_steps,
+                  scores, relevant, other, params):
+  """The sums of precisions `[B]`, and what the backward pass reads of each of the `width` slots
+  of a list (its item, rank^+ and rank^-, each `[B, width]`), in `num_steps` steps of `chunk`
+  relevant items of every list."""
+  num_lists, n = scores.shape
+  items_at = _item_finder(relevant, chunk, width, platform)
 
   def body(c, carry):
     after, total, slots, rank_pos, rank_neg = carry
-    if all_slots is None:
-      items = _next_relevant(relevant, after)
-      after = items[:, 0]
-    else:
-      items = lax.dynamic_slice_in_dim(all_slots, c * chunk, chunk, axis=1)
-    diff, pos_pairs, neg_pairs, _ = _chunk_pairs(scores, relevant, other, items)
+    items = items_at(c, after)
+    diff, pos_pairs, neg_pairs, _ = _chunk_pairs(scores, relevant, other, items, platform)
     h_pos, h_neg = _steps(positive_step, negative_step, diff, params)
     above_pos = 1 + jnp.sum(jnp.where(pos_pairs, h_pos, 0), axis=-1)
     above_neg = jnp.sum(jnp.where(neg_pairs, h_neg, 0), axis=-1)
@@ -277,15 +332,14 @@ def _precision_sums_fwd(positive_step, negative_step, chunk, scores, relevant, o
     total = total + jnp.sum(jnp.where(in_slot, above_pos / rank, 0), axis=-1)
     start = c * chunk
     return (
-        after,
+        items[:, -1],
         total,
         lax.dynamic_update_slice_in_dim(slots, items, start, axis=1),
         lax.dynamic_update_slice_in_dim(rank_pos, above_pos, start, axis=1),
         lax.dynamic_update_slice_in_dim(rank_neg, above_neg, start, axis=1),
     )
 
-  # What the backward pass reads of each slot (its item, rank^+ and rank^-) is kept in `[B, width]`
-  # arrays, written only where the loop runs; the precisions are summed as it goes.
+  # The per-slot arrays are written only where the loop runs; the precisions are summed as it goes.
   def varying(x):
     return lists.varying_like(x, scores)
 
@@ -297,21 +351,14 @@ def _precision_sums_fwd(positive_step, negative_step, chunk, scores, relevant, o
       varying(jnp.zeros((num_lists, width), scores.dtype)),
   )
   _, total, slots, rank_pos, rank_neg = lax.fori_loop(0, num_steps, body, init)
-  residuals = (scores, relevant, other, params, slots, num_steps, rank_pos, rank_neg)
-  return total, residuals
+  return total, slots, rank_pos, rank_neg
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
-def _precision_sums(positive_step, negative_step, chunk, scores, relevant, other, params):
-  """`[B]`: for each list, the sum over its relevant items `k` of `rank^+(k) / rank(k)`."""
-  out, _ = _precision_sums_fwd(positive_step, negative_step, chunk, scores, relevant, other, params)
-  return out
-
-
-def _precision_sums_bwd(positive_step, negative_step, chunk, residuals, cotangent):
-  scores, relevant, other, params, slots, num_steps, rank_pos, rank_neg = residuals
+def _backward_loop(positive_step, negative_step, chunk, platform, num_steps,
+                   scores, relevant, other, params, slots, rank_pos, rank_neg, cotangent):
+  """The cotangents of the scores `[B, n]` and of the floating hyperparameters, in the steps of
+  the forward loop, from the slots it kept."""
   n = scores.shape[1]
-  rows = jnp.arange(scores.shape[0])[:, None]
   # Only floating hyperparameters get a cotangent; the others are held fixed.
   inexact = jax.tree.map(lambda p: jnp.issubdtype(jnp.result_type(p), jnp.inexact), params)
   free = jax.tree.map(lambda p, d: p if d else None, params, inexact)
@@ -336,7 +383,7 @@ def _precision_sums_bwd(positive_step, negative_step, chunk, residuals, cotangen
   def body(c, carry):
     grad, grad_params = carry
     items, cp, cn = coefficients(c * chunk)
-    diff, pos_pairs, neg_pairs, safe = _chunk_pairs(scores, relevant, other, items)
+    diff, pos_pairs, neg_pairs, safe = _chunk_pairs(scores, relevant, other, items, platform)
     ct_pos = jnp.where(pos_pairs, cp, 0)
     ct_neg = jnp.where(neg_pairs, cn, 0)
     _, vjp = jax.vjp(steps_of_free, diff, free)
@@ -346,11 +393,51 @@ def _precision_sums_bwd(positive_step, negative_step, chunk, residuals, cotangen
       ct_diff, ct_free = vjp((ct_pos, ct_neg))
     # diff = s_j - s_k: the cotangent goes to every item j, and negated to the slot's item k.
     grad = grad + jnp.sum(ct_diff, axis=1)
-    grad = grad.at[rows, safe].add(-jnp.sum(ct_diff, axis=2))
+    grad = _add_at_items(grad, safe, -jnp.sum(ct_diff, axis=2), platform)
     return grad, jax.tree.map(jnp.add, grad_params, ct_free)
 
   init = (lists.varying_like(jnp.zeros_like(scores), scores), jax.tree.map(jnp.zeros_like, free))
-  grad, grad_free = lax.fori_loop(0, num_steps, body, init)
+  return lax.fori_loop(0, num_steps, body, init)
+
+
+def _general_steps(relevant, chunk):
+  """The steps of the general loop: until the list with the most relevant items is done (a
+  data-dependent trip count)."""
+  most = jnp.max(jnp.sum(relevant, axis=-1, dtype=jnp.int32), initial=0)
+  return (most + chunk - 1) // chunk
+
+
+def _precision_sums_fwd(positive_step, negative_step, chunk, count, platform,
+                        scores, relevant, other, params):
+  n = scores.shape[1]
+  if count is None:  # Until the list with the most relevant items is done.
+    width, num_steps = -(-n // chunk) * chunk, _general_steps(relevant, chunk)
+  else:  # A static trip count and `[B, count]` slots (rounded up to whole steps).
+    num_steps = -(-count // chunk)
+    width = num_steps * chunk
+  args = (scores, relevant, other, params)
+  total, *slots = _forward_loop(
+      positive_step, negative_step, chunk, platform, width, num_steps, *args)
+  return total, (*args, *slots)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3, 4))
+def _precision_sums(positive_step, negative_step, chunk, count, platform,
+                    scores, relevant, other, params):
+  """`[B]`: for each list, the sum over its relevant items `k` of `rank^+(k) / rank(k)`; with a
+  bound `count`, over its first `count` relevant items only."""
+  out, _ = _precision_sums_fwd(positive_step, negative_step, chunk, count, platform,
+                               scores, relevant, other, params)
+  return out
+
+
+def _precision_sums_bwd(positive_step, negative_step, chunk, count, platform, residuals,
+                        cotangent):
+  scores, relevant, other, params, slots, rank_pos, rank_neg = residuals
+  num_steps = _general_steps(relevant, chunk) if count is None else -(-count // chunk)
+  grad, grad_free = _backward_loop(
+      positive_step, negative_step, chunk, platform, num_steps, scores, relevant, other, params,
+      slots, rank_pos, rank_neg, cotangent)
   return grad, None, None, grad_free
 
 
@@ -363,7 +450,8 @@ def _chunk_for(chunk_size: int | None, num_lists: int, n: int) -> int:
   return max(1, min(chunk_size, n))
 
 
-def _smooth_ap_lists(scores, relevant, where, params, *, positive_step, negative_step, chunk):
+def _smooth_ap_lists(scores, relevant, where, params, *, positive_step, negative_step, chunk,
+                     count, platform):
   """Per-list smoothed AP `[...]` (0 without a relevant item) and the mask of lists with one."""
   dtype = lists.compute_dtype(scores.dtype)
   other = where & ~relevant
@@ -383,18 +471,24 @@ def _smooth_ap_lists(scores, relevant, where, params, *, positive_step, negative
       positive_step,
       negative_step,
       chunk,
+      count,
+      platform,
       flat,
       relevant.reshape(num_lists, n),
       other.reshape(num_lists, n),
       params,
   )
-  return sums.reshape(list_shape) / jnp.maximum(num_relevant, 1).astype(dtype), num_relevant > 0
+  ap = sums.reshape(list_shape) / jnp.maximum(num_relevant, 1).astype(dtype)
+  if count is not None:  # A list beyond the bound was summed over its first `count` items only.
+    ap = jnp.where(num_relevant > count, jnp.asarray(jnp.nan, dtype), ap)
+  return ap, num_relevant > 0
 
 
 # Compiled once per shape for a given pair of step functions (static, hashed by identity): the
 # built-in steps are module-level functions whose hyperparameters are arguments.
 _smooth_ap_lists_jit = jax.jit(
-    _smooth_ap_lists, static_argnames=("positive_step", "negative_step", "chunk")
+    _smooth_ap_lists,
+    static_argnames=("positive_step", "negative_step", "chunk", "count", "platform"),
 )
 
 
@@ -417,7 +511,7 @@ def _closure_convert(step_fn, example):
   return converted, tuple(closed.consts)
 
 
-def _smooth_ap(fn, scores, labels, where, positive, negative, chunk_size):
+def _smooth_ap(fn, scores, labels, where, positive, negative, chunk_size, max_relevant):
   """Per-list smoothed AP `[...]`, the mask of lists with a relevant item, the checked inputs.
 
   `positive` is a step `(fn, params)`, `params` a tuple of hyperparameters (numbers or arrays,
@@ -427,6 +521,7 @@ def _smooth_ap(fn, scores, labels, where, positive, negative, chunk_size):
   when there are any: a fresh converted function would compile anew at each call).
   """
   checks.check_positive_int(fn, "chunk_size", chunk_size, allow_none=True)
+  checks.check_positive_int(fn, "max_relevant", max_relevant, allow_none=True)
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
   dtype = lists.compute_dtype(scores.dtype)
   list_shape, n = scores.shape[:-1], scores.shape[-1]
@@ -455,6 +550,8 @@ def _smooth_ap(fn, scores, labels, where, positive, negative, chunk_size):
       positive_step=positive_fn,
       negative_step=negative_fn,
       chunk=chunk,
+      count=None if max_relevant is None else min(max_relevant, n),
+      platform=platforms.forced(),
   )
   return ap, valid, scores, where
 
@@ -471,6 +568,7 @@ def smooth_rank_ap_loss(
     negative_step_fn: types.StepFn,
     where: jax.typing.ArrayLike | None = None,
     chunk_size: int | None = None,
+    max_relevant: int | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""`1 - AP` with ranks smoothed by the given step functions: the mechanism of every loss here.
@@ -498,6 +596,23 @@ def smooth_rank_ap_loss(
   O(B * n) plus one chunk of `B * chunk_size * n` pairs, in the forward and in the backward pass
   (custom VJP: reverse mode only).
 
+  **A bound on relevant items** (`max_relevant=K`, static). Without it the loop runs until the
+  list with the most relevant items is done: a trip count known only at run time, which XLA's
+  cost analysis cannot count (the TPU compiler's estimate is negative) and which keeps every
+  list's slots in `[B, n]` arrays for the backward pass. With it the loop takes `ceil(K / chunk)`
+  steps, a static trip count, and the backward pass reads `[B, K]` slots. The bound is the
+  caller's promise (in-batch lists with `m` items per class: `K = m - 1`): a list with more than
+  `K` relevant valid items gives NaN and a zero gradient, so that a broken promise shows in the
+  loss rather than as a silently wrong value (its first `K` relevant items only). Unlike the
+  blackbox losses' `max_relevant`, there is no fallback to the general loop: a `lax.cond` holding
+  that loop makes the TPU compiler's estimate uncountable again, which the bound exists to avoid.
+
+  Platforms: on CPU each step gathers its items' scores and scatter-adds their gradients; on
+  accelerators (GPU, TPU), which serialise gathers and scatters, both are one compare-and-sum over
+  the list (O(B chunk n), as the step's comparisons are), chosen at lowering
+  (`platforms.by_platform`); steps of several relevant items find them by `chunk` minimums over
+  the list there, by one scatter of slots on CPU. The same values and gradients.
+
   Args:
     scores: `[..., n]` floating scores, higher is better.
     labels: `[..., n]` labels; relevant iff `>= 1`.
@@ -508,6 +623,8 @@ def smooth_rank_ap_loss(
     chunk_size: relevant items of every list compared with their lists at each step (a positive
       int); `None` picks the largest that keeps a step within 2**22 pairs (at least 1). It changes
       the memory, never the result.
+    max_relevant: optional static bound `K` on the relevant valid items of a list (see above);
+      `None` loops until the list with the most relevant items is done.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
@@ -527,7 +644,8 @@ def smooth_rank_ap_loss(
   checks.check_callable(fn, "negative_step_fn", negative_step_fn, hint=hint)
   positive = (positive_step_fn, None)
   negative = None if negative_step_fn is positive_step_fn else (negative_step_fn, None)
-  ap, valid, scores, where = _smooth_ap(fn, scores, labels, where, positive, negative, chunk_size)
+  ap, valid, scores, where = _smooth_ap(
+      fn, scores, labels, where, positive, negative, chunk_size, max_relevant)
   return lists.finish(1 - ap, scores, where, valid, reduce_fn)
 
 
@@ -560,6 +678,7 @@ def smoothap_loss(
     where: jax.typing.ArrayLike | None = None,
     temperature: jax.typing.ArrayLike = 0.01,
     chunk_size: int | None = None,
+    max_relevant: int | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""The Smooth-AP loss (Brown et al. 2020): every step of the ranks is a sigmoid.
@@ -589,6 +708,9 @@ def smoothap_loss(
     temperature: `T > 0`, default 0.01 (the Smooth-AP code's and ROADMAP's setting). A Python
       number is checked at once; a traced array is not, and gets a gradient.
     chunk_size: relevant items per list per step, or `None` (see `smooth_rank_ap_loss`).
+    max_relevant: optional static bound `K` on the relevant valid items of a list: `ceil(K /
+      chunk)` steps, a trip count the compiler knows; a list with more gives NaN (see
+      `smooth_rank_ap_loss`).
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
@@ -605,13 +727,15 @@ def smoothap_loss(
   fn = "smoothap_loss"
   _check_temperature(fn, temperature)
   step = (_sigmoid, (temperature,))
-  ap, valid, scores, where = _smooth_ap(fn, scores, labels, where, step, None, chunk_size)
+  ap, valid, scores, where = _smooth_ap(
+      fn, scores, labels, where, step, None, chunk_size, max_relevant)
   return lists.finish(1 - ap, scores, where, valid, reduce_fn)
 
 
-def _supap(fn, scores, labels, where, tau, rho, delta, chunk_size):
+def _supap(fn, scores, labels, where, tau, rho, delta, chunk_size, max_relevant):
   negative = (_supap_negative, (tau, rho, delta))
-  return _smooth_ap(fn, scores, labels, where, (_heaviside, ()), negative, chunk_size)
+  return _smooth_ap(
+      fn, scores, labels, where, (_heaviside, ()), negative, chunk_size, max_relevant)
 
 
 def supap_loss(
@@ -623,6 +747,7 @@ def supap_loss(
     rho: jax.typing.ArrayLike = 100.0,
     delta: jax.typing.ArrayLike = 0.05,
     chunk_size: int | None = None,
+    max_relevant: int | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""The SupAP loss (Ramzi et al. 2021, eq. 3-5): exact rank among positives, `H^-` for the rest.
@@ -655,6 +780,9 @@ def supap_loss(
     rho: slope of `H^-` after `delta`, `>= 0` (paper: 100; 0 gives a constant after `delta`).
     delta: start of the linear part, `>= 0` (0.05, the authors' configs).
     chunk_size: relevant items per list per step, or `None` (see `smooth_rank_ap_loss`).
+    max_relevant: optional static bound `K` on the relevant valid items of a list: `ceil(K /
+      chunk)` steps, a trip count the compiler knows; a list with more gives NaN (see
+      `smooth_rank_ap_loss`).
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
@@ -670,7 +798,8 @@ def supap_loss(
   """
   fn = "supap_loss"
   _check_supap(fn, tau, rho, delta)
-  ap, valid, scores, where = _supap(fn, scores, labels, where, tau, rho, delta, chunk_size)
+  ap, valid, scores, where = _supap(
+      fn, scores, labels, where, tau, rho, delta, chunk_size, max_relevant)
   return lists.finish(1 - ap, scores, where, valid, reduce_fn)
 
 
@@ -745,6 +874,7 @@ def roadmap_loss(
     alpha: jax.typing.ArrayLike = 0.9,
     beta: jax.typing.ArrayLike = 0.6,
     chunk_size: int | None = None,
+    max_relevant: int | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""The ROADMAP loss (Ramzi et al. 2021, eq. 2): SupAP plus the calibration loss.
@@ -772,6 +902,9 @@ def roadmap_loss(
     alpha: see `calibration_loss` (0.9).
     beta: see `calibration_loss` (0.6).
     chunk_size: relevant items per list per step, or `None` (see `smooth_rank_ap_loss`).
+    max_relevant: optional static bound `K` on the relevant valid items of a list: `ceil(K /
+      chunk)` steps, a trip count the compiler knows; a list with more gives NaN (see
+      `smooth_rank_ap_loss`).
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
@@ -789,7 +922,8 @@ def roadmap_loss(
   checks.check_real(fn, "lam", lam, at_least=0, at_most=1, hint="It weighs the calibration loss.")
   _check_supap(fn, tau, rho, delta)
   _check_calibration(fn, alpha, beta)
-  ap, valid, scores, where = _supap(fn, scores, labels, where, tau, rho, delta, chunk_size)
+  ap, valid, scores, where = _supap(
+      fn, scores, labels, where, tau, rho, delta, chunk_size, max_relevant)
   _, labels, _ = checks.check_lists(fn, scores, labels, where)  # Broadcast, behind the barrier.
   calibration, _ = _calibration(scores, labels, where, alpha, beta)
   values = (1 - lam) * (1 - ap) + lam * calibration
