@@ -18,6 +18,7 @@ from jax import test_util as jtu
 import jaxrank
 from jaxrank._src import histogram
 from jaxrank._src import lists
+from jaxrank._src import platforms
 
 
 class Case(NamedTuple):
@@ -47,6 +48,15 @@ ap_metric = jax.jit(jaxrank.ap_metric, static_argnames="reduce_fn")
 batch_retrieval = jax.jit(jaxrank.batch_retrieval)
 TOL64 = dict(rtol=1e-10, atol=1e-12)
 TOL32 = dict(rtol=2e-5, atol=2e-6)
+
+
+@pytest.fixture(autouse=True, params=platforms.PLATFORMS)
+def platform(request):
+  """Runs every test once on each form of the binning (`platforms.by_platform`): the CPU's
+  scatter-add and the accelerators' per-bin reductions, both on this CPU. Functions the test jits
+  are traced inside, so they take the form too. Yields the platform's name."""
+  with platforms.forced_platform(request.param):
+    yield request.param
 
 
 def run(case, scores, labels, *, where=None, reduce_fn=jnp.mean, **kwargs):
@@ -184,6 +194,52 @@ def test_soft_histograms_derivative(first, last, num_centres, x64):
   assert np.all(dv[~beyond & where] != 0)
 
 
+@pytest.mark.parametrize("num_centres", [5, 11, histogram.UNROLL_BINS + 3])
+def test_forms_agree_at_the_kinks(num_centres, x64):
+  # Items exactly on the centres (where the weight's slope jumps), on and beyond the ends
+  # (clipped), masked (NaN) and in between: the accelerators' histograms and their derivatives in
+  # both modes equal the CPU's, up to the order of the sums (the autouse fixture is overridden).
+  rng = np.random.default_rng(3)
+  shape = (3, 2 * num_centres)
+  position = rng.integers(-1, num_centres + 1, shape) + np.where(
+      rng.random(shape) < 0.5, 0.0, rng.uniform(0.05, 0.95, shape))
+  position[:, :2] = [0.0, num_centres - 1.0]  # Both ends exactly.
+  values = 1.0 - 2.0 * position / (num_centres - 1)
+  relevance = rng.uniform(0, 2, shape) * (rng.random(shape) < 0.6)
+  where = rng.random(shape) < 0.85
+  values = np.where(where, values, np.nan)
+  coef = rng.standard_normal(shape[:-1] + (num_centres, 2))
+  tangents = (rng.standard_normal(shape), rng.standard_normal(shape))
+
+  def f(v, r):
+    h = histogram.soft_histograms(
+        v, r, where, num_centres=num_centres, first_centre=1.0, last_centre=-1.0,
+        dtype=jnp.float64,
+    )
+    return jnp.sum(h.total**2 * coef[..., 0]) + jnp.sum(h.relevant**2 * coef[..., 1])
+
+  def derivatives():
+    hist = histogram.soft_histograms(
+        values, relevance, where, num_centres=num_centres, first_centre=1.0, last_centre=-1.0,
+        dtype=jnp.float64,
+    )
+    return (
+        hist,
+        jax.grad(f, argnums=(0, 1))(values, relevance),
+        jax.grad(f)(values, relevance),  # The relevance's tangent a symbolic zero.
+        jax.jvp(f, (values, relevance), tangents)[1],
+        jax.jvp(lambda v: f(v, relevance), (values,), tangents[:1])[1],
+        jax.jvp(lambda r: f(values, r), (relevance,), tangents[1:])[1],
+    )
+
+  with platforms.forced_platform(platforms.CPU):
+    want = derivatives()
+  with platforms.forced_platform(platforms.ACCELERATOR):
+    got = derivatives()
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12), got, want)
+  assert np.all(np.isfinite(want[1][0])) and np.any(want[1][0] != 0)
+
+
 def _max_intermediate_size(jaxpr) -> int:
   """The largest array (elements) any equation of a jaxpr, or of its sub-jaxprs, produces."""
   biggest = 0
@@ -199,9 +255,12 @@ def _max_intermediate_size(jaxpr) -> int:
 
 
 @pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
-def test_no_items_by_bins_tensor(fn):
+def test_no_items_by_bins_tensor(fn, platform):
   # P lists of n items into ~M bins: nothing of size P * n * M in the forward or backward pass.
-  p, n, m = 4, 64, 128
+  # The accelerators' form has one reduction per bin up to UNROLL_BINS bins (beyond, all bins on a
+  # leading axis of one fused reduction, an [M, P, n] operand in the jaxpr that XLA never stores).
+  p, n = 4, 64
+  m = 128 if platform == platforms.CPU else histogram.UNROLL_BINS // 2
   scores, labels, where = random_lists(1, (p, n))
   loss = functools.partial(fn, labels=labels, where=where, num_bins=m)
   jaxpr = jax.make_jaxpr(jax.value_and_grad(lambda s: loss(s)))(scores.astype(np.float32))

@@ -49,10 +49,18 @@ centres. Since `d = 2 - 2 s` maps one grid onto the other, `fastap_loss(s, y, nu
   AP when the items sit on bin centres (hard binning). It does not converge to AP for arbitrary
   scores: soft binning keeps a bias of order `1 / rank`.
 
-**Cost.** Each item is scattered into its two bins (one `segment_sum` over flattened indices):
-O(n) time and memory per list, O(B n) for `B` lists, plus O(B M) for the `M` bins; no `[..., n, M]`
-tensor is built, in the forward pass or in the gradient. Through `jaxrank.batch_retrieval` add the
-`[B, B]` similarity matrix and its O(B^2 D) matrix product.
+**Cost.** Memory O(B n) for `B` lists of `n` items plus O(B M) for the `M` bins: no `[..., n, M]`
+tensor is stored, in the forward pass or in the gradient. The binning takes one of two forms, by
+platform (`platforms.by_platform`), with the same terms summed in another order:
+
+* on a CPU, each item is scattered into its two bins (one `segment_sum` over flattened indices):
+  O(n) time per list, O(B n) for `B` lists;
+* on a GPU or TPU, where a scatter or gather runs serially, each bin is a reduction over every
+  list of the items' weights in that bin (one fused pass over the lists for all bins, and one for
+  the gradient): O(n M) arithmetic per list, no scatter, no gather, the lists' items on the last
+  axis.
+
+Through `jaxrank.batch_retrieval` add the `[B, B]` similarity matrix and its O(B^2 D) product.
 """
 
 from __future__ import annotations
@@ -67,6 +75,7 @@ import numpy as np
 from jaxrank import types
 from jaxrank._src import checks
 from jaxrank._src import lists
+from jaxrank._src import platforms
 from jaxrank._src import ranking
 
 
@@ -88,9 +97,6 @@ class SoftHistograms(NamedTuple):
 # compiled computation per shape instead of every primitive, and under an outer jit they inline.
 
 
-@functools.partial(
-    jax.jit, static_argnames=("num_centres", "first_centre", "last_centre", "dtype")
-)
 def soft_histograms(
     values, relevance, where, *, num_centres, first_centre, last_centre, dtype
 ) -> SoftHistograms:
@@ -110,10 +116,14 @@ def soft_histograms(
   lets such weights fall off instead. Histograms are accumulated in at least float32 and their
   gradient flows through the weights (piecewise constant in `v`, `\pm 1/\Delta`).
 
-  Cost: one scatter-add (`jax.ops.segment_sum`) of four terms per item (its two bins' weights
-  and relevance-weighted weights), O(n) time and memory per list, O(B n + B M) for `B` lists: an
-  `[..., n, M]` tensor is never built. The derivative is written out (a custom JVP, so forward
-  and reverse mode both work); in reverse mode each item gathers its two bins' cotangents.
+  Cost: memory O(B n + B M) for `B` lists: an `[..., n, M]` tensor is never stored. On a CPU, one
+  scatter-add (`jax.ops.segment_sum`) of four terms per item (its two bins' weights and
+  relevance-weighted weights), O(n) time per list; in reverse mode each item gathers its two
+  bins' cotangents. On a GPU or TPU, no scatter or gather: each bin is a reduction over the list
+  of the items' weights in that bin, O(n M) arithmetic per list in one fused pass, and the
+  gradient one more pass that sums, per item, the cotangents of the bins it lies in (module
+  docstring, *Cost*). The derivative is written out (a custom JVP, so forward and reverse mode
+  both work), the same on both platforms.
 
   The shared primitive of every histogram loss; its callers check the inputs.
 
@@ -137,9 +147,36 @@ def soft_histograms(
   >>> h.relevant.tolist(), h.total.tolist()
   ([1.25, 0.75, 0.0], [1.25, 0.75, 1.0])
   """
+  return _soft_histograms(
+      values, relevance, where, num_centres=num_centres, first_centre=first_centre,
+      last_centre=last_centre, dtype=dtype, platform=platforms.forced(),
+  )
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("num_centres", "first_centre", "last_centre", "dtype", "platform"),
+)
+def _soft_histograms(
+    values, relevance, where, *, num_centres, first_centre, last_centre, dtype, platform
+):
+  """`soft_histograms`, its compiled programs keyed by `platform` (`platforms.forced()`)."""
   values = values.astype(dtype)
   relevance = jnp.where(where, relevance.astype(dtype), jnp.zeros((), dtype))
-  hist = _binned(values, relevance, where, num_centres, first_centre, last_centre)
+  binning = (num_centres, first_centre, last_centre)
+
+  def scattered(v, r, w):
+    return _binned(v, r, w, *binning)
+
+  # Rematerialised: the gradient recomputes each item's bin from the values inside its own fused
+  # pass; otherwise XLA keeps the forward pass's per-bin masks (M arrays of [B, n]) for it.
+  @jax.checkpoint
+  def dense(v, r, w):
+    return _dense_binned(v, r, w, *binning)
+
+  hist = platforms.by_platform(
+      values, relevance, where, cpu=scattered, accelerator=dense, platform=platform
+  )
   return SoftHistograms(relevant=hist[..., 1], total=hist[..., 0])
 
 
@@ -225,6 +262,67 @@ def _binned_jvp(num_centres, first_centre, last_centre, primals, tangents):
   return hist, dhist
 
 
+# The accelerators' form (`_dense_binned`) writes one reduction per bin up to this many bins (a
+# static loop, which XLA fuses into one pass over the lists); beyond, one reduction over a leading
+# axis of all bins (the same terms; compiling the loop takes longer than the bins are worth).
+UNROLL_BINS = 64
+
+
+def _dense_sums(lower, lower_terms, upper_terms, weights, num_centres):
+  """`[..., M, len(weights)]`: per bin `m`, `sum_i t_i x_i` over each list for each `x` in
+  `weights`, with `t_i` the item's `lower_terms` if its lower bin `k` is `m`, its `upper_terms`
+  if `k + 1` is `m`, else 0. No scatter: each bin compares every item's `k` with `m`.
+
+  Term for term the sums of `_to_bins` (summed in another order): the same comparisons of `k`
+  decide each item's two bins, and each term is the same product.
+  """
+  zero = jnp.zeros((), lower_terms.dtype)
+
+  def sums(bins):  # `bins`: one bin (a Python int), or every bin on a leading axis.
+    terms = jnp.where(lower == bins, lower_terms, jnp.where(lower == bins - 1, upper_terms, zero))
+    return jnp.stack([jnp.sum(terms * x, axis=-1) for x in weights], axis=-1)
+
+  if num_centres <= UNROLL_BINS:
+    return jnp.stack([sums(m) for m in range(num_centres)], axis=-2)
+  bins = jnp.arange(num_centres, dtype=lower.dtype).reshape((num_centres,) + (1,) * lower.ndim)
+  return jnp.moveaxis(sums(bins), 0, -2)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4, 5))
+def _dense_binned(values, relevance, where, num_centres, first_centre, last_centre):
+  """`_binned` without a scatter (the accelerators' form): the same `[..., M, 2]` histograms,
+  each bin a reduction over the list (`_dense_sums`)."""
+  lower, frac, _ = _bin_positions(values, where, num_centres, first_centre, last_centre)
+  valid = where.astype(values.dtype)
+  return _dense_sums(lower, 1 - frac, frac, (valid, relevance), num_centres)
+
+
+@functools.partial(_dense_binned.defjvp, symbolic_zeros=True)
+def _dense_binned_jvp(num_centres, first_centre, last_centre, primals, tangents):
+  """The rule of `_binned_jvp`: moving `f` by `df` moves `df` times the item's weight from bin
+  `k` to `k + 1`; a relevance tangent is split between the bins like the relevance.
+
+  Written so that reverse mode needs no gather: the values' cotangent of an item is one sum over
+  the bins of `-(cotangent of bin m)` where `m = k` and `+` where `m = k + 1`, which XLA fuses
+  into one pass over the lists. Zero tangents (the relevance of a loss) are skipped.
+  """
+  values, relevance, where = primals
+  dvalues, drelevance, _ = tangents
+  lower, frac, inside = _bin_positions(values, where, num_centres, first_centre, last_centre)
+  valid = where.astype(values.dtype)
+  hist = _dense_sums(lower, 1 - frac, frac, (valid, relevance), num_centres)
+  dhist = jnp.zeros_like(hist)
+  if not isinstance(dvalues, jax.custom_derivatives.SymbolicZero):
+    scale = (num_centres - 1) / (last_centre - first_centre)
+    dfrac = jnp.where(where & inside, dvalues * scale, jnp.zeros_like(dvalues))
+    dhist = _dense_sums(lower, -dfrac, dfrac, (valid, relevance), num_centres)
+  if not isinstance(drelevance, jax.custom_derivatives.SymbolicZero):
+    drelevance = jnp.where(where, drelevance, jnp.zeros_like(drelevance))
+    split = _dense_sums(lower, 1 - frac, frac, (drelevance,), num_centres)
+    dhist = dhist + jnp.concatenate([jnp.zeros_like(split), split], axis=-1)
+  return hist, dhist
+
+
 def _histogram_ap(hist: SoftHistograms, num_relevant: jax.Array) -> jax.Array:
   """The per-bin AP estimate `(1/N+) sum_m h+_m H+_m / H_m`, empty prefixes giving 0.
 
@@ -250,10 +348,6 @@ def identity(scores):
   return scores
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=("estimator", "to_values", "num_centres", "first_centre", "last_centre"),
-)
 def binned_ap_estimates(
     scores, labels, where, *, estimator, to_values, num_centres, first_centre, last_centre
 ):
@@ -263,12 +357,29 @@ def binned_ap_estimates(
   `tie_aware.py` and `hamming.py`): relevance histograms of `to_values(scores)`, then
   `estimator(histograms, num_relevant)`. Inputs are checked by the caller.
   """
+  return _binned_ap_estimates(
+      scores, labels, where, estimator=estimator, to_values=to_values, num_centres=num_centres,
+      first_centre=first_centre, last_centre=last_centre, platform=platforms.forced(),
+  )
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=(
+        "estimator", "to_values", "num_centres", "first_centre", "last_centre", "platform"
+    ),
+)
+def _binned_ap_estimates(
+    scores, labels, where, *, estimator, to_values, num_centres, first_centre, last_centre,
+    platform,
+):
+  """`binned_ap_estimates`, its compiled programs keyed by `platform` (`platforms.forced()`)."""
   dtype = lists.compute_dtype(scores.dtype)
   relevant = where & (labels >= 1)
   num_relevant = jnp.sum(relevant, axis=-1)
   # Lists without a relevant item are binned as zeros: zero gradient even if they hold a NaN.
   safe = lists.counted_scores(scores, where, num_relevant > 0)
-  hist = soft_histograms(
+  hist = _soft_histograms(
       to_values(safe.astype(dtype)),
       relevant.astype(dtype),
       where,
@@ -276,6 +387,7 @@ def binned_ap_estimates(
       first_centre=first_centre,
       last_centre=last_centre,
       dtype=dtype,
+      platform=platform,
   )
   values = estimator(hist, num_relevant)
   return lists.nan_if_any(values, scores, where), num_relevant > 0
@@ -354,9 +466,10 @@ def fastap_loss(
   of relevant items only gives loss 0. Values and gradients are finite in every case. The exact
   gradient is the autodiff one; it equals the analytic gradient of App. C (eq. 33-46).
 
-  **Cost.** O(n) time and memory per list (a scatter-add into two bins per item) plus O(L): O(B n)
-  for `B` lists, never an `[..., n, L]` tensor. Through `batch_retrieval` add the `[B, B]` score
-  matrix and its O(B^2 D) product.
+  **Cost.** O(n) memory per list plus O(L): O(B n) for `B` lists, never an `[..., n, L]` tensor;
+  O(n) time per list on a CPU (a scatter-add into two bins per item), O(n L) arithmetic in one
+  fused pass on a GPU or TPU (no scatter; module docstring, *Cost*). Through `batch_retrieval`
+  add the `[B, B]` score matrix and its O(B^2 D) product.
 
   Args:
     scores: `[..., n]` floating cosine similarities in `[-1, 1]`, higher is better (checked when
@@ -445,9 +558,10 @@ def soft_binning_ap_loss(
   reduction; a list of relevant items only gives loss 0; values and gradients are finite in every
   case.
 
-  **Cost.** O(n) time and memory per list (a scatter-add into two bins per item) plus O(M): O(B n)
-  for `B` lists, never an `[..., n, M]` tensor. Through `batch_retrieval` add the `[B, B]` score
-  matrix and its O(B^2 D) product.
+  **Cost.** O(n) memory per list plus O(M): O(B n) for `B` lists, never an `[..., n, M]` tensor;
+  O(n) time per list on a CPU (a scatter-add into two bins per item), O(n M) arithmetic in one
+  fused pass on a GPU or TPU (no scatter; module docstring, *Cost*). Through `batch_retrieval`
+  add the `[B, B]` score matrix and its O(B^2 D) product.
 
   Args:
     scores: `[..., n]` floating similarities in `[-1, 1]`, higher is better (checked when known).

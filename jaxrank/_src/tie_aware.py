@@ -115,6 +115,7 @@ from jaxrank._src import checks
 from jaxrank._src import harmonic
 from jaxrank._src import histogram
 from jaxrank._src import lists
+from jaxrank._src import platforms
 from jaxrank._src import ranking
 
 # ---------------------------------------------------------------------------------------------
@@ -189,9 +190,6 @@ def _simplified_tie_aware_dcg_estimate(hist: histogram.SoftHistograms) -> jax.Ar
 # Jitted bodies and the two loss helpers (one for the AP estimators, one for the NDCG ones).
 
 
-@functools.partial(
-    jax.jit, static_argnames=("estimator", "num_centres", "first_centre", "last_centre")
-)
 def binned_ndcg_estimates(
     scores, labels, where, *, estimator, num_centres, first_centre, last_centre
 ):
@@ -202,6 +200,22 @@ def binned_ndcg_estimates(
   `estimator(histograms)` divided by the exact ideal DCG (0 where it is 0). Inputs are checked by
   the caller; a valid NaN score makes its list NaN.
   """
+  return _binned_ndcg_estimates(
+      scores, labels, where, estimator=estimator, num_centres=num_centres,
+      first_centre=first_centre, last_centre=last_centre, platform=platforms.forced(),
+  )
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("estimator", "num_centres", "first_centre", "last_centre", "platform"),
+)
+def _binned_ndcg_estimates(
+    scores, labels, where, *, estimator, num_centres, first_centre, last_centre, platform
+):
+  """`binned_ndcg_estimates`, its compiled programs keyed by the forced platform (`platform`,
+  which `histogram.soft_histograms` reads when traced)."""
+  del platform
   dtype = lists.compute_dtype(scores.dtype)
   gains = ranking.gains(labels, where, dtype)
   ideal = ranking.ideal_dcg(gains)
