@@ -104,7 +104,8 @@ def _contrastive_lists(scores, relevant, where, pos_margin, neg_margin, *, platf
     return pos + neg
 
   values = platforms.by_platform(
-      s, relevant, other, pos_margin, neg_margin, cpu=cpu, accelerator=_contrastive_one_pass,
+      s, relevant, other, pos_margin, neg_margin, cpu=cpu,
+      accelerator=lambda s, *args: _contrastive_one_pass(s, *_varying(args, s)),
       platform=platform,
   )
   return values, valid
@@ -147,6 +148,13 @@ def _contrastive_bwd(residuals, g):
 
 
 _contrastive_one_pass.defvjp(_contrastive_fwd, _contrastive_bwd)
+
+
+def _varying(arrays, template):
+  """`arrays` marked varying over the `shard_map` axes of `template` (no-op outside), so that a
+  custom VJP's cotangents of shared hyperparameters have their arguments' type (JAX sums them
+  over the devices when it transposes the marking)."""
+  return tuple(lists.varying_like(x, template) for x in arrays)
 
 
 def _summed_to(x, like):
@@ -250,7 +258,8 @@ def _triplet_lists_jit(scores, relevant, where, margin, *, platform):
     return jnp.where(valid, jax.nn.relu(hardest_neg - hardest_pos + margin), 0)
 
   values = platforms.by_platform(
-      s, relevant, other, valid, margin, cpu=cpu, accelerator=_batch_hard_one_pass,
+      s, relevant, other, valid, margin, cpu=cpu,
+      accelerator=lambda s, *args: _batch_hard_one_pass(s, *_varying(args, s)),
       platform=platform,
   )
   return values, valid
@@ -407,7 +416,7 @@ def _multi_similarity_lists_jit(
       hardest_pos, hardest_neg = _hardest(fixed, relevant, other)
       relevant = relevant & (fixed - epsilon < hardest_neg[..., None])
       other = other & (fixed + epsilon > hardest_pos[..., None])
-    return _multi_similarity_one_pass(s, relevant, other, alpha, beta, base)
+    return _multi_similarity_one_pass(s, *_varying((relevant, other, alpha, beta, base), s))
 
   values = platforms.by_platform(
       s, relevant, other, alpha, beta, base, epsilon, cpu=cpu, accelerator=accelerator,
