@@ -55,13 +55,20 @@ def check_lists(
   many lists of scores, as rax allows); `where=None` becomes all True.
 
   Labels and mask closed over by a traced caller are embedded in the program compactly
-  (`lists.embedded_compactly`), and both go through `lists.opaque`: the same values, compiled
-  faster.
+  (`lists.embedded_compactly`) and go through `lists.opaque`: the same values, compiled faster.
+  Traced labels and masks (arguments of the caller's `jit`, or computed in it) do not: nothing
+  is folded from them, and a barrier would only stop XLA from fusing what is computed from them
+  into their consumers (on a TPU it wrote `[B, B]` relevance and masks to memory and read them
+  back, a third of a pair loss's bytes).
 
   Raises at trace time: `TypeError` for non-floating scores, non-numeric labels or a non-boolean
   `where`; `ValueError` for shapes that do not broadcast to that of `scores`, or a scalar.
   """
   scores = jnp.asarray(scores)
+  # Inside a trace, arrays that are not tracers are constants the caller closed over.
+  traced = isinstance(scores, jax.core.Tracer)
+  captured = [traced and x is not None and not isinstance(x, jax.core.Tracer)
+              for x in (labels, where)]
   # Arrays the caller closed over are embedded in the program; compactly (see lists.opaque too).
   labels = jnp.asarray(lists.embedded_compactly(labels, scores))
   where = lists.embedded_compactly(where, scores)
@@ -91,7 +98,10 @@ def check_lists(
   labels = jnp.broadcast_to(labels, scores.shape)
   where = check_mask(fn, "where", where, scores.shape)
   # Captured labels and masks would be constant-folded by XLA (slow compiles): see lists.opaque.
-  labels, where = lists.opaque(labels, where)
+  if captured[0]:
+    (labels,) = lists.opaque(labels)
+  if captured[1]:
+    (where,) = lists.opaque(where)
   return scores, labels, where
 
 

@@ -28,9 +28,10 @@ def opaque(*arrays: jax.Array) -> tuple[jax.Array, ...]:
   (`jax.jit(jax.grad(lambda s: loss(s, labels, where=mask)))`), which makes them compile-time
   constants; XLA then constant-folds whatever is computed from them alone (relevance masks, gains,
   counts, cumulative sums, sorts), which at `[4096, 4096]` takes seconds to minutes of compilation
-  on CPU and embeds the results in the program. `checks.check_lists` passes the labels and the mask
-  of every list-level function through this barrier, so nothing derived from them is folded
-  whatever the calling pattern; with traced inputs it changes nothing. Works under `jit`, `vmap`
+  on CPU and embeds the results in the program. `checks.check_lists` passes captured labels and
+  masks of every list-level function through this barrier, so nothing derived from them is folded
+  whatever the calling pattern. Traced inputs do not need it and do not get it: a barrier also
+  stops XLA from fusing the arrays' producers into their consumers. Works under `jit`, `vmap`
   and `grad` (the barrier is the identity for values and tangents). The constants themselves are
   embedded compactly (`embedded_compactly`).
   """
