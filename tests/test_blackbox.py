@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import jaxrank
-from jaxrank._src import blackbox
 from jaxrank._src import ranking
 
 # ---------------------------------------------------------------------------------------------
@@ -325,11 +324,10 @@ def test_both_sort_paths_give_the_same_values_and_gradients(loss_fn, lam):
   for branch in ranking.DESCENDING_RANKS_BRANCHES:
     with ranking.descending_ranks_branch(branch):
       for reduce_fn in (None, jnp.mean):
-        # Labels passed traced: concrete labels would rank by counting (few relevant items).
-        f = lambda s, y: jnp.sum(loss_fn(s, y, where=where, lam=lam, reduce_fn=reduce_fn))
-        results.append(jax.jit(jax.value_and_grad(f))(scores, labels))
-      results.append(jax.jit(lambda s, y: loss_fn(s, y, where=where, lam=lam, reduce_fn=None))(
-          scores, labels))
+        f = lambda s: jnp.sum(loss_fn(s, labels, where=where, lam=lam, reduce_fn=reduce_fn))
+        results.append(jax.value_and_grad(f)(scores))
+        results.append(jax.jit(jax.value_and_grad(f))(scores))
+      results.append(loss_fn(scores, labels, where=where, lam=lam, reduce_fn=None))
   half = len(results) // 2
   chex.assert_tree_all_finite(results)
   for numpy_result, xla_result in zip(results[:half], results[half:]):
@@ -440,26 +438,11 @@ def test_counting_needs_no_sort_and_no_callback():
   jaxpr = str(jax.make_jaxpr(jax.grad(
       lambda s: jnp.sum(ranking.blackbox_ranks_at(s, idx, valid, lam))))(s))
   assert "sort[" not in jaxpr and "pure_callback" not in jaxpr
-  assert "top_k" not in jaxpr and "gather" not in jaxpr and "scatter" not in jaxpr
+  # The loss keeps the sort only as the branch for lists of more than K relevant items.
   labels = jnp.array([[1, 0, 1, 0, 0], [0, 1, 0, 0, 0]])
-
-  def program(fn, *args):
-    return str(jax.make_jaxpr(jax.grad(fn))(s, *args))
-
-  # Traced labels and a bound: the sort is kept as the branch for lists beyond it.
-  # (Outside a forced platform, `lax.platform_dependent` is a `cond` of its own.)
-  checked = program(lambda s, y: jaxrank.blackbox_ap_loss(s, y, max_relevant=2), labels)
-  # Traced labels and no bound: the sort alone.
-  jaxpr = program(lambda s, y: jaxrank.blackbox_ap_loss(s, y), labels)
-  assert checked.count("cond[") > jaxpr.count("cond[")
-  assert ("sort[" in jaxpr or "callback" in jaxpr) and ("sort[" in checked or "callback" in checked)
-  # Concrete labels: the bound is read from them; counting alone, with or without max_relevant.
-  for k in (None, 2, 5):
-    jaxpr = program(lambda s: jaxrank.blackbox_recall_loss(s, labels, max_relevant=k))
-    assert "cond[" not in jaxpr and "sort[" not in jaxpr and "callback" not in jaxpr
-  # Concrete labels beyond the given bound: the sort alone (no check, no counting).
-  jaxpr = program(lambda s: jaxrank.blackbox_ap_loss(s, labels, max_relevant=1))
-  assert "top_k" not in jaxpr and ("sort[" in jaxpr or "callback" in jaxpr)
+  jaxpr = str(jax.make_jaxpr(jax.grad(
+      lambda s: jaxrank.blackbox_ap_loss(s, labels, max_relevant=2)))(s))
+  assert "cond[" in jaxpr and "top_k" in jaxpr
 
 
 def counting_cases():
@@ -479,19 +462,14 @@ def test_counting_path_equals_the_sort_path(loss_fn, lam, margin, rank_branch):
   for scores, labels, where in counting_cases():
     most = int(np.max(np.sum(where & (labels >= 1), axis=-1)))
     for reduce_fn in (None, jnp.mean):
-      def f(s, y, k):
-        return jnp.sum(loss_fn(s, y, where=where, lam=lam, margin=margin,
+      def f(s, k):
+        return jnp.sum(loss_fn(s, labels, where=where, lam=lam, margin=margin,
                                reduce_fn=reduce_fn, max_relevant=k))
 
-      traced = jax.jit(jax.value_and_grad(f), static_argnums=2)
-      want = traced(scores, labels, None)  # The sort: labels traced, no bound.
+      want = jax.value_and_grad(f)(scores, None)
       for k in (most, most + 3, 100, max(most - 1, 1)):  # Counting, counting, counting, sort.
-        chex.assert_trees_all_equal(traced(scores, labels, k), want)
-      for k in (None, most, max(most - 1, 1)):  # Concrete labels: counting, counting, sort.
-        got = jax.value_and_grad(lambda s: f(s, labels, k))(scores)
+        got = jax.jit(jax.value_and_grad(f), static_argnums=1)(scores, k)
         chex.assert_trees_all_equal(got, want)
-        chex.assert_trees_all_equal(jax.jit(jax.value_and_grad(lambda s: f(s, labels, k)))(scores),
-                                    want)
       moved = max(moved, float(np.abs(want[1]).max()))
   assert moved > 0 or lam < 1  # Not a trivial case (lam = 0.2 rarely moves these short lists).
 
@@ -506,10 +484,9 @@ def test_counting_path_on_random_tied_lists_and_under_vmap(loss_fn):
     labels = (rng.random(shape) < 0.4).astype(np.int32)
     where = rng.random(shape) < 0.85
     k = int(np.max(np.sum(where & (labels >= 1), axis=-1))) or 1
-    f = lambda s, y, k: loss_fn(s, y, where=where, lam=2.0, reduce_fn=jnp.sum, max_relevant=k)
-    want = jax.jit(jax.value_and_grad(f), static_argnums=2)(scores, labels, None)  # The sort.
-    chex.assert_trees_all_equal(jax.value_and_grad(f)(scores, labels, k), want)
-    chex.assert_trees_all_equal(jax.value_and_grad(f)(scores, labels, None), want)
+    f = lambda s, k: loss_fn(s, labels, where=where, lam=2.0, reduce_fn=jnp.sum, max_relevant=k)
+    want = jax.value_and_grad(f)(scores, None)
+    chex.assert_trees_all_equal(jax.value_and_grad(f)(scores, k), want)
     per_list = lambda s, y, w: loss_fn(s, y, where=w, lam=2.0, max_relevant=k)
     mapped = jax.vmap(jax.value_and_grad(per_list))(scores, labels, where)
     single = jax.vmap(jax.value_and_grad(
@@ -567,37 +544,3 @@ def test_masked_items_rank_below_a_valid_minus_infinity(rank_branch, loss, max_r
   finite = np.isfinite(np.asarray(scores[:, keep]))
   np.testing.assert_array_equal(np.asarray(grad)[:, keep][finite], np.asarray(want_grad)[finite])
   assert np.asarray(grad)[0, 2] == 0
-
-
-@pytest.mark.parametrize("loss_fn", LOSSES, ids=["ap", "recall"])
-def test_the_bound_is_read_from_concrete_labels_alike_under_jit_and_vmap(loss_fn, rank_branch):
-  """Concrete labels count (the bound read on the host), traced ones sort unless given a bound;
-  every way gives the same values and gradients."""
-  del rank_branch
-  rng = np.random.default_rng(14)
-  scores = awkward_scores(rng, (5, 11), ties=True)
-  scores[:3] = np.where(np.isnan(scores[:3]), 0.25, scores[:3])
-  labels = (rng.random((5, 11)) < 0.3).astype(np.int32)
-  labels[0] = 1  # One list of 11 relevant items: counted when concrete (COUNT_UP_TO = 16).
-  where = rng.random((5, 11)) < 0.9
-  assert blackbox.concrete_relevant_count(labels, where, scores.shape) == int(
-      np.max(np.sum(where & (labels >= 1), -1)))
-  assert blackbox.concrete_relevant_count(jnp.asarray(labels), None, scores.shape) == 11
-
-  def f(s, y, w):
-    return loss_fn(s, y, where=w, lam=1.5, reduce_fn=jnp.sum)
-
-  want = jax.jit(jax.value_and_grad(f))(scores, labels, where)  # Traced labels: the sort.
-  chex.assert_trees_all_equal(jax.value_and_grad(f)(scores, labels, where), want)
-  chex.assert_trees_all_equal(jax.jit(jax.value_and_grad(lambda s: f(s, labels, where)))(scores),
-                              want)
-  per_list = lambda s, y, w: loss_fn(s, y, where=w, lam=1.5)  # noqa: E731
-  mapped = jax.vmap(jax.value_and_grad(per_list))(scores, labels, where)  # Traced: the sort.
-  closed = jax.vmap(jax.value_and_grad(lambda s: per_list(s, labels[0], where[0])))(scores)
-  single = jax.value_and_grad(per_list)(scores[0], labels[0], where[0])  # Concrete: counting.
-  chex.assert_trees_all_equal(jax.tree.map(lambda x: x[0], mapped), single)
-  chex.assert_trees_all_equal(jax.tree.map(lambda x: x[0], closed), single)
-  # Beyond COUNT_UP_TO the concrete bound is not used: the sort, whatever the labels.
-  many = np.ones((2, blackbox.COUNT_UP_TO + 1), np.int32)
-  jaxpr = str(jax.make_jaxpr(lambda s: loss_fn(s, many))(np.zeros(many.shape, np.float32)))
-  assert "sort[" in jaxpr or "callback" in jaxpr

@@ -25,46 +25,6 @@ from jaxrank._src import lists
 from jaxrank._src import ranking
 
 
-COUNT_UP_TO = 16
-"""Relevant items per list up to which a loss with concrete labels ranks by counting by itself.
-
-Counting costs about `4 K` fused passes over each list forward and backward (`K` the most
-relevant items of a list), sorting two sorts: on CPU (numpy's sort) counting is faster for a few
-relevant items, on a TPU or GPU (XLA's sort) by far. Beyond this bound the loss sorts unless
-`max_relevant` says otherwise.
-"""
-
-
-def concrete_relevant_count(labels, where, shape) -> int | None:
-  """The most relevant valid items of any list, when `labels` and `where` are concrete: not
-  traced (numpy arrays, or arrays that a traced caller closed over), read on the host at trace
-  time; `None` when either is traced (or not readable on this process)."""
-  if isinstance(labels, jax.core.Tracer) or isinstance(where, jax.core.Tracer):
-    return None
-  try:
-    with jax.ensure_compile_time_eval():
-      relevant = jnp.asarray(labels) >= 1
-      if where is not None:
-        relevant = relevant & jnp.asarray(where)
-      relevant = jnp.broadcast_to(relevant, shape)
-      return int(jnp.max(jnp.sum(relevant, axis=-1), initial=0))
-  except RuntimeError:  # A global array spanning other processes' devices.
-    return None
-
-
-def _relevant_bound(labels, where, shape, max_relevant) -> tuple[int | None, bool]:
-  """`(K, checked)` for `ranking.blackbox_relevant_ranks`: the counting bound (`None`: sort) and
-  whether it must be checked at run time (traced labels with `max_relevant` given)."""
-  n = shape[-1]
-  known = concrete_relevant_count(labels, where, shape)
-  if known is None:
-    return (None if max_relevant is None else min(max_relevant, n)), True
-  bound = COUNT_UP_TO if max_relevant is None else max_relevant
-  if known > bound:
-    return None, False
-  return max(known, 1), False
-
-
 def _blackbox_list_values(fn, scores, labels, where, lam, margin, max_relevant, body):
   """The per-list body shared by the AP and recall losses, on either rank path.
 
@@ -75,14 +35,12 @@ def _blackbox_list_values(fn, scores, labels, where, lam, margin, max_relevant, 
   per-list values. Returns the values `[...]`, the relevant counts `[...]`, and the checked scores and mask
   (for `lists.finish`).
   """
-  labels_in, where_in = labels, where
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
   lam = ranking.check_lam(fn, lam)
   checks.check_real(
       fn, "margin", margin, at_least=0, scalar=False, hint="It is RaMBO's alpha (eq. 14): 0.02."
   )
   checks.check_positive_int(fn, "max_relevant", max_relevant, allow_none=True)
-  count, checked = _relevant_bound(labels_in, where_in, scores.shape, max_relevant)
   dtype = lists.compute_dtype(scores.dtype)
   relevant = where & (labels >= 1)
   # Eq. 14: positives move down and negatives up by half the margin.
@@ -100,8 +58,9 @@ def _blackbox_list_values(fn, scores, labels, where, lam, margin, max_relevant, 
     )
   lam = lam.astype(dtype) * jnp.maximum(num_valid, 1)
   num_relevant = jnp.sum(relevant, axis=-1)
+  count = None if max_relevant is None else min(max_relevant, shifted.shape[-1])
   ranks, relevant_ranks = ranking.blackbox_relevant_ranks(
-      shifted, relevant, lam, max_relevant=count, checked=checked
+      shifted, relevant, lam, max_relevant=count
   )
   values = body(ranks, relevant_ranks, relevant, num_relevant)
   return values, num_relevant, scores, where
@@ -146,33 +105,21 @@ def blackbox_ap_loss(
   Two exact paths, the same values and gradients (bit for bit; tested on ties, NaN, masks,
   margins and memory galleries):
 
-  * **sort**: one sort of each list forward and one backward, O(n log n) per list (numpy through
-    a host callback on CPU, XLA's sort on GPU and TPU, where sorting `[B, B]` lists costs hundreds
-    of times the similarity product's memory traffic);
-  * **counting**: the loss reads only the ranks of the relevant items, and Algorithm 1's backward
-    moves only their scores, so every item's rank before and after the move follows from
-    counting, for each of the first `K` relevant items of a list, the items above it and the
-    items it crosses: O(K n) per list, the same program on every platform (comparisons fused
-    into reductions over each list; no sort, gather, scatter or host callback).
+  * **sort** (`max_relevant=None`, the default): one sort of each list forward and one backward,
+    O(n log n) per list (numpy through a host callback on CPU, XLA's sort elsewhere);
+  * **counting** (`max_relevant=K`): the loss reads only the ranks of the relevant items, and
+    Algorithm 1's backward moves only their scores, so every item's rank before and after the
+    move follows from counting, for each relevant item, the items above it and the items it
+    crosses: O(K n) per list, no sort, no host callback. Taken when no list of the call has more
+    than `K` relevant valid items (one check on the whole batch at run time, `lax.cond`), else the
+    sort; under `vmap` both run.
 
-  Which path, decided when the function is traced (the same values and gradients either way,
-  under `jit` and `vmap` alike):
-
-  * **concrete labels** (and `where`): numpy arrays or arrays outside a trace, or arrays that a
-    jitted caller closed over: the most relevant valid items of any list, `K`, is read from them
-    on the host. Counting alone when `K <= max_relevant` (`blackbox.COUNT_UP_TO`, 16, when
-    `max_relevant` is None), else the sort alone.
-  * **traced labels** (arguments of a jitted function, `vmap`, and `batch_retrieval`'s relevance
-    inside a training step): the sort, unless `max_relevant=K` is given; then counting while no
-    list of the call has more than `K` relevant valid items (one check on the whole batch at run
-    time, `lax.cond`), the sort otherwise. `lax.cond` runs one branch, but the program holds both:
-    XLA's cost and memory analyses count the sort's too. The bound is the sampler's, which the
-    caller knows: in-batch lists with `m` items per class have `K = m - 1`, plus the class's items
-    in a memory gallery.
-
-  Counting costs `K` passes over each list whatever the actual count, so it pays while `K` is
-  small (`experiments/benchmarks/speed.py` times both on CPU, `accelerators.py` compiles both for
-  a TPU and a GPU).
+  Why a static argument: the path's shapes (`K` slots per list) are fixed when the function is
+  traced, while the number of relevant items is data (traced labels); the bound is the
+  sampler's, which the caller knows (in-batch lists with `m` items per class: `K = m - 1`, plus
+  the class's items in a memory gallery). Counting costs `K` passes over each list whatever the
+  actual count, so it pays while `K` is small (`experiments/benchmarks/speed.py` times both); the sort
+  stays the default because it suits any number of relevant items.
 
   Conventions and defaults:
 
@@ -202,9 +149,8 @@ def blackbox_ap_loss(
     where: optional `[..., n]` boolean mask of valid items.
     lam: blackbox interpolation strength (> 0) for normalised ranks; scalar or `[...]`.
     margin: the margin :math:`\alpha \geq 0` of eq. 14.
-    max_relevant: optional static bound `K` on the relevant valid items of a list: with traced
-      labels, counting instead of sorting while every list of the call has at most `K`; with
-      concrete labels, the largest count that is still counted (see above).
+    max_relevant: optional static bound `K` on the relevant valid items of a list: counting
+      instead of sorting while every list of the call has at most `K` (see above).
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
@@ -243,7 +189,7 @@ def blackbox_recall_loss(
   `lambda r: jnp.log1p(jnp.log1p(r))` (:math:`w_K \approx 1/(K \log K)`, "RaMBO log log"). Gradients come from `blackbox_ranks`, as in
   `blackbox_ap_loss`, whose conventions (`lam` on normalised ranks, Table 9 defaults, fixed margin,
   self-exclusion through `batch_retrieval`) apply here too, and so do its two paths (sort, or
-  counting, chosen as there). The loss is 0 when every relevant
+  counting with `max_relevant`). The loss is 0 when every relevant
   item is above every other item, and it is not bounded by 1.
 
   Args:
@@ -255,8 +201,7 @@ def blackbox_recall_loss(
     weight_fn: the cumulative weight :math:`W` of eq. 25, applied elementwise to the counts
       :math:`r_i` (as floats); it should be increasing with :math:`W(0) = 0`.
     max_relevant: optional static bound `K` on the relevant valid items of a list: counting
-      instead of sorting within it, read from concrete labels or checked at run time on traced
-      ones (`blackbox_ap_loss`).
+      instead of sorting while every list of the call has at most `K` (`blackbox_ap_loss`).
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:

@@ -260,16 +260,11 @@ def list_relevant_statistics(
 COMPARE_UP_TO = 32
 """Relevant items per list up to which the counts compare every item with every relevant score.
 
-Comparing is O(n R) per list for R relevant items; beyond, the counts come from one sort of each
-list (O(n log n) whatever R). On CPU comparing is the fastest way for small R (one vectorised
-compare-and-add per item and relevant score): measured on 2 CPU cores, 256 lists of 10,000
-scores, it takes 3 ms at R = 12, 7 ms at R = 32, 36 ms at R = 256 and 97 ms at R = 1,024; numpy's
-sort and search take 4 to 30 ms across those R. On a TPU or GPU comparing is one fused pass over
-the scores (the `[c, R, n]` comparison is never written), where a sort is many: by the TPU v5e
-compiler's estimate, for 1,024 lists of 60,000 scores, 0.33 ms up to R = 64 against 4.5 ms for
-XLA's sort; by count of vector operations (4 per item and relevant score against about 3 per item
-and stage of a bitonic sort of 2^16 items, 136 stages), comparing does a quarter of the sort's
-work at R = 32 and as much near R = 100.
+Comparing is O(n R) per list for R relevant items, and on CPU the fastest way for small R (one
+vectorised compare-and-add per item and relevant score); beyond, the counts come from one sort of
+each list (O(n log n) whatever R). Measured on 2 CPU cores, 256 lists of 10,000 scores: comparing
+takes 3 ms at R = 12, 7 ms at R = 32, 36 ms at R = 256 and 97 ms at R = 1,024; numpy's sort and
+search take 4 to 30 ms across those R.
 """
 
 
@@ -277,8 +272,8 @@ class Counts(NamedTuple):
   """What `count_above_and_tied` finds around thresholds, each array `[c, R]`.
 
   Attributes:
-    thresholds: the thresholds of each list: as given when counted by the CPU's comparing loop (at
-      most `COMPARE_UP_TO` of them), else in decreasing order with NaN (empty slots) last.
+    thresholds: the thresholds of each list: as given when counted by comparing (at most
+      `COMPARE_UP_TO` of them), else in decreasing order with NaN (empty slots) last.
     above: the valid scores of the list strictly above each threshold (0 for NaN).
     tied: the valid scores of the list equal to each threshold (0 for NaN).
   """
@@ -301,59 +296,40 @@ def count_above_and_tied(
       takes XLA's sort instead (same counts), for programs where a host callback must not run.
 
   Returns:
-    `Counts`: the thresholds and their counts (int32) in the same order: the order given when
-    counted by the CPU's comparing loop, else decreasing. The same integers on every path.
-    With at most `COMPARE_UP_TO` thresholds, by comparing, O(n R) per list: on CPU a loop over
-    the items with `[R, c]` accumulators; on GPU and TPU one fused comparison and reduction over
-    the items (nothing `[c, R, n]` is written; the thresholds are sorted first, `[c, R]`). Beyond,
-    by one sort of each list and a binary search of the sorted thresholds, O((n + R) log n) per
-    list: on CPU numpy's through `jax.pure_callback`, elsewhere XLA's. Chosen by platform when
-    lowered (`platforms.by_platform`): an accelerator's program holds no host callback;
+    `Counts`: the thresholds and their counts (int32) in the same order, which is the order given
+    when counted by comparing, else decreasing. The same integers on every path. On CPU, with at
+    most `COMPARE_UP_TO` thresholds, by comparing (O(n R) per list, `[R, c]` accumulators);
+    beyond, by one sort of each list and a binary search of the sorted thresholds
+    (O((n + R) log n) per list) in numpy through `jax.pure_callback`. On other platforms by XLA's
+    sort whatever R (a loop over the items would run as `n` small steps).
     `descending_ranks_branch` forces either platform's path ("numpy": the CPU's, "xla": the
-    others'). Memory O(c (n + R)).
+    others'), as for the ranks. Memory O(c (n + R)).
   """
+  branch = forced_branch()
   if thresholds.shape[-1] <= COMPARE_UP_TO:
-    cpu, accelerator = _compare_counts, _fused_compare_counts
+    cpu = _compare_counts
   else:
     cpu = _cpu_sorted_counts if host_callback else xla_sorted_counts
-    accelerator = xla_sorted_counts
-  ordered, above, tied = platforms.by_platform(
-      scores, thresholds, cpu=cpu, accelerator=accelerator
-  )
+  if branch == "numpy":
+    ordered, above, tied = cpu(scores, thresholds)
+  elif branch == "xla":
+    ordered, above, tied = xla_sorted_counts(scores, thresholds)
+  else:
+    ordered, above, tied = lax.platform_dependent(
+        scores, thresholds, cpu=cpu, default=xla_sorted_counts
+    )
   empty = jnp.isnan(ordered)
   return Counts(ordered, jnp.where(empty, 0, above), jnp.where(empty, 0, tied))
 
 
-COMPARE_TILE = 128
-"""Lists counted at once by the CPU's comparing loop: a chunk of more lists is counted in tiles of
-this many (`lax.map`), so that each tile's `[R, 128]` thresholds and accumulators stay in the
-core's first cache level. Measured on 2 CPU cores, 1,024 lists of 20,000 scores and 11
-thresholds: 47 ms of CPU time in tiles of 128 (47 in tiles of 64, 82 of 256) against 80 ms at
-once."""
-
-
 def _compare_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Array, ...]:
   """`(thresholds, above, tied)` by comparing: a loop over the `n` items with `[R, c]`
-  accumulators, the thresholds in their order (the CPU's path), in tiles of `COMPARE_TILE`
-  lists when `c` is a multiple of it.
+  accumulators, the thresholds in their order.
 
   Each step is one vectorised compare-and-add; on CPU this runs about 50x faster than
   `jnp.sum(scores[:, :, None] > thresholds[:, None, :], axis=1)`, whose XLA reduction is not
   vectorised, and it never materialises the `[c, n, R]` comparison.
   """
-  c = scores.shape[0]
-  if scores.ndim != 2 or c <= COMPARE_TILE or c % COMPARE_TILE:
-    return thresholds, *_compare_tile(scores, thresholds)
-  tiles = c // COMPARE_TILE
-  above, tied = lax.map(
-      lambda tile: _compare_tile(*tile),
-      (scores.reshape(tiles, COMPARE_TILE, -1), thresholds.reshape(tiles, COMPARE_TILE, -1)),
-  )
-  return thresholds, above.reshape(thresholds.shape), tied.reshape(thresholds.shape)
-
-
-def _compare_tile(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """`(above, tied)` of `_compare_counts` on one tile of lists."""
   scores_t, thresholds_t = scores.T, thresholds.T  # [n, c], [R, c]
 
   def step(j, counts):
@@ -365,25 +341,13 @@ def _compare_tile(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Array, 
   zeros = jnp.zeros(thresholds_t.shape, jnp.int32)
   zeros = lists.varying_like(lists.varying_like(zeros, thresholds_t), scores_t)
   above, tied = lax.fori_loop(0, scores_t.shape[0], step, (zeros, zeros), unroll=4)
-  return above.T, tied.T
-
-
-def _fused_compare_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Array, ...]:
-  """`(thresholds in decreasing order, above, tied)` by comparing every score with every
-  threshold in one reduction over the items (the accelerators' path for few thresholds): XLA
-  fuses the `[c, R, n]` comparison into the sums that read it, so the scores are read once, the
-  items on the last axis (a TPU's lanes). The thresholds are sorted as `xla_sorted_counts` sorts
-  them (`[c, R]`, next to nothing), so that every accelerator path gives the same `Counts`."""
-  keys = -jnp.sort(-thresholds, axis=-1)  # Decreasing, NaN last.
-  above = jnp.sum(scores[..., None, :] > keys[..., :, None], axis=-1, dtype=jnp.int32)
-  tied = jnp.sum(scores[..., None, :] == keys[..., :, None], axis=-1, dtype=jnp.int32)
-  return keys, above, tied
+  return thresholds, above.T, tied.T
 
 
 def xla_sorted_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Array, ...]:
   """`(thresholds in decreasing order, above, tied)` by XLA's sorts and a binary search: the
-  accelerators' path beyond `COMPARE_UP_TO` thresholds. Negated, the scores and thresholds sort
-  increasing with NaN last, where no search reaches them (NaN compares False)."""
+  path on GPU and TPU. Negated, the scores and thresholds sort increasing with NaN last, where
+  no search reaches them (NaN compares False)."""
   negated = jnp.sort(-scores, axis=-1)
   keys = jnp.sort(-thresholds, axis=-1)
 
@@ -671,95 +635,73 @@ def order_keys(scores: jax.Array) -> jax.Array:
   return jnp.where(bits < 0, bits ^ jnp.iinfo(int_dtype).max, bits)
 
 
-def _list_position(n: int, ndim: int) -> jax.Array:
-  """`[1, ..., 1, n]` int32 (`ndim` axes): each item's position in its list."""
-  return lax.broadcasted_iota(jnp.int32, (1,) * (ndim - 1) + (n,), ndim - 1)
-
-
-def _at(values: jax.Array, indices: jax.Array) -> jax.Array:
-  """`[K, ...]`: `values [..., n]` at each of `indices [K, ...]` (0 for an index outside the list).
-
-  A masked sum over each list per slot, whose one nonzero term makes it exact (a zero may lose
-  its sign, which no order key sees); no gather, which a TPU serialises. O(K n)."""
-  position = _list_position(values.shape[-1], values.ndim + 1)
-  picked = jnp.where(position == indices[..., None], values[None], jnp.zeros((), values.dtype))
-  return jnp.sum(picked, axis=-1)
-
-
 def _ahead(keys: jax.Array, item_keys: jax.Array, indices: jax.Array) -> jax.Array:
-  """`[K, ..., n]` bool: whether each item `j` of `keys [..., n]` is ranked above the item at each
-  of `indices [K, ...]` whose key is `item_keys [K, ...]` (ties by position). The slots lead, so
-  that the list stays the last axis (a TPU's 128 lanes) whatever `K`; XLA fuses it into the
-  reductions that read it."""
-  position = _list_position(keys.shape[-1], keys.ndim + 1)
-  earlier = (position < indices[..., None]).astype(keys.dtype)
-  return keys[None] < item_keys[..., None] + earlier
+  """`[..., K, n]` int32: whether each item `j` of `keys [..., n]` is ranked above the item at each
+  of `indices [..., K]` whose key is `item_keys [..., K]` (ties by position)."""
+  position = lax.broadcasted_iota(indices.dtype, (1,) * (indices.ndim - 1) + (1, keys.shape[-1]),
+                                  indices.ndim)
+  earlier = (position < indices[..., :, None]).astype(keys.dtype)
+  return (keys[..., None, :] < item_keys[..., :, None] + earlier).astype(jnp.int32)
 
 
 def _ahead_among(item_keys: jax.Array, other_keys: jax.Array, indices: jax.Array) -> jax.Array:
-  """`[K, K, ...]` bool: `[k, m]` whether item `m` (key `other_keys[m]`) is above item `k`."""
-  earlier = (indices[None, :] < indices[:, None]).astype(item_keys.dtype)
-  return other_keys[None, :] < item_keys[:, None] + earlier
+  """`[..., K, K]` int32: `[k, m]` whether item `m` (key `other_keys[m]`) is above item `k`."""
+  earlier = (indices[..., None, :] < indices[..., :, None]).astype(item_keys.dtype)
+  return (other_keys[..., None, :] < item_keys[..., :, None] + earlier).astype(jnp.int32)
 
 
-def _slot_ranks(scores: jax.Array, indices: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """The ranks `[K, ...]` (in `scores`' dtype) of the items at `indices [K, ...]` and their order
-  keys `[K, ...]`: one plus the items above each, O(K n)."""
+def _ranks_at(scores: jax.Array, indices: jax.Array) -> jax.Array:
   keys = order_keys(scores)
-  item_keys = _at(keys, indices)
-  ranks = 1 + jnp.sum(_ahead(keys, item_keys, indices), axis=-1, dtype=jnp.int32)
-  return ranks.astype(scores.dtype), item_keys
+  item_keys = jnp.take_along_axis(keys, indices, axis=-1)
+  return (1 + jnp.sum(_ahead(keys, item_keys, indices), axis=-1)).astype(scores.dtype)
+
+
+@jax.custom_vjp
+def _blackbox_ranks_at(
+    scores: jax.Array, indices: jax.Array, valid: jax.Array, lam: jax.Array
+) -> jax.Array:
+  return _ranks_at(scores, indices)
+
+
+def _blackbox_ranks_at_fwd(scores, indices, valid, lam):
+  return _ranks_at(scores, indices), (scores, indices, valid, lam)
 
 
 def _counted_gradient(scores, indices, valid, lam, cotangent):
-  """Algorithm 1's `-(rk(y) - rk(y + lam g)) / lam` `[..., n]` for `g` zero except at `indices
-  [K, ...]`, where it is `cotangent [K, ...]` (invalid slots ignored), by counting crossings:
-  O(K n), no sort, no gather or scatter."""
+  """Algorithm 1's `-(rk(y) - rk(y + lam g)) / lam` `[..., n]` for `g` zero except at `indices`,
+  where it is `cotangent [..., K]` (invalid slots ignored), by counting crossings: O(K n)."""
   lam = jnp.asarray(lam, scores.dtype)
   keys = order_keys(scores)
-  item_scores = _at(scores, indices)
+  item_scores = jnp.take_along_axis(scores, indices, axis=-1)
   # Algorithm 1 moves only the selected items: y + lam g, with g zero elsewhere. The same
   # arithmetic as `blackbox_ranks` on those items, so the same perturbed scores.
-  moved = item_scores + lam[None] * jnp.where(valid, cotangent, jnp.zeros_like(cotangent))
-  before = _at(keys, indices)
+  moved = item_scores + lam[..., None] * jnp.where(valid, cotangent, jnp.zeros_like(cotangent))
+  before = jnp.take_along_axis(keys, indices, axis=-1)
   after = order_keys(moved)
   valid_int = valid.astype(jnp.int32)
-  # [k, ..., j]: +1 where item j was below item k and is above it after the move, -1 the other
-  # way.
-  crossed = (_ahead(keys, after, indices).astype(jnp.int32)
-             - _ahead(keys, before, indices).astype(jnp.int32)) * valid_int[..., None]
-  position = _list_position(scores.shape[-1], scores.ndim + 1)
-  at = (position == indices[..., None]) & valid[..., None]  # [k, ..., j]
-  selected = jnp.any(at, axis=0)  # [..., n]: whether j is one of the (moved) items.
+  # [k, j]: +1 where item j was below item k and is above it after the move, -1 the other way.
+  crossed = (_ahead(keys, after, indices) - _ahead(keys, before, indices)) * valid_int[..., None]
+  position = lax.broadcasted_iota(indices.dtype, (1,) * (indices.ndim - 1) + (1, scores.shape[-1]),
+                                  indices.ndim)
+  at = (position == indices[..., :, None]).astype(jnp.int32) * valid_int[..., None]  # [k, j]
+  selected = jnp.sum(at, axis=-2)  # [..., n]: whether j is one of the (moved) items.
   # An item that did not move changes rank by the moved items that crossed it.
-  still = -jnp.sum(crossed, axis=0)
+  still = -jnp.sum(crossed, axis=-2)
   # A moved item: by the items that did not move that it crossed, and by the moved ones.
-  among = (_ahead_among(after, after, indices).astype(jnp.int32)
-           - _ahead_among(before, before, indices).astype(jnp.int32))  # [k, m, ...]
-  moved_delta = (jnp.sum(jnp.where(selected[None], 0, crossed), axis=-1)
-                 + jnp.sum(among * valid_int[None], axis=1))
-  delta = jnp.where(selected, _spread(indices, valid, moved_delta, scores.shape[-1]), still)
+  among = (_ahead_among(after, after, indices) - _ahead_among(before, before, indices))
+  moved_delta = (jnp.sum(crossed * (1 - selected[..., None, :]), axis=-1)
+                 + jnp.sum(among * valid_int[..., None, :], axis=-1))
+  delta = jnp.where(selected > 0, jnp.sum(at * moved_delta[..., :, None], axis=-2), still)
   # As `blackbox_ranks`: -(rk(y) - rk(y + lam g)) / lam, the difference exact in the float dtype.
   return -((-delta).astype(scores.dtype)) / lam[..., None]
 
 
-@jax.custom_vjp
-def _blackbox_slot_ranks(
-    scores: jax.Array, indices: jax.Array, valid: jax.Array, lam: jax.Array
-) -> jax.Array:
-  return _slot_ranks(scores, indices)[0]
-
-
-def _blackbox_slot_ranks_fwd(scores, indices, valid, lam):
-  return _slot_ranks(scores, indices)[0], (scores, indices, valid, lam)
-
-
-def _blackbox_slot_ranks_bwd(residuals, cotangent):
+def _blackbox_ranks_at_bwd(residuals, cotangent):
   scores, indices, valid, lam = residuals
   return _counted_gradient(scores, indices, valid, lam, cotangent), None, None, None
 
 
-_blackbox_slot_ranks.defvjp(_blackbox_slot_ranks_fwd, _blackbox_slot_ranks_bwd)
+_blackbox_ranks_at.defvjp(_blackbox_ranks_at_fwd, _blackbox_ranks_at_bwd)
 
 
 def blackbox_ranks_at(
@@ -782,41 +724,41 @@ def blackbox_ranks_at(
     lam: `[...]` interpolation strength per list, in `scores`' dtype (no gradient).
 
   Returns:
-    `[..., K]` ranks in `scores`' dtype. O(K n) time per list forward and backward, the same
-    program on every platform: comparisons `[K, ..., n]` (the slots leading, the list last) that
-    XLA fuses into their reductions, no sort, no gather or scatter, no host callback.
+    `[..., K]` ranks in `scores`' dtype. O(K n) time per list forward and backward, nothing larger
+    than `[..., K, n]` (fused by XLA into reductions) and no host callback: the same on every
+    platform.
   """
-  ranks = _blackbox_slot_ranks(scores, jnp.moveaxis(indices, -1, 0), jnp.moveaxis(valid, -1, 0),
-                               lam)
-  return jnp.moveaxis(ranks, 0, -1)
+  return _blackbox_ranks_at(scores, indices, valid, lam)
 
 
-def _ranks_among(item_keys: jax.Array, indices: jax.Array, valid: jax.Array) -> jax.Array:
-  """`[K, ...]` rank of each valid slot's item among the valid ones (ties by position, as
-  `descending_ranks`), from their keys `[K, ...]`: O(K^2) per list, no gradient (int32)."""
-  ahead = _ahead_among(item_keys, item_keys, indices) & valid[None]
-  return 1 + jnp.sum(ahead, axis=1, dtype=jnp.int32)
+def ranks_among(scores: jax.Array, indices: jax.Array, valid: jax.Array) -> jax.Array:
+  """`[..., K]` rank of each valid item at `indices` among the valid ones (ties by position, as
+  `descending_ranks`): O(K^2) per list, no gradient (int32)."""
+  keys = order_keys(lax.stop_gradient(scores))
+  item_keys = jnp.take_along_axis(keys, indices, axis=-1)
+  ahead = _ahead_among(item_keys, item_keys, indices) * valid[..., None, :].astype(jnp.int32)
+  return 1 + jnp.sum(ahead, axis=-1)
 
 
 def first_relevant(relevant: jax.Array, count: int) -> tuple[jax.Array, jax.Array]:
-  """The positions `[count, ...]` int32 of the first `count` relevant items of each list, in list
-  order (the slots leading), and whether each slot holds one (`[count, ...]` bool; an empty slot
-  holds `n`): one minimum over each list per slot, O(count n), no `top_k`, sort or gather."""
+  """The positions `[..., count]` int32 of the first `count` relevant items of each list, in list
+  order, and whether each slot holds one (`[..., count]` bool): one `lax.top_k`, no full sort."""
   n = relevant.shape[-1]
-  position = _list_position(n, relevant.ndim)
-  found, last = [], jnp.full(relevant.shape[:-1], -1, jnp.int32)
-  for _ in range(count):
-    last = jnp.min(jnp.where(relevant & (position > last[..., None]), position, n), axis=-1)
-    found.append(last)
-  indices = jnp.stack(found)
-  return indices, indices < n
+  position = lax.broadcasted_iota(jnp.int32, relevant.shape, relevant.ndim - 1)
+  # Relevant items get (n, 2n], the others (0, n], earlier ones more: exact in float32 below 2**23
+  # items (XLA's CPU top_k is fast on float32), int32 beyond.
+  value = jnp.where(relevant, 2 * n - position, n - position)
+  if 2 * n < 2**24:
+    value = value.astype(jnp.float32)
+  top, indices = lax.top_k(value, count)
+  return indices.astype(jnp.int32), top > n
 
 
 def _spread(indices: jax.Array, valid: jax.Array, values: jax.Array, n: int) -> jax.Array:
-  """`[..., n]`: `values [K, ...]` at `indices [K, ...]`, 0 elsewhere (O(K n), no scatter)."""
-  position = _list_position(n, indices.ndim + 1)
-  at = (position == indices[..., None]) & valid[..., None]
-  return jnp.sum(jnp.where(at, values[..., None], jnp.zeros((), values.dtype)), axis=0)
+  """`[..., n]`: `values [..., K]` at `indices`, 0 elsewhere (O(K n), no scatter)."""
+  position = lax.broadcasted_iota(indices.dtype, (1,) * (indices.ndim - 1) + (1, n), indices.ndim)
+  at = (position == indices[..., :, None]) & valid[..., :, None]
+  return jnp.sum(jnp.where(at, values[..., :, None], jnp.zeros((), values.dtype)), axis=-2)
 
 
 def _sorted_relevant_ranks(scores, relevant, branch):
@@ -834,20 +776,16 @@ def _sorted_relevant_ranks(scores, relevant, branch):
 
 def _counted_relevant_ranks(scores, relevant, count):
   indices, valid = first_relevant(relevant, count)
-  ranks, item_keys = _slot_ranks(scores, indices)
-  among = _ranks_among(item_keys, indices, valid).astype(scores.dtype)
+  ranks = _ranks_at(scores, indices)
+  among = ranks_among(scores, indices, valid).astype(scores.dtype)
   n = scores.shape[-1]
   return _spread(indices, valid, ranks, n), _spread(indices, valid, among, n)
 
 
-def _relevant_ranks_on(scores, relevant, count, checked, branch):
-  """(ranks, relevant ranks, whether counted): by sorting (`count` None), by counting (`checked`
-  False: the caller knows every list fits `count` slots), or by counting when every list fits
-  (`lax.cond` on one check of the batch) and by sorting otherwise."""
+def _relevant_ranks_on(scores, relevant, count, branch):
+  """(ranks, relevant ranks, whether counted): counting when every list fits `count` slots."""
   if count is None:
     return (*_sorted_relevant_ranks(scores, relevant, branch), jnp.asarray(False))
-  if not checked:
-    return (*_counted_relevant_ranks(scores, relevant, count), jnp.asarray(True))
   fits = jnp.max(jnp.sum(relevant, axis=-1), initial=0) <= count
   ranks, relevant_ranks = lax.cond(
       fits,
@@ -858,18 +796,18 @@ def _relevant_ranks_on(scores, relevant, count, checked, branch):
   return ranks, relevant_ranks, fits
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _blackbox_relevant_ranks(scores, relevant, lam, count, checked, branch):
-  ranks, relevant_ranks, _ = _relevant_ranks_on(scores, relevant, count, checked, branch)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _blackbox_relevant_ranks(scores, relevant, lam, count, branch):
+  ranks, relevant_ranks, _ = _relevant_ranks_on(scores, relevant, count, branch)
   return ranks, relevant_ranks
 
 
-def _blackbox_relevant_ranks_fwd(scores, relevant, lam, count, checked, branch):
-  ranks, relevant_ranks, fits = _relevant_ranks_on(scores, relevant, count, checked, branch)
+def _blackbox_relevant_ranks_fwd(scores, relevant, lam, count, branch):
+  ranks, relevant_ranks, fits = _relevant_ranks_on(scores, relevant, count, branch)
   return (ranks, relevant_ranks), (scores, relevant, lam, ranks, fits)
 
 
-def _blackbox_relevant_ranks_bwd(count, checked, branch, residuals, cotangents):
+def _blackbox_relevant_ranks_bwd(count, branch, residuals, cotangents):
   scores, relevant, lam, ranks, fits = residuals
   g = jnp.where(relevant, cotangents[0], jnp.zeros_like(cotangents[0]))
   lam = jnp.asarray(lam, scores.dtype)
@@ -880,12 +818,11 @@ def _blackbox_relevant_ranks_bwd(count, checked, branch, residuals, cotangents):
 
   def counted_gradient(g):
     indices, valid = first_relevant(relevant, count)
-    return _counted_gradient(scores, indices, valid, lam, _at(g, indices))
+    slots = jnp.take_along_axis(g, indices, axis=-1)
+    return _counted_gradient(scores, indices, valid, lam, slots)
 
   if count is None:
     grad = sorted_gradient(g)
-  elif not checked:
-    grad = counted_gradient(g)
   else:
     grad = lax.cond(fits, counted_gradient, sorted_gradient, g)
   return grad, None, None
@@ -895,8 +832,7 @@ _blackbox_relevant_ranks.defvjp(_blackbox_relevant_ranks_fwd, _blackbox_relevant
 
 
 def blackbox_relevant_ranks(
-    scores: jax.Array, relevant: jax.Array, lam: jax.Array, *, max_relevant: int | None = None,
-    checked: bool = True,
+    scores: jax.Array, relevant: jax.Array, lam: jax.Array, *, max_relevant: int | None = None
 ) -> tuple[jax.Array, jax.Array]:
   r"""The blackbox ranks of the relevant items of lists, and their ranks among relevant items.
 
@@ -907,16 +843,12 @@ def blackbox_relevant_ranks(
 
   * **sort** (`max_relevant=None`): one sort of each list forward and one backward
     (`descending_ranks`: numpy through a host callback on CPU, XLA's sort elsewhere), O(n log n);
-  * **counting** (`max_relevant=K`): the rank of each of the first `K` relevant items of a list
-    is the count of items above it, and Algorithm 1's backward moves only those items, so an
-    item's rank changes by the relevant items that cross it and a relevant item's by the items it
-    crosses (`blackbox_ranks_at`). O(K n) per list whatever the number of relevant items, the same
-    program on every platform: comparisons `[K, ..., n]` fused into their reductions, no sort,
-    gather, scatter or host callback. With `checked=True` the program also holds the sort, for a
-    batch with a list of more than `K` relevant items (one check on the whole batch,
-    `lax.cond`, which runs one branch; XLA's cost and memory analyses count both); with
-    `checked=False` it holds the counting alone, for a caller that knows the bound holds (a list
-    beyond it would be ranked wrongly).
+  * **counting** (`max_relevant=K`), when no list of the call has more than `K` relevant items
+    (one check on the whole batch, `lax.cond`; otherwise the sort): the rank of each of the `K`
+    slots is the count of items above it, and Algorithm 1's backward moves only those items, so
+    an item's rank changes by the relevant items that cross it and a relevant item's by the items
+    it crosses (`blackbox_ranks_at`). O(K n) per list whatever the number of relevant items, pure
+    XLA (no host callback), nothing larger than `[..., K, n]` fused into reductions.
 
   Args:
     scores: `[..., n]` floating scores.
@@ -924,13 +856,12 @@ def blackbox_relevant_ranks(
     lam: `[...]` interpolation strength per list, in `scores`' dtype (no gradient).
     max_relevant: `K`, a static bound on the relevant items per list that selects counting, or
       `None` for the sort.
-    checked: whether to check the bound at run time and keep the sort beyond it (static).
 
   Returns:
     `(ranks, relevant_ranks)`, each `[..., n]` in `scores`' dtype, meaningful where `relevant`.
   """
   return _blackbox_relevant_ranks(
-      scores, relevant, lam, max_relevant, bool(checked), forced_branch()
+      scores, relevant, lam, max_relevant, forced_branch()
   )
 
 
