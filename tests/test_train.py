@@ -299,6 +299,40 @@ def test_every_loss_of_the_table_is_the_loss_it_names():
   assert float(got) != values["fastap"]
 
 
+@pytest.mark.parametrize(
+    ("overrides", "bound"),
+    [
+        ({}, TINY.samples_per_class - 1),
+        ({"include_self": True}, TINY.samples_per_class),
+        ({"memory_batches": 2}, 3 * TINY.samples_per_class - 1),
+        ({"sampler": "random"}, None),
+    ],
+)
+def test_the_sampler_bound_reaches_the_losses_that_take_it(overrides, bound, monkeypatch):
+  """Whole-class samplers fix the relevant items of a list; losses with `max_relevant` get it
+  (unless `loss_kwargs` sets it), the others never see it."""
+  from experiments.job import losses  # pylint: disable=g-import-not-at-top
+
+  assert train.relevant_bound(dataclasses.replace(TINY, **overrides)) == bound
+  seen = []
+
+  def recording(name, kwargs=None):
+    seen.append((name, dict(kwargs or {})))
+    return lambda s, y, *, where: jnp.sum(jnp.where(where, s, 0))
+
+  monkeypatch.setattr(losses, "get_loss", recording)
+  for name in ("smoothap", "blackbox_ap", "supap+calibration", "fastap"):
+    config = dataclasses.replace(TINY, loss=name, **overrides)
+    train._batch_loss_fn(config, None)  # pylint: disable=protected-access
+    takes = name != "fastap"
+    assert losses.takes_relevant_bound(name) == takes
+    want = {"max_relevant": bound} if takes and bound is not None else {}
+    assert seen.pop() == (name, want), name
+  config = dataclasses.replace(TINY, loss="smoothap", loss_kwargs={"max_relevant": 50}, **overrides)
+  train._batch_loss_fn(config, None)  # pylint: disable=protected-access
+  assert seen.pop() == ("smoothap", {"max_relevant": 50})
+
+
 def test_main_runs_a_sweep_with_an_untrained_baseline(tmp_path, capsys):
   config_file = tmp_path / "sweep.py"
   config_file.write_text(

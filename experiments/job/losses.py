@@ -55,7 +55,7 @@ def _table() -> dict[str, Callable[..., Any]]:
 
   import jaxrank
 
-  def supap_plus_calibration(scores, labels, *, where=None, reduce_fn=jnp.mean):
+  def supap_plus_calibration(scores, labels, *, where=None, max_relevant=None, reduce_fn=jnp.mean):
     """SupAP + calibration with weight 1 each: what the ROADMAP authors' configs train with.
 
     `roadmap_loss` is eq. 2 of Ramzi et al. 2021 as printed, `(1 - lam) SupAP + lam calibration`
@@ -63,15 +63,17 @@ def _table() -> dict[str, Callable[..., Any]]:
     The minimiser is the same; the gradient is twice as large, which matters with a fixed learning
     rate.
     """
-    return jaxrank.supap_loss(scores, labels, where=where, reduce_fn=reduce_fn) + (
-        jaxrank.calibration_loss(scores, labels, where=where, reduce_fn=reduce_fn)
-    )
+    return jaxrank.supap_loss(
+        scores, labels, where=where, max_relevant=max_relevant, reduce_fn=reduce_fn
+    ) + jaxrank.calibration_loss(scores, labels, where=where, reduce_fn=reduce_fn)
 
-  def smoothap_plus_calibration(scores, labels, *, where=None, reduce_fn=jnp.mean):
+  def smoothap_plus_calibration(
+      scores, labels, *, where=None, max_relevant=None, reduce_fn=jnp.mean
+  ):
     """SmoothAP + calibration with weight 1 each: ROADMAP's ablation of its two terms (Table 3)."""
-    return jaxrank.smoothap_loss(scores, labels, where=where, reduce_fn=reduce_fn) + (
-        jaxrank.calibration_loss(scores, labels, where=where, reduce_fn=reduce_fn)
-    )
+    return jaxrank.smoothap_loss(
+        scores, labels, where=where, max_relevant=max_relevant, reduce_fn=reduce_fn
+    ) + jaxrank.calibration_loss(scores, labels, where=where, reduce_fn=reduce_fn)
 
   table = {
       "fastap": jaxrank.fastap_loss,
@@ -137,6 +139,13 @@ def get_loss(
         f"are {allowed or 'none'}."
     )
   return functools.partial(fn, **hyperparameters) if hyperparameters else fn
+
+
+def takes_relevant_bound(name: str) -> bool:
+  """Whether loss `name` takes `max_relevant`, a static bound on the relevant items of a list
+  (the blackbox and smooth-rank losses: a loop or a count of that many items instead of a sort or
+  a loop of data-dependent length, which accelerators' compilers can schedule and count)."""
+  return "max_relevant" in inspect.signature(_table()[name]).parameters
 
 
 def check_loss(name: str, hyperparameters: Mapping[str, object] | None = None) -> None:

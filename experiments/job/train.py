@@ -140,11 +140,35 @@ def _mesh(config: config_lib.Config) -> jax.sharding.Mesh | None:
   return jax.make_mesh((jax.device_count(),), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
 
 
+def relevant_bound(config: config_lib.Config) -> int | None:
+  """The most relevant items a list of a training batch can hold, when the sampler fixes it.
+
+  A sampler of whole classes (`SamplerSpec.whole_classes`) gives each class of a batch exactly
+  `K = samples_per_class` images, so a query's list holds `K - 1` relevant items (`K` with
+  `include_self`), plus at most `K` for each of the `memory_batches` past batches in the gallery.
+  Other samplers fix nothing: None. Passed as `max_relevant` to the losses that take it, which then
+  run a loop or a count of that many items instead of a sort or a data-dependent loop (a list
+  beyond the bound would give NaN: the sampler rules it out).
+  """
+  if not input_pipeline.SAMPLERS[config.sampler].whole_classes:
+    return None
+  k = config.samples_per_class
+  return (k if config.include_self else k - 1) + config.memory_batches * k
+
+
 def _batch_loss_fn(
     config: config_lib.Config, mesh: jax.sharding.Mesh | None
 ) -> Callable[[jax.Array, Any], jax.Array]:
-  """`fn(embeddings [B, D], (labels [B], memory or None)) -> scalar`: retrieval, then the loss."""
-  list_loss = losses.get_loss(config.loss, config.loss_kwargs)
+  """`fn(embeddings [B, D], (labels [B], memory or None)) -> scalar`: retrieval, then the loss.
+
+  A loss that takes `max_relevant` gets the sampler's bound (`relevant_bound`) unless
+  `config.loss_kwargs` sets one.
+  """
+  kwargs = dict(config.loss_kwargs)
+  bound = relevant_bound(config)
+  if bound is not None and losses.takes_relevant_bound(config.loss):
+    kwargs.setdefault("max_relevant", bound)
+  list_loss = losses.get_loss(config.loss, kwargs)
   similarity_fn = networks.HEADS[config.head].similarity_fn
   if mesh is not None:
     sharded = jaxrank.sharded_loss(
