@@ -23,6 +23,7 @@ from jax import test_util as jtu
 import jaxrank
 from jaxrank._src import hamming
 from jaxrank._src import harmonic
+from jaxrank._src import platforms
 from jaxrank._src import tie_aware
 
 
@@ -56,6 +57,16 @@ BATCH = (3, 4)
 N = 9
 TOL64 = dict(rtol=1e-10, atol=1e-12)
 TOL32 = dict(rtol=2e-5, atol=2e-6)
+
+
+@pytest.fixture(params=platforms.PLATFORMS)
+def platform(request):
+  """Runs the test once on each form of the soft binning (`histogram.soft_histograms`): the CPU's
+  scatter-add and the accelerators' per-bin reductions, both on this CPU. Yields the name."""
+  with platforms.forced_platform(request.param):
+    yield request.param
+
+
 # Shared jitted functions (eager calls of the sorting metrics would dispatch op by op).
 tie_aware_ap_metric = jax.jit(jaxrank.tie_aware_ap_metric, static_argnames="reduce_fn")
 tie_aware_ndcg_metric = jax.jit(jaxrank.tie_aware_ndcg_metric, static_argnames="reduce_fn")
@@ -189,7 +200,7 @@ def test_continued_sums_keep_float32_precision():
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_matches_reference(case, x64):
+def test_matches_reference(case, x64, platform):
   scores, labels, where = with_empty_lists(2)
   scores[0, 0, :2] = [1.3, -1.2]  # An error eagerly; under jit, clipped to the end bins.
   with pytest.raises(ValueError, match="scores must lie in"):
@@ -624,7 +635,7 @@ def test_training_pipeline_gradients(x64):
 
 
 @pytest.mark.parametrize("case", DEFAULT_CASES, ids=LOSS_IDS)
-def test_check_grads(case, x64):
+def test_check_grads(case, x64, platform):
   scores, labels, where = with_empty_lists(17)
   scores = off_centres(scores, case.kwargs.get("num_bins", 20))
   fn = functools.partial(run, case, labels=labels, where=where)
@@ -651,7 +662,7 @@ DEGENERATE = {
 
 @pytest.mark.parametrize("lst", list(DEGENERATE), ids=list(DEGENERATE))
 @pytest.mark.parametrize("case", DEFAULT_CASES, ids=LOSS_IDS)
-def test_degenerate_lists(case, lst, x64):
+def test_degenerate_lists(case, lst, x64, platform):
   scores, labels, where = (np.array(a) for a in DEGENERATE[lst])
   scores = scores.astype(np.float64)
 
@@ -699,7 +710,7 @@ def _max_intermediate_size(jaxpr) -> int:
 
 
 @pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
-def test_no_items_by_bins_tensor(fn):
+def test_no_items_by_bins_tensor(fn, platform):
   # P lists of n items into M bins: nothing of size P * n * M in the forward or backward pass; the
   # binning's per-item terms are [P, n, 4], the per-bin ones use trailing axes of at most 24
   # (shift) or 20 (quadrature) entries.
