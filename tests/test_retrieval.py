@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import re
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +15,7 @@ import pytest
 
 import jaxrank
 import reference
+from jaxrank._src import platforms
 from jaxrank._src import ranking
 from jaxrank._src import retrieval
 
@@ -232,11 +234,19 @@ def _leave_one_out(x):
   return x[keep].reshape(len(x), len(x) - 1)
 
 
+def _on(platform):
+  """The block in which `evaluate_retrieval` takes `platform`'s form (`None`: this machine's)."""
+  return platforms.forced_platform(platform) if platform else contextlib.nullcontext()
+
+
+@pytest.mark.parametrize("platform", [None, *platforms.PLATFORMS])
 @pytest.mark.parametrize("n, chunk_size", [(900, 384), (300, 1000)])
-def test_evaluate_leave_one_out_equals_brute_force(n, chunk_size):
+def test_evaluate_leave_one_out_equals_brute_force(n, chunk_size, platform):
+  """384 queries per chunk: the CPU counts them in tiles of `ranking.COMPARE_TILE`."""
   x, labels = _clustered(0, n, num_classes=n // 6)
   ks = (1, 2, 4, 8, 16)
-  got = jaxrank.evaluate_retrieval(x, labels, ks=ks, chunk_size=chunk_size)
+  with _on(platform):
+    got = jaxrank.evaluate_retrieval(x, labels, ks=ks, chunk_size=chunk_size)
   relevance = _leave_one_out(labels[:, None] == labels[None, :])
   scores = _leave_one_out(_cosine(x, x))
   want = _brute_force(scores, relevance, np.ones_like(relevance), ks)
@@ -245,24 +255,28 @@ def test_evaluate_leave_one_out_equals_brute_force(n, chunk_size):
     assert got[key] == pytest.approx(want[key], abs=1e-5), key
 
 
-def test_evaluate_with_gallery_equals_brute_force():
+@pytest.mark.parametrize("platform", [None, *platforms.PLATFORMS])
+def test_evaluate_with_gallery_equals_brute_force(platform):
   x, labels = _clustered(1, 500)
   queries, gallery = x[:150], x[150:]
   q_labels, g_labels = labels[:150], labels[150:]
   q_labels[:3] = 1000  # Queries without a relevant gallery item are left out.
-  got = jaxrank.evaluate_retrieval(queries, q_labels, gallery, g_labels, chunk_size=64)
+  with _on(platform):
+    got = jaxrank.evaluate_retrieval(queries, q_labels, gallery, g_labels, chunk_size=64)
   relevance = q_labels[:, None] == g_labels[None, :]
   want = _brute_force(_cosine(queries, gallery), relevance, np.ones_like(relevance), (1, 2, 4, 8))
   for key in want:
     assert got[key] == pytest.approx(want[key], abs=1e-5), key
 
 
-def test_evaluate_on_binary_codes_handles_ties_exactly():
+@pytest.mark.parametrize("platform", [None, *platforms.PLATFORMS])
+def test_evaluate_on_binary_codes_handles_ties_exactly(platform):
   rng = np.random.default_rng(2)
   labels = rng.integers(0, 8, 300)
   codes = np.sign(rng.standard_normal((8, 10))[labels] + 1.5 * rng.standard_normal((300, 10)))
   codes = codes.astype(np.float32)
-  got = jaxrank.evaluate_retrieval(codes, labels, chunk_size=128)
+  with _on(platform):
+    got = jaxrank.evaluate_retrieval(codes, labels, chunk_size=128)
   hamming = (10 - codes.astype(np.float64) @ codes.T.astype(np.float64)) / 2
   relevance = labels[:, None] == labels[None, :]
   want = _brute_force(_leave_one_out(-hamming), _leave_one_out(relevance), np.ones((300, 299), bool), (1, 2, 4, 8))
@@ -682,3 +696,32 @@ def test_evaluate_memory_does_not_grow_with_the_size_of_the_classes():
       ).compile()
     temporaries = compiled.memory_analysis().temp_size_in_bytes
     assert temporaries < 16 * chunk * n * 4, (branch, temporaries)
+
+
+@pytest.mark.parametrize("num_relevant", [11, ranking.COMPARE_UP_TO + 8])
+def test_evaluate_chunk_for_accelerators_holds_no_callback_nor_sort_of_the_lists(num_relevant):
+  """The accelerators' chunk (forced here on the CPU): no host callback whatever `R`; up to
+  `ranking.COMPARE_UP_TO` relevant items no loop and no sort of the `[c, N]` scores (one fused
+  comparison; only the `[c, R]` thresholds are sorted), beyond one sort of each list."""
+  rng = np.random.default_rng(0)
+  n, chunk = 3000, 64
+  x = rng.standard_normal((n, 8)).astype(np.float32)
+  prepared = retrieval._prepare_items(jaxrank.similarity.cosine, jnp.asarray(x), x.dtype)
+  index = rng.integers(0, n, (chunk, num_relevant)).astype(np.int32)
+  args = (x[:chunk], np.arange(chunk, dtype=np.int32), index, np.ones(index.shape, bool), prepared)
+  texts = {}
+  for platform in platforms.PLATFORMS:
+    with platforms.forced_platform(platform):
+      texts[platform] = retrieval._evaluate_chunk.lower(
+          *args, ks=(1,), similarity_fn=jaxrank.similarity.cosine, branch=ranking.forced_branch()
+      ).compile().as_text()
+  # A custom call to a callback target (the text's metadata also names this test).
+  callback = re.compile(r'custom_call_target="[^"]*callback[^"]*"')
+  text = texts[platforms.ACCELERATOR]
+  assert not callback.search(text)
+  sorts_of_lists = [line for line in text.splitlines() if " sort(" in line and f",{n}]" in line]
+  if num_relevant <= ranking.COMPARE_UP_TO:
+    assert not sorts_of_lists and " while(" not in text
+  else:
+    assert sorts_of_lists
+    assert callback.search(texts[platforms.CPU])  # The CPU sorts in numpy, through the host.

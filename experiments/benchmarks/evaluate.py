@@ -4,6 +4,8 @@ Command (needs the `bench` extra for faiss-cpu; `make bench-evaluate` installs i
 
     .venv/bin/python -m experiments.benchmarks.evaluate            # both data sets below
     .venv/bin/python -m experiments.benchmarks.evaluate --num 5000 --num-codes 3000 --repeats 1
+    .venv/bin/python -m experiments.benchmarks.evaluate --data sop --num 20000 \
+        --sides xla_product jaxrank --chunk-size 256 1024 2048   # jaxrank at several chunks
 
 Two data sets, each leave-one-out over the whole set, generated from a fixed seed in each process:
 
@@ -13,20 +15,25 @@ Two data sets, each leave-one-out over the whole set, generated from a fixed see
   bits in 10 classes of about 1,200 items); `jaxrank.similarity.hamming`. Every query has about
   1,200 relevant items, far beyond `ranking.COMPARE_UP_TO`: the counts come from sorts.
 
-Three sides, each in its own process so that its peak memory (max RSS, the whole process: Python,
-the runtime and the data included) is its own:
+Three sides, each run in its own process so that its peak memory (max RSS, the whole process:
+Python, the runtime and the data included) is its own:
 
-* `xla_product`, the floor: XLA's plain `q @ x.T` of the same chunks of queries against the whole
-  set, reduced to each row's largest score (what any exact evaluation must at least compute);
+* `xla_product`: XLA's plain `q @ x.T` of chunks of queries against the whole set, reduced to each
+  row's largest score (what any exact evaluation must at least compute), once for each chunk of
+  `--floor-chunks`; the fastest of them is the floor (XLA's CPU product is much slower in small
+  chunks: 1.7x in chunks of 256 than of 1,024 on SOP's shape);
 * `faiss`: `IndexFlatIP` exact inner-product search of every query for its top 9 (itself
   included, then dropped), giving Recall@1/2/4/8 only: faiss cannot give MAP@R or mAP without
   the full ranking (on the codes it breaks ties its own way, so its Recall@k differs there);
-* `jaxrank`: `evaluate_retrieval(x, labels)`, giving Recall@1/2/4/8, MAP@R, mAP over the full
-  ranking and tie-aware mAP.
+* `jaxrank`: `evaluate_retrieval(x, labels)` with each `chunk_size` of `--chunk-size` (default:
+  the library's default), giving Recall@1/2/4/8, MAP@R, mAP over the full ranking and tie-aware
+  mAP.
 
 Time is the median over `--repeats` runs of the whole call (the first run includes compilation);
-`/ floor` is the ratio to `xla_product`'s median. Every side uses every core of the machine.
-Measured numbers and the machine they come from: docs/guide/scale.rst, "Evaluation at scale".
+`/ floor` is the ratio to the fastest `xla_product` row's median, each row run on the same data.
+`--sides` leaves sides out (faiss needs the `bench` extra). Every side uses every core of the
+machine. Measured numbers and the machine they come from: docs/guide/scale.rst, "Evaluation at
+scale".
 """
 
 from __future__ import annotations
@@ -97,6 +104,18 @@ def _timed(repeats, fn):
   return times, result
 
 
+FLOOR_CHUNKS = (256, 512, 1024, 2048, 4096)
+
+
+def default_chunk_size() -> int:
+  """`evaluate_retrieval`'s default `chunk_size`, read from its signature."""
+  import inspect
+
+  import jaxrank
+
+  return inspect.signature(jaxrank.evaluate_retrieval).parameters["chunk_size"].default
+
+
 def run_jaxrank(x, labels, repeats, chunk_size, rule):
   import jaxrank
 
@@ -107,8 +126,8 @@ def run_jaxrank(x, labels, repeats, chunk_size, rule):
 
 
 def run_xla_product(x, labels, repeats, chunk_size, rule):
-  """The floor: XLA's plain `q @ x.T` of every chunk of queries against the whole set (the same
-  chunks as jaxrank's), reduced to each row's largest score so that nothing is skipped."""
+  """XLA's plain `q @ x.T` of every chunk of `chunk_size` queries against the whole set, reduced
+  to each row's largest score so that nothing is skipped."""
   del labels, rule
   import jax
   import jax.numpy as jnp
@@ -147,33 +166,48 @@ SIDES = {"xla_product": run_xla_product, "faiss": run_faiss, "jaxrank": run_jaxr
 def child(args) -> None:
   make, rule = DATA[args.data]
   x, labels = make(args)
-  times, result = SIDES[args.side](x, labels, args.repeats, args.chunk_size, rule)
+  times, result = SIDES[args.side](x, labels, args.repeats, args.chunk_size[0], rule)
   print(json.dumps({"times": times, "peak_mb": peak_rss_mb(), "result": result}))
 
 
+def run_side(args, data: str, side: str, chunk_size: int) -> dict:
+  """One side on one data set in a process of its own: `{"times", "peak_mb", "result"}`."""
+  command = [sys.executable, "-m", "experiments.benchmarks.evaluate", "--side", side, "--data",
+             data, "--chunk-size", str(chunk_size)]
+  for flag in ("num", "dim", "num_codes", "bits", "repeats"):
+    command += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+  out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+  return json.loads(out.strip().splitlines()[-1])
+
+
 def table(args, data: str) -> None:
-  """Runs every side on one data set, each in its own process, and prints their rows."""
-  rows = {}
-  for side in SIDES:
-    command = [sys.executable, "-m", "experiments.benchmarks.evaluate", "--side", side, "--data", data]
-    for flag in ("num", "dim", "num_codes", "bits", "repeats", "chunk_size"):
-      command += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    rows[side] = json.loads(out.strip().splitlines()[-1])
+  """Runs every side on one data set, each in its own process, and prints their rows: the
+  product at every chunk of `--floor-chunks`, faiss, jaxrank at every chunk of `--chunk-size`."""
+  runs = []  # (label, side, row)
+  for side in args.sides:
+    chunks = {"xla_product": args.floor_chunks, "jaxrank": args.chunk_size}.get(side, [0])
+    for chunk in chunks:
+      label = side if side == "faiss" else f"{side}, chunk {chunk}"
+      runs.append((label, side, run_side(args, data, side, chunk)))
   shape = f"{args.num:,} x {args.dim} floats" if data == "sop" else (
       f"{args.num_codes:,} x {args.bits}-bit codes in 10 classes")
-  print(f"{data}: {shape}, leave-one-out, chunk {args.chunk_size}, median of {args.repeats}")
-  base = float(np.median(rows["xla_product"]["times"]))
-  print(f"{'':12} {'time s':>8} {'/ floor':>8} {'peak MB':>8}  metrics")
-  for side, row in rows.items():
-    median = float(np.median(row["times"]))
+  print(f"{data}: {shape}, leave-one-out, median of {args.repeats}")
+  medians = {label: float(np.median(row["times"])) for label, _, row in runs}
+  floors = [label for label, side, _ in runs if side == "xla_product"]
+  base = min(medians[label] for label in floors) if floors else float("nan")
+  print(f"{'':24} {'time s':>8} {'/ floor':>8} {'peak MB':>8}  metrics")
+  for label, side, row in runs:
+    median = medians[label]
     result = row["result"]
     metrics = "" if side == "xla_product" else " ".join(f"{k}={v:.4f}" for k, v in result.items())
-    print(f"{side:12} {median:8.2f} {median / base:8.2f} {row['peak_mb']:8.0f}  {metrics}")
-  for k in KS:  # Both sides must agree on what both compute (faiss breaks ties its own way).
-    a, b = rows["faiss"]["result"][f"recall@{k}"], rows["jaxrank"]["result"][f"recall@{k}"]
-    if data == "sop" and abs(a - b) > 1e-3:
-      print(f"WARNING: recall@{k} differs: faiss {a:.5f}, jaxrank {b:.5f}")
+    fastest = " (the floor)" if floors and median == base and side == "xla_product" else ""
+    print(f"{label:24} {median:8.2f} {median / base:8.2f} {row['peak_mb']:8.0f}  {metrics}{fastest}")
+  results = {side: row["result"] for _, side, row in runs if side != "xla_product"}
+  if data == "sop" and len(results) == 2:  # faiss breaks ties its own way on the codes.
+    for k in KS:
+      a, b = results["faiss"][f"recall@{k}"], results["jaxrank"][f"recall@{k}"]
+      if abs(a - b) > 1e-3:
+        print(f"WARNING: recall@{k} differs: faiss {a:.5f}, jaxrank {b:.5f}")
   print()
 
 
@@ -185,9 +219,15 @@ def main() -> None:
   parser.add_argument("--num-codes", type=int, default=12000)
   parser.add_argument("--bits", type=int, default=32)
   parser.add_argument("--repeats", type=int, default=3)
-  parser.add_argument("--chunk-size", type=int, default=256)
+  parser.add_argument("--sides", choices=list(SIDES), nargs="+", default=list(SIDES))
+  parser.add_argument("--floor-chunks", type=int, nargs="+", default=list(FLOOR_CHUNKS),
+                      help="the product's chunks of queries, each timed; the fastest is the floor")
+  parser.add_argument("--chunk-size", type=int, nargs="+", default=None,
+                      help="jaxrank's chunk_size, each timed (default: the library's default)")
   parser.add_argument("--side", choices=list(SIDES), help=argparse.SUPPRESS)
   args = parser.parse_args()
+  if args.chunk_size is None:
+    args.chunk_size = [default_chunk_size()]
   if args.side:
     args.data = args.data[0] if isinstance(args.data, list) else args.data
     child(args)

@@ -23,6 +23,7 @@ from jaxrank import types
 from jaxrank._src import checks
 from jaxrank._src import lists
 from jaxrank._src import metrics
+from jaxrank._src import platforms
 from jaxrank._src import ranking
 from jaxrank._src import similarity
 
@@ -197,25 +198,55 @@ def _evaluate_chunk(
 
   Counting instead of sorting the lists: for each relevant item of a query, the gallery items
   scored above it and tied with it (`ranking.count_above_and_tied`), then
-  `ranking.relevant_item_statistics`. `branch` is the counting's branch
-  (`ranking.descending_ranks_branch`), read when called, so that code traced with one branch is
+  `ranking.relevant_item_statistics`. The scores are laid out by platform (`_chunk_counts_cpu`,
+  `_chunk_counts_accelerator`, chosen when lowered). `branch` is the forced platform
+  (`ranking.descending_ranks_branch`), read when called, so that code traced with one form is
   never reused with another.
   """
-  del branch  # Read by the counting when traced; a key of the compiled code.
+  del branch  # Read by `platforms.by_platform` when traced; a key of the compiled code.
   scores = similarity.score_prepared(similarity_fn, queries, prepared)
   dtype = lists.compute_dtype(scores.dtype)
-  # Everything below reads the scores transposed, [N, c], as the comparing loop does: the scores'
-  # last operations, the exclusion and the transposition then make one pass (reading [c, N] in
-  # several places made three).
-  scores_t = scores.astype(dtype).T
+  counts, poisoned = platforms.by_platform(
+      scores.astype(dtype), self_index, relevant_index, relevant_ok,
+      cpu=_chunk_counts_cpu, accelerator=_chunk_counts_accelerator,
+  )
+  return _metrics_from_counts(
+      counts, relevant_ok, poisoned, list_size=scores.shape[1], ks=ks, dtype=dtype
+  )
+
+
+def _chunk_counts_cpu(scores, self_index, relevant_index, relevant_ok):
+  """`(counts, poisoned)` of a chunk's scores `[c, N]`, read transposed, `[N, c]`, as the CPU's
+  comparing loop reads them: the scores' last operations, the exclusion and the transposition
+  then make one pass (reading `[c, N]` in several places made three)."""
+  scores_t = scores.T
   row = jax.lax.broadcasted_iota(jnp.int32, scores_t.shape, 0)
   scores_t, poisoned = _without_excluded(scores_t, row == self_index[None, :], axis=0)
   index = jnp.clip(relevant_index, 0, scores_t.shape[0] - 1)
   rel = jnp.where(relevant_ok, scores_t[index, jnp.arange(index.shape[0])[:, None]], jnp.nan)
-  counts = ranking.count_above_and_tied(scores_t.T, rel)
-  return _metrics_from_counts(
-      counts, relevant_ok, poisoned, list_size=scores_t.shape[0], ks=ks, dtype=dtype
-  )
+  return ranking.count_above_and_tied(scores_t.T, rel), poisoned
+
+
+def _chunk_counts_accelerator(scores, self_index, relevant_index, relevant_ok):
+  """`(counts, poisoned)` of a chunk's scores `[c, N]` in their own layout, the gallery on the
+  last axis (a TPU's lanes): no transposition; up to `ranking.COMPARE_UP_TO` relevant items,
+  their scores picked by masked sums (no gather, which a TPU serialises), O(c R N) as the
+  comparison that follows."""
+  column = jax.lax.broadcasted_iota(jnp.int32, scores.shape, 1)
+  scores, poisoned = _without_excluded(scores, column == self_index[:, None])
+  if relevant_index.shape[-1] <= ranking.COMPARE_UP_TO:
+    rel = jnp.where(relevant_ok, _picked(scores, relevant_index), jnp.nan)
+  else:  # A gather of `[c, R]` scores, beside the sort of every list.
+    rel = _relevant_scores(scores, relevant_index, relevant_ok)
+  return ranking.count_above_and_tied(scores, rel), poisoned
+
+
+def _picked(scores, index):
+  """`scores [c, N]` at `index [c, R]`: a sum over each list of the one score at that index,
+  exact (the other terms are 0; a zero may lose its sign, which no count sees)."""
+  column = jax.lax.broadcasted_iota(jnp.int32, (1, 1, scores.shape[1]), 2)
+  hit = column == index[:, :, None]
+  return jnp.sum(jnp.where(hit, scores[:, None, :], jnp.zeros((), scores.dtype)), axis=-1)
 
 
 def _metrics_from_counts(counts, relevant_ok, poisoned, *, list_size, ks, dtype):
@@ -624,7 +655,7 @@ def evaluate_retrieval(
     *,
     affinity: jax.typing.ArrayLike | None = None,
     ks: Sequence[int] = (1, 2, 4, 8),
-    chunk_size: int = 256,
+    chunk_size: int = 1024,
     similarity_fn: types.SimilarityFn = similarity.cosine,
     reduce_fn: types.ReduceFn | None = np.mean,
     mesh: jax.sharding.Mesh | None = None,
@@ -670,7 +701,10 @@ def evaluate_retrieval(
   number of items relevant to one query, at most `ranking.COMPARE_UP_TO` (32: SOP, CUB, Cars196)
   by comparing every item with every relevant score, O(N R) per query; beyond (the few large
   classes of CIFAR-10 or NUS-WIDE) by one sort of the query's scores, O(N log N) per query
-  whatever `R`. Time O(Q N (D + min(R, 32) + log N)), memory O(chunk_size * N + N D): never the
+  whatever `R`. On CPU the comparing is a loop over the gallery in tiles of 128 queries, and the
+  sort numpy's, through a host callback; on GPU and TPU the comparing is one fused reduction over
+  the gallery and the sort XLA's: no host callback, and for `R <= 32` no loop, gather or sort of
+  the lists. Time O(Q N (D + min(R, 32) + log N)), memory O(chunk_size * N + N D): never the
   `Q x N` matrix, and nothing grows with `R` beyond `[chunk_size, R]`. The items' side of the
   scoring rule (for cosine, the rows' scale and norms) is computed once, not per chunk. A Python
   loop over chunks calls one jitted function (compiled once: the last chunk is padded).
@@ -727,7 +761,11 @@ def evaluate_retrieval(
       `ValueError`, as is a NaN entry that is read).
     ks: the cut-offs of Recall@k, positive ints (rax names a single cut-off `topn`; Recall@k here
       is not rax's recall, see above).
-    chunk_size: queries per step; memory grows linearly with it.
+    chunk_size: queries per step (1,024 by default); memory grows linearly with it: two `[chunk_size,
+      N]` float32 blocks of scores on CPU (the scores and their transposition; 0.47 GB for 1,024
+      queries against SOP's 60,502 images), one on an accelerator (0.25 GB). On CPU, XLA's matrix
+      product is much slower in small chunks (1.7x in chunks of 256 than of 1,024 on SOP's
+      shape), and the comparing loop slower in chunks beyond 2,048; see docs/guide/scale.rst.
     similarity_fn: the scoring rule (see `jaxrank.similarity`), a function of
       `(queries [c, D], gallery [N, D])`; cosine by default. It is a static argument of a jitted
       function: pass the same function object each time to reuse the compiled code.
