@@ -64,7 +64,14 @@ BASELINES = {
     "multi-similarity": "multi_similarity_loss",
     "triplet (batch hard)": "triplet_loss",
 }
-LOSSES = {**speed.LOSSES, **BASELINES}
+# The smooth-rank losses with the bound the training job passes (`max_relevant`, the sampler's
+# PER_CLASS - 1): a loop of known length, which the compilers can count.
+BOUNDED = {
+    "SmoothAP (bounded)": "smoothap_loss",
+    "SupAP (bounded)": "supap_loss",
+    "ROADMAP (bounded)": "roadmap_loss",
+}
+LOSSES = {**speed.LOSSES, **BOUNDED, **BASELINES}
 # A host callback in optimized HLO: a custom call to one of JAX's Python callback targets.
 CALLBACK = re.compile(r'custom_call_target="[^"]*callback[^"]*"')
 # The evaluation chunk: queries per chunk, gallery items, relevant slots per query (SOP: 2-12).

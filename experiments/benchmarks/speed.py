@@ -94,6 +94,9 @@ LOSSES = {
 LOSS_KWARGS = {
     "blackbox AP (counting)": {"max_relevant": PER_CLASS - 1},
     "blackbox recall (counting)": {"max_relevant": PER_CLASS - 1},
+    "SmoothAP (bounded)": {"max_relevant": PER_CLASS - 1},
+    "SupAP (bounded)": {"max_relevant": PER_CLASS - 1},
+    "ROADMAP (bounded)": {"max_relevant": PER_CLASS - 1},
 }
 # The budget of the largest-batch column: one 80 GB accelerator (A100/H100 80GB).
 DEVICE_BYTES = 80e9

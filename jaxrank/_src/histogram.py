@@ -176,17 +176,13 @@ def _soft_histograms(
   def dense(v, r, w):
     return _dense_binned(v, r, w, *binning)
 
-  if platform is None:
-    # A GPU keeps the scatter-add: at B >= 4096 XLA's GPU compiler splits the 2 M per-bin
-    # reductions into several fusions and stores the M per-bin masks of [B, n] between them
-    # (temporaries 5.6x-8.5x the floor's at B = 4096-16384, against 2.9x-3.4x with the scatter).
-    hist = jax.lax.platform_dependent(
-        values, relevance, where, cpu=scattered, cuda=scattered, rocm=scattered, default=dense
-    )
-  else:
-    hist = platforms.by_platform(
-        values, relevance, where, cpu=scattered, accelerator=dense, platform=platform
-    )
+  # A GPU keeps the scatter-add: at B >= 4096 XLA's GPU compiler splits the 2 M per-bin
+  # reductions into several fusions and stores the M per-bin masks of [B, n] between them
+  # (temporaries 5.6x-8.5x the floor's at B = 4096-16384, against 2.9x-3.4x with the scatter).
+  hist = platforms.by_platform(
+      values, relevance, where, cpu=scattered, gpu=scattered, accelerator=dense,
+      platform=platform,
+  )
   return SoftHistograms(relevant=hist[..., 1], total=hist[..., 0])
 
 

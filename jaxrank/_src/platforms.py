@@ -57,16 +57,21 @@ def forced() -> str | None:
 
 def by_platform(
     *args: Any, cpu: Callable[..., Any], accelerator: Callable[..., Any],
-    platform: str | None = None,
+    gpu: Callable[..., Any] | None = None, platform: str | None = None,
 ) -> Any:
   """`cpu(*args)` on a CPU, `accelerator(*args)` on a GPU or TPU, chosen when lowered.
 
-  `platform` (`forced()` by default) takes one form whatever the platform. Both forms must return
-  the same structure of shapes and dtypes.
+  `gpu`, when given, is the form of GPUs (CUDA and ROCm), `accelerator` then that of TPUs: for a
+  computation that a GPU's compiler handles best in yet another form (or in the CPU's: pass
+  `gpu=cpu`). `platform` (`forced()` by default) takes one form whatever the platform: `"cpu"`
+  the CPU's, `"accelerator"` the accelerators' (the TPU's where a `gpu` form is given). All forms
+  must return the same structure of shapes and dtypes.
   """
   platform = forced() if platform is None else platform
   if platform == CPU:
     return cpu(*args)
   if platform == ACCELERATOR:
     return accelerator(*args)
-  return lax.platform_dependent(*args, cpu=cpu, default=accelerator)
+  if gpu is None:
+    return lax.platform_dependent(*args, cpu=cpu, default=accelerator)
+  return lax.platform_dependent(*args, cpu=cpu, cuda=gpu, rocm=gpu, default=accelerator)
