@@ -374,20 +374,34 @@ def test_hyperparameter_gradients(name, loss, x64):
     np.testing.assert_allclose(jax.jit(jax.grad(f))(value), jax.grad(f)(value), rtol=1e-12)
 
 
-def test_gradient_flows_through_a_closed_over_array(x64):
+@pytest.mark.parametrize(("platform", "bound"), [("cpu", None), ("cpu", N), ("accelerator", N)])
+def test_gradient_flows_through_a_closed_over_array(platform, bound, x64):
   scores, labels, _ = _grad_inputs(8, (0.0,))
 
   def f(scale, power):
     # Closes over a float (differentiated) and an integer (held fixed), both traced under jit.
     step = lambda t: jax.nn.sigmoid(t * scale) ** power  # noqa: E731
     return sr.smooth_rank_ap_loss(
-        scores, labels, positive_step_fn=step, negative_step_fn=sr.heaviside_step
+        scores, labels, positive_step_fn=step, negative_step_fn=sr.heaviside_step,
+        max_relevant=bound,
     )
 
   # Under jit, `scale` is a tracer that the closure conversion turns into a parameter of the
-  # custom VJP (eagerly, each new closure would compile anew).
-  jitted = jax.jit(f)
-  check_grads(lambda s: jitted(s, 2), (20.0,), order=1, modes=("rev",), eps=1e-6)
+  # custom VJP (eagerly, each new closure would compile anew). The accelerators' form with a
+  # bound calls the step at `[B, K, n]`, not at the chunk's shape it was converted at.
+  with platforms.forced_platform(platform):
+    jitted = jax.jit(f)
+    check_grads(lambda s: jitted(s, 2), (20.0,), order=1, modes=("rev",), eps=1e-6)
+
+
+@pytest.mark.parametrize("platform", platforms.PLATFORMS)
+def test_hyperparameter_gradients_bounded(platform, x64):
+  scores, labels, _ = _grad_inputs(7, (0.0, 0.05, 0.07))
+  with platforms.forced_platform(platform):
+    for loss, value in ((lambda p: sr.smoothap_loss(scores, labels, temperature=p,
+                                                     max_relevant=N), 0.05),
+                        (lambda p: sr.supap_loss(scores, labels, rho=p, max_relevant=N), 50.0)):
+      check_grads(loss, (value,), order=1, modes=("rev",), eps=1e-7, atol=1e-6, rtol=1e-6)
 
 
 # 6. Invariances (the others, for every loss and metric, are in test_contract.py).
@@ -417,10 +431,14 @@ BOUNDED = [c for c in CORE if c.name in ("smoothap", "supap", "roadmap")]
 
 @pytest.mark.parametrize("platform", platforms.PLATFORMS)
 @pytest.mark.parametrize("case", BOUNDED, ids=ids(BOUNDED))
-def test_bound_and_platform_match_reference(case, platform, x64):
+@pytest.mark.parametrize("many", [True, False], ids=["many_relevant", "few_relevant"])
+def test_bound_and_platform_match_reference(case, platform, many, x64):
   scores, labels, where = random_lists(16, shape=(3, 11))
-  labels[0] = 1  # A list with many relevant items: several steps of the loop.
+  if many:  # A list with many relevant items: several steps of the loop.
+    labels[0] = 1
+  # With few, the accelerators' form takes every slot in one step (`max_relevant <= 8`).
   most = int(np.max(np.sum((labels >= 1) & where, axis=-1)))
+  assert (most > 8) == many
   want = expected(case, scores, labels, where)
 
   def value_and_grad(**kwargs):

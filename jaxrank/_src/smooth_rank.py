@@ -40,7 +40,8 @@ item is compared with the `n` items of its list, `chunk_size` relevant items of 
 time, in a loop that stops after the largest number of relevant items of a list: time
 O(B * P * n) for `B` lists with at most `P` relevant items each, memory O(B * n) plus one chunk of
 O(B * chunk_size * n); with a static bound `max_relevant=K` the loop takes `ceil(K / chunk_size)`
-steps, a trip count the compiler counts (a list beyond the bound gives NaN). The gradient is a custom VJP that runs the same loop again, so the
+steps, a trip count the compiler counts (a list beyond the bound gives NaN), and on accelerators,
+for `K <= 8`, one step of all `K` slots: a few fused passes over `[B, n]`, memory O(B * n). The gradient is a custom VJP that runs the same loop again, so the
 backward pass stores no `[B, n, n]` tensor either. It is the exact derivative of the surrogate
 (not an interpolation), flows to the scores and to the step functions' hyperparameters, and is
 reverse-mode only: `jax.grad`, `jax.vjp` and `jax.jacrev` work; `jax.jvp` and `jax.jacfwd` of
@@ -400,6 +401,94 @@ def _backward_loop(positive_step, negative_step, chunk, platform, num_steps,
   return lax.fori_loop(0, num_steps, body, init)
 
 
+# On accelerators, a bound `max_relevant` up to this many slots is taken in one step, one `[B, n]`
+# expression per slot (unrolled); beyond, the loop of `chunk` slots per step.
+_ONE_SHOT_SLOTS = 8
+
+
+def _slot_pairs(scores, relevant, item):
+  """One slot of every list, on accelerators: the differences `s_j - s_k` `[B, n]` with `k` the
+  slot's `item` `[B]` (`n` for an empty slot), the mask of the item, and that of the pairs of
+  `H^+` (`j` relevant, `j != k`). The item's score is a compare-and-sum over the list."""
+  at = item[:, None] == jnp.arange(scores.shape[1], dtype=item.dtype)
+  s_k = jnp.sum(jnp.where(at, scores, 0), axis=-1)
+  return scores - s_k[:, None], at, relevant & ~at
+
+
+def _slot_items(relevant, count):
+  """The first `count` relevant items of each list, `count` arrays `[B]` (`n` past its last), by
+  minimums over the list, each after the one before (no scatter, no cumulative sum)."""
+  n = relevant.shape[1]
+  index = jnp.arange(n, dtype=jnp.int32)
+  after = jnp.full(relevant.shape[:1], -1, jnp.int32)
+  found = []
+  for _ in range(count):
+    after = jnp.min(jnp.where(relevant & (index > after[:, None]), index, n), axis=-1)
+    found.append(after)
+  return found
+
+
+def _one_shot_forward(positive_step, negative_step, count, scores, relevant, other, params):
+  """The accelerators' forward pass with a bound: all `count` slots in one step, one `[B, n]`
+  expression per slot, whose sums over the list XLA fuses into one pass (nothing `[B, count, n]`
+  is formed). Returns the sums of precisions `[B]` and the slots `[B, count]` (item, rank^+,
+  rank^-)."""
+  n = scores.shape[1]
+  total, ranks_pos, ranks_neg = 0, [], []
+  items = _slot_items(relevant, count)
+  for item in items:
+    diff, _, pos_pairs = _slot_pairs(scores, relevant, item)
+    h_pos, h_neg = _steps(positive_step, negative_step, diff, params)
+    above_pos = 1 + jnp.sum(jnp.where(pos_pairs, h_pos, 0), axis=-1)
+    above_neg = jnp.sum(jnp.where(other, h_neg, 0), axis=-1)
+    in_slot = item < n
+    rank = jnp.where(in_slot, above_pos + above_neg, 1)
+    total = total + jnp.where(in_slot, above_pos / rank, 0)
+    ranks_pos.append(above_pos)
+    ranks_neg.append(above_neg)
+  return (total, jnp.stack(items, axis=1), jnp.stack(ranks_pos, axis=1),
+          jnp.stack(ranks_neg, axis=1))
+
+
+def _one_shot_backward(positive_step, negative_step, scores, relevant, other, params, slots,
+                       rank_pos, rank_neg, cotangent):
+  """The accelerators' backward pass with a bound, from the `[B, count]` slots: one pass for the
+  slots' own cotangents (sums over the list), one for the scores' `[B, n]` cotangent."""
+  n = scores.shape[1]
+  # The barrier keeps XLA from sharing the forward's differences with this pass (it would write
+  # them to memory to read them back).
+  scores, relevant, other, slots = lax.optimization_barrier((scores, relevant, other, slots))
+  inexact = jax.tree.map(lambda p: jnp.issubdtype(jnp.result_type(p), jnp.inexact), params)
+  free = jax.tree.map(lambda p, d: p if d else None, params, inexact)
+
+  def steps_of_free(diff, free):
+    merged = jax.tree.map(
+        lambda p, d, f: f if d else p, params, inexact, free, is_leaf=lambda x: x is None
+    )
+    return _steps(positive_step, negative_step, diff, merged)
+
+  in_slot = slots < n
+  # With rank = rank^+ + rank^-: d(rank^+ / rank) / d rank^+ = rank^- / rank^2 and
+  # d(rank^+ / rank) / d rank^- = -rank^+ / rank^2.
+  scale = jnp.where(in_slot, cotangent[:, None] / jnp.square(
+      jnp.where(in_slot, rank_pos + rank_neg, 1)), 0)
+  grad, grad_free = 0, jax.tree.map(jnp.zeros_like, free)
+  for k in range(slots.shape[1]):
+    diff, at, pos_pairs = _slot_pairs(scores, relevant, slots[:, k])
+    ct_pos = jnp.where(pos_pairs, (scale[:, k] * rank_neg[:, k])[:, None], 0)
+    ct_neg = jnp.where(other, (-scale[:, k] * rank_pos[:, k])[:, None], 0)
+    _, vjp = jax.vjp(steps_of_free, diff, free)
+    if negative_step is None:  # One evaluation of the shared step; the masks are disjoint.
+      ct_diff, ct_free = vjp((ct_pos + ct_neg, jnp.zeros_like(ct_neg)))
+    else:
+      ct_diff, ct_free = vjp((ct_pos, ct_neg))
+    # diff = s_j - s_k: the cotangent goes to every item j, and negated to the slot's item k.
+    own = jnp.sum(ct_diff, axis=-1)
+    grad = grad + ct_diff - jnp.where(at, own[:, None], 0)
+    grad_free = jax.tree.map(jnp.add, grad_free, ct_free)
+  return grad, grad_free
+
+
 def _general_steps(relevant, chunk):
   """The steps of the general loop: until the list with the most relevant items is done (a
   data-dependent trip count)."""
@@ -410,15 +499,39 @@ def _general_steps(relevant, chunk):
 def _precision_sums_fwd(positive_step, negative_step, chunk, count, platform,
                         scores, relevant, other, params):
   n = scores.shape[1]
+  args = (scores, relevant, other, params)
   if count is None:  # Until the list with the most relevant items is done.
     width, num_steps = -(-n // chunk) * chunk, _general_steps(relevant, chunk)
-  else:  # A static trip count and `[B, count]` slots (rounded up to whole steps).
-    num_steps = -(-count // chunk)
-    width = num_steps * chunk
-  args = (scores, relevant, other, params)
-  total, *slots = _forward_loop(
-      positive_step, negative_step, chunk, platform, width, num_steps, *args)
+    total, *slots = _forward_loop(
+        positive_step, negative_step, chunk, platform, width, num_steps, *args)
+    return total, (*args, *slots)
+  # A static trip count and `[B, count]` slots (rounded up to whole steps on CPU).
+  num_steps = -(-count // chunk)
+  width = num_steps * chunk
+
+  def cpu(*args):
+    return _forward_loop(
+        positive_step, negative_step, chunk, platforms.CPU, width, num_steps, *args)
+
+  def accelerator(*args):
+    if count > _ONE_SHOT_SLOTS:
+      total, *slots = _forward_loop(
+          positive_step, negative_step, chunk, platforms.ACCELERATOR, width, num_steps, *args)
+      return (total, *slots)
+    total, *slots = _one_shot_forward(positive_step, negative_step, count, *args)
+    return (total, *_pad_slots(slots, width, n))
+
+  total, *slots = platforms.by_platform(*args, cpu=cpu, accelerator=accelerator,
+                                        platform=platform)
   return total, (*args, *slots)
+
+
+def _pad_slots(slots, width, n):
+  """The accelerators' `[B, count]` slots, item, rank^+ and rank^-, padded to the CPU's `width`
+  with empty slots (item `n`, ranks 0: the backward pass reads only the first `count`)."""
+  items, rank_pos, rank_neg = slots
+  pad = ((0, 0), (0, width - items.shape[1]))
+  return (jnp.pad(items, pad, constant_values=n), jnp.pad(rank_pos, pad), jnp.pad(rank_neg, pad))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3, 4))
@@ -434,10 +547,28 @@ def _precision_sums(positive_step, negative_step, chunk, count, platform,
 def _precision_sums_bwd(positive_step, negative_step, chunk, count, platform, residuals,
                         cotangent):
   scores, relevant, other, params, slots, rank_pos, rank_neg = residuals
-  num_steps = _general_steps(relevant, chunk) if count is None else -(-count // chunk)
-  grad, grad_free = _backward_loop(
-      positive_step, negative_step, chunk, platform, num_steps, scores, relevant, other, params,
-      slots, rank_pos, rank_neg, cotangent)
+  if count is None:
+    grad, grad_free = _backward_loop(
+        positive_step, negative_step, chunk, platform, _general_steps(relevant, chunk), scores,
+        relevant, other, params, slots, rank_pos, rank_neg, cotangent)
+    return grad, None, None, grad_free
+
+  def cpu(*args):
+    return _backward_loop(
+        positive_step, negative_step, chunk, platforms.CPU, -(-count // chunk), *args)
+
+  def accelerator(scores, relevant, other, params, slots, rank_pos, rank_neg, cotangent):
+    if count > _ONE_SHOT_SLOTS:
+      return _backward_loop(
+          positive_step, negative_step, chunk, platforms.ACCELERATOR, -(-count // chunk), scores,
+          relevant, other, params, slots, rank_pos, rank_neg, cotangent)
+    return _one_shot_backward(
+        positive_step, negative_step, scores, relevant, other, params, slots[:, :count],
+        rank_pos[:, :count], rank_neg[:, :count], cotangent)
+
+  grad, grad_free = platforms.by_platform(
+      scores, relevant, other, params, slots, rank_pos, rank_neg, cotangent, cpu=cpu,
+      accelerator=accelerator, platform=platform)
   return grad, None, None, grad_free
 
 
@@ -611,7 +742,12 @@ def smooth_rank_ap_loss(
   accelerators (GPU, TPU), which serialise gathers and scatters, both are one compare-and-sum over
   the list (O(B chunk n), as the step's comparisons are), chosen at lowering
   (`platforms.by_platform`); steps of several relevant items find them by `chunk` minimums over
-  the list there, by one scatter of slots on CPU. The same values and gradients.
+  the list there, by one scatter of slots on CPU. With a bound `K <= 8` on accelerators,
+  `chunk_size` is not used: all `K` slots of every list are taken in one step, one `[B, n]`
+  expression per slot, whose sums over the list XLA fuses, so that the forward pass is `K + 1`
+  passes over `[B, n]` (finding the slots' items, then the sums) and the backward pass two (the
+  slots' own cotangents, then the scores' cotangent), with nothing `[B, K, n]` in memory; beyond
+  8, the loop of `chunk` slots per step. The same values and gradients.
 
   Args:
     scores: `[..., n]` floating scores, higher is better.
