@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 import jaxrank
+from jaxrank._src import blackbox
+from jaxrank._src import platforms
 from jaxrank._src import ranking
 
 # ---------------------------------------------------------------------------------------------
@@ -324,10 +326,11 @@ def test_both_sort_paths_give_the_same_values_and_gradients(loss_fn, lam):
   for branch in ranking.DESCENDING_RANKS_BRANCHES:
     with ranking.descending_ranks_branch(branch):
       for reduce_fn in (None, jnp.mean):
-        f = lambda s: jnp.sum(loss_fn(s, labels, where=where, lam=lam, reduce_fn=reduce_fn))
-        results.append(jax.value_and_grad(f)(scores))
-        results.append(jax.jit(jax.value_and_grad(f))(scores))
-      results.append(loss_fn(scores, labels, where=where, lam=lam, reduce_fn=None))
+        # Labels passed traced: concrete labels would rank by counting (few relevant items).
+        f = lambda s, y: jnp.sum(loss_fn(s, y, where=where, lam=lam, reduce_fn=reduce_fn))
+        results.append(jax.jit(jax.value_and_grad(f))(scores, labels))
+      results.append(jax.jit(lambda s, y: loss_fn(s, y, where=where, lam=lam, reduce_fn=None))(
+          scores, labels))
   half = len(results) // 2
   chex.assert_tree_all_finite(results)
   for numpy_result, xla_result in zip(results[:half], results[half:]):
@@ -433,21 +436,34 @@ def test_blackbox_ranks_at_equals_the_gathered_blackbox_ranks(ties, rank_branch)
     np.testing.assert_array_equal(count_vjp(g)[0], sort_vjp(g)[0])
 
 
-def test_counting_needs_no_sort_and_no_callback():
+@pytest.mark.parametrize("platform", platforms.PLATFORMS)
+def test_counting_needs_no_sort_and_no_callback(platform):
   s, idx, valid, lam = jnp.ones((2, 5)), jnp.zeros((2, 2), jnp.int32), jnp.ones((2, 2), bool), jnp.ones(2)
-  jaxpr = str(jax.make_jaxpr(jax.grad(
-      lambda s: jnp.sum(ranking.blackbox_ranks_at(s, idx, valid, lam))))(s))
-  assert "sort[" not in jaxpr and "pure_callback" not in jaxpr
-  # The loss keeps the sort only as the branch for lists of more than K relevant items.
   labels = jnp.array([[1, 0, 1, 0, 0], [0, 1, 0, 0, 0]])
-  jaxpr = str(jax.make_jaxpr(jax.grad(
-      lambda s: jaxrank.blackbox_ap_loss(s, labels, max_relevant=2)))(s))
-  assert "cond[" in jaxpr and "top_k" in jaxpr
+
+  def program(fn, *args):
+    return str(jax.make_jaxpr(jax.grad(fn))(s, *args))
+
+  with platforms.forced_platform(platform):
+    jaxpr = program(lambda s: jnp.sum(ranking.blackbox_ranks_at(s, idx, valid, lam)))
+    counting = [jaxpr]
+    # The bound is a promise: counting alone, no check with a fallback (no cond), traced labels
+    # or concrete, within the bound or beyond it (then NaN).
+    counting.append(program(lambda s, y: jaxrank.blackbox_ap_loss(s, y, max_relevant=2), labels))
+    for k in (None, 1, 2, 5):
+      counting.append(program(lambda s: jaxrank.blackbox_recall_loss(s, labels, max_relevant=k)))
+    # Traced labels and no bound: the sort.
+    sort = program(lambda s, y: jaxrank.blackbox_ap_loss(s, y), labels)
+  assert "sort[" in sort or "callback" in sort
+  for jaxpr in counting:
+    assert "cond[" not in jaxpr and "sort[" not in jaxpr and "callback" not in jaxpr
+    if platform == platforms.ACCELERATOR:
+      assert "top_k" not in jaxpr and "gather" not in jaxpr and "scatter" not in jaxpr
 
 
 def counting_cases():
   """Lists of every kind (`branch_inputs`), a valid NaN in one, and lists with more relevant
-  items than the smaller bounds below (so those take the sort)."""
+  items than the smaller bounds below (so those give NaN)."""
   scores, labels, where = branch_inputs()
   nan = scores.copy()
   nan[0, 7], where_nan = np.nan, where.copy()
@@ -462,14 +478,18 @@ def test_counting_path_equals_the_sort_path(loss_fn, lam, margin, rank_branch):
   for scores, labels, where in counting_cases():
     most = int(np.max(np.sum(where & (labels >= 1), axis=-1)))
     for reduce_fn in (None, jnp.mean):
-      def f(s, k):
-        return jnp.sum(loss_fn(s, labels, where=where, lam=lam, margin=margin,
+      def f(s, k, y=labels):
+        return jnp.sum(loss_fn(s, y, where=where, lam=lam, margin=margin,
                                reduce_fn=reduce_fn, max_relevant=k))
 
-      want = jax.value_and_grad(f)(scores, None)
-      for k in (most, most + 3, 100, max(most - 1, 1)):  # Counting, counting, counting, sort.
-        got = jax.jit(jax.value_and_grad(f), static_argnums=1)(scores, k)
-        chex.assert_trees_all_equal(got, want)
+      traced = jax.jit(jax.value_and_grad(lambda s, y, k: f(s, k, y)), static_argnums=2)
+      want = traced(scores, labels, None)  # The sort: labels traced, no bound.
+      for k in (most, most + 3, 100):
+        chex.assert_trees_all_equal(traced(scores, labels, k), want)
+      for k in (None, most):  # Concrete labels: the bound read from them.
+        chex.assert_trees_all_equal(jax.value_and_grad(f)(scores, k), want)
+        chex.assert_trees_all_equal(jax.jit(jax.value_and_grad(f), static_argnums=1)(scores, k),
+                                    want)
       moved = max(moved, float(np.abs(want[1]).max()))
   assert moved > 0 or lam < 1  # Not a trivial case (lam = 0.2 rarely moves these short lists).
 
@@ -484,9 +504,10 @@ def test_counting_path_on_random_tied_lists_and_under_vmap(loss_fn):
     labels = (rng.random(shape) < 0.4).astype(np.int32)
     where = rng.random(shape) < 0.85
     k = int(np.max(np.sum(where & (labels >= 1), axis=-1))) or 1
-    f = lambda s, k: loss_fn(s, labels, where=where, lam=2.0, reduce_fn=jnp.sum, max_relevant=k)
-    want = jax.value_and_grad(f)(scores, None)
-    chex.assert_trees_all_equal(jax.value_and_grad(f)(scores, k), want)
+    f = lambda s, y, k: loss_fn(s, y, where=where, lam=2.0, reduce_fn=jnp.sum, max_relevant=k)
+    want = jax.jit(jax.value_and_grad(f), static_argnums=2)(scores, labels, None)  # The sort.
+    chex.assert_trees_all_equal(jax.value_and_grad(f)(scores, labels, k), want)
+    chex.assert_trees_all_equal(jax.value_and_grad(f)(scores, labels, None), want)
     per_list = lambda s, y, w: loss_fn(s, y, where=w, lam=2.0, max_relevant=k)
     mapped = jax.vmap(jax.value_and_grad(per_list))(scores, labels, where)
     single = jax.vmap(jax.value_and_grad(
@@ -544,3 +565,70 @@ def test_masked_items_rank_below_a_valid_minus_infinity(rank_branch, loss, max_r
   finite = np.isfinite(np.asarray(scores[:, keep]))
   np.testing.assert_array_equal(np.asarray(grad)[:, keep][finite], np.asarray(want_grad)[finite])
   assert np.asarray(grad)[0, 2] == 0
+
+
+@pytest.mark.parametrize("loss_fn", LOSSES, ids=["ap", "recall"])
+def test_a_list_beyond_max_relevant_is_nan_with_a_zero_gradient(loss_fn, rank_branch):
+  """`max_relevant=K` is a promise: a list with more than `K` relevant valid items gives NaN and
+  a zero gradient (traced labels or concrete, jit, vmap); the other lists keep their values and
+  gradients."""
+  del rank_branch
+  for scores, labels, where in counting_cases():
+    counts = np.sum(where & (labels >= 1), axis=-1)
+    most = int(np.max(counts))
+    k = most - 1
+    beyond = counts > k
+    assert beyond.any() and not beyond.all()
+    for reduce_fn in (None, jnp.mean):
+      def f(s, y, k):
+        return jnp.sum(loss_fn(s, y, where=where, lam=4.0, reduce_fn=reduce_fn, max_relevant=k))
+
+      want_value, want_grad = jax.jit(jax.value_and_grad(f), static_argnums=2)(scores, labels, None)
+      for value, grad in (jax.jit(jax.value_and_grad(f), static_argnums=2)(scores, labels, k),
+                          jax.value_and_grad(f)(scores, labels, k)):  # Traced, concrete labels.
+        assert np.isnan(float(value))
+        np.testing.assert_array_equal(grad[beyond], 0)
+        np.testing.assert_array_equal(grad[~beyond], want_grad[~beyond])
+    per_list = lambda s, y, w, k: loss_fn(  # noqa: E731
+        s, y, where=w, lam=4.0, max_relevant=k, reduce_fn=None)
+    got = jax.jit(per_list, static_argnums=3)(scores, labels, where, k)
+    want = jax.jit(per_list, static_argnums=3)(scores, labels, where, None)
+    np.testing.assert_array_equal(np.isnan(got), beyond | np.isnan(want))
+    # The same ranks; XLA may order the AP sum over the list differently in another program.
+    np.testing.assert_allclose(got[~beyond], want[~beyond], rtol=1e-6)
+    mapped = jax.vmap(lambda s, y, w: per_list(s, y, w, k))(scores, labels, where)
+    np.testing.assert_allclose(mapped, got, rtol=1e-6)
+
+
+@pytest.mark.parametrize("loss_fn", LOSSES, ids=["ap", "recall"])
+def test_the_bound_is_read_from_concrete_labels_alike_under_jit_and_vmap(loss_fn, rank_branch):
+  """Concrete labels count (the bound read on the host), traced ones sort unless given a bound;
+  every way gives the same values and gradients."""
+  del rank_branch
+  rng = np.random.default_rng(14)
+  scores = awkward_scores(rng, (5, 11), ties=True)
+  scores[:3] = np.where(np.isnan(scores[:3]), 0.25, scores[:3])
+  labels = (rng.random((5, 11)) < 0.3).astype(np.int32)
+  labels[0] = 1  # One list of 11 relevant items: counted when concrete (COUNT_UP_TO = 16).
+  where = rng.random((5, 11)) < 0.9
+  assert blackbox.concrete_relevant_count(labels, where, scores.shape) == int(
+      np.max(np.sum(where & (labels >= 1), -1)))
+  assert blackbox.concrete_relevant_count(jnp.asarray(labels), None, scores.shape) == 11
+
+  def f(s, y, w):
+    return loss_fn(s, y, where=w, lam=1.5, reduce_fn=jnp.sum)
+
+  want = jax.jit(jax.value_and_grad(f))(scores, labels, where)  # Traced labels: the sort.
+  chex.assert_trees_all_equal(jax.value_and_grad(f)(scores, labels, where), want)
+  chex.assert_trees_all_equal(jax.jit(jax.value_and_grad(lambda s: f(s, labels, where)))(scores),
+                              want)
+  per_list = lambda s, y, w: loss_fn(s, y, where=w, lam=1.5)  # noqa: E731
+  mapped = jax.vmap(jax.value_and_grad(per_list))(scores, labels, where)  # Traced: the sort.
+  closed = jax.vmap(jax.value_and_grad(lambda s: per_list(s, labels[0], where[0])))(scores)
+  single = jax.value_and_grad(per_list)(scores[0], labels[0], where[0])  # Concrete: counting.
+  chex.assert_trees_all_equal(jax.tree.map(lambda x: x[0], mapped), single)
+  chex.assert_trees_all_equal(jax.tree.map(lambda x: x[0], closed), single)
+  # Beyond COUNT_UP_TO the concrete bound is not used: the sort, whatever the labels.
+  many = np.ones((2, blackbox.COUNT_UP_TO + 1), np.int32)
+  jaxpr = str(jax.make_jaxpr(lambda s: loss_fn(s, many))(np.zeros(many.shape, np.float32)))
+  assert "sort[" in jaxpr or "callback" in jaxpr

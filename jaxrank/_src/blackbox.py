@@ -25,6 +25,48 @@ from jaxrank._src import lists
 from jaxrank._src import ranking
 
 
+COUNT_UP_TO = 16
+"""Relevant items per list up to which a loss whose labels are concrete counts without being told.
+
+Counting costs about `4 K` fused passes over each list forward and backward (`K` the most
+relevant items of a list), sorting two sorts: for a few relevant items counting is the faster on
+CPU (numpy's sort) and by far on a TPU or GPU (XLA's sort). Beyond this bound a loss without
+`max_relevant` sorts.
+"""
+
+
+def concrete_relevant_count(labels, where, shape) -> int | None:
+  """The most relevant valid items of any list, when `labels` and `where` are concrete: not
+  traced (numpy arrays, or arrays that a traced caller closed over), read on the host at trace
+  time; `None` when either is traced (or not readable on this process)."""
+  if isinstance(labels, jax.core.Tracer) or isinstance(where, jax.core.Tracer):
+    return None
+  try:
+    with jax.ensure_compile_time_eval():
+      relevant = jnp.asarray(labels) >= 1
+      if where is not None:
+        relevant = relevant & jnp.asarray(where)
+      relevant = jnp.broadcast_to(relevant, shape)
+      return int(jnp.max(jnp.sum(relevant, axis=-1), initial=0))
+  except RuntimeError:  # A global array spanning other processes' devices.
+    return None
+
+
+def _relevant_bound(labels, where, shape, max_relevant) -> tuple[int | None, bool]:
+  """`(K, checked)`: the counting bound (`None`: the sort) and whether a list may exceed it
+  (then it is NaN). Concrete labels within the bound (`max_relevant`, or `COUNT_UP_TO` without
+  one) count exactly their most relevant items; traced labels count `max_relevant` (the caller's
+  promise, checked per list), or sort without it."""
+  n = shape[-1]
+  bound = None if max_relevant is None else min(max_relevant, n)
+  known = concrete_relevant_count(labels, where, shape)
+  if known is None:
+    return bound, bound is not None
+  if known <= (COUNT_UP_TO if bound is None else bound):
+    return max(known, 1), False
+  return bound, bound is not None
+
+
 def _blackbox_list_values(fn, scores, labels, where, lam, margin, max_relevant, body):
   """The per-list body shared by the AP and recall losses, on either rank path.
 
@@ -32,15 +74,17 @@ def _blackbox_list_values(fn, scores, labels, where, lam, margin, max_relevant, 
   relevant items and their ranks among the relevant items (constants: as in the authors' code they
   carry no gradient), passed to `body(ranks, relevant_ranks, relevant, num_relevant)` (arrays `[..., n]`
   read only where `relevant`: `ranking.blackbox_relevant_ranks` on either path), which gives the
-  per-list values. Returns the values `[...]`, the relevant counts `[...]`, and the checked scores and mask
+  per-list values (NaN for a list beyond a bound it may exceed). Returns the values `[...]`, the relevant counts `[...]`, and the checked scores and mask
   (for `lists.finish`).
   """
+  labels_in, where_in = labels, where
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
   lam = ranking.check_lam(fn, lam)
   checks.check_real(
       fn, "margin", margin, at_least=0, scalar=False, hint="It is RaMBO's alpha (eq. 14): 0.02."
   )
   checks.check_positive_int(fn, "max_relevant", max_relevant, allow_none=True)
+  count, checked = _relevant_bound(labels_in, where_in, scores.shape, max_relevant)
   dtype = lists.compute_dtype(scores.dtype)
   relevant = where & (labels >= 1)
   # Eq. 14: positives move down and negatives up by half the margin.
@@ -58,11 +102,12 @@ def _blackbox_list_values(fn, scores, labels, where, lam, margin, max_relevant, 
     )
   lam = lam.astype(dtype) * jnp.maximum(num_valid, 1)
   num_relevant = jnp.sum(relevant, axis=-1)
-  count = None if max_relevant is None else min(max_relevant, shifted.shape[-1])
   ranks, relevant_ranks = ranking.blackbox_relevant_ranks(
       shifted, relevant, lam, max_relevant=count
   )
   values = body(ranks, relevant_ranks, relevant, num_relevant)
+  if checked:  # A list beyond the bound was ranked on its first `count` relevant items only.
+    values = jnp.where(num_relevant > count, jnp.asarray(jnp.nan, values.dtype), values)
   return values, num_relevant, scores, where
 
 
@@ -103,23 +148,39 @@ def blackbox_ap_loss(
   blackbox gradient of `jaxrank.blackbox_ranks` (an interpolation, not a derivative).
 
   Two exact paths, the same values and gradients (bit for bit; tested on ties, NaN, masks,
-  margins and memory galleries):
+  margins and memory galleries, on the CPU's and the accelerators' forms):
 
-  * **sort** (`max_relevant=None`, the default): one sort of each list forward and one backward,
-    O(n log n) per list (numpy through a host callback on CPU, XLA's sort elsewhere);
-  * **counting** (`max_relevant=K`): the loss reads only the ranks of the relevant items, and
-    Algorithm 1's backward moves only their scores, so every item's rank before and after the
-    move follows from counting, for each relevant item, the items above it and the items it
-    crosses: O(K n) per list, no sort, no host callback. Taken when no list of the call has more
-    than `K` relevant valid items (one check on the whole batch at run time, `lax.cond`), else the
-    sort; under `vmap` both run.
+  * **sort**: one sort of each list forward and one backward, O(n log n) per list (numpy through
+    a host callback on CPU; XLA's sort on GPU and TPU, where sorting `[B, B]` lists costs
+    hundreds of times the similarity product's memory traffic);
+  * **counting**: the loss reads only the ranks of the relevant items, and Algorithm 1's backward
+    moves only their scores, so every item's rank before and after the move follows from
+    counting, for each of the first `K` relevant items of a list, the items above it and the
+    items it crosses: O(K n) per list, no sort and no host callback. On CPU the `K` items are
+    found by `lax.top_k` and read by gathers; on GPU and TPU (`platforms.by_platform`) by `K`
+    minima and masked sums over each list, every comparison fused into a reduction over the list
+    or into the gradient's one elementwise pass (no gather, scatter or `top_k`, nothing
+    `[K, B, n]` or `[B, n]` written but the scores and their gradient).
 
-  Why a static argument: the path's shapes (`K` slots per list) are fixed when the function is
-  traced, while the number of relevant items is data (traced labels); the bound is the
-  sampler's, which the caller knows (in-batch lists with `m` items per class: `K = m - 1`, plus
-  the class's items in a memory gallery). Counting costs `K` passes over each list whatever the
-  actual count, so it pays while `K` is small (`experiments/benchmarks/speed.py` times both); the sort
-  stays the default because it suits any number of relevant items.
+  Which path, decided when the function is traced:
+
+  * `max_relevant=K` (static) is a promise: no list of the call has more than `K` relevant valid
+    items (the sampler's bound: in-batch lists with `m` items per class have `K = m - 1`, plus the
+    class's items in a memory gallery). The program holds the counting alone, on every platform;
+    a list beyond the bound gives NaN and a zero gradient, so that a broken promise shows in the
+    loss rather than as a silently wrong value (the smooth-rank losses' `max_relevant` means the
+    same). There is no fallback to the sort: a `lax.cond` would hold both paths, and XLA's cost
+    and memory analyses (and an accelerator's memory) count both.
+  * Without a bound, traced labels (arguments of a jitted function, `vmap`, `batch_retrieval`'s
+    relevance inside a training step) sort.
+  * Concrete labels (and `where`): numpy arrays or arrays outside a trace, or arrays that a jitted
+    caller closed over: the most relevant valid items of any list is read from them on the host,
+    and the loss counts exactly that many when it is within `max_relevant` (or
+    `blackbox.COUNT_UP_TO`, 16, without a bound); otherwise as above.
+
+  Counting costs about `K` passes over each list whatever the actual count, so it pays while `K`
+  is small (`experiments/benchmarks/speed.py` times both on CPU, `accelerators.py` compiles both
+  for a TPU and a GPU).
 
   Conventions and defaults:
 
@@ -150,7 +211,7 @@ def blackbox_ap_loss(
     lam: blackbox interpolation strength (> 0) for normalised ranks; scalar or `[...]`.
     margin: the margin :math:`\alpha \geq 0` of eq. 14.
     max_relevant: optional static bound `K` on the relevant valid items of a list: counting
-      instead of sorting while every list of the call has at most `K` (see above).
+      instead of sorting; a list with more gives NaN and a zero gradient (see above).
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
@@ -189,7 +250,7 @@ def blackbox_recall_loss(
   `lambda r: jnp.log1p(jnp.log1p(r))` (:math:`w_K \approx 1/(K \log K)`, "RaMBO log log"). Gradients come from `blackbox_ranks`, as in
   `blackbox_ap_loss`, whose conventions (`lam` on normalised ranks, Table 9 defaults, fixed margin,
   self-exclusion through `batch_retrieval`) apply here too, and so do its two paths (sort, or
-  counting with `max_relevant`). The loss is 0 when every relevant
+  counting, chosen as there: `max_relevant` a promise, a list beyond it NaN). The loss is 0 when every relevant
   item is above every other item, and it is not bounded by 1.
 
   Args:
@@ -201,7 +262,7 @@ def blackbox_recall_loss(
     weight_fn: the cumulative weight :math:`W` of eq. 25, applied elementwise to the counts
       :math:`r_i` (as floats); it should be increasing with :math:`W(0) = 0`.
     max_relevant: optional static bound `K` on the relevant valid items of a list: counting
-      instead of sorting while every list of the call has at most `K` (`blackbox_ap_loss`).
+      instead of sorting; a list with more gives NaN and a zero gradient (`blackbox_ap_loss`).
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
