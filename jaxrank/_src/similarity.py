@@ -217,11 +217,20 @@ def squares_of(x: jax.Array) -> jax.Array:
 
 @jax.custom_jvp
 def squared_norms(x: jax.Array) -> jax.Array:
-  """`[N]` squared Euclidean norms of the rows of `x [N, D]`: `row_sums(squares_of(x))`, whose
-  rounding depends on `D` alone; the derivative `2 x . dx` is taken plainly (it needs no fixed
-  order, and differentiating the tree of additions and the bit masks made the programs larger and
-  slower to compile)."""
-  return row_sums(squares_of(x))
+  """`[N]` squared Euclidean norms of the rows of `x [N, D]`.
+
+  On a CPU `row_sums(squares_of(x))`, whose rounding depends on `D` alone: O(N D) time in about
+  `log2 D` passes of halving `[N, D/2^k]` arrays, cheap there. On accelerators
+  (`platforms.by_platform`) one plain reduction `sum(x * x)` over the rows, a single pass over
+  `x` fused with its consumers: the tree's passes cost a TPU v5e about a tenth of the in-batch
+  cosine step's bytes at B = 4096, D = 512 (its estimate 1.40x a plain product's step, 1.29x
+  with the one reduction). Its rounding is the compiler's (per shape), like the accelerators' one
+  product of the scores (see the module docstring). The derivative `2 x . dx` is taken plainly on
+  both (it needs no fixed order, and differentiating the tree of additions and the bit masks made
+  the programs larger and slower to compile)."""
+  return platforms.by_platform(
+      x, cpu=lambda v: row_sums(squares_of(v)), accelerator=lambda v: jnp.sum(v * v, axis=-1)
+  )
 
 
 @squared_norms.defjvp
