@@ -35,7 +35,8 @@ D = 512). A single query row takes a matrix-vector kernel that rounds differentl
 blocks into one `[Q, N]` buffer (a padded first block, then a dynamic update per block), which on
 a TPU v5e at B = 4096 made the in-batch cosine step's estimate 2.3x a plain product's; one product
 is 1.0-1.3x. There the scores keep the properties that do not rest on the blocks (scale
-invariance, the per-row factors, the symmetric division by one product of norms), but a score may
+invariance, the per-row factors, the symmetric division by one product of norms; the squared
+norms are one plain reduction there, `squared_norms`), but a score may
 change in its last bits with the number of items scored beside it, or where a gallery is split:
 a GPU's or TPU's matrix product chooses its tiling and the split of the `D` reduction by the
 shapes (cuBLAS picks algorithms, split-K among them, per shape; the TPU compiler tiles per
