@@ -471,6 +471,14 @@ def counting_cases():
   return [(scores, labels, where), (nan, labels, where_nan)]
 
 
+def assert_same_path(got, want):
+  """`(value, grad)` of the counting path equals the sort path's: the gradient bit for bit, the
+  value up to the rounding of its last sums (the paths' programs differ, and XLA may add a list's
+  precisions in another order: 1 ulp seen at bounds above the lists' counts)."""
+  np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=2e-7, atol=1e-7)
+  chex.assert_trees_all_equal(got[1], want[1])
+
+
 @pytest.mark.parametrize("loss_fn", LOSSES, ids=["ap", "recall"])
 @pytest.mark.parametrize("lam, margin", [(0.2, 0.02), (4.0, 0.0), (1.0, 0.3)])
 def test_counting_path_equals_the_sort_path(loss_fn, lam, margin, rank_branch):
@@ -485,10 +493,10 @@ def test_counting_path_equals_the_sort_path(loss_fn, lam, margin, rank_branch):
       traced = jax.jit(jax.value_and_grad(lambda s, y, k: f(s, k, y)), static_argnums=2)
       want = traced(scores, labels, None)  # The sort: labels traced, no bound.
       for k in (most, most + 3, 100):
-        chex.assert_trees_all_equal(traced(scores, labels, k), want)
+        assert_same_path(traced(scores, labels, k), want)
       for k in (None, most):  # Concrete labels: the bound read from them.
-        chex.assert_trees_all_equal(jax.value_and_grad(f)(scores, k), want)
-        chex.assert_trees_all_equal(jax.jit(jax.value_and_grad(f), static_argnums=1)(scores, k),
+        assert_same_path(jax.value_and_grad(f)(scores, k), want)
+        assert_same_path(jax.jit(jax.value_and_grad(f), static_argnums=1)(scores, k),
                                     want)
       moved = max(moved, float(np.abs(want[1]).max()))
   assert moved > 0 or lam < 1  # Not a trivial case (lam = 0.2 rarely moves these short lists).
@@ -506,13 +514,13 @@ def test_counting_path_on_random_tied_lists_and_under_vmap(loss_fn):
     k = int(np.max(np.sum(where & (labels >= 1), axis=-1))) or 1
     f = lambda s, y, k: loss_fn(s, y, where=where, lam=2.0, reduce_fn=jnp.sum, max_relevant=k)
     want = jax.jit(jax.value_and_grad(f), static_argnums=2)(scores, labels, None)  # The sort.
-    chex.assert_trees_all_equal(jax.value_and_grad(f)(scores, labels, k), want)
-    chex.assert_trees_all_equal(jax.value_and_grad(f)(scores, labels, None), want)
+    assert_same_path(jax.value_and_grad(f)(scores, labels, k), want)
+    assert_same_path(jax.value_and_grad(f)(scores, labels, None), want)
     per_list = lambda s, y, w: loss_fn(s, y, where=w, lam=2.0, max_relevant=k)
     mapped = jax.vmap(jax.value_and_grad(per_list))(scores, labels, where)
     single = jax.vmap(jax.value_and_grad(
         lambda s, y, w: loss_fn(s, y, where=w, lam=2.0)))(scores, labels, where)
-    chex.assert_trees_all_equal(mapped, single)
+    assert_same_path(mapped, single)
 
 
 @pytest.mark.parametrize("loss_fn", LOSSES, ids=["ap", "recall"])

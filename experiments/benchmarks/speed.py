@@ -171,7 +171,8 @@ def largest_batch(loss, batch: int, dim: int, budget: float = DEVICE_BYTES) -> t
   )
 
 
-def largest_fitting(footprint, batch: int, budget: float) -> tuple[int, float]:
+def largest_fitting(footprint, batch: int, budget: float, tolerance: float = 0.01,
+                    rounds: int = 4) -> tuple[int, float]:
   """The largest batch `B` with `footprint(B) <= budget`, and `footprint(B)`.
 
   `footprint(b)` compiles a step at batch `b` (never runs it) and returns its bytes by the memory
@@ -179,12 +180,12 @@ def largest_fitting(footprint, batch: int, budget: float) -> tuple[int, float]:
   `batch // 2` and `batch`, `m(B) = a B^2 + c B` is fitted through both footprints (every in-batch
   step holds `[B, B]` lists and `[B, D]` embeddings; a `[B, B, L]` tensor would show as a larger
   `a` at larger `B`) and solved for `m(B) = budget`; the step is compiled there and the fit
-  redone through the two largest finite batches, until the footprint is within 1% under the
-  budget (at most 4 rounds, then the batch is scaled down until it fits). Batches are multiples
-  of `PER_CLASS`.
+  redone through the two largest finite batches, until the footprint is within `tolerance` under
+  the budget (at most `rounds` rounds, then the batch is scaled down until it fits). Batches are
+  multiples of `PER_CLASS`.
   """
   points = [(batch // 2, footprint(batch // 2)), (batch, footprint(batch))]
-  for _ in range(4):
+  for _ in range(rounds):
     finite = [p for p in points if np.isfinite(p[1])]
     (b1, m1), (b2, m2) = sorted(finite)[-2:] if len(finite) >= 2 else points[:2]
     a = (m2 / b2 - m1 / b1) / (b2 - b1)
@@ -192,11 +193,11 @@ def largest_fitting(footprint, batch: int, budget: float) -> tuple[int, float]:
     best = budget / c if a <= 0 else (-c + np.sqrt(c * c + 4 * a * budget)) / (2 * a)
     best = max(PER_CLASS, int(best) // PER_CLASS * PER_CLASS)
     points.append((best, footprint(best)))
-    if 0.99 * budget <= points[-1][1] <= budget:
+    if (1 - tolerance) * budget <= points[-1][1] <= budget:
       break
   best, used = points[-1]
   while used > budget and best > PER_CLASS:
-    scale = 0.9 if not np.isfinite(used) else 0.99 * np.sqrt(budget / used)
+    scale = 0.9 if not np.isfinite(used) else (1 - tolerance) * np.sqrt(budget / used)
     best = max(PER_CLASS, int(best * scale) // PER_CLASS * PER_CLASS)
     used = footprint(best)
   return best, used

@@ -147,8 +147,10 @@ def blackbox_ap_loss(
   same sort and, as in the authors' code, carry no gradient; the ranks among all items carry the
   blackbox gradient of `jaxrank.blackbox_ranks` (an interpolation, not a derivative).
 
-  Two exact paths, the same values and gradients (bit for bit; tested on ties, NaN, masks,
-  margins and memory galleries, on the CPU's and the accelerators' forms):
+  Two exact paths, the same ranks and gradients bit for bit, and the same values up to the
+  rounding of the final sum over each list (XLA may add the precisions in another order in the
+  two programs); tested on ties, NaN, masks, margins and memory galleries, on the CPU's and the
+  accelerators' forms:
 
   * **sort**: one sort of each list forward and one backward, O(n log n) per list (numpy through
     a host callback on CPU; XLA's sort on GPU and TPU, where sorting `[B, B]` lists costs
