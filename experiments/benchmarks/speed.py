@@ -51,8 +51,9 @@ functions embed them compactly instead, as bits or int8 (`lists.embedded_compact
 The rows "blackbox AP (counting)" and "blackbox recall (counting)" are the same losses with
 `max_relevant=PER_CLASS - 1` (3): every list has 3 relevant items, so they rank by counting (O(3 n)
 per list, no sort) instead of sorting; their values and gradients are those of the sort rows.
-Their programs also hold the sort, as the branch for a batch with a list of more relevant items
-(`lax.cond`), so they compile in about the time of both paths.
+The rows "SmoothAP (bounded)", "SupAP (bounded)" and "ROADMAP (bounded)" pass the same bound: a
+loop of 3 steps instead of one whose length is known only at run time. These are the losses as
+the training job runs them (it passes its sampler's bound).
 
 The blackbox losses sort on the host on CPU (`jax.pure_callback`, numpy, both cores); on GPU and
 TPU they take XLA's sort (`ranking.descending_ranks`). No accelerator was available: every number
@@ -89,6 +90,10 @@ LOSSES = {
     # relevant items, the bound that selects it.
     "blackbox AP (counting)": "blackbox_ap_loss",
     "blackbox recall (counting)": "blackbox_recall_loss",
+    # The smooth-rank losses with the same bound, as the training job runs them.
+    "SmoothAP (bounded)": "smoothap_loss",
+    "SupAP (bounded)": "supap_loss",
+    "ROADMAP (bounded)": "roadmap_loss",
 }
 # Keyword arguments of the rows that need them.
 LOSS_KWARGS = {
