@@ -355,12 +355,9 @@ def _forward_loop(positive_step, negative_step, chunk, platform, width, num_step
   return total, slots, rank_pos, rank_neg
 
 
-def _backward_loop(positive_step, negative_step, chunk, platform, num_steps,
-                   scores, relevant, other, params, slots, rank_pos, rank_neg, cotangent):
-  """The cotangents of the scores `[B, n]` and of the floating hyperparameters, in the steps of
-  the forward loop, from the slots it kept."""
-  n = scores.shape[1]
-  # Only floating hyperparameters get a cotangent; the others are held fixed.
+def _free_params(positive_step, negative_step, params):
+  """The floating hyperparameters (`None` for the others, held fixed: only they get a cotangent)
+  and `steps_of_free(diff, free)`, the steps as a function of them for `jax.vjp`."""
   inexact = jax.tree.map(lambda p: jnp.issubdtype(jnp.result_type(p), jnp.inexact), params)
   free = jax.tree.map(lambda p, d: p if d else None, params, inexact)
 
@@ -369,6 +366,16 @@ def _backward_loop(positive_step, negative_step, chunk, platform, num_steps,
         lambda p, d, f: f if d else p, params, inexact, free, is_leaf=lambda x: x is None
     )
     return _steps(positive_step, negative_step, diff, merged)
+
+  return free, steps_of_free
+
+
+def _backward_loop(positive_step, negative_step, chunk, platform, num_steps,
+                   scores, relevant, other, params, slots, rank_pos, rank_neg, cotangent):
+  """The cotangents of the scores `[B, n]` and of the floating hyperparameters, in the steps of
+  the forward loop, from the slots it kept."""
+  n = scores.shape[1]
+  free, steps_of_free = _free_params(positive_step, negative_step, params)
 
   def coefficients(start):
     """`[B, chunk, 1]` cotangents of rank^+ and rank^- of the slots of this step."""
@@ -458,14 +465,7 @@ def _one_shot_backward(positive_step, negative_step, scores, relevant, other, pa
   # The barrier keeps XLA from sharing the forward's differences with this pass (it would write
   # them to memory to read them back).
   scores, relevant, other, slots = lax.optimization_barrier((scores, relevant, other, slots))
-  inexact = jax.tree.map(lambda p: jnp.issubdtype(jnp.result_type(p), jnp.inexact), params)
-  free = jax.tree.map(lambda p, d: p if d else None, params, inexact)
-
-  def steps_of_free(diff, free):
-    merged = jax.tree.map(
-        lambda p, d, f: f if d else p, params, inexact, free, is_leaf=lambda x: x is None
-    )
-    return _steps(positive_step, negative_step, diff, merged)
+  free, steps_of_free = _free_params(positive_step, negative_step, params)
 
   in_slot = slots < n
   # With rank = rank^+ + rank^-: d(rank^+ / rank) / d rank^+ = rank^- / rank^2 and
