@@ -139,8 +139,15 @@ class Mean:
 
 
 def nan_if_any(values: jax.Array, scores: jax.Array, where: jax.Array) -> jax.Array:
-  """Makes a list's value NaN when one of its valid scores is NaN (masked NaNs are ignored)."""
-  has_nan = jnp.any(jnp.isnan(scores) & where, axis=-1)
+  """Makes a list's value NaN when one of its valid scores is NaN (masked NaNs are ignored).
+
+  The NaNs are counted by a floating sum over each list (exact: a sum of ones and zeros is positive
+  exactly when one term is), not by `jnp.any`: XLA fuses a sum into the loss's own sums over the
+  same scores, where a boolean reduction took a pass of its own over the `[B, B]` scores on a TPU.
+  """
+  one, zero = jnp.ones((), scores.dtype), jnp.zeros((), scores.dtype)
+  nans = jnp.where(jnp.isnan(scores) & where, one, zero)
+  has_nan = jnp.sum(nans, axis=-1) > 0
   return jnp.where(has_nan, jnp.asarray(jnp.nan, values.dtype), values)
 
 

@@ -794,6 +794,16 @@ def _slot_ranks(keys, indices) -> tuple[list, list]:
   return ranks, item_keys
 
 
+def _slot_crossings(keys, indices, valids, befores, afters) -> list:
+  """Per slot, `[..., n]` int32: +1 where item `j` was below the slot's item (key `befores[k]`)
+  and is above it after the move (key `afters[k]`), -1 the other way, 0 for an empty slot."""
+  return [
+      jnp.where(valid[..., None], _slot_ahead(keys, after, index).astype(jnp.int32)
+                - _slot_ahead(keys, before, index).astype(jnp.int32), 0)
+      for index, valid, before, after in zip(indices, valids, befores, afters)
+  ]
+
+
 def _slot_counted_gradient(scores, indices, valids, lam, cotangents):
   """`_counted_gradient` with one `[...]` array per slot (`indices`, `valids`, `cotangents`
   lists): O(K n), no sort, gather or scatter; the same integers, so the same gradient."""
@@ -811,13 +821,12 @@ def _slot_counted_gradient(scores, indices, valids, lam, cotangents):
     afters.append(order_keys(moved))
     ats.append((position == index[..., None]) & valid[..., None])
   selected = functools.reduce(jnp.logical_or, ats)  # [..., n]: whether j is a moved item.
-  crossed = [  # +1 where item j was below item k and is above it after the move, -1 the other way.
-      jnp.where(valid[..., None], _slot_ahead(keys, after, index).astype(jnp.int32)
-                - _slot_ahead(keys, before, index).astype(jnp.int32), 0)
-      for index, valid, before, after in zip(indices, valids, befores, afters)
-  ]
-  # An item that did not move changes rank by the moved items that crossed it.
-  still = -functools.reduce(jnp.add, crossed)
+  crossed = _slot_crossings(keys, indices, valids, befores, afters)
+  # An item that did not move changes rank by the moved items that crossed it. This elementwise
+  # pass counts the crossings again from the keys behind a barrier: XLA would otherwise write them
+  # (`2 K` boolean `[..., n]` arrays) in the pass of the sums below, to read them back here.
+  still = -functools.reduce(jnp.add, _slot_crossings(
+      *lax.optimization_barrier((keys, indices, valids, befores, afters))))
   # A moved item: by the items that did not move that it crossed, and by the moved ones.
   moved_delta = []
   for k, index in enumerate(indices):

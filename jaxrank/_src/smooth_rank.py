@@ -463,8 +463,9 @@ def _one_shot_backward(positive_step, negative_step, scores, relevant, other, pa
   slots' own cotangents (sums over the list), one for the scores' `[B, n]` cotangent."""
   n = scores.shape[1]
   # The barrier keeps XLA from sharing the forward's differences with this pass (it would write
-  # them to memory to read them back).
-  scores, relevant, other, slots = lax.optimization_barrier((scores, relevant, other, slots))
+  # them to memory to read them back). The masks stay out of it: XLA recomputes them from the
+  # labels in each pass.
+  scores, slots = lax.optimization_barrier((scores, slots))
   free, steps_of_free = _free_params(positive_step, negative_step, params)
 
   in_slot = slots < n
@@ -587,9 +588,10 @@ def _smooth_ap_lists(scores, relevant, where, params, *, positive_step, negative
   dtype = lists.compute_dtype(scores.dtype)
   other = where & ~relevant
   relevant = where & relevant
-  # The barrier stops XLA from constant-folding the slot compaction of the relevant items when the
-  # labels are constants captured by jit (10-15x longer compiles at [896, 896]).
-  relevant, other = jax.lax.optimization_barrier((relevant, other))
+  # No barrier on the masks here: labels and masks that a jitted caller closed over are already
+  # behind one (`checks.check_lists`), and one on traced masks makes XLA write them to memory
+  # rather than recompute them from the labels in each pass (on a TPU, a third of the bounded
+  # step's bytes).
   list_shape, n = scores.shape[:-1], scores.shape[-1]
   num_lists = int(np.prod(list_shape, dtype=np.int64))
   num_relevant = jnp.sum(relevant, axis=-1)
