@@ -21,10 +21,14 @@ from jaxrank._src.histogram import class_balancing_weights as class_balancing_we
 from jaxrank._src.histogram import fastap_loss as fastap_loss
 from jaxrank._src.histogram import soft_binning_ap_loss as soft_binning_ap_loss
 from jaxrank._src.metrics import ap_metric as ap_metric
+from jaxrank._src.metrics import dcg_metric as dcg_metric
 from jaxrank._src.metrics import map_at_r_metric as map_at_r_metric
+from jaxrank._src.metrics import mrr_metric as mrr_metric
 from jaxrank._src.metrics import ndcg_metric as ndcg_metric
+from jaxrank._src.metrics import opa_metric as opa_metric
 from jaxrank._src.metrics import precision_at_k_metric as precision_at_k_metric
 from jaxrank._src.metrics import recall_at_k_metric as recall_at_k_metric
+from jaxrank._src.metrics import relevant_fraction_at_k_metric as relevant_fraction_at_k_metric
 from jaxrank._src.metrics import tie_aware_ap_metric as tie_aware_ap_metric
 from jaxrank._src.metrics import tie_aware_ndcg_metric as tie_aware_ndcg_metric
 from jaxrank._src.pairwise import contrastive_loss as contrastive_loss
@@ -62,6 +66,7 @@ __all__ = [
     "chunked_value_and_grad",
     "class_balancing_weights",
     "contrastive_loss",
+    "dcg_metric",
     "decomposability_gap",
     "evaluate_retrieval",
     "fastap_loss",
@@ -73,10 +78,13 @@ __all__ = [
     "landscape",
     "map_at_r_metric",
     "memory",
+    "mrr_metric",
     "multi_similarity_loss",
     "ndcg_metric",
+    "opa_metric",
     "precision_at_k_metric",
     "recall_at_k_metric",
+    "relevant_fraction_at_k_metric",
     "roadmap_loss",
     "sharded_batch_retrieval",
     "sharded_loss",

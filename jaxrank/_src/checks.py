@@ -325,6 +325,43 @@ def check_int_at_least(fn: str, name: str, value: Any, minimum: int) -> None:
     raise ValueError(f"{fn}: {name} must be an int >= {minimum}, got {value}.")
 
 
+def check_item_weights(
+    fn: str, weights: jax.typing.ArrayLike, where: jax.Array, dtype: Any
+) -> jax.Array:
+  """Validates per-item weights and returns them broadcast to the shape of `where`, in `dtype`.
+
+  Raises `TypeError` for non-numeric weights, `ValueError`, naming both shapes, when they do not
+  broadcast to the items' shape `where.shape` (per-list weights `[...]` are the usual mistake), and
+  `ValueError` for a negative or NaN valid weight when the weights are known (not traced, see
+  `known_any`); masked weights are not read.
+  """
+  kind = _dtype(weights)
+  if not (jnp.issubdtype(kind, jnp.number) or jnp.issubdtype(kind, jnp.bool_)):
+    raise TypeError(f"{fn}: item_weights must be numeric, got dtype {kind}.")
+  weights = jnp.asarray(weights)
+  try:
+    if jnp.broadcast_shapes(weights.shape, where.shape) != where.shape:
+      raise ValueError
+  except ValueError:
+    raise ValueError(
+        f"{fn}: item_weights have shape {weights.shape}, which does not broadcast to the scores' "
+        f"shape {tuple(where.shape)}: item_weights are per item, one per score."
+    ) from None
+  weights = jnp.broadcast_to(weights, where.shape)
+  bad = where & ~(weights >= 0)  # NaN fails `>= 0` too.
+  traced = f"{fn}: item_weights must be non-negative (and not NaN)."
+  if weights.dtype != jnp.bool_ and known_any(bad, traced):
+    try:
+      got = f"{np.asarray(weights)[np.asarray(bad)].flat[0]} at a valid item"
+    except _UNREADABLE:
+      got = f"{int(jnp.sum(bad))} negative or NaN valid weights"
+    raise ValueError(
+        f"{fn}: item_weights must be non-negative, got {got}; mask the item out with where "
+        "instead."
+    )
+  return weights.astype(dtype)
+
+
 def check_list_weights(
     fn: str, weights: jax.typing.ArrayLike | None, scores_shape: tuple[int, ...], dtype: Any
 ) -> jax.Array | None:

@@ -1,0 +1,241 @@
+"""rax's own metric tests, run against jaxrank: what a rax user can rely on (issue 37).
+
+rax 0.4.0 ships its tests in its wheel. This module loads `rax/_src/metrics_test.py` from the
+installed package (never a copy) with `from rax._src import metrics` bound to `RaxAdapter`, a thin
+namespace that gives each of rax's metric names the jaxrank function that computes it, translating
+rax's signature (`scores, labels, *, where, segments, topn, weights, reduce_fn`):
+
+* `recall_metric` is `relevant_fraction_at_k_metric` (jaxrank's `recall_at_k_metric` is metric
+  learning's hit rate, another metric), `precision_metric` is `precision_at_k_metric`, and rax's
+  `topn=None` (the whole list) is `topn=` the list's length there;
+* rax's per-item `weights` are jaxrank's `item_weights` (jaxrank's `weights` are per list);
+* rax accepts a mask of any dtype (`where=jnp.array([1, 0])`), jaxrank only a boolean one (a float
+  mask is usually a mistake, and test_contract.py tests the `TypeError`): the adapter casts.
+
+Every test case of rax's `MetricsTest` and `RetrievedItemsTest` becomes one pytest case here. Each
+either passes or is listed in `DIFFERENCES` with its reason; a listed case that passes fails too
+(the table must not go stale). Each difference is tested as jaxrank's own convention below, and
+documented in the docstring of the jaxrank metric concerned. rax's `load_tests` doctests are rax's
+docstring examples of its own functions, not part of the contract, and are not run.
+
+rax's loss tests (`losses_test.py`) test softmax, ListMLE, pairwise and pointwise losses, none of
+which jaxrank has (its losses are AP, NDCG and recall surrogates), so none is run here:
+`test_rax_has_no_loss_jaxrank_has` asserts that, so that a loss added under one of rax's names is
+brought here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import inspect
+import math
+import pathlib
+import sys
+import types
+import unittest
+from unittest import mock
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrank
+
+rax = pytest.importorskip("rax")  # The dev extra pins rax==0.4.0.
+rax_src = importlib.import_module("rax._src")
+
+
+def _mask(where):
+  return None if where is None else jnp.asarray(where).astype(bool)
+
+
+def _whole_list(topn, scores):
+  return jnp.shape(scores)[-1] if topn is None else topn
+
+
+def _adapter(fn, *, topn_required=False, weights=False, topn=True):
+  """rax's signature -> `fn`'s. `segments` (not supported yet) raises a `TypeError`."""
+
+  def metric(scores, labels, *, where=None, reduce_fn=jnp.mean, **kwargs):
+    if "segments" in kwargs:
+      raise TypeError(f"{fn.__name__}: segments are not supported (a gap, issue 37).")
+    extra = {}
+    if topn:
+      cutoff = kwargs.pop("topn", None)
+      extra["topn"] = _whole_list(cutoff, scores) if topn_required else cutoff
+    if weights and kwargs.get("weights") is not None:
+      extra["item_weights"] = kwargs.pop("weights")
+    kwargs.pop("weights", None)
+    if kwargs:
+      raise TypeError(f"{fn.__name__}: no jaxrank counterpart for {sorted(kwargs)}")
+    return fn(scores, labels, where=_mask(where), reduce_fn=reduce_fn, **extra)
+
+  metric.__name__ = fn.__name__
+  return metric
+
+
+RaxAdapter = types.SimpleNamespace(
+    mrr_metric=_adapter(jaxrank.mrr_metric),
+    recall_metric=_adapter(jaxrank.relevant_fraction_at_k_metric, topn_required=True),
+    precision_metric=_adapter(jaxrank.precision_at_k_metric, topn_required=True),
+    ap_metric=_adapter(jaxrank.ap_metric),
+    dcg_metric=_adapter(jaxrank.dcg_metric, weights=True),
+    ndcg_metric=_adapter(jaxrank.ndcg_metric, weights=True),
+    opa_metric=_adapter(jaxrank.opa_metric, topn=False),
+)
+"""rax's metric names -> jaxrank's functions behind rax's signature (the rax guide's table)."""
+
+
+@contextlib.contextmanager
+def _rax_metrics_bound_to(adapter):
+  """`from rax._src import metrics` gives `adapter` while the test module is executed."""
+  with mock.patch.dict(sys.modules, {"rax._src.metrics": adapter}), mock.patch.object(
+      rax_src, "metrics", adapter
+  ):
+    yield
+
+
+def load_rax_tests(filename: str, adapter) -> types.ModuleType:
+  """rax's test module `filename`, read from the installed package, executed against `adapter`."""
+  path = pathlib.Path(rax_src.__file__).parent / filename
+  spec = importlib.util.spec_from_file_location(f"rax_on_jaxrank_{path.stem}", path)
+  module = importlib.util.module_from_spec(spec)
+  with _rax_metrics_bound_to(adapter):
+    spec.loader.exec_module(module)  # Parameters bind the adapter's functions at class creation.
+  return module
+
+
+RAX_METRICS_TEST = load_rax_tests("metrics_test.py", RaxAdapter)
+RAX_CLASSES = (RAX_METRICS_TEST.MetricsTest, RAX_METRICS_TEST.RetrievedItemsTest)
+
+
+def rax_cases() -> dict[str, unittest.TestCase]:
+  """`Class.test_name` -> the test case, for every case of rax's metric test classes."""
+  loader = unittest.TestLoader()
+  cases = {}
+  for cls in RAX_CLASSES:
+    for case in loader.loadTestsFromTestCase(cls):
+      cases[f"{cls.__name__}.{case._testMethodName}"] = case
+  return cases
+
+
+CASES = rax_cases()
+
+SEGMENTS = (
+    "not yet supported, a gap to close (issue 37): rax's `segments` (lists of different lengths "
+    "packed in one array); jaxrank takes them padded to one length and masked with `where`"
+)
+PRIVATE_HELPER = (
+    "tests rax's private `metrics._retrieved_items`, not an API; jaxrank's metrics follow the same "
+    "rule (no -inf, masked or beyond-topn item is retrieved), tested through its public metrics"
+)
+_SEGMENT_TESTS = (
+    "test_computes_metric_with_segments",
+    "test_computes_metric_with_segments_and_mask",
+    "test_computes_metric_with_segments_and_batch_dim",
+    "test_computes_metric_with_segments_and_cutoff",
+)
+# rax case -> why jaxrank differs. A case here that passes fails `test_rax_case`.
+DIFFERENCES: dict[str, str] = {
+    **{f"MetricsTest.{test}{i}": SEGMENTS for test in _SEGMENT_TESTS for i in range(6)},
+    **{name: PRIVATE_HELPER for name in CASES if name.startswith("RetrievedItemsTest.")},
+}
+
+
+def test_the_tables_name_rax_cases():
+  assert set(DIFFERENCES) <= set(CASES), set(DIFFERENCES) - set(CASES)
+  # rax 0.4.0: 95 cases of its metrics and 9 of its private helper; a new version is reviewed here.
+  assert len(CASES) == 104 and rax.__version__ == "0.4.0"
+  assert sum(name.startswith("MetricsTest.") for name in CASES) == 95
+
+
+def _run(case: unittest.TestCase) -> list[str]:
+  """The case's failures and errors (empty when it passes)."""
+  result = unittest.TestResult()
+  case.run(result)
+  return [text for _, text in result.failures + result.errors]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rax_case(name):
+  problems = _run(CASES[name])
+  if name in DIFFERENCES:
+    assert problems, f"{name} passes: remove it from DIFFERENCES ({DIFFERENCES[name]})"
+  else:
+    assert not problems, "\n".join(problems)
+
+
+# ---------------------------------------------------------------------------------------------
+# The differences, as jaxrank's own conventions.
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [jaxrank.mrr_metric, jaxrank.ap_metric, jaxrank.dcg_metric, jaxrank.ndcg_metric,
+     jaxrank.precision_at_k_metric, jaxrank.relevant_fraction_at_k_metric],
+)
+def test_segments_are_a_gap_lists_are_padded_and_masked(fn):
+  """No metric takes `segments` yet; rax's packed lists are given padded, with a mask."""
+  assert "segments" not in inspect.signature(fn).parameters
+  kwargs = {"topn": 2} if "topn" in inspect.signature(fn).parameters else {}
+  # rax's packed [0, 1, 2, 3] / segments [0, 0, 1, 1] as two padded lists of two.
+  packed = fn(jnp.array([[0.0, 1.0], [2.0, 3.0]]), jnp.array([[0, 1], [2, 0]]), **kwargs)
+  padded = fn(
+      jnp.array([[0.0, 1.0, 9.0], [2.0, 3.0, -9.0]]),
+      jnp.array([[0, 1, 2], [2, 0, 1]]),
+      where=jnp.array([[True, True, False], [True, True, False]]),
+      **kwargs,
+  )
+  np.testing.assert_allclose(padded, packed, rtol=1e-6)
+
+
+def test_retrieved_items_rule_through_the_public_metrics():
+  """What rax's `_retrieved_items` tests: items scored -inf, masked or beyond topn are not
+  retrieved. One relevant item at each of those places, and one retrieved."""
+  scores = jnp.array([-jnp.inf, 1.0, 4.0, 3.0, 2.0])
+  labels = jnp.array([1, 1, 1, 0, 1])
+  where = jnp.array([True, False, True, True, True])
+  fraction = jaxrank.relevant_fraction_at_k_metric
+  # Relevant valid items: -inf (not retrieved), 4.0 (rank 1), 2.0 (rank 3, beyond topn=2).
+  assert float(fraction(scores, labels, where=where, topn=2)) == pytest.approx(1 / 3)
+  assert float(fraction(scores, labels, where=where, topn=3)) == pytest.approx(2 / 3)
+  assert float(fraction(scores, labels, where=where, topn=5)) == pytest.approx(2 / 3)
+
+
+def test_where_must_be_boolean_the_adapter_casts():
+  with pytest.raises(TypeError, match="^ap_metric: where must be"):
+    jaxrank.ap_metric(jnp.array([0.3, 0.2]), jnp.array([1, 0]), where=jnp.array([1, 1]))
+  got = RaxAdapter.ap_metric(jnp.array([0.3, 0.2]), jnp.array([0, 1]), where=jnp.array([1, 1]))
+  assert float(got) == 0.5
+
+
+# The conventions the passing cases rely on (documented in jaxrank/_src/metrics.py).
+
+
+@pytest.mark.parametrize(
+    "fn", [jaxrank.mrr_metric, jaxrank.ap_metric, jaxrank.dcg_metric, jaxrank.ndcg_metric]
+)
+def test_neg_inf_is_not_retrieved(fn):
+  """rax's `test_treats_neginf_as_unranked_items`, and the difference with masking."""
+  scores = jnp.array([-jnp.inf, 5.0, 2.0, -jnp.inf, 1.0])
+  labels = jnp.array([1, 0, 1, 0, 0])
+  dropped = fn(scores[1:], labels[1:])
+  unretrieved = fn(scores, labels)
+  masked = fn(scores, labels, where=jnp.isfinite(scores))
+  np.testing.assert_allclose(masked, dropped, rtol=1e-6)  # where= removes items...
+  if fn is not jaxrank.mrr_metric:  # ...-inf keeps a relevant item in R and the ideal DCG.
+    assert float(unretrieved) < float(dropped) or fn is jaxrank.dcg_metric
+  want = {
+      jaxrank.mrr_metric: 1 / 2,
+      jaxrank.ap_metric: (1 / 2) / 2,
+      jaxrank.dcg_metric: 1 / math.log2(3),
+      jaxrank.ndcg_metric: (1 / math.log2(3)) / (1 + 1 / math.log2(3)),
+  }[fn]
+  np.testing.assert_allclose(unretrieved, want, rtol=1e-6)
+
+
+def test_rax_has_no_loss_jaxrank_has():
+  rax_losses = {name for name in dir(rax) if name.endswith("_loss")}
+  assert "softmax_loss" in rax_losses and len(rax_losses) >= 10
+  assert not rax_losses & set(jaxrank.__all__)
