@@ -35,8 +35,30 @@ CASES = [
     Case("precision@2", jaxrank.precision_at_k_metric, reference.precision_at_k, {"topn": 2}),
     Case("precision@10", jaxrank.precision_at_k_metric, reference.precision_at_k, {"topn": 10}),
     Case("map_at_r", jaxrank.map_at_r_metric, reference.map_at_r, {}),
+    Case("ap@2", jaxrank.ap_metric, reference.ap, {"topn": 2}),
+    Case("mrr", jaxrank.mrr_metric, reference.mrr, {}),
+    Case("mrr@2", jaxrank.mrr_metric, reference.mrr, {"topn": 2}),
+    Case("dcg", jaxrank.dcg_metric, reference.dcg, {}),
+    Case("dcg@3", jaxrank.dcg_metric, reference.dcg, {"topn": 3}),
+    Case("relevant_fraction@1", jaxrank.relevant_fraction_at_k_metric,
+         reference.relevant_fraction_at_k, {"topn": 1}),
+    Case("relevant_fraction@3", jaxrank.relevant_fraction_at_k_metric,
+         reference.relevant_fraction_at_k, {"topn": 3}),
+    Case("opa", jaxrank.opa_metric, reference.opa, {}),
 ]
 CASE_IDS = [c.name for c in CASES]
+# Metrics that are not 1 on a list whose 4 valid items are all relevant: a cut-off below R (AP@k
+# and the relevant fraction are at most k / R), DCG (not normalised), OPA (no pair with different
+# labels: undefined, 0).
+NOT_ONE_WHEN_ALL_RELEVANT = ("ap@2", "dcg", "dcg@3", "relevant_fraction@1", "relevant_fraction@3",
+                             "opa")
+
+
+def defined(case, labels, where):
+  """`[...]`: the lists that enter the mean (OPA: those with an ordered pair of valid items)."""
+  if case.name == "opa":
+    return reference.has_ordered_pair(labels, where)
+  return reference.has_relevant(labels, where)
 TIE_AWARE = [
     (jaxrank.ap_metric, jaxrank.tie_aware_ap_metric, {}),
     (jaxrank.ndcg_metric, jaxrank.tie_aware_ndcg_metric, {}),
@@ -114,7 +136,7 @@ def test_matches_reference(case, ties, dtype):
     np.testing.assert_allclose(np.asarray(got, np.float64), want, **tol)
     mean = run(case, scores, labels, where=where)
     np.testing.assert_allclose(
-        float(mean), reference.mean_over_lists(want, reference.has_relevant(labels, where)), **tol
+        float(mean), reference.mean_over_lists(want, defined(case, labels, where)), **tol
     )
 
 
@@ -227,6 +249,8 @@ def test_degenerate_lists(case, lst, x64):
   np.testing.assert_allclose(per, case.ref(scores, labels, where, **case.kwargs), **TOL64)
   if lst in ("no_relevant", "all_masked"):
     assert float(per) == 0.0 and float(mean) == 0.0
+  if case.name in NOT_ONE_WHEN_ALL_RELEVANT:
+    return
   if lst == "all_relevant" or (lst == "all_relevant_graded" and "ndcg" not in case.name):
     assert float(per) == pytest.approx(1.0, abs=1e-12)
 
@@ -236,13 +260,14 @@ def test_degenerate_lists(case, lst, x64):
 def test_single_item_list(case, label, x64):
   per = case.fn(np.array([0.7]), np.array([label]), reduce_fn=None, **case.kwargs)
   assert np.isfinite(per)
-  assert float(per) == float(label)
+  assert float(per) == (0.0 if case.name == "opa" else float(label))  # OPA: no pair, undefined.
 
 
 # 6. Errors (the shared input checks are in test_contract.py).
 
 
-@pytest.mark.parametrize("fn", [jaxrank.recall_at_k_metric, jaxrank.precision_at_k_metric])
+@pytest.mark.parametrize("fn", [jaxrank.recall_at_k_metric, jaxrank.precision_at_k_metric,
+                                jaxrank.relevant_fraction_at_k_metric])
 @pytest.mark.parametrize("topn", [0, -1, 1.5, None])
 def test_bad_cutoff(fn, topn):
   error = ValueError if isinstance(topn, int) else TypeError  # A wrong value, or a wrong kind.
@@ -250,7 +275,8 @@ def test_bad_cutoff(fn, topn):
     fn(jnp.array([0.3, 0.2]), jnp.array([1, 0]), topn=topn)
 
 
-@pytest.mark.parametrize("fn", [jaxrank.ndcg_metric, jaxrank.tie_aware_ndcg_metric])
+@pytest.mark.parametrize("fn", [jaxrank.ndcg_metric, jaxrank.tie_aware_ndcg_metric,
+                                jaxrank.dcg_metric, jaxrank.ap_metric, jaxrank.mrr_metric])
 @pytest.mark.parametrize("topn", [0, -2, 1.5])
 def test_bad_topn(fn, topn):
   error = ValueError if isinstance(topn, int) else TypeError
@@ -258,21 +284,146 @@ def test_bad_topn(fn, topn):
     fn(jnp.array([0.3, 0.2]), jnp.array([1, 0]), topn=topn)
 
 
-@pytest.mark.parametrize("fn", [jaxrank.ndcg_metric, jaxrank.tie_aware_ndcg_metric])
+@pytest.mark.parametrize("fn", [jaxrank.ndcg_metric, jaxrank.tie_aware_ndcg_metric,
+                                jaxrank.dcg_metric])
 def test_graded_labels_below_zero_are_an_error(fn):
   """A gain 2**label - 1 below 0 puts NDCG outside [0, 1]: rejected whenever labels are known."""
   scores = jnp.array([[0.9, 0.8, 0.1], [0.3, 0.2, 0.1]])
   labels = jnp.array([[0, 1, -2], [1, 0, 0]])
   # Unchecked (as under jit), NDCG leaves [0, 1]: labels [-5, 1] in that order give -0.87.
+  unchecked = -0.3378202 if fn is jaxrank.dcg_metric else -0.8689087  # DCG: -31/32 + 1/log2(3).
   np.testing.assert_allclose(
-      jax.jit(fn)(jnp.array([0.9, 0.8]), jnp.array([-5, 1])), -0.8689087, rtol=1e-5
+      jax.jit(fn)(jnp.array([0.9, 0.8]), jnp.array([-5, 1])), unchecked, rtol=1e-5
   )
   with pytest.raises(ValueError, match=rf"^{fn.__name__}: graded labels must be >= 0 .*got -2"):
     fn(scores, labels)
   with pytest.raises(ValueError, match="graded labels must be >= 0"):
     fn(scores, labels.astype(jnp.float32) / 4, reduce_fn=None)
   masked = jnp.array([True, True, False])  # The -2 is masked: not read.
-  ref_fn = reference.ndcg if fn is jaxrank.ndcg_metric else reference.tie_aware_ndcg
+  ref_fn = {jaxrank.ndcg_metric: reference.ndcg, jaxrank.dcg_metric: reference.dcg}.get(
+      fn, reference.tie_aware_ndcg)
   want = reference.per_list(ref_fn, scores, labels, masked)
   np.testing.assert_allclose(fn(scores, labels, where=masked, reduce_fn=None), want, rtol=1e-6)
   jax.jit(fn)(scores, labels)  # Traced: not checked.
+
+
+# 7. Scores of -inf: valid items that are not retrieved (rax's convention, metrics.py docstring).
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_neg_inf_scores_match_reference(case, x64):
+  scores, labels, where = random_lists(30, ties=True)
+  rng = np.random.default_rng(31)
+  scores[rng.random(scores.shape) < 0.3] = -np.inf
+  scores[0, 0] = -np.inf  # A list with every item unretrieved.
+  labels[0, 0, 0] = 2
+  where[0, 0, 0] = True
+  want = expected(case, scores, labels, where)
+  got = run(case, scores, labels, where=where, reduce_fn=None)
+  np.testing.assert_allclose(got, want, **TOL64)
+  if case.name != "opa":  # Its relevant item is not retrieved: the list is defined and gets 0.
+    assert float(got[0, 0]) == 0.0 and defined(case, labels, where)[0, 0]
+
+
+def test_neg_inf_hand_values():
+  """rax's `test_treats_neginf_as_unranked_items`: [-inf, 5, 2, -inf, 1], labels [1, 0, 1, 0, 0]."""
+  scores = np.array([-np.inf, 5.0, 2.0, -np.inf, 1.0])
+  labels = np.array([1, 0, 1, 0, 0])
+  ideal = 1 + 1 / math.log2(3)
+  assert reference.ap(scores, labels) == pytest.approx(0.25)
+  assert reference.precision_at_k(scores, labels, topn=5) == pytest.approx(1 / 3)
+  assert reference.relevant_fraction_at_k(scores, labels, topn=5) == pytest.approx(1 / 2)
+  assert reference.ndcg(scores, labels) == pytest.approx(1 / math.log2(3) / ideal)
+  # A relevant item masked with where is removed; scored -inf it stays in R: AP 1/2 against 1/4.
+  assert reference.ap(scores, labels, np.isfinite(scores)) == pytest.approx(0.5)
+  for fn, want in ((jaxrank.ap_metric, 0.25), (jaxrank.mrr_metric, 0.5),
+                   (jaxrank.ndcg_metric, 1 / math.log2(3) / ideal)):
+    assert float(fn(scores, labels)) == pytest.approx(want, rel=1e-6)
+  assert float(jaxrank.precision_at_k_metric(scores, labels, topn=5)) == pytest.approx(1 / 3)
+  # OPA compares scores: -inf is below 5 and 2 and 1, and the pair of -inf is a tie (misordered).
+  assert float(jaxrank.opa_metric(scores, labels)) == pytest.approx(reference.opa(scores, labels))
+
+
+# 8. New metrics: hand values, relations, per-item weights.
+
+
+def test_new_metrics_hand_values(x64):
+  scores, labels = np.array([0.0, 3.0, 1.0, 2.0]), np.array([0, 0, 1, 1])  # rax's example list.
+  assert reference.mrr(scores, labels) == 0.5
+  assert reference.dcg(scores, labels) == pytest.approx(1 / math.log2(3) + 1 / math.log2(4))
+  assert reference.opa(scores, labels) == 0.5
+  assert reference.relevant_fraction_at_k(scores, labels, topn=2) == 0.5
+  assert reference.ap(scores, labels, topn=2) == pytest.approx(0.25)
+  for case in CASES:
+    got = float(run(case, scores, labels))
+    assert got == pytest.approx(case.ref(scores, labels, **case.kwargs), abs=1e-12), case.name
+  # Ties are pessimistic: a relevant item tied with a non-relevant one ranks after it.
+  assert float(jaxrank.mrr_metric(np.array([0.5, 0.5]), np.array([1, 0]))) == 0.5
+  assert float(jaxrank.opa_metric(np.array([0.5, 0.5]), np.array([1, 0]))) == 0.0
+
+
+def test_two_recalls_agree_with_one_relevant_item(x64):
+  scores, labels, where = random_lists(40, ties=True, num_grades=2)
+  labels[...] = 0
+  labels[..., 2] = 1
+  where[..., 2] = True
+  for topn in (1, 3, 7):
+    np.testing.assert_array_equal(
+        jaxrank.relevant_fraction_at_k_metric(scores, labels, where=where, topn=topn,
+                                              reduce_fn=None),
+        jaxrank.recall_at_k_metric(scores, labels, where=where, topn=topn, reduce_fn=None),
+    )
+
+
+def test_ap_cut_off_at_the_list_length_is_ap(x64):
+  scores, labels, where = random_lists(41, ties=True)
+  np.testing.assert_array_equal(
+      jaxrank.ap_metric(scores, labels, where=where, topn=N, reduce_fn=None),
+      jaxrank.ap_metric(scores, labels, where=where, reduce_fn=None),
+  )
+
+
+def test_ndcg_is_dcg_over_ideal_dcg(x64):
+  scores, labels, where = random_lists(42, ties=True)
+  dcg = jaxrank.dcg_metric(scores, labels, where=where, reduce_fn=None)
+  ideal = jaxrank.dcg_metric(2.0**labels, labels, where=where, reduce_fn=None)  # Sorted by label.
+  ndcg = jaxrank.ndcg_metric(scores, labels, where=where, reduce_fn=None)
+  np.testing.assert_allclose(ndcg, np.where(ideal > 0, dcg / np.where(ideal > 0, ideal, 1), 0),
+                             **TOL64)
+
+
+@pytest.mark.parametrize("fn", [jaxrank.ndcg_metric, jaxrank.dcg_metric], ids=["ndcg", "dcg"])
+@pytest.mark.parametrize("topn", [None, 3])
+def test_item_weights_match_reference(fn, topn, x64):
+  scores, labels, where = random_lists(43, ties=True)
+  rng = np.random.default_rng(44)
+  weights = rng.choice([0.0, 0.5, 1.0, 2.0], scores.shape)
+  scores[0, 1, :3] = -np.inf
+  got = fn(scores, labels, where=where, topn=topn, item_weights=weights, reduce_fn=None)
+  want = np.array([
+      reference.weighted_ndcg(s, y, w, item_weights=iw, topn=topn,
+                              normalise=fn is jaxrank.ndcg_metric)
+      for s, y, w, iw in zip(*(a.reshape(-1, N) for a in (scores, labels, where, weights)))
+  ]).reshape(BATCH)
+  np.testing.assert_allclose(got, want, **TOL64)
+  # Weights of 1 change nothing; a weight of 0 is a gain of 0.
+  np.testing.assert_array_equal(
+      fn(scores, labels, where=where, topn=topn, item_weights=np.ones(N), reduce_fn=None),
+      fn(scores, labels, where=where, topn=topn, reduce_fn=None),
+  )
+
+
+def test_item_weights_errors():
+  scores, labels = jnp.array([0.3, 0.2, 0.1]), jnp.array([1, 0, 2])
+  for fn in (jaxrank.ndcg_metric, jaxrank.dcg_metric):
+    name = fn.__name__
+    with pytest.raises(ValueError, match=rf"^{name}: item_weights must be non-negative, got -1"):
+      fn(scores, labels, item_weights=jnp.array([1.0, -1.0, 1.0]))
+    with pytest.raises(ValueError, match=rf"^{name}: item_weights have shape \(2,\)"):
+      fn(scores, labels, item_weights=jnp.array([1.0, 1.0]))
+    with pytest.raises(TypeError, match=rf"^{name}: item_weights must be numeric"):
+      fn(scores, labels, item_weights=np.array(["a", "b", "c"]))
+    # A negative weight at a masked item is not read; traced weights are not checked.
+    where = jnp.array([True, False, True])
+    fn(scores, labels, where=where, item_weights=jnp.array([1.0, -1.0, 1.0]))
+    jax.jit(lambda w: fn(scores, labels, item_weights=w))(jnp.array([1.0, -1.0, 1.0]))
