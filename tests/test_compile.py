@@ -40,6 +40,7 @@ REQUIRED = {
     "hamming_tie_aware_ndcg_metric": {"num_bits": NUM_BITS},
     "precision_at_k_metric": {"topn": 3},
     "recall_at_k_metric": {"topn": 3},
+    "relevant_fraction_at_k_metric": {"topn": 3},
     "smooth_rank_ap_loss": {
         "positive_step_fn": functools.partial(jaxrank.sigmoid_step, temperature=0.05),
         "negative_step_fn": jaxrank.supap_negative_step,

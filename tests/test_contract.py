@@ -99,6 +99,8 @@ class Entry(NamedTuple):
     graded: whether the labels are grades (gain `2**label - 1`) rather than relevant iff `>= 1`.
     dtype: the dtype of the scores in the tests of the conventions (float64 unless said).
     xfail: property -> what fails today (a strict xfail: a bug for another issue).
+    defined: `(labels, where) -> [...]`, the lists that enter the reduction, or None for those
+      with a relevant valid item (`reference.has_relevant`).
   """
 
   name: str
@@ -109,6 +111,7 @@ class Entry(NamedTuple):
   graded: bool = False
   dtype: Any = np.float64
   xfail: dict[str, str] = {}
+  defined: Callable[..., np.ndarray] | None = None
 
 
 # Reasons shared by several entries.
@@ -133,13 +136,14 @@ def _ref(fn, **kwargs):
   return functools.partial(fn, **kwargs) if kwargs else fn
 
 
-def _metric(name, fn, ref, *, graded=False, **kwargs):
+def _metric(name, fn, ref, *, graded=False, defined=None, **kwargs):
   return Entry(
       name,
       functools.partial(fn, **kwargs),
       _ref(ref, **kwargs),
       "none",
       graded=graded,
+      defined=defined,
   )
 
 
@@ -203,6 +207,16 @@ TABLE = [
     _metric("precision@2", jaxrank.precision_at_k_metric, reference.precision_at_k, topn=2),
     _metric("precision@10", jaxrank.precision_at_k_metric, reference.precision_at_k, topn=10),
     _metric("map_at_r", jaxrank.map_at_r_metric, reference.map_at_r),
+    _metric("ap@3", jaxrank.ap_metric, reference.ap, topn=3),
+    _metric("mrr", jaxrank.mrr_metric, reference.mrr),
+    _metric("mrr@2", jaxrank.mrr_metric, reference.mrr, topn=2),
+    _metric("dcg", jaxrank.dcg_metric, reference.dcg, graded=True),
+    _metric("dcg@3", jaxrank.dcg_metric, reference.dcg, graded=True, topn=3),
+    _metric("relevant_fraction@3", jaxrank.relevant_fraction_at_k_metric,
+            reference.relevant_fraction_at_k, topn=3),
+    # Labels compared as grades; defined where two valid items have different labels.
+    _metric("opa", jaxrank.opa_metric, reference.opa, graded=True,
+            defined=reference.has_ordered_pair),
     _hamming("hamming_ap", jaxrank.hamming_tie_aware_ap_metric, rx.hamming_ap_t),
     _hamming("hamming_ndcg", jaxrank.hamming_tie_aware_ndcg_metric, rx.hamming_ndcg_t,
              graded=True),
@@ -421,9 +435,11 @@ def with_empty_lists(seed, n=N):
   return scores, labels, where
 
 
-def defined_lists(labels, where):
-  """`[...]`: the lists with a relevant valid item (for integer labels, also those whose ideal
-  DCG is positive)."""
+def defined_lists(entry, labels, where):
+  """`[...]`: the lists that `entry` leaves in its reduction: by default those with a relevant
+  valid item (for integer labels, also those whose ideal DCG is positive)."""
+  if entry.defined is not None:
+    return entry.defined(labels, where)
   return reference.has_relevant(labels, where)
 
 
@@ -660,7 +676,7 @@ def test_increasing_transform_changes_nothing(entry, entry_precision):
 def test_reductions(entry, entry_precision):
   scores, labels, where = with_empty_lists(8)
   scores = inputs(entry, scores)
-  defined = defined_lists(labels, where)
+  defined = defined_lists(entry, labels, where)
   assert not defined[0, 1] and not defined[1, 2] and not defined[2, 3] and defined.sum() == 9
   per = np.asarray(run(entry, scores, labels, where=where, reduce_fn=None))
   # Undefined lists give exactly 0 and are left out of the mean.
@@ -694,7 +710,7 @@ def test_reductions(entry, entry_precision):
 def test_gradient_of_mean_is_gradient_of_sum_over_count(entry, entry_precision):
   scores, labels, where = with_empty_lists(8)
   got = grads(entry, scores, labels, where)
-  count = defined_lists(labels, where).sum()
+  count = defined_lists(entry, labels, where).sum()
   chex.assert_trees_all_close(got["mean"] * count, got["sum"], rtol=1e-13, atol=1e-14)
 
 
@@ -758,7 +774,7 @@ def test_degenerate_lists(entry, entry_precision):
   scores = inputs(entry, scores)
   if entry.name in BINNED:
     scores = np.clip(scores, -1, 1)
-  defined = defined_lists(labels, where)
+  defined = defined_lists(entry, labels, where)
   per = np.asarray(run(entry, scores, labels, where=where, reduce_fn=None))
   chex.assert_tree_all_finite([per, run(entry, scores, labels, where=where)])
   chex.assert_trees_all_equal(per[~defined], np.zeros(np.sum(~defined)))
