@@ -40,11 +40,13 @@ $(ACCEL_STAMP): pyproject.toml
 	touch $(ACCEL_STAMP)
 
 # Two pytest runs: the multi-device tests need 8 simulated CPU devices, set before JAX starts.
-# The first runs in two workers (pytest-xdist; each test file on one worker, so that a file's
-# shared jitted functions compile once) and lists its 15 slowest tests, to keep CI well under 30
-# minutes; its tests/test_accelerators.py compiles every step for a TPU and an H100 in .venv-accel.
+# The first runs in two workers (pytest-xdist: CI has 2 cores, and most tests are single-threaded
+# tracing and compiling; the tests are dealt out one by one, but a module with module-scoped
+# fixtures stays on one worker, `pytestmark = pytest.mark.xdist_group(...)`) and lists its 15
+# slowest tests, to keep CI well under 30 minutes; its tests/test_accelerators.py compiles every
+# step for a TPU and an H100 in .venv-accel.
 test: $(STAMP) $(ACCEL_STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile tests jaxrank --doctest-modules \
+	$(PY) -m pytest -q -n 2 --dist loadgroup tests jaxrank --doctest-modules \
 	  --ignore=tests/multidevice --durations=15
 	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(PY) -m pytest -q tests/multidevice
 

@@ -27,6 +27,9 @@ import pytest
 
 from experiments.benchmarks import accelerators
 
+# Module-scoped fixtures: `make test` keeps this module's tests on one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("test_accelerators")
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PYTHON = REPO / ".venv-accel" / "bin" / "python"
 BATCH, DIM = 256, 512

@@ -31,6 +31,9 @@ from experiments.job import config as config_lib
 from experiments.job import losses
 from experiments.job import main as main_lib
 
+# Module-scoped fixtures: `make test` keeps this module's tests on one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("test_cli")
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "experiments" / "job" / "configs" / "tiny.py")
 DIGITS = str(ROOT / "experiments" / "job" / "configs" / "digits.py")

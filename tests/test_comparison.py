@@ -37,6 +37,9 @@ from experiments.job import main as main_lib
 from experiments.job import train
 from experiments.job.configs import glyphs
 
+# Module-scoped fixtures: `make test` keeps this module's tests on one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("test_comparison")
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 TINY = protocol.SIZES["tiny"]
 

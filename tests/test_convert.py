@@ -23,6 +23,9 @@ from flax import nnx
 
 from jaxrank import convert, models
 
+# Module-scoped fixtures: `make test` keeps this module's tests on one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("test_convert")
+
 forward = nnx.jit(lambda model, x: model(x))
 
 

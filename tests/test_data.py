@@ -28,6 +28,9 @@ from jaxrank.data import preprocess  # noqa: E402
 from jaxrank.data import samplers  # noqa: E402
 from jaxrank.data import testing  # noqa: E402
 
+# Module-scoped fixtures: `make test` keeps this module's tests on one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("test_data")
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

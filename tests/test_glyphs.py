@@ -10,6 +10,9 @@ import pytest
 
 from jaxrank.data import glyphs
 
+# Module-scoped fixtures: `make test` keeps this module's tests on one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("test_glyphs")
+
 # Few classes (the characters 20 of the 21 typefaces draw), small images: generated in ~1 s.
 SMALL = {"min_typefaces": 20, "image_size": 16}
 

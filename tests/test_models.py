@@ -17,6 +17,9 @@ from flax import nnx
 
 from jaxrank import hashing, models
 
+# Module-scoped fixtures: `make test` keeps this module's tests on one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("test_models")
+
 IMAGES = (2, 32, 32, 3)
 DIGITS = (4, 8, 8, 1)
 

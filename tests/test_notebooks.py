@@ -25,6 +25,9 @@ import nbformat
 import pytest
 from jupyter_client.manager import KernelManager
 
+# Module-scoped fixtures: `make test` keeps this module's tests on one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("test_notebooks")
+
 NOTEBOOKS_DIR = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 EXPECTED = {
