@@ -1,0 +1,93 @@
+"""Benchmark: the two parts of one `evaluate_retrieval` chunk on CPU, each timed alone.
+
+Command:
+
+    .venv/bin/python -m experiments.benchmarks.evaluate_parts          # 1,024 x 60,000, R = 11
+    .venv/bin/python -m experiments.benchmarks.evaluate_parts --items 20000 --relevant 32
+
+Rows (each jitted, timed after its compilation, median of `--repeats`; wall and CPU time of the
+whole process, so that a part using both cores shows it):
+
+* `product`: XLA's `q @ x.T` of the chunk against every item, reduced to each row's largest score
+  (the floor of `experiments/benchmarks/evaluate.py`, for one chunk);
+* `count`: the CPU's comparing loop (`ranking.count_above_and_tied` on `[chunk, items]` scores
+  and `[chunk, relevant]` thresholds), which gives MAP@R and mAP their ranks;
+* `count, two loops`: the same lists counted by two independent loops of half the tiles each in
+  one program, to see whether XLA:CPU runs them side by side (it did not: slower).
+
+Measured numbers: docs/guide/scale.rst, "Evaluation at scale".
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+
+def _timed(fn, args, repeats: int) -> tuple[float, float]:
+  import jax
+
+  jax.block_until_ready(fn(*args))  # Compiles.
+  walls, cpus = [], []
+  for _ in range(repeats):
+    cpu, wall = time.process_time(), time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    walls.append(time.perf_counter() - wall)
+    cpus.append(time.process_time() - cpu)
+  return statistics.median(walls), statistics.median(cpus)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--chunk", type=int, default=1024)
+  parser.add_argument("--items", type=int, default=60_000)
+  parser.add_argument("--relevant", type=int, default=11)
+  parser.add_argument("--dim", type=int, default=512)
+  parser.add_argument("--repeats", type=int, default=7)
+  args = parser.parse_args(argv)
+
+  import jax
+  import jax.numpy as jnp
+  from jax import lax
+
+  from jaxrank._src import ranking
+
+  rng = np.random.default_rng(0)
+  c, n, r = args.chunk, args.items, args.relevant
+  scores = jnp.asarray(rng.standard_normal((c, n)).astype(np.float32))
+  thresholds = jnp.asarray(rng.standard_normal((c, r)).astype(np.float32))
+  queries = jnp.asarray(rng.standard_normal((c, args.dim)).astype(np.float32))
+  items = jnp.asarray(rng.standard_normal((n, args.dim)).astype(np.float32))
+
+  def two_loops(s, t):
+    tile = ranking.COMPARE_TILE
+    half = c // tile // 2 * tile
+    out = [lax.map(lambda pair: ranking._compare_tile(*pair),  # pylint: disable=protected-access
+                   (s[rows].reshape(-1, tile, n), t[rows].reshape(-1, tile, r)))
+           for rows in (slice(0, half), slice(half, c))]
+    return tuple(jnp.concatenate([o[i].reshape(-1, r) for o in out]) for i in (0, 1))
+
+  rows = {
+      "product": (jax.jit(lambda q, x: jnp.max(q @ x.T, axis=1)), (queries, items)),
+      "count": (jax.jit(lambda s, t: ranking.count_above_and_tied(s, t)[1:]),
+                (scores, thresholds)),
+      "count, two loops": (jax.jit(two_loops), (scores, thresholds)),
+  }
+  print(f"one chunk: {c} queries x {n:,} items, D = {args.dim}, {r} relevant; "
+        f"median of {args.repeats}")
+  print("| part | wall | CPU time |")
+  print("| --- | --- | --- |")
+  for name, (fn, fn_args) in rows.items():
+    wall, cpu = _timed(fn, fn_args, args.repeats)
+    print(f"| {name} | {wall * 1e3:.0f} ms | {cpu * 1e3:.0f} ms |")
+  if c % (2 * ranking.COMPARE_TILE) == 0:
+    one = rows["count"][0](scores, thresholds)
+    two = rows["count, two loops"][0](scores, thresholds)
+    assert all(bool(jnp.array_equal(a, b)) for a, b in zip(one, two))
+
+
+if __name__ == "__main__":
+  main()
