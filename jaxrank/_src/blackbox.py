@@ -90,7 +90,7 @@ def _blackbox_list_values(fn, scores, labels, where, lam, margin, max_relevant, 
   # Eq. 14: positives move down and negatives up by half the margin.
   shifted = scores.astype(dtype) + jnp.where(relevant, -0.5, 0.5) * jnp.asarray(margin, dtype)
   # Masked items go last, after every valid score, -inf included (NaN ranks after -inf); they
-  # are ranked but never read. (As -inf, a valid -inf after them ranked below them: issue 31.)
+  # are ranked but never read. (Made -inf instead, a valid -inf after them would rank below them.)
   shifted = jnp.where(where, shifted, jnp.nan)
   # lam is defined for ranks normalised by the list length, as in the authors' code (whose Table 9
   # values assume it): that equals raw ranks with lam * n, n the number of valid items.
