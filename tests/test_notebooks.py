@@ -10,13 +10,14 @@ those, run a notebook from notebooks/ (e.g. in Jupyter, or with nbclient and tha
 `resources["metadata"]["path"]`).
 
 The notebooks are independent and mostly single-threaded (tracing, compiling, plotting), so they
-execute two at a time, each in its own process, started when the first of them is needed; each
+execute two at a time (one under pytest-xdist), each in its own process, started when the first of them is needed; each
 test waits for its own notebook.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import pathlib
 import subprocess
 import sys
@@ -37,7 +38,10 @@ EXPECTED = {
     "04_decomposability.ipynb",
     "05_trained_network_landscape.ipynb",
 }
-PARALLEL = 2
+# Two notebooks at a time; one under pytest-xdist (`make test`), whose other worker runs the rest
+# of the suite meanwhile: more processes than CI's 2 cores would slow every cell (a cell may take
+# at most TIMEOUT).
+PARALLEL = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
 TIMEOUT = 600  # seconds per cell
 
 # Run in a child process: executes notebook argv[1] with argv[2] as working directory and writes
