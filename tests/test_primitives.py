@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from jaxrank._src import lists
+from jaxrank._src import platforms
 from jaxrank._src import ranking
 
 SEARCH = settings(max_examples=60, deadline=None, database=None, derandomize=True)
@@ -123,8 +124,21 @@ def brute_dcg_discounts(n, topn=None):
 tie_groups = jax.jit(ranking.tie_groups)
 
 
-def assert_tie_groups(scores, labels, where):
-  groups = tie_groups(scores, labels, where)
+@functools.cache
+def tie_groups_on(platform):
+  """`ranking.tie_groups` jitted on one platform's form: the CPU's (numpy's sort through a host
+  callback) or the accelerators' (XLA's sort), traced inside `forced_platform` at the first call
+  (one trace per shape and dtype, each inside the block)."""
+
+  def fn(*args):
+    with platforms.forced_platform(platform):
+      return ranking.tie_groups(*args)
+
+  return jax.jit(fn)
+
+
+def assert_tie_groups(scores, labels, where, platform=None):
+  groups = (tie_groups if platform is None else tie_groups_on(platform))(scores, labels, where)
   chex.assert_shape(list(groups), scores.shape)
   for idx, (s, y, w) in each_list(scores, labels, where):
     order, num_above, group_size = brute_tie_groups(s, y, w)
@@ -150,13 +164,32 @@ def test_tie_groups_by_hand():
   np.testing.assert_array_equal(groups.valid, [True] * 8 + [False])
   np.testing.assert_array_equal(groups.num_above[:8], [0, 1, 1, 3, 3, 5, 6, 7])
   np.testing.assert_array_equal(groups.group_size[:8], [1, 2, 2, 2, 2, 1, 1, 1])
-  assert_tie_groups(scores, labels, where)
+  for platform in platforms.PLATFORMS:
+    assert_tie_groups(scores, labels, where, platform)
 
 
 @SEARCH
 @given(list_inputs(np.float32))
-def test_tie_groups_match_brute_force(inputs):
-  assert_tie_groups(*inputs)
+def test_tie_groups_match_brute_force_on_both_platforms(inputs):
+  for platform in platforms.PLATFORMS:
+    assert_tie_groups(*inputs, platform)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numpy_group_order_is_a_stable_lexsort_on_many_lists(dtype):
+  """Enough lists to be split over the cores, ties (so that the labels decide) and NaN labels:
+  the order of numpy's stable sort by (invalid, score key, label)."""
+  rng = np.random.default_rng(0)
+  shape = (3, 40, 700)  # Above ranking._PARALLEL_ITEMS values.
+  neg = np.round(rng.normal(size=shape) * 4).astype(dtype) / 4  # About 40 distinct values.
+  neg[0, 0, :5] = np.nan
+  labels = rng.integers(0, 3, shape).astype(np.float32)
+  labels[1, 1, :50] = np.nan
+  invalid = (rng.random(shape) < 0.1).astype(np.int32)
+  order = ranking.numpy_group_order(invalid, neg, labels)
+  want = np.lexsort((labels, neg, invalid), axis=-1)
+  np.testing.assert_array_equal(order, want)
+  assert order.dtype == np.int32
 
 
 def test_tie_groups_float64_and_vmap(x64):
