@@ -101,6 +101,22 @@ def test_command_line_as_the_guide_writes_it():
   assert docs_data.command_line(["/x/bin/python", "-m", "experiments.benchmarks.losses", "--loss",
                                  "fastap"]) == (
       ".venv/bin/python -m experiments.benchmarks.losses --loss fastap")
+  assert docs_data.command_line(["/w/.venv-accel/bin/python", "-m", "experiments.benchmarks."
+                                 "accelerators", "--batch", "4096"]) == (
+      ".venv-accel/bin/python -m experiments.benchmarks.accelerators --batch 4096")
+
+
+def test_markdown_table_reads_what_the_benchmarks_print():
+  lines = ["B = 8, two losses", "| loss | time |", "| --- | --- |", "| FastAP | 0.91 s |",
+           "| SmoothAP | 0.79 s |", "blackbox: one host sort: 0.52 s"]
+  assert docs_data.markdown_table(lines) == {
+      "title": "B = 8, two losses", "columns": ["loss", "time"],
+      "rows": [["FastAP", "0.91 s"], ["SmoothAP", "0.79 s"]],
+      "notes": ["blackbox: one host sort: 0.52 s"]}
+  with pytest.raises(ValueError, match="no Markdown table"):
+    docs_data.markdown_table(["title", "| a |"])
+  with pytest.raises(ValueError, match="one Markdown table"):
+    docs_data.markdown_table(["| a |", "| b |", "| c |"])
 
 
 def test_remote_resources():
@@ -146,3 +162,34 @@ def test_the_docs_extra_installs_the_stack():
       "optional-dependencies"]["docs"]
   names = {re.split(r"[<>=!~ ]", requirement)[0] for requirement in extra}
   assert {"sphinx", "sphinx-book-theme", "myst-nb", "sphinx-mathjax-offline"} <= names
+
+
+def test_speed_writes_each_table_it_prints(monkeypatch, tmp_path):
+  from experiments.benchmarks import speed  # pylint: disable=g-import-not-at-top
+
+  table = ["B = 32, a title", "| loss | time |", "| --- | --- |", "| FastAP | 0.91 s |"]
+  for name in ("loss_table", "breakdown_table", "cost_table"):
+    monkeypatch.setattr(speed, name, lambda *a: table)
+  monkeypatch.setattr(docs_data, "DIRECTORY", tmp_path)
+  monkeypatch.setattr("sys.argv", ["speed", "--skip-compile-table", "--docs"])
+  monkeypatch.setattr("sys.orig_argv", ["python", "-m", "experiments.benchmarks.speed",
+                                        "--skip-compile-table", "--docs"])
+  speed.main()
+  assert sorted(p.name for p in tmp_path.iterdir()) == [
+      "speed_breakdown.json", "speed_cost.json", "speed_steps.json"]
+  data = json.loads((tmp_path / "speed_steps.json").read_text())
+  assert data["rows"] == [["FastAP", "0.91 s"]] and data["title"] == "B = 32, a title"
+  assert data["command"] == (
+      ".venv/bin/python -m experiments.benchmarks.speed --skip-compile-table --docs")
+
+
+def test_loss_benchmark_rows_and_figure():
+  from experiments.benchmarks import losses  # pylint: disable=g-import-not-at-top
+
+  measured = [(256, {"time": 0.008, "memory_mb": 91.0}, {"time": 0.56, "memory_mb": 40.0}),
+              (4096, {"time": 2.0, "memory_mb": 922.0}, None)]
+  assert losses.docs_rows(measured) == [
+      ["256", "0.008 s", "0.56 s", "70x", "91 MB", "40 MB", "2.27"],
+      ["4096", "2 s", "n/a", "", "922 MB", "n/a", ""]]
+  figure = losses.docs_figure("fastap", "FastAPLoss", measured)
+  assert [len(axis.lines) for axis in figure.axes] == [2, 2]
