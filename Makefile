@@ -54,9 +54,10 @@ $(DOCS_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[docs]'
 	touch $(DOCS_STAMP)
 
-# The user guide (docs/guide/) and the API reference from the docstrings, into docs/_build/html
-# (open index.html there). Warnings (a malformed docstring, a broken reference, a public name on no
-# page) are errors.
+# The quickstart, the notebooks (rendered, not executed), the user guide (docs/guide/) and the API
+# reference from the docstrings, into docs/_build/html (open index.html there; it works offline).
+# Warnings (a malformed docstring, a broken reference, a public name on no page, a page loading a
+# script from another site) are errors.
 docs: $(DOCS_STAMP)
 	$(PY) -m sphinx -b html -E -n -W --keep-going -q docs docs/_build/html
 

@@ -1,6 +1,7 @@
 """The commands that the documents tell a reader to run exist.
 
-The documents: the README, the user guide (docs/guide/*.rst), ARCHITECTURE.md,
+The documents: the README, the documentation's pages (docs/*.rst, docs/*.md: the landing page,
+the quickstart) and user guide (docs/guide/*.rst), ARCHITECTURE.md,
 experiments/RESULTS.md, the Makefile, and the module docstrings of experiments/ (the configs' and
 every script's, which open with the command that runs them).
 
@@ -32,6 +33,8 @@ DOCUMENTS = [
     REPO / "ARCHITECTURE.md",
     REPO / "Makefile",
     REPO / "experiments" / "RESULTS.md",
+    *sorted((REPO / "docs").glob("*.rst")),
+    *sorted((REPO / "docs").glob("*.md")),
     *sorted((REPO / "docs" / "guide").glob("*.rst")),
     *sorted((REPO / "experiments").rglob("*.py")),
 ]
@@ -99,7 +102,8 @@ def help_text(module: str) -> str:
 def test_the_documents_have_commands():
   assert len(DOCUMENTS) > 1, "docs/guide/*.rst is missing"
   documents = {document for document, _, _ in commands()}
-  for expected in ("docs/guide/training.rst", "experiments/RESULTS.md", "Makefile",
+  for expected in ("docs/guide/training.rst", "docs/quickstart.md", "experiments/RESULTS.md",
+                   "Makefile",
                    "experiments/job/configs/glyphs.py", "experiments/benchmarks/speed.py",
                    "experiments/ablations/fastap_bins.py"):
     assert expected in documents, (expected, sorted(documents))

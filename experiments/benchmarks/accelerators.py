@@ -7,6 +7,9 @@ CUDA plugin at the installed JAX's version; `make .venv-accel` makes it):
     .venv-accel/bin/python -m experiments.benchmarks.accelerators --batch 1024 --skip-largest
     .venv-accel/bin/python -m experiments.benchmarks.accelerators --targets v5e --losses FastAP
 
+`--docs` also writes each table to docs/_generated/accelerators_<table>.json (`v5e_4096`,
+`h100_16384`, `sharded`, `evaluation`, ...), which docs/guide/benchmarks.rst shows.
+
 XLA compiles for accelerators it does not have: libtpu gives compile-only TPU devices of a
 topology (`jax.experimental.topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2")`,
 four v5e chips), and the CUDA plugin compiles for a GPU described by a `GpuTargetConfigProto`
@@ -352,6 +355,8 @@ def main(argv=None):
   parser.add_argument("--json", metavar="FILE",
                       help="write every analysis at the first --batch to FILE as JSON records "
                       "(steps, sharded steps, a small evaluation chunk) instead of the tables")
+  parser.add_argument("--docs", action="store_true",
+                      help="also write each table to docs/_generated/accelerators_<table>.json")
   args = parser.parse_args(argv)
   set_environment()
   import jax
@@ -363,16 +368,23 @@ def main(argv=None):
     return 0
 
   print(f"jax {jax.__version__}; compile-only targets: {', '.join(args.targets)}", flush=True)
-  lines = []
+  tables = {}
   for target in args.targets:
     for i, batch in enumerate(args.batch):
-      lines += [""] + target_table(target, batch, args.dim, args.losses,
-                                   largest=not args.skip_largest and i == 0)
+      tables[f"{target}_{batch}"] = target_table(target, batch, args.dim, args.losses,
+                                                 largest=not args.skip_largest and i == 0)
   if "v5e" in args.targets and not args.skip_sharded:
-    lines += [""] + sharded_table(args.batch[0], args.dim, args.losses)
+    tables["sharded"] = sharded_table(args.batch[0], args.dim, args.losses)
   if not args.skip_evaluation:
-    lines += [""] + evaluation_table(args.targets, args.dim)
-  print("\n".join(lines))
+    tables["evaluation"] = evaluation_table(args.targets, args.dim)
+  print("\n".join(line for lines in tables.values() for line in ["", *lines]))
+  if args.docs:
+    from experiments import docs_data  # pylint: disable=g-import-not-at-top
+
+    for name, lines in tables.items():
+      print("wrote", docs_data.write_table(f"accelerators_{name}",
+                                           **docs_data.markdown_table(lines)))
+  return 0
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@ Command (needs torch for the baseline: `pip install torch==2.13.0`, which takes 
     .venv/bin/python -m experiments.benchmarks.blackbox            # 1,000,000 scores, 1% relevant
     .venv/bin/python -m experiments.benchmarks.blackbox --n 100000
 
+`--docs` also writes the table to docs/_generated/blackbox_sort.json, which
+docs/guide/benchmarks.rst shows.
+
 RaMBO's Table 6 reports 0.33 s for forward+backward of AP on 1M scores on one Xeon core (PyTorch).
 The baseline here is the same algorithm written in PyTorch the way the paper's code does it: one
 `argsort` forward (ranks among the relevant items from the same order, without gradient) and one
@@ -118,6 +121,8 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--n", type=int, default=1_000_000)
   parser.add_argument("--repeats", type=int, default=7)
+  parser.add_argument("--docs", action="store_true",
+                      help="also write the table to docs/_generated/blackbox_sort.json")
   parser.add_argument("--side", choices=["jaxrank", "torch"], help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.side:
@@ -140,6 +145,19 @@ def main():
   for side in ("torch", "jaxrank"):
     row = rows[side]
     print(f"{side:10} {row['time']:8.3f} {row['time'] / base:6.2f} {row['loss']:8.5f}")
+  if args.docs:
+    from experiments import docs_data  # pylint: disable=g-import-not-at-top
+
+    import torch  # pylint: disable=g-import-not-at-top
+
+    names = {"torch": f"PyTorch {torch.__version__.split('+')[0]}, same algorithm (two argsort)",
+             "jaxrank": "jaxrank.blackbox_ap_loss"}
+    print("wrote", docs_data.write_table(
+        "blackbox_sort", title=f"blackbox AP loss, {args.n:,} scores (1% relevant), one core",
+        columns=[f"{args.n:,} scores, one core", f"forward+backward (median of {args.repeats})",
+                 "ratio"],
+        rows=[[names[side], f"{rows[side]['time']:.3f} s", f"{rows[side]['time'] / base:.2f}"]
+              for side in ("torch", "jaxrank")]))
 
 
 if __name__ == "__main__":

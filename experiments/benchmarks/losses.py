@@ -7,6 +7,10 @@ takes a local CPU wheel here; neither is a jaxrank dependency):
     .venv/bin/python -m experiments.benchmarks.losses --loss smoothap    # B = 256, 1024, 4096
     .venv/bin/python -m experiments.benchmarks.losses --loss supap --batch-sizes 256 1024 4096
 
+With `--docs` the run also writes its table and a figure of the times by batch size into
+docs/_generated/losses_<loss>.json and .png, which docs/guide/benchmarks.rst shows (with this
+machine's description and the date).
+
 One step is the loss of `[B, 512]` random embeddings (4 per class, classes in equal consecutive
 blocks as pytorch-metric-learning's SmoothAPLoss requires) and its gradient with respect to the
 embeddings: `jax.value_and_grad(loss(*batch_retrieval(e, labels)))` under `jit` for jaxrank,
@@ -21,8 +25,8 @@ the first step (the data, the libraries and the runtime excluded). pytorch-metri
 SmoothAPLoss builds `[B, B, B]` tensors: it is skipped above `--max-pml-smoothap` (default 1024;
 at 2048 it needs more than this machine's 24 GiB).
 
-What it measured on the 2-core development machine: see
-docs/guide/benchmarks.rst, section "Loss benchmarks", for the tables this script printed.
+What it measured: docs/guide/benchmarks.rst, section "Loss benchmarks", shows the tables that
+`--docs` wrote.
 """
 
 from __future__ import annotations
@@ -126,6 +130,8 @@ def main():
   parser.add_argument("--batch-sizes", type=int, nargs="+")
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--max-pml-smoothap", type=int, default=1024)
+  parser.add_argument("--docs", action="store_true",
+                      help="also write docs/_generated/losses_<loss>.json and .png")
   parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.child:
@@ -138,6 +144,7 @@ def main():
         f"median of {args.repeats}; baseline pytorch-metric-learning {baseline}")
   print(f"{'B':>6} {'jaxrank s':>10} {'pml s':>8} {'speed-up':>9} {'jaxrank MB':>11} {'pml MB':>8} "
         f"{'mem ratio':>10}")
+  measured = []
   for batch in batch_sizes:
     rows = {}
     for side in ("jaxrank", "pml"):
@@ -148,12 +155,70 @@ def main():
       out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
       rows[side] = json.loads(out.strip().splitlines()[-1])
     j = rows["jaxrank"]
+    measured.append((batch, j, rows.get("pml")))
     if "pml" in rows:
       p = rows["pml"]
       print(f"{batch:6d} {j['time']:10.3f} {p['time']:8.3f} {p['time'] / j['time']:9.1f} "
             f"{j['memory_mb']:11.0f} {p['memory_mb']:8.0f} {j['memory_mb'] / p['memory_mb']:10.3f}")
     else:
       print(f"{batch:6d} {j['time']:10.3f} {'n/a':>8} {'':>9} {j['memory_mb']:11.0f} {'n/a':>8}")
+  if args.docs:
+    write_docs(args.loss, baseline, measured, args.repeats)
+
+
+TITLES = {
+    "fastap": "fastap_loss(num_bins=10) against FastAPLoss(num_bins=10)",
+    "smoothap": "smoothap_loss(temperature=0.01) against SmoothAPLoss(0.01), query included",
+    "supap": "supap_loss (Ramzi et al.'s defaults) against SmoothAPLoss(0.01), query included",
+}
+
+
+def docs_rows(measured) -> list[list[str]]:
+  """The guide's rows: B, the two times, the speed-up, the two memories and their ratio."""
+  rows = []
+  for batch, j, p in measured:
+    if p is None:
+      rows.append([str(batch), f"{j['time']:.3g} s", "n/a", "", f"{j['memory_mb']:,.0f} MB",
+                   "n/a", ""])
+    else:
+      rows.append([str(batch), f"{j['time']:.3g} s", f"{p['time']:.3g} s",
+                   f"{p['time'] / j['time']:.2g}x", f"{j['memory_mb']:,.0f} MB",
+                   f"{p['memory_mb']:,.0f} MB", f"{j['memory_mb'] / p['memory_mb']:.2f}"])
+  return rows
+
+
+def docs_figure(loss_name: str, baseline: str, measured):
+  """Time and memory by batch size, jaxrank beside pytorch-metric-learning (log-log)."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  fig, axes = plt.subplots(1, 2, figsize=(8, 3))
+  for axis, key, label in ((axes[0], "time", "forward+backward (s)"),
+                           (axes[1], "memory_mb", "peak memory (MB)")):
+    for side, index, style in (("jaxrank", 1, "o-"), (f"pytorch-metric-learning {baseline}", 2,
+                                                       "s--")):
+      points = [(m[0], m[index][key]) for m in measured if m[index] is not None]
+      if points:
+        axis.plot(*zip(*points), style, label=side)
+    axis.set(xscale="log", yscale="log", xlabel="batch size B", ylabel=label)
+    axis.set_xticks([m[0] for m in measured], [str(m[0]) for m in measured])
+    axis.minorticks_off()
+  axes[0].legend(fontsize=8)
+  fig.suptitle(f"{loss_name}: [B, 512] embeddings, 4 per class", fontsize=10)
+  fig.tight_layout()
+  return fig
+
+
+def write_docs(loss_name: str, baseline: str, measured, repeats: int) -> None:
+  from experiments import docs_data  # pylint: disable=g-import-not-at-top
+
+  path = docs_data.write_table(
+      f"losses_{loss_name}", title=f"{TITLES[loss_name]}; median of {repeats} steps",
+      columns=["B", "jaxrank", "pml", "speed-up", "jaxrank memory", "pml memory", "memory ratio"],
+      rows=docs_rows(measured), figure=docs_figure(loss_name, baseline, measured))
+  print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,9 @@ Command:
     .venv/bin/python -m experiments.benchmarks.speed --losses FastAP SmoothAP --skip-breakdown
     .venv/bin/python -m experiments.benchmarks.speed --skip-breakdown --skip-compile-table --skip-cost
 
+`--docs` also writes each table to docs/_generated/speed_<table>.json (steps, breakdown, cost,
+compile), which docs/guide/benchmarks.rst shows with this machine's description and the date.
+
 Table 1, one row per loss: the step is `jax.jit(jax.value_and_grad(f))` with
 `f(e) = loss(*batch_retrieval(e, labels))` on `[B, D]` random unit embeddings (4 per class); the
 floor is the same step for `f(e) = sum(e @ e.T)` (forward and backward of the similarity matmul,
@@ -442,18 +445,25 @@ def main():
   parser.add_argument("--skip-compile-table", action="store_true")
   parser.add_argument("--skip-breakdown", action="store_true")
   parser.add_argument("--skip-cost", action="store_true")
+  parser.add_argument("--docs", action="store_true",
+                      help="also write each table to docs/_generated/speed_<table>.json")
   args = parser.parse_args()
   import jax
 
   print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
-  lines = loss_table(args.batch, args.dim, args.repeats, args.losses)
+  tables = {"steps": loss_table(args.batch, args.dim, args.repeats, args.losses)}
   if not args.skip_breakdown:
-    lines += [""] + breakdown_table(args.batch, args.dim, args.repeats, args.losses)
+    tables["breakdown"] = breakdown_table(args.batch, args.dim, args.repeats, args.losses)
   if not args.skip_cost:
-    lines += [""] + cost_table(args.batch, args.dim, args.losses)
+    tables["cost"] = cost_table(args.batch, args.dim, args.losses)
   if not args.skip_compile_table:
-    lines += [""] + compile_table(args.batch)
-  print("\n".join(["", *lines]))
+    tables["compile"] = compile_table(args.batch)
+  print("\n\n".join(["", *("\n".join(lines) for lines in tables.values())]))
+  if args.docs:
+    from experiments import docs_data  # pylint: disable=g-import-not-at-top
+
+    for name, lines in tables.items():
+      print("wrote", docs_data.write_table(f"speed_{name}", **docs_data.markdown_table(lines)))
 
 
 if __name__ == "__main__":
