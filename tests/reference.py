@@ -296,6 +296,29 @@ def per_list(metric: Callable[..., float], scores, labels, where=None, **kwargs)
   return out
 
 
+def per_segment(metric: Callable[..., float], scores, labels, where=None, *, segments,
+                **kwargs) -> np.ndarray:
+  """A list-level reference metric on segmented rows: `[..., n]`, the value of each segment at the
+  position of its first valid item, 0 everywhere else (jaxrank's and rax's `segments`).
+
+  The items of one row with equal segment ids form one list, taken out of the row in their order
+  (a segment without a valid item has no value).
+  """
+  scores = np.asarray(scores, dtype=np.float64)
+  labels = np.broadcast_to(np.asarray(labels, dtype=np.float64), scores.shape)
+  where = np.ones(scores.shape, bool) if where is None else np.asarray(where, bool)
+  where = np.broadcast_to(where, scores.shape)
+  segments = np.asarray(segments)
+  out = np.zeros(scores.shape, dtype=np.float64)
+  for idx in np.ndindex(scores.shape[:-1]):
+    for segment in set(segments[idx].tolist()):
+      items = np.flatnonzero((segments[idx] == segment) & where[idx])
+      if len(items):
+        out[idx + (items[0],)] = metric(
+            scores[idx][items], labels[idx][items], np.ones(len(items), bool), **kwargs)
+  return out
+
+
 def mean_over_lists(values, defined) -> float:
   """Mean of `values` over the lists where `defined` holds; 0 when there is none."""
   values = np.asarray(values, dtype=np.float64).reshape(-1)

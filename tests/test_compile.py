@@ -143,3 +143,17 @@ def test_folding_is_detected():
   dims = ",".join(map(str, SHAPE))
   assert list_sized_constants(folded) == collections.Counter({f"pred[{dims}]": 1})
   assert list_sized_constants(kept) == collections.Counter({f"s32[{dims}]": 1, f"pred[{dims}]": 1})
+
+
+@pytest.mark.parametrize("name", ["ap_metric", "fastap_loss"])
+def test_captured_segments_are_not_constant_folded(name):
+  """Segment ids closed over too: embedded as int8 beside the graded labels, and nothing derived
+  from them (the `[8, 128, 128]` masks of the segments' lists) is folded into the program."""
+  fn = getattr(jaxrank, name)
+  scores, labels, mask = inputs(name)
+  segments = np.random.default_rng(1).integers(0, 5, SHAPE).astype(np.int32)
+  wrap = jax.value_and_grad if name.endswith("_loss") else (lambda g: g)
+  body = wrap(lambda s: fn(s, labels, where=mask, segments=segments))
+  dims = ",".join(map(str, SHAPE))
+  assert list_sized_constants(jax.jit(body).lower(scores).compile().as_text()) <= (
+      collections.Counter({f"s8[{dims}]": 2}))

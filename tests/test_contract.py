@@ -7,6 +7,9 @@ Every function of `jaxrank.__all__` that takes `scores [..., n]` (or integer Ham
 * `jit(f) == f`, `vmap` over lists equals leading batch axes, `where` equals slicing, masked padding
   (even NaN, inf) changes nothing, jointly permuting the items changes nothing, a mask `[n]`
   broadcasts; for losses, the same of their gradients;
+* `segments` (several lists packed into one row, `jaxrank._src.segmented`): each segment gives the
+  value and the gradients of its list given alone, padded and masked, its value placed at its first
+  valid item (`reduce_fn=None`), under `jit` and `vmap` with traced segments too;
 * a list without a relevant valid item gives 0 and is left out of the reduction;
   `sum(f(reduce_fn=None)) == f(reduce_fn=jnp.sum)`; `reduce_fn` is called with `where=` the lists
   that are defined; a batch without a defined list gives 0 and a zero gradient;
@@ -77,10 +80,11 @@ NAN = "nan"
 LABELS = "labels"
 SCORE_DTYPES = "score_dtypes"
 INPUT_ERRORS = "input_errors"
+SEGMENTS = "segments"
 PROPERTIES = (
     JIT, VMAP, WHERE_SLICING, WHERE_BROADCAST, PADDING, PERMUTATION, PERMUTATION_GRADIENT,
     INCREASING, REDUCTIONS, GRADIENT_LINEAR, NO_DEFINED_LIST, DEGENERATE, NAN, LABELS,
-    SCORE_DTYPES, INPUT_ERRORS,
+    SCORE_DTYPES, INPUT_ERRORS, SEGMENTS,
 )
 
 
@@ -125,6 +129,11 @@ MARGIN = "the margin shifts the scores by a fixed amount: not a function of the 
 TIES_BY_POSITION = (
     "tied scores are ranked by position (RaMBO's convention, documented in blackbox_ranks): the "
     "interpolated gradients of tied items follow their order in the list"
+)
+SEGMENTS_BY_POSITION = (
+    "a segment keeps its items' positions in the packed row, and the batches are consecutive "
+    "positions: the same as masking the other segments in place (`test_segments_of_the_gap_are_"
+    "masks_in_place`), not as the padded list"
 )
 BLACKBOX_NOT_LINEAR = (
     "the blackbox backward is not linear in the incoming cotangent (Algorithm 1 perturbs the "
@@ -312,6 +321,7 @@ EXEMPTIONS: dict[tuple[str, str], str] = {
     **{(name, INCREASING): SURROGATE for name in _SURROGATES},
     **{("decomposability_gap", prop): BATCHES_BY_POSITION
        for prop in (WHERE_SLICING, PADDING, PERMUTATION)},
+    ("decomposability_gap", SEGMENTS): SEGMENTS_BY_POSITION,
     **{(name, INCREASING): MARGIN for name in _BLACKBOX},
     **{(name, GRADIENT_LINEAR): BLACKBOX_NOT_LINEAR for name in _BLACKBOX},
     **{(name, PERMUTATION_GRADIENT): TIES_BY_POSITION for name in _BLACKBOX},
@@ -451,8 +461,8 @@ def inputs(entry, scores):
   return np.asarray(scores, entry.dtype)
 
 
-def run(entry, scores, labels, *, where=None, reduce_fn=jnp.mean):
-  return entry.fn(scores, labels, where=where, reduce_fn=reduce_fn)
+def run(entry, scores, labels, *, where=None, reduce_fn=jnp.mean, **kwargs):
+  return entry.fn(scores, labels, where=where, reduce_fn=reduce_fn, **kwargs)
 
 
 def expected(entry, scores, labels, where):
@@ -789,6 +799,132 @@ def test_degenerate_lists(entry, entry_precision):
 
 
 # ---------------------------------------------------------------------------------------------
+# Segments: several lists packed into one row.
+
+# The 12 lists of `with_empty_lists`, list k cut to its first `SEGMENT_LENGTHS[k]` items, packed
+# into rows of N (`SEGMENT_ROWS`: the lists of each packed row), their items interleaved in order.
+# The rest of a row (all of the last one) is one more segment, of masked NaN scores.
+SEGMENT_LENGTHS = (8, 1, 7, 3, 3, 2, 2, 2, 2, 2, 5, 1)
+SEGMENT_ROWS = ((0,), (1, 2), (3, 4, 5), (6, 7, 8, 9), (10, 11), ())
+PACKED = (2, 3)  # The packed rows' leading axes.
+
+
+class Packed(NamedTuple):
+  """`segmented_lists`: the lists padded (`[3, 4, N]`) and packed (`[2, 3, N]`, with `segments`),
+  and `places[k]`, the packed row (an index of `PACKED`) and positions `[SEGMENT_LENGTHS[k]]` of
+  list k's items."""
+
+  padded: tuple[np.ndarray, np.ndarray, np.ndarray]
+  packed: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+  places: list[tuple[tuple[int, ...], np.ndarray]]
+
+
+def segmented_lists(seed):
+  scores, labels, where = (a.reshape(-1, N) for a in with_empty_lists(seed))
+  where = where & (np.arange(N) < np.array(SEGMENT_LENGTHS)[:, None])
+  rng = np.random.default_rng(seed)
+  packed = (np.full(PACKED + (N,), np.nan), np.full(PACKED + (N,), 2, np.int32),
+            np.zeros(PACKED + (N,), bool), np.zeros(PACKED + (N,), np.int32))
+  places = [None] * len(SEGMENT_LENGTHS)
+  for r, ks in enumerate(SEGMENT_ROWS):
+    row = np.unravel_index(r, PACKED)
+    # Arbitrary ids, unsorted, the same ones in several rows.
+    ids = rng.permutation([-3, 0, 7, 42, 99])
+    owners = np.full(N, -1)
+    owners[:sum(SEGMENT_LENGTHS[k] for k in ks)] = np.repeat(ks, [SEGMENT_LENGTHS[k] for k in ks])
+    owners = rng.permutation(owners)  # Interleaved; each list's items keep their order.
+    packed[3][row] = ids[-1]
+    for i, k in enumerate(ks):
+      pos = np.flatnonzero(owners == k)
+      for array, values in zip(packed, (scores, labels, where)):
+        array[row][pos] = values[k, :len(pos)]
+      packed[3][row][pos] = ids[i]
+      places[k] = (row, pos)
+  padded = tuple(a.reshape(BATCH + (N,)) for a in (scores, labels, where))
+  return Packed(padded, packed, places)
+
+
+_SEGMENTED = {}
+
+
+def segmented_jitted(entry, scores, labels, where, segments):
+  """Packed rows under one `jax.jit` per entry, the segments traced: the per-list values
+  (`reduce_fn=None`) and, for a loss, the gradient of their sum, by `jax.vmap` over the first
+  axis; and the mean over every packed row."""
+  if entry.name not in _SEGMENTED:
+
+    def one(s, y, w, g):
+      values = functools.partial(entry.fn, labels=y, where=w, segments=g, reduce_fn=None)
+      out = {"none": values(s)}
+      if differentiable(entry):
+        out["grad_none"] = jax.grad(lambda x: jnp.sum(values(x)))(s)
+      return out
+
+    def packed(s, y, w, g):
+      return {**jax.vmap(one)(s, y, w, g), "mean": entry.fn(s, y, where=w, segments=g)}
+
+    _SEGMENTED[entry.name] = jax.jit(packed)
+  return _SEGMENTED[entry.name](scores, labels, where, segments)
+
+
+@pytest.mark.parametrize("entry", cases(SEGMENTS))
+def test_segments_equal_separate_lists(entry, entry_precision):
+  lists_ = segmented_lists(14)
+  (scores, labels, where), places = lists_.padded, lists_.places
+  scores = inputs(entry, scores)
+  packed_scores = inputs(entry, lists_.packed[0])
+  _, packed_labels, packed_where, segments = lists_.packed
+  # The lists alone, padded, by the jitted `evaluate` (compiled for the other properties too).
+  want = jitted(entry, scores, labels, where)
+  # Each list's value at the position of its first valid item; no value for a list without one.
+  per_list = np.asarray(want["none"]).reshape(-1)
+  flat_where = where.reshape(-1, N)
+  placed = np.zeros(PACKED + (N,))
+  for k, (row, pos) in enumerate(places):
+    valid = pos[flat_where[k, :len(pos)]]
+    if len(valid):
+      placed[row + (valid[0],)] = per_list[k]
+    else:
+      assert per_list[k] == 0
+  # Under jit and vmap, the segments traced (the eager calls with segments: test_segmented.py).
+  rows = segmented_jitted(entry, packed_scores, packed_labels, packed_where, segments)
+  chex.assert_trees_all_close(rows["none"], placed, **tol(entry, "values"))
+  chex.assert_trees_all_close(rows["mean"], want["mean"], **tol(entry, "sums"))
+  if entry.ref is not None:
+    ref = reference.per_segment(entry.ref, packed_scores, packed_labels, packed_where,
+                                segments=segments)
+    chex.assert_trees_all_close(rows["none"], ref, **REF)
+  if differentiable(entry):
+    grad = np.asarray(rows["grad_none"])
+    padded_grad = np.asarray(want["grad_none"]).reshape(-1, N)
+    seen = np.zeros(grad.shape, bool)
+    for k, (row, pos) in enumerate(places):
+      chex.assert_trees_all_close(grad[row][pos], padded_grad[k, :len(pos)],
+                                  **tol(entry, "grads"))
+      seen[row + (pos,)] = True
+    chex.assert_trees_all_equal(grad[~seen], np.zeros(np.sum(~seen)))  # The masked segments.
+    assert np.abs(grad).max() > 1e-3  # Not a trivial case.
+
+
+def test_segments_of_the_gap_are_masks_in_place():
+  """`decomposability_gap`'s batches are positions: a segment is its row with the other segments
+  masked in place (where the padded list would move its items between batches)."""
+  entry = next(e for e in TABLE if e.name == "decomposability_gap")
+  with precision(entry.dtype):
+    packed = segmented_lists(14).packed
+    scores, labels, where, segments = packed
+    got = run(entry, scores, labels, where=where, segments=segments, reduce_fn=None)
+    want = np.zeros(got.shape)
+    for row in np.ndindex(PACKED):
+      for i in range(N):
+        own = where[row] & (segments[row] == segments[row][i])
+        if where[row][i] and np.flatnonzero(own)[0] == i:
+          want[row + (i,)] = run(entry, scores[row], labels[row], where=own, reduce_fn=None)
+    chex.assert_trees_all_close(got, want, **tol(entry, "values"))
+    assert np.any(want != 0)
+
+
+# ---------------------------------------------------------------------------------------------
 # NaN and dtypes.
 
 
@@ -892,3 +1028,11 @@ def test_input_errors(entry):
   raises(ValueError, jnp.array(0.3), jnp.array(1),
          rf"^{name}: (scores|distances) must have at least one axis")
   raises(ValueError, scores, labels, rf"^{name}: where .*\(2,\)", where=jnp.array([True, False]))
+  # Segment ids: integers in the scores' shape (distances valid, so that they are checked).
+  scores = jnp.array([3.0, 2.0, 1.0, 0.0]) if entry.inputs == "distances" else scores
+  raises(TypeError, scores, labels, rf"^{name}: segments must be integer.*got dtype float32",
+         segments=jnp.array([0.0, 0.0, 1.0, 1.0]))
+  raises(TypeError, scores, labels, rf"^{name}: segments must be integer.*got dtype bool",
+         segments=jnp.array([True, True, False, False]))
+  raises(ValueError, scores, labels, rf"^{name}: segments have shape \(1, 4\).*\(4,\)",
+         segments=jnp.array([[0, 0, 1, 1]]))

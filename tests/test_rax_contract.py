@@ -9,6 +9,8 @@ rax's signature (`scores, labels, *, where, segments, topn, weights, reduce_fn`)
   learning's hit rate, another metric), `precision_metric` is `precision_at_k_metric`, and rax's
   `topn=None` (the whole list) is `topn=` the list's length there;
 * rax's per-item `weights` are jaxrank's `item_weights` (jaxrank's `weights` are per list);
+* `segments` pass through: jaxrank's segmented metrics follow rax's convention (each segment one
+  list, its value at its first valid item with `reduce_fn=None`), tested below against rax itself;
 * rax accepts a mask of any dtype (`where=jnp.array([1, 0])`), jaxrank only a boolean one (a float
   mask is usually a mistake, and test_contract.py tests the `TypeError`): the adapter casts.
 
@@ -28,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import inspect
 import math
 import pathlib
 import sys
@@ -36,6 +37,7 @@ import types
 import unittest
 from unittest import mock
 
+import chex
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -55,12 +57,13 @@ def _whole_list(topn, scores):
 
 
 def _adapter(fn, *, topn_required=False, weights=False, topn=True):
-  """rax's signature -> `fn`'s. `segments` (not supported yet) raises a `TypeError`."""
+  """rax's signature -> `fn`'s; `segments` pass through as they are."""
 
   def metric(scores, labels, *, where=None, reduce_fn=jnp.mean, **kwargs):
-    if "segments" in kwargs:
-      raise TypeError(f"{fn.__name__}: segments are not supported (a gap, issue 37).")
     extra = {}
+    if kwargs.get("segments") is not None:
+      extra["segments"] = kwargs.pop("segments")
+    kwargs.pop("segments", None)
     if topn:
       cutoff = kwargs.pop("topn", None)
       extra["topn"] = _whole_list(cutoff, scores) if topn_required else cutoff
@@ -122,23 +125,12 @@ def rax_cases() -> dict[str, unittest.TestCase]:
 
 CASES = rax_cases()
 
-SEGMENTS = (
-    "not yet supported, a gap to close (issue 37): rax's `segments` (lists of different lengths "
-    "packed in one array); jaxrank takes them padded to one length and masked with `where`"
-)
 PRIVATE_HELPER = (
     "tests rax's private `metrics._retrieved_items`, not an API; jaxrank's metrics follow the same "
     "rule (no -inf, masked or beyond-topn item is retrieved), tested through its public metrics"
 )
-_SEGMENT_TESTS = (
-    "test_computes_metric_with_segments",
-    "test_computes_metric_with_segments_and_mask",
-    "test_computes_metric_with_segments_and_batch_dim",
-    "test_computes_metric_with_segments_and_cutoff",
-)
 # rax case -> why jaxrank differs. A case here that passes fails `test_rax_case`.
 DIFFERENCES: dict[str, str] = {
-    **{f"MetricsTest.{test}{i}": SEGMENTS for test in _SEGMENT_TESTS for i in range(6)},
     **{name: PRIVATE_HELPER for name in CASES if name.startswith("RetrievedItemsTest.")},
 }
 
@@ -170,24 +162,76 @@ def test_rax_case(name):
 # The differences, as jaxrank's own conventions.
 
 
-@pytest.mark.parametrize(
-    "fn",
-    [jaxrank.mrr_metric, jaxrank.ap_metric, jaxrank.dcg_metric, jaxrank.ndcg_metric,
-     jaxrank.precision_at_k_metric, jaxrank.relevant_fraction_at_k_metric],
-)
-def test_segments_are_a_gap_lists_are_padded_and_masked(fn):
-  """No metric takes `segments` yet; rax's packed lists are given padded, with a mask."""
-  assert "segments" not in inspect.signature(fn).parameters
-  kwargs = {"topn": 2} if "topn" in inspect.signature(fn).parameters else {}
-  # rax's packed [0, 1, 2, 3] / segments [0, 0, 1, 1] as two padded lists of two.
-  packed = fn(jnp.array([[0.0, 1.0], [2.0, 3.0]]), jnp.array([[0, 1], [2, 0]]), **kwargs)
-  padded = fn(
-      jnp.array([[0.0, 1.0, 9.0], [2.0, 3.0, -9.0]]),
-      jnp.array([[0, 1, 2], [2, 0, 1]]),
-      where=jnp.array([[True, True, False], [True, True, False]]),
-      **kwargs,
-  )
-  np.testing.assert_allclose(padded, packed, rtol=1e-6)
+# Segments (jaxrank/_src/segmented.py): two rows of 7 items, packing lists of 3, 2 and 2 items and
+# of 4 and 3, the ids unsorted and the same ids in both rows; the first item of one segment masked.
+# No ties, and every segment has a relevant valid item.
+SEGMENTS = jnp.array([[4, 1, 4, 9, 1, 9, 4], [1, 1, 4, 1, 4, 4, 1]])
+SEGMENT_SCORES = jnp.array([[0.3, 0.9, 0.1, 0.5, 0.2, 0.8, 0.7], [0.6, 0.1, 0.4, 0.8, 0.9, 0.2, 0.5]])
+SEGMENT_LABELS = jnp.array([[1, 0, 0, 1, 2, 0, 1], [0, 1, 1, 0, 2, 0, 1]])
+SEGMENT_WHERE = jnp.array([[True] * 7, [True, True, False, True, True, True, True]])
+FIRST_ITEMS = np.array([[1, 1, 0, 1, 0, 0, 0], [1, 0, 0, 0, 1, 0, 0]], bool)  # Of each segment.
+RAX_SEGMENTED = [
+    ("mrr_metric", {}), ("mrr_metric", {"topn": 1}), ("ap_metric", {}), ("ap_metric", {"topn": 2}),
+    ("dcg_metric", {}), ("ndcg_metric", {"topn": 2}), ("precision_metric", {"topn": 2}),
+    ("recall_metric", {"topn": 1}),
+]
+
+
+@pytest.mark.parametrize("name,kwargs", RAX_SEGMENTED, ids=lambda x: str(x))
+def test_segments_give_rax_values_per_item(name, kwargs):
+  """`reduce_fn=None` gives `[..., n]` in both libraries: each segment's value at its first valid
+  item, 0 elsewhere; where every segment is defined, the means agree too."""
+  args = (SEGMENT_SCORES, SEGMENT_LABELS)
+  kwargs = dict(kwargs, where=SEGMENT_WHERE, segments=SEGMENTS)
+  ours = getattr(RaxAdapter, name)(*args, reduce_fn=None, **kwargs)
+  theirs = getattr(rax, name)(*args, reduce_fn=None, **kwargs)
+  chex.assert_shape(ours, SEGMENTS.shape)
+  np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)
+  assert np.all(np.asarray(ours)[~FIRST_ITEMS] == 0)
+  np.testing.assert_allclose(getattr(RaxAdapter, name)(*args, **kwargs),
+                             getattr(rax, name)(*args, **kwargs), rtol=1e-6)
+  np.testing.assert_allclose(getattr(RaxAdapter, name)(*args, reduce_fn=jnp.sum, **kwargs),
+                             np.sum(ours), rtol=1e-6)
+
+
+def test_segments_without_relevant_item_are_left_out():
+  """A segment without a relevant valid item gives 0 in both libraries; jaxrank leaves it out of
+  the mean, as it does a list (rax counts it)."""
+  labels = SEGMENT_LABELS.at[0, 3].set(0)  # Segment 9 of the first row: no relevant item left.
+  kwargs = dict(where=SEGMENT_WHERE, segments=SEGMENTS)
+  ours = jaxrank.ap_metric(SEGMENT_SCORES, labels, reduce_fn=None, **kwargs)
+  theirs = rax.ap_metric(SEGMENT_SCORES, labels, reduce_fn=None, **kwargs)
+  np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+  assert float(ours[0, 3]) == 0
+  total = float(np.sum(ours))
+  assert float(jaxrank.ap_metric(SEGMENT_SCORES, labels, **kwargs)) == pytest.approx(total / 4)
+  assert float(rax.ap_metric(SEGMENT_SCORES, labels, **kwargs)) == pytest.approx(total / 5)
+  # reduce_fn gets the defined segments' first items.
+  seen = {}
+
+  def reduce_fn(values, *, where):
+    seen["where"] = where
+    return jnp.sum(values, where=where)
+
+  jaxrank.ap_metric(SEGMENT_SCORES, labels, reduce_fn=reduce_fn, **kwargs)
+  defined = FIRST_ITEMS.copy()
+  defined[0, 3] = False
+  np.testing.assert_array_equal(seen["where"], defined)
+
+
+def test_segment_ids_name_lists_within_a_row():
+  """Only equality of ids within a row matters: relabelled ids give the same values, and a row
+  holding one segment is that list."""
+  kwargs = dict(where=SEGMENT_WHERE, reduce_fn=None)
+  want = jaxrank.ndcg_metric(SEGMENT_SCORES, SEGMENT_LABELS, segments=SEGMENTS, **kwargs)
+  relabelled = jnp.where(SEGMENTS == 4, -70, jnp.where(SEGMENTS == 1, 2**30, SEGMENTS))
+  np.testing.assert_allclose(
+      jaxrank.ndcg_metric(SEGMENT_SCORES, SEGMENT_LABELS, segments=relabelled, **kwargs), want,
+      rtol=1e-6)
+  one = jaxrank.ndcg_metric(SEGMENT_SCORES, SEGMENT_LABELS, segments=jnp.zeros_like(SEGMENTS),
+                            **kwargs)
+  np.testing.assert_allclose(
+      one[:, 0], jaxrank.ndcg_metric(SEGMENT_SCORES, SEGMENT_LABELS, **kwargs), rtol=1e-6)
 
 
 def test_retrieved_items_rule_through_the_public_metrics():

@@ -23,6 +23,7 @@ from jaxrank import types
 from jaxrank._src import checks
 from jaxrank._src import lists
 from jaxrank._src import ranking
+from jaxrank._src import segmented
 
 
 COUNT_UP_TO = 16
@@ -67,7 +68,7 @@ def _relevant_bound(labels, where, shape, max_relevant) -> tuple[int | None, boo
   return bound, bound is not None
 
 
-def _blackbox_list_values(fn, scores, labels, where, lam, margin, max_relevant, body):
+def _blackbox_list_values(fn, scores, labels, where, segments, lam, margin, max_relevant, body):
   """The per-list body shared by the AP and recall losses, on either rank path.
 
   Margin shift (eq. 14-15), `lam` scaled by the valid items, then the blackbox ranks of the
@@ -85,6 +86,9 @@ def _blackbox_list_values(fn, scores, labels, where, lam, margin, max_relevant, 
   )
   checks.check_positive_int(fn, "max_relevant", max_relevant, allow_none=True)
   count, checked = _relevant_bound(labels_in, where_in, scores.shape, max_relevant)
+  # With segments, the lists are the segments (`jaxrank._src.segmented`): the bound above, read
+  # from the packed rows, holds for them too.
+  scores, where, labels = segmented.as_lists(fn, segments, scores, where, labels)
   dtype = lists.compute_dtype(scores.dtype)
   relevant = where & (labels >= 1)
   # Eq. 14: positives move down and negatives up by half the margin.
@@ -131,6 +135,7 @@ def blackbox_ap_loss(
     labels: jax.typing.ArrayLike,
     *,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     lam: jax.typing.ArrayLike = 0.2,
     margin: float = 0.02,
     max_relevant: int | None = None,
@@ -210,7 +215,11 @@ def blackbox_ap_loss(
     scores: `[..., n]` floating scores, higher is better.
     labels: `[..., n]` labels; relevant iff `>= 1`.
     where: optional `[..., n]` boolean mask of valid items.
-    lam: blackbox interpolation strength (> 0) for normalised ranks; scalar or `[...]`.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
+    lam: blackbox interpolation strength (> 0) for normalised ranks; scalar or `[...]` (with
+      `segments`, `[..., n]`: one per segment).
     margin: the margin :math:`\alpha \geq 0` of eq. 14.
     max_relevant: optional static bound `K` on the relevant valid items of a list: counting
       instead of sorting; a list with more gives NaN and a zero gradient (see above).
@@ -222,7 +231,8 @@ def blackbox_ap_loss(
     O(n log n) time (sort) or O(K n) (counting), and O(n) memory.
   """
   values, num_relevant, scores, where = _blackbox_list_values(
-      "blackbox_ap_loss", scores, labels, where, lam, margin, max_relevant, _ap_values
+      "blackbox_ap_loss", scores, labels, where, segments, lam, margin, max_relevant,
+      _ap_values,
   )
   return lists.finish(values, scores, where, num_relevant > 0, reduce_fn)
 
@@ -232,6 +242,7 @@ def blackbox_recall_loss(
     labels: jax.typing.ArrayLike,
     *,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     lam: jax.typing.ArrayLike = 0.2,
     margin: float = 0.02,
     weight_fn: Callable[[jax.Array], jax.Array] = jnp.log1p,
@@ -259,7 +270,11 @@ def blackbox_recall_loss(
     scores: `[..., n]` floating scores, higher is better.
     labels: `[..., n]` labels; relevant iff `>= 1`.
     where: optional `[..., n]` boolean mask of valid items.
-    lam: blackbox interpolation strength (> 0) for normalised ranks; scalar or `[...]`.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
+    lam: blackbox interpolation strength (> 0) for normalised ranks; scalar or `[...]` (with
+      `segments`, `[..., n]`: one per segment).
     margin: the margin :math:`\alpha \geq 0` of eq. 14.
     weight_fn: the cumulative weight :math:`W` of eq. 25, applied elementwise to the counts
       :math:`r_i` (as floats); it should be increasing with :math:`W(0) = 0`.
@@ -282,6 +297,6 @@ def blackbox_recall_loss(
   fn = "blackbox_recall_loss"
   checks.check_callable(fn, "weight_fn", weight_fn, hint="Pass W, e.g. jnp.log1p.")
   values, num_relevant, scores, where = _blackbox_list_values(
-      fn, scores, labels, where, lam, margin, max_relevant, _recall_values(weight_fn)
+      fn, scores, labels, where, segments, lam, margin, max_relevant, _recall_values(weight_fn)
   )
   return lists.finish(values, scores, where, num_relevant > 0, reduce_fn)

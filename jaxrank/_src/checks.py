@@ -105,6 +105,28 @@ def check_lists(
   return scores, labels, where
 
 
+def check_segments(fn: str, segments: Any, shape: Sequence[int]) -> jax.Array:
+  """Validates segment ids (`jaxrank._src.segmented`) and returns them as an array.
+
+  Raises `TypeError` unless their dtype is integer (a boolean or floating array of ids is a
+  mistake: cast it) and `ValueError` unless their shape is `shape`, the scores' (one id per item;
+  they do not broadcast). Only the dtype and the shape are read.
+  """
+  kind = _dtype(segments)
+  if not np.issubdtype(kind, np.integer):
+    raise TypeError(
+        f"{fn}: segments must be integer ids (the items of a row with equal ids form one list), "
+        f"got dtype {kind}; cast them, e.g. segments.astype(jnp.int32)."
+    )
+  got = tuple(np.shape(segments))
+  if got != tuple(shape):
+    raise ValueError(
+        f"{fn}: segments have shape {got} but scores have shape {tuple(shape)}; give one "
+        "segment id per score, in the scores' shape."
+    )
+  return jnp.asarray(segments)
+
+
 _KINDS = {
     "floating": ("floating-point", (jnp.floating,)),
     "numeric": ("numeric (integer or floating-point)", (jnp.integer, jnp.floating)),
@@ -363,14 +385,21 @@ def check_item_weights(
 
 
 def check_list_weights(
-    fn: str, weights: jax.typing.ArrayLike | None, scores_shape: tuple[int, ...], dtype: Any
+    fn: str,
+    weights: jax.typing.ArrayLike | None,
+    scores_shape: tuple[int, ...],
+    dtype: Any,
+    *,
+    segmented: bool = False,
 ) -> jax.Array | None:
-  """Validates per-list weights and returns them broadcast to `scores_shape[:-1]` in `dtype`.
+  """Validates per-list weights and returns them broadcast to the lists' shape in `dtype`.
 
-  Raises `TypeError` for non-numeric weights and `ValueError`, naming both shapes, when they do
-  not broadcast to the lists' shape (per-item weights `[..., n]` are the usual mistake), and
-  `ValueError` for a negative or NaN weight when the weights are known (not traced, see
-  `known_any`).
+  The lists' shape is `scores_shape[:-1]`, or, with `segmented` (the function was given
+  `segments`, `jaxrank._src.segmented`), `scores_shape` itself: one weight per segment, read at
+  its first valid item. Raises `TypeError` for non-numeric weights and `ValueError`, naming both
+  shapes, when they do not broadcast to the lists' shape (per-item weights `[..., n]` are the usual
+  mistake without segments, per-row weights `[...]` with them), and `ValueError` for a negative
+  or NaN weight when the weights are known (not traced, see `known_any`).
   """
   if weights is None:
     return None
@@ -378,11 +407,17 @@ def check_list_weights(
   if not (jnp.issubdtype(kind, jnp.number) or jnp.issubdtype(kind, jnp.bool_)):
     raise TypeError(f"{fn}: weights must be numeric, got dtype {kind}.")
   weights = jnp.asarray(weights)
-  lists = tuple(scores_shape[:-1])
+  lists = tuple(scores_shape) if segmented else tuple(scores_shape[:-1])
   try:
     if jnp.broadcast_shapes(weights.shape, lists) != lists:
       raise ValueError
   except ValueError:
+    if segmented:
+      raise ValueError(
+          f"{fn}: weights have shape {weights.shape}, which does not broadcast to the scores' "
+          f"shape {lists}: with segments, weights are per segment, given at its items (read at "
+          "its first valid item); weights[..., None] weighs every segment of a row alike."
+      ) from None
     raise ValueError(
         f"{fn}: weights have shape {weights.shape}, which does not broadcast to the lists' shape "
         f"{lists} (the scores' shape {tuple(scores_shape)} without its last axis): weights are "

@@ -53,14 +53,16 @@ from jaxrank import types
 from jaxrank._src import checks
 from jaxrank._src import histogram
 from jaxrank._src import lists
+from jaxrank._src import segmented
 from jaxrank._src import tie_aware
 
 # ---------------------------------------------------------------------------------------------
 # Exact tie-aware metrics of integer Hamming distances, by counting.
 
 
-def _check_distances(fn, distances, labels, where, num_bits):
-  """Checked `(distances as floats, labels, where)`; raises for non-integer distances if it can."""
+def _check_distances(fn, distances, labels, where, segments, num_bits):
+  """Checked `(distances as floats, labels, where)`, as the lists of the segments with
+  `segments` (`jaxrank._src.segmented`); raises for non-integer distances if it can."""
   checks.check_int_at_least(fn, "num_bits", num_bits, 1)
   checks.check_array(fn, "distances", distances, kind="numeric")
   distances = jnp.asarray(distances)
@@ -79,6 +81,7 @@ def _check_distances(fn, distances, labels, where, num_bits):
   # Traced (under jit): checked only inside `traced_checks` (see the module docstring).
   if checks.known_any(bad, message):
     raise ValueError(message)
+  distances, where, labels = segmented.as_lists(fn, segments, distances, where, labels)
   return distances, labels, where
 
 
@@ -88,6 +91,7 @@ def hamming_tie_aware_ap_metric(
     *,
     num_bits: int,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Tie-aware AP of integer Hamming distances by counting (He et al. 2018, Prop. 1, eq. 6).
@@ -114,6 +118,9 @@ def hamming_tie_aware_ap_metric(
     labels: `[..., n]` labels; relevant iff `>= 1`.
     num_bits: `b >= 1`, the code length.
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
@@ -125,7 +132,7 @@ def hamming_tie_aware_ap_metric(
   0.75
   """
   fn = "hamming_tie_aware_ap_metric"
-  distances, labels, where = _check_distances(fn, distances, labels, where, num_bits)
+  distances, labels, where = _check_distances(fn, distances, labels, where, segments, num_bits)
   values, valid = histogram.binned_ap_estimates(
       distances,
       labels,
@@ -145,6 +152,7 @@ def hamming_tie_aware_ndcg_metric(
     *,
     num_bits: int,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Tie-aware NDCG of integer Hamming distances by counting (He et al. 2018, Prop. 1, eq. 7).
@@ -172,6 +180,9 @@ def hamming_tie_aware_ndcg_metric(
       only).
     num_bits: `b >= 1`, the code length.
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
@@ -185,7 +196,7 @@ def hamming_tie_aware_ndcg_metric(
   0.8155
   """
   fn = "hamming_tie_aware_ndcg_metric"
-  distances, labels, where = _check_distances(fn, distances, labels, where, num_bits)
+  distances, labels, where = _check_distances(fn, distances, labels, where, segments, num_bits)
   checks.check_graded_labels(fn, labels, where)
   values, valid = tie_aware.binned_ndcg_estimates(
       distances,

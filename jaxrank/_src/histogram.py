@@ -79,6 +79,7 @@ from jaxrank._src import checks
 from jaxrank._src import lists
 from jaxrank._src import platforms
 from jaxrank._src import ranking
+from jaxrank._src import segmented
 
 
 
@@ -422,12 +423,14 @@ def check_similarities(fn: str, scores: jax.Array, where: jax.Array) -> None:
   )
 
 
-def _binned_ap_loss(fn, scores, labels, where, weights, reduce_fn, **binning):
+def _binned_ap_loss(fn, scores, labels, where, segments, weights, reduce_fn, **binning):
   """Checks, the per-list losses, and the (weighted) reduction: the body of both losses."""
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
   check_similarities(fn, scores, where)
   dtype = lists.compute_dtype(scores.dtype)
-  weights = checks.check_list_weights(fn, weights, scores.shape, dtype)
+  weights = checks.check_list_weights(
+      fn, weights, scores.shape, dtype, segmented=segments is not None)
+  scores, where, labels = segmented.as_lists(fn, segments, scores, where, labels)
   values, valid = binned_ap_estimates(scores, labels, where, estimator=_histogram_ap, **binning)
   return lists.safe_reduce(1 - values, valid, reduce_fn, weights=weights)
 
@@ -437,6 +440,7 @@ def fastap_loss(
     labels: jax.typing.ArrayLike,
     *,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     num_bins: int = 10,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
@@ -482,6 +486,9 @@ def fastap_loss(
       known).
     labels: `[..., n]` labels; relevant iff `>= 1`.
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     num_bins: `L >= 2`, the number of distance intervals (`L + 1` centres).
     reduce_fn: reduction over lists (default `jnp.mean`), called as `reduce_fn(values, where=...)`;
       `None` gives `[...]`.
@@ -503,6 +510,7 @@ def fastap_loss(
       scores,
       labels,
       where,
+      segments,
       None,
       reduce_fn,
       to_values=_squared_distance,
@@ -517,6 +525,7 @@ def soft_binning_ap_loss(
     labels: jax.typing.ArrayLike,
     *,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     weights: jax.typing.ArrayLike | None = None,
     num_bins: int = 20,
     reduce_fn: types.ReduceFn = jnp.mean,
@@ -573,7 +582,11 @@ def soft_binning_ap_loss(
     scores: `[..., n]` floating similarities in `[-1, 1]`, higher is better (checked when known).
     labels: `[..., n]` labels; relevant iff `>= 1`.
     where: optional `[..., n]` boolean mask of valid items.
-    weights: optional `[...]` non-negative per-list weights (broadcastable to the lists' shape).
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
+    weights: optional `[...]` non-negative per-list weights (broadcastable to the lists' shape;
+      with `segments`, `[..., n]`: one per segment).
     num_bins: `M >= 2`, the number of bin centres.
     reduce_fn: reduction over lists (default `jnp.mean`, weighted with `weights`); `None` gives
       `[...]`.
@@ -605,6 +618,7 @@ def soft_binning_ap_loss(
       scores,
       labels,
       where,
+      segments,
       weights,
       reduce_fn,
       to_values=identity,

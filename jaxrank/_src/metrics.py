@@ -54,6 +54,7 @@ from jaxrank import types
 from jaxrank._src import checks
 from jaxrank._src import lists
 from jaxrank._src import ranking
+from jaxrank._src import segmented
 
 
 
@@ -62,7 +63,7 @@ def retrieved_items(scores: jax.Array, where: jax.Array) -> jax.Array:
   return where & (scores != -jnp.inf)
 
 
-def _sorted_relevant(fn, scores, labels, where):
+def _sorted_relevant(fn, scores, labels, where, segments):
   """Sorts lists into tie groups and returns what the rank metrics need, in sorted order.
 
   Only the retrieved items (`retrieved_items`) are ranked: `relevant` and `stats` are those of the
@@ -70,6 +71,7 @@ def _sorted_relevant(fn, scores, labels, where):
   not, and `num_retrieved` the retrieved items.
   """
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
+  scores, where, labels = segmented.as_lists(fn, segments, scores, where, labels)
   dtype = lists.compute_dtype(scores.dtype)
   groups = ranking.tie_groups(scores, labels.astype(dtype), retrieved_items(scores, where))
   relevant = groups.valid & (groups.labels >= 1)
@@ -114,6 +116,7 @@ def ap_metric(
     *,
     topn: int | None = None,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Average Precision of each list, ties ranked pessimistically.
@@ -134,6 +137,9 @@ def ap_metric(
     labels: `[..., n]` labels; relevant iff `>= 1`.
     topn: optional cut-off `k`, a positive Python int; `None` uses the whole list.
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
@@ -144,10 +150,14 @@ def ap_metric(
   >>> scores, labels = jnp.array([0.9, 0.8, 0.7, 0.1]), jnp.array([1, 0, 1, 0])
   >>> round(float(ap_metric(scores, labels)), 4), float(ap_metric(scores, labels, topn=1))
   (0.8333, 0.5)
+  >>> # Two lists packed into one row: [0.9 relevant, 0.7] and [0.8, 0.1 relevant].
+  >>> segments = jnp.array([4, 7, 4, 7])
+  >>> ap_metric(scores, jnp.array([1, 0, 0, 1]), segments=segments, reduce_fn=None).tolist()
+  [1.0, 0.5, 0.0, 0.0]
   """
   checks.check_positive_int("ap_metric", "topn", topn, allow_none=True)
   scores, where, dtype, relevant, stats, num_rel, _ = _sorted_relevant(
-      "ap_metric", scores, labels, where
+      "ap_metric", scores, labels, where, segments
   )
   values = ap_from_statistics(stats, relevant, num_rel, dtype, topn=topn)
   return lists.finish(values, scores, where, num_rel > 0, reduce_fn)
@@ -158,6 +168,7 @@ def tie_aware_ap_metric(
     labels: jax.typing.ArrayLike,
     *,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Tie-aware Average Precision: the mean of AP over every ordering of tied items.
@@ -179,6 +190,9 @@ def tie_aware_ap_metric(
     scores: `[..., n]` floating scores, higher is better; `-inf` is not retrieved.
     labels: `[..., n]` labels; relevant iff `>= 1`.
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
@@ -191,7 +205,7 @@ def tie_aware_ap_metric(
   0.75
   """
   scores, where, dtype, relevant, stats, num_rel, _ = _sorted_relevant(
-      "tie_aware_ap_metric", scores, labels, where
+      "tie_aware_ap_metric", scores, labels, where, segments
   )
   values = tie_aware_ap_from_statistics(stats, relevant, num_rel, dtype)
   return lists.finish(values, scores, where, num_rel > 0, reduce_fn)
@@ -202,6 +216,7 @@ def map_at_r_metric(
     labels: jax.typing.ArrayLike,
     *,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""MAP@R (Musgrave et al. 2020): AP truncated at R, the number of relevant items of the list.
@@ -217,6 +232,9 @@ def map_at_r_metric(
     scores: `[..., n]` floating scores, higher is better; `-inf` is not retrieved.
     labels: `[..., n]` labels; relevant iff `>= 1`.
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
@@ -229,7 +247,7 @@ def map_at_r_metric(
   0.5
   """
   scores, where, dtype, relevant, stats, num_rel, _ = _sorted_relevant(
-      "map_at_r_metric", scores, labels, where
+      "map_at_r_metric", scores, labels, where, segments
   )
   values = map_at_r_from_statistics(stats, relevant, num_rel, dtype)
   return lists.finish(values, scores, where, num_rel > 0, reduce_fn)
@@ -241,6 +259,7 @@ def recall_at_k_metric(
     *,
     topn: int,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Recall@k as reported in metric learning: 1 if a relevant item is in the top `topn`, else 0.
@@ -256,6 +275,9 @@ def recall_at_k_metric(
     labels: `[..., n]` labels; relevant iff `>= 1`.
     topn: the cut-off `k`, a positive Python int (rax's name for it).
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
@@ -269,7 +291,7 @@ def recall_at_k_metric(
   """
   checks.check_positive_int("recall_at_k_metric", "topn", topn)
   scores, where, dtype, relevant, stats, num_rel, _ = _sorted_relevant(
-      "recall_at_k_metric", scores, labels, where
+      "recall_at_k_metric", scores, labels, where, segments
   )
   values = recall_at_k_from_statistics(stats, relevant, topn, dtype)
   return lists.finish(values, scores, where, num_rel > 0, reduce_fn)
@@ -281,6 +303,7 @@ def relevant_fraction_at_k_metric(
     *,
     topn: int,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""The fraction of a list's relevant items that are in its top `topn`: IR's recall@k.
@@ -300,6 +323,9 @@ def relevant_fraction_at_k_metric(
     labels: `[..., n]` labels; relevant iff `>= 1`.
     topn: the cut-off `k`, a positive Python int.
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
@@ -313,7 +339,7 @@ def relevant_fraction_at_k_metric(
   """
   checks.check_positive_int("relevant_fraction_at_k_metric", "topn", topn)
   scores, where, dtype, relevant, stats, num_rel, _ = _sorted_relevant(
-      "relevant_fraction_at_k_metric", scores, labels, where
+      "relevant_fraction_at_k_metric", scores, labels, where, segments
   )
   hits = jnp.sum(relevant & (stats.rank <= topn), axis=-1).astype(dtype)
   values = hits / jnp.maximum(num_rel, 1).astype(dtype)
@@ -326,6 +352,7 @@ def mrr_metric(
     *,
     topn: int | None = None,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Reciprocal rank of the first relevant item (its mean over lists is the MRR).
@@ -343,6 +370,9 @@ def mrr_metric(
     labels: `[..., n]` labels; relevant iff `>= 1`.
     topn: optional cut-off `k`, a positive Python int; `None` uses the whole list.
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
@@ -355,7 +385,7 @@ def mrr_metric(
   """
   checks.check_positive_int("mrr_metric", "topn", topn, allow_none=True)
   scores, where, dtype, relevant, stats, num_rel, _ = _sorted_relevant(
-      "mrr_metric", scores, labels, where
+      "mrr_metric", scores, labels, where, segments
   )
   if topn is not None:
     relevant = relevant & (stats.rank <= topn)
@@ -370,6 +400,7 @@ def precision_at_k_metric(
     *,
     topn: int,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Precision@k: the fraction of relevant items among the top `topn` (`k`), as in rax.
@@ -388,6 +419,9 @@ def precision_at_k_metric(
     labels: `[..., n]` labels; relevant iff `>= 1`.
     topn: the cut-off `k`, a positive Python int (rax's name for it).
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
@@ -400,22 +434,26 @@ def precision_at_k_metric(
   """
   checks.check_positive_int("precision_at_k_metric", "topn", topn)
   scores, where, dtype, relevant, stats, num_rel, num_retrieved = _sorted_relevant(
-      "precision_at_k_metric", scores, labels, where
+      "precision_at_k_metric", scores, labels, where, segments
   )
   hits = jnp.sum(relevant & (stats.rank <= topn), axis=-1).astype(dtype)
   values = hits / jnp.maximum(jnp.minimum(num_retrieved, topn), 1).astype(dtype)
   return lists.finish(values, scores, where, num_rel > 0, reduce_fn)
 
 
-def _dcg(fn, scores, labels, where, topn, item_weights, tie_aware):
+def _dcg(fn, scores, labels, where, segments, topn, item_weights, tie_aware):
   """DCG `[...]` of the retrieved items and DCG `[...]` of the ideal order of the valid items."""
   checks.check_positive_int(fn, "topn", topn, allow_none=True)
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
   checks.check_graded_labels(fn, labels, where)
   dtype = lists.compute_dtype(scores.dtype)
-  item_gains = ranking.gains(labels, where, dtype)
+  per_item = [labels]
   if item_weights is not None:
-    item_gains = item_gains * checks.check_item_weights(fn, item_weights, where, dtype)
+    per_item.append(checks.check_item_weights(fn, item_weights, where, dtype))
+  scores, where, labels, *weights = segmented.as_lists(fn, segments, scores, where, *per_item)
+  item_gains = ranking.gains(labels, where, dtype)
+  if weights:  # The checked item_weights (spread over the segments' lists with segments).
+    item_gains = item_gains * weights[0]
   # Tie groups keyed by the (weighted) gains: lowest gain first inside a group (pessimistic).
   groups = ranking.tie_groups(scores, item_gains, retrieved_items(scores, where))
   gains = jnp.where(groups.valid, groups.labels, jnp.zeros((), dtype))
@@ -429,8 +467,9 @@ def _dcg(fn, scores, labels, where, topn, item_weights, tie_aware):
   return scores, where, dcg, ideal
 
 
-def _ndcg(fn, scores, labels, where, topn, item_weights, reduce_fn, tie_aware):
-  scores, where, dcg, ideal = _dcg(fn, scores, labels, where, topn, item_weights, tie_aware)
+def _ndcg(fn, scores, labels, where, segments, topn, item_weights, reduce_fn, tie_aware):
+  scores, where, dcg, ideal = _dcg(
+      fn, scores, labels, where, segments, topn, item_weights, tie_aware)
   values = dcg / jnp.where(ideal > 0, ideal, 1)
   return lists.finish(values, scores, where, ideal > 0, reduce_fn)
 
@@ -442,6 +481,7 @@ def dcg_metric(
     topn: int | None = None,
     item_weights: jax.typing.ArrayLike | None = None,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Discounted Cumulative Gain with graded labels, ties ranked pessimistically.
@@ -465,6 +505,9 @@ def dcg_metric(
     item_weights: optional `[..., n]` non-negative per-item weights that multiply the gains (rax's
       `weights`; jaxrank's `weights`, in the losses, are per list).
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
@@ -475,7 +518,8 @@ def dcg_metric(
   >>> round(float(dcg_metric(jnp.array([0.9, 0.8]), jnp.array([0, 2]))), 4)
   1.8928
   """
-  scores, where, dcg, ideal = _dcg("dcg_metric", scores, labels, where, topn, item_weights, False)
+  scores, where, dcg, ideal = _dcg(
+      "dcg_metric", scores, labels, where, segments, topn, item_weights, False)
   return lists.finish(dcg, scores, where, ideal > 0, reduce_fn)
 
 
@@ -486,6 +530,7 @@ def ndcg_metric(
     topn: int | None = None,
     item_weights: jax.typing.ArrayLike | None = None,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Normalised Discounted Cumulative Gain with graded labels, ties ranked pessimistically.
@@ -509,6 +554,9 @@ def ndcg_metric(
     item_weights: optional `[..., n]` non-negative per-item weights that multiply the gains (rax's
       `weights`; jaxrank's `weights`, in the losses, are per list).
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
@@ -519,7 +567,8 @@ def ndcg_metric(
   >>> round(float(ndcg_metric(jnp.array([0.9, 0.8]), jnp.array([0, 1]))), 4)
   0.6309
   """
-  return _ndcg("ndcg_metric", scores, labels, where, topn, item_weights, reduce_fn, tie_aware=False)
+  return _ndcg("ndcg_metric", scores, labels, where, segments, topn, item_weights, reduce_fn,
+               tie_aware=False)
 
 
 def tie_aware_ndcg_metric(
@@ -528,6 +577,7 @@ def tie_aware_ndcg_metric(
     *,
     topn: int | None = None,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Tie-aware NDCG: the mean of NDCG over every ordering of tied items.
@@ -550,6 +600,9 @@ def tie_aware_ndcg_metric(
       only).
     topn: optional cut-off `k`, a positive Python int; `None` uses the whole list.
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
@@ -561,7 +614,7 @@ def tie_aware_ndcg_metric(
   >>> round(float(tie_aware_ndcg_metric(jnp.array([0.5, 0.5]), jnp.array([0, 1]))), 4)
   0.8155
   """
-  return _ndcg("tie_aware_ndcg_metric", scores, labels, where, topn, None, reduce_fn,
+  return _ndcg("tie_aware_ndcg_metric", scores, labels, where, segments, topn, None, reduce_fn,
                tie_aware=True)
 
 
@@ -570,6 +623,7 @@ def opa_metric(
     labels: jax.typing.ArrayLike,
     *,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Ordered Pair Accuracy: the fraction of the pairs with different labels in the right order.
@@ -588,6 +642,9 @@ def opa_metric(
     scores: `[..., n]` floating scores, higher is better.
     labels: `[..., n]` graded labels; only their order matters.
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
@@ -601,6 +658,7 @@ def opa_metric(
   0.6667
   """
   scores, labels, where = checks.check_lists("opa_metric", scores, labels, where)
+  scores, where, labels = segmented.as_lists("opa_metric", segments, scores, where, labels)
   dtype = lists.compute_dtype(scores.dtype)
   labels = labels.astype(dtype)
   ordered = (

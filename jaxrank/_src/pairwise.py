@@ -52,13 +52,17 @@ from jaxrank import types
 from jaxrank._src import checks
 from jaxrank._src import lists
 from jaxrank._src import platforms
+from jaxrank._src import segmented
 
 
-def _prepare(fn, scores, labels, where, weights):
-  """Checked lists, the relevant and other valid items, the accumulation dtype and the weights."""
+def _prepare(fn, scores, labels, where, segments, weights):
+  """Checked lists (those of the segments with `segments`, `jaxrank._src.segmented`), the relevant
+  and other valid items, the accumulation dtype and the weights."""
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
   dtype = lists.compute_dtype(scores.dtype)
-  weights = checks.check_list_weights(fn, weights, scores.shape, dtype)
+  weights = checks.check_list_weights(
+      fn, weights, scores.shape, dtype, segmented=segments is not None)
+  scores, where, labels = segmented.as_lists(fn, segments, scores, where, labels)
   relevant = labels >= 1  # A boolean mask: one compilation whatever the labels' dtype.
   return scores, relevant, where, dtype, weights
 
@@ -171,6 +175,7 @@ def contrastive_loss(
     labels: jax.typing.ArrayLike,
     *,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     pos_margin: jax.typing.ArrayLike = 1.0,
     neg_margin: jax.typing.ArrayLike = 0.0,
     weights: jax.typing.ArrayLike | None = None,
@@ -211,9 +216,13 @@ def contrastive_loss(
     scores: `[..., n]` floating similarities (cosine for the default margins).
     labels: `[..., n]` labels; relevant iff `>= 1`.
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     pos_margin: `m_+`, relevant similarities above it cost nothing (default 1).
     neg_margin: `m_-`, other similarities below it cost nothing (default 0).
-    weights: optional `[...]` non-negative per-list weights (broadcastable to the lists' shape).
+    weights: optional `[...]` non-negative per-list weights (broadcastable to the lists' shape;
+      with `segments`, `[..., n]`: one per segment).
     reduce_fn: reduction over lists (default `jnp.mean`, weighted with `weights`); `None` gives
       `[...]`.
 
@@ -229,7 +238,7 @@ def contrastive_loss(
   fn = "contrastive_loss"
   checks.check_real(fn, "pos_margin", pos_margin)
   checks.check_real(fn, "neg_margin", neg_margin)
-  scores, relevant, where, dtype, weights = _prepare(fn, scores, labels, where, weights)
+  scores, relevant, where, dtype, weights = _prepare(fn, scores, labels, where, segments, weights)
   values, valid = contrastive_lists(
       scores, relevant, where, jnp.asarray(pos_margin, dtype), jnp.asarray(neg_margin, dtype)
   )
@@ -312,6 +321,7 @@ def triplet_loss(
     labels: jax.typing.ArrayLike,
     *,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     margin: jax.typing.ArrayLike = 0.05,
     weights: jax.typing.ArrayLike | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
@@ -351,8 +361,12 @@ def triplet_loss(
     scores: `[..., n]` floating similarities (cosine for the default margin).
     labels: `[..., n]` labels; relevant iff `>= 1`.
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     margin: `m`, how far the hardest positive must be above the hardest negative (default 0.05).
-    weights: optional `[...]` non-negative per-list weights (broadcastable to the lists' shape).
+    weights: optional `[...]` non-negative per-list weights (broadcastable to the lists' shape;
+      with `segments`, `[..., n]`: one per segment).
     reduce_fn: reduction over lists (default `jnp.mean`, weighted with `weights`); `None` gives
       `[...]`.
 
@@ -367,7 +381,7 @@ def triplet_loss(
   """
   fn = "triplet_loss"
   checks.check_real(fn, "margin", margin)
-  scores, relevant, where, dtype, weights = _prepare(fn, scores, labels, where, weights)
+  scores, relevant, where, dtype, weights = _prepare(fn, scores, labels, where, segments, weights)
   values, valid = _triplet_lists(scores, relevant, where, jnp.asarray(margin, dtype))
   return lists.finish(values, scores, where, valid, reduce_fn, weights=weights)
 
@@ -487,6 +501,7 @@ def multi_similarity_loss(
     labels: jax.typing.ArrayLike,
     *,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     alpha: jax.typing.ArrayLike = 2.0,
     beta: jax.typing.ArrayLike = 50.0,
     base: jax.typing.ArrayLike = 0.5,
@@ -527,12 +542,16 @@ def multi_similarity_loss(
     scores: `[..., n]` floating similarities (cosine for the default hyperparameters).
     labels: `[..., n]` labels; relevant iff `>= 1`.
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     alpha: `> 0`, the scale of the positive term (default 2).
     beta: `> 0`, the scale of the negative term (default 50).
     base: `lambda`, the similarity about which pairs are pulled and pushed (default 0.5).
     epsilon: `None` (default) for every pair, or the mining margin `>= 0` (0.1 in
       pytorch-metric-learning and the paper).
-    weights: optional `[...]` non-negative per-list weights (broadcastable to the lists' shape).
+    weights: optional `[...]` non-negative per-list weights (broadcastable to the lists' shape;
+      with `segments`, `[..., n]`: one per segment).
     reduce_fn: reduction over lists (default `jnp.mean`, weighted with `weights`); `None` gives
       `[...]`.
 
@@ -553,7 +572,7 @@ def multi_similarity_loss(
   checks.check_real(fn, "base", base)
   if epsilon is not None:
     checks.check_real(fn, "epsilon", epsilon, at_least=0, hint="None disables the mining (0.1).")
-  scores, relevant, where, dtype, weights = _prepare(fn, scores, labels, where, weights)
+  scores, relevant, where, dtype, weights = _prepare(fn, scores, labels, where, segments, weights)
   values, valid = _multi_similarity_lists(
       scores,
       relevant,

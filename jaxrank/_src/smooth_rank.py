@@ -65,6 +65,7 @@ from jaxrank._src import metrics
 from jaxrank._src import pairwise
 from jaxrank._src import partitions
 from jaxrank._src import platforms
+from jaxrank._src import segmented
 
 
 
@@ -644,8 +645,9 @@ def _closure_convert(step_fn, example):
   return converted, tuple(closed.consts)
 
 
-def _smooth_ap(fn, scores, labels, where, positive, negative, chunk_size, max_relevant):
-  """Per-list smoothed AP `[...]`, the mask of lists with a relevant item, the checked inputs.
+def _smooth_ap(fn, scores, labels, where, segments, positive, negative, chunk_size, max_relevant):
+  """Per-list smoothed AP `[...]`, the mask of lists with a relevant item, and the checked
+  `(scores, labels, where)`: those of the segments' lists with `segments` (`segmented.as_lists`).
 
   `positive` is a step `(fn, params)`, `params` a tuple of hyperparameters (numbers or arrays,
   cast to the computation's dtype); `negative` is another, or `None` for the same step. Either
@@ -656,11 +658,12 @@ def _smooth_ap(fn, scores, labels, where, positive, negative, chunk_size, max_re
   checks.check_positive_int(fn, "chunk_size", chunk_size, allow_none=True)
   checks.check_positive_int(fn, "max_relevant", max_relevant, allow_none=True)
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
+  scores, where, labels = segmented.as_lists(fn, segments, scores, where, labels)
   dtype = lists.compute_dtype(scores.dtype)
   list_shape, n = scores.shape[:-1], scores.shape[-1]
   num_lists = int(np.prod(list_shape, dtype=np.int64))
   if n == 0 or num_lists == 0:
-    return jnp.zeros(list_shape, dtype), jnp.zeros(list_shape, bool), scores, where
+    return jnp.zeros(list_shape, dtype), jnp.zeros(list_shape, bool), scores, labels, where
   chunk = _chunk_for(chunk_size, num_lists, n)
   example = jax.ShapeDtypeStruct((num_lists, chunk, n), dtype)
 
@@ -686,7 +689,7 @@ def _smooth_ap(fn, scores, labels, where, positive, negative, chunk_size, max_re
       count=None if max_relevant is None else min(max_relevant, n),
       platform=platforms.forced(),
   )
-  return ap, valid, scores, where
+  return ap, valid, scores, labels, where
 
 
 # ---------------------------------------------------------------------------------------------
@@ -700,6 +703,7 @@ def smooth_rank_ap_loss(
     positive_step_fn: types.StepFn,
     negative_step_fn: types.StepFn,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     chunk_size: int | None = None,
     max_relevant: int | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
@@ -758,6 +762,9 @@ def smooth_rank_ap_loss(
     negative_step_fn: `H^-`, applied to `s_j - s_k` for non-relevant `j`. Pass the same function
       object as `positive_step_fn` to evaluate it once per pair.
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     chunk_size: relevant items of every list compared with their lists at each step (a positive
       int); `None` picks the largest that keeps a step within 2**22 pairs (at least 1). It changes
       the memory, never the result.
@@ -782,8 +789,8 @@ def smooth_rank_ap_loss(
   checks.check_callable(fn, "negative_step_fn", negative_step_fn, hint=hint)
   positive = (positive_step_fn, None)
   negative = None if negative_step_fn is positive_step_fn else (negative_step_fn, None)
-  ap, valid, scores, where = _smooth_ap(
-      fn, scores, labels, where, positive, negative, chunk_size, max_relevant)
+  ap, valid, scores, _, where = _smooth_ap(
+      fn, scores, labels, where, segments, positive, negative, chunk_size, max_relevant)
   return lists.finish(1 - ap, scores, where, valid, reduce_fn)
 
 
@@ -814,6 +821,7 @@ def smoothap_loss(
     labels: jax.typing.ArrayLike,
     *,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     temperature: jax.typing.ArrayLike = 0.01,
     chunk_size: int | None = None,
     max_relevant: int | None = None,
@@ -843,6 +851,9 @@ def smoothap_loss(
     scores: `[..., n]` floating scores (cosine similarities for the default temperature).
     labels: `[..., n]` labels; relevant iff `>= 1`.
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     temperature: `T > 0`, default 0.01 (the Smooth-AP code's and ROADMAP's setting). A Python
       number is checked at once; a traced array is not, and gets a gradient.
     chunk_size: relevant items per list per step, or `None` (see `smooth_rank_ap_loss`).
@@ -865,15 +876,15 @@ def smoothap_loss(
   fn = "smoothap_loss"
   _check_temperature(fn, temperature)
   step = (_sigmoid, (temperature,))
-  ap, valid, scores, where = _smooth_ap(
-      fn, scores, labels, where, step, None, chunk_size, max_relevant)
+  ap, valid, scores, _, where = _smooth_ap(
+      fn, scores, labels, where, segments, step, None, chunk_size, max_relevant)
   return lists.finish(1 - ap, scores, where, valid, reduce_fn)
 
 
-def _supap(fn, scores, labels, where, tau, rho, delta, chunk_size, max_relevant):
+def _supap(fn, scores, labels, where, segments, tau, rho, delta, chunk_size, max_relevant):
   negative = (_supap_negative, (tau, rho, delta))
   return _smooth_ap(
-      fn, scores, labels, where, (_heaviside, ()), negative, chunk_size, max_relevant)
+      fn, scores, labels, where, segments, (_heaviside, ()), negative, chunk_size, max_relevant)
 
 
 def supap_loss(
@@ -881,6 +892,7 @@ def supap_loss(
     labels: jax.typing.ArrayLike,
     *,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     tau: jax.typing.ArrayLike = 0.01,
     rho: jax.typing.ArrayLike = 100.0,
     delta: jax.typing.ArrayLike = 0.05,
@@ -914,6 +926,9 @@ def supap_loss(
     scores: `[..., n]` floating scores (cosine similarities for the default hyperparameters).
     labels: `[..., n]` labels; relevant iff `>= 1`.
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     tau: temperature of `H^-`'s sigmoid, `> 0` (paper: 0.01).
     rho: slope of `H^-` after `delta`, `>= 0` (paper: 100; 0 gives a constant after `delta`).
     delta: start of the linear part, `>= 0` (0.05, the authors' configs).
@@ -936,8 +951,8 @@ def supap_loss(
   """
   fn = "supap_loss"
   _check_supap(fn, tau, rho, delta)
-  ap, valid, scores, where = _supap(
-      fn, scores, labels, where, tau, rho, delta, chunk_size, max_relevant)
+  ap, valid, scores, _, where = _supap(
+      fn, scores, labels, where, segments, tau, rho, delta, chunk_size, max_relevant)
   return lists.finish(1 - ap, scores, where, valid, reduce_fn)
 
 
@@ -950,6 +965,7 @@ def calibration_loss(
     labels: jax.typing.ArrayLike,
     *,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     alpha: jax.typing.ArrayLike = 0.9,
     beta: jax.typing.ArrayLike = 0.6,
     reduce_fn: types.ReduceFn = jnp.mean,
@@ -980,6 +996,9 @@ def calibration_loss(
     scores: `[..., n]` floating scores (cosine similarities for the default thresholds).
     labels: `[..., n]` labels; relevant iff `>= 1`.
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     alpha: threshold above which relevant scores cost nothing (paper: 0.9).
     beta: threshold below which the other scores cost nothing, `<= alpha` (paper: 0.6).
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
@@ -996,6 +1015,7 @@ def calibration_loss(
   fn = "calibration_loss"
   _check_calibration(fn, alpha, beta)
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
+  scores, where, labels = segmented.as_lists(fn, segments, scores, where, labels)
   values, valid = _calibration(scores, labels, where, alpha, beta)
   return lists.finish(values, scores, where, valid, reduce_fn)
 
@@ -1005,6 +1025,7 @@ def roadmap_loss(
     labels: jax.typing.ArrayLike,
     *,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     lam: jax.typing.ArrayLike = 0.5,
     tau: jax.typing.ArrayLike = 0.01,
     rho: jax.typing.ArrayLike = 100.0,
@@ -1033,6 +1054,9 @@ def roadmap_loss(
     scores: `[..., n]` floating scores (cosine similarities for the default hyperparameters).
     labels: `[..., n]` labels; relevant iff `>= 1`.
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     lam: weight of the calibration loss, in [0, 1] (paper: 0.5).
     tau: see `supap_loss` (0.01).
     rho: see `supap_loss` (100).
@@ -1060,9 +1084,8 @@ def roadmap_loss(
   checks.check_real(fn, "lam", lam, at_least=0, at_most=1, hint="It weighs the calibration loss.")
   _check_supap(fn, tau, rho, delta)
   _check_calibration(fn, alpha, beta)
-  ap, valid, scores, where = _supap(
-      fn, scores, labels, where, tau, rho, delta, chunk_size, max_relevant)
-  _, labels, _ = checks.check_lists(fn, scores, labels, where)  # Broadcast, behind the barrier.
+  ap, valid, scores, labels, where = _supap(
+      fn, scores, labels, where, segments, tau, rho, delta, chunk_size, max_relevant)
   calibration, _ = _calibration(scores, labels, where, alpha, beta)
   values = (1 - lam) * (1 - ap) + lam * calibration
   return lists.finish(values, scores, where, valid, reduce_fn)
@@ -1074,6 +1097,7 @@ def decomposability_gap(
     *,
     num_batches: int,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""The decomposability gap of AP (Ramzi et al. 2021, eq. 6): mean batch AP minus global AP.
@@ -1099,6 +1123,11 @@ def decomposability_gap(
     labels: `[..., n]` labels; relevant iff `>= 1`.
     num_batches: `K`, a positive int dividing `n`.
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
+      A segment's batches are those of the packed row: its items keep their positions (the other
+      segments are masked in place).
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
   Returns:
@@ -1114,6 +1143,7 @@ def decomposability_gap(
   fn = "decomposability_gap"
   checks.check_positive_int(fn, "num_batches", num_batches)
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
+  scores, where, labels = segmented.as_lists(fn, segments, scores, where, labels)
   n = scores.shape[-1]
   if n % num_batches:
     raise ValueError(

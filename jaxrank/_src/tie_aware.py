@@ -117,6 +117,7 @@ from jaxrank._src import histogram
 from jaxrank._src import lists
 from jaxrank._src import platforms
 from jaxrank._src import ranking
+from jaxrank._src import segmented
 
 # ---------------------------------------------------------------------------------------------
 # Per-bin estimators on histograms (bins best first, last axis).
@@ -235,18 +236,20 @@ def _binned_ndcg_estimates(
   return lists.nan_if_any(values, scores, where), defined
 
 
-def _checked(fn, scores, labels, where, num_bins):
-  """Checked `(scores, labels as floats, where)` of a loss."""
+def _checked(fn, scores, labels, where, segments, num_bins):
+  """Checked `(scores, labels as floats, where)` of a loss, as the lists of the segments with
+  `segments` (`jaxrank._src.segmented`)."""
   checks.check_int_at_least(fn, "num_bins", num_bins, 2)
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
   histogram.check_similarities(fn, scores, where)
+  scores, where, labels = segmented.as_lists(fn, segments, scores, where, labels)
   # Labels as floats: integer, boolean and floating labels then share one compiled body.
   return scores, labels.astype(lists.compute_dtype(scores.dtype)), where
 
 
-def _ap_loss(fn, estimator, scores, labels, where, num_bins, reduce_fn):
+def _ap_loss(fn, estimator, scores, labels, where, segments, num_bins, reduce_fn):
   """`1 - estimator` on similarity histograms, reduced over the lists with a relevant item."""
-  scores, labels, where = _checked(fn, scores, labels, where, num_bins)
+  scores, labels, where = _checked(fn, scores, labels, where, segments, num_bins)
   values, valid = histogram.binned_ap_estimates(
       scores,
       labels,
@@ -260,9 +263,9 @@ def _ap_loss(fn, estimator, scores, labels, where, num_bins, reduce_fn):
   return lists.safe_reduce(1 - values, valid, reduce_fn)
 
 
-def _ndcg_loss(fn, estimator, scores, labels, where, num_bins, reduce_fn):
+def _ndcg_loss(fn, estimator, scores, labels, where, segments, num_bins, reduce_fn):
   """`1 - estimator / ideal DCG` on similarity histograms, reduced over the lists it defines."""
-  scores, labels, where = _checked(fn, scores, labels, where, num_bins)
+  scores, labels, where = _checked(fn, scores, labels, where, segments, num_bins)
   checks.check_graded_labels(fn, labels, where)
   values, valid = binned_ndcg_estimates(
       scores,
@@ -285,6 +288,7 @@ def tie_aware_ap_loss(
     labels: jax.typing.ArrayLike,
     *,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     num_bins: int = 20,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
@@ -316,6 +320,9 @@ def tie_aware_ap_loss(
     scores: `[..., n]` floating similarities in `[-1, 1]`, higher is better.
     labels: `[..., n]` labels; relevant iff `>= 1`.
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     num_bins: `M >= 2`, the number of bin centres.
     reduce_fn: reduction over lists (default `jnp.mean`), called as `reduce_fn(values, where=...)`;
       `None` gives `[...]`.
@@ -332,7 +339,8 @@ def tie_aware_ap_loss(
   0.0833
   """
   return _ap_loss(
-      "tie_aware_ap_loss", tie_aware_ap_estimate, scores, labels, where, num_bins, reduce_fn
+      "tie_aware_ap_loss", tie_aware_ap_estimate, scores, labels, where, segments, num_bins,
+      reduce_fn,
   )
 
 
@@ -341,6 +349,7 @@ def simplified_tie_aware_ap_loss(
     labels: jax.typing.ArrayLike,
     *,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     num_bins: int = 20,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
@@ -368,6 +377,9 @@ def simplified_tie_aware_ap_loss(
     scores: `[..., n]` floating similarities in `[-1, 1]`, higher is better.
     labels: `[..., n]` labels; relevant iff `>= 1`.
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     num_bins: `M >= 2`, the number of bin centres.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
@@ -387,6 +399,7 @@ def simplified_tie_aware_ap_loss(
       scores,
       labels,
       where,
+      segments,
       num_bins,
       reduce_fn,
   )
@@ -397,6 +410,7 @@ def tie_aware_ndcg_loss(
     labels: jax.typing.ArrayLike,
     *,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     num_bins: int = 20,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
@@ -431,6 +445,9 @@ def tie_aware_ndcg_loss(
       tags (`batch_retrieval` with multi-hot labels); a negative valid label raises `ValueError`
       when the labels are known (under `jit`, inside `jaxrank.traced_checks` only).
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     num_bins: `M >= 2`, the number of bin centres.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
@@ -446,7 +463,8 @@ def tie_aware_ndcg_loss(
   0.018
   """
   return _ndcg_loss(
-      "tie_aware_ndcg_loss", tie_aware_dcg_estimate, scores, labels, where, num_bins, reduce_fn
+      "tie_aware_ndcg_loss", tie_aware_dcg_estimate, scores, labels, where, segments, num_bins,
+      reduce_fn,
   )
 
 
@@ -455,6 +473,7 @@ def simplified_tie_aware_ndcg_loss(
     labels: jax.typing.ArrayLike,
     *,
     where: jax.typing.ArrayLike | None = None,
+    segments: jax.typing.ArrayLike | None = None,
     num_bins: int = 20,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
@@ -485,6 +504,9 @@ def simplified_tie_aware_ndcg_loss(
       raises `ValueError` when the labels are known (under `jit`, inside `jaxrank.traced_checks`
       only).
     where: optional `[..., n]` boolean mask of valid items.
+    segments: optional `[..., n]` integer ids packing several lists into each row: the items
+      with equal ids form one list (rax's `segments`; API reference, "Segments"), and
+      `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
     num_bins: `M >= 2`, the number of bin centres.
     reduce_fn: reduction over lists (default `jnp.mean`); `None` gives `[...]`.
 
@@ -504,6 +526,7 @@ def simplified_tie_aware_ndcg_loss(
       scores,
       labels,
       where,
+      segments,
       num_bins,
       reduce_fn,
   )
