@@ -648,3 +648,32 @@ def test_the_bound_is_read_from_concrete_labels_alike_under_jit_and_vmap(loss_fn
   many = np.ones((2, blackbox.COUNT_UP_TO + 1), np.int32)
   jaxpr = str(jax.make_jaxpr(lambda s: loss_fn(s, many))(np.zeros(many.shape, np.float32)))
   assert "sort[" in jaxpr or "callback" in jaxpr
+
+
+@pytest.mark.parametrize("loss_fn", LOSSES, ids=["ap", "recall"])
+def test_float64_scores_under_thread_local_x64_where_the_callback_runs_without_it(loss_fn):
+  """`jax.enable_x64(True)` holds on the thread that enters it; XLA may run the CPU sort's host
+  callback on one of its own threads, where it does not (several sorts in one program). There
+  JAX rounded the float64 scores to float32 and refused the float64 ranks. The program compiled
+  inside the block and run outside it (what such a thread sees) gives what it gives inside, the
+  ranks of the float64 scores (two scores tied in float32 are ordered), and XLA's sort's result."""
+  rng = np.random.default_rng(21)
+  labels = (rng.random((3, 40)) < 0.5).astype(np.int32)  # Traced, many relevant: the sort.
+  labels[:, :2] = [0, 1]
+  f = lambda s, y: loss_fn(s, y, lam=1.5, margin=0.0, reduce_fn=jnp.sum)  # noqa: E731
+  with jax.enable_x64(True):
+    scores = jnp.asarray(rng.normal(size=(3, 40)))
+    scores = scores.at[:, 1].set(scores[:, 0] + 1e-12)  # Above item 0 only in float64.
+    assert np.all(np.float32(scores[:, 1]) == np.float32(scores[:, 0]))
+    labels = jnp.asarray(labels)
+    compiled = jax.jit(jax.value_and_grad(f)).lower(scores, labels).compile()
+    inside = compiled(scores, labels)
+    with ranking.descending_ranks_branch("xla"):
+      xla = jax.jit(jax.value_and_grad(f))(scores, labels)
+    rounded = jax.jit(jax.value_and_grad(f))(scores.astype(jnp.float32).astype(jnp.float64), labels)
+  with jax.enable_x64(False):
+    outside = compiled(scores, labels)
+  assert inside[0].dtype == outside[0].dtype == jnp.float64
+  chex.assert_trees_all_equal(outside, inside)
+  chex.assert_trees_all_close(inside, xla, rtol=1e-12)
+  assert float(inside[0]) != float(rounded[0])  # The float64 order reached the ranks.

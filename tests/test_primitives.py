@@ -693,6 +693,27 @@ def test_relevant_ties_match_brute_force(num):
     assert position[i, j] == 1 + np.searchsorted(equal, j)
 
 
+def test_float64_counts_where_the_host_callback_runs_without_x64():
+  """The sorted counts' host callback, compiled inside the thread-local `jax.enable_x64(True)`
+  and run where it does not hold (as on one of XLA's threads): the float64 thresholds come back
+  as they are, and scores that differ beyond float32's precision are counted apart."""
+  rng = np.random.default_rng(4)
+  num = ranking.COMPARE_UP_TO + 3
+  count = lambda s, t: ranking.count_above_and_tied(s, t)  # noqa: E731
+  with jax.enable_x64(True), ranking.descending_ranks_branch("numpy"):
+    scores = jnp.asarray(rng.normal(size=(2, 60)))
+    scores = scores.at[:, 1].set(scores[:, 0] + 1e-12)  # Tied in float32 only.
+    thresholds = scores[:, :num]
+    compiled = jax.jit(count).lower(scores, thresholds).compile()
+    inside = compiled(scores, thresholds)
+  with jax.enable_x64(False):
+    outside = compiled(scores, thresholds)
+  chex.assert_trees_all_equal(outside, inside)
+  assert outside.thresholds.dtype == jnp.float64
+  np.testing.assert_array_equal(outside.thresholds, -np.sort(-np.asarray(thresholds), axis=-1))
+  assert np.all(outside.tied == 1)  # Every score distinct in float64.
+
+
 def test_count_above_and_tied_without_a_host_callback_counts_the_same():
   rng = np.random.default_rng(3)
   scores = rng.integers(0, 9, (6, 80)).astype(np.float32)

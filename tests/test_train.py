@@ -12,6 +12,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import orbax.checkpoint as ocp
 import pytest
 from flax import nnx
@@ -21,6 +22,7 @@ import jaxrank.data as jd
 from experiments.job import check
 from experiments.job import config as config_lib
 from experiments.job import input_pipeline
+from experiments.job import losses as losses_lib
 from experiments.job import main as main_lib
 from experiments.job import networks
 from experiments.job import reporting
@@ -119,6 +121,7 @@ def test_checkpoint_restores_into_a_fresh_model_with_identical_outputs(tmp_path)
 # after waiting for every earlier save to complete. Only public orbax names are patched.
 _KILL_IN_SAVE = """
 import os, signal, sys
+import optax
 import orbax.checkpoint as ocp
 from experiments.job import main
 mode, at, calls = sys.argv[1], int(sys.argv[2]), []
@@ -734,3 +737,152 @@ def test_checked_steps_stop_at_a_traced_value_check_that_fails(tmp_path, monkeyp
     train.train_and_evaluate(config, str(tmp_path / "doubled"))
   unchecked = dataclasses.replace(config, check_traced_inputs=False)
   train.train_and_evaluate(unchecked, str(tmp_path / "unchecked"))  # Clipped, silently.
+
+
+# ---------------------------------------------------------------------------------------------
+# Behaviours of the step, the evaluation and the optimiser, each checked directly on one tiny
+# batch (no training): what the end-to-end runs above assert only through their final metrics.
+
+
+def _first_batch(config):
+  train_data, _ = input_pipeline.load_data(config)
+  sampler = input_pipeline.make_sampler(config, train_data)
+  batch = next(input_pipeline.TrainBatches(config, train_data, sampler, (0, 0)))
+  return jnp.asarray(batch["image"]), jnp.asarray(batch["label"])
+
+
+HASHING = dataclasses.replace(TINY, head="hashing", loss="tie_aware_ap", loss_kwargs={"num_bins": 9},
+                              tanh_every=1)
+
+
+def test_evaluation_retrieves_with_binary_codes_of_the_network_in_inference_mode():
+  """A hashing head is evaluated on `sign(f)` of the network in inference mode (running
+  statistics), with the Hamming similarity: `evaluate` equals `evaluate_retrieval` on those codes,
+  not on the relaxed codes it trains on nor on the codes of the network in training mode."""
+  config = HASHING
+  model, state = train._init_state(config, train.make_optimizer(config))
+  # Running statistics of a few training-mode passes (momentum 0.9), away from the initial ones
+  # and from a batch's own.
+  net = nnx.merge(model.train_graph, state["params"], state["rest"], copy=True)
+  images, _ = _first_batch(config)
+  for _ in range(5):
+    net(images)
+  rest = jax.tree.map(jnp.array, nnx.state(net, nnx.Not(nnx.Param)))  # A copy.
+  state = {**state, "rest": rest, "step": jnp.int32(3)}
+  scale = jaxrank.hashing.tanh_scale(3, initial=config.tanh_initial, growth=config.tanh_growth,
+                                     every=config.tanh_every)
+  embed_fn = train._make_embed_fn(config, model)
+  _, test_data = input_pipeline.load_data(config)
+  batches = list(input_pipeline.eval_batches(config, test_data))  # The split, as evaluated.
+  images = np.concatenate([b["image"][b["mask"]] for b in batches])
+  labels = np.concatenate([b["label"][b["mask"]] for b in batches])
+  codes = np.asarray(embed_fn(state["params"], state["rest"], images, state["step"]))
+  inference = nnx.merge(model.eval_graph, state["params"], state["rest"])
+  relaxed = np.asarray(inference(images, scale=scale))
+  np.testing.assert_array_equal(codes, np.asarray(jaxrank.hashing.binarize(relaxed)))
+  assert set(np.unique(codes)) <= {-1.0, 1.0}
+  net.train()
+  training_mode = np.asarray(jaxrank.hashing.binarize(net(images, scale=scale)))
+  assert np.mean(training_mode != codes) > 0.05  # The two modes give other codes here.
+
+  got = train.evaluate(config, embed_fn, state, test_data)
+  ks = dict(ks=config.eval_ks, similarity_fn=jaxrank.similarity.hamming)
+  assert got == pytest.approx(jaxrank.evaluate_retrieval(codes, labels, **ks), abs=1e-6)
+  for other in (relaxed, training_mode):  # The metrics tell the codes apart.
+    wrong = jaxrank.evaluate_retrieval(other, labels, **ks)
+    assert abs(wrong["tie_aware_map"] - got["tie_aware_map"]) > 1e-3
+
+
+def _step_loss_reference(config, model, state, images, labels, *, scale, include_self):
+  net = nnx.merge(model.train_graph, state["params"], state["rest"], copy=True)
+  head = networks.HEADS[config.head]
+  scores, relevance, where = jaxrank.batch_retrieval(
+      net(images, scale=scale), labels, include_self=include_self,
+      similarity_fn=head.similarity_fn)
+  return float(losses_lib.get_loss(config.loss, config.loss_kwargs)(scores, relevance, where=where))
+
+
+@pytest.mark.parametrize("config", [
+    HASHING, dataclasses.replace(TINY, loss="smoothap", include_self=True, sampler="random"),
+], ids=["hashing-scale", "include-self"])
+def test_the_step_minimises_the_configured_loss_of_the_network_at_its_step(config):
+  """The step's loss is the configured loss on the batch's lists: the network in training mode
+  at the tanh scale of the state's step (hashing), the head's similarity, the query in its own
+  list when `include_self`. Each alternative gives another value here."""
+  model, state = train._init_state(config, train.make_optimizer(config))
+  state = {**state, "step": jnp.int32(2)}
+  images, labels = _first_batch(config)
+  step = train._make_train_step(config, model, train.make_optimizer(config), None)
+  _, loss, first_bad = step(state, images, labels, jnp.int32(-1))
+  assert int(first_bad) == -1
+  scale = train._tanh_scale(config, jnp.int32(2))
+  kwargs = dict(scale=scale, include_self=config.include_self)
+  want = _step_loss_reference(config, model, state, images, labels, **kwargs)
+  assert float(loss) == pytest.approx(want, rel=1e-5)
+  if scale is not None:
+    assert float(scale) == 4.0  # initial 1, doubled every step.
+    wrong = _step_loss_reference(config, model, state, images, labels, **{**kwargs, "scale": 1.0})
+  else:
+    wrong = _step_loss_reference(config, model, state, images, labels,
+                                 **{**kwargs, "include_self": not config.include_self})
+  assert abs(wrong - want) > 1e-3
+
+
+def _blow_up() -> optax.GradientTransformation:
+  """An optimiser whose every update is infinite: the parameters turn infinite, the loss of the
+  step that makes them (computed before the update) stays finite."""
+  return optax.GradientTransformation(
+      lambda params: optax.EmptyState(),
+      lambda grads, opt_state, params=None: (jax.tree.map(lambda g: jnp.full_like(g, jnp.inf),
+                                                          grads), opt_state))
+
+
+def test_the_divergence_check_reads_the_updated_parameters_and_keeps_the_first_bad_step():
+  config = TINY
+  model, state = train._init_state(config, train.make_optimizer(config))
+  images, labels = _first_batch(config)
+  good = train._make_train_step(config, model, train.make_optimizer(config), None)
+  bad = train._make_train_step(config, model, _blow_up(), None)
+  state, loss, first_bad = good(state, images, labels, jnp.int32(-1))
+  assert np.isfinite(float(loss)) and int(first_bad) == -1
+  state, loss, first_bad = bad(state, images, labels, first_bad)  # Step 2.
+  assert np.isfinite(float(loss)) and int(first_bad) == 2  # Finite loss, infinite parameters.
+  assert not np.all(np.isfinite(np.asarray(jax.tree.leaves(state["params"])[0])))
+  _, loss, first_bad = good(state, images, labels, first_bad)  # Step 3: NaN loss too.
+  assert not np.isfinite(float(loss)) and int(first_bad) == 2  # Still the first one.
+  with pytest.raises(FloatingPointError, match="not finite at step 2.*Nothing after step 1"):
+    train._check_finite("run", first_bad, 1)
+
+
+def test_the_seed_sets_the_initial_network():
+  tx = train.make_optimizer(TINY)
+  params = {s: _leaves_of(train._init_state(dataclasses.replace(TINY, seed=s), tx)[1]["params"])
+            for s in (0, 1)}
+  for seed, leaves in params.items():
+    want = _leaves_of(nnx.state(networks.make_model(TINY, 1, nnx.Rngs(seed)), nnx.Param))
+    for got, expected in zip(leaves, want, strict=True):
+      np.testing.assert_array_equal(got, expected)
+  assert not any(np.array_equal(a, b) for a, b in zip(params[0], params[1]) if a.std() > 0)
+
+
+def _leaves_of(tree):
+  return [np.asarray(x) for x in jax.tree.leaves(tree)]
+
+
+def test_the_head_learns_head_lr_multiplier_times_faster_than_the_backbone():
+  """AdamW's first update is `-lr sign(g)` (without weight decay): the head's leaves move
+  `head_lr_multiplier` times as far as the backbone's, and every leaf of the model is in one of
+  the two groups."""
+  config = dataclasses.replace(TINY, warmup_steps=0, weight_decay=0.0, head_lr_multiplier=10.0)
+  tx = train.make_optimizer(config)
+  _, state = train._init_state(config, tx)
+  params = state["params"]
+  grads = jax.tree.map(jnp.ones_like, params)
+  updates, _ = tx.update(grads, tx.init(params), params)
+  lr = config.learning_rate
+  for part, multiplier in (("backbone", 1.0), ("head", 10.0)):
+    leaves = _leaves_of(updates[part])
+    assert leaves
+    for leaf in leaves:
+      np.testing.assert_allclose(leaf, -multiplier * lr, rtol=1e-4)
+  assert set(params.keys()) == {"backbone", "head"}

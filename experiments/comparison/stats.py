@@ -11,9 +11,9 @@ pair, and Welch's test assumes less. The difference of two rows is significant e
 read from the same intervals (`reading`): it holds when every claimed difference's interval lies
 above 0, does not hold when one lies below 0, and is inconclusive otherwise.
 
-Pure Python and numpy: Student's t distribution from the regularised incomplete beta function
-(`betainc`, by its continued fraction), so that the experiments need no SciPy; the tests compare
-every function with SciPy's.
+Student's t distribution is SciPy's (`scipy.stats.t`, installed with JAX and declared in the
+`train` extra); the tests compare the intervals and the test with SciPy's own
+(`scipy.stats.t.interval`, `scipy.stats.ttest_ind(equal_var=False)`).
 """
 
 from __future__ import annotations
@@ -22,72 +22,15 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from scipy import stats as scipy_stats
 
 CONFIDENCE = 0.95
 ALPHA = 0.05
 
 
-def betainc(a: float, b: float, x: float) -> float:
-  """The regularised incomplete beta function `I_x(a, b)`, for `a, b > 0` and `0 <= x <= 1`.
-
-  The continued fraction of `I_x(a, b)` (evaluated by the modified Lentz method), applied at `x`
-  when `x < (a + 1) / (a + b + 2)` and through `I_x(a, b) = 1 - I_{1-x}(b, a)` otherwise, where it
-  converges fast.
-  """
-  if x <= 0.0:
-    return 0.0
-  if x >= 1.0:
-    return 1.0
-  log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-               + a * math.log(x) + b * math.log1p(-x))
-  if x < (a + 1.0) / (a + b + 2.0):
-    return math.exp(log_front) * _beta_fraction(a, b, x) / a
-  return 1.0 - math.exp(log_front) * _beta_fraction(b, a, 1.0 - x) / b
-
-
-def _beta_fraction(a: float, b: float, x: float) -> float:
-  """The continued fraction of the incomplete beta function, by the modified Lentz method."""
-  tiny = 1e-300
-  c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-  d = 1.0 / (d if abs(d) > tiny else tiny)
-  value = d
-  for m in range(1, 500):
-    for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                      -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-      d = 1.0 + numerator * d
-      d = 1.0 / (d if abs(d) > tiny else tiny)
-      c = 1.0 + numerator / c
-      c = c if abs(c) > tiny else tiny
-      value *= c * d
-    if abs(c * d - 1.0) < 1e-15:
-      break
-  return value
-
-
-def t_cdf(t: float, df: float) -> float:
-  """Student's t distribution's cumulative probability `P(T <= t)` with `df > 0` degrees."""
-  # P(|T| > |t|) = I_{df / (df + t^2)}(df / 2, 1 / 2) = 1 - I_{t^2 / (df + t^2)}(1 / 2, df / 2): the
-  # argument that is not close to 1 keeps the precision.
-  if t * t < df:
-    tail = 0.5 * (1.0 - betainc(0.5, df / 2.0, t * t / (df + t * t)))
-  else:
-    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
-  return 1.0 - tail if t > 0 else tail
-
-
-def t_quantile(p: float, df: float) -> float:
-  """The `t` with `t_cdf(t, df) = p`, `0 < p < 1`, by bisection to double precision."""
-  low, high = -1.0, 1.0
-  while t_cdf(low, df) > p:
-    low *= 2.0
-  while t_cdf(high, df) < p:
-    high *= 2.0
-  for _ in range(200):
-    middle = 0.5 * (low + high)
-    if middle in (low, high):
-      break
-    low, high = (middle, high) if t_cdf(middle, df) < p else (low, middle)
-  return 0.5 * (low + high)
+def _t_quantile(df: float) -> float:
+  """The two-sided `CONFIDENCE` quantile `t_{(1 + CONFIDENCE) / 2, df}` of Student's t."""
+  return float(scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, df))
 
 
 def interval(values: Sequence[float]) -> tuple[float, float, float]:
@@ -96,7 +39,7 @@ def interval(values: Sequence[float]) -> tuple[float, float, float]:
   mean = float(np.mean(x)) if len(x) else math.nan
   if len(x) < 2:
     return mean, math.nan, math.nan
-  half = t_quantile(0.5 + CONFIDENCE / 2, len(x) - 1) * float(np.std(x, ddof=1)) / math.sqrt(len(x))
+  half = _t_quantile(len(x) - 1) * float(np.std(x, ddof=1)) / math.sqrt(len(x))
   return mean, mean - half, mean + half
 
 
@@ -119,7 +62,7 @@ def welch_test(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
   if se == 0:
     return (math.copysign(math.inf, difference), 0.0) if difference else (0.0, 1.0)
   t = difference / se
-  return t, 2.0 * t_cdf(-abs(t), df)
+  return t, float(2.0 * scipy_stats.t.cdf(-abs(t), df))
 
 
 def difference_interval(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
@@ -127,7 +70,7 @@ def difference_interval(a: Sequence[float], b: Sequence[float]) -> tuple[float, 
   difference, se, df = _welch(a, b)
   if se == 0:
     return difference, difference, difference
-  half = t_quantile(0.5 + CONFIDENCE / 2, df) * se
+  half = _t_quantile(df) * se
   return difference, difference - half, difference + half
 
 

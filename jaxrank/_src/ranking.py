@@ -26,7 +26,7 @@ import contextvars
 import functools
 import os
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -488,11 +488,67 @@ def _cpu_sorted_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Ar
   shape = lead + thresholds.shape[-1:]
   shapes = (jax.ShapeDtypeStruct(shape, thresholds.dtype),)
   shapes += (jax.ShapeDtypeStruct(shape, jnp.int32),) * 2
-  out = jax.pure_callback(
-      numpy_sorted_counts, shapes, scores, thresholds, vmap_method="broadcast_all"
-  )
+  out = host_callback(numpy_sorted_counts, shapes, scores, thresholds, vmap_method="broadcast_all")
   # Inside shard_map the results vary as their inputs do; the callback does not record it.
   return tuple(lists.varying_like(lists.varying_like(x, thresholds), scores) for x in out)
+
+
+# The dtypes that `host_callback` passes as pairs of 32-bit words.
+_WIDE_DTYPES = (np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.uint64))
+
+
+def host_callback(
+    fn: Callable[..., Any],
+    result_shape_dtypes: tuple[jax.ShapeDtypeStruct, ...],
+    *args: jax.Array,
+    vmap_method: str,
+) -> tuple[jax.Array, ...]:
+  """`jax.pure_callback(fn, result_shape_dtypes, *args)`, with 64-bit values passed bit for bit.
+
+  JAX converts a callback's arguments and results to the dtypes that x64 allows on the thread
+  that runs the callback, and XLA may run it on one of its own threads, where a thread-local
+  `jax.enable_x64(True)` of the caller does not hold: float64 scores would reach `fn` rounded to
+  float32, and its float64 results be refused ("Incorrect output dtype"). So each 64-bit array
+  (`float64`, `int64`, `uint64`) crosses as `[..., 2]` uint32 words (`lax.bitcast_convert_type`)
+  and is viewed back on the other side; other dtypes cross as they are. `fn` sees numpy arrays of
+  the arguments' dtypes and returns arrays of the results' dtypes, as for `jax.pure_callback`.
+
+  Args:
+    fn: `fn(*numpy_arrays) -> tuple of numpy arrays` (a tuple even of one).
+    result_shape_dtypes: the results' shapes and dtypes.
+    *args: the arguments, each `[..., n_i]`.
+    vmap_method: as for `jax.pure_callback` (the words' axis is the last, after every batch axis).
+
+  Returns:
+    The results, of `result_shape_dtypes`.
+  """
+  wide_args = [jnp.dtype(x.dtype) in _WIDE_DTYPES for x in args]
+  wide_results = [jnp.dtype(r.dtype) in _WIDE_DTYPES for r in result_shape_dtypes]
+  arg_dtypes = [np.dtype(x.dtype) for x in args]
+
+  def host(*words):
+    values = [
+        np.ascontiguousarray(w).view(dtype)[..., 0] if wide else np.asarray(w)
+        for w, dtype, wide in zip(words, arg_dtypes, wide_args)
+    ]
+    results = fn(*values)
+    return tuple(
+        np.ascontiguousarray(r, spec.dtype).view(np.uint32).reshape(np.shape(r) + (2,))
+        if wide else r
+        for r, spec, wide in zip(results, result_shape_dtypes, wide_results)
+    )
+
+  words = [lax.bitcast_convert_type(x, jnp.uint32) if wide else x
+           for x, wide in zip(args, wide_args)]
+  word_shapes = tuple(
+      jax.ShapeDtypeStruct(r.shape + (2,), jnp.uint32) if wide else r
+      for r, wide in zip(result_shape_dtypes, wide_results)
+  )
+  out = jax.pure_callback(host, word_shapes, *words, vmap_method=vmap_method)
+  return tuple(
+      lax.bitcast_convert_type(o, r.dtype) if wide else o
+      for o, r, wide in zip(out, result_shape_dtypes, wide_results)
+  )
 
 
 def relevant_ties(values: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -623,7 +679,9 @@ def _numpy_descending_ranks(scores: np.ndarray) -> np.ndarray:
 
 def _cpu_descending_ranks(scores: jax.Array) -> jax.Array:
   shape = jax.ShapeDtypeStruct(scores.shape, scores.dtype)
-  ranks = jax.pure_callback(numpy_descending_ranks, shape, scores, vmap_method="expand_dims")
+  (ranks,) = host_callback(
+      lambda s: (numpy_descending_ranks(s),), (shape,), scores, vmap_method="expand_dims"
+  )
   # Inside shard_map the ranks vary over the scores' mesh axes; the callback does not record it.
   return lists.varying_like(ranks, scores)
 
