@@ -714,6 +714,22 @@ def test_float64_counts_where_the_host_callback_runs_without_x64():
   assert np.all(outside.tied == 1)  # Every score distinct in float64.
 
 
+def test_float64_tie_groups_where_the_host_callback_runs_without_x64():
+  """tie_groups' host callback (the CPU's sort), compiled inside the thread-local
+  `jax.enable_x64(True)` and run where it does not hold: scores that differ beyond float32's
+  precision are still ordered apart, as XLA's sort orders them."""
+  with jax.enable_x64(True), platforms.forced_platform(platforms.CPU):
+    scores = jnp.asarray([[0.5, 0.5 + 1e-12, 0.25, 0.5 + 1e-12]])  # Tied in float32 only.
+    labels, where = jnp.asarray([[1.0, 0.0, 1.0, 1.0]]), jnp.ones((1, 4), bool)
+    compiled = jax.jit(ranking.tie_groups).lower(scores, labels, where).compile()
+    inside = compiled(scores, labels, where)
+  with jax.enable_x64(False):
+    outside = compiled(scores, labels, where)
+  chex.assert_trees_all_equal(outside, inside)
+  np.testing.assert_array_equal(outside.order, [[1, 3, 0, 2]])
+  np.testing.assert_array_equal(outside.group_size, [[2, 2, 1, 1]])
+
+
 def test_count_above_and_tied_without_a_host_callback_counts_the_same():
   rng = np.random.default_rng(3)
   scores = rng.integers(0, 9, (6, 80)).astype(np.float32)

@@ -99,8 +99,9 @@ def _xla_group_sort(invalid, neg, labels):
 def _cpu_group_sort(invalid, neg, labels):
   """`_xla_group_sort` on a CPU: the order from numpy, the keys gathered by it."""
   shape = jax.ShapeDtypeStruct(neg.shape, jnp.int32)
-  order = jax.pure_callback(
-      numpy_group_order, shape, invalid, neg, labels, vmap_method="broadcast_all"
+  (order,) = host_callback(
+      lambda *keys: (numpy_group_order(*keys),), (shape,), invalid, neg, labels,
+      vmap_method="broadcast_all",
   )
   # Inside shard_map the order varies as its inputs do; the callback does not record it.
   for x in (invalid, neg, labels):
