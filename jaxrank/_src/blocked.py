@@ -267,8 +267,8 @@ def _sweep(blocks: _Blocks, data: _Lists, *, cotangent):
         lambda q, p: _block_lists_sums(blocks, data, q, p, start, begin), block_queries, prepared
     )
     block_grad, prepared_grad = pullback((
-        jnp.broadcast_to(cotangent, block_numerator.shape).astype(block_numerator.dtype),
-        jnp.zeros_like(block_denominator),
+        lists.varying_like(jnp.asarray(cotangent, block_numerator.dtype), block_numerator),
+        lists.varying_like(jnp.zeros_like(block_denominator), block_denominator),
     ))
     previous = jax.lax.dynamic_slice_in_dim(grad_queries, start, size)
     grad_queries = jax.lax.dynamic_update_slice_in_dim(

@@ -24,13 +24,16 @@ def mesh():
 def data(batch=40, dim=6, seed=0):
   rng = np.random.default_rng(seed)
   labels = np.repeat(np.arange(batch // 4), 4)[rng.permutation(batch)]
-  embeddings = rng.standard_normal((batch, dim)) + 1.5 * rng.standard_normal((batch // 4, dim))[labels]
+  centres = 1.5 * rng.standard_normal((batch // 4, dim))
+  embeddings = rng.standard_normal((batch, dim)) + centres[labels]
   return jnp.asarray(embeddings, jnp.float32), jnp.asarray(labels)
 
 
 def single_device(loss_fn, include_self=False):
   def loss(embeddings, labels):
-    scores, relevance, where = jaxrank.batch_retrieval(embeddings, labels, include_self=include_self)
+    scores, relevance, where = jaxrank.batch_retrieval(
+        embeddings, labels, include_self=include_self
+    )
     return loss_fn(scores, relevance, where=where)
 
   return loss
