@@ -359,7 +359,8 @@ def blocked_loss(
   >>> e = jax.random.normal(jax.random.key(0), (10, 4))
   >>> y = jnp.arange(10) % 3
   >>> f = jaxrank.blocked_loss(jaxrank.fastap_loss, block_size=4)  # Blocks 0-3, 4-7, 6-9.
-  >>> whole = jaxrank.fastap_loss(*jaxrank.batch_retrieval(e, y))
+  >>> scores, relevance, where = jaxrank.batch_retrieval(e, y)
+  >>> whole = jaxrank.fastap_loss(scores, relevance, where=where)
   >>> bool(jnp.allclose(f(e, y), whole))
   True
   """
