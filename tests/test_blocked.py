@@ -77,15 +77,20 @@ def unblocked(loss_fn, include_self=False, similarity_fn=jaxrank.similarity.cosi
   return loss
 
 
-def value_and_grads(f, *args, **kwargs):
-  """`f`'s value and its gradients with respect to the embeddings and the gallery, jitted."""
+def value_and_grads(fs, *args, **kwargs):
+  """Each `f`'s value and its gradients with respect to the embeddings and the gallery, in one
+  compiled program (one compilation for the blocked loss and its reference)."""
   embeddings, labels, gallery, gallery_labels, gallery_where = args
 
-  def loss(e, g):
-    return f(e, labels, gallery_embeddings=g, gallery_labels=gallery_labels,
-             gallery_where=gallery_where, **kwargs)
+  def both(e, g):
+    def one(f):
+      loss = lambda e, g: f(e, labels, gallery_embeddings=g, gallery_labels=gallery_labels,
+                            gallery_where=gallery_where, **kwargs)
+      return jax.value_and_grad(loss, argnums=(0, 1))(e, g)
 
-  return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(embeddings, gallery)
+    return [one(f) for f in fs]
+
+  return jax.jit(both)(embeddings, gallery)
 
 
 def jit_value_and_grad(f):
@@ -110,9 +115,8 @@ def test_blocked_equals_unblocked_with_gallery_and_ragged_blocks(name):
   args = data()
   include_self = name in INCLUDE_SELF
   kwargs = {"weights": jaxrank.class_balancing_weights(args[1])} if name in WEIGHTED else {}
-  want = value_and_grads(unblocked(LOSSES[name], include_self), *args, **kwargs)
   f = jaxrank.blocked_loss(LOSSES[name], block_size=BLOCK, include_self=include_self)
-  got = value_and_grads(f, *args, **kwargs)
+  got, want = value_and_grads([f, unblocked(LOSSES[name], include_self)], *args, **kwargs)
   assert np.isfinite(want[0]) and want[0] != 0
   assert_close(got, want)
 
@@ -162,8 +166,10 @@ def test_the_mean_is_over_the_valid_lists_of_every_block():
   labels = labels.at[:5].set(jnp.arange(100, 105))  # The first block has no valid list at all.
   weights = np.random.default_rng(4).random(B).astype(np.float32)
   scores, relevance, where = jaxrank.batch_retrieval(embeddings, labels)
-  values = np.asarray(jaxrank.soft_binning_ap_loss(scores, relevance, where=where, reduce_fn=None))
-  valid = np.array([np.any(np.asarray(relevance[i] * where[i]) >= 1) for i in range(B)])
+  values = np.asarray(jax.jit(functools.partial(jaxrank.soft_binning_ap_loss, reduce_fn=None))(
+      scores, relevance, where=where))
+  same_class = np.asarray(labels)[:, None] == np.asarray(labels)[None, :]
+  valid = np.any(same_class & ~np.eye(B, dtype=bool), axis=1)  # A positive besides the query.
   want = np.sum(weights * values * valid) / np.sum(weights * valid)
   f = jax.jit(jaxrank.blocked_loss(jaxrank.soft_binning_ap_loss, block_size=BLOCK))
   np.testing.assert_allclose(f(embeddings, labels, weights=weights), want, rtol=1e-6)
