@@ -12,6 +12,7 @@ from jaxrank import similarity as similarity
 from jaxrank import types as types
 from jaxrank._src.blackbox import blackbox_ap_loss as blackbox_ap_loss
 from jaxrank._src.blackbox import blackbox_recall_loss as blackbox_recall_loss
+from jaxrank._src.blocked import blocked_loss as blocked_loss
 from jaxrank._src.checks import traced_checks as traced_checks
 from jaxrank._src.chunked import chunked_value_and_grad as chunked_value_and_grad
 from jaxrank._src.chunked import host_chunked_value_and_grad as host_chunked_value_and_grad
@@ -62,6 +63,7 @@ __all__ = [
     "blackbox_ap_loss",
     "blackbox_ranks",
     "blackbox_recall_loss",
+    "blocked_loss",
     "calibration_loss",
     "chunked_value_and_grad",
     "class_balancing_weights",

@@ -214,6 +214,10 @@ def test_sigkill_during_and_between_saves_then_rerun_matches_an_uninterrupted_ru
         ({"chunk_size": 7}, "does not divide config.batch_size=20"),
         ({"chunk_size": 10, "memory_batches": 1}, "cannot be combined"),
         ({"chunk_size": 10, "head": "hashing"}, "cannot be used with head='hashing'"),
+        ({"loss_block_size": 0}, "loss_block_size must be a positive int, got 0"),
+        ({"loss_block_size": 8, "loss": "supap+calibration"},
+         "loss_block_size cannot be used with loss 'supap\\+calibration'.*reduced over lists 2 "
+         "times.*loss='roadmap'"),
         ({"num_steps": -1}, "num_steps must be a non-negative int"),
         ({"init_weights": "/nonexistent/w.npz"}, "nothing is ever downloaded"),
         ({"sampler": "super_class"}, "needs super-classes"),
@@ -495,6 +499,22 @@ def test_chunked_gradient_trains_the_same_network(tmp_path):
   )
   for x, y in zip(a, b):
     np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
+
+
+def test_a_loss_in_blocks_trains_the_same_network(tmp_path):
+  """`loss_block_size` (blocks of 7 of a batch of 20, the last overlapping) with the memory of
+  past batches as a gallery: the same steps as the loss on the whole lists."""
+  config = dataclasses.replace(TINY, num_steps=3, memory_batches=1, loss="smoothap")
+  blocked = dataclasses.replace(config, loss_block_size=7)
+  train.train_and_evaluate(config, str(tmp_path / "whole"))
+  train.train_and_evaluate(blocked, str(tmp_path / "blocked"))
+  a = _leaves(train.restore_model(config, str(tmp_path / "whole")))
+  b = _leaves(train.restore_model(blocked, str(tmp_path / "blocked")))
+  for x, y in zip(a, b):
+    np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
+  losses = [[r["loss"] for r in reporting.read_metrics(str(tmp_path / run)) if "loss" in r]
+            for run in ("whole", "blocked")]
+  np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
 
 
 @pytest.mark.parametrize(

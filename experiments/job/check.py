@@ -56,6 +56,7 @@ def check_config(config: Config) -> None:
   _check_data(config, dataset)
   _check_model(config)
   _check_chunks(config)
+  _check_blocks(config)
   _check_devices(config)
 
 
@@ -203,6 +204,14 @@ def _check_chunks(config: Config) -> None:
     )
   if config.memory_batches:
     _fail("config.memory_batches cannot be combined with config.chunk_size: set one of them.")
+
+
+def _check_blocks(config: Config) -> None:
+  """The loss over blocks of queries: a positive block, and a loss that is one mean over lists."""
+  if config.loss_block_size is None:
+    return
+  _positive_int(config, "loss_block_size")
+  losses.check_blocked_loss(config.loss, config.loss_kwargs, config.loss_block_size)
 
 
 def _check_devices(config: Config) -> None:

@@ -66,6 +66,9 @@ class Config:
   include_self: bool = False  # Whether a query is its own positive (see batch_retrieval).
   memory_batches: int = 0  # RaMBO's memory: the last tau batches join every list as a gallery.
   chunk_size: int | None = None  # Chunked gradient (jaxrank.chunked_value_and_grad).
+  # The in-batch loss over blocks of this many queries (jaxrank.blocked_loss; with shard=True,
+  # each device's queries): [block, B + M] scores at a time instead of [B, B + M]. None: whole.
+  loss_block_size: int | None = None
   # Shard the in-batch retrieval over all devices of all processes (jaxrank.sharded_loss); a job
   # of several processes needs it.
   shard: bool = False

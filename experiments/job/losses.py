@@ -176,3 +176,34 @@ def check_loss(name: str, hyperparameters: Mapping[str, object] | None = None) -
     raise config_lib.ConfigError(
         f"config.loss_kwargs={kwargs!r} cannot be used with loss {name!r}: {reason}"
     ) from e
+
+
+def check_blocked_loss(
+    name: str, hyperparameters: Mapping[str, object] | None, block_size: int
+) -> None:
+  """Traces the loss over blocks of `block_size` queries (`jaxrank.blocked_loss`) on a tiny batch.
+
+  The loss must be one mean over lists; the sums of two losses of the table are not (each takes
+  its own mean), and fail here with the library's reason instead of at the first step.
+
+  Raises:
+    ConfigError: a loss that cannot be computed in blocks.
+  """
+  fn = get_loss(name, hyperparameters)
+  # pylint: disable=g-import-not-at-top
+  import jax
+  import numpy as np
+
+  import jaxrank
+
+  embeddings = np.random.default_rng(0).standard_normal((6, 3)).astype(np.float32)
+  labels = np.array([0, 0, 1, 1, 2, 2], np.int32)
+  blocked = jaxrank.blocked_loss(fn, block_size=block_size)
+  try:
+    jax.eval_shape(jax.value_and_grad(blocked), embeddings, labels)
+  except ValueError as e:
+    reason = " ".join(str(e).split())
+    raise config_lib.ConfigError(
+        f"config.loss_block_size cannot be used with loss {name!r}: {reason} (for SupAP and "
+        "calibration, loss='roadmap' is their sum per list, with one mean)."
+    ) from e

@@ -162,7 +162,8 @@ def _batch_loss_fn(
   """`fn(embeddings [B, D], (labels [B], memory or None)) -> scalar`: retrieval, then the loss.
 
   A loss that takes `max_relevant` gets the sampler's bound (`relevant_bound`) unless
-  `config.loss_kwargs` sets one.
+  `config.loss_kwargs` sets one. With `loss_block_size`, the lists are scored and the loss taken
+  that many queries at a time (`jaxrank.blocked_loss`, or `sharded_loss(block_size=)`).
   """
   kwargs = dict(config.loss_kwargs)
   bound = relevant_bound(config)
@@ -170,24 +171,34 @@ def _batch_loss_fn(
     kwargs.setdefault("max_relevant", bound)
   list_loss = losses.get_loss(config.loss, kwargs)
   similarity_fn = networks.HEADS[config.head].similarity_fn
+  block_size = config.loss_block_size
   if mesh is not None:
     sharded = jaxrank.sharded_loss(
-        list_loss, mesh, "batch", include_self=config.include_self, similarity_fn=similarity_fn
+        list_loss, mesh, "batch", include_self=config.include_self, similarity_fn=similarity_fn,
+        block_size=block_size,
     )
     return lambda embeddings, targets: sharded(embeddings, targets[0])
 
-  def loss(embeddings, targets):
-    labels, memory = targets
+  def whole(embeddings, labels, **gallery):
     scores, relevance, where = jaxrank.batch_retrieval(
-        embeddings,
-        labels,
-        include_self=config.include_self,
-        gallery_embeddings=None if memory is None else memory.embeddings,
-        gallery_labels=None if memory is None else memory.labels,
-        gallery_where=None if memory is None else memory.where,
-        similarity_fn=similarity_fn,
+        embeddings, labels, include_self=config.include_self, similarity_fn=similarity_fn,
+        **gallery,
     )
     return list_loss(scores, relevance, where=where)
+
+  lists_loss = whole if block_size is None else jaxrank.blocked_loss(
+      list_loss, block_size=block_size, include_self=config.include_self,
+      similarity_fn=similarity_fn,
+  )
+
+  def loss(embeddings, targets):
+    labels, memory = targets
+    if memory is None:
+      return lists_loss(embeddings, labels)
+    return lists_loss(
+        embeddings, labels, gallery_embeddings=memory.embeddings, gallery_labels=memory.labels,
+        gallery_where=memory.where,
+    )
 
   return loss
 

@@ -119,9 +119,11 @@ class Mean:
   """A `reduce_fn`: the mean over the valid lists, its sums taken by `sum_fn`.
 
   `safe_reduce` treats `jnp.mean` as `Mean(jnp.sum)`; `sharded_mean` is a `Mean` whose sums run
-  over the devices of a mesh axis. With per-list weights (passed by `safe_reduce`), the mean is
-  `sum(weights * values) / sum(weights)` over the valid lists, 0 when the valid weights sum to 0;
-  without, the sum over the count, 0 with no valid list (and a zero gradient either way).
+  over the devices of a mesh axis; `blocked_loss` takes the two sums (`sums`) of a block of lists
+  at a time and divides their totals over the blocks (`divide`). With per-list weights (passed by
+  `safe_reduce`), the mean is `sum(weights * values) / sum(weights)` over the valid lists, 0 when
+  the valid weights sum to 0; without, the sum over the count, 0 with no valid list (and a zero
+  gradient either way).
   """
 
   def __init__(self, sum_fn: Callable[[jax.Array], jax.Array]):
@@ -130,12 +132,23 @@ class Mean:
   def __call__(
       self, values: jax.Array, where: jax.Array, weights: jax.Array | None = None
   ) -> jax.Array:
+    return self.divide(*self.sums(values, where, weights))
+
+  def sums(
+      self, values: jax.Array, where: jax.Array, weights: jax.Array | None = None
+  ) -> tuple[jax.Array, jax.Array]:
+    """The mean's numerator and denominator, each taken by `sum_fn`: the sum of the valid
+    (weighted) values, and the number of valid lists (the sum of their weights)."""
     values = jnp.where(where, values, jnp.zeros_like(values))
     if weights is None:
-      count = self.sum_fn(where.astype(values.dtype))
-      return self.sum_fn(values) / jnp.maximum(count, 1)
+      return self.sum_fn(values), self.sum_fn(where.astype(values.dtype))
     total = self.sum_fn(jnp.where(where, weights, jnp.zeros_like(weights))).astype(values.dtype)
-    return self.sum_fn(values) / jnp.where(total != 0, total, jnp.ones_like(total))
+    return self.sum_fn(values), total
+
+  @staticmethod
+  def divide(numerator: jax.Array, denominator: jax.Array) -> jax.Array:
+    """`numerator / denominator`, 0 (with a zero gradient) when the denominator is 0."""
+    return numerator / jnp.where(denominator != 0, denominator, jnp.ones_like(denominator))
 
 
 def nan_if_any(values: jax.Array, scores: jax.Array, where: jax.Array) -> jax.Array:

@@ -1040,6 +1040,7 @@ def blackbox_ranks_at(
     slots lead (`[K, ..., n]`, the list last, a TPU's lanes) and the items are read by masked sums
     (no gather or scatter). The same integers, so the same ranks and gradients.
   """
+  _note_blackbox_rank()
   return _blackbox_ranks_at(scores, indices, valid, lam, platforms.forced())
 
 
@@ -1195,6 +1196,7 @@ def blackbox_relevant_ranks(
   Returns:
     `(ranks, relevant_ranks)`, each `[..., n]` in `scores`' dtype, meaningful where `relevant`.
   """
+  _note_blackbox_rank()
   return _blackbox_relevant_ranks(
       scores, relevant, lam, max_relevant, forced_branch()
   )
@@ -1205,6 +1207,32 @@ def check_lam(fn: str, lam: jax.typing.ArrayLike) -> jax.Array:
   hint = "It is the blackbox interpolation strength (RaMBO's Table 9: 0.2 to 4)."
   checks.check_real(fn, "lam", lam, above=0, scalar=False, hint=hint)
   return jnp.asarray(lam)
+
+
+_COTANGENT_SCALED_BACKWARDS: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "jaxrank_cotangent_scaled_backwards", default=None
+)
+
+
+@contextlib.contextmanager
+def watch_blackbox_ranks() -> Iterator[list]:
+  """Within it, each blackbox rank traced (`blackbox_ranks`, `blackbox_ranks_at`,
+  `blackbox_relevant_ranks`) appends to the yielded list: their backward is not linear in its
+  cotangent (Algorithm 1 moves the scores by `lam` times it), so a caller that would take a
+  gradient with another cotangent than the true one and scale it afterwards (`blocked_loss`)
+  must not."""
+  found: list = []
+  token = _COTANGENT_SCALED_BACKWARDS.set(found)
+  try:
+    yield found
+  finally:
+    _COTANGENT_SCALED_BACKWARDS.reset(token)
+
+
+def _note_blackbox_rank() -> None:
+  found = _COTANGENT_SCALED_BACKWARDS.get()
+  if found is not None:
+    found.append(True)
 
 
 def blackbox_ranks(scores: jax.typing.ArrayLike, lam: jax.typing.ArrayLike) -> jax.Array:
@@ -1249,4 +1277,5 @@ def blackbox_ranks(scores: jax.typing.ArrayLike, lam: jax.typing.ArrayLike) -> j
         f"shape {lam.shape}."
     )
   lam = jnp.broadcast_to(lam.astype(scores.dtype), scores.shape[:-1])
+  _note_blackbox_rank()
   return _blackbox_ranks(scores, lam, forced_branch())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -108,9 +109,45 @@ def batch_retrieval(
   1.0
   """
   fn = "batch_retrieval"
+  inputs = retrieval_inputs(
+      fn, embeddings, labels, affinity, gallery_embeddings, gallery_labels, gallery_where
+  )
+  b, n = inputs.queries.shape[0], inputs.items.shape[0]
+  if inputs.affinity is not None:
+    relevance = inputs.affinity
+  else:
+    relevance = relevance_matrix(inputs.labels, inputs.item_labels)
+  scores = similarity_fn(inputs.queries, inputs.items)
+  where = jnp.ones((b, n), dtype=bool)
+  if not include_self:
+    where = where.at[:, :b].set(~jnp.eye(b, dtype=bool))
+  if inputs.gallery_where is not None:
+    where = where.at[:, b:].set(jnp.broadcast_to(inputs.gallery_where, (b, n - b)))
+  return scores, relevance, where
+
+
+class RetrievalInputs(NamedTuple):
+  """`batch_retrieval`'s inputs, checked: the queries `[B, D]`, the items they rank `[B + M, D]`
+  (the batch, then the gallery), and the relevance: the labels of the queries and of the items
+  (`[B]`/`[B + M]` or multi-hot `[B, C]`/`[B + M, C]`), or the given `[B, B + M]` affinity (then
+  both labels are None); `gallery_where` `[M]` or None."""
+
+  queries: jax.Array
+  items: jax.Array
+  labels: jax.Array | None
+  item_labels: jax.Array | None
+  affinity: jax.Array | None
+  gallery_where: jax.Array | None
+
+
+def retrieval_inputs(
+    fn, embeddings, labels, affinity, gallery_embeddings, gallery_labels, gallery_where
+) -> RetrievalInputs:
+  """The checked inputs of in-batch retrieval (`batch_retrieval`, `blocked_loss`); errors name
+  `fn`."""
   embeddings = checks.check_floating(fn, "embeddings", embeddings, ndim=2, layout="[B, D]")
   b = embeddings.shape[0]
-  gallery = embeddings
+  items = embeddings
   m = 0
   if gallery_embeddings is not None:
     d = embeddings.shape[1]
@@ -122,25 +159,13 @@ def batch_retrieval(
         hint=f"like the embeddings {embeddings.shape}.",
     )
     m = gallery_embeddings.shape[0]
-    gallery = jnp.concatenate([embeddings, gallery_embeddings.astype(embeddings.dtype)], axis=0)
+    items = jnp.concatenate([embeddings, gallery_embeddings.astype(embeddings.dtype)], axis=0)
   elif gallery_labels is not None or gallery_where is not None:
     raise ValueError(f"{fn}: gallery_labels/gallery_where given without gallery_embeddings.")
-  relevance = _batch_relevance(fn, labels, affinity, gallery_labels, b, m)
-  scores = similarity_fn(embeddings, gallery)
-  where = jnp.ones((b, b + m), dtype=bool)
-  if not include_self:
-    where = where.at[:, :b].set(~jnp.eye(b, dtype=bool))
   if gallery_where is not None:
     gallery_where = checks.check_mask(
         fn, "gallery_where", gallery_where, (m,), like="gallery", broadcast=False
     )
-    where = where.at[:, b:].set(jnp.broadcast_to(gallery_where, (b, m)))
-  return scores, relevance, where
-
-
-def _batch_relevance(fn, labels, affinity, gallery_labels, b, m):
-  """`batch_retrieval`'s relevance `[B, B + M]`: the given affinity, or from the labels of the
-  batch and the gallery, checked."""
   if (labels is None) == (affinity is None):
     raise ValueError(f"{fn}: give exactly one of labels ([B] or [B, C]) and affinity ([B, B + M]).")
   if affinity is not None:
@@ -149,7 +174,14 @@ def _batch_relevance(fn, labels, affinity, gallery_labels, b, m):
       raise ValueError(
           f"{fn}: affinity must be [B, B + M] = {(b, b + m)}, got shape {relevance.shape}."
       )
-    return relevance
+    return RetrievalInputs(embeddings, items, None, None, relevance, gallery_where)
+  labels, targets = _batch_labels(fn, labels, gallery_labels, b, m)
+  return RetrievalInputs(embeddings, items, labels, targets, None, gallery_where)
+
+
+def _batch_labels(fn, labels, gallery_labels, b, m):
+  """The checked labels of the queries and of the items they rank (the batch's, then the
+  gallery's)."""
   if jnp.shape(labels)[:1] != (b,):
     raise ValueError(f"{fn}: labels have shape {jnp.shape(labels)} but embeddings have {b} rows.")
   if m and gallery_labels is None:
@@ -169,7 +201,7 @@ def _batch_relevance(fn, labels, affinity, gallery_labels, b, m):
           f"labels of shape {labels.shape} (same kind of labels, one row per gallery item)."
       )
     targets = jnp.concatenate([labels, gallery_labels.astype(labels.dtype)], axis=0)
-  return relevance_matrix(labels, targets)
+  return labels, targets
 
 
 # ---------------------------------------------------------------------------------------------

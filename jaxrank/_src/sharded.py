@@ -70,6 +70,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from jaxrank import types
+from jaxrank._src import blocked
 from jaxrank._src import checks
 from jaxrank._src import lists
 from jaxrank._src import retrieval
@@ -142,6 +143,7 @@ def sharded_loss(
     *,
     include_self: bool = False,
     similarity_fn: types.SimilarityFn = similarity.cosine,
+    block_size: int | None = None,
 ) -> Callable[[jax.Array, jax.Array], jax.Array]:
   """Wraps a list-level loss into `f(embeddings [B, D], labels [B]) -> scalar`, over devices.
 
@@ -154,6 +156,12 @@ def sharded_loss(
   whole batch. On a mesh of `Explicit` axes (`jax.make_mesh`'s default) call its gradient under
   `jit` or `jax.set_mesh(mesh)`, as JAX requires of explicit sharding.
 
+  With `block_size`, each device takes its queries `block_size` at a time, by the loop of
+  `blocked_loss` (its lists `[block_size, B]`, recomputed in the backward pass, instead of
+  `[B_local, B]`); the two sums of each device's mean are added over the devices, as
+  `sharded_mean` does, so the result is unchanged. `loss_fn` must then be a mean over lists, as
+  `blocked_loss` requires.
+
   Args:
     loss_fn: a list-level loss `loss_fn(scores, labels, *, where, reduce_fn)`.
     mesh: the device mesh.
@@ -161,6 +169,8 @@ def sharded_loss(
       size.
     include_self: as in `batch_retrieval`.
     similarity_fn: the scoring rule, as in `batch_retrieval` (cosine by default).
+    block_size: optional positive int: the queries per block on each device (see above); `None`
+      (the default) scores all of a device's queries at once.
 
   Returns:
     The sharded loss function.
@@ -171,9 +181,22 @@ def sharded_loss(
     raise ValueError(
         f"{fn}: the mesh has no axis {axis_name!r}; its axes are {tuple(mesh.axis_names)}."
     )
+  checks.check_positive_int(fn, "block_size", block_size, allow_none=True)
   num_devices = mesh.shape[axis_name]
 
+  def local_blocked(embeddings, labels):
+    return blocked.mean_over_blocks(
+        fn, loss_fn, embeddings, jax.lax.all_gather(embeddings, axis_name, tiled=True),
+        labels=labels, item_labels=jax.lax.all_gather(labels, axis_name, tiled=True),
+        affinity=None, block_size=block_size,
+        first=jax.lax.axis_index(axis_name) * embeddings.shape[0], include_self=include_self,
+        item_where=None, weights=None, similarity_fn=similarity_fn,
+        reduce=sharded_mean(axis_name),
+    )
+
   def local(embeddings, labels):
+    if block_size is not None:
+      return local_blocked(embeddings, labels)
     scores, relevance, where = sharded_batch_retrieval(
         embeddings,
         labels,
