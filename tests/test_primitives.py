@@ -32,6 +32,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+import jaxrank
 from jaxrank._src import lists
 from jaxrank._src import platforms
 from jaxrank._src import ranking
@@ -712,6 +713,20 @@ def test_float64_counts_where_the_host_callback_runs_without_x64():
   assert outside.thresholds.dtype == jnp.float64
   np.testing.assert_array_equal(outside.thresholds, -np.sort(-np.asarray(thresholds), axis=-1))
   assert np.all(outside.tied == 1)  # Every score distinct in float64.
+
+
+@pytest.mark.parametrize("platform", platforms.PLATFORMS)
+def test_exact_metrics_differentiate_to_zero_on_both_platforms(platform):
+  """Through tie_groups' sort (numpy's host callback on CPU, XLA's elsewhere) the exact metrics
+  have a derivative, zero, under `grad` and `jvp`: as a loss's exact beside in a sum."""
+  scores = jnp.asarray([[0.3, 0.1, 0.3, 0.7], [0.2, 0.5, 0.4, 0.1]])
+  labels = jnp.asarray([[1, 0, 0, 1], [0, 1, 1, 0]])
+  with platforms.forced_platform(platform):
+    for metric in (jaxrank.ap_metric, jaxrank.ndcg_metric):
+      grad = jax.jit(jax.grad(lambda s, m=metric: m(s, labels)))(scores)
+      np.testing.assert_array_equal(grad, np.zeros_like(scores))
+      _, tangent = jax.jvp(lambda s, m=metric: m(s, labels), (scores,), (jnp.ones_like(scores),))
+      assert float(tangent) == 0.0
 
 
 def test_float64_tie_groups_where_the_host_callback_runs_without_x64():
