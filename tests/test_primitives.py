@@ -718,7 +718,7 @@ def test_float64_counts_where_the_host_callback_runs_without_x64():
 @pytest.mark.parametrize("platform", platforms.PLATFORMS)
 def test_exact_metrics_differentiate_to_zero_on_both_platforms(platform):
   """Through tie_groups' sort (numpy's host callback on CPU, XLA's elsewhere) the exact metrics
-  have a derivative, zero, under `grad` and `jvp`: as a loss's exact beside in a sum."""
+  have a derivative, zero, under `grad` and `jvp` (as when a loss adds an exact metric)."""
   scores = jnp.asarray([[0.3, 0.1, 0.3, 0.7], [0.2, 0.5, 0.4, 0.1]])
   labels = jnp.asarray([[1, 0, 0, 1], [0, 1, 1, 0]])
   with platforms.forced_platform(platform):
