@@ -13,12 +13,7 @@ from flax import nnx
 
 import jaxrank
 
-AXIS = "batch"
-
-
-@pytest.fixture(scope="module")
-def mesh():
-  return jax.make_mesh((8,), (AXIS,), axis_types=(jax.sharding.AxisType.Auto,))
+AXIS = "batch"  # The axis of conftest.py's `mesh` fixture.
 
 
 def data(batch=40, dim=6, seed=0):
