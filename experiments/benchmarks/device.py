@@ -1,0 +1,335 @@
+"""Benchmark: every training step timed on the accelerator JAX finds, beside the floor.
+
+`accelerators.py` compiles for a TPU v5e and an H100 on this machine and reads what the compiler
+says; this script runs the same steps on a real accelerator and times them. Command, on a machine
+with a GPU (JAX with its CUDA plugin; nothing of jaxrank's needs installing beyond its own
+dependencies):
+
+    python -m experiments.benchmarks.device                           # every section
+    python -m experiments.benchmarks.device --sections check steps --batch 4096
+    python -m experiments.benchmarks.device --json results.json       # also every row as JSON
+
+On this CPU it runs too (JAX's default device is then the CPU), which is how its code is tested
+(`tests/test_device_benchmark.py`, tiny shapes); its numbers mean something only on an
+accelerator. Sections, in the order they run:
+
+* `check`: every loss's value and gradient on the accelerator against the same step on JAX's CPU
+  backend in the same process (B = 256, D = 64, float32 products at the highest precision on
+  both, so that the comparison is of the two platforms' programs, not of TF32 products): the
+  accelerator branches that `jax.lax.platform_dependent` chooses at lowering (sorts and matrix
+  forms where the CPU takes host callbacks and loops) run on hardware and give the CPU's values.
+* `steps`: `jax.jit(jax.value_and_grad(loss(*batch_retrieval(e, y))))` of every loss of
+  `accelerators.LOSSES` (the paper losses, their bounded and counting forms, the baselines) at
+  each `--batch`, D = 512, 4 items per class; the median over repeated calls (each until its
+  results are ready, after two warm-up calls, at least 5 calls and about `--seconds` of them);
+  the ratio to the floor (forward and backward of `sum(tanh(e @ e.T))`, as `accelerators.py`),
+  measured in the same run; the compiled program's temporaries; its compile time. Products run at
+  JAX's default precision, as users train.
+* `blocked`: `jaxrank.blocked_loss` (block 1,024) against the unblocked step where both fit, and
+  the blocked step alone at the largest `--blocked-batch`.
+* `evaluation`: `evaluate_retrieval` on the SOP-shaped set of `evaluate.py` (60,502 items,
+  D = 512), against XLA's plain product of the same chunks reduced to each row's maximum, at each
+  chunk of `evaluate.FLOOR_CHUNKS` (the fastest is the floor).
+* `pml`: where `pytorch_metric_learning` imports and torch sees a GPU: its FastAPLoss and
+  SmoothAPLoss steps on the GPU beside jaxrank's (`losses.py`'s protocol, CUDA-synchronised
+  timing).
+
+Measured numbers, with the card that gave them: docs/guide/benchmarks.rst, "On a GPU".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+from experiments.benchmarks import accelerators
+from experiments.benchmarks import speed
+
+SECTIONS = ("check", "steps", "blocked", "evaluation", "pml")
+BLOCK = 1024
+# The rows of the blocked section: one of each kind of loss (histogram, smooth rank bounded and
+# not, blackbox by counting and by sorts).
+BLOCKED_ROWS = ("FastAP", "SupAP", "SupAP (bounded)", "blackbox AP (counting)", "blackbox AP")
+# The check's shapes and its tolerances (relative): float32 programs that sum in other orders.
+CHECK_BATCH, CHECK_DIM = 256, 64
+VALUE_TOLERANCE, GRADIENT_TOLERANCE = 1e-4, 1e-3
+
+
+def timed(fn, *args, seconds: float = 1.0, least: int = 5, most: int = 50) -> float:
+  """Median wall seconds of `fn(*args)` until its results are ready, after two warm-up calls:
+  at least `least` calls, then more until `seconds` have passed or `most` were made."""
+  import jax
+
+  for _ in range(2):
+    jax.block_until_ready(fn(*args))
+  times, start = [], time.perf_counter()
+  while len(times) < least or (time.perf_counter() - start < seconds and len(times) < most):
+    begin = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    times.append(time.perf_counter() - begin)
+  return float(np.median(times))
+
+
+def _relative(a, b) -> float:
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def check_section(names: list[str]) -> list[dict]:
+  """Value and gradient of every loss on the default device against JAX's CPU backend."""
+  import jax
+
+  accelerator, cpu = jax.devices()[0], jax.devices("cpu")[0]
+  e, y = speed.make_batch(CHECK_BATCH, CHECK_DIM, seed=1)
+  rows = []
+  with jax.default_matmul_precision("highest"):
+    for name in names:
+      step = jax.jit(jax.value_and_grad(speed.in_batch_loss(name, accelerators.LOSSES)))
+      results = [
+          jax.device_get(step(jax.device_put(e, device), jax.device_put(y, device)))
+          for device in (accelerator, cpu)
+      ]
+      (value, grad), (cpu_value, cpu_grad) = results
+      row = {
+          "loss": name, "value": float(value), "cpu value": float(cpu_value),
+          "value error": _relative(value, cpu_value), "gradient error": _relative(grad, cpu_grad),
+      }
+      row["ok"] = bool(row["value error"] <= VALUE_TOLERANCE
+                       and row["gradient error"] <= GRADIENT_TOLERANCE)
+      rows.append(row)
+      print(f"check {name}: value {row['value']:.6f} (CPU {row['cpu value']:.6f}), "
+            f"errors {row['value error']:.1e} / {row['gradient error']:.1e}"
+            f"{'' if row['ok'] else '  MISMATCH'}", flush=True)
+  return rows
+
+
+def _compiled_step(loss, e, y):
+  """(compiled `jit(value_and_grad(loss))` for `e`, `y`, compile seconds)."""
+  import jax
+
+  start = time.perf_counter()
+  compiled = jax.jit(jax.value_and_grad(loss)).lower(e, y).compile()
+  return compiled, time.perf_counter() - start
+
+
+def _temporaries(compiled) -> float:
+  return float(compiled.memory_analysis().temp_size_in_bytes)
+
+
+def steps_section(batches: list[int], dim: int, names: list[str], seconds: float) -> list[dict]:
+  """Median step time of every loss and of the floor, at each batch."""
+  import jax.numpy as jnp
+
+  rows = []
+  for batch in batches:
+    e, y = (jnp.asarray(a) for a in speed.make_batch(batch, dim))
+    floor, floor_compile = _compiled_step(accelerators.floor_loss, e, y)
+    floor_time = timed(floor, e, y, seconds=seconds)
+    for name in ["floor", *names]:
+      if name == "floor":
+        compiled, compile_seconds = floor, floor_compile
+      else:
+        try:
+          compiled, compile_seconds = _compiled_step(
+              speed.in_batch_loss(name, accelerators.LOSSES), e, y)
+        except Exception as error:  # pylint: disable=broad-except
+          if "RESOURCE_EXHAUSTED" not in str(error):
+            raise
+          rows.append({"loss": name, "batch": batch, "error": "out of memory"})
+          print(f"steps B={batch} {name}: out of memory", flush=True)
+          continue
+      seconds_per_step = timed(compiled, e, y, seconds=seconds)
+      row = {
+          "loss": name, "batch": batch, "dim": dim, "time": seconds_per_step,
+          "floor time": floor_time, "ratio": seconds_per_step / floor_time,
+          "temporaries": _temporaries(compiled), "compile": compile_seconds,
+      }
+      rows.append(row)
+      print(f"steps B={batch} {name}: {row['time'] * 1e3:.3f} ms, {row['ratio']:.2f}x floor, "
+            f"{row['temporaries'] / 2**20:.0f} MB temporaries, compiled in "
+            f"{row['compile']:.1f} s", flush=True)
+      del compiled
+  return rows
+
+
+def blocked_section(batches: list[int], dim: int, names: list[str], seconds: float) -> list[dict]:
+  """Blocked against unblocked step time; at the largest batch the blocked step alone."""
+  import jax.numpy as jnp
+
+  from experiments.benchmarks import blocked
+
+  rows = []
+  for batch in batches:
+    e, y = (jnp.asarray(a) for a in speed.make_batch(batch, dim))
+    alone = batch == max(batches) and len(batches) > 1
+    for name in names:
+      whole, in_blocks = blocked.steps(name, BLOCK)
+      row = {"loss": name, "batch": batch, "block": BLOCK}
+      for key, loss in (("blocked", in_blocks), ("unblocked", whole)):
+        if key == "unblocked" and alone:
+          continue
+        try:
+          compiled, _ = _compiled_step(loss, e, y)
+        except Exception as error:  # pylint: disable=broad-except
+          if "RESOURCE_EXHAUSTED" not in str(error):
+            raise
+          row[key] = None
+          continue
+        row[key] = timed(compiled, e, y, seconds=seconds, least=3)
+        row[f"{key} temporaries"] = _temporaries(compiled)
+        del compiled
+      if row.get("unblocked") and row.get("blocked"):
+        row["ratio"] = row["blocked"] / row["unblocked"]
+      rows.append(row)
+      print(f"blocked B={batch} {name}: " + ", ".join(
+          f"{k} {v * 1e3:.1f} ms" if k in ("blocked", "unblocked") and v else f"{k} {v}"
+          for k, v in row.items() if k in ("blocked", "unblocked", "ratio")), flush=True)
+  return rows
+
+
+def evaluation_section(num: int, repeats: int) -> list[dict]:
+  """`evaluate_retrieval` on an SOP-shaped set against XLA's product of the same chunks."""
+  import jax
+  import jax.numpy as jnp
+
+  import jaxrank
+  from experiments.benchmarks import evaluate
+
+  x, labels = evaluate.make_data(num, 512)
+  rows = []
+  gallery = jnp.asarray(x)
+  product = jax.jit(lambda q, g: jnp.max(q @ g.T, axis=1))
+
+  def floor(chunk):
+    out = [product(gallery[i: i + chunk], gallery) for i in range(0, num, chunk)]
+    return jnp.concatenate(out)
+
+  for chunk in evaluate.FLOOR_CHUNKS:
+    rows.append({"side": "xla_product", "chunk": chunk,
+                 "time": timed(floor, chunk, least=repeats, most=repeats, seconds=0)})
+    print(f"evaluation xla_product chunk {chunk}: {rows[-1]['time']:.3f} s", flush=True)
+  for chunk in (evaluate.default_chunk_size(), 4096):
+    run = lambda chunk=chunk: jaxrank.evaluate_retrieval(x, labels, ks=evaluate.KS,
+                                                         chunk_size=chunk)
+    rows.append({"side": "jaxrank", "chunk": chunk,
+                 "time": timed(run, least=repeats, most=repeats, seconds=0)})
+    print(f"evaluation jaxrank chunk {chunk}: {rows[-1]['time']:.3f} s", flush=True)
+  fastest = min(r["time"] for r in rows if r["side"] == "xla_product")
+  for r in rows:
+    r["ratio"] = r["time"] / fastest
+  return rows
+
+
+def pml_section(batches: list[int], seconds: float) -> list[dict]:
+  """pytorch-metric-learning's FastAP and SmoothAP steps on the GPU beside jaxrank's."""
+  try:
+    import torch
+    from pytorch_metric_learning import losses as pml_losses
+  except ImportError as error:
+    print(f"pml: skipped ({error})", flush=True)
+    return []
+  if not torch.cuda.is_available():
+    print("pml: skipped (torch sees no GPU)", flush=True)
+    return []
+  import functools
+
+  import jax
+  import jax.numpy as jnp
+
+  import jaxrank
+  from experiments.benchmarks import losses
+
+  rows = []
+  cases = {
+      "fastap": (pml_losses.FastAPLoss(num_bins=10),
+                 functools.partial(jaxrank.fastap_loss, num_bins=10), False),
+      "smoothap": (pml_losses.SmoothAPLoss(0.01),
+                   functools.partial(jaxrank.smoothap_loss, temperature=0.01), True),
+  }
+  for name, (pml_loss, loss_fn, include_self) in cases.items():
+    for batch in batches:
+      if name == "smoothap" and batch > 2048:  # Its [B, B, B] tensors: 34 GB at 2048.
+        continue
+      embeddings, labels = losses.make_batch(batch)
+
+      def loss(e, y, loss_fn=loss_fn, include_self=include_self):
+        scores, relevance, where = jaxrank.batch_retrieval(e, y, include_self=include_self)
+        return loss_fn(scores, relevance, where=where)
+
+      step = jax.jit(jax.value_and_grad(loss))
+      jax_time = timed(step, jnp.asarray(embeddings), jnp.asarray(labels), seconds=seconds)
+      e_t = torch.from_numpy(embeddings).cuda()
+      y_t = torch.from_numpy(labels).cuda()
+
+      def torch_step():
+        e = e_t.clone().requires_grad_(True)
+        pml_loss(e, y_t).backward()
+        torch.cuda.synchronize()
+
+      torch_step()
+      torch_step()
+      times = []
+      start = time.perf_counter()
+      while len(times) < 5 or (time.perf_counter() - start < seconds and len(times) < 50):
+        begin = time.perf_counter()
+        torch_step()
+        times.append(time.perf_counter() - begin)
+      pml_time = float(np.median(times))
+      rows.append({"loss": name, "batch": batch, "jaxrank": jax_time, "pml": pml_time,
+                   "speed-up": pml_time / jax_time})
+      print(f"pml {name} B={batch}: jaxrank {jax_time * 1e3:.2f} ms, pml {pml_time * 1e3:.2f} ms"
+            f" ({pml_time / jax_time:.1f}x)", flush=True)
+      del e_t, y_t
+      torch.cuda.empty_cache()
+  return rows
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+  parser.add_argument("--batch", type=int, nargs="+", default=[4096, 16384])
+  parser.add_argument("--dim", type=int, default=512)
+  parser.add_argument("--losses", nargs="+", choices=list(accelerators.LOSSES),
+                      default=list(accelerators.LOSSES))
+  parser.add_argument("--blocked-batch", type=int, nargs="+", default=[16384, 65536])
+  parser.add_argument("--blocked-losses", nargs="+", choices=list(accelerators.LOSSES),
+                      default=list(BLOCKED_ROWS))
+  parser.add_argument("--evaluation-items", type=int, default=60_502)
+  parser.add_argument("--pml-batch", type=int, nargs="+", default=[1024, 4096, 16384])
+  parser.add_argument("--seconds", type=float, default=1.0,
+                      help="about how long each row's timed calls take (at least 5 calls)")
+  parser.add_argument("--json", metavar="FILE", help="write every row here after each section")
+  args = parser.parse_args(argv)
+
+  import jax
+
+  device = jax.devices()[0]
+  results = {"device": f"{device.platform}: {device.device_kind}", "jax": jax.__version__,
+             "date": time.strftime("%Y-%m-%d")}
+  print(f"device {results['device']}, jax {jax.__version__}", flush=True)
+  for section in args.sections:
+    if section == "check":
+      results[section] = check_section(args.losses)
+    elif section == "steps":
+      results[section] = steps_section(args.batch, args.dim, args.losses, args.seconds)
+    elif section == "blocked":
+      results[section] = blocked_section(args.blocked_batch, args.dim, args.blocked_losses,
+                                         args.seconds)
+    elif section == "evaluation":
+      results[section] = evaluation_section(args.evaluation_items, repeats=3)
+    elif section == "pml":
+      results[section] = pml_section(args.pml_batch, args.seconds)
+    if args.json:
+      with open(args.json, "w") as f:
+        json.dump(results, f, indent=1)
+  if any(not row["ok"] for row in results.get("check", [])):
+    print("check: some accelerator results differ from the CPU's (above)", file=sys.stderr)
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  main()
