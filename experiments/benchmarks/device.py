@@ -8,6 +8,13 @@ dependencies):
     python -m experiments.benchmarks.device                           # every section
     python -m experiments.benchmarks.device --sections check steps --batch 4096
     python -m experiments.benchmarks.device --json results.json       # also every row as JSON
+    .venv/bin/python -m experiments.benchmarks.device --docs-from results.json [pml.json ...]
+
+`--docs-from` writes the guide's tables (docs/_generated/device_*.json) from such JSON records,
+here, without JAX: the accelerator is lent to a session for minutes and its files come back as
+the run's JSON; each table names the run's command, card and date from the record. The steps'
+tables put the v5e's compile-only estimate (docs/_generated/accelerators_v5e_<B>.json, written by
+`accelerators.py`) beside the measured time, both as ratios to their floor.
 
 On this CPU it runs too (JAX's default device is then the CPU), which is how its code is tested
 (`tests/test_device_benchmark.py`, tiny shapes); its numbers mean something only on an
@@ -41,6 +48,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import pathlib
+import shlex
 import sys
 import time
 
@@ -156,7 +165,8 @@ def steps_section(batches: list[int], dim: int, names: list[str], seconds: float
   return rows
 
 
-def blocked_section(batches: list[int], dim: int, names: list[str], seconds: float) -> list[dict]:
+def blocked_section(batches: list[int], dim: int, names: list[str], seconds: float,
+                    block: int = BLOCK) -> list[dict]:
   """Blocked against unblocked step time; at the largest batch the blocked step alone."""
   import jax.numpy as jnp
 
@@ -167,8 +177,8 @@ def blocked_section(batches: list[int], dim: int, names: list[str], seconds: flo
     e, y = (jnp.asarray(a) for a in speed.make_batch(batch, dim))
     alone = batch == max(batches) and len(batches) > 1
     for name in names:
-      whole, in_blocks = blocked.steps(name, BLOCK)
-      row = {"loss": name, "batch": batch, "block": BLOCK}
+      whole, in_blocks = blocked.steps(name, block)
+      row = {"loss": name, "batch": batch, "block": block}
       for key, loss in (("blocked", in_blocks), ("unblocked", whole)):
         if key == "unblocked" and alone:
           continue
@@ -288,6 +298,106 @@ def pml_section(batches: list[int], seconds: float) -> list[dict]:
   return rows
 
 
+def _ms(seconds: float) -> str:
+  return f"{seconds * 1e3:,.2f} ms" if seconds < 1 else f"{seconds:,.2f} s"
+
+
+def _size(nbytes: float) -> str:
+  return f"{nbytes / 2**20:,.0f} MB" if nbytes < 10 * 2**30 else f"{nbytes / 2**30:,.1f} GB"
+
+
+def _v5e_estimates(batch: int) -> dict[str, str]:
+  """Row name -> the v5e's compile-only `estimate / floor` at `batch`, where the guide has it."""
+  from experiments import docs_data
+
+  path = docs_data.DIRECTORY / f"accelerators_v5e_{batch}.json"
+  if not path.exists():
+    return {}
+  data = json.loads(path.read_text())
+  column = data["columns"].index("estimate / floor")
+  return {row[0]: row[column] for row in data["rows"]}
+
+
+def docs_tables(results: dict) -> dict[str, dict]:
+  """The guide's tables of one run's record: `{name: {"title", "columns", "rows"}}`."""
+  device = results["device"].split(": ", 1)[-1]
+  tables = {}
+  if results.get("check"):
+    tables["device_check"] = {
+        "title": (f"{device}: every loss's value and gradient against JAX's CPU backend "
+                  f"(B = {CHECK_BATCH}, D = {CHECK_DIM}, products at the highest precision); "
+                  "relative errors"),
+        "columns": ["loss", "value", "CPU value", "value error", "gradient error"],
+        "rows": [[r["loss"], f"{r['value']:.6f}", f"{r['cpu value']:.6f}",
+                  f"{r['value error']:.1e}", f"{r['gradient error']:.1e}"]
+                 for r in results["check"]],
+    }
+  batches = sorted({r["batch"] for r in results.get("steps", [])})
+  for batch in batches:
+    rows = [r for r in results["steps"] if r["batch"] == batch]
+    estimates = _v5e_estimates(batch)
+    floor = next(r for r in rows if r["loss"] == "floor")
+    tables[f"device_steps_{batch}"] = {
+        "title": (f"{device}: forward and backward of every step, B = {batch:,}, "
+                  f"D = {floor['dim']}, {speed.PER_CLASS} per class; median time; the floor is "
+                  "forward and backward of sum(tanh(e @ e.T)), measured in the same run"),
+        "columns": ["step", "time", "time / floor", "temporaries", "compile",
+                    "v5e estimate / floor (compile-only)"],
+        "rows": [[r["loss"], "out of memory", "-", "-", "-", estimates.get(r["loss"], "-")]
+                 if "error" in r else
+                 [r["loss"], _ms(r["time"]), f"{r['ratio']:.2f}x", _size(r["temporaries"]),
+                  f"{r['compile']:.1f} s", estimates.get(r["loss"], "-")] for r in rows],
+    }
+  if results.get("blocked"):
+    tables["device_blocked"] = {
+        "title": (f"{device}: `blocked_loss` (block {results['blocked'][0]['block']:,}) against the unblocked step, "
+                  "D = 512; median time"),
+        "columns": ["loss", "B", "unblocked", "blocked", "blocked / unblocked",
+                    "unblocked temporaries", "blocked temporaries"],
+        "rows": [[r["loss"], f"{r['batch']:,}",
+                  _ms(r["unblocked"]) if r.get("unblocked") else "not run",
+                  _ms(r["blocked"]) if r.get("blocked") else "out of memory",
+                  f"{r['ratio']:.2f}x" if "ratio" in r else "-",
+                  _size(r["unblocked temporaries"]) if "unblocked temporaries" in r else "-",
+                  _size(r["blocked temporaries"]) if "blocked temporaries" in r else "-"]
+                 for r in results["blocked"]],
+    }
+  if results.get("evaluation"):
+    tables["device_evaluation"] = {
+        "title": (f"{device}: `evaluate_retrieval` of an SOP-shaped set (60,502 items, D = 512, "
+                  "leave-one-out) against XLA's product of the same chunks; median of 3"),
+        "columns": ["side", "chunk", "time", "/ fastest product"],
+        "rows": [[r["side"], f"{r['chunk']:,}", _ms(r["time"]), f"{r['ratio']:.1f}x"]
+                 for r in results["evaluation"]],
+    }
+  if results.get("pml"):
+    tables["device_pml"] = {
+        "title": (f"{device}: forward and backward beside pytorch-metric-learning on the same "
+                  "GPU (FastAPLoss(num_bins=10), SmoothAPLoss(0.01)); median time"),
+        "columns": ["loss", "B", "jaxrank", "pytorch-metric-learning", "speed-up"],
+        "rows": [[r["loss"], f"{r['batch']:,}", _ms(r["jaxrank"]), _ms(r["pml"]),
+                  f"{r['speed-up']:.1f}x"] for r in results["pml"]],
+    }
+  return tables
+
+
+def write_docs(paths: list[str], directory=None) -> list:
+  """Writes the guide's tables of the JSON records at `paths` (later records' tables replace
+  earlier ones of the same name); returns the data files written."""
+  from experiments import docs_data
+
+  written = []
+  for path in paths:
+    results = json.loads(pathlib.Path(path).read_text())
+    for name, table in docs_tables(results).items():
+      written.append(docs_data.write_table(
+          name, **table, command=results["command"], date=results["date"],
+          machine_name=f"{results['machine']}; JAX {results['jax']}",
+          source=f"measured: written from the run's JSON record ({pathlib.Path(path).name})",
+          directory=directory))
+  return written
+
+
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
@@ -298,19 +408,49 @@ def main(argv=None) -> None:
   parser.add_argument("--blocked-batch", type=int, nargs="+", default=[16384, 65536])
   parser.add_argument("--blocked-losses", nargs="+", choices=list(accelerators.LOSSES),
                       default=list(BLOCKED_ROWS))
+  parser.add_argument("--block", type=int, default=BLOCK, help="the blocked section's block")
   parser.add_argument("--evaluation-items", type=int, default=60_502)
   parser.add_argument("--pml-batch", type=int, nargs="+", default=[1024, 4096, 16384])
   parser.add_argument("--seconds", type=float, default=1.0,
                       help="about how long each row's timed calls take (at least 5 calls)")
+  parser.add_argument("--force", choices=["cpu", "accelerator"],
+                      help="run every section inside `platforms.forced_platform` (e.g. the TPU's "
+                      "forms on a GPU, to compare them with the GPU's own)")
   parser.add_argument("--json", metavar="FILE", help="write every row here after each section")
+  parser.add_argument("--docs-from", nargs="+", metavar="FILE",
+                      help="write the guide's tables from these JSON records and stop")
   args = parser.parse_args(argv)
+  if args.docs_from:
+    for path in write_docs(args.docs_from):
+      print(path)
+    return
 
   import jax
 
   device = jax.devices()[0]
+  from experiments import docs_data
+
   results = {"device": f"{device.platform}: {device.device_kind}", "jax": jax.__version__,
-             "date": time.strftime("%Y-%m-%d")}
+             "date": time.strftime("%Y-%m-%d"),
+             "command": shlex.join(["python", "-m", "experiments.benchmarks.device",
+                                    *(sys.argv[1:] if argv is None else argv)]),
+             "machine": f"{device.device_kind}, host {docs_data.machine()}"}
   print(f"device {results['device']}, jax {jax.__version__}", flush=True)
+  if args.force:
+    from jaxrank._src import platforms
+
+    results["forced platform"] = args.force
+    with platforms.forced_platform(args.force):
+      run_sections(args, results)
+  else:
+    run_sections(args, results)
+  if any(not row["ok"] for row in results.get("check", [])):
+    print("check: some accelerator results differ from the CPU's (above)", file=sys.stderr)
+    sys.exit(1)
+
+
+def run_sections(args, results: dict) -> None:
+  """Runs `args.sections` in order, adding each one's rows to `results` (and `args.json`)."""
   for section in args.sections:
     if section == "check":
       results[section] = check_section(args.losses)
@@ -318,7 +458,7 @@ def main(argv=None) -> None:
       results[section] = steps_section(args.batch, args.dim, args.losses, args.seconds)
     elif section == "blocked":
       results[section] = blocked_section(args.blocked_batch, args.dim, args.blocked_losses,
-                                         args.seconds)
+                                         args.seconds, args.block)
     elif section == "evaluation":
       results[section] = evaluation_section(args.evaluation_items, repeats=3)
     elif section == "pml":
@@ -326,9 +466,6 @@ def main(argv=None) -> None:
     if args.json:
       with open(args.json, "w") as f:
         json.dump(results, f, indent=1)
-  if any(not row["ok"] for row in results.get("check", [])):
-    print("check: some accelerator results differ from the CPU's (above)", file=sys.stderr)
-    sys.exit(1)
 
 
 if __name__ == "__main__":
