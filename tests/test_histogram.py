@@ -50,11 +50,16 @@ TOL64 = dict(rtol=1e-10, atol=1e-12)
 TOL32 = dict(rtol=2e-5, atol=2e-6)
 
 
-@pytest.fixture(autouse=True, params=platforms.PLATFORMS)
-def platform(request):
+@pytest.fixture(autouse=True, params=(*platforms.PLATFORMS, platforms.GPU))
+def platform(request, monkeypatch):
   """Runs every test once on each form of the binning (`platforms.by_platform`): the CPU's
-  scatter-add and the accelerators' per-bin reductions, both on this CPU. Functions the test jits
-  are traced inside, so they take the form too. Yields the platform's name."""
+  scatter-add, the TPU's per-bin reductions, and the GPUs' per-bin reductions in blocks of lists,
+  all on this CPU. The GPUs' blocks are of 3 lists here, so that most tests' lists span several
+  blocks and a padded last one (it is read when a function is traced: always 3 under this form,
+  whose traces are keyed by the platform). Functions the test jits are traced inside, so they
+  take the form too. Yields the platform's name."""
+  if request.param == platforms.GPU:
+    monkeypatch.setattr(histogram, "GPU_ROWS_PER_BLOCK", 3)
   with platforms.forced_platform(request.param):
     yield request.param
 
@@ -200,7 +205,7 @@ def test_forms_agree_at_the_kinks(num_centres, x64):
   # (clipped), masked (NaN) and in between: the accelerators' histograms and their derivatives in
   # both modes equal the CPU's, up to the order of the sums (the autouse fixture is overridden).
   rng = np.random.default_rng(3)
-  shape = (3, 2 * num_centres)
+  shape = (5, 2 * num_centres)  # Blocks of 3 lists and a padded one under the GPU form.
   position = rng.integers(-1, num_centres + 1, shape) + np.where(
       rng.random(shape) < 0.5, 0.0, rng.uniform(0.05, 0.95, shape))
   position[:, :2] = [0.0, num_centres - 1.0]  # Both ends exactly.
@@ -234,9 +239,11 @@ def test_forms_agree_at_the_kinks(num_centres, x64):
 
   with platforms.forced_platform(platforms.CPU):
     want = derivatives()
-  with platforms.forced_platform(platforms.ACCELERATOR):
-    got = derivatives()
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12), got, want)
+  for form in (platforms.ACCELERATOR, platforms.GPU):
+    with platforms.forced_platform(form):
+      got = derivatives()
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12), got,
+                 want)
   assert np.all(np.isfinite(want[1][0])) and np.any(want[1][0] != 0)
 
 

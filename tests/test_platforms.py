@@ -26,6 +26,9 @@ def test_forced_platform_takes_its_form_whatever_the_platform(with_gpu):
     assert jnp.array_equal(jax.jit(lambda x: platforms.by_platform(x, **forms))(x), jnp.cos(x))
   with platforms.forced_platform("cpu"):
     assert jnp.array_equal(jax.jit(lambda x: platforms.by_platform(x, **forms))(x), jnp.sin(x))
+  with platforms.forced_platform("gpu"):  # The GPUs' own form, else the accelerators'.
+    assert jnp.array_equal(jax.jit(lambda x: platforms.by_platform(x, **forms))(x),
+                           jnp.tanh(x) if with_gpu else jnp.cos(x))
   assert platforms.forced() is None
   # Unforced on this CPU: the CPU's form, and only it in the compiled program.
   fn = jax.jit(lambda x: platforms.by_platform(x, **forms))

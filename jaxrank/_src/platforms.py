@@ -25,7 +25,10 @@ from jax import lax
 
 CPU = "cpu"
 ACCELERATOR = "accelerator"
+# Every computation has the first two forms; a few have a third, a GPU's own (`by_platform`'s
+# `gpu`), which `forced_platform(GPU)` takes (the accelerators' form where there is none).
 PLATFORMS = (CPU, ACCELERATOR)
+GPU = "gpu"
 
 _FORCED: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "jaxrank_forced_platform", default=None
@@ -34,15 +37,16 @@ _FORCED: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 
 @contextlib.contextmanager
 def forced_platform(platform: str) -> Iterator[None]:
-  """Makes `by_platform` take the form of `platform` (`"cpu"` or `"accelerator"`) on every
-  platform inside the block (for tests and compile-only benchmarks).
+  """Makes `by_platform` take the form of `platform` (`"cpu"`, `"accelerator"` or `"gpu"`) on
+  every platform inside the block (for tests and compile-only benchmarks).
 
   A `contextvars` variable (each thread has its own); nothing is set at import, and leaving the
   block restores the previous setting. A function jitted and traced before the block keeps the
   form it was traced with unless it keys its traces by `forced()`.
   """
-  if platform not in PLATFORMS:
-    raise ValueError(f"forced_platform: platform must be one of {PLATFORMS}, got {platform!r}.")
+  if platform not in (*PLATFORMS, GPU):
+    raise ValueError(
+        f"forced_platform: platform must be one of {(*PLATFORMS, GPU)}, got {platform!r}.")
   token = _FORCED.set(platform)
   try:
     yield
@@ -64,12 +68,15 @@ def by_platform(
   `gpu`, when given, is the form of GPUs (CUDA and ROCm), `accelerator` then that of TPUs: for a
   computation that a GPU's compiler handles best in yet another form (or in the CPU's: pass
   `gpu=cpu`). `platform` (`forced()` by default) takes one form whatever the platform: `"cpu"`
-  the CPU's, `"accelerator"` the accelerators' (the TPU's where a `gpu` form is given). All forms
-  must return the same structure of shapes and dtypes.
+  the CPU's, `"accelerator"` the accelerators' (the TPU's where a `gpu` form is given), `"gpu"`
+  the GPUs' (`gpu`, else `accelerator`). All forms must return the same structure of shapes and
+  dtypes.
   """
   platform = forced() if platform is None else platform
   if platform == CPU:
     return cpu(*args)
+  if platform == GPU:
+    return (accelerator if gpu is None else gpu)(*args)
   if platform == ACCELERATOR:
     return accelerator(*args)
   if gpu is None:
