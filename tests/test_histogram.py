@@ -53,13 +53,15 @@ TOL32 = dict(rtol=2e-5, atol=2e-6)
 @pytest.fixture(autouse=True, params=(*platforms.PLATFORMS, platforms.GPU))
 def platform(request, monkeypatch):
   """Runs every test once on each form of the binning (`platforms.by_platform`): the CPU's
-  scatter-add, the TPU's per-bin reductions, and the GPUs' per-bin reductions in blocks of lists,
-  all on this CPU. The GPUs' blocks are of 3 lists here, so that most tests' lists span several
-  blocks and a padded last one (it is read when a function is traced: always 3 under this form,
-  whose traces are keyed by the platform). Functions the test jits are traced inside, so they
+  scatter-add, the TPU's per-bin reductions, and the GPUs' per-bin reductions in blocks of lists
+  (which large lists take on a GPU; smaller ones take the CPU's form), all on this CPU. The GPUs'
+  blocks are of 3 lists here, for every size, so that most tests' lists span several blocks and a
+  padded last one (read when a function is traced: always so under this form, whose traces are
+  keyed by the platform). Functions the test jits are traced inside, so they
   take the form too. Yields the platform's name."""
   if request.param == platforms.GPU:
     monkeypatch.setattr(histogram, "GPU_ROWS_PER_BLOCK", 3)
+    monkeypatch.setattr(histogram, "GPU_SCATTER_UP_TO", 0)
   with platforms.forced_platform(request.param):
     yield request.param
 

@@ -88,12 +88,12 @@ def _relative(a, b) -> float:
   return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
-def check_section(names: list[str]) -> list[dict]:
+def check_section(names: list[str], batch: int = CHECK_BATCH) -> list[dict]:
   """Value and gradient of every loss on the default device against JAX's CPU backend."""
   import jax
 
   accelerator, cpu = jax.devices()[0], jax.devices("cpu")[0]
-  e, y = speed.make_batch(CHECK_BATCH, CHECK_DIM, seed=1)
+  e, y = speed.make_batch(batch, CHECK_DIM, seed=1)
   rows = []
   with jax.default_matmul_precision("highest"):
     for name in names:
@@ -104,7 +104,7 @@ def check_section(names: list[str]) -> list[dict]:
       ]
       (value, grad), (cpu_value, cpu_grad) = results
       row = {
-          "loss": name, "value": float(value), "cpu value": float(cpu_value),
+          "loss": name, "batch": batch, "value": float(value), "cpu value": float(cpu_value),
           "value error": _relative(value, cpu_value), "gradient error": _relative(grad, cpu_grad),
       }
       row["ok"] = bool(row["value error"] <= VALUE_TOLERANCE
@@ -325,7 +325,8 @@ def docs_tables(results: dict) -> dict[str, dict]:
   if results.get("check"):
     tables["device_check"] = {
         "title": (f"{device}: every loss's value and gradient against JAX's CPU backend "
-                  f"(B = {CHECK_BATCH}, D = {CHECK_DIM}, products at the highest precision); "
+                  f"(B = {results['check'][0].get('batch', CHECK_BATCH)}, D = {CHECK_DIM}, "
+                  "products at the highest precision); "
                   "relative errors"),
         "columns": ["loss", "value", "CPU value", "value error", "gradient error"],
         "rows": [[r["loss"], f"{r['value']:.6f}", f"{r['cpu value']:.6f}",
@@ -408,6 +409,7 @@ def main(argv=None) -> None:
   parser.add_argument("--blocked-batch", type=int, nargs="+", default=[16384, 65536])
   parser.add_argument("--blocked-losses", nargs="+", choices=list(accelerators.LOSSES),
                       default=list(BLOCKED_ROWS))
+  parser.add_argument("--check-batch", type=int, default=CHECK_BATCH)
   parser.add_argument("--block", type=int, default=BLOCK, help="the blocked section's block")
   parser.add_argument("--evaluation-items", type=int, default=60_502)
   parser.add_argument("--pml-batch", type=int, nargs="+", default=[1024, 4096, 16384])
@@ -453,7 +455,7 @@ def run_sections(args, results: dict) -> None:
   """Runs `args.sections` in order, adding each one's rows to `results` (and `args.json`)."""
   for section in args.sections:
     if section == "check":
-      results[section] = check_section(args.losses)
+      results[section] = check_section(args.losses, args.check_batch)
     elif section == "steps":
       results[section] = steps_section(args.batch, args.dim, args.losses, args.seconds)
     elif section == "blocked":

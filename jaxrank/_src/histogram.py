@@ -177,18 +177,25 @@ def _soft_histograms(
   def dense(v, r, w):
     return _dense_binned(v, r, w, *binning)
 
+  def gpu(v, r, w):
+    if v.size <= GPU_SCATTER_UP_TO:
+      return scattered(v, r, w)
+    return _in_row_blocks(dense, GPU_ROWS_PER_BLOCK)(v, r, w)
+
   hist = platforms.by_platform(
-      values, relevance, where, cpu=scattered, gpu=_in_row_blocks(dense, GPU_ROWS_PER_BLOCK),
-      accelerator=dense, platform=platform,
+      values, relevance, where, cpu=scattered, gpu=gpu, accelerator=dense, platform=platform
   )
   return SoftHistograms(relevant=hist[..., 1], total=hist[..., 0])
 
 
-# A GPU's form: the dense binning in blocks of this many lists. Whole, XLA's GPU compiler splits
-# the 2 M per-bin reductions into several fusions and stores M per-bin masks of [B, n] between
-# them (temporaries 3.1x-4.3x the floor's at B = 16,384); its scatter-add is within 1.25x there
-# but 5.5x-6.1x the floor's time (atomic adds of a list's n items into its M bins).
-GPU_ROWS_PER_BLOCK = 1024
+# A GPU's form, by the lists' total size (chosen when traced): the CPU's scatter-add up to
+# GPU_SCATTER_UP_TO items, beyond it the accelerators' per-bin reductions in blocks of
+# GPU_ROWS_PER_BLOCK lists. The scatter's atomic adds slow down as the lists grow; the per-bin
+# reductions of whole [B, n] lists make XLA's GPU compiler store M per-bin masks of [B, n]
+# between its fusions; in blocks the masks are a block's, and a block's passes stay in the
+# cache. Measured on an H100 (docs/guide/benchmarks.rst, "On a GPU").
+GPU_SCATTER_UP_TO = 4096 * 4096
+GPU_ROWS_PER_BLOCK = 512
 
 
 def _in_row_blocks(fn, rows_per_block: int):
