@@ -178,7 +178,7 @@ def _soft_histograms(
     return _dense_binned(v, r, w, *binning)
 
   def gpu(v, r, w):
-    if v.size <= GPU_SCATTER_UP_TO:
+    if v.shape[-1] <= GPU_SCATTER_UP_TO:
       return scattered(v, r, w)
     return _in_row_blocks(dense, GPU_ROWS_PER_BLOCK)(v, r, w)
 
@@ -188,13 +188,14 @@ def _soft_histograms(
   return SoftHistograms(relevant=hist[..., 1], total=hist[..., 0])
 
 
-# A GPU's form, by the lists' total size (chosen when traced): the CPU's scatter-add up to
-# GPU_SCATTER_UP_TO items, beyond it the accelerators' per-bin reductions in blocks of
-# GPU_ROWS_PER_BLOCK lists. The scatter's atomic adds slow down as the lists grow; the per-bin
-# reductions of whole [B, n] lists make XLA's GPU compiler store M per-bin masks of [B, n]
-# between its fusions; in blocks the masks are a block's, and a block's passes stay in the
-# cache. Measured on an H100 (docs/guide/benchmarks.rst, "On a GPU").
-GPU_SCATTER_UP_TO = 4096 * 4096
+# A GPU's form, by the lists' length n (chosen when traced): the CPU's scatter-add for lists of
+# up to GPU_SCATTER_UP_TO items, longer lists the accelerators' per-bin reductions in blocks of
+# GPU_ROWS_PER_BLOCK lists. The scatter's atomic adds slow down as more of a list's items add
+# into each of its M bins (as slow in blocks of 1,024 lists of 16,384 items as in 16,384 such
+# lists); the per-bin reductions of whole [B, n] lists make XLA's GPU compiler store M per-bin
+# masks of [B, n] between its fusions; in blocks the masks are a block's, and a block's passes
+# stay in the cache. Measured on an H100 (docs/guide/benchmarks.rst, "On a GPU").
+GPU_SCATTER_UP_TO = 4096
 GPU_ROWS_PER_BLOCK = 512
 
 
