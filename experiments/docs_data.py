@@ -8,7 +8,9 @@ may also draw a figure of the same numbers (`figure=`, a PNG written beside the 
 above the table.
 
 A file written from a run's printed output rather than by the run itself says so in its `source`
-(`"transcribed from the run of 2026-11-22 ..."`); `"measured"` means the command wrote it. The
+(`"transcribed from the run of 2026-11-22 ..."`); `"measured"` means the command wrote it, and
+`"measured: written from the run's JSON record (FILE)"` that the command wrote FILE on another
+machine and a script here turned it into the table (`experiments/benchmarks/device.py`). The
 schema (`docs/conf.py`'s `GeneratedTable` reads it):
 
     {"title": str, "command": str, "machine": str, "date": "YYYY-MM-DD", "source": str,

@@ -42,7 +42,8 @@ def test_every_data_file_is_well_formed():
     docs_data.check(data, path.name)
     if "figure" in data:
       assert (docs_data.DIRECTORY / data["figure"]).is_file(), path.name
-    assert data["source"] == "measured" or data["source"].startswith("transcribed from"), (
+    assert data["source"] == "measured" or data["source"].startswith(
+        ("measured: written from", "transcribed from")), (
         f"{path.name}: source says neither that the command wrote it nor where it comes from")
 
 

@@ -10,6 +10,21 @@ dependencies):
     python -m experiments.benchmarks.device --json results.json       # also every row as JSON
     .venv/bin/python -m experiments.benchmarks.device --docs-from results.json [pml.json ...]
 
+What the guide shows was written by (records of the lent H100's runs, each with its commit):
+
+    .venv/bin/python -m experiments.benchmarks.device --docs-from \
+        experiments/benchmarks/records/h100_all.json experiments/benchmarks/records/h100_pml.json \
+        experiments/benchmarks/records/h100_histograms_check4352.json:histograms \
+        experiments/benchmarks/records/h100_blocked_histograms_final.json:histograms \
+      --docs-forms \
+        scatter=experiments/benchmarks/records/h100_histograms_scatter.json \
+        "whole lists"=experiments/benchmarks/records/h100_histograms_dense.json \
+        "blocks of 512"=experiments/benchmarks/records/h100_histograms_blocks512.json \
+        "blocks of 1,024"=experiments/benchmarks/records/h100_histograms_blocks1024.json \
+        "blocks of 2,048"=experiments/benchmarks/records/h100_histograms_blocks2048.json \
+        "blocks of 4,096"=experiments/benchmarks/records/h100_histograms_blocks4096.json \
+        chosen=experiments/benchmarks/records/h100_histograms_final.json
+
 `--docs-from` writes the guide's tables (docs/_generated/device_*.json) from such JSON records,
 here, without JAX: the accelerator is lent to a session for minutes and its files come back as
 the run's JSON; each table names the run's command, card and date from the record. The steps'
@@ -318,6 +333,27 @@ def _v5e_estimates(batch: int) -> dict[str, str]:
   return {row[0]: row[column] for row in data["rows"]}
 
 
+def _steps_tables(steps: list[dict], device: str) -> dict[str, dict]:
+  """The steps section's tables, one per batch, beside the v5e's compile-only estimates."""
+  tables = {}
+  for batch in sorted({r["batch"] for r in steps}):
+    rows = [r for r in steps if r["batch"] == batch]
+    estimates = _v5e_estimates(batch)
+    floor = next(r for r in rows if r["loss"] == "floor")
+    tables[f"device_steps_{batch}"] = {
+        "title": (f"{device}: forward and backward of every step, B = {batch:,}, "
+                  f"D = {floor['dim']}, {speed.PER_CLASS} per class; median time; the floor is "
+                  "forward and backward of sum(tanh(e @ e.T)), measured in the same run"),
+        "columns": ["step", "time", "time / floor", "temporaries", "compile",
+                    "v5e estimate / floor (compile-only)"],
+        "rows": [[r["loss"], "out of memory", "-", "-", "-", estimates.get(r["loss"], "-")]
+                 if "error" in r else
+                 [r["loss"], _ms(r["time"]), f"{r['ratio']:.2f}x", _size(r["temporaries"]),
+                  f"{r['compile']:.1f} s", estimates.get(r["loss"], "-")] for r in rows],
+    }
+  return tables
+
+
 def docs_tables(results: dict) -> dict[str, dict]:
   """The guide's tables of one run's record: `{name: {"title", "columns", "rows"}}`."""
   device = results["device"].split(": ", 1)[-1]
@@ -333,22 +369,7 @@ def docs_tables(results: dict) -> dict[str, dict]:
                   f"{r['value error']:.1e}", f"{r['gradient error']:.1e}"]
                  for r in results["check"]],
     }
-  batches = sorted({r["batch"] for r in results.get("steps", [])})
-  for batch in batches:
-    rows = [r for r in results["steps"] if r["batch"] == batch]
-    estimates = _v5e_estimates(batch)
-    floor = next(r for r in rows if r["loss"] == "floor")
-    tables[f"device_steps_{batch}"] = {
-        "title": (f"{device}: forward and backward of every step, B = {batch:,}, "
-                  f"D = {floor['dim']}, {speed.PER_CLASS} per class; median time; the floor is "
-                  "forward and backward of sum(tanh(e @ e.T)), measured in the same run"),
-        "columns": ["step", "time", "time / floor", "temporaries", "compile",
-                    "v5e estimate / floor (compile-only)"],
-        "rows": [[r["loss"], "out of memory", "-", "-", "-", estimates.get(r["loss"], "-")]
-                 if "error" in r else
-                 [r["loss"], _ms(r["time"]), f"{r['ratio']:.2f}x", _size(r["temporaries"]),
-                  f"{r['compile']:.1f} s", estimates.get(r["loss"], "-")] for r in rows],
-    }
+  tables.update(_steps_tables(results.get("steps", []), device))
   if results.get("blocked"):
     tables["device_blocked"] = {
         "title": (f"{device}: `blocked_loss` (block {results['blocked'][0]['block']:,}) against the unblocked step, "
@@ -382,20 +403,61 @@ def docs_tables(results: dict) -> dict[str, dict]:
   return tables
 
 
-def write_docs(paths: list[str], directory=None) -> list:
-  """Writes the guide's tables of the JSON records at `paths` (later records' tables replace
-  earlier ones of the same name); returns the data files written."""
+def forms_table(records: dict[str, dict]) -> dict:
+  """One table of the steps of several records (`{label: record}`), one row per record and
+  batch: each loss's time as a ratio to its run's floor, and the temporaries of each."""
+  first = next(iter(records.values()))
+  names = [r["loss"] for r in first["steps"] if r["loss"] != "floor"]
+  names = list(dict.fromkeys(names))
+  rows = []
+  for label, results in records.items():
+    for batch in sorted({r["batch"] for r in results["steps"]}):
+      steps = {r["loss"]: r for r in results["steps"] if r["batch"] == batch}
+      rows.append([label, f"{batch:,}"]
+                  + [f"{steps[n]['ratio']:.2f}x" for n in names]
+                  + [" / ".join(_size(steps[n]["temporaries"]) for n in names)])
+  floor = next(r for r in first["steps"] if r["loss"] == "floor")
+  return {
+      "title": (f"{first['device'].split(': ', 1)[-1]}: each form of the steps, D = {floor['dim']}; "
+                "time / floor (its own run's floor), temporaries"),
+      "columns": ["form", "B", *(f"{n} / floor" for n in names),
+                  "temporaries (" + ", ".join(names) + ")"],
+      "rows": rows,
+  }
+
+
+def write_docs(paths: list[str], forms: list[str] = (), directory=None) -> list:
+  """Writes the guide's tables of the JSON records at `paths` and `forms`; returns the data files
+  written.
+
+  Each of `paths` is `FILE` or `FILE:SUFFIX` (its tables named `device_<section>_SUFFIX`, beside
+  another record's). `forms` are `LABEL=FILE` records of the steps section, one table
+  (`device_forms_<first LABEL's file stem>`) comparing them row by row.
+  """
   from experiments import docs_data
 
+  def write(name, table, results, sources):
+    return docs_data.write_table(
+        name, **table, command=results["command"], date=results["date"],
+        machine_name=f"{results['machine']}; JAX {results['jax']}",
+        source=f"measured: written from the run's JSON record ({sources})",
+        directory=directory)
+
   written = []
-  for path in paths:
+  for item in paths:
+    path, _, suffix = item.partition(":")
     results = json.loads(pathlib.Path(path).read_text())
     for name, table in docs_tables(results).items():
-      written.append(docs_data.write_table(
-          name, **table, command=results["command"], date=results["date"],
-          machine_name=f"{results['machine']}; JAX {results['jax']}",
-          source=f"measured: written from the run's JSON record ({pathlib.Path(path).name})",
-          directory=directory))
+      written.append(write(f"{name}_{suffix}" if suffix else name, table, results,
+                           pathlib.Path(path).name))
+  if forms:
+    pairs = [item.split("=", 1) for item in forms]
+    records = {label: json.loads(pathlib.Path(path).read_text()) for label, path in pairs}
+    first = records[pairs[0][0]]
+    first = {**first, "command": "; ".join(
+        f"{label}: {r['command']} (commit {r.get('commit', '?')})" for label, r in records.items())}
+    written.append(write("device_forms", forms_table(records), first,
+                         ", ".join(pathlib.Path(p).name for _, p in pairs)))
   return written
 
 
@@ -419,11 +481,13 @@ def main(argv=None) -> None:
                       help="run every section inside `platforms.forced_platform` (e.g. the TPU's "
                       "forms on a GPU, to compare them with the GPU's own)")
   parser.add_argument("--json", metavar="FILE", help="write every row here after each section")
-  parser.add_argument("--docs-from", nargs="+", metavar="FILE",
+  parser.add_argument("--docs-from", nargs="+", metavar="FILE[:SUFFIX]", default=[],
                       help="write the guide's tables from these JSON records and stop")
+  parser.add_argument("--docs-forms", nargs="+", metavar="LABEL=FILE", default=[],
+                      help="with --docs-from: one table comparing these records' steps")
   args = parser.parse_args(argv)
-  if args.docs_from:
-    for path in write_docs(args.docs_from):
+  if args.docs_from or args.docs_forms:
+    for path in write_docs(args.docs_from, args.docs_forms):
       print(path)
     return
 

@@ -1,0 +1,46 @@
+"""Smoke test of `experiments/benchmarks/device.py` on this CPU at tiny shapes: each section gives a
+row per loss with numbers in it, the check compares against the CPU backend, and the guide's tables
+are written from the JSON record. Timings are not checked (a CPU's mean nothing)."""
+
+from __future__ import annotations
+
+import json
+
+from experiments import docs_data
+from experiments.benchmarks import device
+
+LOSSES = ["FastAP", "blackbox AP (counting)"]
+
+
+def test_sections_and_the_guide_tables_from_their_record(tmp_path, capsys):
+  record = tmp_path / "run.json"
+  device.main([
+      "--sections", "check", "steps", "blocked", "--losses", *LOSSES, "--batch", "32",
+      "--dim", "8", "--check-batch", "16", "--blocked-batch", "32", "--block", "8",
+      "--blocked-losses", "FastAP", "--seconds", "0", "--json", str(record),
+  ])
+  out = capsys.readouterr().out
+  assert "check FastAP" in out and "MISMATCH" not in out  # Rows are printed as they come.
+  results = json.loads(record.read_text())
+  assert results["device"].startswith("cpu") and results["command"].startswith("python -m")
+  assert [r["loss"] for r in results["check"]] == LOSSES
+  assert all(r["ok"] and r["batch"] == 16 for r in results["check"])
+  assert [r["loss"] for r in results["steps"]] == ["floor", *LOSSES]
+  assert all(r["time"] > 0 and r["temporaries"] >= 0 for r in results["steps"])
+  (row,) = results["blocked"]
+  assert row["block"] == 8 and row["blocked"] > 0 and row["ratio"] > 0
+
+  forms = [f"one={record}", f"two={record}"]
+  written = device.write_docs([f"{record}:small"], forms, directory=tmp_path / "docs")
+  names = sorted(p.stem for p in written)
+  assert names == ["device_blocked_small", "device_check_small", "device_forms",
+                   "device_steps_32_small"]
+  for path in written:
+    data = json.loads(path.read_text())
+    docs_data.check(data, path.stem)
+    assert data["source"].startswith("measured") and data["date"] == results["date"]
+  steps = json.loads((tmp_path / "docs" / "device_steps_32_small.json").read_text())
+  assert [r[0] for r in steps["rows"]] == ["floor", *LOSSES]
+  table = json.loads((tmp_path / "docs" / "device_forms.json").read_text())
+  assert [r[:2] for r in table["rows"]] == [["one", "32"], ["two", "32"]]
+  assert table["columns"][2:4] == [f"{n} / floor" for n in LOSSES]
