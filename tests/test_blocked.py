@@ -14,6 +14,7 @@ import pytest
 from flax import nnx
 
 import jaxrank
+from jaxrank._src import ranking
 
 B, D, M = 14, 5, 6  # Blocks of 4: rows 0-3, 4-7, 8-11 and 10-13 (the last overlaps).
 BLOCK = 4
@@ -268,6 +269,35 @@ def test_the_blackbox_gradient_takes_the_true_cotangent(max_relevant):
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
   once = jax.jit(jax.grad(lambda e: blocked(e, labels)))(embeddings)
   assert not np.allclose(3.0 * once, got, rtol=1e-3)  # Not linear in the cotangent.
+
+
+def test_the_blackbox_is_found_in_a_loss_whose_jit_was_traced_before():
+  """A user's loss that calls its own jitted function, traced before with the same shapes: the
+  blocked loss runs none of its Python then (JAX's trace cache), yet finds the blackbox rank in
+  the block's jaxpr and takes the gradient with the true cotangent."""
+  embeddings, *_ = data()
+  labels = jnp.arange(B) % 7
+  per_list = jax.jit(lambda s, y, w: jaxrank.blackbox_ap_loss(s, y, where=w, reduce_fn=None))
+
+  def loss_fn(scores, labels, *, where, reduce_fn=jnp.mean):
+    return reduce_fn(per_list(scores, labels, where), where=jnp.any(where & (labels > 0), -1))
+
+  size = min(BLOCK, B)  # Trace `per_list` at the block's shapes, as a first step would.
+  per_list.trace(jnp.zeros((size, B)), jnp.zeros((size, B), bool), jnp.ones((size, B), bool))
+  blocked = jaxrank.blocked_loss(loss_fn, block_size=BLOCK)
+  got = jax.jit(jax.grad(lambda e: 3.0 * blocked(e, labels)))(embeddings)
+  want = jax.jit(jax.grad(lambda e: 3.0 * unblocked(loss_fn)(e, labels)))(embeddings)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_uses_blackbox_rank_reads_nested_jaxprs():
+  scores = jnp.linspace(0.0, 1.0, 12).reshape(3, 4)
+  rank = jax.jit(lambda s: ranking.blackbox_ranks(s, 1.0))
+  nested = jax.make_jaxpr(lambda s: jax.lax.cond(True, rank, jnp.negative, s))(scores)
+  assert ranking.uses_blackbox_rank(nested)
+  looped = jax.make_jaxpr(lambda s: jax.lax.map(rank, s[None])[0])(scores)
+  assert ranking.uses_blackbox_rank(looped)
+  assert not ranking.uses_blackbox_rank(jax.make_jaxpr(ranking.descending_ranks)(scores))
 
 
 # ---------------------------------------------------------------------------------------------

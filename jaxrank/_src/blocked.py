@@ -14,7 +14,7 @@ the backward pass then scales it by the cotangent of the mean. Nothing is comput
 time is about the unblocked step's. This is exact when the loss's backward is linear in its
 cotangent, as a derivative is. RaMBO's blackbox ranks are not (Algorithm 1 moves the scores by
 `lam` times the cotangent, which depends on the number of lists in the mean): for a loss that uses
-them (found when the block is traced, `ranking.watch_blackbox_ranks`) the forward pass computes
+them (found in the block's jaxpr, `ranking.uses_blackbox_rank`) the forward pass computes
 the values only and the backward pass goes over the blocks again, each block's scores recomputed
 and differentiated with the true cotangent (rematerialisation: one more forward pass).
 
@@ -189,11 +189,10 @@ def _backward_is_linear(blocks: _Blocks, data: _Lists) -> bool:
   backward moves the scores by `lam` times the cotangent). Traced once, for one block's shapes;
   nothing runs."""
   size = min(blocks.block_size, data.queries.shape[0])
-  with ranking.watch_blackbox_ranks() as found:
-    jax.eval_shape(
-        lambda d: _block_lists_sums(blocks, d, d.queries[:size], _prepare(blocks, d), 0, 0), data
-    )
-  return not found
+  jaxpr = jax.make_jaxpr(
+      lambda d: _block_lists_sums(blocks, d, d.queries[:size], _prepare(blocks, d), 0, 0)
+  )(data)
+  return not ranking.uses_blackbox_rank(jaxpr)
 
 
 def _prepare(blocks: _Blocks, data: _Lists):

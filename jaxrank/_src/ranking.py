@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import contextvars
 import functools
 import os
 from collections.abc import Callable, Iterator
@@ -1042,7 +1041,6 @@ def blackbox_ranks_at(
     slots lead (`[K, ..., n]`, the list last, a TPU's lanes) and the items are read by masked sums
     (no gather or scatter). The same integers, so the same ranks and gradients.
   """
-  _note_blackbox_rank()
   return _blackbox_ranks_at(scores, indices, valid, lam, platforms.forced())
 
 
@@ -1198,7 +1196,6 @@ def blackbox_relevant_ranks(
   Returns:
     `(ranks, relevant_ranks)`, each `[..., n]` in `scores`' dtype, meaningful where `relevant`.
   """
-  _note_blackbox_rank()
   return _blackbox_relevant_ranks(
       scores, relevant, lam, max_relevant, forced_branch()
   )
@@ -1211,30 +1208,28 @@ def check_lam(fn: str, lam: jax.typing.ArrayLike) -> jax.Array:
   return jnp.asarray(lam)
 
 
-_COTANGENT_SCALED_BACKWARDS: contextvars.ContextVar[list | None] = contextvars.ContextVar(
-    "jaxrank_cotangent_scaled_backwards", default=None
-)
+def uses_blackbox_rank(jaxpr: jax.extend.core.ClosedJaxpr | jax.extend.core.Jaxpr) -> bool:
+  """Whether a jaxpr calls a blackbox rank (`blackbox_ranks`, `blackbox_ranks_at`,
+  `blackbox_relevant_ranks`), in its own equations or in any jaxpr inside them (jitted
+  functions, loops, conditionals, custom derivative rules).
 
-
-@contextlib.contextmanager
-def watch_blackbox_ranks() -> Iterator[list]:
-  """Within it, each blackbox rank traced (`blackbox_ranks`, `blackbox_ranks_at`,
-  `blackbox_relevant_ranks`) appends to the yielded list: their backward is not linear in its
-  cotangent (Algorithm 1 moves the scores by `lam` times it), so a caller that would take a
-  gradient with another cotangent than the true one and scale it afterwards (`blocked_loss`)
-  must not."""
-  found: list = []
-  token = _COTANGENT_SCALED_BACKWARDS.set(found)
-  try:
-    yield found
-  finally:
-    _COTANGENT_SCALED_BACKWARDS.reset(token)
-
-
-def _note_blackbox_rank() -> None:
-  found = _COTANGENT_SCALED_BACKWARDS.get()
-  if found is not None:
-    found.append(True)
+  Their backward is not linear in its cotangent (Algorithm 1 moves the scores by `lam` times
+  it), so a caller that would take a gradient with another cotangent than the true one and scale
+  it afterwards (`blocked_loss`) must not. Read from the jaxpr (`jax.make_jaxpr`), which holds
+  a jitted function's equations also when its trace came from JAX's cache and no Python of it
+  ran: each blackbox rank is a `custom_vjp` call whose backward rule is one of this module's.
+  """
+  inner = getattr(jaxpr, "jaxpr", jaxpr)
+  for eqn in inner.eqns:
+    backward = eqn.params.get("bwd")
+    if getattr(backward, "f", backward) in _BLACKBOX_BACKWARDS:
+      return True
+    for param in eqn.params.values():
+      for value in param if isinstance(param, (tuple, list)) else (param,):
+        if hasattr(value, "eqns") or hasattr(getattr(value, "jaxpr", None), "eqns"):
+          if uses_blackbox_rank(value):
+            return True
+  return False
 
 
 def blackbox_ranks(scores: jax.typing.ArrayLike, lam: jax.typing.ArrayLike) -> jax.Array:
@@ -1279,5 +1274,8 @@ def blackbox_ranks(scores: jax.typing.ArrayLike, lam: jax.typing.ArrayLike) -> j
         f"shape {lam.shape}."
     )
   lam = jnp.broadcast_to(lam.astype(scores.dtype), scores.shape[:-1])
-  _note_blackbox_rank()
   return _blackbox_ranks(scores, lam, forced_branch())
+
+
+# The backward rules of the blackbox ranks, as `uses_blackbox_rank` finds them in a jaxpr.
+_BLACKBOX_BACKWARDS = (_blackbox_ranks_bwd, _blackbox_ranks_at_bwd, _blackbox_relevant_ranks_bwd)
