@@ -53,6 +53,21 @@ def triplet_loss(scores, labels, where=None, *, margin=0.05) -> float:
   return max(0.0, hardest_negative - hardest_positive + margin)
 
 
+def all_triplets(scores, labels, where=None, *, margin=0.05) -> tuple[float, int]:
+  """(sum, number) of the non-zero losses max(0, s_j - s_p + margin) over every positive p and
+  negative j of the list; (0, 0) without a positive or without a negative."""
+  positives, negatives = _split(scores, labels, where)
+  losses = [s_j - s_p + margin for s_p in positives for s_j in negatives]
+  losses = [loss for loss in losses if loss > 0]
+  return math.fsum(losses), len(losses)
+
+
+def all_triplet_loss(scores, labels, where=None, *, margin=0.05) -> float:
+  """The mean of a list's non-zero triplet losses (`all_triplets`); 0 if it has none."""
+  total, number = all_triplets(scores, labels, where, margin=margin)
+  return total / number if number else 0.0
+
+
 def _log_one_plus_sum_exp(exponents) -> float:
   """log(1 + sum exp(x)), by shifting with the largest of 0 and the exponents."""
   top = max([0.0] + list(exponents))

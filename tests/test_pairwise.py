@@ -102,6 +102,46 @@ def test_gradients_equal_finite_differences(name, fn, ref, kwargs, x64):
                         rtol=1e-6)
 
 
+@pytest.mark.parametrize("margin", [0.05, 0.4])
+def test_all_triplets_equal_reference(margin, x64):
+  """`mining="all"`: each list's mean over its non-zero triplets; the mean over the batch is
+  the mean over all its non-zero triplets (each list weighed by their number, times `weights`),
+  the sum their sum."""
+  kwargs = dict(margin=margin, mining="all")
+  for seed in range(3):
+    scores, labels, where = random_lists(seed)
+    got = jaxrank.triplet_loss(scores, labels, where=where, reduce_fn=None, **kwargs)
+    ref = functools.partial(reference_pairwise.all_triplet_loss, margin=margin)
+    np.testing.assert_allclose(
+        got, reference.per_list(ref, scores, labels, where), rtol=1e-12, atol=1e-14)
+    sums, numbers = np.array([
+        reference_pairwise.all_triplets(s, y, w, margin=margin)
+        for s, y, w in zip(scores, labels, where)]).T
+    assert numbers[:2].sum() == 0 and numbers.sum() > 0
+    np.testing.assert_allclose(jaxrank.triplet_loss(scores, labels, where=where, **kwargs),
+                               sums.sum() / numbers.sum(), rtol=1e-12)
+    np.testing.assert_allclose(
+        jaxrank.triplet_loss(scores, labels, where=where, reduce_fn=jnp.sum, **kwargs),
+        sums.sum(), rtol=1e-12)
+    weights = np.linspace(0.5, 2.0, len(scores))
+    np.testing.assert_allclose(
+        jaxrank.triplet_loss(scores, labels, where=where, weights=weights, **kwargs),
+        (weights * sums).sum() / (weights * numbers).sum(), rtol=1e-12)
+  loss = lambda s: jaxrank.triplet_loss(s, labels, where=where, **kwargs)
+  assert np.abs(jax.jit(jax.grad(loss))(scores)).max() > 1e-2  # Not a trivial case.
+  test_util.check_grads(loss, (scores,), order=1, modes=("rev",), eps=1e-6, atol=1e-6,
+                        rtol=1e-6)
+
+
+def test_all_triplets_without_a_non_zero_triplet_give_zero():
+  scores, labels = jnp.array([[0.9, 0.8, 0.1, 0.0]]), jnp.array([[1, 1, 0, 0]])
+  value, grad = jax.value_and_grad(
+      lambda s: jaxrank.triplet_loss(s, labels, margin=0.1, mining="all"))(scores)
+  assert value == 0 and not np.any(grad)
+  with pytest.raises(ValueError, match='triplet_loss: mining must be "hard" or "all", got'):
+    jaxrank.triplet_loss(scores, labels, mining="semi-hard")
+
+
 def test_contrastive_is_calibration_with_the_margins(x64):
   scores, labels, where = random_lists(3)
   for pos, neg in ((1.0, 0.0), (0.9, 0.6)):
@@ -266,6 +306,11 @@ PML_CASES = {
         lambda: pml_losses.TripletMarginLoss(margin=0.2, distance=_cosine()),
         lambda: pml_miners.BatchHardMiner(distance=_cosine()),
         functools.partial(jaxrank.triplet_loss, margin=0.2, reduce_fn=mean_of_nonzero),
+    ),
+    "triplet_all": (  # pytorch-metric-learning's default: no miner, AvgNonZeroReducer.
+        lambda: pml_losses.TripletMarginLoss(margin=0.2, distance=_cosine()),
+        None,
+        functools.partial(jaxrank.triplet_loss, margin=0.2, mining="all"),
     ),
     "triplet_batch_hard_mean": (
         lambda: pml_losses.TripletMarginLoss(

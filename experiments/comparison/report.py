@@ -82,7 +82,7 @@ def trials_table(out: Mapping[str, Any], losses: Sequence[str]) -> str:
             *(f"validation MAP@R, {s}" for s in protocol.SETTINGS)]
   lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   for loss in losses:
-    space = "; ".join(f"{k}: {', '.join(f'{v:g}' for v in vs)}"
+    space = "; ".join(f"{k}: {', '.join(v if isinstance(v, str) else f'{v:g}' for v in vs)}"
                       for k, vs in protocol.SEARCH_SPACES[loss].items())
     trials = out["settings"][protocol.SETTINGS[0]]["trials"][loss]
     for i, record in enumerate(trials):

@@ -42,7 +42,7 @@ SUMMARIES: Mapping[str, str] = {
     "smoothap+calibration": "Smooth-AP + calibration, weight 1 each (ROADMAP's Table 3)",
     # Pair-based baselines the papers compare against.
     "contrastive": "contrastive, Hadsell et al. 2006 (pos_margin, neg_margin)",
-    "triplet": "triplet with batch-hard mining, Hermans et al. 2017 (margin)",
+    "triplet": "triplet, batch-hard (Hermans et al. 2017) or all triplets (margin, mining)",
     "multi_similarity": "multi-similarity, Wang et al. 2019 (alpha, beta, base, epsilon)",
 }
 

@@ -323,10 +323,11 @@ def triplet_loss(
     where: jax.typing.ArrayLike | None = None,
     segments: jax.typing.ArrayLike | None = None,
     margin: jax.typing.ArrayLike = 0.05,
+    mining: str = "hard",
     weights: jax.typing.ArrayLike | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
-  r"""The triplet loss with batch-hard mining (Hermans et al. 2017), on similarities.
+  r"""The triplet loss with batch-hard mining (Hermans et al. 2017), or over all triplets.
 
   .. math::
     \mathcal{L} = \Big[\max_{j \in N} s_j - \min_{k \in P} s_k + m\Big]_+
@@ -354,8 +355,22 @@ def triplet_loss(
   and `triplet_loss(*batch_retrieval(embeddings, labels), margin=m, reduce_fn=mean_of_nonzero)`
   equals the default-reducer loss in value and gradient (the count is piecewise constant).
 
+  **All triplets** (`mining="all"`): pytorch-metric-learning's default `TripletMarginLoss`
+  (no miner, `AvgNonZeroReducer`), on similarities. Every (positive `p`, negative `j`) pair of a
+  list is a triplet with the query, of loss `[s_j - s_p + m]_+`; the loss is their mean over the
+  triplets with a non-zero loss, taken over the whole batch. Per list that is the mean over its
+  non-zero triplets, and the default `jnp.mean` weighs each list by its number of non-zero
+  triplets (times `weights`, if given: a weighted mean over lists, so `blocked_loss` and
+  `sharded_loss` take it as any other loss); `reduce_fn=None` gives each list's mean, `jnp.sum`
+  the sum over all triplets. With every triplet at zero loss the loss is 0. Cost O(n log n) per
+  list (a sort of the negatives and their running sums; each positive's non-zero triplets are
+  those past a threshold), not O(|P| |N|). Unlike batch-hard mining it gives every positive and
+  negative within the margin a gradient, which lets a network whose embeddings start in a narrow
+  cone spread them (the fair comparison's batch-hard triplet row did not train from there).
+
   Self-inclusion: see the module docstring (the query is not its own positive, as in the paper and
-  pytorch-metric-learning). Time and memory O(n) per list, O(B^2) for a batch, no `[B, B, B]`.
+  pytorch-metric-learning). Batch-hard: time and memory O(n) per list, O(B^2) for a batch; no
+  `[B, B, B]` either way.
 
   Args:
     scores: `[..., n]` floating similarities (cosine for the default margin).
@@ -364,7 +379,10 @@ def triplet_loss(
     segments: optional `[..., n]` integer ids packing several lists into each row: the items
       with equal ids form one list (rax's `segments`; API reference, "Segments"), and
       `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
-    margin: `m`, how far the hardest positive must be above the hardest negative (default 0.05).
+    margin: `m`, how far the hardest positive must be above the hardest negative (default 0.05);
+      with `mining="all"`, each positive above each negative.
+    mining: `"hard"` (default), one triplet per list: its hardest positive and negative; `"all"`,
+      every triplet of the list, averaged over those with a non-zero loss (above).
     weights: optional `[...]` non-negative per-list weights (broadcastable to the lists' shape;
       with `segments`, `[..., n]`: one per segment).
     reduce_fn: reduction over lists (default `jnp.mean`, weighted with `weights`); `None` gives
@@ -381,9 +399,44 @@ def triplet_loss(
   """
   fn = "triplet_loss"
   checks.check_real(fn, "margin", margin)
+  if mining not in ("hard", "all"):
+    raise ValueError(f'{fn}: mining must be "hard" or "all", got {mining!r}.')
   scores, relevant, where, dtype, weights = _prepare(fn, scores, labels, where, segments, weights)
-  values, valid = _triplet_lists(scores, relevant, where, jnp.asarray(margin, dtype))
+  if mining == "hard":
+    values, valid = _triplet_lists(scores, relevant, where, jnp.asarray(margin, dtype))
+    return lists.finish(values, scores, where, valid, reduce_fn, weights=weights)
+  values, valid, nonzero = _all_triplet_lists(scores, relevant, where, jnp.asarray(margin, dtype))
+  if reduce_fn is not None:  # Each list's mean, weighed by its number of non-zero triplets.
+    weights = nonzero if weights is None else weights * nonzero
   return lists.finish(values, scores, where, valid, reduce_fn, weights=weights)
+
+
+@jax.jit
+def _all_triplet_lists(scores, relevant, where, margin):
+  """Each list's mean loss over its non-zero triplets, whether it has a positive and a negative,
+  and its number of non-zero triplets (no derivative: a count)."""
+  dtype = lists.compute_dtype(scores.dtype)
+  other = where & ~relevant
+  relevant = where & relevant
+  valid = jnp.any(relevant, axis=-1) & jnp.any(other, axis=-1)
+  s = lists.counted_scores(scores, where, valid).astype(dtype)
+  # The negatives in ascending order (the other items first, at -inf), with their running sums
+  # from the top: `above[k]` is the sum of the sorted negatives from position k on.
+  keys, negatives = jax.lax.sort(
+      (jnp.where(other, s, -jnp.inf), jnp.where(other, s, 0)), num_keys=1)
+  above = jnp.flip(jnp.cumsum(jnp.flip(negatives, -1), -1), -1)
+  above = jnp.concatenate([above, jnp.zeros_like(above[..., :1])], axis=-1)
+  # A triplet (p, j) has a non-zero loss where s_j > s_p - m: the negatives past the first key
+  # above the threshold.
+  threshold = jax.lax.stop_gradient(s - margin)
+  rows = keys.reshape(-1, keys.shape[-1])
+  first = jax.vmap(functools.partial(jnp.searchsorted, side="right"))(
+      rows, threshold.reshape(rows.shape)).reshape(s.shape)
+  count = jnp.where(relevant, s.shape[-1] - first, 0)
+  losses = jnp.take_along_axis(above, first, axis=-1) - count.astype(dtype) * (s - margin)
+  total = jnp.sum(jnp.where(relevant, losses, 0), axis=-1)
+  nonzero = jnp.sum(count, axis=-1).astype(dtype)
+  return total / jnp.maximum(nonzero, 1), valid, nonzero
 
 
 def _log1p_sum_exp(x, mask):
