@@ -41,10 +41,12 @@ LOSSES = {
     "roadmap": jaxrank.roadmap_loss,
     "contrastive": functools.partial(jaxrank.contrastive_loss, pos_margin=0.9, neg_margin=0.1),
     "triplet": functools.partial(jaxrank.triplet_loss, margin=0.5),
+    # A mean over lists weighted by each one's number of non-zero triplets.
+    "triplet_all": functools.partial(jaxrank.triplet_loss, margin=0.5, mining="all"),
     "multi_similarity": jaxrank.multi_similarity_loss,
 }
 METRICS = {"ap_metric": jaxrank.ap_metric, "ndcg_metric": jaxrank.ndcg_metric}
-WEIGHTED = ["soft_binning_ap", "contrastive", "triplet", "multi_similarity"]
+WEIGHTED = ["soft_binning_ap", "contrastive", "triplet", "triplet_all", "multi_similarity"]
 
 
 def data(batch=B, gallery=M, seed=0, classes=4):
