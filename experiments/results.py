@@ -325,7 +325,7 @@ EXPERIMENTS = (
             untrained network's 0.20-0.21). The starting point explains the margins: the untrained
             network's cosine similarities within a batch all lie in about [0.96, 1.00], about 0.017
             apart for a query, so a margin of 0.1 puts every shifted positive below every shifted
-            negative, and the blackbox gradient (an interpolation with lam = 0.2, not a derivative:
+            negative, and the blackbox gradient (an interpolation of strength 0.2, not a derivative:
             non-zero only where the perturbed scores change the ranking) cannot move any of them
             across; 0.02 is about that spread, so the lists start near the edge, where some pairs
             still swap. Why the memory hurts this much is not established by these runs: its stored

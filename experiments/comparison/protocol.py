@@ -47,10 +47,10 @@ LEARNING_RATES = (3e-3, 1e-3)  # The glyphs config's first.
 SEARCH_SPACES: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
     "fastap": {"num_bins": (10, 20, 40, 80)},
     "soft_binning_ap": {"num_bins": (20, 10, 40, 80)},
-    "blackbox_ap": {"lam": (0.2, 0.1, 0.5), "margin": (0.02, 0.01, 0.05)},
+    "blackbox_ap": {"interpolation": (0.2, 0.1, 0.5), "margin": (0.02, 0.01, 0.05)},
     "smoothap": {"temperature": (0.01, 0.005, 0.02, 0.05)},
-    "supap": {"tau": (0.01, 0.005, 0.02, 0.05)},
-    "roadmap": {"lam": (0.5, 0.1, 0.25, 0.75)},
+    "supap": {"temperature": (0.01, 0.005, 0.02, 0.05)},
+    "roadmap": {"calibration_weight": (0.5, 0.1, 0.25, 0.75)},
     "contrastive": {"pos_margin": (1.0, 0.9, 0.8), "neg_margin": (0.0, 0.4, 0.6)},
     "triplet": {"margin": (0.05, 0.1, 0.2, 0.4)},
     "multi_similarity": {"alpha": (2.0, 1.0, 4.0), "beta": (50.0, 20.0, 80.0)},
