@@ -285,7 +285,8 @@ def compare_fastap(root: str) -> list[Row]:
   module = import_released(os.path.join(root, "pytorch"), "FastAP_loss")
   e, y = batch()
   size = y.size
-  ours = _on_batch(jaxrank.fastap_loss, _retrieval(y, include_self=False, dot=True), num_bins=10)
+  ours = _on_batch(jaxrank.fastap_loss, _retrieval(y, include_self=False, dot=True),
+                   num_intervals=10)
   theirs = lambda x: module.FastAPLoss(num_bins=10)(x, torch.as_tensor(y))
   setting = "L=10, B=12, unit embeddings, dot product, query excluded"
   rows = []
@@ -467,9 +468,9 @@ def compare_roadmap(root: str) -> list[Row]:
                 our_fn=_on_batch(jaxrank.calibration_loss, without_self),
                 why="means over the non-zero hinges of the batch, not per list"),
         compare("FastAP (pml)", "FastAP [pml FastAPLoss]", "fastap_loss(batch_retrieval)",
-                "num_bins=10, query excluded, cosine", dtype=dtype, x=e,
+                "num_intervals=10 (their num_bins), query excluded, cosine", dtype=dtype, x=e,
                 their_fn=on_embeddings(losses.FastAP(num_bins=10)),
-                our_fn=_on_batch(jaxrank.fastap_loss, without_self, num_bins=10)),
+                our_fn=_on_batch(jaxrank.fastap_loss, without_self, num_intervals=10)),
     ]
     with _dtype(dtype):
       softbin = losses.SoftBinAP()

@@ -45,7 +45,7 @@ LEARNING_RATES = (3e-3, 1e-3)  # The glyphs config's first.
 # Loss -> {hyperparameter: values}, the default first; "learning_rate" is the Config field, the
 # others are `loss_kwargs`.
 SEARCH_SPACES: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
-    "fastap": {"num_bins": (10, 20, 40, 80)},
+    "fastap": {"num_intervals": (10, 20, 40, 80)},
     "soft_binning_ap": {"num_bins": (20, 10, 40, 80)},
     "blackbox_ap": {"interpolation": (0.2, 0.1, 0.5), "margin": (0.02, 0.01, 0.05)},
     "smoothap": {"temperature": (0.01, 0.005, 0.02, 0.05)},

@@ -2,9 +2,9 @@
 
 Every entry is called as `fn(scores [B, n], labels [B, n], *, where, reduce_fn, **hyperparameters)`
 on the lists of `jaxrank.batch_retrieval` (each item of the batch querying the rest, and the memory
-when there is one); `config.loss_kwargs` fixes the hyperparameters (`{"num_bins": 20}`). The entries
-are the library's functions themselves, except the sums the papers train with, which are spelled out
-here so that their weights are visible.
+when there is one); `config.loss_kwargs` fixes the hyperparameters (`{"num_bins": 20}` for
+soft_binning_ap). The entries are the library's functions themselves, except the sums the papers
+train with, which are spelled out here so that their weights are visible.
 
 `SUMMARIES` (name -> one line) is plain data, and `LOSSES` (name -> function) is built from it on
 first use, so that listing the losses (`python -m experiments.job.main --help`) imports neither JAX nor
@@ -152,7 +152,7 @@ def takes_relevant_bound(name: str) -> bool:
 def check_loss(name: str, hyperparameters: Mapping[str, object] | None = None) -> None:
   """Builds the loss and traces its value and gradient on two tiny lists, before any training.
 
-  A hyperparameter that the loss itself rejects (`num_bins=1`, a negative temperature, a wrong
+  A hyperparameter that the loss itself rejects (`num_intervals=1`, a negative temperature, a wrong
   type) fails here, with the loss's own message, instead of at the first training step after the
   workdir and the first evaluation were written. jaxrank checks hyperparameters when a function is
   traced, so tracing (`jax.eval_shape`, nothing compiled or run: well under a second) is enough.
