@@ -285,7 +285,8 @@ def compare_fastap(root: str) -> list[Row]:
   module = import_released(os.path.join(root, "pytorch"), "FastAP_loss")
   e, y = batch()
   size = y.size
-  ours = _on_batch(jaxrank.fastap_loss, _retrieval(y, include_self=False, dot=True), num_bins=10)
+  ours = _on_batch(jaxrank.fastap_loss, _retrieval(y, include_self=False, dot=True),
+                   num_intervals=10)
   theirs = lambda x: module.FastAPLoss(num_bins=10)(x, torch.as_tensor(y))
   setting = "L=10, B=12, unit embeddings, dot product, query excluded"
   rows = []
@@ -318,36 +319,39 @@ def compare_blackbox(root: str) -> list[Row]:
   recall_module = import_released(root, "blackbox_backprop.recall")
   s, y = lists()
   n_lists, n_items = y.shape
-  lam = 4.0
+  interpolation = 4.0
   weights = np.random.default_rng(2).normal(size=y.shape)
   rows = []
   # `rank_normalised` casts the ranks to float32 (`.float()`): float64 input gives float32 ranks.
   dtypes = ["float32"]
   for dtype in dtypes:
     rows.append(compare(
-        "blackbox ranks", "TrueRanker (sum of w * ranks)", "blackbox_ranks(s, lam * n) / n",
+        "blackbox ranks", "TrueRanker (sum of w * ranks)",
+        "blackbox_ranks(s, interpolation * n) / n",
         "lambda=4, ranks / n", dtype=dtype, x=s,
-        their_fn=lambda x: (ranking.TrueRanker.apply(x, lam) * _like(weights, x)).sum(),
-        our_fn=lambda x: (jaxrank.blackbox_ranks(x, lam * n_items) / n_items
+        their_fn=lambda x: (ranking.TrueRanker.apply(x, interpolation) * _like(weights, x)).sum(),
+        our_fn=lambda x: (jaxrank.blackbox_ranks(x, interpolation * n_items) / n_items
                           * jnp.asarray(weights)).sum()))
   # MapLoss: per-class AP over the batch (the lists are the columns).
   classes = s.T, y.T  # [20 items, 6 classes]: the lists are the columns.
-  loss = map_module.MapLoss(lambda_val=lam, margin=0.0, interclass_coef=0.0, batch_memory=1)
+  loss = map_module.MapLoss(lambda_val=interpolation, margin=0.0, interclass_coef=0.0,
+                            batch_memory=1)
   for dtype in dtypes:
     rows.append(compare(
         "RaMBO AP (mAP)", "MapLoss.raw_map_computation", "blackbox_ap_loss(s.T, y.T)",
         "lambda=4, margin=0; their +1e-5 in the AP denominator", dtype=dtype, x=classes[0],
         tolerance=1e-5,
         their_fn=lambda x: loss.raw_map_computation(x, _like(classes[1], x)),
-        our_fn=lambda x: jaxrank.blackbox_ap_loss(x.T, jnp.asarray(y), lam=lam, margin=0.0)))
+        our_fn=lambda x: jaxrank.blackbox_ap_loss(x.T, jnp.asarray(y), interpolation=interpolation,
+                                                  margin=0.0)))
   # RecallLoss: ranks scaled by the number of lists, mean over all (query, positive) pairs.
-  recall = recall_module.RecallLoss(lambda_val=lam, margin=0.02, weight_fn=torch.log1p)
+  recall = recall_module.RecallLoss(lambda_val=interpolation, margin=0.02, weight_fn=torch.log1p)
   their_recall = lambda x: recall(x, _like(y, x))
   positives = y.sum(-1)
 
   def pairs_mean(x):
     per_list = jaxrank.blackbox_recall_loss(
-        x, jnp.asarray(y), lam=lam, margin=0.02,
+        x, jnp.asarray(y), interpolation=interpolation, margin=0.02,
         weight_fn=lambda r: jnp.log1p(r * n_lists / n_items), reduce_fn=None)
     return (per_list * jnp.asarray(positives)).sum() / positives.sum()
 
@@ -356,7 +360,7 @@ def compare_blackbox(root: str) -> list[Row]:
     rows.append(compare(
         "RaMBO recall", "RecallLoss", "blackbox_recall_loss", setting, dtype=dtype, x=s,
         their_fn=their_recall,
-        our_fn=_on_lists(jaxrank.blackbox_recall_loss, y, lam=lam, margin=0.02),
+        our_fn=_on_lists(jaxrank.blackbox_recall_loss, y, interpolation=interpolation, margin=0.02),
         why="ranks x #lists, not #items; mean over pairs, not per query"))
     rows.append(compare(
         "RaMBO recall x factor", "RecallLoss", "pair mean of blackbox_recall_loss(W(r N/M))",
@@ -446,7 +450,7 @@ def compare_roadmap(root: str) -> list[Row]:
                 their_fn=on_scores(losses.SmoothAP(tau=0.01)),
                 our_fn=_on_batch(jaxrank.smoothap_loss, with_self)),
         compare("SupAP", "SupAP(offset=None)", "supap_loss",
-                "tau=0.01, rho=100, delta=0.05, query included", dtype=dtype, x=e,
+                "temperature=0.01, rho=100, delta=0.05, query included", dtype=dtype, x=e,
                 their_fn=on_scores(losses.SupAP()),
                 our_fn=_on_batch(jaxrank.supap_loss, with_self)),
         compare("SupAP", "SupAP(offset=1.44) [configs]", "supap_loss",
@@ -464,9 +468,9 @@ def compare_roadmap(root: str) -> list[Row]:
                 our_fn=_on_batch(jaxrank.calibration_loss, without_self),
                 why="means over the non-zero hinges of the batch, not per list"),
         compare("FastAP (pml)", "FastAP [pml FastAPLoss]", "fastap_loss(batch_retrieval)",
-                "num_bins=10, query excluded, cosine", dtype=dtype, x=e,
+                "num_intervals=10 (their num_bins), query excluded, cosine", dtype=dtype, x=e,
                 their_fn=on_embeddings(losses.FastAP(num_bins=10)),
-                our_fn=_on_batch(jaxrank.fastap_loss, without_self, num_bins=10)),
+                our_fn=_on_batch(jaxrank.fastap_loss, without_self, num_intervals=10)),
     ]
     with _dtype(dtype):
       softbin = losses.SoftBinAP()
@@ -483,14 +487,14 @@ def compare_roadmap(root: str) -> list[Row]:
                 tolerance=1e-5,
                 their_fn=lambda x: losses.BlackBoxAP(lambda_val=4.0, margin=0.0)(
                     x, _like(t, x)),
-                our_fn=_on_lists(jaxrank.blackbox_ap_loss, t, lam=4.0, margin=0.0)),
+                our_fn=_on_lists(jaxrank.blackbox_ap_loss, t, interpolation=4.0, margin=0.0)),
     ]
   torch.manual_seed(0)
   rows.append(compare(
       "RaMBO AP (ROADMAP)", "BlackBoxAP(4.0, margin=0.02)", "blackbox_ap_loss", "lambda=4, "
       "margin=0.02 [configs]", dtype="float32", x=s,
       their_fn=lambda x: losses.BlackBoxAP(lambda_val=4.0, margin=0.02)(x, _like(t, x)),
-      our_fn=_on_lists(jaxrank.blackbox_ap_loss, t, lam=4.0, margin=0.02),
+      our_fn=_on_lists(jaxrank.blackbox_ap_loss, t, interpolation=4.0, margin=0.02),
       why="their margin is 0.02 x |N(0, 1)| per item, drawn anew each call"))
   # A non-relevant item tied with a relevant one, both above the rest of the list.
   tied = s.copy()
@@ -505,7 +509,7 @@ def compare_roadmap(root: str) -> list[Row]:
   supap, calibration = losses.SupAP(offset=1.44), losses.CalibrationLoss(0.9, 0.6)
   rows.append(compare(
       "ROADMAP", "SupAP(1.44) + CalibrationLoss", "2 * roadmap_loss(include_self)",
-      "roadmap.yaml: weights 1 and 1; lam=0.5", dtype="float64", x=e,
+      "roadmap.yaml: weights 1 and 1; calibration_weight=0.5", dtype="float64", x=e,
       their_fn=lambda x: on_scores(supap)(x) + on_embeddings(calibration)(x),
       our_fn=lambda x: 2 * _on_batch(jaxrank.roadmap_loss, with_self)(x),
       why="offset 1.44, calibration's normalisation and the query in its pairs"))

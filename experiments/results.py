@@ -200,7 +200,7 @@ EXPERIMENTS = (
         name="batch_size",
         title="FastAP's batch size (Cakir et al. 2019, Fig. 4a)",
         module="experiments.ablations.batch_size",
-        args=("--set", 'loss_kwargs={"num_bins": 40}'),  # FastAP as the main job trains it.
+        args=("--set", 'loss_kwargs={"num_intervals": 40}'),  # FastAP as the main job trains it.
         claim="""
             Cakir et al. (2019, Sec. 5.3 "Batch Size", Fig. 4a: FastAP, ResNet-18, R@1 on Stanford
             Online Products, In-Shop and VehicleID) find that R@1 improves monotonically with the
@@ -231,7 +231,7 @@ EXPERIMENTS = (
         name="batch_size_images",
         title="FastAP's batch size at the same number of images (Cakir et al. 2019, Fig. 4a)",
         module="experiments.ablations.batch_size",
-        args=("--set", 'loss_kwargs={"num_bins": 40}', "--values", "4,4,1200", "8,4,600",
+        args=("--set", 'loss_kwargs={"num_intervals": 40}', "--values", "4,4,1200", "8,4,600",
               "16,4,300", "32,4,150", "64,4,75"),
         claim="""
             The batch-size claim of the previous section (R@1 improves monotonically with the
@@ -262,7 +262,7 @@ EXPERIMENTS = (
         title="Hard (category-based) versus random class sampling for FastAP (Cakir et al. 2019, "
               "Table 5)",
         module="experiments.ablations.hard_sampling",
-        args=("--set", 'loss_kwargs={"num_bins": 40}'),  # FastAP as the main job trains it.
+        args=("--set", 'loss_kwargs={"num_intervals": 40}'),  # FastAP as the main job trains it.
         claim="""
             FastAP (Cakir et al. 2019, Sec. 4.2 and App. A-B.1) draws "hard" batches: two
             categories (super-classes, e.g. SOP's 'bicycle' and 'chair') per batch and classes from
@@ -325,7 +325,7 @@ EXPERIMENTS = (
             untrained network's 0.20-0.21). The starting point explains the margins: the untrained
             network's cosine similarities within a batch all lie in about [0.96, 1.00], about 0.017
             apart for a query, so a margin of 0.1 puts every shifted positive below every shifted
-            negative, and the blackbox gradient (an interpolation with lam = 0.2, not a derivative:
+            negative, and the blackbox gradient (an interpolation of strength 0.2, not a derivative:
             non-zero only where the perturbed scores change the ranking) cannot move any of them
             across; 0.02 is about that spread, so the lists start near the edge, where some pairs
             still swap. Why the memory hurts this much is not established by these runs: its stored

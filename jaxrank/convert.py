@@ -36,7 +36,7 @@ import numpy as np
 from flax import nnx
 
 from jaxrank import models
-from jaxrank._src import weights
+from jaxrank._src import checks
 
 # The classifier, dropped from the file, by architecture: key prefixes.
 _CLASSIFIERS = {models.ResNet: ("fc.",), models.VisionTransformer: ("head.",)}
@@ -202,7 +202,7 @@ def load_pytorch_weights(model: nnx.Module, path: str | os.PathLike) -> None:
       _torch_key(p): (p, v) for p, v in nnx.to_flat_state(nnx.state(model, nnx.Not(nnx.RngState)))
       if str(p[0]) not in _JAXRANK_ONLY[kind]
   }
-  weights.check_same_layout(
+  checks.check_same_layout(
       "load_pytorch_weights", path, kind.__name__,
       {key: tuple(value.shape) for key, value in arrays.items()},
       {key: _torch_shape(tuple(variable.shape), p) for key, (p, variable) in variables.items()})

@@ -22,15 +22,16 @@ def precision(dtype):
     yield
 
 
-def assert_binned_loss_input_errors(fn, *, where_match=None):
-  """The input errors every histogram loss raises (num_bins, dtypes, shapes, mask), one list."""
+def assert_binned_loss_input_errors(fn, *, where_match=None, bins="num_bins"):
+  """The input errors every histogram loss raises (its bin count `bins`, dtypes, shapes, mask), one
+  list. `bins` is `num_bins` (centres) or, for `fastap_loss`, `num_intervals`."""
   scores, labels = jnp.array([0.3, 0.2, 0.1]), jnp.array([1, 0, 1])
   for bad in (1, 0, -3):
-    with pytest.raises(ValueError, match="num_bins"):
-      fn(scores, labels, num_bins=bad)
+    with pytest.raises(ValueError, match=bins):
+      fn(scores, labels, **{bins: bad})
   for bad in (2.5, None, True):
-    with pytest.raises(TypeError, match="num_bins"):
-      fn(scores, labels, num_bins=bad)
+    with pytest.raises(TypeError, match=bins):
+      fn(scores, labels, **{bins: bad})
   with pytest.raises(TypeError, match="floating"):
     fn(jnp.array([3, 2, 1]), labels)
   with pytest.raises(ValueError, match=r"\(3,\).*\(4,\)|\(4,\).*\(3,\)"):

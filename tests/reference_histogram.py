@@ -42,9 +42,9 @@ def triangle_derivative(z: float, centre: float, width: float) -> float:
   return -math.copysign(1.0, z - centre) / width
 
 
-def fastap_centres(num_bins: int) -> tuple[list[float], float]:
+def fastap_centres(num_intervals: int) -> tuple[list[float], float]:
   """The released code's L + 1 centres on [0, 4] and their width 4 / L."""
-  return [4.0 * j / num_bins for j in range(num_bins + 1)], 4.0 / num_bins
+  return [4.0 * j / num_intervals for j in range(num_intervals + 1)], 4.0 / num_intervals
 
 
 def histograms(values: Sequence[float], relevant: Sequence[float], centres, width):
@@ -61,7 +61,7 @@ def histograms(values: Sequence[float], relevant: Sequence[float], centres, widt
   return h_pos, h
 
 
-def fastap(scores, labels, where=None, *, num_bins: int = 10) -> float:
+def fastap(scores, labels, where=None, *, num_intervals: int = 10) -> float:
   """FastAP of one list, eq. 14: (1 / N+) sum_j H+_j h+_j / H_j over bins of increasing distance."""
   items = _items(scores, labels, where)
   num_relevant = sum(1 for _, r in items if r)
@@ -69,7 +69,7 @@ def fastap(scores, labels, where=None, *, num_bins: int = 10) -> float:
     return 0.0
   if any(math.isnan(s) for s, _ in items):
     return math.nan
-  centres, width = fastap_centres(num_bins)
+  centres, width = fastap_centres(num_intervals)
   distances = [2.0 - 2.0 * s for s, _ in items]
   h_pos, h = histograms(distances, [float(r) for _, r in items], centres, width)
   total = 0.0
@@ -113,12 +113,12 @@ def ap_q(scores, labels, where=None, *, num_bins: int = 20, low=-1.0, high=1.0) 
   return ap
 
 
-def fastap_loss(scores, labels, where=None, *, num_bins: int = 10) -> float:
+def fastap_loss(scores, labels, where=None, *, num_intervals: int = 10) -> float:
   """1 - FastAP of one list; 0 for a list without a relevant valid item."""
   items = _items(scores, labels, where)
   if not any(r for _, r in items):
     return 0.0
-  return 1.0 - fastap(scores, labels, where, num_bins=num_bins)
+  return 1.0 - fastap(scores, labels, where, num_intervals=num_intervals)
 
 
 def soft_binning_ap_loss(scores, labels, where=None, *, num_bins: int = 20) -> float:
@@ -210,7 +210,7 @@ def _fastap_histogram_gradients(h_pos, h_neg, num_relevant):
   return g_pos + upper @ f_pos, g_neg + upper @ f_neg  # eq. 45
 
 
-def fastap_gradient(scores, labels, where=None, *, num_bins: int = 10) -> np.ndarray:
+def fastap_gradient(scores, labels, where=None, *, num_intervals: int = 10) -> np.ndarray:
   """dFastAP / dscores `[n]` of one list (0 at masked items), from App. C and d = 2 - 2 s.
 
   dFastAP/dd_x = sum_l F_l dδ(d_x, c_l)/dz (the per-query version of eq. 26 and 30-31), with F+ for
@@ -225,7 +225,7 @@ def fastap_gradient(scores, labels, where=None, *, num_bins: int = 10) -> np.nda
   out = np.zeros(len(scores))
   if num_relevant == 0:
     return out
-  centres, width = fastap_centres(num_bins)
+  centres, width = fastap_centres(num_intervals)
   d = {i: 2.0 - 2.0 * scores[i] for i in valid}
   h_pos = np.zeros(len(centres))
   h_neg = np.zeros(len(centres))
@@ -240,7 +240,7 @@ def fastap_gradient(scores, labels, where=None, *, num_bins: int = 10) -> np.nda
   return out
 
 
-def fastap_batch_gradient(embeddings, labels, *, num_bins: int = 10) -> np.ndarray:
+def fastap_batch_gradient(embeddings, labels, *, num_intervals: int = 10) -> np.ndarray:
   """dFastAP_B / dPsi `[M, m]` of unit embeddings `[M, m]` by eq. 33 (each query its own list).
 
   FastAP_B is the mean over the M queries (eq. 25), each retrieving the rest of the batch, with
@@ -249,7 +249,7 @@ def fastap_batch_gradient(embeddings, labels, *, num_bins: int = 10) -> np.ndarr
   psi = np.asarray(embeddings, np.float64)
   labels = np.asarray(labels)
   size = psi.shape[0]
-  centres, width = fastap_centres(num_bins)
+  centres, width = fastap_centres(num_intervals)
   d = 2.0 - 2.0 * psi @ psi.T
   neighbour = (labels[:, None] == labels[None, :]) & ~np.eye(size, dtype=bool)
   other = labels[:, None] != labels[None, :]

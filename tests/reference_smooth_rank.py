@@ -37,13 +37,13 @@ def sigmoid(t: float) -> float:
   return e / (1.0 + e)
 
 
-def supap_negative_step(t: float, tau: float, rho: float, delta: float) -> float:
+def supap_negative_step(t: float, temperature: float, rho: float, delta: float) -> float:
   """Eq. 4, with t = 0 in its second case (so that H^-(0) = 1 >= H(0)); continuous at delta."""
   if t < 0:
-    return sigmoid(t / tau)
+    return sigmoid(t / temperature)
   if t <= delta:
-    return sigmoid(t / tau) + 0.5
-  return rho * (t - delta) + sigmoid(delta / tau) + 0.5
+    return sigmoid(t / temperature) + 0.5
+  return rho * (t - delta) + sigmoid(delta / temperature) + 0.5
 
 
 def smooth_rank_ap(
@@ -78,11 +78,11 @@ def smoothap_loss(scores, labels, where=None, *, temperature: float = 0.01) -> f
   return 1.0 - smooth_rank_ap(scores, labels, where, h_pos=step, h_neg=step)
 
 
-def supap_loss(scores, labels, where=None, *, tau=0.01, rho=100.0, delta=0.05) -> float:
+def supap_loss(scores, labels, where=None, *, temperature=0.01, rho=100.0, delta=0.05) -> float:
   """Eq. 5: Heaviside among positives, eq. 4's H^- against negatives."""
   if not any(rel for _, rel in _items(scores, labels, where)):
     return 0.0
-  h_neg = lambda t: supap_negative_step(t, tau, rho, delta)  # noqa: E731
+  h_neg = lambda t: supap_negative_step(t, temperature, rho, delta)  # noqa: E731
   return 1.0 - smooth_rank_ap(scores, labels, where, h_pos=heaviside, h_neg=h_neg)
 
 
@@ -100,12 +100,13 @@ def calibration_loss(scores, labels, where=None, *, alpha=0.9, beta=0.6) -> floa
 
 
 def roadmap_loss(
-    scores, labels, where=None, *, lam=0.5, tau=0.01, rho=100.0, delta=0.05, alpha=0.9, beta=0.6
+    scores, labels, where=None, *, calibration_weight=0.5, temperature=0.01, rho=100.0, delta=0.05,
+    alpha=0.9, beta=0.6
 ) -> float:
-  """Eq. 2: (1 - lam) SupAP + lam calibration."""
-  supap = supap_loss(scores, labels, where, tau=tau, rho=rho, delta=delta)
+  """Eq. 2: (1 - calibration_weight) SupAP + calibration_weight calibration."""
+  supap = supap_loss(scores, labels, where, temperature=temperature, rho=rho, delta=delta)
   calibration = calibration_loss(scores, labels, where, alpha=alpha, beta=beta)
-  return (1 - lam) * supap + lam * calibration
+  return (1 - calibration_weight) * supap + calibration_weight * calibration
 
 
 def decomposability_gap(scores, labels, where=None, *, num_batches: int) -> float:

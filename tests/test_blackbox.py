@@ -26,20 +26,21 @@ def np_ranks(y):
   return ranks
 
 
-def np_blackbox_backward(y, g, lam):
-  """Algorithm 1's backward: -(rk(y) - rk(y + lam g)) / lam."""
-  return -(np_ranks(y) - np_ranks(y + lam * g)) / lam
+def np_blackbox_backward(y, g, interpolation):
+  """Algorithm 1's backward: -(rk(y) - rk(y + interpolation g)) / interpolation."""
+  return -(np_ranks(y) - np_ranks(y + interpolation * g)) / interpolation
 
 
 def np_shift(y, relevant, margin):
   return np.where(relevant, y - margin / 2, y + margin / 2)  # eq. 14
 
 
-def np_ap_loss_and_grad(y, labels, where, lam, margin, cotangent=1.0):
+def np_ap_loss_and_grad(y, labels, where, interpolation, margin, cotangent=1.0):
   """Value and gradient (w.r.t. y) of eq. 22 on one list, with the blackbox backward.
 
-  The blackbox backward is not linear in the incoming cotangent (it moves scores by lam times it),
-  so the cotangent the loss receives (1 / number of lists for a mean) is part of the reference.
+  The blackbox backward is not linear in the incoming cotangent (it moves scores by interpolation
+  times it), so the cotangent the loss receives (1 / number of lists for a mean) is part of the
+  reference.
   """
   y, labels, where = np.asarray(y, float), np.asarray(labels), np.asarray(where, bool)
   valid = np.flatnonzero(where)
@@ -53,7 +54,7 @@ def np_ap_loss_and_grad(y, labels, where, lam, margin, cotangent=1.0):
   loss = 1 - np.sum(np.where(relevant, rk_pos / rk, 0)) / p
   d_rk = cotangent * np.where(relevant, rk_pos / rk**2, 0) / p  # rk_pos is a constant.
   grad = np.zeros(len(y))
-  grad[valid] = np_blackbox_backward(shifted, d_rk, lam * len(valid))
+  grad[valid] = np_blackbox_backward(shifted, d_rk, interpolation * len(valid))
   return loss, grad, True
 
 
@@ -154,40 +155,41 @@ def test_branch_is_chosen_at_trace_time_and_restored():
       pass
 
 
-@pytest.mark.parametrize("lam", [0.5, 3.0])
-def test_ranks_backward_is_algorithm_1(lam, rank_branch):
+@pytest.mark.parametrize("interpolation", [0.5, 3.0])
+def test_ranks_backward_is_algorithm_1(interpolation, rank_branch):
   rng = np.random.default_rng(1)
   y = rng.standard_normal((2, 10)).astype(np.float32)
   g = rng.standard_normal((2, 10)).astype(np.float32)
-  _, vjp = jax.vjp(lambda s: jaxrank.blackbox_ranks(s, lam), jnp.asarray(y))
+  _, vjp = jax.vjp(lambda s: jaxrank.blackbox_ranks(s, interpolation), jnp.asarray(y))
   (got,) = vjp(jnp.asarray(g))
-  want = np.stack([np_blackbox_backward(y[i], g[i], np.float32(lam)) for i in range(2)])
+  want = np.stack([np_blackbox_backward(y[i], g[i], np.float32(interpolation)) for i in range(2)])
   np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
-def test_ranks_per_list_lam_jit_and_vmap(rank_branch):
+def test_ranks_per_list_interpolation_jit_and_vmap(rank_branch):
   rng = np.random.default_rng(2)
   y = jnp.asarray(rng.standard_normal((3, 8)), jnp.float32)
   g = jnp.asarray(rng.standard_normal((3, 8)), jnp.float32)
-  lam = jnp.array([0.5, 1.0, 4.0])
+  interpolation = jnp.array([0.5, 1.0, 4.0])
 
   def vjp_of(fn):
     return jax.vjp(fn, y)[1](g)[0]
 
-  batched = vjp_of(lambda s: jaxrank.blackbox_ranks(s, lam))
-  mapped = vjp_of(lambda s: jax.vmap(jaxrank.blackbox_ranks)(s, lam))
-  jitted = vjp_of(jax.jit(lambda s: jaxrank.blackbox_ranks(s, lam)))
+  batched = vjp_of(lambda s: jaxrank.blackbox_ranks(s, interpolation))
+  mapped = vjp_of(lambda s: jax.vmap(jaxrank.blackbox_ranks)(s, interpolation))
+  jitted = vjp_of(jax.jit(lambda s: jaxrank.blackbox_ranks(s, interpolation)))
   np.testing.assert_allclose(batched, mapped)
   np.testing.assert_allclose(batched, jitted)
   for i in range(3):
-    np.testing.assert_allclose(batched[i], np_blackbox_backward(np.asarray(y[i]), np.asarray(g[i]), float(lam[i])), rtol=1e-6)
+    want = np_blackbox_backward(np.asarray(y[i]), np.asarray(g[i]), float(interpolation[i]))
+    np.testing.assert_allclose(batched[i], want, rtol=1e-6)
 
 
-def test_ranks_lam_gets_no_gradient_and_errors():
+def test_ranks_interpolation_gets_no_gradient_and_errors():
   y = jnp.array([0.3, 0.1, 0.2])
-  grad_lam = jax.grad(lambda lam: jnp.sum(jaxrank.blackbox_ranks(y, lam) * y))(1.0)
-  assert float(grad_lam) == 0.0
-  with pytest.raises(ValueError, match="lam must be > 0"):
+  grad = jax.grad(lambda interpolation: jnp.sum(jaxrank.blackbox_ranks(y, interpolation) * y))(1.0)
+  assert float(grad) == 0.0
+  with pytest.raises(ValueError, match="interpolation must be > 0"):
     jaxrank.blackbox_ranks(y, 0.0)
   with pytest.raises(TypeError, match="floating"):
     jaxrank.blackbox_ranks(jnp.array([1, 2, 3]), 1.0)
@@ -201,16 +203,18 @@ def test_ranks_lam_gets_no_gradient_and_errors():
 
 
 @pytest.mark.parametrize("ties", [False, True])
-@pytest.mark.parametrize("lam, margin", [(0.2, 0.02), (4.0, 0.0)])
-def test_ap_loss_value_and_gradient_equal_the_reference(ties, lam, margin, rank_branch):
+@pytest.mark.parametrize("interpolation, margin", [(0.2, 0.02), (4.0, 0.0)])
+def test_ap_loss_value_and_gradient_equal_the_reference(ties, interpolation, margin, rank_branch):
   scores, labels, where = random_lists(3, (4, 9), ties)
   labels[0] = 0  # A list without positives is left out of the mean.
   value, grad = jax.value_and_grad(
-      lambda s: jaxrank.blackbox_ap_loss(s, labels, where=where, lam=lam, margin=margin)
+      lambda s: jaxrank.blackbox_ap_loss(s, labels, where=where, interpolation=interpolation,
+                                         margin=margin)
   )(jnp.asarray(scores))
   count = np.sum(np.any(where & (labels >= 1), axis=-1))
   results = [
-      np_ap_loss_and_grad(scores[i], labels[i], where[i], lam, margin, cotangent=1 / count)
+      np_ap_loss_and_grad(scores[i], labels[i], where[i], interpolation, margin,
+                          cotangent=1 / count)
       for i in range(4)
   ]
   assert float(value) == pytest.approx(sum(loss for loss, _, d in results if d) / count, abs=1e-6)
@@ -241,7 +245,7 @@ def test_recall_loss_equals_the_reference(weight_fn, rank_branch):
 def test_recall_loss_gradient_pushes_positives_up(rank_branch):
   scores = jnp.array([0.9, 0.5, 0.4, 0.1])
   labels = jnp.array([0, 1, 0, 1])
-  grad = jax.grad(lambda s: jaxrank.blackbox_recall_loss(s, labels, lam=1.0))(scores)
+  grad = jax.grad(lambda s: jaxrank.blackbox_recall_loss(s, labels, interpolation=1.0))(scores)
   assert float(grad[1]) < 0 and float(grad[3]) < 0  # Descent raises the positives' scores.
   assert float(grad[0]) > 0  # and lowers the negative above them.
 
@@ -260,7 +264,7 @@ def test_map_over_classes_and_apc_are_compositions(rank_branch):
   assert float(apc) == pytest.approx(want, abs=1e-6)  # eq. 23: one list of all pairs.
 
 
-def np_recall_loss_grad(y, labels, lam, margin, dweight_fn):
+def np_recall_loss_grad(y, labels, interpolation, margin, dweight_fn):
   """The blackbox gradient of eq. 27 on one list without a mask (its rk^+ constants)."""
   y, relevant = np.asarray(y, float), np.asarray(labels) >= 1
   shifted = np_shift(y, relevant, margin)
@@ -268,7 +272,7 @@ def np_recall_loss_grad(y, labels, lam, margin, dweight_fn):
   outrun = np.array([sum((not relevant[j]) and rk[j] < rk[i] for j in range(len(y)))
                      for i in range(len(y))])
   d_rk = np.where(relevant, dweight_fn(outrun), 0) / relevant.sum()
-  return np_blackbox_backward(shifted, d_rk, lam * len(y))
+  return np_blackbox_backward(shifted, d_rk, interpolation * len(y))
 
 
 LOSSES = [jaxrank.blackbox_ap_loss, jaxrank.blackbox_recall_loss]
@@ -279,7 +283,7 @@ def test_degenerate_lists_have_their_known_values(loss_fn, rank_branch):
   tied = jnp.full(4, 0.5)
 
   def value_and_grad(scores, labels, where=None, **kwargs):
-    f = lambda s: loss_fn(s, jnp.array(labels), where=where, lam=1.0, **kwargs)
+    f = lambda s: loss_fn(s, jnp.array(labels), where=where, interpolation=1.0, **kwargs)
     return jax.value_and_grad(f)(scores)
 
   # Undefined lists (no positive, every item masked): 0 and a zero gradient. All positives: every
@@ -319,18 +323,19 @@ def branch_inputs():
 
 
 @pytest.mark.parametrize("loss_fn", LOSSES, ids=["ap", "recall"])
-@pytest.mark.parametrize("lam", [0.2, 4.0])
-def test_both_sort_paths_give_the_same_values_and_gradients(loss_fn, lam):
+@pytest.mark.parametrize("interpolation", [0.2, 4.0])
+def test_both_sort_paths_give_the_same_values_and_gradients(loss_fn, interpolation):
   scores, labels, where = branch_inputs()
   results = []
   for branch in ranking.DESCENDING_RANKS_BRANCHES:
     with ranking.descending_ranks_branch(branch):
       for reduce_fn in (None, jnp.mean):
         # Labels passed traced: concrete labels would rank by counting (few relevant items).
-        f = lambda s, y: jnp.sum(loss_fn(s, y, where=where, lam=lam, reduce_fn=reduce_fn))
+        f = lambda s, y: jnp.sum(loss_fn(s, y, where=where, interpolation=interpolation,
+                                         reduce_fn=reduce_fn))
         results.append(jax.jit(jax.value_and_grad(f))(scores, labels))
-      results.append(jax.jit(lambda s, y: loss_fn(s, y, where=where, lam=lam, reduce_fn=None))(
-          scores, labels))
+      results.append(jax.jit(lambda s, y: loss_fn(s, y, where=where, interpolation=interpolation,
+                                                  reduce_fn=None))(scores, labels))
   half = len(results) // 2
   chex.assert_tree_all_finite(results)
   for numpy_result, xla_result in zip(results[:half], results[half:]):
@@ -349,10 +354,10 @@ def test_valid_nan_makes_the_list_nan_on_both_sort_paths(loss_fn, rank_branch):
   nan_lists[0] = True
 
   def value_and_grad(s, reduce_fn):
-    f = lambda s: jnp.sum(loss_fn(s, labels, where=where, lam=4.0, reduce_fn=reduce_fn))
+    f = lambda s: jnp.sum(loss_fn(s, labels, where=where, interpolation=4.0, reduce_fn=reduce_fn))
     return jax.value_and_grad(f)(s)
 
-  per = np.asarray(loss_fn(scores, labels, where=where, lam=4.0, reduce_fn=None))
+  per = np.asarray(loss_fn(scores, labels, where=where, interpolation=4.0, reduce_fn=None))
   np.testing.assert_array_equal(np.isnan(per), nan_lists)
   assert per[3] == 0.0
   for reduce_fn in (None, jnp.sum, jnp.mean):
@@ -363,14 +368,14 @@ def test_valid_nan_makes_the_list_nan_on_both_sort_paths(loss_fn, rank_branch):
     clean_value, clean_grad = value_and_grad(clean, reduce_fn)
     if reduce_fn is not jnp.mean:  # The mean's cotangent depends on the count, not on the NaN.
       np.testing.assert_array_equal(grad[1:], clean_grad[1:])
-  clean_per = loss_fn(clean, labels, where=where, lam=4.0, reduce_fn=None)
+  clean_per = loss_fn(clean, labels, where=where, interpolation=4.0, reduce_fn=None)
   np.testing.assert_array_equal(per[1:], np.asarray(clean_per)[1:])
 
 
 def test_loss_errors():
   s, y = jnp.ones(3), jnp.array([1, 0, 1])
-  with pytest.raises(ValueError, match="lam must be > 0"):
-    jaxrank.blackbox_ap_loss(s, y, lam=-1.0)
+  with pytest.raises(ValueError, match="interpolation must be > 0"):
+    jaxrank.blackbox_ap_loss(s, y, interpolation=-1.0)
   with pytest.raises(ValueError, match="margin must be >= 0"):
     jaxrank.blackbox_recall_loss(s, y, margin=-0.1)
   with pytest.raises(TypeError, match="floating"):
@@ -379,24 +384,28 @@ def test_loss_errors():
 
 def test_hyperparameters_use_the_shared_checks():
   s, y = jnp.array([0.3, 0.2, 0.1]), jnp.array([1, 0, 1])
-  # lam and margin are real numbers (a bool is not), checked whenever they are known.
-  with pytest.raises(TypeError, match="blackbox_ap_loss: lam must be a real number, got True"):
-    jaxrank.blackbox_ap_loss(s, y, lam=True)
+  # interpolation and margin are real numbers (a bool is not), checked whenever they are known.
+  with pytest.raises(TypeError,
+                     match="blackbox_ap_loss: interpolation must be a real number, got True"):
+    jaxrank.blackbox_ap_loss(s, y, interpolation=True)
   with pytest.raises(TypeError, match="blackbox_recall_loss: margin must be a real number"):
     jaxrank.blackbox_recall_loss(s, y, margin=False)
-  with pytest.raises(TypeError, match="blackbox_ranks: lam must be a real number"):
+  with pytest.raises(TypeError, match="blackbox_ranks: interpolation must be a real number"):
     jaxrank.blackbox_ranks(s, "1.0")
-  with pytest.raises(ValueError, match="blackbox_ap_loss: lam must be > 0, got 0.0"):
-    jaxrank.blackbox_ap_loss(s, y, lam=jnp.array(0.0))  # A known array is checked too.
-  with pytest.raises(ValueError, match=r"lam must be > 0, got -2.0 in an array of shape \(2,\)"):
-    jaxrank.blackbox_ap_loss(jnp.ones((2, 3)), jnp.ones((2, 3)), lam=jnp.array([1.0, -2.0]))
+  with pytest.raises(ValueError, match="blackbox_ap_loss: interpolation must be > 0, got 0.0"):
+    jaxrank.blackbox_ap_loss(s, y, interpolation=jnp.array(0.0))  # A known array is checked too.
+  with pytest.raises(ValueError,
+                     match=r"interpolation must be > 0, got -2.0 in an array of shape \(2,\)"):
+    jaxrank.blackbox_ap_loss(jnp.ones((2, 3)), jnp.ones((2, 3)),
+                             interpolation=jnp.array([1.0, -2.0]))
   with pytest.raises(ValueError, match="blackbox_ap_loss: margin must be >= 0, got nan"):
     jaxrank.blackbox_ap_loss(s, y, margin=float("nan"))
   # A traced value is the caller's: not checked.
-  out = jax.jit(lambda lam: jaxrank.blackbox_ap_loss(s, y, lam=lam))(-1.0)
+  out = jax.jit(lambda v: jaxrank.blackbox_ap_loss(s, y, interpolation=v))(-1.0)
   assert out.shape == ()
-  # Per-list lam keeps working.
-  assert jaxrank.blackbox_ap_loss(jnp.ones((2, 3)), jnp.ones((2, 3)), lam=np.array([0.5, 2])) == 0
+  # Per-list interpolation keeps working.
+  assert jaxrank.blackbox_ap_loss(
+      jnp.ones((2, 3)), jnp.ones((2, 3)), interpolation=np.array([0.5, 2])) == 0
   with pytest.raises(ValueError, match=r"blackbox_ranks: scores must have at least one axis"):
     jaxrank.blackbox_ranks(jnp.array(0.5), 1.0)
   with pytest.raises(TypeError, match="blackbox_recall_loss: weight_fn must be a function"):
@@ -426,26 +435,28 @@ def test_blackbox_ranks_at_equals_the_gathered_blackbox_ranks(ties, rank_branch)
     scores = awkward_scores(rng, (3, n), ties)
     indices = np.stack([rng.permutation(n)[:k] for _ in range(3)]).astype(np.int32)
     valid = rng.random((3, k)) < 0.8
-    lam = (rng.random(3) * 5 + 0.1).astype(np.float32)
+    interpolation = (rng.random(3) * 5 + 0.1).astype(np.float32)
     g = np.where(valid, rng.standard_normal((3, k)), 0).astype(np.float32)
     sort, sort_vjp = jax.vjp(
-        lambda s: jnp.take_along_axis(jaxrank.blackbox_ranks(s, lam), indices, -1), scores)
+        lambda s: jnp.take_along_axis(jaxrank.blackbox_ranks(s, interpolation), indices, -1),
+        scores)
     count, count_vjp = jax.vjp(
-        jax.jit(lambda s: ranking.blackbox_ranks_at(s, indices, valid, lam)), scores)
+        jax.jit(lambda s: ranking.blackbox_ranks_at(s, indices, valid, interpolation)), scores)
     np.testing.assert_array_equal(np.where(valid, count, 0), np.where(valid, sort, 0))
     np.testing.assert_array_equal(count_vjp(g)[0], sort_vjp(g)[0])
 
 
 @pytest.mark.parametrize("platform", platforms.PLATFORMS)
 def test_counting_needs_no_sort_and_no_callback(platform):
-  s, idx, valid, lam = jnp.ones((2, 5)), jnp.zeros((2, 2), jnp.int32), jnp.ones((2, 2), bool), jnp.ones(2)
+  s, idx, valid = jnp.ones((2, 5)), jnp.zeros((2, 2), jnp.int32), jnp.ones((2, 2), bool)
+  interpolation = jnp.ones(2)
   labels = jnp.array([[1, 0, 1, 0, 0], [0, 1, 0, 0, 0]])
 
   def program(fn, *args):
     return str(jax.make_jaxpr(jax.grad(fn))(s, *args))
 
   with platforms.forced_platform(platform):
-    jaxpr = program(lambda s: jnp.sum(ranking.blackbox_ranks_at(s, idx, valid, lam)))
+    jaxpr = program(lambda s: jnp.sum(ranking.blackbox_ranks_at(s, idx, valid, interpolation)))
     counting = [jaxpr]
     # The bound is a promise: counting alone, no check with a fallback (no cond), traced labels
     # or concrete, within the bound or beyond it (then NaN).
@@ -479,35 +490,37 @@ def assert_same_path(got, want):
   chex.assert_trees_all_equal(got[1], want[1])
 
 
-# (lam, margin): Table 9's CUB values, a large lam without margin, a large margin. They are
-# arguments of the jitted steps (traced), so that one compilation serves all three.
+# (interpolation, margin): Table 9's CUB values, a large interpolation without margin, a large
+# margin. They are arguments of the jitted steps (traced), so that one compilation serves all three.
 COUNTING_HYPERPARAMETERS = [(0.2, 0.02), (4.0, 0.0), (1.0, 0.3)]
 
 
 @pytest.mark.parametrize("loss_fn", LOSSES, ids=["ap", "recall"])
 def test_counting_path_equals_the_sort_path(loss_fn, rank_branch):
-  moved = {lam: 0.0 for lam, _ in COUNTING_HYPERPARAMETERS}
+  moved = {interpolation: 0.0 for interpolation, _ in COUNTING_HYPERPARAMETERS}
   for scores, labels, where in counting_cases():
     most = int(np.max(np.sum(where & (labels >= 1), axis=-1)))
     for reduce_fn in (None, jnp.mean):
-      def f(s, k, lam, margin, y=labels, reduce_fn=reduce_fn, where=where):
-        return jnp.sum(loss_fn(s, y, where=where, lam=lam, margin=margin,
+      def f(s, k, interpolation, margin, y=labels, reduce_fn=reduce_fn, where=where):
+        return jnp.sum(loss_fn(s, y, where=where, interpolation=interpolation, margin=margin,
                                reduce_fn=reduce_fn, max_relevant=k))
 
-      traced = jax.jit(jax.value_and_grad(lambda s, y, k, lam, margin: f(s, k, lam, margin, y)),
+      traced = jax.jit(jax.value_and_grad(
+          lambda s, y, k, interpolation, margin: f(s, k, interpolation, margin, y)),
                        static_argnums=2)
       concrete = jax.jit(jax.value_and_grad(f), static_argnums=1)
       for hyperparameters in COUNTING_HYPERPARAMETERS:
-        lam, margin = map(np.float32, hyperparameters)
-        want = traced(scores, labels, None, lam, margin)  # The sort: labels traced, no bound.
+        interpolation, margin = map(np.float32, hyperparameters)
+        # The sort: labels traced, no bound.
+        want = traced(scores, labels, None, interpolation, margin)
         for k in (most, most + 3, 100):
-          assert_same_path(traced(scores, labels, k, lam, margin), want)
+          assert_same_path(traced(scores, labels, k, interpolation, margin), want)
         for k in (None, most):  # Concrete labels: the bound read from them.
-          assert_same_path(jax.value_and_grad(f)(scores, k, lam, margin), want)
-          assert_same_path(concrete(scores, k, lam, margin), want)
+          assert_same_path(jax.value_and_grad(f)(scores, k, interpolation, margin), want)
+          assert_same_path(concrete(scores, k, interpolation, margin), want)
         moved[hyperparameters[0]] = max(moved[hyperparameters[0]], float(np.abs(want[1]).max()))
-  # Not trivial cases (lam = 0.2 rarely moves these short lists).
-  assert all(moved[lam] > 0 for lam in moved if lam >= 1), moved
+  # Not trivial cases (interpolation = 0.2 rarely moves these short lists).
+  assert all(moved[interpolation] > 0 for interpolation in moved if interpolation >= 1), moved
 
 
 @pytest.mark.parametrize("loss_fn", LOSSES, ids=["ap", "recall"])
@@ -520,14 +533,15 @@ def test_counting_path_on_random_tied_lists_and_under_vmap(loss_fn):
     labels = (rng.random(shape) < 0.4).astype(np.int32)
     where = rng.random(shape) < 0.85
     k = int(np.max(np.sum(where & (labels >= 1), axis=-1))) or 1
-    f = lambda s, y, k: loss_fn(s, y, where=where, lam=2.0, reduce_fn=jnp.sum, max_relevant=k)
+    f = lambda s, y, k: loss_fn(s, y, where=where, interpolation=2.0, reduce_fn=jnp.sum,
+                                max_relevant=k)
     want = jax.jit(jax.value_and_grad(f), static_argnums=2)(scores, labels, None)  # The sort.
     assert_same_path(jax.value_and_grad(f)(scores, labels, k), want)
     assert_same_path(jax.value_and_grad(f)(scores, labels, None), want)
-    per_list = lambda s, y, w: loss_fn(s, y, where=w, lam=2.0, max_relevant=k)
+    per_list = lambda s, y, w: loss_fn(s, y, where=w, interpolation=2.0, max_relevant=k)
     mapped = jax.vmap(jax.value_and_grad(per_list))(scores, labels, where)
     single = jax.vmap(jax.value_and_grad(
-        lambda s, y, w: loss_fn(s, y, where=w, lam=2.0)))(scores, labels, where)
+        lambda s, y, w: loss_fn(s, y, where=w, interpolation=2.0)))(scores, labels, where)
     assert_same_path(mapped, single)
 
 
@@ -545,7 +559,7 @@ def test_counting_path_on_batches_with_a_memory_gallery(loss_fn, rank_branch):
     scores, relevance, where = jaxrank.batch_retrieval(
         e, labels, gallery_embeddings=g, gallery_labels=gallery_labels,
         gallery_where=gallery_where)
-    return loss_fn(scores, relevance, where=where, lam=1.0, max_relevant=k)
+    return loss_fn(scores, relevance, where=where, interpolation=1.0, max_relevant=k)
 
   # At most 2 in the batch and the class's valid gallery items.
   most = 2 + int(np.max(np.bincount(gallery_labels[gallery_where], minlength=4)))
@@ -574,7 +588,8 @@ def test_masked_items_rank_below_a_valid_minus_infinity(rank_branch, loss, max_r
   labels = jnp.array([[1, 0, 0, 1, 0]])
   where = jnp.array([[True, True, False, True, True]])
   keep = np.flatnonzero(np.asarray(where[0]))
-  f = lambda s, y, w: loss(s, y, where=w, lam=0.5, max_relevant=max_relevant)  # noqa: E731
+  f = lambda s, y, w: loss(  # noqa: E731
+      s, y, where=w, interpolation=0.5, max_relevant=max_relevant)
   padded, grad = jax.jit(jax.value_and_grad(f))(scores, labels, where)
   want, want_grad = jax.jit(jax.value_and_grad(f))(scores[:, keep], labels[:, keep], where[:, keep])
   np.testing.assert_array_equal(padded, want)
@@ -597,7 +612,8 @@ def test_a_list_beyond_max_relevant_is_nan_with_a_zero_gradient(loss_fn, rank_br
     assert beyond.any() and not beyond.all()
     for reduce_fn in (None, jnp.mean):
       def f(s, y, k):
-        return jnp.sum(loss_fn(s, y, where=where, lam=4.0, reduce_fn=reduce_fn, max_relevant=k))
+        return jnp.sum(loss_fn(s, y, where=where, interpolation=4.0, reduce_fn=reduce_fn,
+                               max_relevant=k))
 
       want_value, want_grad = jax.jit(jax.value_and_grad(f), static_argnums=2)(scores, labels, None)
       for value, grad in (jax.jit(jax.value_and_grad(f), static_argnums=2)(scores, labels, k),
@@ -606,7 +622,7 @@ def test_a_list_beyond_max_relevant_is_nan_with_a_zero_gradient(loss_fn, rank_br
         np.testing.assert_array_equal(grad[beyond], 0)
         np.testing.assert_array_equal(grad[~beyond], want_grad[~beyond])
     per_list = lambda s, y, w, k: loss_fn(  # noqa: E731
-        s, y, where=w, lam=4.0, max_relevant=k, reduce_fn=None)
+        s, y, where=w, interpolation=4.0, max_relevant=k, reduce_fn=None)
     got = jax.jit(per_list, static_argnums=3)(scores, labels, where, k)
     want = jax.jit(per_list, static_argnums=3)(scores, labels, where, None)
     np.testing.assert_array_equal(np.isnan(got), beyond | np.isnan(want))
@@ -632,13 +648,13 @@ def test_the_bound_is_read_from_concrete_labels_alike_under_jit_and_vmap(loss_fn
   assert blackbox.concrete_relevant_count(jnp.asarray(labels), None, scores.shape) == 11
 
   def f(s, y, w):
-    return loss_fn(s, y, where=w, lam=1.5, reduce_fn=jnp.sum)
+    return loss_fn(s, y, where=w, interpolation=1.5, reduce_fn=jnp.sum)
 
   want = jax.jit(jax.value_and_grad(f))(scores, labels, where)  # Traced labels: the sort.
   chex.assert_trees_all_equal(jax.value_and_grad(f)(scores, labels, where), want)
   chex.assert_trees_all_equal(jax.jit(jax.value_and_grad(lambda s: f(s, labels, where)))(scores),
                               want)
-  per_list = lambda s, y, w: loss_fn(s, y, where=w, lam=1.5)  # noqa: E731
+  per_list = lambda s, y, w: loss_fn(s, y, where=w, interpolation=1.5)  # noqa: E731
   mapped = jax.vmap(jax.value_and_grad(per_list))(scores, labels, where)  # Traced: the sort.
   closed = jax.vmap(jax.value_and_grad(lambda s: per_list(s, labels[0], where[0])))(scores)
   single = jax.value_and_grad(per_list)(scores[0], labels[0], where[0])  # Concrete: counting.
@@ -660,7 +676,7 @@ def test_float64_scores_under_thread_local_x64_where_the_callback_runs_without_i
   rng = np.random.default_rng(21)
   labels = (rng.random((3, 40)) < 0.5).astype(np.int32)  # Traced, many relevant: the sort.
   labels[:, :2] = [0, 1]
-  f = lambda s, y: loss_fn(s, y, lam=1.5, margin=0.0, reduce_fn=jnp.sum)  # noqa: E731
+  f = lambda s, y: loss_fn(s, y, interpolation=1.5, margin=0.0, reduce_fn=jnp.sum)  # noqa: E731
   with jax.enable_x64(True):
     scores = jnp.asarray(rng.normal(size=(3, 40)))
     scores = scores.at[:, 1].set(scores[:, 0] + 1e-12)  # Above item 0 only in float64.

@@ -30,7 +30,7 @@ LOSSES = {
         jaxrank.simplified_tie_aware_ndcg_loss, num_bins=8
     ),
     "blackbox_ap": jaxrank.blackbox_ap_loss,
-    "blackbox_recall": functools.partial(jaxrank.blackbox_recall_loss, lam=1.0),
+    "blackbox_recall": functools.partial(jaxrank.blackbox_recall_loss, interpolation=1.0),
     "smoothap": functools.partial(jaxrank.smoothap_loss, temperature=0.05),
     "smooth_rank_ap": functools.partial(
         jaxrank.smooth_rank_ap_loss, positive_step_fn=jaxrank.heaviside_step,
@@ -259,8 +259,8 @@ def test_temporaries_grow_with_the_block_not_the_batch(name):
 
 @pytest.mark.parametrize("max_relevant", [None, 1], ids=["sort", "counting"])
 def test_the_blackbox_gradient_takes_the_true_cotangent(max_relevant):
-  """The blackbox backward moves the scores by `lam` times the cotangent, so the gradient of
-  `3 * f` is not three times that of `f`: the blocked loss (which recomputes each block with the
+  """The blackbox backward moves the scores by `interpolation` times the cotangent, so the gradient
+  of `3 * f` is not three times that of `f`: the blocked loss (which recomputes each block with the
   true cotangent for them, both ways of ranking) gives the unblocked gradient of `3 * f`."""
   embeddings, *_ = data()
   labels = jnp.arange(B) % 7  # One relevant item per list.

@@ -91,20 +91,22 @@ def test_real_scalars_and_arrays():
   with pytest.raises(ValueError, match=r"f: t must be a scalar, got an array of shape \(3,\)"):
     checks.check_real("f", "t", jnp.ones(3))
   # scalar=False: arrays of any shape, every element checked; None returned for an array.
-  assert checks.check_real("f", "lam", np.array([0.5, 2.0]), above=0, scalar=False) is None
-  assert checks.check_real("f", "lam", 0.5, above=0, scalar=False) == 0.5
-  with pytest.raises(ValueError, match=r"lam must be > 0, got -1.0 in an array of shape \(2, 2\)"):
-    checks.check_real("f", "lam", jnp.array([[1.0, 2.0], [-1.0, 0.0]]), above=0, scalar=False)
-  with pytest.raises(TypeError, match="f: lam must be a real number, got an array of dtype bool"):
-    checks.check_real("f", "lam", np.array([True, False]), scalar=False)
+  assert checks.check_real("f", "strength", np.array([0.5, 2.0]), above=0, scalar=False) is None
+  assert checks.check_real("f", "strength", 0.5, above=0, scalar=False) == 0.5
+  with pytest.raises(ValueError,
+                     match=r"strength must be > 0, got -1.0 in an array of shape \(2, 2\)"):
+    checks.check_real("f", "strength", jnp.array([[1.0, 2.0], [-1.0, 0.0]]), above=0, scalar=False)
+  with pytest.raises(TypeError,
+                     match="f: strength must be a real number, got an array of dtype bool"):
+    checks.check_real("f", "strength", np.array([True, False]), scalar=False)
 
 
 def test_real_skips_traced_values():
   seen = []
 
-  def f(t, lam):
+  def f(t, strength):
     seen.append(checks.check_real("f", "t", t, above=0))
-    seen.append(checks.check_real("f", "lam", lam, above=0, scalar=False))
+    seen.append(checks.check_real("f", "strength", strength, above=0, scalar=False))
     return t
 
   jax.jit(f)(-1.0, -jnp.ones(3))  # Out of range, but unknown at trace time: not checked.
@@ -224,7 +226,7 @@ def test_public_functions_name_themselves():
   s, y = jnp.array([0.3, 0.2]), jnp.array([1, 0])
   calls = {
       "smoothap_loss": lambda: jaxrank.smoothap_loss(s, y, chunk_size=True),
-      "blackbox_ap_loss": lambda: jaxrank.blackbox_ap_loss(s, y, lam=True),
+      "blackbox_ap_loss": lambda: jaxrank.blackbox_ap_loss(s, y, interpolation=True),
       "chunked_value_and_grad": lambda: jaxrank.chunked_value_and_grad(
           lambda p, x: x, jnp.sum, chunk_size=True
       ),
@@ -264,16 +266,19 @@ _S, _Y = jnp.array([[0.3, 0.2, -0.1]]), jnp.array([[1, 0, 1]])
 HYPERPARAMETERS = [
     ("smoothap_loss", "temperature", -0.2, lambda v: jaxrank.smoothap_loss(_S, _Y, temperature=v)),
     ("sigmoid_step", "temperature", 0.0, lambda v: jaxrank.sigmoid_step(_S, temperature=v)),
-    ("supap_loss", "tau", 0.0, lambda v: jaxrank.supap_loss(_S, _Y, tau=v)),
+    ("supap_loss", "temperature", 0.0, lambda v: jaxrank.supap_loss(_S, _Y, temperature=v)),
     ("supap_loss", "rho", -0.2, lambda v: jaxrank.supap_loss(_S, _Y, rho=v)),
     ("supap_negative_step", "delta", -0.2, lambda v: jaxrank.supap_negative_step(_S, delta=v)),
-    ("roadmap_loss", "lam", -0.2, lambda v: jaxrank.roadmap_loss(_S, _Y, lam=v)),
-    ("roadmap_loss", "lam", 1.5, lambda v: jaxrank.roadmap_loss(_S, _Y, lam=v)),
+    ("roadmap_loss", "calibration_weight", -0.2,
+     lambda v: jaxrank.roadmap_loss(_S, _Y, calibration_weight=v)),
+    ("roadmap_loss", "calibration_weight", 1.5,
+     lambda v: jaxrank.roadmap_loss(_S, _Y, calibration_weight=v)),
     ("calibration_loss", "alpha", 0.5, lambda v: jaxrank.calibration_loss(_S, _Y, alpha=v)),
-    ("blackbox_ap_loss", "lam", 0.0, lambda v: jaxrank.blackbox_ap_loss(_S, _Y, lam=v)),
+    ("blackbox_ap_loss", "interpolation", 0.0,
+     lambda v: jaxrank.blackbox_ap_loss(_S, _Y, interpolation=v)),
     ("blackbox_recall_loss", "margin", -0.2,
      lambda v: jaxrank.blackbox_recall_loss(_S, _Y, margin=v)),
-    ("blackbox_ranks", "lam", -0.2, lambda v: jaxrank.blackbox_ranks(_S, v)),
+    ("blackbox_ranks", "interpolation", -0.2, lambda v: jaxrank.blackbox_ranks(_S, v)),
     ("tanh_scale", "growth", 0.5, lambda v: jaxrank.hashing.tanh_scale(3, growth=v, every=2)),
     ("soft_binning_ap_loss", "weights", -0.2,
      lambda v: jaxrank.soft_binning_ap_loss(_S, _Y, weights=v)),
@@ -388,7 +393,7 @@ _TRACED = {
     "weights": (lambda w: jaxrank.soft_binning_ap_loss(_S, _Y, weights=w), jnp.array([1.0, -1.0]), jnp.array([1.0, 2.0]), "soft_binning_ap_loss: weights must be non-negative"),
     "graded_labels": (lambda y: jaxrank.ndcg_metric(_S, y), jnp.array([[2, 0, -1, 0], [0, 1, 1, 0]]), _Y, r"ndcg_metric: graded labels must be >= 0"),
     "hamming": (lambda d: jaxrank.hamming_tie_aware_ap_metric(d, _Y, num_bits=4), jnp.array([[0.0, 1.5, 2, 4], [1, 2, 3, 4]]), jnp.array([[0.0, 1, 2, 4], [1, 2, 3, 4]]), r"distances must be integers in \[0, num_bits\]"),
-    "hyperparameter": (lambda lam: jaxrank.blackbox_ap_loss(_S, _Y, lam=lam), jnp.float32(-1.0), jnp.float32(0.5), r"blackbox_ap_loss: lam must be > 0"),
+    "hyperparameter": (lambda v: jaxrank.blackbox_ap_loss(_S, _Y, interpolation=v), jnp.float32(-1.0), jnp.float32(0.5), r"blackbox_ap_loss: interpolation must be > 0"),
     "temperature": (lambda t: jaxrank.smoothap_loss(_S, _Y, temperature=t), jnp.float32(0.0), jnp.float32(0.01), r"smoothap_loss: temperature must be > 0"),
 }
 

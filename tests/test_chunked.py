@@ -56,7 +56,7 @@ LOSSES = {
     "fastap": in_batch(jaxrank.fastap_loss),
     "smoothap": in_batch(functools.partial(jaxrank.smoothap_loss, temperature=0.05)),
     "blackbox_ap": in_batch(jaxrank.blackbox_ap_loss),
-    "blackbox_recall": in_batch(functools.partial(jaxrank.blackbox_recall_loss, lam=1.0)),
+    "blackbox_recall": in_batch(functools.partial(jaxrank.blackbox_recall_loss, interpolation=1.0)),
 }
 
 

@@ -106,11 +106,12 @@ def test_the_loss_summaries_name_the_table():
          "soft_binning_ap"),
         (["--config", "experiments/job/configs/nonexistent.py"], "is not a file"),
         # A hyperparameter that the loss rejects fails before anything runs, not at the first step.
-        (["--set", "loss_kwargs={'num_bins': 1}"],
-         "config.loss_kwargs={'num_bins': 1} cannot be used with loss 'fastap': fastap_loss: "
-         "num_bins must be an int >= 2, got 1."),
+        (["--set", "loss_kwargs={'num_intervals': 1}"],
+         "config.loss_kwargs={'num_intervals': 1} cannot be used with loss 'fastap': fastap_loss: "
+         "num_intervals must be an int >= 2, got 1."),
     ],
-    ids=["float", "bool", "int", "tuple", "unknown", "no_equals", "swept", "no_file", "num_bins"],
+    ids=["float", "bool", "int", "tuple", "unknown", "no_equals", "swept", "no_file",
+         "num_intervals"],
 )
 def test_a_bad_config_prints_one_line_exits_2_and_writes_nothing(tmp_path, arguments, message):
   workdir = tmp_path / "run"
@@ -131,10 +132,10 @@ def test_every_run_of_a_sweep_is_checked_before_the_first_one_trains(tmp_path):
       from experiments.job import main
       get_config = main.load_config_module({TINY!r}).get_config
       def get_sweep():
-        return {{"good": {{"loss": "smoothap"}}, "bad": {{"loss_kwargs": {{"num_bins": 1}}}}}}
+        return {{"good": {{"loss": "smoothap"}}, "bad": {{"loss_kwargs": {{"num_intervals": 1}}}}}}
   """))
   workdir = tmp_path / "run"
-  with pytest.raises(config_lib.ConfigError, match="run 'bad': config.loss_kwargs=.*num_bins"):
+  with pytest.raises(config_lib.ConfigError, match="run 'bad': config.loss_kwargs=.*num_intervals"):
     main_lib.run(str(config_file), str(workdir))
   assert not workdir.exists()  # Neither the baseline nor the good run started.
 

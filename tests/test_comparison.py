@@ -77,7 +77,7 @@ def test_the_command_writes_a_section_that_parses(smoke):
   assert "kept" in sections[results.EXPERIMENTS[1].name]  # The other section is kept.
   section = sections[report.NAME]
   assert section.strip() == second["stdout"].strip()  # The section is also printed.
-  for expected in ("### Protocol", "held-out accuracy", "| fastap | num_bins: 10, 20, 40, 80",
+  for expected in ("### Protocol", "held-out accuracy", "| fastap | num_intervals: 10, 20, 40, 80",
                    "fine-tuning the pretrained backbone", "from scratch", "| 1 | untrained | 2/2",
                    "| | raw_pixels |", "#### FastAP's number of histogram bins L",
                    "**Reading: the claim", "python -m experiments.comparison.main"):

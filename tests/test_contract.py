@@ -137,7 +137,8 @@ SEGMENTS_BY_POSITION = (
 )
 BLACKBOX_NOT_LINEAR = (
     "the blackbox backward is not linear in the incoming cotangent (Algorithm 1 perturbs the "
-    "scores by lam times it): the gradient of the mean is not the gradient of the sum / count"
+    "scores by interpolation times it): the gradient of the mean is not the gradient of the sum / "
+    "count"
 )
 
 
@@ -252,7 +253,7 @@ TABLE = [
             jaxrank.smooth_rank_ap_loss,
             positive_step_fn=functools.partial(jaxrank.sigmoid_step, temperature=0.05),
             negative_step_fn=functools.partial(
-                jaxrank.supap_negative_step, tau=0.02, rho=5.0, delta=0.02
+                jaxrank.supap_negative_step, temperature=0.02, rho=5.0, delta=0.02
             ),
         ),
         functools.partial(
@@ -282,12 +283,12 @@ TABLE = [
     # thread-local context, as the tests use) a callback that XLA runs on another thread (two
     # independent sorts in one jitted function) gets its float64 result canonicalised to float32,
     # which JAX rejects ("Incorrect output dtype"). With the global x64 flag it works.
-    # lam = 4 (Table 9's Online Products value): with the default 0.2, the perturbed scores of
-    # these short lists rarely change order, and most gradients are 0. Each runs on the platform's
+    # interpolation = 4 (Table 9's Online Products value): with the default 0.2, the perturbed
+    # scores of these short lists rarely change order, and most gradients are 0. Each runs on the platform's
     # sort (numpy on CPU) and, as "..._xla", on XLA's (the GPU/TPU path, forced).
     *(
         _loss(name + suffix, _on_branch(branch, fn), None, gradient="interpolation",
-              dtype=np.float32, lam=4.0)
+              dtype=np.float32, interpolation=4.0)
         for name, fn in (("blackbox_ap", jaxrank.blackbox_ap_loss),
                          ("blackbox_recall", jaxrank.blackbox_recall_loss))
         for suffix, branch in (("", None), ("_xla", "xla"))
@@ -295,8 +296,8 @@ TABLE = [
     # Their counting path (no sort): max_relevant = N, at least the relevant items of any list
     # here, so every call counts.
     *(
-        _loss(name + "_counting", fn, None, gradient="interpolation", dtype=np.float32, lam=4.0,
-              max_relevant=N)
+        _loss(name + "_counting", fn, None, gradient="interpolation", dtype=np.float32,
+              interpolation=4.0, max_relevant=N)
         for name, fn in (("blackbox_ap", jaxrank.blackbox_ap_loss),
                          ("blackbox_recall", jaxrank.blackbox_recall_loss))
     ),

@@ -93,11 +93,11 @@ def _expected_hard_sampling(value, base=(16, 4, 2)):
 
 
 EXPECTED_FIELDS = {
-    "fastap_bins": lambda v: {"loss": "fastap", "loss_kwargs": {"num_bins": v}},
+    "fastap_bins": lambda v: {"loss": "fastap", "loss_kwargs": {"num_intervals": v}},
     "batch_size": _expected_batch_size,
     "blackbox_margin_memory": lambda v: {
         "loss": "blackbox_ap", "loss_kwargs": {"margin": v[0]}, "memory_batches": v[1]},
-    "roadmap_lambda": lambda v: {"loss": "roadmap", "loss_kwargs": {"lam": v}},
+    "roadmap_lambda": lambda v: {"loss": "roadmap", "loss_kwargs": {"calibration_weight": v}},
     "hard_sampling": _expected_hard_sampling,
 }
 SCRIPTS = {
@@ -235,11 +235,11 @@ def test_values_parse_as_literals_or_strings():
 def test_loss_overrides_keep_the_base_hyperparameters_of_the_same_loss():
   from experiments.job import config as config_lib  # pylint: disable=g-import-not-at-top
 
-  base = config_lib.Config(loss="blackbox_ap", loss_kwargs={"lam": 4.0})
+  base = config_lib.Config(loss="blackbox_ap", loss_kwargs={"interpolation": 4.0})
   assert sweep.loss_overrides(base, "blackbox_ap", margin=0.1) == {
-      "loss": "blackbox_ap", "loss_kwargs": {"lam": 4.0, "margin": 0.1}}
-  assert sweep.loss_overrides(base, "fastap", num_bins=5) == {
-      "loss": "fastap", "loss_kwargs": {"num_bins": 5}}
+      "loss": "blackbox_ap", "loss_kwargs": {"interpolation": 4.0, "margin": 0.1}}
+  assert sweep.loss_overrides(base, "fastap", num_intervals=5) == {
+      "loss": "fastap", "loss_kwargs": {"num_intervals": 5}}
 
 
 # `python -m experiments.results`: its writer on canned tables and its runner on a trivial command

@@ -30,7 +30,7 @@ class Case(NamedTuple):
 
 CASES = [
     Case("fastap", histogram.fastap_loss, ref.fastap_loss, {}),
-    Case("fastap_L3", histogram.fastap_loss, ref.fastap_loss, {"num_bins": 3}),
+    Case("fastap_L3", histogram.fastap_loss, ref.fastap_loss, {"num_intervals": 3}),
     Case("sb_ap", histogram.soft_binning_ap_loss, ref.soft_binning_ap_loss, {}),
     Case("sb_ap_M4", histogram.soft_binning_ap_loss, ref.soft_binning_ap_loss, {"num_bins": 4}),
 ]
@@ -39,6 +39,11 @@ DEFAULT_CASES = [CASES[0], CASES[2]]  # Default bins: the cases that the costlie
 DEFAULT_IDS = [CASE_IDS[0], CASE_IDS[2]]
 LOSSES = [histogram.fastap_loss, histogram.soft_binning_ap_loss]
 LOSS_IDS = ["fastap", "sb_ap"]
+
+
+def _bins(fn, count):
+  """`fn`'s bin count as a keyword: `fastap_loss` counts intervals, `soft_binning_ap_loss` centres."""
+  return {"num_intervals" if fn is histogram.fastap_loss else "num_bins": count}
 
 BATCH = (3, 4)
 N = 9
@@ -115,7 +120,7 @@ def test_reference_hand_values():
   # Distances 0.4, 1.2, 2.0, 3.6 on centres 0..4: h+ = (.6, .4, 1, 0, 0), h = (.6, 1.2, 1.2, .4, .6).
   scores, labels = [0.8, 0.4, 0.0, -0.8], [1, 0, 1, 0]
   want = (0.6 + 0.4 * 1.0 / 1.8 + 1.0 * 2.0 / 3.0) / 2
-  assert ref.fastap(scores, labels, num_bins=4) == pytest.approx(want, rel=1e-14)
+  assert ref.fastap(scores, labels, num_intervals=4) == pytest.approx(want, rel=1e-14)
   assert ref.ap_q(scores, labels, num_bins=5) == pytest.approx(want, rel=1e-14)
   # Items on the centres of fine bins: the exact AP.
   assert ref.ap_q([1.0, 0.0, -1.0], [1, 0, 1], num_bins=5) == pytest.approx((1 + 2 / 3) / 2)
@@ -128,7 +133,7 @@ def test_reference_hand_values():
 def test_hand_values():
   scores, labels = jnp.array([0.8, 0.4, 0.0, -0.8]), jnp.array([1, 0, 1, 0])
   want = 1 - (0.6 + 0.4 / 1.8 + 2 / 3) / 2
-  np.testing.assert_allclose(histogram.fastap_loss(scores, labels, num_bins=4), want, rtol=1e-6)
+  np.testing.assert_allclose(histogram.fastap_loss(scores, labels, num_intervals=4), want, rtol=1e-6)
   np.testing.assert_allclose(
       histogram.soft_binning_ap_loss(scores, labels, num_bins=5), want, rtol=1e-6
   )
@@ -271,7 +276,7 @@ def test_no_items_by_bins_tensor(fn, platform):
   p, n = 4, 64
   m = 128 if platform == platforms.CPU else histogram.UNROLL_BINS // 2
   scores, labels, where = random_lists(1, (p, n))
-  loss = functools.partial(fn, labels=labels, where=where, num_bins=m)
+  loss = functools.partial(fn, labels=labels, where=where, **_bins(fn, m))
   jaxpr = jax.make_jaxpr(jax.value_and_grad(lambda s: loss(s)))(scores.astype(np.float32))
   biggest = _max_intermediate_size(jaxpr.jaxpr)
   # The per-item statistics [p, n, 4] and the per-bin sums [p, m + 1, 4] at most.
@@ -355,13 +360,14 @@ def test_other_ranges_by_an_affine_map(x64):
     np.testing.assert_allclose(got, want, **TOL64)
 
 
-@pytest.mark.parametrize("num_bins", [4, 10])
-def test_fastap_equals_soft_binning_ap_with_one_more_bin(num_bins, x64):
+@pytest.mark.parametrize("num_intervals", [4, 10])
+def test_fastap_equals_soft_binning_ap_with_one_more_bin(num_intervals, x64):
   e, labels = _embeddings(4, b=16, d=5, num_classes=4)
   scores, relevance, where = batch_retrieval(e, labels)
-  fastap = histogram.fastap_loss(scores, relevance, where=where, num_bins=num_bins, reduce_fn=None)
+  fastap = histogram.fastap_loss(scores, relevance, where=where, num_intervals=num_intervals,
+                                 reduce_fn=None)
   sb = histogram.soft_binning_ap_loss(
-      scores, relevance, where=where, num_bins=num_bins + 1, reduce_fn=None
+      scores, relevance, where=where, num_bins=num_intervals + 1, reduce_fn=None
   )
   np.testing.assert_allclose(fastap, sb, rtol=1e-12, atol=1e-14)
   assert float(jnp.std(fastap)) > 0  # Not a trivial case.
@@ -370,16 +376,18 @@ def test_fastap_equals_soft_binning_ap_with_one_more_bin(num_bins, x64):
 # 3. Gradients.
 
 
-@pytest.mark.parametrize("num_bins", [3, 10])
-def test_fastap_gradient_matches_appendix_c(num_bins, x64):
+@pytest.mark.parametrize("num_intervals", [3, 10])
+def test_fastap_gradient_matches_appendix_c(num_intervals, x64):
   scores, labels, where = _with_empty_lists(5)
-  scores = off_centres(scores, num_bins + 1)
+  scores = off_centres(scores, num_intervals + 1)
   got = jax.grad(
-      lambda s: histogram.fastap_loss(s, labels, where=where, num_bins=num_bins, reduce_fn=jnp.sum)
+      lambda s: histogram.fastap_loss(s, labels, where=where, num_intervals=num_intervals,
+                                      reduce_fn=jnp.sum)
   )(scores)
   want = np.zeros(scores.shape)
   for idx in np.ndindex(BATCH):
-    want[idx] = -ref.fastap_gradient(scores[idx], labels[idx], where[idx], num_bins=num_bins)
+    want[idx] = -ref.fastap_gradient(scores[idx], labels[idx], where[idx],
+                                     num_intervals=num_intervals)
   np.testing.assert_allclose(got, want, **TOL64)
   assert np.abs(want).max() > 0.1
 
@@ -391,21 +399,23 @@ def test_fastap_batch_gradient_matches_eq_33(x64):
   e = e / np.linalg.norm(e, axis=1, keepdims=True)
   relevance = labels[:, None] == labels[None, :]
   where = ~np.eye(len(labels), dtype=bool)
-  num_bins = 6
+  num_intervals = 6
 
   def loss(psi):
-    return histogram.fastap_loss(psi @ psi.T, relevance, where=where, num_bins=num_bins)
+    return histogram.fastap_loss(psi @ psi.T, relevance, where=where, num_intervals=num_intervals)
 
   got = jax.grad(loss)(e)
-  want = -ref.fastap_batch_gradient(e, labels, num_bins=num_bins)
+  want = -ref.fastap_batch_gradient(e, labels, num_intervals=num_intervals)
   np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("case", DEFAULT_CASES, ids=DEFAULT_IDS)
 def test_check_grads(case, x64):
   scores, labels, where = _with_empty_lists(7)
-  num_centres = case.kwargs.get("num_bins", 10 if "fastap" in case.name else 20)
-  num_centres += 1 if "fastap" in case.name else 0
+  if "fastap" in case.name:  # Intervals, one centre more.
+    num_centres = case.kwargs.get("num_intervals", 10) + 1
+  else:
+    num_centres = case.kwargs.get("num_bins", 20)
   scores = off_centres(scores, num_centres, margin=0.02)
   weights = np.random.default_rng(7).uniform(0.5, 2, BATCH)
   extra = {"weights": weights} if case.fn is histogram.soft_binning_ap_loss else {}
@@ -448,7 +458,7 @@ def test_items_on_bin_centres_give_exact_ap(x64):
     exact = float(ap_metric(scores, labels))
     got = 1 - float(histogram.soft_binning_ap_loss(scores, labels, num_bins=1001))
     np.testing.assert_allclose(got, exact, rtol=1e-10)
-    got = 1 - float(histogram.fastap_loss(scores, labels, num_bins=1000))
+    got = 1 - float(histogram.fastap_loss(scores, labels, num_intervals=1000))
     np.testing.assert_allclose(got, exact, rtol=1e-10)
 
 
@@ -471,8 +481,8 @@ def test_tends_to_ap_as_bins_grow(fn, x64):
   labels[:, 0] = 1
   exact = np.asarray(ap_metric(scores, labels, reduce_fn=None))
 
-  def error(num_bins):
-    ap = 1 - np.asarray(fn(scores, labels, num_bins=num_bins, reduce_fn=None))
+  def error(count):
+    ap = 1 - np.asarray(fn(scores, labels, **_bins(fn, count), reduce_fn=None))
     return np.abs(ap - exact).mean()
 
   errors = [error(b) for b in (10, 1000)]
@@ -595,7 +605,7 @@ def test_degenerate_lists(case, lst, x64):
 
 @pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
 def test_input_errors(fn):
-  helpers.assert_binned_loss_input_errors(fn)
+  helpers.assert_binned_loss_input_errors(fn, bins=next(iter(_bins(fn, 0))))
 
 
 def test_weights_errors():
@@ -637,16 +647,17 @@ def test_fastap_matches_pytorch_metric_learning(x64):
   e = rng.standard_normal((20, 6))
   labels = np.array([0, 1, 2, 3] * 4 + [4, 5, 5, 6])  # Classes 4 and 6: queries without positives.
 
-  def loss(x, y, num_bins):
+  def loss(x, y, num_intervals):
     scores, relevance, where = jaxrank.batch_retrieval(x, y)
-    return histogram.fastap_loss(scores, relevance, where=where, num_bins=num_bins)
+    return histogram.fastap_loss(scores, relevance, where=where, num_intervals=num_intervals)
 
   value_and_grad = jax.jit(jax.value_and_grad(loss), static_argnums=2)
 
-  for num_bins in (3, 10):
+  for num_intervals in (3, 10):
     e_torch = torch.tensor(e, requires_grad=True)  # float64, as the embeddings.
-    want = pml_losses.FastAPLoss(num_bins=num_bins)(e_torch, torch.tensor(labels))
+    # pytorch-metric-learning's num_bins counts intervals: our num_intervals.
+    want = pml_losses.FastAPLoss(num_bins=num_intervals)(e_torch, torch.tensor(labels))
     want.backward()
-    got, grad = value_and_grad(e, labels, num_bins)
+    got, grad = value_and_grad(e, labels, num_intervals)
     np.testing.assert_allclose(float(got), float(want.detach()), **TOL64)
     np.testing.assert_allclose(grad, e_torch.grad.numpy(), **TOL64)

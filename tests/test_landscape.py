@@ -226,7 +226,8 @@ def global_x64():
 
 @pytest.mark.parametrize("loss", [
     lambda s, l: jaxrank.smoothap_loss(s, l, reduce_fn=None),
-    lambda s, l: jaxrank.blackbox_ap_loss(s, l, lam=1.0, reduce_fn=None),  # no true gradient
+    # No true gradient (blackbox):
+    lambda s, l: jaxrank.blackbox_ap_loss(s, l, interpolation=1.0, reduce_fn=None),
     lambda s, l: jaxrank.fastap_loss(s, l, reduce_fn=None),
 ], ids=["smoothap", "blackbox", "fastap"])
 def test_gradient_cosine_equals_hand_computed(loss, global_x64):

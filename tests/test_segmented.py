@@ -2,8 +2,9 @@
 arguments that are per list or per item, and segments closed over by a jitted caller.
 
 The convention is `jaxrank/_src/segmented.py`'s: each segment is one list, its value at its first
-valid item; per-list arguments (`weights`, `lam`) are per segment, given in the scores' shape and
-read at each segment's first valid item; per-item arguments (`item_weights`) stay per item.
+valid item; per-list arguments (`weights`, `interpolation`) are per segment, given in the scores'
+shape and read at each segment's first valid item; per-item arguments (`item_weights`) stay per
+item.
 """
 
 from __future__ import annotations
@@ -55,17 +56,18 @@ def test_weights_are_per_segment():
 
 
 def test_blackbox_lam_is_per_segment():
-  lam = np.array([10.0, 30.0, 20.0, 20.0, 20.0, 20.0], np.float32)  # Read at items 0 and 1.
+  # Read at items 0 and 1:
+  interpolation = np.array([10.0, 30.0, 20.0, 20.0, 20.0, 20.0], np.float32)
   grads = []
   for args, kwargs in (
       ((padded(SCORES).astype(np.float32), padded(LABELS)),
-       dict(where=PADDED_WHERE, lam=np.array([10.0, 30.0], np.float32))),
-      ((SCORES.astype(np.float32), LABELS), dict(segments=SEGMENTS, lam=lam)),
+       dict(where=PADDED_WHERE, interpolation=np.array([10.0, 30.0], np.float32))),
+      ((SCORES.astype(np.float32), LABELS), dict(segments=SEGMENTS, interpolation=interpolation)),
   ):
     loss = lambda s: jaxrank.blackbox_ap_loss(s, args[1], **kwargs)  # noqa: B023
     grads.append(jax.jit(jax.grad(loss))(args[0]))
   np.testing.assert_allclose(padded(grads[1])[:, :3], grads[0][:, :3], rtol=1e-6)
-  assert np.abs(grads[0][0]).max() > 0.03  # lam = 10 (lam = 20 would halve it).
+  assert np.abs(grads[0][0]).max() > 0.03  # interpolation = 10 (20 would halve it).
 
 
 def test_item_weights_stay_per_item():

@@ -34,7 +34,8 @@ SMOOTH_CASES = [
     Case("smoothap", sr.smoothap_loss, ref.smoothap_loss, {}),
     Case("smoothap_t0.1", sr.smoothap_loss, ref.smoothap_loss, {"temperature": 0.1}),
     Case("supap", sr.supap_loss, ref.supap_loss, {}),
-    Case("supap_custom", sr.supap_loss, ref.supap_loss, {"tau": 0.05, "rho": 10.0, "delta": 0.1}),
+    Case("supap_custom", sr.supap_loss, ref.supap_loss,
+         {"temperature": 0.05, "rho": 10.0, "delta": 0.1}),
     Case("calibration", sr.calibration_loss, ref.calibration_loss, {}),
     Case("calibration_0.1", sr.calibration_loss, ref.calibration_loss, dict(alpha=0.1, beta=-0.1)),
     Case("roadmap", sr.roadmap_loss, ref.roadmap_loss, {}),
@@ -42,7 +43,8 @@ SMOOTH_CASES = [
         "roadmap_custom",
         sr.roadmap_loss,
         ref.roadmap_loss,
-        {"lam": 0.2, "tau": 0.05, "rho": 10.0, "delta": 0.1, "alpha": 0.1, "beta": -0.1},
+        {"calibration_weight": 0.2, "temperature": 0.05, "rho": 10.0, "delta": 0.1, "alpha": 0.1,
+         "beta": -0.1},
     ),
 ]
 GAP_CASES = [
@@ -137,7 +139,7 @@ def test_reference_hand_values():
   assert ref.supap_loss([0.5, 0.6], [1, 0]) == pytest.approx(1 - 1 / (1 + h))
   # Calibration: (0.9 - 0.5) / 1 + (0.7 - 0.6 + 0) / 2.
   assert ref.calibration_loss([0.5, 0.7, 0.2], [1, 0, 0]) == pytest.approx(0.4 + 0.05)
-  assert ref.roadmap_loss([0.5, 0.7, 0.2], [1, 0, 0], lam=1.0) == pytest.approx(0.45)
+  assert ref.roadmap_loss([0.5, 0.7, 0.2], [1, 0, 0], calibration_weight=1.0) == pytest.approx(0.45)
   # Gap: batches [+ -] and [+ -] both perfect; whole list + - + -.
   assert ref.decomposability_gap([0.9, 0.8, 0.7, 0.1], [1, 0, 1, 0], num_batches=2) == (
       pytest.approx(1 - (1 + 2 / 3) / 2)
@@ -180,7 +182,7 @@ def test_matches_reference_wide_scores_no_mask(case, x64):
 def test_generic_mechanism_matches_reference(x64):
   scores, labels, where = random_lists(2)
   positive = functools.partial(sr.sigmoid_step, temperature=0.03)
-  negative = functools.partial(sr.supap_negative_step, tau=0.02, rho=5.0, delta=0.02)
+  negative = functools.partial(sr.supap_negative_step, temperature=0.02, rho=5.0, delta=0.02)
   got = sr.smooth_rank_ap_loss(
       scores,
       labels,
@@ -212,9 +214,9 @@ def test_generic_mechanism_matches_reference(x64):
 
 
 def test_supap_negative_step(x64):
-  tau, rho, delta = 0.01, 100.0, 0.05
-  step = functools.partial(sr.supap_negative_step, tau=tau, rho=rho, delta=delta)
-  at_delta = 1 / (1 + math.exp(-delta / tau)) + 0.5
+  temperature, rho, delta = 0.01, 100.0, 0.05
+  step = functools.partial(sr.supap_negative_step, temperature=temperature, rho=rho, delta=delta)
+  at_delta = 1 / (1 + math.exp(-delta / temperature)) + 0.5
   special = np.array([0.0, -1e-12, delta, delta + 1e-12, delta + 0.1])
   t = np.concatenate([np.linspace(-1, 1, 4001), special])
   values, slopes = jax.jit(lambda x: (step(x), jax.vmap(jax.grad(step))(x)))(t)
@@ -230,7 +232,7 @@ def test_supap_negative_step(x64):
   assert far == pytest.approx(at_delta + rho * 0.1)
   assert slopes[-1] == pytest.approx(rho) and slopes[-2] == pytest.approx(rho)
   # The reference agrees everywhere.
-  want = [ref.supap_negative_step(x, tau, rho, delta) for x in t]
+  want = [ref.supap_negative_step(x, temperature, rho, delta) for x in t]
   np.testing.assert_allclose(values, want, rtol=1e-13)
 
 
@@ -271,7 +273,8 @@ def test_smoothap_tends_to_ap(x64):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{}, {"rho": 0.0, "delta": 0.0}, {"tau": 1.0, "rho": 1.0}, {"tau": 1e-4, "delta": 0.5}],
+    [{}, {"rho": 0.0, "delta": 0.0}, {"temperature": 1.0, "rho": 1.0},
+     {"temperature": 1e-4, "delta": 0.5}],
     ids=["paper", "rho0_delta0", "soft", "sharp"],
 )
 def test_supap_upper_bounds_ap_loss(kwargs, x64):
@@ -357,20 +360,21 @@ def test_check_grads_calibration(x64):
 @pytest.mark.parametrize(
     ("name", "loss"),
     [
-        ("temperature", lambda s, y, p: sr.smoothap_loss(s, y, temperature=p)),
-        ("tau", lambda s, y, p: sr.supap_loss(s, y, tau=p)),
+        ("smoothap_temperature", lambda s, y, p: sr.smoothap_loss(s, y, temperature=p)),
+        ("supap_temperature", lambda s, y, p: sr.supap_loss(s, y, temperature=p)),
         ("rho", lambda s, y, p: sr.supap_loss(s, y, rho=p)),
         ("delta", lambda s, y, p: sr.supap_loss(s, y, delta=p)),
-        ("lam", lambda s, y, p: sr.roadmap_loss(s, y, lam=p)),
+        ("calibration_weight", lambda s, y, p: sr.roadmap_loss(s, y, calibration_weight=p)),
     ],
-    ids=["temperature", "tau", "rho", "delta", "lam"],
+    ids=["smoothap_temperature", "supap_temperature", "rho", "delta", "calibration_weight"],
 )
 def test_hyperparameter_gradients(name, loss, x64):
   scores, labels, _ = _grad_inputs(7, (0.0, 0.05, 0.07))
-  value = {"temperature": 0.05, "tau": 0.02, "rho": 50.0, "delta": 0.07, "lam": 0.3}[name]
+  value = {"smoothap_temperature": 0.05, "supap_temperature": 0.02, "rho": 50.0, "delta": 0.07,
+           "calibration_weight": 0.3}[name]
   f = lambda p: loss(scores, labels, p)  # noqa: E731
   check_grads(f, (value,), order=1, modes=("rev",), eps=1e-7, atol=1e-6, rtol=1e-6)
-  if name == "temperature":  # Under jit the hyperparameter is a tracer the custom VJP carries.
+  if name == "smoothap_temperature":  # Under jit, a tracer the custom VJP carries.
     np.testing.assert_allclose(jax.jit(jax.grad(f))(value), jax.grad(f)(value), rtol=1e-12)
 
 
@@ -543,14 +547,14 @@ def test_hyperparameter_errors():
       (sr.smoothap_loss, {"temperature": 0.0}, "temperature"),
       (sr.smoothap_loss, {"temperature": -1.0}, "temperature"),
       (sr.smoothap_loss, {"temperature": float("nan")}, "temperature"),
-      (sr.supap_loss, {"tau": 0.0}, "tau"),
+      (sr.supap_loss, {"temperature": 0.0}, "temperature"),
       (sr.supap_loss, {"rho": -1.0}, "rho"),
       (sr.supap_loss, {"delta": -0.1}, "delta"),
       (sr.calibration_loss, {"alpha": 0.5, "beta": 0.6}, "alpha"),
       (sr.roadmap_loss, {"alpha": 0.5, "beta": 0.6}, "alpha"),
-      (sr.roadmap_loss, {"lam": -0.1}, "lam"),
-      (sr.roadmap_loss, {"lam": 1.5}, "lam"),
-      (sr.roadmap_loss, {"tau": -1.0}, "tau"),
+      (sr.roadmap_loss, {"calibration_weight": -0.1}, "calibration_weight"),
+      (sr.roadmap_loss, {"calibration_weight": 1.5}, "calibration_weight"),
+      (sr.roadmap_loss, {"temperature": -1.0}, "temperature"),
   ]
   for fn, kwargs, name in bad:
     with pytest.raises(ValueError, match=name):
@@ -568,10 +572,11 @@ def test_hyperparameter_errors():
     sr.decomposability_gap(s, y, num_batches=0)
   with pytest.raises(TypeError, match="smooth_rank_ap_loss: positive_step_fn must be a function"):
     sr.smooth_rank_ap_loss(s, y, positive_step_fn=None, negative_step_fn=sr.heaviside_step)
-  # Limits that are allowed: alpha == beta, lam at 0 and 1, rho = delta = 0 (and Python lists).
+  # Limits that are allowed: alpha == beta, calibration_weight at 0 and 1, rho = delta = 0 (and
+  # Python lists).
   sr.calibration_loss(s, y, alpha=0.6, beta=0.6)
-  sr.roadmap_loss(s, y, lam=0.0)
-  sr.roadmap_loss([0.3, 0.2, 0.1], [1, 0, 1], lam=1, rho=0, delta=0)
+  sr.roadmap_loss(s, y, calibration_weight=0.0)
+  sr.roadmap_loss([0.3, 0.2, 0.1], [1, 0, 1], calibration_weight=1, rho=0, delta=0)
   sr.smoothap_loss([0.3, 0.2, 0.1], [1, 0, 1])
 
 
@@ -591,8 +596,8 @@ def test_steps_and_static_ints_use_the_shared_checks():
     sr.sigmoid_step(s, temperature=0.0)
   with pytest.raises(TypeError, match="sigmoid_step: temperature must be a real number, got True"):
     sr.sigmoid_step(s, temperature=True)
-  with pytest.raises(ValueError, match="supap_negative_step: tau must be > 0"):
-    sr.supap_negative_step(s, tau=-0.01)
+  with pytest.raises(ValueError, match="supap_negative_step: temperature must be > 0"):
+    sr.supap_negative_step(s, temperature=-0.01)
   with pytest.raises(ValueError, match="supap_negative_step: rho must be >= 0"):
     sr.supap_negative_step(s, rho=-1.0)
   with pytest.raises(TypeError, match="smoothap_loss: temperature must be a real number, got True"):

@@ -301,8 +301,8 @@ def test_every_loss_of_the_table_is_the_loss_it_names():
   # The lists tell the losses apart, so a swap of two entries cannot go unnoticed.
   assert len(set(values.values())) == len(values), values
   # Hyperparameters reach the loss.
-  got = losses.get_loss("fastap", {"num_bins": 3})(scores, relevance, where=where)
-  assert float(got) == float(jaxrank.fastap_loss(scores, relevance, where=where, num_bins=3))
+  got = losses.get_loss("fastap", {"num_intervals": 3})(scores, relevance, where=where)
+  assert float(got) == float(jaxrank.fastap_loss(scores, relevance, where=where, num_intervals=3))
   assert float(got) != values["fastap"]
 
 

@@ -21,8 +21,8 @@ Command (each value trains `loss="fastap"` with `batch_size = P K`, `samples_per
 bins unless the base config trains FastAP with others, on `experiments/job/configs/glyphs.py` unless
 `--config` says otherwise; RESULTS.md trains 40 bins, as the main job):
 
-    python -m experiments.ablations.batch_size --set 'loss_kwargs={"num_bins": 40}'
-    python -m experiments.ablations.batch_size --set 'loss_kwargs={"num_bins": 40}' \\
+    python -m experiments.ablations.batch_size --set 'loss_kwargs={"num_intervals": 40}'
+    python -m experiments.ablations.batch_size --set 'loss_kwargs={"num_intervals": 40}' \\
         --values 4,4,1200 8,4,600 16,4,300 32,4,150 64,4,75 --workdir runs/ablate_batch_size_images
 
 On the glyphs the claim holds only at a fixed number of steps (R@1, seeds 0 / 1): 0.280 / 0.364

@@ -13,8 +13,8 @@ memory of 2 lets each list hold up to 48 of the 359 training characters instead 
 
 Command (on `experiments/job/configs/glyphs.py` unless `--config` says otherwise; each value
 `(alpha, tau)` trains `loss="blackbox_ap", loss_kwargs={"margin": alpha}` (other hyperparameters,
-e.g. lam, kept from the base config when it trains blackbox_ap, else the loss's defaults:
-lam = 0.2) with `memory_batches = tau`; `--values 0,0 0.02,3` sweeps other pairs):
+e.g. interpolation, kept from the base config when it trains blackbox_ap, else the loss's defaults:
+interpolation = 0.2) with `memory_batches = tau`; `--values 0,0 0.02,3` sweeps other pairs):
 
     python -m experiments.ablations.blackbox_margin_memory      # runs/ablate_blackbox_margin_memory/
     python -m experiments.ablations.blackbox_margin_memory --set seed=1 \\

@@ -9,9 +9,10 @@ that are separated by a small margin in the same bin, where they still get a gra
 What it sweeps. L in (5, 10, 20, 40, 80), from half the paper's default 10 to eight times it; the
 main job trains FastAP with 40 bins (`experiments/job/configs/glyphs.py`).
 
-Command (each value trains `loss="fastap", loss_kwargs={"num_bins": L}` for the config's 300
-steps, on `experiments/job/configs/glyphs.py` unless `--config` says otherwise; `--values 5 10` sweeps
-other values, `--set field=value` changes the base config):
+Command (each value trains `loss="fastap", loss_kwargs={"num_intervals": L}`, L distance intervals
+and L + 1 centres, for the config's 300 steps, on `experiments/job/configs/glyphs.py` unless
+`--config` says otherwise; `--values 5 10` sweeps other values, `--set field=value` changes the base
+config):
 
     python -m experiments.ablations.fastap_bins                 # runs/ablate_fastap_bins/
     python -m experiments.ablations.fastap_bins --set seed=1 --workdir runs/ablate_fastap_bins_seed1
@@ -29,19 +30,19 @@ from experiments.ablations import sweep
 VALUES = (5, 10, 20, 40, 80)
 
 
-def overrides(base, num_bins):
-  return sweep.loss_overrides(base, "fastap", num_bins=num_bins)
+def overrides(base, num_intervals):
+  return sweep.loss_overrides(base, "fastap", num_intervals=num_intervals)
 
 
 def name(config):
-  return f"L={config.loss_kwargs['num_bins']}"
+  return f"L={config.loss_kwargs['num_intervals']}"
 
 
 def main(argv=None):
   return sweep.main(
       argv, what="fastap_bins", doc=__doc__, values=VALUES, overrides=overrides, name=name,
       column="bins",
-      point=lambda c: (c.loss_kwargs["num_bins"], None), xlabel="FastAP histogram bins L",
+      point=lambda c: (c.loss_kwargs["num_intervals"], None), xlabel="FastAP histogram bins L",
       log_x=True,
   )
 

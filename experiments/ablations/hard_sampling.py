@@ -25,8 +25,8 @@ instead. A value is `sampler` (with the base config's batch and S), `sampler,P,K
 Command (on `experiments/job/configs/glyphs.py` unless `--config` says otherwise; FastAP at 10 bins
 unless the base config trains it with others; RESULTS.md trains 40 bins, as the main job):
 
-    python -m experiments.ablations.hard_sampling --set 'loss_kwargs={"num_bins": 40}'
-    python -m experiments.ablations.hard_sampling --set 'loss_kwargs={"num_bins": 40}' --set seed=1 \\
+    python -m experiments.ablations.hard_sampling --set 'loss_kwargs={"num_intervals": 40}'
+    python -m experiments.ablations.hard_sampling --set 'loss_kwargs={"num_intervals": 40}' --set seed=1 \\
         --workdir runs/ablate_hard_sampling_seed1
 
 On a prepared Stanford Online Products, e.g. with the photograph config (ResNet-50, batch 128 =

@@ -9,8 +9,8 @@ What it sweeps. lambda in (0, 0.25, 0.5, 0.75, 1): both ends, the paper's defaul
 points of the range it finds stable.
 
 Command (on `experiments/job/configs/glyphs.py` unless `--config` says otherwise; each value trains
-`loss="roadmap", loss_kwargs={"lam": lambda}`, the other hyperparameters at the paper's values
-unless the base config trains roadmap with its own):
+`loss="roadmap", loss_kwargs={"calibration_weight": lambda}`, the other hyperparameters at the
+paper's values unless the base config trains roadmap with its own):
 
     python -m experiments.ablations.roadmap_lambda              # runs/ablate_roadmap_lambda/
     python -m experiments.ablations.roadmap_lambda --set seed=1 \\
@@ -29,19 +29,19 @@ from experiments.ablations import sweep
 VALUES = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
-def overrides(base, lam):
-  return sweep.loss_overrides(base, "roadmap", lam=float(lam))
+def overrides(base, weight):
+  return sweep.loss_overrides(base, "roadmap", calibration_weight=float(weight))
 
 
 def name(config):
-  return f"lam={config.loss_kwargs['lam']:g}"
+  return f"calibration_weight={config.loss_kwargs['calibration_weight']:g}"
 
 
 def main(argv=None):
   return sweep.main(
       argv, what="roadmap_lambda", doc=__doc__, values=VALUES, overrides=overrides, name=name,
       column="lambda",
-      point=lambda c: (c.loss_kwargs["lam"], None),
+      point=lambda c: (c.loss_kwargs["calibration_weight"], None),
       xlabel="lambda (0: SupAP alone, 1: calibration alone)",
   )
 

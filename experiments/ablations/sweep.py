@@ -47,8 +47,8 @@ def loss_overrides(base: config_lib.Config, loss: str, **hyperparameters: Any) -
   """`{"loss": loss, "loss_kwargs": ...}` with `hyperparameters` set on top of the base's own.
 
   The base config's `loss_kwargs` are kept when it already trains `loss` (so `--set
-  loss_kwargs={'lam':4}` still holds while an ablation sweeps `margin`) and dropped otherwise (they
-  would belong to another loss).
+  loss_kwargs={'interpolation':4}` still holds while an ablation sweeps `margin`) and dropped
+  otherwise (they would belong to another loss).
   """
   kept = dict(base.loss_kwargs) if base.loss == loss else {}
   return {"loss": loss, "loss_kwargs": {**kept, **hyperparameters}}

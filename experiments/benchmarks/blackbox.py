@@ -56,7 +56,8 @@ def run_jaxrank(scores, labels, repeats):
 
   import jaxrank
 
-  loss_and_grad = jax.jit(jax.value_and_grad(lambda s, y: jaxrank.blackbox_ap_loss(s, y, lam=4.0)))
+  loss_and_grad = jax.jit(jax.value_and_grad(
+      lambda s, y: jaxrank.blackbox_ap_loss(s, y, interpolation=4.0)))
   s, y = jnp.asarray(scores), jnp.asarray(labels)
 
   def call():
@@ -80,17 +81,17 @@ def run_torch(scores, labels, repeats):
 
   class Ranker(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, seq, lam):
+    def forward(ctx, seq, interpolation):
       ranks, order = ranks_of(seq)
-      ctx.lam = lam
+      ctx.interpolation = interpolation
       ctx.save_for_backward(seq, ranks)
       return ranks, order
 
     @staticmethod
     def backward(ctx, grad_ranks, grad_order):
       seq, ranks = ctx.saved_tensors
-      perturbed, _ = ranks_of(seq + ctx.lam * grad_ranks)
-      return -(ranks - perturbed) / ctx.lam, None
+      perturbed, _ = ranks_of(seq + ctx.interpolation * grad_ranks)
+      return -(ranks - perturbed) / ctx.interpolation, None
 
   y = torch.from_numpy(labels).bool()
   n = len(labels)

@@ -271,7 +271,7 @@ def pml_section(batches: list[int], seconds: float) -> list[dict]:
   rows = []
   cases = {
       "fastap": (pml_losses.FastAPLoss(num_bins=10),
-                 functools.partial(jaxrank.fastap_loss, num_bins=10), False),
+                 functools.partial(jaxrank.fastap_loss, num_intervals=10), False),
       "smoothap": (pml_losses.SmoothAPLoss(0.01),
                    functools.partial(jaxrank.smoothap_loss, temperature=0.01), True),
   }

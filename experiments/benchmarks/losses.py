@@ -14,10 +14,11 @@ machine's description and the date).
 One step is the loss of `[B, 512]` random embeddings (4 per class, classes in equal consecutive
 blocks as pytorch-metric-learning's SmoothAPLoss requires) and its gradient with respect to the
 embeddings: `jax.value_and_grad(loss(*batch_retrieval(e, labels)))` under `jit` for jaxrank,
-`loss_fn(e, labels).backward()` for pytorch-metric-learning (`FastAPLoss(num_bins=10)`,
-`SmoothAPLoss(temperature=0.01)`; it has no SupAP, so SupAP is measured against its SmoothAP).
-SmoothAP is compared with `include_self=True`, pytorch-metric-learning's convention; FastAP with
-the query left out, as both implementations do.
+`loss_fn(e, labels).backward()` for pytorch-metric-learning (`FastAPLoss(num_bins=10)`, whose
+`num_bins` counts intervals as jaxrank's `num_intervals` does, `SmoothAPLoss(temperature=0.01)`; it
+has no SupAP, so SupAP is measured against its SmoothAP). SmoothAP is compared with
+`include_self=True`, pytorch-metric-learning's convention; FastAP with the query left out, as both
+implementations do.
 
 Each (library, batch size) runs in its own process, on both cores. Time: median of `--repeats`
 steps after a warm-up (compilation excluded). Memory: the process's peak RSS minus its RSS before
@@ -73,7 +74,7 @@ def jaxrank_step(loss_name: str, embeddings, labels):
   import jaxrank
 
   if loss_name == "fastap":
-    loss_fn, include_self = functools.partial(jaxrank.fastap_loss, num_bins=10), False
+    loss_fn, include_self = functools.partial(jaxrank.fastap_loss, num_intervals=10), False
   elif loss_name == "smoothap":
     loss_fn, include_self = functools.partial(jaxrank.smoothap_loss, temperature=0.01), True
   else:
@@ -167,7 +168,7 @@ def main():
 
 
 TITLES = {
-    "fastap": "fastap_loss(num_bins=10) against FastAPLoss(num_bins=10)",
+    "fastap": "fastap_loss(num_intervals=10) against FastAPLoss(num_bins=10)",
     "smoothap": "smoothap_loss(temperature=0.01) against SmoothAPLoss(0.01), query included",
     "supap": "supap_loss (Ramzi et al.'s defaults) against SmoothAPLoss(0.01), query included",
 }

@@ -46,12 +46,12 @@ LEARNING_RATES = (3e-3, 1e-3)  # The glyphs config's first.
 # Loss -> {hyperparameter: values}, the default first; "learning_rate" is the Config field, the
 # others are `loss_kwargs`.
 SEARCH_SPACES: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
-    "fastap": {"num_bins": (10, 20, 40, 80)},
+    "fastap": {"num_intervals": (10, 20, 40, 80)},
     "soft_binning_ap": {"num_bins": (20, 10, 40, 80)},
-    "blackbox_ap": {"lam": (0.2, 0.1, 0.5), "margin": (0.02, 0.01, 0.05)},
+    "blackbox_ap": {"interpolation": (0.2, 0.1, 0.5), "margin": (0.02, 0.01, 0.05)},
     "smoothap": {"temperature": (0.01, 0.005, 0.02, 0.05)},
-    "supap": {"tau": (0.01, 0.005, 0.02, 0.05)},
-    "roadmap": {"lam": (0.5, 0.1, 0.25, 0.75)},
+    "supap": {"temperature": (0.01, 0.005, 0.02, 0.05)},
+    "roadmap": {"calibration_weight": (0.5, 0.1, 0.25, 0.75)},
     "contrastive": {"pos_margin": (1.0, 0.9, 0.8), "neg_margin": (0.0, 0.4, 0.6)},
     # pytorch-metric-learning's default TripletMarginLoss (every triplet, the mean over the
     # non-zero ones): batch-hard mining did not train from the backbone's narrow cone (issue 38).

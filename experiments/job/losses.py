@@ -2,9 +2,9 @@
 
 Every entry is called as `fn(scores [B, n], labels [B, n], *, where, reduce_fn, **hyperparameters)`
 on the lists of `jaxrank.batch_retrieval` (each item of the batch querying the rest, and the memory
-when there is one); `config.loss_kwargs` fixes the hyperparameters (`{"num_bins": 20}`). The entries
-are the library's functions themselves, except the sums the papers train with, which are spelled out
-here so that their weights are visible.
+when there is one); `config.loss_kwargs` fixes the hyperparameters (`{"num_bins": 20}` for
+soft_binning_ap). The entries are the library's functions themselves, except the sums the papers
+train with, which are spelled out here so that their weights are visible.
 
 `SUMMARIES` (name -> one line) is plain data, and `LOSSES` (name -> function) is built from it on
 first use, so that listing the losses (`python -m experiments.job.main --help`) imports neither JAX nor
@@ -23,7 +23,7 @@ from experiments.job import config as config_lib
 # Name -> what it is. Keys of `LOSSES`, in the order `--help` lists them.
 SUMMARIES: Mapping[str, str] = {
     # Histogram (soft-binning) estimators of AP.
-    "fastap": "FastAP, Cakir et al. 2019 (num_bins)",
+    "fastap": "FastAP, Cakir et al. 2019 (num_intervals)",
     "soft_binning_ap": "mAP_Q, Revaud et al. 2019 (num_bins)",
     # Tie-aware relaxations for hashing (He et al. 2018).
     "tie_aware_ap": "AP_r, He et al. 2018 (num_bins)",
@@ -31,13 +31,14 @@ SUMMARIES: Mapping[str, str] = {
     "tie_aware_ndcg": "NDCG_r, He et al. 2018 (num_bins)",
     "simplified_tie_aware_ndcg": "NDCG_s, He et al. 2018 (num_bins)",
     # Blackbox-differentiated ranks (RaMBO).
-    "blackbox_ap": "RaMBO's AP loss, Rolinek et al. 2020 (lam, margin)",
-    "blackbox_recall": "RaMBO's recall loss, Rolinek et al. 2020 (lam, margin, weight_fn)",
+    "blackbox_ap": "RaMBO's AP loss, Rolinek et al. 2020 (interpolation, margin)",
+    "blackbox_recall":
+        "RaMBO's recall loss, Rolinek et al. 2020 (interpolation, margin, weight_fn)",
     # Smooth ranks (SmoothAP, ROADMAP).
     "smoothap": "Smooth-AP, Brown et al. 2020 (temperature)",
-    "supap": "SupAP, Ramzi et al. 2021 (tau, rho, delta)",
+    "supap": "SupAP, Ramzi et al. 2021 (temperature, rho, delta)",
     "calibration": "ROADMAP's calibration loss (alpha, beta)",
-    "roadmap": "(1 - lam) SupAP + lam calibration, Ramzi et al. 2021 eq. 2",
+    "roadmap": "(1 - w) SupAP + w calibration, Ramzi et al. 2021 eq. 2 (calibration_weight w)",
     "supap+calibration": "SupAP + calibration, weight 1 each (ROADMAP's released configs)",
     "smoothap+calibration": "Smooth-AP + calibration, weight 1 each (ROADMAP's Table 3)",
     # Pair-based baselines the papers compare against.
@@ -58,10 +59,10 @@ def _table() -> dict[str, Callable[..., Any]]:
   def supap_plus_calibration(scores, labels, *, where=None, max_relevant=None, reduce_fn=jnp.mean):
     """SupAP + calibration with weight 1 each: what the ROADMAP authors' configs train with.
 
-    `roadmap_loss` is eq. 2 of Ramzi et al. 2021 as printed, `(1 - lam) SupAP + lam calibration`
-    with `lam = 0.5`; the released configs instead add the two losses with weight 1 (twice eq. 2).
-    The minimiser is the same; the gradient is twice as large, which matters with a fixed learning
-    rate.
+    `roadmap_loss` is eq. 2 of Ramzi et al. 2021 as printed, `(1 - w) SupAP + w calibration`
+    with `w = calibration_weight = 0.5`; the released configs instead add the two losses with
+    weight 1 (twice eq. 2). The minimiser is the same; the gradient is twice as large, which
+    matters with a fixed learning rate.
     """
     return jaxrank.supap_loss(
         scores, labels, where=where, max_relevant=max_relevant, reduce_fn=reduce_fn
@@ -151,7 +152,7 @@ def takes_relevant_bound(name: str) -> bool:
 def check_loss(name: str, hyperparameters: Mapping[str, object] | None = None) -> None:
   """Builds the loss and traces its value and gradient on two tiny lists, before any training.
 
-  A hyperparameter that the loss itself rejects (`num_bins=1`, a negative temperature, a wrong
+  A hyperparameter that the loss itself rejects (`num_intervals=1`, a negative temperature, a wrong
   type) fails here, with the loss's own message, instead of at the first training step after the
   workdir and the first evaluation were written. jaxrank checks hyperparameters when a function is
   traced, so tracing (`jax.eval_shape`, nothing compiled or run: well under a second) is enough.

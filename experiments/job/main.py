@@ -8,7 +8,7 @@ final metrics on the test split (classes unseen in training) is printed and writ
 `DIR/results.json`. Rerunning the same command resumes every unfinished run from its latest
 checkpoint ("resuming from step N") and reuses finished ones. `--set field=value` (repeatable)
 overrides a field of the config for every run, e.g. `--set num_steps=50`; values are Python
-literals (`--set loss_kwargs={'num_bins':20}`) or plain strings (`--set loss=smoothap`), and must
+literals (`--set loss_kwargs={'num_intervals':20}`) or plain strings (`--set loss=smoothap`), and must
 be of the field's type. A field that the sweep sets cannot be `--set`.
 
 What the command does when things go wrong:

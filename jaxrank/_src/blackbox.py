@@ -68,19 +68,20 @@ def _relevant_bound(labels, where, shape, max_relevant) -> tuple[int | None, boo
   return bound, bound is not None
 
 
-def _blackbox_list_values(fn, scores, labels, where, segments, lam, margin, max_relevant, body):
+def _blackbox_list_values(fn, scores, labels, where, segments, interpolation, margin, max_relevant,
+                          body):
   """The per-list body shared by the AP and recall losses, on either rank path.
 
-  Margin shift (eq. 14-15), `lam` scaled by the valid items, then the blackbox ranks of the
-  relevant items and their ranks among the relevant items (constants: as in the authors' code they
-  carry no gradient), passed to `body(ranks, relevant_ranks, relevant, num_relevant)` (arrays `[..., n]`
-  read only where `relevant`: `ranking.blackbox_relevant_ranks` on either path), which gives the
-  per-list values (NaN for a list beyond a bound it may exceed). Returns the values `[...]`, the relevant counts `[...]`, and the checked scores and mask
-  (for `lists.finish`).
+  Margin shift (eq. 14-15), `interpolation` scaled by the valid items, then the blackbox ranks of
+  the relevant items and their ranks among the relevant items (constants: as in the authors' code
+  they carry no gradient), passed to `body(ranks, relevant_ranks, relevant, num_relevant)` (arrays
+  `[..., n]` read only where `relevant`: `ranking.blackbox_relevant_ranks` on either path), which
+  gives the per-list values (NaN for a list beyond a bound it may exceed). Returns the values
+  `[...]`, the relevant counts `[...]`, and the checked scores and mask (for `lists.finish`).
   """
   labels_in, where_in = labels, where
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
-  lam = ranking.check_lam(fn, lam)
+  interpolation = ranking.check_interpolation(fn, interpolation)
   checks.check_real(
       fn, "margin", margin, at_least=0, scalar=False, hint="It is RaMBO's alpha (eq. 14): 0.02."
   )
@@ -96,18 +97,19 @@ def _blackbox_list_values(fn, scores, labels, where, segments, lam, margin, max_
   # Masked items go last, after every valid score, -inf included (NaN ranks after -inf); they
   # are ranked but never read. (Made -inf instead, a valid -inf after them would rank below them.)
   shifted = jnp.where(where, shifted, jnp.nan)
-  # lam is defined for ranks normalised by the list length, as in the authors' code (whose Table 9
-  # values assume it): that equals raw ranks with lam * n, n the number of valid items.
+  # `interpolation` is defined for ranks normalised by the list length, as in the authors' code
+  # (whose Table 9 values assume it): that equals raw ranks with interpolation * n, n the number of
+  # valid items.
   num_valid = jnp.sum(where, axis=-1).astype(dtype)
-  if lam.ndim and lam.shape != shifted.shape[:-1]:
+  if interpolation.ndim and interpolation.shape != shifted.shape[:-1]:
     raise ValueError(
-        f"{fn}: lam must be a scalar or one value per list {shifted.shape[:-1]}, got shape "
-        f"{lam.shape}."
+        f"{fn}: interpolation must be a scalar or one value per list {shifted.shape[:-1]}, got "
+        f"shape {interpolation.shape}."
     )
-  lam = lam.astype(dtype) * jnp.maximum(num_valid, 1)
+  interpolation = interpolation.astype(dtype) * jnp.maximum(num_valid, 1)
   num_relevant = jnp.sum(relevant, axis=-1)
   ranks, relevant_ranks = ranking.blackbox_relevant_ranks(
-      shifted, relevant, lam, max_relevant=count
+      shifted, relevant, interpolation, max_relevant=count
   )
   values = body(ranks, relevant_ranks, relevant, num_relevant)
   if checked:  # A list beyond the bound was ranked on its first `count` relevant items only.
@@ -136,7 +138,7 @@ def blackbox_ap_loss(
     *,
     where: jax.typing.ArrayLike | None = None,
     segments: jax.typing.ArrayLike | None = None,
-    lam: jax.typing.ArrayLike = 0.2,
+    interpolation: jax.typing.ArrayLike = 0.2,
     margin: float = 0.02,
     max_relevant: int | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
@@ -191,12 +193,13 @@ def blackbox_ap_loss(
 
   Conventions and defaults:
 
-  * `lam` applies to ranks normalised by the list length `n` (the authors' code divides ranks by
-    `n`, and the values of their Table 9 assume it); it is `blackbox_ranks(..., lam * n)` with `n`
-    the number of valid items of each list, so masked padding changes neither value nor gradient.
-  * Defaults `lam=0.2`, `margin=0.02` are Table 9's CUB-200-2011 values (In-shop: 0.2, 0.05;
-    Online Products: 4, 0.02). The paper's margin is fixed; the authors' code multiplies it by a
-    random `|N(0, 1)|` per item, which jaxrank does not.
+  * `interpolation` (the paper's lambda) applies to ranks normalised by the list length `n` (the
+    authors' code divides ranks by `n`, and the values of their Table 9 assume it); it is
+    `blackbox_ranks(..., interpolation * n)` with `n` the number of valid items of each list, so
+    masked padding changes neither value nor gradient.
+  * Defaults `interpolation=0.2`, `margin=0.02` are Table 9's CUB-200-2011 values (In-shop: 0.2,
+    0.05; Online Products: 4, 0.02). The paper's margin is fixed; the authors' code multiplies it
+    by a random `|N(0, 1)|` per item, which jaxrank does not.
   * Self-inclusion: as given by the lists; through `batch_retrieval` the query is excluded, as in
     RaMBO ("the obvious similarity of each element with itself is disregarded").
 
@@ -218,8 +221,8 @@ def blackbox_ap_loss(
     segments: optional `[..., n]` integer ids packing several lists into each row: the items
       with equal ids form one list (rax's `segments`; API reference, "Segments"), and
       `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
-    lam: blackbox interpolation strength (> 0) for normalised ranks; scalar or `[...]` (with
-      `segments`, `[..., n]`: one per segment).
+    interpolation: blackbox interpolation strength :math:`\lambda > 0` for normalised ranks;
+      scalar or `[...]` (with `segments`, `[..., n]`: one per segment).
     margin: the margin :math:`\alpha \geq 0` of eq. 14.
     max_relevant: optional static bound `K` on the relevant valid items of a list: counting
       instead of sorting; a list with more gives NaN and a zero gradient (see above).
@@ -231,7 +234,7 @@ def blackbox_ap_loss(
     O(n log n) time (sort) or O(K n) (counting), and O(n) memory.
   """
   values, num_relevant, scores, where = _blackbox_list_values(
-      "blackbox_ap_loss", scores, labels, where, segments, lam, margin, max_relevant,
+      "blackbox_ap_loss", scores, labels, where, segments, interpolation, margin, max_relevant,
       _ap_values,
   )
   return lists.finish(values, scores, where, num_relevant > 0, reduce_fn)
@@ -243,7 +246,7 @@ def blackbox_recall_loss(
     *,
     where: jax.typing.ArrayLike | None = None,
     segments: jax.typing.ArrayLike | None = None,
-    lam: jax.typing.ArrayLike = 0.2,
+    interpolation: jax.typing.ArrayLike = 0.2,
     margin: float = 0.02,
     weight_fn: Callable[[jax.Array], jax.Array] = jnp.log1p,
     max_relevant: int | None = None,
@@ -259,12 +262,13 @@ def blackbox_recall_loss(
     L_{rec} = \frac{1}{|P|}\sum_{i \in P} W(r_i), \qquad W(k) = \sum_{K \leq k} w_K.
 
   `weight_fn` is :math:`W`. The paper's two choices (eq. 20), with :math:`\ell(k) = \log(1 + k)`:
-  `jnp.log1p` (the default, :math:`w_K \approx 1/K`, "RaMBO log") and
-  `lambda r: jnp.log1p(jnp.log1p(r))` (:math:`w_K \approx 1/(K \log K)`, "RaMBO log log"). Gradients come from `blackbox_ranks`, as in
-  `blackbox_ap_loss`, whose conventions (`lam` on normalised ranks, Table 9 defaults, fixed margin,
-  self-exclusion through `batch_retrieval`) apply here too, and so do its two paths (sort, or
-  counting, chosen as there: `max_relevant` a promise, a list beyond it NaN). The loss is 0 when every relevant
-  item is above every other item, and it is not bounded by 1.
+  `jnp.log1p` (the default, :math:`w_K \approx 1/K`, "RaMBO log") and `lambda r:
+  jnp.log1p(jnp.log1p(r))` (:math:`w_K \approx 1/(K \log K)`, "RaMBO log log"). Gradients come from
+  `blackbox_ranks`, as in `blackbox_ap_loss`, whose conventions (`interpolation` on normalised
+  ranks, Table 9 defaults, fixed margin, self-exclusion through `batch_retrieval`) apply here too,
+  and so do its two paths (sort, or counting, chosen as there: `max_relevant` a promise, a list
+  beyond it NaN). The loss is 0 when every relevant item is above every other item, and it is not
+  bounded by 1.
 
   Args:
     scores: `[..., n]` floating scores, higher is better.
@@ -273,8 +277,8 @@ def blackbox_recall_loss(
     segments: optional `[..., n]` integer ids packing several lists into each row: the items
       with equal ids form one list (rax's `segments`; API reference, "Segments"), and
       `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
-    lam: blackbox interpolation strength (> 0) for normalised ranks; scalar or `[...]` (with
-      `segments`, `[..., n]`: one per segment).
+    interpolation: blackbox interpolation strength :math:`\lambda > 0` for normalised ranks;
+      scalar or `[...]` (with `segments`, `[..., n]`: one per segment).
     margin: the margin :math:`\alpha \geq 0` of eq. 14.
     weight_fn: the cumulative weight :math:`W` of eq. 25, applied elementwise to the counts
       :math:`r_i` (as floats); it should be increasing with :math:`W(0) = 0`.
@@ -297,6 +301,7 @@ def blackbox_recall_loss(
   fn = "blackbox_recall_loss"
   checks.check_callable(fn, "weight_fn", weight_fn, hint="Pass W, e.g. jnp.log1p.")
   values, num_relevant, scores, where = _blackbox_list_values(
-      fn, scores, labels, where, segments, lam, margin, max_relevant, _recall_values(weight_fn)
+      fn, scores, labels, where, segments, interpolation, margin, max_relevant,
+      _recall_values(weight_fn),
   )
   return lists.finish(values, scores, where, num_relevant > 0, reduce_fn)

@@ -13,10 +13,10 @@ gradient with respect to the embeddings (`[B, D]` and `[B + M, D]`) is carried f
 the backward pass then scales it by the cotangent of the mean. Nothing is computed twice, so the
 time is about the unblocked step's. This is exact when the loss's backward is linear in its
 cotangent, as a derivative is. RaMBO's blackbox ranks are not (Algorithm 1 moves the scores by
-`lam` times the cotangent, which depends on the number of lists in the mean): for a loss that uses
-them (found in the block's jaxpr, `ranking.uses_blackbox_rank`) the forward pass computes
-the values only and the backward pass goes over the blocks again, each block's scores recomputed
-and differentiated with the true cotangent (rematerialisation: one more forward pass).
+`interpolation` times the cotangent, which depends on the number of lists in the mean): for a loss
+that uses them (found in the block's jaxpr, `ranking.uses_blackbox_rank`) the forward pass
+computes the values only and the backward pass goes over the blocks again, each block's scores
+recomputed and differentiated with the true cotangent (rematerialisation: one more forward pass).
 
 Memory: the temporaries of one block's loss and of its gradient, O(block (B + M)) (times the
 loss's own factor: bins, relevant items), plus O((B + M) D) for the embeddings and their gradient,
@@ -186,8 +186,8 @@ _block_sums.defvjp(_block_sums_fwd, _block_sums_bwd)
 
 def _backward_is_linear(blocks: _Blocks, data: _Lists) -> bool:
   """Whether the loss's backward is linear in its cotangent: it uses no blackbox rank (whose
-  backward moves the scores by `lam` times the cotangent). Traced once, for one block's shapes;
-  nothing runs."""
+  backward moves the scores by `interpolation` times the cotangent). Traced once, for one block's
+  shapes; nothing runs."""
   size = min(blocks.block_size, data.queries.shape[0])
   jaxpr = jax.make_jaxpr(
       lambda d: _block_lists_sums(blocks, d, d.queries[:size], _prepare(blocks, d), 0, 0)

@@ -11,13 +11,18 @@ The helpers that only read a dtype and a shape (`check_positive_int`, `check_int
 `check_int_labels`, `check_shape`, `check_callable`, and `check_real` on numbers) work on Python
 and numpy values as well as JAX arrays, so the numpy-only parts (the samplers of `jaxrank.data`)
 use them too.
+
+`check_same_layout` is the one report of how a weights file and a model disagree (missing,
+unexpected and mismatched keys), for every weight loader (`jaxrank.models.load_weights`,
+`jaxrank.convert`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator, Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -26,6 +31,8 @@ import numpy as np
 from jax.experimental import checkify
 
 from jaxrank._src import lists
+
+_MAX_LISTED = 5  # Keys listed by `check_same_layout` per kind of problem.
 
 
 def _dtype(value: Any) -> np.dtype:
@@ -613,3 +620,43 @@ def _check_traced_real(fn, name, value, above, at_least, at_most, hint):
   ):
     if bound is not None:
       known_any(~ok(bound), f"{fn}: {name} must be {text}.{' ' + hint if hint else ''}")
+
+
+def check_same_layout(
+    fn: str,
+    path: str | os.PathLike,
+    target: str,
+    file_shapes: Mapping[str, tuple[int, ...]],
+    model_shapes: Mapping[str, tuple[int, ...]],
+) -> None:
+  """Raises one `ValueError` naming the missing, unexpected and mismatched keys, if any.
+
+  Args:
+    fn: the loader's name, first word of the message.
+    path: the weights file, named in the message.
+    target: what the file was loaded into (`"model"`, `"ResNet"`, ...).
+    file_shapes: each key of the file with its array's shape.
+    model_shapes: each key the model expects with the shape it expects there.
+  """
+  missing = sorted(model_shapes.keys() - file_shapes.keys())
+  unexpected = sorted(file_shapes.keys() - model_shapes.keys())
+  mismatched = [
+      f"{key} (file {tuple(file_shapes[key])}, model {tuple(model_shapes[key])})"
+      for key in sorted(model_shapes.keys() & file_shapes.keys())
+      if tuple(file_shapes[key]) != tuple(model_shapes[key])
+  ]
+  problems = [
+      f"{what} {_first_few(items)}"
+      for what, items in (("missing keys", missing), ("unexpected keys", unexpected),
+                          ("shape mismatches", mismatched))
+      if items
+  ]
+  if problems:
+    raise ValueError(
+        f"{fn}: {os.fspath(path)!r} does not match the {target}: {'; '.join(problems)}.")
+
+
+def _first_few(items: list[str]) -> str:
+  listed = ", ".join(items[:_MAX_LISTED])
+  more = len(items) - _MAX_LISTED
+  return f"{listed} (and {more} more)" if more > 0 else listed

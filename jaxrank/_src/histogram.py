@@ -17,9 +17,9 @@ Both losses are one mechanism with two bin placements:
    `\Delta \hat r_m = \hat h^+_m / N^+`).
 
 `fastap_loss` bins squared Euclidean distances `2 - 2 s` of unit embeddings on `[0, 4]` with
-`num_bins + 1` centres; `soft_binning_ap_loss` bins similarities on `[-1, 1]` with `num_bins`
-centres. Since `d = 2 - 2 s` maps one grid onto the other, `fastap_loss(s, y, num_bins=L)` equals
-`soft_binning_ap_loss(s, y, num_bins=L + 1)`.
+`num_intervals` intervals (`num_intervals + 1` centres); `soft_binning_ap_loss` bins similarities
+on `[-1, 1]` with `num_bins` centres. Since `d = 2 - 2 s` maps one grid onto the other,
+`fastap_loss(s, y, num_intervals=L)` equals `soft_binning_ap_loss(s, y, num_bins=L + 1)`.
 
 **Conventions shared by both losses.**
 
@@ -479,7 +479,7 @@ def fastap_loss(
     *,
     where: jax.typing.ArrayLike | None = None,
     segments: jax.typing.ArrayLike | None = None,
-    num_bins: int = 10,
+    num_intervals: int = 10,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""1 - FastAP (Cakir et al. 2019), the histogram approximation of AP on squared distances.
@@ -495,14 +495,14 @@ def fastap_loss(
   with `\hat h^+_j` the same sum over relevant items, `\hat H_j`, `\hat H^+_j` their cumulative sums
   and `N^+` the number of relevant valid items. Loss: `1 - FastAP` per list, reduced over lists.
 
-  **Bins.** `L = num_bins` intervals and `L + 1` centres `0, 4/L, ..., 4`, width `4/L`: the
+  **Bins.** `L = num_intervals` intervals and `L + 1` centres `0, 4/L, ..., 4`, width `4/L`: the
   convention of the authors' released code and of pytorch-metric-learning's `FastAPLoss(num_bins)`
-  (the paper's text speaks of `L` centres). The default `L = 10` is where the paper's ablation peaks
-  (sec. 5, Fig. 4b) and pytorch-metric-learning's default. Known scores outside `[-1, 1]`
-  (distances outside `[0, 4]`) raise `ValueError`; under `jit` they are clipped to the end bins,
-  unless traced inside `jaxrank.traced_checks` (module docstring, *Range*, which also says how to
-  bin other ranges). This equals
-  `soft_binning_ap_loss(scores, labels, num_bins=L + 1)`.
+  (`num_intervals` is their `num_bins`; the paper's text speaks of `L` centres). The default `L =
+  10` is where the paper's ablation peaks (sec. 5, Fig. 4b) and pytorch-metric-learning's default.
+  Known scores outside `[-1, 1]` (distances outside `[0, 4]`) raise `ValueError`; under `jit` they
+  are clipped to the end bins, unless traced inside `jaxrank.traced_checks` (module docstring,
+  *Range*, which also says how to bin other ranges). This equals `soft_binning_ap_loss(scores,
+  labels, num_bins=L + 1)`.
 
   **Self-inclusion.** The list is taken as given. Through `jaxrank.batch_retrieval` the query is
   left out of its own list by default, as in the paper (`B \setminus \{x_i\}`, eq. 22), the
@@ -527,7 +527,8 @@ def fastap_loss(
     segments: optional `[..., n]` integer ids packing several lists into each row: the items
       with equal ids form one list (rax's `segments`; API reference, "Segments"), and
       `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
-    num_bins: `L >= 2`, the number of distance intervals (`L + 1` centres).
+    num_intervals: `L >= 2`, the number of distance intervals (`L + 1` centres; named `num_bins`
+      in pytorch-metric-learning's `FastAPLoss`).
     reduce_fn: reduction over lists (default `jnp.mean`), called as `reduce_fn(values, where=...)`;
       `None` gives `[...]`.
 
@@ -538,11 +539,11 @@ def fastap_loss(
   >>> # Distances 0.4, 1.2, 2.0, 3.6 on centres 0, 1, ..., 4: h+ = (.6, .4, 1, 0, 0),
   >>> # h = (.6, 1.2, 1.2, .4, .6), FastAP = (.6 + .4 / 1.8 + 2 / 3) / 2 = 0.7444 (AP is 0.8333).
   >>> scores, labels = jnp.array([0.8, 0.4, 0.0, -0.8]), jnp.array([1, 0, 1, 0])
-  >>> round(float(fastap_loss(scores, labels, num_bins=4)), 4)
+  >>> round(float(fastap_loss(scores, labels, num_intervals=4)), 4)
   0.2556
   """
   fn = "fastap_loss"
-  checks.check_int_at_least(fn, "num_bins", num_bins, 2)
+  checks.check_int_at_least(fn, "num_intervals", num_intervals, 2)
   return _binned_ap_loss(
       fn,
       scores,
@@ -552,7 +553,7 @@ def fastap_loss(
       None,
       reduce_fn,
       to_values=_squared_distance,
-      num_centres=num_bins + 1,
+      num_centres=num_intervals + 1,
       first_centre=0.0,
       last_centre=4.0,
   )
@@ -581,8 +582,8 @@ def soft_binning_ap_loss(
     \qquad \mathrm{AP}_Q = \sum_{m=1}^{M} \hat P_m\, \Delta \hat r_m,
 
   and the loss is `1 - AP_Q` per list, reduced over lists: `1 - mAP_Q` (eq. 12) with the default
-  mean. Bins with an empty prefix contribute 0. `fastap_loss(scores, labels, num_bins=L)` equals
-  this loss with `num_bins=L + 1`.
+  mean. Bins with an empty prefix contribute 0. `fastap_loss(scores, labels, num_intervals=L)`
+  equals this loss with `num_bins=L + 1`.
 
   **Bins.** The default `M = 20` on `[-1, 1]` is the paper's setting (sec. 4.2, "We use M = 20
   quantization bins in all other experiments"; `M` matters little, Fig. 4) and that of ROADMAP's

@@ -755,20 +755,20 @@ def descending_ranks(scores: jax.Array) -> jax.Array:
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _blackbox_ranks(scores: jax.Array, lam: jax.Array, branch: str | None) -> jax.Array:
+def _blackbox_ranks(scores: jax.Array, interpolation: jax.Array, branch: str | None) -> jax.Array:
   return _descending_ranks_on(scores, branch)
 
 
-def _blackbox_ranks_fwd(scores, lam, branch):
+def _blackbox_ranks_fwd(scores, interpolation, branch):
   ranks = _descending_ranks_on(scores, branch)
-  return ranks, (scores, ranks, lam)
+  return ranks, (scores, ranks, interpolation)
 
 
 def _blackbox_ranks_bwd(branch, residuals, cotangent):
-  scores, ranks, lam = residuals
-  lam = jnp.asarray(lam, scores.dtype)
-  perturbed = _descending_ranks_on(scores + lam[..., None] * cotangent, branch)
-  return -(ranks - perturbed) / lam[..., None], None
+  scores, ranks, interpolation = residuals
+  interpolation = jnp.asarray(interpolation, scores.dtype)
+  perturbed = _descending_ranks_on(scores + interpolation[..., None] * cotangent, branch)
+  return -(ranks - perturbed) / interpolation[..., None], None
 
 
 _blackbox_ranks.defvjp(_blackbox_ranks_fwd, _blackbox_ranks_bwd)
@@ -826,15 +826,17 @@ def _ranks_at(scores: jax.Array, indices: jax.Array) -> jax.Array:
   return (1 + jnp.sum(_ahead(keys, item_keys, indices), axis=-1)).astype(scores.dtype)
 
 
-def _counted_gradient(scores, indices, valid, lam, cotangent):
-  """Algorithm 1's `-(rk(y) - rk(y + lam g)) / lam` `[..., n]` for `g` zero except at `indices`,
-  where it is `cotangent [..., K]` (invalid slots ignored), by counting crossings: O(K n)."""
-  lam = jnp.asarray(lam, scores.dtype)
+def _counted_gradient(scores, indices, valid, interpolation, cotangent):
+  """Algorithm 1's `-(rk(y) - rk(y + lambda g)) / lambda` `[..., n]` (`lambda` the
+  `interpolation`) for `g` zero except at `indices`, where it is `cotangent [..., K]` (invalid
+  slots ignored), by counting crossings: O(K n)."""
+  interpolation = jnp.asarray(interpolation, scores.dtype)
   keys = order_keys(scores)
   item_scores = jnp.take_along_axis(scores, indices, axis=-1)
-  # Algorithm 1 moves only the selected items: y + lam g, with g zero elsewhere. The same
+  # Algorithm 1 moves only the selected items: y + lambda g, with g zero elsewhere. The same
   # arithmetic as `blackbox_ranks` on those items, so the same perturbed scores.
-  moved = item_scores + lam[..., None] * jnp.where(valid, cotangent, jnp.zeros_like(cotangent))
+  moved = item_scores + interpolation[..., None] * jnp.where(valid, cotangent,
+                                                             jnp.zeros_like(cotangent))
   before = jnp.take_along_axis(keys, indices, axis=-1)
   after = order_keys(moved)
   valid_int = valid.astype(jnp.int32)
@@ -851,8 +853,9 @@ def _counted_gradient(scores, indices, valid, lam, cotangent):
   moved_delta = (jnp.sum(crossed * (1 - selected[..., None, :]), axis=-1)
                  + jnp.sum(among * valid_int[..., None, :], axis=-1))
   delta = jnp.where(selected > 0, jnp.sum(at * moved_delta[..., :, None], axis=-2), still)
-  # As `blackbox_ranks`: -(rk(y) - rk(y + lam g)) / lam, the difference exact in the float dtype.
-  return -((-delta).astype(scores.dtype)) / lam[..., None]
+  # As `blackbox_ranks`: -(rk(y) - rk(y + lambda g)) / lambda, the difference exact in the float
+  # dtype.
+  return -((-delta).astype(scores.dtype)) / interpolation[..., None]
 
 
 def _list_position(n: int, ndim: int) -> jax.Array:
@@ -932,18 +935,18 @@ def _slot_crossings(keys, indices, valids, befores, afters) -> list:
   ]
 
 
-def _slot_counted_gradient(scores, indices, valids, lam, cotangents):
+def _slot_counted_gradient(scores, indices, valids, interpolation, cotangents):
   """`_counted_gradient` with one `[...]` array per slot (`indices`, `valids`, `cotangents`
   lists): O(K n), no sort, gather or scatter; the same integers, so the same gradient."""
-  lam = jnp.asarray(lam, scores.dtype)
+  interpolation = jnp.asarray(interpolation, scores.dtype)
   keys = order_keys(scores)
   n = scores.shape[-1]
   position = _list_position(n, scores.ndim)
   befores, afters, ats = [], [], []
   for index, valid, cotangent in zip(indices, valids, cotangents):
-    # Algorithm 1 moves only the selected items: y + lam g, with g zero elsewhere. The same
+    # Algorithm 1 moves only the selected items: y + lambda g, with g zero elsewhere. The same
     # arithmetic as `blackbox_ranks` on those items, so the same perturbed scores.
-    moved = _slot_value(scores, index) + lam * jnp.where(valid, cotangent,
+    moved = _slot_value(scores, index) + interpolation * jnp.where(valid, cotangent,
                                                          jnp.zeros_like(cotangent))
     befores.append(_slot_value(keys, index))
     afters.append(order_keys(moved))
@@ -966,8 +969,9 @@ def _slot_counted_gradient(scores, indices, valids, lam, cotangents):
     )
     moved_delta.append(jnp.sum(jnp.where(selected, 0, crossed[k]), axis=-1) + among)
   delta = jnp.where(selected, _slot_spread(indices, valids, moved_delta, n), still)
-  # As `blackbox_ranks`: -(rk(y) - rk(y + lam g)) / lam, the difference exact in the float dtype.
-  return -((-delta).astype(scores.dtype)) / lam[..., None]
+  # As `blackbox_ranks`: -(rk(y) - rk(y + lambda g)) / lambda, the difference exact in the float
+  # dtype.
+  return -((-delta).astype(scores.dtype)) / interpolation[..., None]
 
 
 def _slots(x: jax.Array) -> list:
@@ -985,30 +989,32 @@ def _ranks_at_on(scores, indices, platform):
   )
 
 
-def _counted_gradient_on(scores, indices, valid, lam, cotangent, platform):
-  def accelerator(scores, indices, valid, lam, cotangent):
-    return _slot_counted_gradient(scores, _slots(indices), _slots(valid), lam, _slots(cotangent))
+def _counted_gradient_on(scores, indices, valid, interpolation, cotangent, platform):
+  def accelerator(scores, indices, valid, interpolation, cotangent):
+    return _slot_counted_gradient(scores, _slots(indices), _slots(valid), interpolation,
+                                  _slots(cotangent))
 
   return platforms.by_platform(
-      scores, indices, valid, lam, cotangent,
+      scores, indices, valid, interpolation, cotangent,
       cpu=_counted_gradient, accelerator=accelerator, platform=platform,
   )
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
 def _blackbox_ranks_at(
-    scores: jax.Array, indices: jax.Array, valid: jax.Array, lam: jax.Array, platform: str | None
+    scores: jax.Array, indices: jax.Array, valid: jax.Array, interpolation: jax.Array,
+    platform: str | None
 ) -> jax.Array:
   return _ranks_at_on(scores, indices, platform)
 
 
-def _blackbox_ranks_at_fwd(scores, indices, valid, lam, platform):
-  return _ranks_at_on(scores, indices, platform), (scores, indices, valid, lam)
+def _blackbox_ranks_at_fwd(scores, indices, valid, interpolation, platform):
+  return _ranks_at_on(scores, indices, platform), (scores, indices, valid, interpolation)
 
 
 def _blackbox_ranks_at_bwd(platform, residuals, cotangent):
-  scores, indices, valid, lam = residuals
-  grad = _counted_gradient_on(scores, indices, valid, lam, cotangent, platform)
+  scores, indices, valid, interpolation = residuals
+  grad = _counted_gradient_on(scores, indices, valid, interpolation, cotangent, platform)
   return grad, None, None, None
 
 
@@ -1016,23 +1022,24 @@ _blackbox_ranks_at.defvjp(_blackbox_ranks_at_fwd, _blackbox_ranks_at_bwd)
 
 
 def blackbox_ranks_at(
-    scores: jax.Array, indices: jax.Array, valid: jax.Array, lam: jax.Array
+    scores: jax.Array, indices: jax.Array, valid: jax.Array, interpolation: jax.Array
 ) -> jax.Array:
-  r"""`blackbox_ranks(scores, lam)` at a few items, by counting: no sort, O(K n) per list.
+  r"""`blackbox_ranks(scores, interpolation)` at a few items, by counting: no sort, O(K n) per list.
 
-  Equals `jnp.take_along_axis(blackbox_ranks(scores, lam), indices, axis=-1)` in value (the same
-  ranks, ties by position, NaN last) and in gradient, for any loss that reads the ranks only
-  there: Algorithm 1 then moves only these `K` items (`y + lam g`, `g` zero elsewhere), so an item
-  that does not move changes rank by the moved items that cross it, and a moved item by the items
-  it crosses; counting the crossings gives every item's `rk(y) - rk(y + lam g)` exactly. The
-  forward pass counts, for each of the `K` items, the `n` items above it.
+  Equals `jnp.take_along_axis(blackbox_ranks(scores, interpolation), indices, axis=-1)` in value
+  (the same ranks, ties by position, NaN last) and in gradient, for any loss that reads the ranks
+  only there: Algorithm 1 then moves only these `K` items (`y + lambda g`, `lambda` the
+  `interpolation`, `g` zero elsewhere), so an item that does not move changes rank by the moved
+  items that cross it, and a moved item by the items it crosses; counting the crossings gives every
+  item's `rk(y) - rk(y + lambda g)` exactly. The forward pass counts, for each of the `K` items, the
+  `n` items above it.
 
   Args:
     scores: `[..., n]` floating scores.
     indices: `[..., K]` int32 positions in `[0, n)`, distinct among the valid ones in each list.
     valid: `[..., K]` bool; an invalid slot's rank is meaningless, its cotangent is ignored and it
       moves nothing.
-    lam: `[...]` interpolation strength per list, in `scores`' dtype (no gradient).
+    interpolation: `[...]` interpolation strength per list, in `scores`' dtype (no gradient).
 
   Returns:
     `[..., K]` ranks in `scores`' dtype. O(K n) time per list forward and backward, comparisons
@@ -1041,7 +1048,7 @@ def blackbox_ranks_at(
     slots lead (`[K, ..., n]`, the list last, a TPU's lanes) and the items are read by masked sums
     (no gather or scatter). The same integers, so the same ranks and gradients.
   """
-  return _blackbox_ranks_at(scores, indices, valid, lam, platforms.forced())
+  return _blackbox_ranks_at(scores, indices, valid, interpolation, platforms.forced())
 
 
 def ranks_among(scores: jax.Array, indices: jax.Array, valid: jax.Array) -> jax.Array:
@@ -1109,16 +1116,16 @@ def _accelerator_counted_relevant_ranks(scores, relevant, count):
           _slot_spread(indices, valids, as_scores(among), n))
 
 
-def _cpu_counted_relevant_gradient(scores, relevant, lam, g, count):
+def _cpu_counted_relevant_gradient(scores, relevant, interpolation, g, count):
   indices, valid = first_relevant(relevant, count)
   slots = jnp.take_along_axis(g, indices, axis=-1)
-  return _counted_gradient(scores, indices, valid, lam, slots)
+  return _counted_gradient(scores, indices, valid, interpolation, slots)
 
 
-def _accelerator_counted_relevant_gradient(scores, relevant, lam, g, count):
+def _accelerator_counted_relevant_gradient(scores, relevant, interpolation, g, count):
   indices, valids = _first_relevant_slots(relevant, count)
   cotangents = [_slot_value(g, index) for index in indices]
-  return _slot_counted_gradient(scores, indices, valids, lam, cotangents)
+  return _slot_counted_gradient(scores, indices, valids, interpolation, cotangents)
 
 
 def _relevant_ranks_on(scores, relevant, count, branch):
@@ -1135,26 +1142,26 @@ def _relevant_ranks_on(scores, relevant, count, branch):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _blackbox_relevant_ranks(scores, relevant, lam, count, branch):
+def _blackbox_relevant_ranks(scores, relevant, interpolation, count, branch):
   return _relevant_ranks_on(scores, relevant, count, branch)
 
 
-def _blackbox_relevant_ranks_fwd(scores, relevant, lam, count, branch):
+def _blackbox_relevant_ranks_fwd(scores, relevant, interpolation, count, branch):
   ranks, relevant_ranks = _relevant_ranks_on(scores, relevant, count, branch)
   # The counting backward counts again; only the sort's reads the forward ranks.
-  return (ranks, relevant_ranks), (scores, relevant, lam, None if count else ranks)
+  return (ranks, relevant_ranks), (scores, relevant, interpolation, None if count else ranks)
 
 
 def _blackbox_relevant_ranks_bwd(count, branch, residuals, cotangents):
-  scores, relevant, lam, ranks = residuals
+  scores, relevant, interpolation, ranks = residuals
   g = jnp.where(relevant, cotangents[0], jnp.zeros_like(cotangents[0]))
-  lam = jnp.asarray(lam, scores.dtype)
+  interpolation = jnp.asarray(interpolation, scores.dtype)
   if count is None:
-    perturbed = _descending_ranks_on(scores + lam[..., None] * g, branch)
-    grad = -(ranks - perturbed) / lam[..., None]
+    perturbed = _descending_ranks_on(scores + interpolation[..., None] * g, branch)
+    grad = -(ranks - perturbed) / interpolation[..., None]
   else:
     grad = platforms.by_platform(
-        scores, relevant, lam, g,
+        scores, relevant, interpolation, g,
         cpu=functools.partial(_cpu_counted_relevant_gradient, count=count),
         accelerator=functools.partial(_accelerator_counted_relevant_gradient, count=count),
         platform=_BRANCH_PLATFORMS.get(branch),
@@ -1166,14 +1173,16 @@ _blackbox_relevant_ranks.defvjp(_blackbox_relevant_ranks_fwd, _blackbox_relevant
 
 
 def blackbox_relevant_ranks(
-    scores: jax.Array, relevant: jax.Array, lam: jax.Array, *, max_relevant: int | None = None
+    scores: jax.Array, relevant: jax.Array, interpolation: jax.Array, *,
+    max_relevant: int | None = None
 ) -> tuple[jax.Array, jax.Array]:
   r"""The blackbox ranks of the relevant items of lists, and their ranks among relevant items.
 
-  At relevant positions, `ranks` is `blackbox_ranks(scores, lam)` in value and gradient (the
-  cotangent is read there only: Algorithm 1 moves only the relevant items), and `relevant_ranks`
-  the rank among the relevant items in the same order (no gradient). Entries at the other
-  positions are unspecified: read only the relevant ones. Two ways, the same ranks and gradients:
+  At relevant positions, `ranks` is `blackbox_ranks(scores, interpolation)` in value and gradient
+  (the cotangent is read there only: Algorithm 1 moves only the relevant items), and
+  `relevant_ranks` the rank among the relevant items in the same order (no gradient). Entries at the
+  other positions are unspecified: read only the relevant ones. Two ways, the same ranks and
+  gradients:
 
   * **sort** (`max_relevant=None`): one sort of each list forward and one backward
     (`descending_ranks`: numpy through a host callback on CPU, XLA's sort elsewhere), O(n log n);
@@ -1189,7 +1198,7 @@ def blackbox_relevant_ranks(
   Args:
     scores: `[..., n]` floating scores.
     relevant: `[..., n]` bool, the items whose ranks are read.
-    lam: `[...]` interpolation strength per list, in `scores`' dtype (no gradient).
+    interpolation: `[...]` interpolation strength per list, in `scores`' dtype (no gradient).
     max_relevant: `K`, a static bound on the relevant items per list that selects counting, or
       `None` for the sort.
 
@@ -1197,15 +1206,16 @@ def blackbox_relevant_ranks(
     `(ranks, relevant_ranks)`, each `[..., n]` in `scores`' dtype, meaningful where `relevant`.
   """
   return _blackbox_relevant_ranks(
-      scores, relevant, lam, max_relevant, forced_branch()
+      scores, relevant, interpolation, max_relevant, forced_branch()
   )
 
 
-def check_lam(fn: str, lam: jax.typing.ArrayLike) -> jax.Array:
-  """Checks the blackbox strength `lam` (real, `> 0` where known, any shape); returns an array."""
+def check_interpolation(fn: str, interpolation: jax.typing.ArrayLike) -> jax.Array:
+  """Checks the blackbox `interpolation` strength (real, `> 0` where known, any shape); returns an
+  array."""
   hint = "It is the blackbox interpolation strength (RaMBO's Table 9: 0.2 to 4)."
-  checks.check_real(fn, "lam", lam, above=0, scalar=False, hint=hint)
-  return jnp.asarray(lam)
+  checks.check_real(fn, "interpolation", interpolation, above=0, scalar=False, hint=hint)
+  return jnp.asarray(interpolation)
 
 
 def uses_blackbox_rank(jaxpr: jax.extend.core.ClosedJaxpr | jax.extend.core.Jaxpr) -> bool:
@@ -1213,7 +1223,7 @@ def uses_blackbox_rank(jaxpr: jax.extend.core.ClosedJaxpr | jax.extend.core.Jaxp
   `blackbox_relevant_ranks`), in its own equations or in any jaxpr inside them (jitted
   functions, loops, conditionals, custom derivative rules).
 
-  Their backward is not linear in its cotangent (Algorithm 1 moves the scores by `lam` times
+  Their backward is not linear in its cotangent (Algorithm 1 moves the scores by `interpolation` times
   it), so a caller that would take a gradient with another cotangent than the true one and scale
   it afterwards (`blocked_loss`) must not. Read from the jaxpr (`jax.make_jaxpr`), which holds
   a jitted function's equations also when its trace came from JAX's cache and no Python of it
@@ -1232,7 +1242,7 @@ def uses_blackbox_rank(jaxpr: jax.extend.core.ClosedJaxpr | jax.extend.core.Jaxp
   return False
 
 
-def blackbox_ranks(scores: jax.typing.ArrayLike, lam: jax.typing.ArrayLike) -> jax.Array:
+def blackbox_ranks(scores: jax.typing.ArrayLike, interpolation: jax.typing.ArrayLike) -> jax.Array:
   r"""Ranks of a list (1 = highest score) with RaMBO's blackbox gradient.
 
   The forward pass is an exact ranking by one stable sort of the last axis (ties are ranked by
@@ -1243,15 +1253,16 @@ def blackbox_ranks(scores: jax.typing.ArrayLike, lam: jax.typing.ArrayLike) -> j
     \nabla_y = -\frac{1}{\lambda}\left[\mathrm{rk}(y) - \mathrm{rk}(y + \lambda g)\right],
 
   one more sort. **This is not the derivative of the ranks** (which is zero almost everywhere) but
-  the gradient of a piecewise-linear interpolation of the loss, whose width grows with `lam`. Unlike
-  a derivative it is not linear in :math:`g`: scaling the loss (a mean over more lists, say) moves
-  the perturbed scores less, so `lam` and the loss's scale go together.
+  the gradient of a piecewise-linear interpolation of the loss, whose width grows with
+  `interpolation`. Unlike a derivative it is not linear in :math:`g`: scaling the loss (a mean over
+  more lists, say) moves the perturbed scores less, so `interpolation` and the loss's scale go
+  together.
 
   Args:
     scores: `[..., n]` floating scores; `0.0` and `-0.0` are one score, NaN scores rank last (in the
       order of the list) on every platform.
-    lam: the interpolation strength :math:`\lambda > 0`, a scalar or `[...]` (one per list). It
-      gets no gradient.
+    interpolation: the interpolation strength :math:`\lambda > 0` (the paper's lambda), a scalar
+      or `[...]` (one per list). It gets no gradient.
 
   Returns:
     `[..., n]` ranks in `scores`' dtype (exact integers up to 2**24 in float32). O(n log n) time
@@ -1267,14 +1278,14 @@ def blackbox_ranks(scores: jax.typing.ArrayLike, lam: jax.typing.ArrayLike) -> j
   scores = checks.check_floating(
       "blackbox_ranks", "scores", scores, min_ndim=1, layout="[..., n] (the list, last)"
   )
-  lam = check_lam("blackbox_ranks", lam)
-  if lam.ndim and lam.shape != scores.shape[:-1]:
+  interpolation = check_interpolation("blackbox_ranks", interpolation)
+  if interpolation.ndim and interpolation.shape != scores.shape[:-1]:
     raise ValueError(
-        f"blackbox_ranks: lam must be a scalar or one value per list {scores.shape[:-1]}, got "
-        f"shape {lam.shape}."
+        f"blackbox_ranks: interpolation must be a scalar or one value per list "
+        f"{scores.shape[:-1]}, got shape {interpolation.shape}."
     )
-  lam = jnp.broadcast_to(lam.astype(scores.dtype), scores.shape[:-1])
-  return _blackbox_ranks(scores, lam, forced_branch())
+  interpolation = jnp.broadcast_to(interpolation.astype(scores.dtype), scores.shape[:-1])
+  return _blackbox_ranks(scores, interpolation, forced_branch())
 
 
 # The backward rules of the blackbox ranks, as `uses_blackbox_rank` finds them in a jaxpr.

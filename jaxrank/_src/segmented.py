@@ -20,9 +20,9 @@ need not be sorted, contiguous or start at 0. With `segments`:
   lists. A `reduce_fn` is called with `where=` the `[..., n]` mask of the defined segments' first
   valid items.
 * **Per-list arguments are per segment**, given in the shape `[..., n]` of the per-list values:
-  `weights` (and `blackbox_*_loss`'s array `lam`) are read at each segment's first valid item, so
-  give every item of a segment its segment's weight; `weights[..., None]` weighs all the segments
-  of a row alike. Per-item arguments (`item_weights`) stay per item.
+  `weights` (and `blackbox_*_loss`'s array `interpolation`) are read at each segment's first valid
+  item, so give every item of a segment its segment's weight; `weights[..., None]` weighs all the
+  segments of a row alike. Per-item arguments (`item_weights`) stay per item.
 * **Positions are kept.** A segment's list is its row with the other segments' items masked in
   place, so it keeps its items' positions in the row. That changes nothing for a function of the
   items' order alone (tied scores ranked by position keep their relative order); only

@@ -21,8 +21,9 @@ the losses of the papers are choices of them:
   exact AP loss `1 - ap_metric` (on lists whose relevant items are not tied with each other).
 
 `calibration_loss` (eq. 7) pushes relevant scores above `alpha` and the others below `beta`;
-`roadmap_loss` is eq. 2, `(1 - lam) * supap_loss + lam * calibration_loss`. `decomposability_gap`
-(eq. 6) measures how much the mean AP over batches of a list differs from the AP of the whole list.
+`roadmap_loss` is eq. 2, `(1 - calibration_weight) * supap_loss + calibration_weight *
+calibration_loss` (the paper's lambda). `decomposability_gap` (eq. 6) measures how much the mean
+AP over batches of a list differs from the AP of the whole list.
 
 Conventions (rax's, as in `jaxrank.metrics`): `scores` and `labels` are `[..., n]`, the last axis
 is the list; an item is relevant iff its label is `>= 1`; `where` masks items out as if sliced
@@ -87,9 +88,9 @@ def _sigmoid(x, temperature):
   return jax.nn.sigmoid(x / temperature)
 
 
-def _supap_negative(x, tau, rho, delta):
-  sigmoid = jax.nn.sigmoid(x / tau)
-  linear = rho * (x - delta) + jax.nn.sigmoid(delta / tau) + 0.5
+def _supap_negative(x, temperature, rho, delta):
+  sigmoid = jax.nn.sigmoid(x / temperature)
+  linear = rho * (x - delta) + jax.nn.sigmoid(delta / temperature) + 0.5
   return jnp.where(x < 0, sigmoid, jnp.where(x <= delta, sigmoid + 0.5, linear))
 
 
@@ -143,7 +144,7 @@ def sigmoid_step(x: jax.typing.ArrayLike, *, temperature: jax.typing.ArrayLike =
 def supap_negative_step(
     x: jax.typing.ArrayLike,
     *,
-    tau: jax.typing.ArrayLike = 0.01,
+    temperature: jax.typing.ArrayLike = 0.01,
     rho: jax.typing.ArrayLike = 100.0,
     delta: jax.typing.ArrayLike = 0.05,
 ) -> jax.Array:
@@ -158,14 +159,15 @@ def supap_negative_step(
 
   with `t = s_j - s_k` the score of the non-relevant item minus that of the relevant one.
 
-  * Below 0 (correctly ordered pair) it is a sigmoid: a margin `tau` keeps a small gradient.
+  * Below 0 (correctly ordered pair) it is a sigmoid of temperature `temperature` (the paper's
+    :math:`\tau`), which keeps a small gradient.
   * At 0 it jumps by 1/2, to `sigma(0) + 0.5 = 1`, so that `H^- >= H` everywhere (`H(0) = 1`):
     this is what makes the SupAP loss an upper bound of the AP loss. Eq. 4 lists `t = 0` in both
     of its first two cases; the second is taken (the authors' code takes the first, 1/2, at
     exact ties only).
   * After `delta` it is linear with slope `rho`, so that a badly misordered pair still gets a
-    gradient where the sigmoid has saturated. The constant `sigma(delta / tau) + 0.5` is the one
-    written in eq. 4: it makes `H^-` continuous at `delta` (a kink there, no jump).
+    gradient where the sigmoid has saturated. The constant `sigma(delta / temperature) + 0.5` is
+    the one written in eq. 4: it makes `H^-` continuous at `delta` (a kink there, no jump).
 
   **The authors' code** (elias-ramzi/ROADMAP, `step_rank` in `roadmap/losses/smooth_rank_ap.py`,
   since November 2022) computes `rho * (t - delta) + offset` for `t > delta` and `0.5 + sigma(t /
@@ -179,13 +181,13 @@ def supap_negative_step(
   computed `rho * t + offset`, a jump from 1.49 to 6.44 at `delta` with the same configs. At an
   exact tie `t = 0` their step takes the sigmoid, 1/2 (see above).
 
-  Defaults are the paper's (sec. 4, "ROADMAP settings": `tau = 0.01`, `rho = 100`; `delta = 0.05`
-  from the authors' configs, where `sigma(delta / tau) = sigma(5)` is saturated). Fix them with
-  `functools.partial`.
+  Defaults are the paper's (sec. 4, "ROADMAP settings": :math:`\tau = 0.01`, `rho = 100`; `delta =
+  0.05` from the authors' configs, where `sigma(delta / temperature) = sigma(5)` is saturated). Fix
+  them with `functools.partial`.
 
   Args:
     x: score differences `s_j - s_k`, any shape.
-    tau: temperature of the sigmoid part, `> 0`.
+    temperature: temperature :math:`\tau` of the sigmoid part, `> 0` (as SmoothAP's `temperature`).
     rho: slope of the linear part, `>= 0`.
     delta: where the linear part starts, `>= 0`.
 
@@ -195,9 +197,9 @@ def supap_negative_step(
   >>> [round(v, 4) for v in supap_negative_step(jnp.array([-0.01, 0.0, 0.05, 0.06])).tolist()]
   [0.2689, 1.0, 1.4933, 2.4933]
   """
-  _check_supap("supap_negative_step", tau, rho, delta)
+  _check_supap("supap_negative_step", temperature, rho, delta)
   x = jnp.asarray(x)
-  return _supap_negative(x, tau, rho, jnp.asarray(delta, x.dtype))
+  return _supap_negative(x, temperature, rho, jnp.asarray(delta, x.dtype))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -800,8 +802,9 @@ def _check_temperature(fn, temperature):
   )
 
 
-def _check_supap(fn, tau, rho, delta):
-  checks.check_real(fn, "tau", tau, above=0, hint="It is the sigmoid's temperature (0.01).")
+def _check_supap(fn, temperature, rho, delta):
+  checks.check_real(
+      fn, "temperature", temperature, above=0, hint="It is the sigmoid's temperature (0.01).")
   checks.check_real(fn, "rho", rho, at_least=0, hint="It is the slope after delta (ROADMAP: 100).")
   checks.check_real(fn, "delta", delta, at_least=0, hint="The linear part starts there (0.05).")
 
@@ -881,8 +884,8 @@ def smoothap_loss(
   return lists.finish(1 - ap, scores, where, valid, reduce_fn)
 
 
-def _supap(fn, scores, labels, where, segments, tau, rho, delta, chunk_size, max_relevant):
-  negative = (_supap_negative, (tau, rho, delta))
+def _supap(fn, scores, labels, where, segments, temperature, rho, delta, chunk_size, max_relevant):
+  negative = (_supap_negative, (temperature, rho, delta))
   return _smooth_ap(
       fn, scores, labels, where, segments, (_heaviside, ()), negative, chunk_size, max_relevant)
 
@@ -893,7 +896,7 @@ def supap_loss(
     *,
     where: jax.typing.ArrayLike | None = None,
     segments: jax.typing.ArrayLike | None = None,
-    tau: jax.typing.ArrayLike = 0.01,
+    temperature: jax.typing.ArrayLike = 0.01,
     rho: jax.typing.ArrayLike = 100.0,
     delta: jax.typing.ArrayLike = 0.05,
     chunk_size: int | None = None,
@@ -929,7 +932,7 @@ def supap_loss(
     segments: optional `[..., n]` integer ids packing several lists into each row: the items
       with equal ids form one list (rax's `segments`; API reference, "Segments"), and
       `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
-    tau: temperature of `H^-`'s sigmoid, `> 0` (paper: 0.01).
+    temperature: temperature :math:`\tau` of `H^-`'s sigmoid, `> 0` (paper: 0.01).
     rho: slope of `H^-` after `delta`, `>= 0` (paper: 100; 0 gives a constant after `delta`).
     delta: start of the linear part, `>= 0` (0.05, the authors' configs).
     chunk_size: relevant items per list per step, or `None` (see `smooth_rank_ap_loss`).
@@ -950,9 +953,9 @@ def supap_loss(
   0.3823
   """
   fn = "supap_loss"
-  _check_supap(fn, tau, rho, delta)
+  _check_supap(fn, temperature, rho, delta)
   ap, valid, scores, _, where = _supap(
-      fn, scores, labels, where, segments, tau, rho, delta, chunk_size, max_relevant)
+      fn, scores, labels, where, segments, temperature, rho, delta, chunk_size, max_relevant)
   return lists.finish(1 - ap, scores, where, valid, reduce_fn)
 
 
@@ -1026,8 +1029,8 @@ def roadmap_loss(
     *,
     where: jax.typing.ArrayLike | None = None,
     segments: jax.typing.ArrayLike | None = None,
-    lam: jax.typing.ArrayLike = 0.5,
-    tau: jax.typing.ArrayLike = 0.01,
+    calibration_weight: jax.typing.ArrayLike = 0.5,
+    temperature: jax.typing.ArrayLike = 0.01,
     rho: jax.typing.ArrayLike = 100.0,
     delta: jax.typing.ArrayLike = 0.05,
     alpha: jax.typing.ArrayLike = 0.9,
@@ -1042,10 +1045,10 @@ def roadmap_loss(
     \mathcal{L}_\mathrm{ROADMAP} = (1 - \lambda)\, \mathcal{L}_\mathrm{SupAP}
       + \lambda\, \mathcal{L}_\mathrm{calibr.}
 
-  per list (`supap_loss`, eq. 5, and `calibration_loss`, eq. 7), then reduced over lists. `lam = 0`
-  is SupAP alone and `lam = 1` the calibration loss alone (sec. 4.3). The paper uses `lam = 0.5`;
-  the authors' configs add both losses with weight 1, which is twice eq. 2 at `lam = 0.5` (the
-  same direction; Adam does not see the factor).
+  per list (`supap_loss`, eq. 5, and `calibration_loss`, eq. 7), then reduced over lists.
+  `calibration_weight` is the paper's lambda: 0 is SupAP alone and 1 the calibration loss alone
+  (sec. 4.3). The paper uses 0.5; the authors' configs add both losses with weight 1, which is
+  twice eq. 2 at `calibration_weight = 0.5` (the same direction; Adam does not see the factor).
 
   Self-inclusion: see `supap_loss` and `calibration_loss` (the authors rank the query among its
   batch, itself included, and leave it out of the calibration pairs).
@@ -1057,8 +1060,8 @@ def roadmap_loss(
     segments: optional `[..., n]` integer ids packing several lists into each row: the items
       with equal ids form one list (rax's `segments`; API reference, "Segments"), and
       `reduce_fn=None` then gives `[..., n]`; each row costs what `n` lists of `n` items cost.
-    lam: weight of the calibration loss, in [0, 1] (paper: 0.5).
-    tau: see `supap_loss` (0.01).
+    calibration_weight: weight :math:`\lambda` of the calibration loss, in [0, 1] (paper: 0.5).
+    temperature: see `supap_loss` (0.01).
     rho: see `supap_loss` (100).
     delta: see `supap_loss` (0.05).
     alpha: see `calibration_loss` (0.9).
@@ -1081,13 +1084,14 @@ def roadmap_loss(
   0.0
   """
   fn = "roadmap_loss"
-  checks.check_real(fn, "lam", lam, at_least=0, at_most=1, hint="It weighs the calibration loss.")
-  _check_supap(fn, tau, rho, delta)
+  checks.check_real(fn, "calibration_weight", calibration_weight, at_least=0, at_most=1,
+                    hint="It weighs the calibration loss.")
+  _check_supap(fn, temperature, rho, delta)
   _check_calibration(fn, alpha, beta)
   ap, valid, scores, labels, where = _supap(
-      fn, scores, labels, where, segments, tau, rho, delta, chunk_size, max_relevant)
+      fn, scores, labels, where, segments, temperature, rho, delta, chunk_size, max_relevant)
   calibration, _ = _calibration(scores, labels, where, alpha, beta)
-  values = (1 - lam) * (1 - ap) + lam * calibration
+  values = (1 - calibration_weight) * (1 - ap) + calibration_weight * calibration
   return lists.finish(values, scores, where, valid, reduce_fn)
 
 

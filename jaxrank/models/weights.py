@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxrank._src.weights import check_same_layout
+from jaxrank._src.checks import check_same_layout
 
 # What `save_weights` stores: every variable except the state of random number generators.
 _WEIGHTS = nnx.Not(nnx.RngState)

@@ -31,7 +31,7 @@ LOSSES = {
     "supap": jaxrank.supap_loss,
     "roadmap": jaxrank.roadmap_loss,
     "blackbox_ap": jaxrank.blackbox_ap_loss,
-    "blackbox_recall": functools.partial(jaxrank.blackbox_recall_loss, lam=1.0),
+    "blackbox_recall": functools.partial(jaxrank.blackbox_recall_loss, interpolation=1.0),
     # 3 relevant items per list without the query (counting), 4 with it (more: the sort).
     "blackbox_ap_counting": functools.partial(jaxrank.blackbox_ap_loss, max_relevant=3),
     "ap_metric": jaxrank.ap_metric,

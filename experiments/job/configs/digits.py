@@ -48,7 +48,7 @@ def get_config() -> config_lib.Config:
 
 def get_sweep() -> dict[str, dict]:
   return {
-      "fastap_40bins": {"loss": "fastap", "loss_kwargs": {"num_bins": 40}},
+      "fastap_40bins": {"loss": "fastap", "loss_kwargs": {"num_intervals": 40}},
       "soft_binning_ap": {"loss": "soft_binning_ap"},
       "blackbox_ap": {"loss": "blackbox_ap"},
       "smoothap": {"loss": "smoothap"},

@@ -37,7 +37,7 @@ def get_config() -> config_lib.Config:
       freeze_batchnorm=True,
       embedding_dim=512,
       loss="fastap",
-      loss_kwargs={"num_bins": 10},
+      loss_kwargs={"num_intervals": 10},
       num_steps=31000,
       learning_rate=1e-05,
       warmup_steps=0,

@@ -63,7 +63,7 @@ def get_sweep() -> dict[str, dict]:
         "embedding_dim": b, "loss": "simplified_tie_aware_ap", "loss_kwargs": {"num_bins": b + 1}
     }
     sweep[f"fastap_{b}bits"] = {
-        "embedding_dim": b, "loss": "fastap", "loss_kwargs": {"num_bins": b}
+        "embedding_dim": b, "loss": "fastap", "loss_kwargs": {"num_intervals": b}
     }
     sweep[f"smoothap_{b}bits"] = {"embedding_dim": b, "loss": "smoothap", "loss_kwargs": {}}
   return sweep

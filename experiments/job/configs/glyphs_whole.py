@@ -38,7 +38,7 @@ def get_config() -> config_lib.Config:
       chunk_size=452,
       loss_block_size=512,
       loss="fastap",
-      loss_kwargs={"num_bins": 40},
+      loss_kwargs={"num_intervals": 40},
       num_steps=300,
       learning_rate=3e-3,
       head_lr_multiplier=1.0,

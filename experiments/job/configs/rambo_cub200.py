@@ -34,7 +34,7 @@ def get_config() -> config_lib.Config:
       freeze_batchnorm=True,
       embedding_dim=512,
       loss="blackbox_recall",
-      loss_kwargs={"margin": 0.02, "lam": 0.2},
+      loss_kwargs={"margin": 0.02, "interpolation": 0.2},
       memory_batches=3,
       num_steps=3700,
       learning_rate=5e-06,

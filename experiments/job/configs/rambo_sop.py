@@ -37,7 +37,7 @@ def get_config() -> config_lib.Config:
       freeze_batchnorm=True,
       embedding_dim=512,
       loss="blackbox_recall",
-      loss_kwargs={"margin": 0.02, "lam": 4.0},
+      loss_kwargs={"margin": 0.02, "interpolation": 4.0},
       memory_batches=3,
       num_steps=37000,
       learning_rate=3e-06,
