@@ -259,14 +259,14 @@ def fastap_batch_gradient(embeddings, labels, *, num_bins: int = 10) -> np.ndarr
     h_pos = np.zeros(len(centres))
     h_neg = np.zeros(len(centres))
     for j in range(size):
-      for l, c in enumerate(centres):
+      for l, c in enumerate(centres):  # noqa: E741  (the paper's bin index, App. C)
         if neighbour[i, j]:
           h_pos[l] += triangle(d[i, j], c, width)
         elif other[i, j]:
           h_neg[l] += triangle(d[i, j], c, width)
     f_pos[:, i], f_neg[:, i] = _fastap_histogram_gradients(h_pos, h_neg, neighbour[i].sum())
   total = np.zeros((size, size))
-  for l, c in enumerate(centres):
+  for l, c in enumerate(centres):  # noqa: E741  (the paper's bin index, App. C)
     slope = np.vectorize(lambda z, c=c: triangle_derivative(z, c, width))(d)
     b_pos = neighbour * slope  # eq. 30
     b_neg = other * slope  # eq. 31

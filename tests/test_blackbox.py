@@ -149,9 +149,9 @@ def test_branch_is_chosen_at_trace_time_and_restored():
   assert forced_vjp.count("sort[") == inner_vjp.count("pure_callback[") == 2  # Forward, backward.
   assert traced(ranking.descending_ranks) == default
   assert "platform_index" in vjp_traced()
-  with pytest.raises(ValueError, match="descending_ranks_branch: branch must be one of"):
-    with ranking.descending_ranks_branch("gpu"):
-      pass
+  with (pytest.raises(ValueError, match="descending_ranks_branch: branch must be one of"),
+        ranking.descending_ranks_branch("gpu")):
+    pass
 
 
 @pytest.mark.parametrize("lam", [0.5, 3.0])

@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.experimental import checkify
 import test_compile as listing  # Every list-level function, found by its signature.
+from jax.experimental import checkify
 
 import jaxrank
 from jaxrank._src import checks

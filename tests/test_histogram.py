@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference
-import helpers
-from helpers import precision
 import reference_histogram as ref
+from helpers import precision
 from jax import test_util as jtu
 
 import jaxrank

@@ -16,8 +16,8 @@ import jaxrank
 from jaxrank import landscape
 
 
-def _ap_loss(s, l):
-  return 1 - jaxrank.ap_metric(s, l, reduce_fn=None)
+def _ap_loss(s, y):
+  return 1 - jaxrank.ap_metric(s, y, reduce_fn=None)
 
 
 def _tree():
@@ -169,8 +169,8 @@ def test_surrogate_tracking_equals_a_loop():
   rng = np.random.default_rng(0)
   scores = jnp.asarray(rng.uniform(-0.5, 0.5, 12), jnp.float32)
   labels = jnp.asarray(rng.random(12) < 0.4, jnp.int32)
-  loss = lambda s, l, t: jaxrank.smoothap_loss(s, l, temperature=t)
-  exact = lambda s, l: 1 - jaxrank.ap_metric(s, l)
+  loss = lambda s, y, t: jaxrank.smoothap_loss(s, y, temperature=t)
+  exact = lambda s, y: 1 - jaxrank.ap_metric(s, y)
   key, num = jax.random.key(4), 40
   scale = jnp.linspace(0.05, 0.5, num)
   out = landscape.surrogate_tracking(loss, exact, scores, key, scale=scale, num_points=num,
@@ -225,9 +225,9 @@ def global_x64():
 
 
 @pytest.mark.parametrize("loss", [
-    lambda s, l: jaxrank.smoothap_loss(s, l, reduce_fn=None),
-    lambda s, l: jaxrank.blackbox_ap_loss(s, l, lam=1.0, reduce_fn=None),  # no true gradient
-    lambda s, l: jaxrank.fastap_loss(s, l, reduce_fn=None),
+    lambda s, y: jaxrank.smoothap_loss(s, y, reduce_fn=None),
+    lambda s, y: jaxrank.blackbox_ap_loss(s, y, lam=1.0, reduce_fn=None),  # no true gradient
+    lambda s, y: jaxrank.fastap_loss(s, y, reduce_fn=None),
 ], ids=["smoothap", "blackbox", "fastap"])
 def test_gradient_cosine_equals_hand_computed(loss, global_x64):
   rng = np.random.default_rng(1)
@@ -253,8 +253,8 @@ def test_gradient_cosine_where_and_undefined_lists():
   scores = jnp.array([[0.3, 0.2, 0.1, 0.0], [0.3, 0.2, 0.1, 0.0]])
   labels = jnp.array([[0, 1, 0, 1], [1, 1, 1, 1]])  # all relevant in the second: AP is always 1
   where = jnp.array([[True, True, True, False], [True] * 4])
-  loss = lambda s, l, w: jaxrank.smoothap_loss(s, l, where=w, reduce_fn=None)
-  exact = lambda s, l, w: 1 - jaxrank.ap_metric(s, l, where=w, reduce_fn=None)
+  loss = lambda s, y, w: jaxrank.smoothap_loss(s, y, where=w, reduce_fn=None)
+  exact = lambda s, y, w: 1 - jaxrank.ap_metric(s, y, where=w, reduce_fn=None)
   out = landscape.gradient_cosine(loss, exact, scores, step=0.01, loss_args=(labels, where),
                                   reference_args=(labels, where), where=where)
   assert out["defined"].tolist() == [False, False]  # at h = 0.01 no item crosses another
@@ -269,7 +269,7 @@ def test_descent_directions():
   scores = jax.random.normal(jax.random.key(0), (3, 9))
   labels = (jnp.arange(9) % 3 == 0).astype(jnp.int32)
   where = jnp.ones((3, 9), bool).at[0, 4].set(False)
-  loss = lambda s, l, w: jaxrank.smoothap_loss(s, l, where=w, reduce_fn=None)
+  loss = lambda s, y, w: jaxrank.smoothap_loss(s, y, where=w, reduce_fn=None)
   d = landscape.descent_directions(loss, scores, args=(labels, where), where=where)
   g = -np.asarray(jax.grad(lambda s: jnp.sum(loss(s, labels, where)))(scores))
   g[0, 4] = 0
@@ -332,7 +332,7 @@ def test_new_hyperparameter_values_do_not_recompile():
   scores = jnp.asarray(rng.uniform(-0.5, 0.5, (2, 10)), jnp.float32)
   labels = jnp.asarray(rng.random((2, 10)) < 0.4, jnp.int32)
   u, v = jnp.asarray(rng.normal(size=(2, 2, 10)), jnp.float32)
-  loss = _Counted(lambda s, l, t: jaxrank.smoothap_loss(s, l, temperature=t, reduce_fn=None))
+  loss = _Counted(lambda s, y, t: jaxrank.smoothap_loss(s, y, temperature=t, reduce_fn=None))
   exact = _Counted(_ap_loss)
   grid = jnp.linspace(-0.5, 0.5, 5)
   for t in (0.01, 0.05, 0.2):

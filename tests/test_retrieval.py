@@ -7,14 +7,14 @@ import functools
 import logging
 import re
 
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
-import helpers
 import pytest
+import reference
 
 import jaxrank
-import reference
 from jaxrank._src import platforms
 from jaxrank._src import ranking
 from jaxrank._src import retrieval

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import functools
 
+import helpers
 import jax
 import jax.numpy as jnp
-from jax import test_util as jtu
 import numpy as np
-import helpers
 import pytest
+from jax import test_util as jtu
 
 import jaxrank
 from jaxrank import similarity

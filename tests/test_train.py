@@ -20,7 +20,6 @@ from flax import nnx
 import jaxrank
 import jaxrank.data as jd
 from experiments.job import check
-from experiments.job import config as config_lib
 from experiments.job import input_pipeline
 from experiments.job import losses as losses_lib
 from experiments.job import main as main_lib

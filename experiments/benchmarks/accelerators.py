@@ -176,7 +176,8 @@ def compile_sharded_step(name: str, batch: int, dim: int, chips: tuple):
   """The step of `jaxrank.sharded_loss` for loss `name` over a mesh of `chips`, compiled."""
   import jax
   import jax.numpy as jnp
-  from jax.sharding import NamedSharding, PartitionSpec as P
+  from jax.sharding import NamedSharding
+  from jax.sharding import PartitionSpec as P
 
   import jaxrank
 

@@ -265,18 +265,18 @@ def pml_section(batches: list[int], seconds: float) -> list[dict]:
       e_t = torch.from_numpy(embeddings).cuda()
       y_t = torch.from_numpy(labels).cuda()
 
-      def torch_step():
+      def torch_step(pml_loss, e_t, y_t):
         e = e_t.clone().requires_grad_(True)
         pml_loss(e, y_t).backward()
         torch.cuda.synchronize()
 
-      torch_step()
-      torch_step()
+      torch_step(pml_loss, e_t, y_t)
+      torch_step(pml_loss, e_t, y_t)
       times = []
       start = time.perf_counter()
       while len(times) < 5 or (time.perf_counter() - start < seconds and len(times) < 50):
         begin = time.perf_counter()
-        torch_step()
+        torch_step(pml_loss, e_t, y_t)
         times.append(time.perf_counter() - begin)
       pml_time = float(np.median(times))
       rows.append({"loss": name, "batch": batch, "jaxrank": jax_time, "pml": pml_time,

@@ -203,7 +203,8 @@ def run_job(argv: list[str], num_processes: int, timeout: float) -> list[dict]:
       BENCH_COORDINATOR=f"127.0.0.1:{free_port()}",
       BENCH_NUM_PROCESSES=str(num_processes),
   )
-  logs = [tempfile.TemporaryFile(mode="w+") for _ in range(num_processes)]
+  # Closed below, once the children have exited and their output is read.
+  logs = [tempfile.TemporaryFile(mode="w+") for _ in range(num_processes)]  # noqa: SIM115
   children = [
       subprocess.Popen(
           [sys.executable, "-m", "experiments.benchmarks.distributed", *argv],

@@ -395,7 +395,7 @@ def import_tensorflow_quietly() -> None:
   with tempfile.TemporaryFile() as captured:
     os.dup2(captured.fileno(), 2)
     try:
-      import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+      import tensorflow  # noqa: F401  # pylint: disable=g-import-not-at-top,unused-import
     except BaseException:
       os.dup2(saved, 2)
       captured.seek(0)

@@ -17,14 +17,12 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
 from jaxrank import types
 from jaxrank._src import checks
 from jaxrank._src import lists
 from jaxrank._src import ranking
 from jaxrank._src import segmented
-
 
 COUNT_UP_TO = 16
 """Relevant items per list up to which a loss whose labels are concrete counts without being told.

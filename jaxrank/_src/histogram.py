@@ -82,7 +82,6 @@ from jaxrank._src import ranking
 from jaxrank._src import segmented
 
 
-
 class SoftHistograms(NamedTuple):
   """Per-list soft histograms, bins ordered best first, each `[..., num_centres]`.
 

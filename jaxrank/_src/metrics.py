@@ -46,7 +46,6 @@ differentiable (their gradient is zero almost everywhere); the losses approximat
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 
@@ -55,7 +54,6 @@ from jaxrank._src import checks
 from jaxrank._src import lists
 from jaxrank._src import ranking
 from jaxrank._src import segmented
-
 
 
 def retrieved_items(scores: jax.Array, where: jax.Array) -> jax.Array:

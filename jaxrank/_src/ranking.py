@@ -277,8 +277,12 @@ def relevant_item_statistics(
   so the cost is O(1) per item whatever the size of the tie.
 
   Args:
-    num_above, num_tied, relevant_above, relevant_tied, tie_position: integer arrays of one
-      shape, meaningful only at relevant items (other entries may hold anything finite).
+    num_above: `N`, integer; this and the next four are arrays of one shape, meaningful only at
+      relevant items (other entries may hold anything finite).
+    num_tied: `n`, integer.
+    relevant_above: `R`, integer.
+    relevant_tied: `r`, integer.
+    tie_position: `p`, integer.
     list_size: an upper bound on `num_above + num_tied` (the list length), static.
     dtype: the floating dtype of the ratios.
 

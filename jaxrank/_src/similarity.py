@@ -62,7 +62,6 @@ from jaxrank import types
 from jaxrank._src import lists
 from jaxrank._src import platforms
 
-
 ITEM_BLOCK = 1024
 """Item rows per matrix product in every built-in rule (see the module docstring)."""
 

@@ -67,8 +67,6 @@ from jaxrank._src import partitions
 from jaxrank._src import platforms
 from jaxrank._src import segmented
 
-
-
 # With `chunk_size=None`, each step of the loop holds at most this many pairs (about 16 MB of
 # float32 per temporary), and never fewer than one relevant item of every list.
 _CHUNK_PAIRS = 2**22
@@ -1161,8 +1159,8 @@ def _gap(scores, relevant, where, *, num_batches):
   batches = jnp.arange(n).reshape(num_batches, n // num_batches)
 
   def batch_ap(batch):
-    s, l, w = batch
-    return (metrics.ap_metric(s, l, where=w, reduce_fn=None), jnp.any(w & (l >= 1), axis=-1))
+    s, y, w = batch
+    return (metrics.ap_metric(s, y, where=w, reduce_fn=None), jnp.any(w & (y >= 1), axis=-1))
 
   # [K, ...] per batch, all batches at once (the memory of one copy of the lists).
   batch_ap, batch_defined = partitions.over_batches(

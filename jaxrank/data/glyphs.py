@@ -174,7 +174,9 @@ def _render_faces(
     `glyphs [K, side, side]` uint8 ink of the kept drawings, face-major, and their `faces [K]` and
     `chars [K]` (indices into `faces` and `candidates`).
   """
-  from PIL import Image, ImageDraw, ImageFont  # pylint: disable=g-import-not-at-top
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  from PIL import ImageDraw  # pylint: disable=g-import-not-at-top
+  from PIL import ImageFont  # pylint: disable=g-import-not-at-top
 
   glyphs, face_ids, char_ids = [], [], []
   size = round(side * 0.6)

@@ -8,7 +8,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxrank.models._layers import RESNET_INIT, check_images
+from jaxrank.models._layers import check_images
+from jaxrank.models._layers import RESNET_INIT
 from jaxrank.models.pooling import global_average_pool
 
 

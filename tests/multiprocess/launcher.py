@@ -104,7 +104,8 @@ def run(
   children, logs = [], []
   for i in range(num_processes):
     args = list(argv(i) if callable(argv) else argv)
-    log = tempfile.TemporaryFile(mode="w+", prefix=f"process{i}-")
+    # Outlives this loop: _collect closes it once the children have exited.
+    log = tempfile.TemporaryFile(mode="w+", prefix=f"process{i}-")  # noqa: SIM115
     logs.append(log)
     children.append(
         subprocess.Popen(
