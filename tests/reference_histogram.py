@@ -4,7 +4,8 @@
   `d = 2 - 2 s` in [0, 4], with the released code's bins: L intervals, L + 1 centres `4 j / L`,
   width `4 / L`. Its analytic gradient: App. C, eq. 33-46.
 * AP_Q and mAP_Q: Revaud et al. 2019, eq. 5-12, with M centres `b_m = 1 - (m - 1) Delta`,
-  `Delta = 2 / (M - 1)` on [-1, 1] and the triangular kernel of eq. 7; the class weights of sec. 4.2.
+  `Delta = 2 / (M - 1)` on [-1, 1] and the triangular kernel of eq. 7; the class weights of
+  sec. 4.2.
 
 Shared conventions (jaxrank's decisions, spelled out here independently): masked items are removed
 first; values beyond the end centres are clipped to them; a bin whose cumulative count is 0 adds

@@ -8,8 +8,8 @@ every script's, which open with the command that runs them).
 Every `python -m experiments.<module>` names a module of experiments/, each of its `--flag`s is
 defined by that module or an experiments module it imports (or, for flags built at run time, shown
 by its `--help`), each `--config` file exists, each `--set field=value` names a field of
-`experiments.job.config.Config`, and each `make <target>` is a target of the Makefile. Nothing trains:
-a command that runs for minutes is checked in seconds.
+`experiments.job.config.Config`, and each `make <target>` is a target of the Makefile. Nothing
+trains: a command that runs for minutes is checked in seconds.
 """
 
 from __future__ import annotations

@@ -106,7 +106,8 @@ def _embeddings(seed, b=12, d=4, num_classes=3):
 
 
 def test_reference_hand_values():
-  # Distances 0.4, 1.2, 2.0, 3.6 on centres 0..4: h+ = (.6, .4, 1, 0, 0), h = (.6, 1.2, 1.2, .4, .6).
+  # Distances 0.4, 1.2, 2.0, 3.6 on centres 0..4:
+  # h+ = (.6, .4, 1, 0, 0), h = (.6, 1.2, 1.2, .4, .6).
   scores, labels = [0.8, 0.4, 0.0, -0.8], [1, 0, 1, 0]
   want = (0.6 + 0.4 * 1.0 / 1.8 + 1.0 * 2.0 / 3.0) / 2
   assert ref.fastap(scores, labels, num_bins=4) == pytest.approx(want, rel=1e-14)

@@ -67,8 +67,8 @@ TIE_AWARE = [
 ]
 TIE_AWARE_IDS = ["ap", "ndcg", "ndcg@3"]
 # Most tests call the metrics eagerly on a handful of shared shapes: op-by-op dispatch compiles each
-# primitive once per shape and dtype for all metrics and reductions together, which on CPU is several
-# times cheaper than one `jax.jit` compilation per (metric, shape, dtype, reduce_fn).
+# primitive once per shape and dtype for all metrics and reductions together, which on CPU is
+# several times cheaper than one `jax.jit` compilation per (metric, shape, dtype, reduce_fn).
 # test_contract.py covers jit, vmap, masking, reductions, NaN and dtypes for every metric.
 
 

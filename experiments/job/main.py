@@ -15,8 +15,8 @@ What the command does when things go wrong:
 
 * a config that cannot run (an unknown name, a value of the wrong type, a hyperparameter that the
   loss rejects, a `--set` of a swept field, a workdir of another configuration) prints one line,
-  `experiments.job.main: error: ...`, and exits with status 2 before anything is written: every run of
-  a sweep is checked (`train.check_run`) before the first one starts;
+  `experiments.job.main: error: ...`, and exits with status 2 before anything is written: every run
+  of a sweep is checked (`train.check_run`) before the first one starts;
 * Ctrl-C (SIGINT) lets the current step finish, saves a checkpoint, prints one line and exits with
   status 130; rerunning the command resumes;
 * a checkpoint that cannot be read is named in a warning and set aside, and the run resumes from the

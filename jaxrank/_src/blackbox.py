@@ -7,8 +7,8 @@ the ranks (zero almost everywhere) but the interpolation of Algorithm 1. `blackb
 A valid NaN score makes its list's value NaN (README, "Conventions"), as for every other loss, on
 every platform: the ranks place NaN scores last on both sort paths (`ranking.descending_ranks`),
 and the per-list values go through `lists.finish` (on the counting path too: its keys,
-`ranking.order_keys`, order NaN last as the sorts do). Such a list passes a zero cotangent to its ranks,
-so its scores get a zero gradient; the other lists keep their values and gradients.
+`ranking.order_keys`, order NaN last as the sorts do). Such a list passes a zero cotangent to its
+ranks, so its scores get a zero gradient; the other lists keep their values and gradients.
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ def _blackbox_list_values(fn, scores, labels, where, segments, lam, margin, max_
   relevant items and their ranks among the relevant items (constants: as in the authors' code they
   carry no gradient), passed to `body(ranks, relevant_ranks, relevant, num_relevant)` (arrays `[..., n]`
   read only where `relevant`: `ranking.blackbox_relevant_ranks` on either path), which gives the
-  per-list values (NaN for a list beyond a bound it may exceed). Returns the values `[...]`, the relevant counts `[...]`, and the checked scores and mask
-  (for `lists.finish`).
+  per-list values (NaN for a list beyond a bound it may exceed). Returns the values `[...]`, the
+  relevant counts `[...]`, and the checked scores and mask (for `lists.finish`).
   """
   labels_in, where_in = labels, where
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
@@ -258,11 +258,12 @@ def blackbox_recall_loss(
 
   `weight_fn` is :math:`W`. The paper's two choices (eq. 20), with :math:`\ell(k) = \log(1 + k)`:
   `jnp.log1p` (the default, :math:`w_K \approx 1/K`, "RaMBO log") and
-  `lambda r: jnp.log1p(jnp.log1p(r))` (:math:`w_K \approx 1/(K \log K)`, "RaMBO log log"). Gradients come from `blackbox_ranks`, as in
-  `blackbox_ap_loss`, whose conventions (`lam` on normalised ranks, Table 9 defaults, fixed margin,
-  self-exclusion through `batch_retrieval`) apply here too, and so do its two paths (sort, or
-  counting, chosen as there: `max_relevant` a promise, a list beyond it NaN). The loss is 0 when every relevant
-  item is above every other item, and it is not bounded by 1.
+  `lambda r: jnp.log1p(jnp.log1p(r))` (:math:`w_K \approx 1/(K \log K)`, "RaMBO log log"). Gradients
+  come from `blackbox_ranks`, as in `blackbox_ap_loss`, whose conventions (`lam` on normalised
+  ranks, Table 9 defaults, fixed margin, self-exclusion through `batch_retrieval`) apply here too,
+  and so do its two paths (sort, or counting, chosen as there: `max_relevant` a promise, a list
+  beyond it NaN). The loss is 0 when every relevant item is above every other item, and it is not
+  bounded by 1.
 
   Args:
     scores: `[..., n]` floating scores, higher is better.

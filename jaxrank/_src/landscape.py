@@ -448,9 +448,9 @@ def surrogate_tracking(
   filter_normalized_direction`).
 
   Static: `loss_fn`, `reference_fn`, `direction_fn`, `num_points`, `batch_size`; traced: `x`,
-  `key`, `scale`, `loss_args`, `reference_args`. Memory: `batch_size` perturbed copies of `x` at once (plus the `O(n)`
-  of the correlations, `n = num_points`); time: `num_points` calls of each function and
-  `O(n^2)` for Kendall's tau.
+  `key`, `scale`, `loss_args`, `reference_args`. Memory: `batch_size` perturbed copies of `x` at
+  once (plus the `O(n)` of the correlations, `n = num_points`); time: `num_points` calls of each
+  function and `O(n^2)` for Kendall's tau.
 
   Args:
     loss_fn: `loss_fn(x, *loss_args) -> scalar`, the surrogate loss.

@@ -171,9 +171,9 @@ def tie_aware_ap_metric(
 ) -> jax.Array:
   r"""Tie-aware Average Precision: the mean of AP over every ordering of tied items.
 
-  For a tie group `d` (valid items with equal scores) of `n_d` items, `n_d^+` of them relevant, after
-  `N_{d-1}` items of which `N_{d-1}^+` are relevant, the group contributes (He et al. 2018, Prop. 1,
-  eq. 6, as derived in App. A, eq. 19, from McSherry and Najork 2008):
+  For a tie group `d` (valid items with equal scores) of `n_d` items, `n_d^+` of them relevant,
+  after `N_{d-1}` items of which `N_{d-1}^+` are relevant, the group contributes (He et al. 2018,
+  Prop. 1, eq. 6, as derived in App. A, eq. 19, from McSherry and Najork 2008):
 
   .. math::
     \mathrm{AP}_T(d) = \frac{n_d^+}{n_d N^+} \sum_{j = N_{d-1}+1}^{N_{d-1}+n_d}

@@ -41,11 +41,11 @@ time, in a loop that stops after the largest number of relevant items of a list:
 O(B * P * n) for `B` lists with at most `P` relevant items each, memory O(B * n) plus one chunk of
 O(B * chunk_size * n); with a static bound `max_relevant=K` the loop takes `ceil(K / chunk_size)`
 steps, a trip count the compiler counts (a list beyond the bound gives NaN), and on accelerators,
-for `K <= 8`, one step of all `K` slots: a few fused passes over `[B, n]`, memory O(B * n). The gradient is a custom VJP that runs the same loop again, so the
-backward pass stores no `[B, n, n]` tensor either. It is the exact derivative of the surrogate
-(not an interpolation), flows to the scores and to the step functions' hyperparameters, and is
-reverse-mode only: `jax.grad`, `jax.vjp` and `jax.jacrev` work; `jax.jvp` and `jax.jacfwd` of
-these losses raise.
+for `K <= 8`, one step of all `K` slots: a few fused passes over `[B, n]`, memory O(B * n). The
+gradient is a custom VJP that runs the same loop again, so the backward pass stores no `[B, n, n]`
+tensor either. It is the exact derivative of the surrogate (not an interpolation), flows to the
+scores and to the step functions' hyperparameters, and is reverse-mode only: `jax.grad`, `jax.vjp`
+and `jax.jacrev` work; `jax.jvp` and `jax.jacfwd` of these losses raise.
 """
 
 from __future__ import annotations

@@ -83,8 +83,8 @@ def run(
   """Runs `python *argv` as `num_processes` processes of one job and waits for all of them.
 
   Args:
-    argv: the arguments after `python` (e.g. `["-m", "experiments.job.main", ...]` or a script path),
-      or a function of the process id giving them.
+    argv: the arguments after `python` (e.g. `["-m", "experiments.job.main", ...]` or a script
+      path), or a function of the process id giving them.
     num_processes: how many processes.
     devices_per_process: simulated CPU devices in each.
     timeout: seconds for the whole job; then every child is killed and `JobFailed` raised.
