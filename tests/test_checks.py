@@ -383,13 +383,24 @@ _S = jnp.array([[0.5, 0.9, -0.2, 0.1], [0.3, -0.4, 0.8, 0.0]])
 _Y = jnp.array([[1, 0, 1, 0], [0, 1, 1, 0]])
 # name -> (function of one traced array, a bad value of it, a good value, the eager message).
 _TRACED = {
-    "range": (lambda s: jaxrank.fastap_loss(s, _Y), 2 * _S + 1, _S, r"fastap_loss: scores must lie in \[-1, 1\]"),
-    "tie_aware_range": (lambda s: jaxrank.tie_aware_ap_loss(s, _Y), _S - 3, _S, r"tie_aware_ap_loss: scores must lie in"),
-    "weights": (lambda w: jaxrank.soft_binning_ap_loss(_S, _Y, weights=w), jnp.array([1.0, -1.0]), jnp.array([1.0, 2.0]), "soft_binning_ap_loss: weights must be non-negative"),
-    "graded_labels": (lambda y: jaxrank.ndcg_metric(_S, y), jnp.array([[2, 0, -1, 0], [0, 1, 1, 0]]), _Y, r"ndcg_metric: graded labels must be >= 0"),
-    "hamming": (lambda d: jaxrank.hamming_tie_aware_ap_metric(d, _Y, num_bits=4), jnp.array([[0.0, 1.5, 2, 4], [1, 2, 3, 4]]), jnp.array([[0.0, 1, 2, 4], [1, 2, 3, 4]]), r"distances must be integers in \[0, num_bits\]"),
-    "hyperparameter": (lambda lam: jaxrank.blackbox_ap_loss(_S, _Y, lam=lam), jnp.float32(-1.0), jnp.float32(0.5), r"blackbox_ap_loss: lam must be > 0"),
-    "temperature": (lambda t: jaxrank.smoothap_loss(_S, _Y, temperature=t), jnp.float32(0.0), jnp.float32(0.01), r"smoothap_loss: temperature must be > 0"),
+    "range": (lambda s: jaxrank.fastap_loss(s, _Y), 2 * _S + 1, _S,
+              r"fastap_loss: scores must lie in \[-1, 1\]"),
+    "tie_aware_range": (lambda s: jaxrank.tie_aware_ap_loss(s, _Y), _S - 3, _S,
+                        r"tie_aware_ap_loss: scores must lie in"),
+    "weights": (lambda w: jaxrank.soft_binning_ap_loss(_S, _Y, weights=w),
+                jnp.array([1.0, -1.0]), jnp.array([1.0, 2.0]),
+                "soft_binning_ap_loss: weights must be non-negative"),
+    "graded_labels": (lambda y: jaxrank.ndcg_metric(_S, y),
+                      jnp.array([[2, 0, -1, 0], [0, 1, 1, 0]]), _Y,
+                      r"ndcg_metric: graded labels must be >= 0"),
+    "hamming": (lambda d: jaxrank.hamming_tie_aware_ap_metric(d, _Y, num_bits=4),
+                jnp.array([[0.0, 1.5, 2, 4], [1, 2, 3, 4]]),
+                jnp.array([[0.0, 1, 2, 4], [1, 2, 3, 4]]),
+                r"distances must be integers in \[0, num_bits\]"),
+    "hyperparameter": (lambda lam: jaxrank.blackbox_ap_loss(_S, _Y, lam=lam),
+                       jnp.float32(-1.0), jnp.float32(0.5), r"blackbox_ap_loss: lam must be > 0"),
+    "temperature": (lambda t: jaxrank.smoothap_loss(_S, _Y, temperature=t),
+                    jnp.float32(0.0), jnp.float32(0.01), r"smoothap_loss: temperature must be > 0"),
 }
 
 

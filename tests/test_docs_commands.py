@@ -111,7 +111,8 @@ def test_the_documents_have_commands():
 
 def test_the_command_pattern():
   found = COMMAND.findall("python -m experiments.job.main --config a.py\n$(PY) -m "
-                          "experiments.benchmarks.speed --batch 8\npython -m experiments.ablations.<what>")
+                          "experiments.benchmarks.speed --batch 8\n"
+                          "python -m experiments.ablations.<what>")
   assert [m for m, _ in found] == ["experiments.job.main", "experiments.benchmarks.speed"]
 
 

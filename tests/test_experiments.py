@@ -1,4 +1,4 @@
-"""Tests of the ablation scripts (experiments/ablations/*.py and their shared experiments/ablations/sweep.py).
+"""Tests of the ablation scripts (experiments/ablations/*.py and their shared sweep.py).
 
 Smoke tests: each calls a script's `main` as the command line would, two values, tiny config, then
 checks that the table has the untrained row and one row per value, that the plot was written, and

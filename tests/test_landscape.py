@@ -88,7 +88,8 @@ def test_direction_between_interpolates():
 
 
 def test_slice_2d_is_jittable():
-  f = jax.jit(lambda y0, a: landscape.slice_2d(lambda y: jnp.sum(y**2), y0, (jnp.eye(2)[0], jnp.eye(2)[1]), a, a))
+  directions = (jnp.eye(2)[0], jnp.eye(2)[1])
+  f = jax.jit(lambda y0, a: landscape.slice_2d(lambda y: jnp.sum(y**2), y0, directions, a, a))
   np.testing.assert_allclose(f(jnp.zeros(2), jnp.array([1.0, 2.0])), [[2.0, 5.0], [5.0, 8.0]])
 
 
@@ -152,8 +153,9 @@ def test_rank_correlations_equal_scipy(n, values):
     rho = landscape.spearman_correlation(x, y)
     tau = landscape.kendall_correlation(x, y, batch_size=3)
   for i in range(5):
-    np.testing.assert_allclose(rho[i], stats.spearmanr(x[i], y[i]).statistic, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(tau[i], stats.kendalltau(x[i], y[i]).statistic, rtol=1e-10, atol=1e-12)
+    tol = dict(rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(rho[i], stats.spearmanr(x[i], y[i]).statistic, **tol)
+    np.testing.assert_allclose(tau[i], stats.kendalltau(x[i], y[i]).statistic, **tol)
 
 
 def test_rank_correlations_of_constant_input_are_zero():
@@ -182,8 +184,10 @@ def test_surrogate_tracking_equals_a_loop():
   want_ref = np.array([float(exact(p, labels)) for p in pts])
   np.testing.assert_allclose(out["loss"], want_loss, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(out["reference"], want_ref, rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(out["spearman"], stats.spearmanr(want_loss, want_ref).statistic, atol=1e-4)
-  np.testing.assert_allclose(out["kendall"], stats.kendalltau(want_loss, want_ref).statistic, atol=1e-4)
+  np.testing.assert_allclose(out["spearman"], stats.spearmanr(want_loss, want_ref).statistic,
+                             atol=1e-4)
+  np.testing.assert_allclose(out["kendall"], stats.kendalltau(want_loss, want_ref).statistic,
+                             atol=1e-4)
   np.testing.assert_allclose(out["error"], np.mean(np.abs(want_loss - want_ref)), atol=1e-6)
   np.testing.assert_allclose(out["bias"], np.mean(want_loss - want_ref), atol=1e-6)
   assert out["spearman"] > 0.8
@@ -207,7 +211,8 @@ def _finite_difference_loop(reference_fn, scores, labels, h):
     up, down = s.copy(), s.copy()
     up[..., i] += h
     down[..., i] -= h
-    g[..., i] = (np.asarray(reference_fn(up, labels)) - np.asarray(reference_fn(down, labels))) / (2 * h)
+    g[..., i] = (np.asarray(reference_fn(up, labels))
+                 - np.asarray(reference_fn(down, labels))) / (2 * h)
   return g
 
 
@@ -351,7 +356,8 @@ def test_new_hyperparameter_values_do_not_recompile():
   gap = _Counted(_in_batch_map)
   emb, lab = jnp.asarray(rng.normal(size=(12, 3)), jnp.float32), jnp.arange(12) % 3
   for seed in range(3):
-    landscape.batch_gap(gap, (emb, lab), jax.random.permutation(jax.random.key(seed), 12).reshape(3, 4))
+    batches = jax.random.permutation(jax.random.key(seed), 12).reshape(3, 4)
+    landscape.batch_gap(gap, (emb, lab), batches)
   landscape.slice_2d(loss, scores, (u, v), grid, grid, args=(labels, jnp.float32(0.3)))
   assert loss.traces == traces  # nothing traced again
   assert gap.traces == 2  # once for the batches' lax.map, once for the whole set; not per call
@@ -401,8 +407,8 @@ def test_plot_helpers_draw():
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   fig, (a1, a2) = plt.subplots(1, 2)
   alphas, betas = jnp.linspace(-1, 1, 4), jnp.linspace(0, 1, 3)
-  values = landscape.slice_2d(lambda y: y[0] + 10 * y[1], jnp.zeros(2), (jnp.eye(2)[0], jnp.eye(2)[1]),
-                              alphas, betas)
+  values = landscape.slice_2d(lambda y: y[0] + 10 * y[1], jnp.zeros(2),
+                              (jnp.eye(2)[0], jnp.eye(2)[1]), alphas, betas)
   image = landscape.plot_slice_2d(a1, alphas, betas, values, title="t")
   np.testing.assert_allclose(image.get_array(), np.asarray(values).T)  # rows follow betas
   assert image.get_extent() == [-1.0, 1.0, 0.0, 1.0]

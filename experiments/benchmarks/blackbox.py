@@ -130,7 +130,8 @@ def main():
     return
   env = dict(os.environ)
   env["XLA_FLAGS"] = (
-      env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+      env.get("XLA_FLAGS", "")
+      + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
   )
   rows = {}
   for side in ("torch", "jaxrank"):

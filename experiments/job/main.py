@@ -1,15 +1,15 @@
-"""Runs a training config: `python -m experiments.job.main --config FILE --workdir DIR [--set k=v ...]`.
+"""Runs a config: `python -m experiments.job.main --config FILE --workdir DIR [--set k=v ...]`.
 
-A config file defines `get_config() -> experiments.job.config.Config` and, optionally, `get_sweep() ->
-{run name: {field: value}}`: then every run of the sweep trains in `DIR/<run name>`, an untrained
-network (the same config with `num_steps=0`) is evaluated in `DIR/untrained` (and, with
-`raw_pixels_baseline`, retrieval on the raw pixels, the row `raw_pixels`), and a table of the
-final metrics on the test split (classes unseen in training) is printed and written to
-`DIR/results.json`. Rerunning the same command resumes every unfinished run from its latest
-checkpoint ("resuming from step N") and reuses finished ones. `--set field=value` (repeatable)
-overrides a field of the config for every run, e.g. `--set num_steps=50`; values are Python
-literals (`--set loss_kwargs={'num_bins':20}`) or plain strings (`--set loss=smoothap`), and must
-be of the field's type. A field that the sweep sets cannot be `--set`.
+A config file defines `get_config() -> experiments.job.config.Config` and, optionally,
+`get_sweep() -> {run name: {field: value}}`: then every run of the sweep trains in
+`DIR/<run name>`, an untrained network (the same config with `num_steps=0`) is evaluated in
+`DIR/untrained` (and, with `raw_pixels_baseline`, retrieval on the raw pixels, the row
+`raw_pixels`), and a table of the final metrics on the test split (classes unseen in training) is
+printed and written to `DIR/results.json`. Rerunning the same command resumes every unfinished run
+from its latest checkpoint ("resuming from step N") and reuses finished ones. `--set field=value`
+(repeatable) overrides a field of the config for every run, e.g. `--set num_steps=50`; values are
+Python literals (`--set loss_kwargs={'num_bins':20}`) or plain strings (`--set loss=smoothap`), and
+must be of the field's type. A field that the sweep sets cannot be `--set`.
 
 What the command does when things go wrong:
 

@@ -88,7 +88,8 @@ from experiments.job import networks
 from experiments.job import reporting
 from jaxrank import models
 
-logger = logging.getLogger(__name__)  # "experiments.job.train"; experiments.job.main shows its INFO lines.
+# "experiments.job.train"; experiments.job.main shows its INFO lines.
+logger = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------
 # Optimiser, loss.

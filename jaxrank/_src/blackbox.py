@@ -71,10 +71,10 @@ def _blackbox_list_values(fn, scores, labels, where, segments, lam, margin, max_
 
   Margin shift (eq. 14-15), `lam` scaled by the valid items, then the blackbox ranks of the
   relevant items and their ranks among the relevant items (constants: as in the authors' code they
-  carry no gradient), passed to `body(ranks, relevant_ranks, relevant, num_relevant)` (arrays `[..., n]`
-  read only where `relevant`: `ranking.blackbox_relevant_ranks` on either path), which gives the
-  per-list values (NaN for a list beyond a bound it may exceed). Returns the values `[...]`, the
-  relevant counts `[...]`, and the checked scores and mask (for `lists.finish`).
+  carry no gradient), passed to `body(ranks, relevant_ranks, relevant, num_relevant)` (arrays
+  `[..., n]` read only where `relevant`: `ranking.blackbox_relevant_ranks` on either path), which
+  gives the per-list values (NaN for a list beyond a bound it may exceed). Returns the values
+  `[...]`, the relevant counts `[...]`, and the checked scores and mask (for `lists.finish`).
   """
   labels_in, where_in = labels, where
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
@@ -142,7 +142,8 @@ def blackbox_ap_loss(
   r"""RaMBO's Average Precision loss: exact AP, blackbox gradient (Rolinek et al. 2020, eq. 21-22).
 
   .. math::
-    L_{AP} = 1 - \frac{1}{|P|}\sum_{i \in P} \frac{\mathrm{rk}_\alpha(y^+)_i}{\mathrm{rk}_\alpha(y)_i}
+    L_{AP} = 1 - \frac{1}{|P|}\sum_{i \in P}
+      \frac{\mathrm{rk}_\alpha(y^+)_i}{\mathrm{rk}_\alpha(y)_i}
 
   with :math:`\mathrm{rk}_\alpha` the ranks of the scores shifted by the margin (eq. 14-15:
   relevant items by :math:`-\alpha/2`, others by :math:`+\alpha/2`), so the value is the exact AP
@@ -247,7 +248,7 @@ def blackbox_recall_loss(
     max_relevant: int | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
-  r"""RaMBO's recall loss: a weighted sum of Recall@K losses over all K (Rolinek et al. 2020, eq. 16-20).
+  r"""RaMBO's recall loss: weighted Recall@K losses summed over K (Rolinek et al. 2020, eq. 16-20).
 
   With :math:`r_i = \mathrm{rk}_\alpha(y)_i - \mathrm{rk}_\alpha(y^+)_i` the number of non-relevant
   items ranked above the relevant item `i` (eq. 17), the loss :math:`\sum_K w_K (1 - \tilde r@K)`

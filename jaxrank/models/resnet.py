@@ -1,4 +1,4 @@
-"""`ResNet`, with `resnet18`, `resnet50`, `resnet101`: torchvision's ResNets without the classifier."""
+"""`ResNet`, and `resnet18`, `resnet50`, `resnet101`: torchvision's ResNets less the classifier."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ class _BasicBlock(nnx.Module):
 
 
 class _Bottleneck(nnx.Module):
-  """1x1, 3x3 (with the stride, as torchvision's "ResNet v1.5") and 1x1 convolutions, expansion 4."""
+  """1x1, 3x3 (with the stride, torchvision's "ResNet v1.5") and 1x1 convolutions, expansion 4."""
 
   expansion = 4
 
