@@ -66,7 +66,9 @@ def _relevant_bound(labels, where, shape, max_relevant) -> tuple[int | None, boo
   return bound, bound is not None
 
 
-def _blackbox_list_values(fn, scores, labels, where, segments, lam, margin, max_relevant, body):
+def _blackbox_list_values(
+    fn, scores, labels, where, segments, lam, margin, max_relevant, body
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
   """The per-list body shared by the AP and recall losses, on either rank path.
 
   Margin shift (eq. 14-15), `lam` scaled by the valid items, then the blackbox ranks of the
@@ -108,7 +110,8 @@ def _blackbox_list_values(fn, scores, labels, where, segments, lam, margin, max_
       shifted, relevant, lam, max_relevant=count
   )
   values = body(ranks, relevant_ranks, relevant, num_relevant)
-  if checked:  # A list beyond the bound was ranked on its first `count` relevant items only.
+  # A list beyond the bound was ranked on its first `count` relevant items only.
+  if checked and count is not None:
     values = jnp.where(num_relevant > count, jnp.asarray(jnp.nan, values.dtype), values)
   return values, num_relevant, scores, where
 

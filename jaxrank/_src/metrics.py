@@ -61,7 +61,10 @@ def retrieved_items(scores: jax.Array, where: jax.Array) -> jax.Array:
   return where & (scores != -jnp.inf)
 
 
-def _sorted_relevant(fn, scores, labels, where, segments):
+def _sorted_relevant(
+    fn, scores, labels, where, segments
+) -> tuple[jax.Array, jax.Array, jnp.dtype, jax.Array, ranking.RelevantItemStatistics, jax.Array,
+           jax.Array]:
   """Sorts lists into tie groups and returns what the rank metrics need, in sorted order.
 
   Only the retrieved items (`retrieved_items`) are ranked: `relevant` and `stats` are those of the

@@ -643,7 +643,9 @@ def _closure_convert(step_fn, example):
   return converted, tuple(closed.consts)
 
 
-def _smooth_ap(fn, scores, labels, where, segments, positive, negative, chunk_size, max_relevant):
+def _smooth_ap(
+    fn, scores, labels, where, segments, positive, negative, chunk_size, max_relevant
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
   """Per-list smoothed AP `[...]`, the mask of lists with a relevant item, and the checked
   `(scores, labels, where)`: those of the segments' lists with `segments` (`segmented.as_lists`).
 
