@@ -1,7 +1,8 @@
 # The two commands of the README: `make demo` (the main job) and `make test` (the whole suite).
 # Each creates the virtual environment .venv when it is absent (or when pyproject.toml changed)
 # and installs jaxrank with everything it needs. CI also runs `make docs` (the user guide and the
-# API reference) and `make package-check` (the wheel installed on its own).
+# API reference), `make lint` (ruff and mypy) and `make package-check` (the wheel installed on its
+# own).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -14,7 +15,7 @@ DOCS_STAMP := $(VENV)/.installed-docs
 ACCEL_VENV ?= .venv-accel
 ACCEL_STAMP := $(ACCEL_VENV)/.installed
 
-.PHONY: demo test docs package-check bench-evaluate bench-accelerators clean
+.PHONY: demo test lint docs package-check bench-evaluate bench-accelerators clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +55,15 @@ test: $(STAMP) $(ACCEL_STAMP)
 	  --doctest-modules --ignore=tests/multidevice --durations=15
 	XLA_FLAGS="$(TEST_XLA_FLAGS) --xla_force_host_platform_device_count=8" \
 	  $(PY) -m pytest -q tests/multidevice
+
+# Lint (ruff), formatting (ruff format: reports, changes nothing) and types (mypy), configured in
+# pyproject.toml; each runs even when an earlier one failed. Under a minute with mypy's cache.
+lint: $(STAMP)
+	status=0; \
+	$(VENV)/bin/ruff check . || status=1; \
+	$(VENV)/bin/ruff format --check . || status=1; \
+	$(VENV)/bin/mypy || status=1; \
+	exit $$status
 
 $(DOCS_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[docs]'

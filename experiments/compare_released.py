@@ -370,7 +370,6 @@ def compare_blackbox(root: str) -> list[Row]:
 
 def compare_dir(root: str) -> list[Row]:
   """naver/deep-image-retrieval, `dirtorch/loss.py`: `APLoss` (mAP_Q)."""
-  import torch  # pylint: disable=g-import-not-at-top
 
   import jaxrank  # pylint: disable=g-import-not-at-top
 

@@ -37,7 +37,6 @@ test_x, test_y = make_data(num_classes=100, per_class=8, seed=1)  # Classes neve
 
 # [step-start]
 import jax
-import jax.numpy as jnp
 import optax
 
 import jaxrank
@@ -76,7 +75,7 @@ opt_state = optimizer.init(params)
 before = jaxrank.evaluate_retrieval(test_x @ params["w"], test_y)  # The untrained projection.
 
 losses = []
-for step, index in zip(range(200), batches(train_y, classes_per_batch=16, per_class=4, seed=0)):
+for _, index in zip(range(200), batches(train_y, classes_per_batch=16, per_class=4, seed=0)):
   params, opt_state, loss = train_step(params, opt_state, train_x[index], train_y[index])
   losses.append(float(loss))
 

@@ -7,11 +7,11 @@ Command (about 45 minutes in all on 2 CPU cores shared with other jobs):
 
 For each experiment of `EXPERIMENTS` and each seed, the script runs the experiment's own command
 line as a subprocess (`python -m experiments.job.main --config experiments/job/configs/glyphs.py` or
-`python -m experiments.ablations.<what>`, with `--workdir runs/results/<name>/seed<S> --set seed=S`),
-from the repository root, and captures what the command prints on stdout (its table), or the end of
-its error output when it fails. Each workdir is deleted first, so that every number is measured
-anew; `--resume` keeps finished runs instead (after an interruption), and then a wall time no
-longer measures a whole run.
+`python -m experiments.ablations.<what>`, with `--workdir runs/results/<name>/seed<S> --set
+seed=S`), from the repository root, and captures what the command prints on stdout (its table), or
+the end of its error output when it fails. Each workdir is deleted first, so that every number is
+measured anew; `--resume` keeps finished runs instead (after an interruption), and then a wall time
+no longer measures a whole run.
 
 After each experiment it writes `experiments/RESULTS.md` (`--output` elsewhere): one
 section per experiment with its commands, the paper's claim, the table of each seed with its wall
@@ -122,38 +122,38 @@ EXPERIMENTS = (
             Both seeds tell the same story. Every AP loss trains the network well above the two
             baselines of no learning: R@1 0.48 to 0.65 against the untrained network's 0.20-0.21 and
             the raw pixels' 0.42, MAP@R 0.17 to 0.29 against 0.04 and 0.095. SupAP and SmoothAP come
-            first in both seeds (R@1 0.61 and 0.65, MAP@R 0.25 to 0.29), FastAP (40 bins) and ROADMAP
-            next, blackbox AP and mAP_Q (soft binning) last; every loss moves by +0.03 to +0.06 R@1
-            from seed 0 to seed 1, about the gap between neighbours, so only these groups are
-            reliable. Of the baselines, multi-similarity trains as well as the weaker AP losses (R@1
-            0.52 and 0.54, MAP@R 0.19 and 0.21), 0.09-0.11 R@1 and 0.08 MAP@R behind SupAP in both
-            seeds; the contrastive loss (pytorch-metric-learning's cosine margins 1 and 0) stays close
-            to the untrained network (R@1 0.24 and 0.29) and batch-hard triplet (margin 0.05) does
-            not leave it (R@1 0.20-0.21 in both seeds, its embeddings collapsed: its mAP and tie-aware mAP
-            differ, 0.075 and 0.078, where every other row has no ties). Batch hard from a random
-            initialisation is known to collapse (Hermans et al. 2017 start from pretrained weights),
-            and neither baseline was tuned here. So the papers' claim holds at this scale: the AP
-            surrogates beat the pair-based losses at their library defaults, and the best of them
-            beat multi-similarity clearly. ROADMAP's calibration term costs here (ROADMAP 0.05 R@1
-            below SupAP alone in both seeds), which the lambda ablation examines.
+            first in both seeds (R@1 0.61 and 0.65, MAP@R 0.25 to 0.29), FastAP (40 bins) and
+            ROADMAP next, blackbox AP and mAP_Q (soft binning) last; every loss moves by +0.03 to
+            +0.06 R@1 from seed 0 to seed 1, about the gap between neighbours, so only these groups
+            are reliable. Of the baselines, multi-similarity trains as well as the weaker AP losses
+            (R@1 0.52 and 0.54, MAP@R 0.19 and 0.21), 0.09-0.11 R@1 and 0.08 MAP@R behind SupAP in
+            both seeds; the contrastive loss (pytorch-metric-learning's cosine margins 1 and 0)
+            stays close to the untrained network (R@1 0.24 and 0.29) and batch-hard triplet (margin
+            0.05) does not leave it (R@1 0.20-0.21 in both seeds, its embeddings collapsed: its mAP
+            and tie-aware mAP differ, 0.075 and 0.078, where every other row has no ties). Batch
+            hard from a random initialisation is known to collapse (Hermans et al. 2017 start from
+            pretrained weights), and neither baseline was tuned here. So the papers' claim holds at
+            this scale: the AP surrogates beat the pair-based losses at their library defaults, and
+            the best of them beat multi-similarity clearly. ROADMAP's calibration term costs here
+            (ROADMAP 0.05 R@1 below SupAP alone in both seeds), which the lambda ablation examines.
             """,
         history="""
             Until 2026-11-23 the main job trained on scikit-learn's 8 x 8 digits, 0-4 for training
             and 5-9 for testing: five training classes, and an untrained network already at R@1
             0.980 (raw pixels 0.991), so nothing there separated one loss from another
-            (experiments/job/configs/digits.py keeps that setting). The glyphs (jaxrank.data.load_glyphs)
-            give 359 training and 359 unseen characters. Their difficulty was chosen so that one run
-            takes about 15-25 s on 2 cores and the untrained network is far from the ceiling: at
-            the load_glyphs defaults (1,165 test characters, 32 x 32, full-strength augmentation)
-            raw pixels reached R@1 0.148 and SmoothAP only 0.031 after 300 steps; with 16 x 16
-            images, half-strength augmentation and Gaussian noise, the untrained network fell to
-            chance (R@1 0.007: the per-pixel LayerNorm of the small network amplifies the noise of
-            the background to the scale of the strokes), blackbox AP and the triplet loss did not
-            leave it, and SmoothAP reached R@1 0.440 against the raw pixels' 0.474. Without the
-            noise the untrained network retrieves at R@1 0.20 and every AP loss trains well above
-            the raw pixels. A learning rate of 1e-2 trained SmoothAP slightly better than 3e-3 but
-            made FastAP with 10 bins collapse; super-class (hard) batches lowered SmoothAP's R@1
-            from 0.440 to 0.378 (with noise).
+            (experiments/job/configs/digits.py keeps that setting). The glyphs
+            (jaxrank.data.load_glyphs) give 359 training and 359 unseen characters. Their difficulty
+            was chosen so that one run takes about 15-25 s on 2 cores and the untrained network is
+            far from the ceiling: at the load_glyphs defaults (1,165 test characters, 32 x 32,
+            full-strength augmentation) raw pixels reached R@1 0.148 and SmoothAP only 0.031 after
+            300 steps; with 16 x 16 images, half-strength augmentation and Gaussian noise, the
+            untrained network fell to chance (R@1 0.007: the per-pixel LayerNorm of the small
+            network amplifies the noise of the background to the scale of the strokes), blackbox AP
+            and the triplet loss did not leave it, and SmoothAP reached R@1 0.440 against the raw
+            pixels' 0.474. Without the noise the untrained network retrieves at R@1 0.20 and every
+            AP loss trains well above the raw pixels. A learning rate of 1e-2 trained SmoothAP
+            slightly better than 3e-3 but made FastAP with 10 bins collapse; super-class (hard)
+            batches lowered SmoothAP's R@1 from 0.440 to 0.378 (with noise).
             """,
     ),
     Experiment(
@@ -389,9 +389,9 @@ EXPERIMENTS = (
             Longer codes retrieve better for every loss (mAP_T 0.11-0.14, 0.19-0.21 and 0.24-0.29
             at 16, 32 and 64 bits). Tie-aware AP beats FastAP, the plain surrogate on the same bins,
             in every cell of both seeds (AP_r ahead by 0.013 to 0.030 mAP_T); against SmoothAP the
-            difference (-0.003 to +0.010) is within the up to 0.03 a cell moves between seeds, so the
-            claim cannot be told there. AP_s stays within 0.01 of AP_r, above it in 4 of 6 cells.
-            The untrained row is at chance: its BatchNorm still holds the statistics of
+            difference (-0.003 to +0.010) is within the up to 0.03 a cell moves between seeds, so
+            the claim cannot be told there. AP_s stays within 0.01 of AP_r, above it in 4 of 6
+            cells. The untrained row is at chance: its BatchNorm still holds the statistics of
             initialisation, so its features are not centred and its codes barely differ.
             """,
         history="""

@@ -42,14 +42,14 @@ from jaxrank._src.sharded import sharded_batch_retrieval as sharded_batch_retrie
 from jaxrank._src.sharded import sharded_loss as sharded_loss
 from jaxrank._src.sharded import sharded_mean as sharded_mean
 from jaxrank._src.smooth_rank import calibration_loss as calibration_loss
+from jaxrank._src.smooth_rank import decomposability_gap as decomposability_gap
 from jaxrank._src.smooth_rank import heaviside_step as heaviside_step
+from jaxrank._src.smooth_rank import roadmap_loss as roadmap_loss
 from jaxrank._src.smooth_rank import sigmoid_step as sigmoid_step
 from jaxrank._src.smooth_rank import smooth_rank_ap_loss as smooth_rank_ap_loss
-from jaxrank._src.smooth_rank import supap_negative_step as supap_negative_step
-from jaxrank._src.smooth_rank import decomposability_gap as decomposability_gap
-from jaxrank._src.smooth_rank import roadmap_loss as roadmap_loss
 from jaxrank._src.smooth_rank import smoothap_loss as smoothap_loss
 from jaxrank._src.smooth_rank import supap_loss as supap_loss
+from jaxrank._src.smooth_rank import supap_negative_step as supap_negative_step
 from jaxrank._src.tie_aware import simplified_tie_aware_ap_loss as simplified_tie_aware_ap_loss
 from jaxrank._src.tie_aware import simplified_tie_aware_ndcg_loss as simplified_tie_aware_ndcg_loss
 from jaxrank._src.tie_aware import tie_aware_ap_loss as tie_aware_ap_loss

@@ -24,12 +24,12 @@ the `train` extra, is never imported by `jaxrank`).
 (5, 5)
 """
 
+from jaxrank._src.landscape import batch_gap as batch_gap
 from jaxrank._src.landscape import descent_directions as descent_directions
 from jaxrank._src.landscape import direction_between as direction_between
 from jaxrank._src.landscape import filter_normalize as filter_normalize
 from jaxrank._src.landscape import filter_normalized_direction as filter_normalized_direction
 from jaxrank._src.landscape import gradient_cosine as gradient_cosine
-from jaxrank._src.landscape import batch_gap as batch_gap
 from jaxrank._src.landscape import kendall_correlation as kendall_correlation
 from jaxrank._src.landscape import random_direction as random_direction
 from jaxrank._src.landscape import slice_1d as slice_1d

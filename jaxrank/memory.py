@@ -20,8 +20,8 @@ works with every loss: its contents enter `batch_retrieval` as a gallery.
 (2, 2)
 """
 
-from jaxrank._src.memory import MemoryState as MemoryState
 from jaxrank._src.memory import init as init
+from jaxrank._src.memory import MemoryState as MemoryState
 from jaxrank._src.memory import push as push
 
 __all__ = ["MemoryState", "init", "push"]

@@ -4,7 +4,8 @@
   `d = 2 - 2 s` in [0, 4], with the released code's bins: L intervals, L + 1 centres `4 j / L`,
   width `4 / L`. Its analytic gradient: App. C, eq. 33-46.
 * AP_Q and mAP_Q: Revaud et al. 2019, eq. 5-12, with M centres `b_m = 1 - (m - 1) Delta`,
-  `Delta = 2 / (M - 1)` on [-1, 1] and the triangular kernel of eq. 7; the class weights of sec. 4.2.
+  `Delta = 2 / (M - 1)` on [-1, 1] and the triangular kernel of eq. 7; the class weights of
+  sec. 4.2.
 
 Shared conventions (jaxrank's decisions, spelled out here independently): masked items are removed
 first; values beyond the end centres are clipped to them; a bin whose cumulative count is 0 adds
@@ -259,14 +260,14 @@ def fastap_batch_gradient(embeddings, labels, *, num_intervals: int = 10) -> np.
     h_pos = np.zeros(len(centres))
     h_neg = np.zeros(len(centres))
     for j in range(size):
-      for l, c in enumerate(centres):
+      for l, c in enumerate(centres):  # noqa: E741  (the paper's bin index, App. C)
         if neighbour[i, j]:
           h_pos[l] += triangle(d[i, j], c, width)
         elif other[i, j]:
           h_neg[l] += triangle(d[i, j], c, width)
     f_pos[:, i], f_neg[:, i] = _fastap_histogram_gradients(h_pos, h_neg, neighbour[i].sum())
   total = np.zeros((size, size))
-  for l, c in enumerate(centres):
+  for l, c in enumerate(centres):  # noqa: E741  (the paper's bin index, App. C)
     slope = np.vectorize(lambda z, c=c: triangle_derivative(z, c, width))(d)
     b_pos = neighbour * slope  # eq. 30
     b_neg = other * slope  # eq. 31

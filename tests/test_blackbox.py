@@ -1,4 +1,4 @@
-"""Tests of `blackbox_ranks` and the RaMBO losses against numpy references of the paper's formulas."""
+"""Tests of `blackbox_ranks` and the RaMBO losses against numpy references of the paper's eqs."""
 
 from __future__ import annotations
 
@@ -49,7 +49,8 @@ def np_ap_loss_and_grad(y, labels, where, interpolation, margin, cotangent=1.0):
     return 0.0, np.zeros(len(y)), False
   shifted = np_shift(y[valid], relevant, margin)
   rk = np_ranks(shifted)
-  rk_pos = np.array([sum(relevant[j] and rk[j] <= rk[i] for j in range(len(rk))) for i in range(len(rk))])
+  rk_pos = np.array([sum(relevant[j] and rk[j] <= rk[i] for j in range(len(rk)))
+                     for i in range(len(rk))])
   p = relevant.sum()
   loss = 1 - np.sum(np.where(relevant, rk_pos / rk, 0)) / p
   d_rk = cotangent * np.where(relevant, rk_pos / rk**2, 0) / p  # rk_pos is a constant.
@@ -66,13 +67,14 @@ def np_recall_loss(y, labels, where, margin, weight_fn):
     return 0.0, False
   rk = np_ranks(np_shift(y, relevant, margin))
   # r_i: non-relevant items ranked above relevant item i (eq. 17).
-  outrun = [sum((not relevant[j]) and rk[j] < rk[i] for j in range(len(y))) for i in np.flatnonzero(relevant)]
+  outrun = [sum((not relevant[j]) and rk[j] < rk[i] for j in range(len(y)))
+            for i in np.flatnonzero(relevant)]
   return float(np.mean([weight_fn(r) for r in outrun])), True
 
 
 def random_lists(seed, shape=(3, 9), ties=False):
   rng = np.random.default_rng(seed)
-  scores = rng.integers(0, 4, shape).astype(np.float32) if ties else rng.standard_normal(shape).astype(np.float32)
+  scores = (rng.integers(0, 4, shape) if ties else rng.standard_normal(shape)).astype(np.float32)
   labels = (rng.random(shape) < 0.35).astype(np.int32)
   where = rng.random(shape) < 0.85
   return scores, labels, where
@@ -150,9 +152,9 @@ def test_branch_is_chosen_at_trace_time_and_restored():
   assert forced_vjp.count("sort[") == inner_vjp.count("pure_callback[") == 2  # Forward, backward.
   assert traced(ranking.descending_ranks) == default
   assert "platform_index" in vjp_traced()
-  with pytest.raises(ValueError, match="descending_ranks_branch: branch must be one of"):
-    with ranking.descending_ranks_branch("gpu"):
-      pass
+  with (pytest.raises(ValueError, match="descending_ranks_branch: branch must be one of"),
+        ranking.descending_ranks_branch("gpu")):
+    pass
 
 
 @pytest.mark.parametrize("interpolation", [0.5, 3.0])
@@ -448,8 +450,8 @@ def test_blackbox_ranks_at_equals_the_gathered_blackbox_ranks(ties, rank_branch)
 
 @pytest.mark.parametrize("platform", platforms.PLATFORMS)
 def test_counting_needs_no_sort_and_no_callback(platform):
-  s, idx, valid = jnp.ones((2, 5)), jnp.zeros((2, 2), jnp.int32), jnp.ones((2, 2), bool)
-  interpolation = jnp.ones(2)
+  s, idx = jnp.ones((2, 5)), jnp.zeros((2, 2), jnp.int32)
+  valid, interpolation = jnp.ones((2, 2), bool), jnp.ones(2)
   labels = jnp.array([[1, 0, 1, 0, 0], [0, 1, 0, 0, 0]])
 
   def program(fn, *args):

@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.experimental import checkify
 import test_compile as listing  # Every list-level function, found by its signature.
+from jax.experimental import checkify
 
 import jaxrank
 from jaxrank._src import checks
@@ -388,13 +388,25 @@ _S = jnp.array([[0.5, 0.9, -0.2, 0.1], [0.3, -0.4, 0.8, 0.0]])
 _Y = jnp.array([[1, 0, 1, 0], [0, 1, 1, 0]])
 # name -> (function of one traced array, a bad value of it, a good value, the eager message).
 _TRACED = {
-    "range": (lambda s: jaxrank.fastap_loss(s, _Y), 2 * _S + 1, _S, r"fastap_loss: scores must lie in \[-1, 1\]"),
-    "tie_aware_range": (lambda s: jaxrank.tie_aware_ap_loss(s, _Y), _S - 3, _S, r"tie_aware_ap_loss: scores must lie in"),
-    "weights": (lambda w: jaxrank.soft_binning_ap_loss(_S, _Y, weights=w), jnp.array([1.0, -1.0]), jnp.array([1.0, 2.0]), "soft_binning_ap_loss: weights must be non-negative"),
-    "graded_labels": (lambda y: jaxrank.ndcg_metric(_S, y), jnp.array([[2, 0, -1, 0], [0, 1, 1, 0]]), _Y, r"ndcg_metric: graded labels must be >= 0"),
-    "hamming": (lambda d: jaxrank.hamming_tie_aware_ap_metric(d, _Y, num_bits=4), jnp.array([[0.0, 1.5, 2, 4], [1, 2, 3, 4]]), jnp.array([[0.0, 1, 2, 4], [1, 2, 3, 4]]), r"distances must be integers in \[0, num_bits\]"),
-    "hyperparameter": (lambda v: jaxrank.blackbox_ap_loss(_S, _Y, interpolation=v), jnp.float32(-1.0), jnp.float32(0.5), r"blackbox_ap_loss: interpolation must be > 0"),
-    "temperature": (lambda t: jaxrank.smoothap_loss(_S, _Y, temperature=t), jnp.float32(0.0), jnp.float32(0.01), r"smoothap_loss: temperature must be > 0"),
+    "range": (lambda s: jaxrank.fastap_loss(s, _Y), 2 * _S + 1, _S,
+              r"fastap_loss: scores must lie in \[-1, 1\]"),
+    "tie_aware_range": (lambda s: jaxrank.tie_aware_ap_loss(s, _Y), _S - 3, _S,
+                        r"tie_aware_ap_loss: scores must lie in"),
+    "weights": (lambda w: jaxrank.soft_binning_ap_loss(_S, _Y, weights=w),
+                jnp.array([1.0, -1.0]), jnp.array([1.0, 2.0]),
+                "soft_binning_ap_loss: weights must be non-negative"),
+    "graded_labels": (lambda y: jaxrank.ndcg_metric(_S, y),
+                      jnp.array([[2, 0, -1, 0], [0, 1, 1, 0]]), _Y,
+                      r"ndcg_metric: graded labels must be >= 0"),
+    "hamming": (lambda d: jaxrank.hamming_tie_aware_ap_metric(d, _Y, num_bits=4),
+                jnp.array([[0.0, 1.5, 2, 4], [1, 2, 3, 4]]),
+                jnp.array([[0.0, 1, 2, 4], [1, 2, 3, 4]]),
+                r"distances must be integers in \[0, num_bits\]"),
+    "hyperparameter": (lambda v: jaxrank.blackbox_ap_loss(_S, _Y, interpolation=v),
+                       jnp.float32(-1.0), jnp.float32(0.5),
+                       r"blackbox_ap_loss: interpolation must be > 0"),
+    "temperature": (lambda t: jaxrank.smoothap_loss(_S, _Y, temperature=t),
+                    jnp.float32(0.0), jnp.float32(0.01), r"smoothap_loss: temperature must be > 0"),
 }
 
 

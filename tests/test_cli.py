@@ -1,6 +1,6 @@
-"""The training command line, `python -m experiments.job.main`, as a user meets it: each behaviour runs
-`main()` in a subprocess (with a timeout) on the tiny config and checks its exit status, what it
-prints and what it writes.
+"""The training command line, `python -m experiments.job.main`, as a user meets it: each behaviour
+runs `main()` in a subprocess (with a timeout) on the tiny config and checks its exit status, what
+it prints and what it writes.
 
 * `--help` answers without importing TensorFlow or JAX and lists the losses and config fields;
 * a bad config prints one line and exits with status 2, writing nothing;

@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import chex
 import jax
@@ -284,8 +285,8 @@ TABLE = [
     # independent sorts in one jitted function) gets its float64 result canonicalised to float32,
     # which JAX rejects ("Incorrect output dtype"). With the global x64 flag it works.
     # interpolation = 4 (Table 9's Online Products value): with the default 0.2, the perturbed
-    # scores of these short lists rarely change order, and most gradients are 0. Each runs on the platform's
-    # sort (numpy on CPU) and, as "..._xla", on XLA's (the GPU/TPU path, forced).
+    # scores of these short lists rarely change order, and most gradients are 0. Each runs on the
+    # platform's sort (numpy on CPU) and, as "..._xla", on XLA's (the GPU/TPU path, forced).
     *(
         _loss(name + suffix, _on_branch(branch, fn), None, gradient="interpolation",
               dtype=np.float32, interpolation=4.0)

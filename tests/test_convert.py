@@ -21,7 +21,8 @@ import torch
 import torchvision
 from flax import nnx
 
-from jaxrank import convert, models
+from jaxrank import convert
+from jaxrank import models
 
 # Module-scoped fixtures: `make test` keeps this module's tests on one pytest-xdist worker.
 pytestmark = pytest.mark.xdist_group("test_convert")

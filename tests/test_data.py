@@ -40,7 +40,8 @@ def test_import_jaxrank_does_not_import_tensorflow():
 
 
 def test_importing_jaxrank_data_leaves_tensorflow_devices_alone():
-  # Hiding the GPUs is the entry points' job (experiments.job.input_pipeline.hide_gpus_from_tensorflow).
+  # Hiding the GPUs is the entry points' job
+  # (experiments.job.input_pipeline.hide_gpus_from_tensorflow).
   code = (
       "import tensorflow as tf\n"
       "calls = []\n"

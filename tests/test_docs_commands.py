@@ -8,8 +8,8 @@ every script's, which open with the command that runs them).
 Every `python -m experiments.<module>` names a module of experiments/, each of its `--flag`s is
 defined by that module or an experiments module it imports (or, for flags built at run time, shown
 by its `--help`), each `--config` file exists, each `--set field=value` names a field of
-`experiments.job.config.Config`, and each `make <target>` is a target of the Makefile. Nothing trains:
-a command that runs for minutes is checked in seconds.
+`experiments.job.config.Config`, and each `make <target>` is a target of the Makefile. Nothing
+trains: a command that runs for minutes is checked in seconds.
 """
 
 from __future__ import annotations
@@ -111,7 +111,8 @@ def test_the_documents_have_commands():
 
 def test_the_command_pattern():
   found = COMMAND.findall("python -m experiments.job.main --config a.py\n$(PY) -m "
-                          "experiments.benchmarks.speed --batch 8\npython -m experiments.ablations.<what>")
+                          "experiments.benchmarks.speed --batch 8\n"
+                          "python -m experiments.ablations.<what>")
   assert [m for m, _ in found] == ["experiments.job.main", "experiments.benchmarks.speed"]
 
 

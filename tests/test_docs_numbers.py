@@ -74,9 +74,9 @@ def measurements(text: str) -> list[str]:
   found = [m.group(0) for m in QUANTITY.finditer(text)]
   found += [m.group(0) for m in RATIO.finditer(text)]
   for line in text.splitlines():
-    if (LIST_ENTRY.match(line) or line.count("|") >= 2) and DECIMAL.search(line):
-      if not (QUANTITY.search(line) or RATIO.search(line)):  # Counted once per line.
-        found.append(f"table row: {line.strip()[:80]}")
+    if ((LIST_ENTRY.match(line) or line.count("|") >= 2) and DECIMAL.search(line)
+        and not (QUANTITY.search(line) or RATIO.search(line))):  # Counted once per line.
+      found.append(f"table row: {line.strip()[:80]}")
   return found
 
 

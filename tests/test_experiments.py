@@ -1,4 +1,4 @@
-"""Tests of the ablation scripts (experiments/ablations/*.py and their shared experiments/ablations/sweep.py).
+"""Tests of the ablation scripts (experiments/ablations/*.py and their shared sweep.py).
 
 Smoke tests: each calls a script's `main` as the command line would, two values, tiny config, then
 checks that the table has the untrained row and one row per value, that the plot was written, and
@@ -22,6 +22,7 @@ import re
 
 import pytest
 
+from experiments import results as results_lib
 from experiments.ablations import batch_size
 from experiments.ablations import blackbox_margin_memory
 from experiments.ablations import fastap_bins
@@ -30,7 +31,6 @@ from experiments.ablations import roadmap_lambda
 from experiments.ablations import sweep
 from experiments.job import config as config_lib
 from experiments.job import main as main_lib
-from experiments import results as results_lib
 from experiments.job import train
 from jaxrank.data import testing
 

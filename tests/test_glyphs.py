@@ -136,7 +136,8 @@ def test_bad_arguments_raise(kwargs, error, tmp_path):
 
 
 def test_a_tiny_training_run_on_glyphs(tmp_path, monkeypatch):
-  from experiments.job import input_pipeline, train  # pylint: disable=g-import-not-at-top
+  from experiments.job import input_pipeline  # pylint: disable=g-import-not-at-top
+  from experiments.job import train  # pylint: disable=g-import-not-at-top
   from experiments.job.configs import tiny  # pylint: disable=g-import-not-at-top
 
   monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

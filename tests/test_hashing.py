@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import helpers
 import reference
 import reference_hashing as ref
 from jax import test_util as jtu

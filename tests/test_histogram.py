@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference
-import helpers
-from helpers import precision
 import reference_histogram as ref
+from helpers import precision
 from jax import test_util as jtu
 
 import jaxrank
@@ -42,7 +43,8 @@ LOSS_IDS = ["fastap", "sb_ap"]
 
 
 def _bins(fn, count):
-  """`fn`'s bin count as a keyword: `fastap_loss` counts intervals, `soft_binning_ap_loss` centres."""
+  """`fn`'s bin count as a keyword: `fastap_loss` counts intervals, `soft_binning_ap_loss`
+  centres."""
   return {"num_intervals" if fn is histogram.fastap_loss else "num_bins": count}
 
 BATCH = (3, 4)
@@ -117,7 +119,8 @@ def _embeddings(seed, b=12, d=4, num_classes=3):
 
 
 def test_reference_hand_values():
-  # Distances 0.4, 1.2, 2.0, 3.6 on centres 0..4: h+ = (.6, .4, 1, 0, 0), h = (.6, 1.2, 1.2, .4, .6).
+  # Distances 0.4, 1.2, 2.0, 3.6 on centres 0..4:
+  # h+ = (.6, .4, 1, 0, 0), h = (.6, 1.2, 1.2, .4, .6).
   scores, labels = [0.8, 0.4, 0.0, -0.8], [1, 0, 1, 0]
   want = (0.6 + 0.4 * 1.0 / 1.8 + 1.0 * 2.0 / 3.0) / 2
   assert ref.fastap(scores, labels, num_intervals=4) == pytest.approx(want, rel=1e-14)
@@ -133,7 +136,8 @@ def test_reference_hand_values():
 def test_hand_values():
   scores, labels = jnp.array([0.8, 0.4, 0.0, -0.8]), jnp.array([1, 0, 1, 0])
   want = 1 - (0.6 + 0.4 / 1.8 + 2 / 3) / 2
-  np.testing.assert_allclose(histogram.fastap_loss(scores, labels, num_intervals=4), want, rtol=1e-6)
+  np.testing.assert_allclose(
+      histogram.fastap_loss(scores, labels, num_intervals=4), want, rtol=1e-6)
   np.testing.assert_allclose(
       histogram.soft_binning_ap_loss(scores, labels, num_bins=5), want, rtol=1e-6
   )

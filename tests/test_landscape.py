@@ -16,8 +16,8 @@ import jaxrank
 from jaxrank import landscape
 
 
-def _ap_loss(s, l):
-  return 1 - jaxrank.ap_metric(s, l, reduce_fn=None)
+def _ap_loss(s, y):
+  return 1 - jaxrank.ap_metric(s, y, reduce_fn=None)
 
 
 def _tree():
@@ -88,7 +88,8 @@ def test_direction_between_interpolates():
 
 
 def test_slice_2d_is_jittable():
-  f = jax.jit(lambda y0, a: landscape.slice_2d(lambda y: jnp.sum(y**2), y0, (jnp.eye(2)[0], jnp.eye(2)[1]), a, a))
+  directions = (jnp.eye(2)[0], jnp.eye(2)[1])
+  f = jax.jit(lambda y0, a: landscape.slice_2d(lambda y: jnp.sum(y**2), y0, directions, a, a))
   np.testing.assert_allclose(f(jnp.zeros(2), jnp.array([1.0, 2.0])), [[2.0, 5.0], [5.0, 8.0]])
 
 
@@ -152,8 +153,9 @@ def test_rank_correlations_equal_scipy(n, values):
     rho = landscape.spearman_correlation(x, y)
     tau = landscape.kendall_correlation(x, y, batch_size=3)
   for i in range(5):
-    np.testing.assert_allclose(rho[i], stats.spearmanr(x[i], y[i]).statistic, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(tau[i], stats.kendalltau(x[i], y[i]).statistic, rtol=1e-10, atol=1e-12)
+    tol = dict(rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(rho[i], stats.spearmanr(x[i], y[i]).statistic, **tol)
+    np.testing.assert_allclose(tau[i], stats.kendalltau(x[i], y[i]).statistic, **tol)
 
 
 def test_rank_correlations_of_constant_input_are_zero():
@@ -169,8 +171,8 @@ def test_surrogate_tracking_equals_a_loop():
   rng = np.random.default_rng(0)
   scores = jnp.asarray(rng.uniform(-0.5, 0.5, 12), jnp.float32)
   labels = jnp.asarray(rng.random(12) < 0.4, jnp.int32)
-  loss = lambda s, l, t: jaxrank.smoothap_loss(s, l, temperature=t)
-  exact = lambda s, l: 1 - jaxrank.ap_metric(s, l)
+  loss = lambda s, y, t: jaxrank.smoothap_loss(s, y, temperature=t)
+  exact = lambda s, y: 1 - jaxrank.ap_metric(s, y)
   key, num = jax.random.key(4), 40
   scale = jnp.linspace(0.05, 0.5, num)
   out = landscape.surrogate_tracking(loss, exact, scores, key, scale=scale, num_points=num,
@@ -182,8 +184,10 @@ def test_surrogate_tracking_equals_a_loop():
   want_ref = np.array([float(exact(p, labels)) for p in pts])
   np.testing.assert_allclose(out["loss"], want_loss, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(out["reference"], want_ref, rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(out["spearman"], stats.spearmanr(want_loss, want_ref).statistic, atol=1e-4)
-  np.testing.assert_allclose(out["kendall"], stats.kendalltau(want_loss, want_ref).statistic, atol=1e-4)
+  np.testing.assert_allclose(out["spearman"], stats.spearmanr(want_loss, want_ref).statistic,
+                             atol=1e-4)
+  np.testing.assert_allclose(out["kendall"], stats.kendalltau(want_loss, want_ref).statistic,
+                             atol=1e-4)
   np.testing.assert_allclose(out["error"], np.mean(np.abs(want_loss - want_ref)), atol=1e-6)
   np.testing.assert_allclose(out["bias"], np.mean(want_loss - want_ref), atol=1e-6)
   assert out["spearman"] > 0.8
@@ -207,7 +211,8 @@ def _finite_difference_loop(reference_fn, scores, labels, h):
     up, down = s.copy(), s.copy()
     up[..., i] += h
     down[..., i] -= h
-    g[..., i] = (np.asarray(reference_fn(up, labels)) - np.asarray(reference_fn(down, labels))) / (2 * h)
+    g[..., i] = (np.asarray(reference_fn(up, labels))
+                 - np.asarray(reference_fn(down, labels))) / (2 * h)
   return g
 
 
@@ -225,10 +230,10 @@ def global_x64():
 
 
 @pytest.mark.parametrize("loss", [
-    lambda s, l: jaxrank.smoothap_loss(s, l, reduce_fn=None),
+    lambda s, y: jaxrank.smoothap_loss(s, y, reduce_fn=None),
     # No true gradient (blackbox):
-    lambda s, l: jaxrank.blackbox_ap_loss(s, l, interpolation=1.0, reduce_fn=None),
-    lambda s, l: jaxrank.fastap_loss(s, l, reduce_fn=None),
+    lambda s, y: jaxrank.blackbox_ap_loss(s, y, interpolation=1.0, reduce_fn=None),
+    lambda s, y: jaxrank.fastap_loss(s, y, reduce_fn=None),
 ], ids=["smoothap", "blackbox", "fastap"])
 def test_gradient_cosine_equals_hand_computed(loss, global_x64):
   rng = np.random.default_rng(1)
@@ -254,8 +259,8 @@ def test_gradient_cosine_where_and_undefined_lists():
   scores = jnp.array([[0.3, 0.2, 0.1, 0.0], [0.3, 0.2, 0.1, 0.0]])
   labels = jnp.array([[0, 1, 0, 1], [1, 1, 1, 1]])  # all relevant in the second: AP is always 1
   where = jnp.array([[True, True, True, False], [True] * 4])
-  loss = lambda s, l, w: jaxrank.smoothap_loss(s, l, where=w, reduce_fn=None)
-  exact = lambda s, l, w: 1 - jaxrank.ap_metric(s, l, where=w, reduce_fn=None)
+  loss = lambda s, y, w: jaxrank.smoothap_loss(s, y, where=w, reduce_fn=None)
+  exact = lambda s, y, w: 1 - jaxrank.ap_metric(s, y, where=w, reduce_fn=None)
   out = landscape.gradient_cosine(loss, exact, scores, step=0.01, loss_args=(labels, where),
                                   reference_args=(labels, where), where=where)
   assert out["defined"].tolist() == [False, False]  # at h = 0.01 no item crosses another
@@ -270,7 +275,7 @@ def test_descent_directions():
   scores = jax.random.normal(jax.random.key(0), (3, 9))
   labels = (jnp.arange(9) % 3 == 0).astype(jnp.int32)
   where = jnp.ones((3, 9), bool).at[0, 4].set(False)
-  loss = lambda s, l, w: jaxrank.smoothap_loss(s, l, where=w, reduce_fn=None)
+  loss = lambda s, y, w: jaxrank.smoothap_loss(s, y, where=w, reduce_fn=None)
   d = landscape.descent_directions(loss, scores, args=(labels, where), where=where)
   g = -np.asarray(jax.grad(lambda s: jnp.sum(loss(s, labels, where)))(scores))
   g[0, 4] = 0
@@ -333,7 +338,7 @@ def test_new_hyperparameter_values_do_not_recompile():
   scores = jnp.asarray(rng.uniform(-0.5, 0.5, (2, 10)), jnp.float32)
   labels = jnp.asarray(rng.random((2, 10)) < 0.4, jnp.int32)
   u, v = jnp.asarray(rng.normal(size=(2, 2, 10)), jnp.float32)
-  loss = _Counted(lambda s, l, t: jaxrank.smoothap_loss(s, l, temperature=t, reduce_fn=None))
+  loss = _Counted(lambda s, y, t: jaxrank.smoothap_loss(s, y, temperature=t, reduce_fn=None))
   exact = _Counted(_ap_loss)
   grid = jnp.linspace(-0.5, 0.5, 5)
   for t in (0.01, 0.05, 0.2):
@@ -352,7 +357,8 @@ def test_new_hyperparameter_values_do_not_recompile():
   gap = _Counted(_in_batch_map)
   emb, lab = jnp.asarray(rng.normal(size=(12, 3)), jnp.float32), jnp.arange(12) % 3
   for seed in range(3):
-    landscape.batch_gap(gap, (emb, lab), jax.random.permutation(jax.random.key(seed), 12).reshape(3, 4))
+    batches = jax.random.permutation(jax.random.key(seed), 12).reshape(3, 4)
+    landscape.batch_gap(gap, (emb, lab), batches)
   landscape.slice_2d(loss, scores, (u, v), grid, grid, args=(labels, jnp.float32(0.3)))
   assert loss.traces == traces  # nothing traced again
   assert gap.traces == 2  # once for the batches' lax.map, once for the whole set; not per call
@@ -402,8 +408,8 @@ def test_plot_helpers_draw():
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   fig, (a1, a2) = plt.subplots(1, 2)
   alphas, betas = jnp.linspace(-1, 1, 4), jnp.linspace(0, 1, 3)
-  values = landscape.slice_2d(lambda y: y[0] + 10 * y[1], jnp.zeros(2), (jnp.eye(2)[0], jnp.eye(2)[1]),
-                              alphas, betas)
+  values = landscape.slice_2d(lambda y: y[0] + 10 * y[1], jnp.zeros(2),
+                              (jnp.eye(2)[0], jnp.eye(2)[1]), alphas, betas)
   image = landscape.plot_slice_2d(a1, alphas, betas, values, title="t")
   np.testing.assert_allclose(image.get_array(), np.asarray(values).T)  # rows follow betas
   assert image.get_extent() == [-1.0, 1.0, 0.0, 1.0]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -66,8 +67,8 @@ TIE_AWARE = [
 ]
 TIE_AWARE_IDS = ["ap", "ndcg", "ndcg@3"]
 # Most tests call the metrics eagerly on a handful of shared shapes: op-by-op dispatch compiles each
-# primitive once per shape and dtype for all metrics and reductions together, which on CPU is several
-# times cheaper than one `jax.jit` compilation per (metric, shape, dtype, reduce_fn).
+# primitive once per shape and dtype for all metrics and reductions together, which on CPU is
+# several times cheaper than one `jax.jit` compilation per (metric, shape, dtype, reduce_fn).
 # test_contract.py covers jit, vmap, masking, reductions, NaN and dtypes for every metric.
 
 
@@ -85,10 +86,8 @@ TOL32 = dict(rtol=1e-5, atol=1e-6)
 def random_lists(seed, shape=BATCH + (N,), *, ties, num_grades=3, mask=True, dtype=np.float64):
   """Scores (integers in {0, 1, 2} when `ties`), labels in `range(num_grades)`, a mask."""
   rng = np.random.default_rng(seed)
-  if ties:
-    scores = rng.integers(0, 3, shape).astype(dtype)
-  else:
-    scores = rng.normal(size=shape).astype(dtype)
+  scores = rng.integers(0, 3, shape) if ties else rng.normal(size=shape)
+  scores = scores.astype(dtype)
   labels = rng.integers(0, num_grades, shape).astype(np.int32)
   where = rng.random(shape) < 0.8 if mask else np.ones(shape, bool)
   return scores, labels, where

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxrank import hashing, models
+from jaxrank import hashing
+from jaxrank import models
 
 # Module-scoped fixtures: `make test` keeps this module's tests on one pytest-xdist worker.
 pytestmark = pytest.mark.xdist_group("test_models")

@@ -11,7 +11,8 @@ values of the other lists are compared with the float64 references as well.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp

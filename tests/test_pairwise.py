@@ -379,8 +379,9 @@ if __name__ == "__main__":
   # The measured differences, for the report: python tests/test_pairwise.py (from tests/).
   for case in PML_CASES:
     for embedding_kind in ("random", "clustered"):
-      print(case, embedding_kind, "value %.6g |dvalue| %.3g max|dgrad| %.3g max|grad| %.3g"
-            % pml_differences(case, embedding_kind))
+      value, dvalue, dgrad, grad = pml_differences(case, embedding_kind)
+      print(case, embedding_kind,
+            f"value {value:.6g} |dvalue| {dvalue:.3g} max|dgrad| {dgrad:.3g} max|grad| {grad:.3g}")
 
 
 @pytest.mark.parametrize("name,fn,ref,kwargs", CASES, ids=IDS)

@@ -42,9 +42,9 @@ def test_forced_platform_restores_and_rejects_unknown_names():
     with platforms.forced_platform("accelerator"):
       assert platforms.forced() == "accelerator"
     assert platforms.forced() == "cpu"
-  with pytest.raises(ValueError, match="forced_platform: platform must be one of"):
-    with platforms.forced_platform("tpu"):
-      pass
+  with (pytest.raises(ValueError, match="forced_platform: platform must be one of"),
+        platforms.forced_platform("tpu")):
+    pass
 
 
 def test_the_rank_branches_are_the_platforms():

@@ -166,7 +166,8 @@ def test_rax_case(name):
 # of 4 and 3, the ids unsorted and the same ids in both rows; the first item of one segment masked.
 # No ties, and every segment has a relevant valid item.
 SEGMENTS = jnp.array([[4, 1, 4, 9, 1, 9, 4], [1, 1, 4, 1, 4, 4, 1]])
-SEGMENT_SCORES = jnp.array([[0.3, 0.9, 0.1, 0.5, 0.2, 0.8, 0.7], [0.6, 0.1, 0.4, 0.8, 0.9, 0.2, 0.5]])
+SEGMENT_SCORES = jnp.array([[0.3, 0.9, 0.1, 0.5, 0.2, 0.8, 0.7],
+                            [0.6, 0.1, 0.4, 0.8, 0.9, 0.2, 0.5]])
 SEGMENT_LABELS = jnp.array([[1, 0, 0, 1, 2, 0, 1], [0, 1, 1, 0, 2, 0, 1]])
 SEGMENT_WHERE = jnp.array([[True] * 7, [True, True, False, True, True, True, True]])
 FIRST_ITEMS = np.array([[1, 1, 0, 1, 0, 0, 0], [1, 0, 0, 0, 1, 0, 0]], bool)  # Of each segment.

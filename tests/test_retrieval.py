@@ -7,14 +7,14 @@ import functools
 import logging
 import re
 
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
-import helpers
 import pytest
+import reference
 
 import jaxrank
-import reference
 from jaxrank._src import platforms
 from jaxrank._src import ranking
 from jaxrank._src import retrieval
@@ -93,7 +93,8 @@ def test_composes_with_every_list_metric_and_equals_the_reference():
   labels = rng.integers(0, 3, 12)
   scores, relevance, where = jaxrank.batch_retrieval(e, labels)
   got = jaxrank.ap_metric(scores, relevance, where=where, reduce_fn=None)
-  want = reference.per_list(reference.ap, np.asarray(scores), np.asarray(relevance), np.asarray(where))
+  want = reference.per_list(reference.ap, np.asarray(scores), np.asarray(relevance),
+                            np.asarray(where))
   np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
@@ -139,10 +140,14 @@ def test_jit_and_bfloat16_inputs():
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
-        (dict(embeddings=np.ones((4, 2), np.int32), labels=np.zeros(4, np.int32)), TypeError, "floating"),
-        (dict(embeddings=np.ones(4, np.float32), labels=np.zeros(4, np.int32)), ValueError, r"\[B, D\]"),
-        (dict(embeddings=np.ones((4, 2), np.float32), labels=np.zeros(3, np.int32)), ValueError, r"\(3,\)"),
-        (dict(embeddings=np.ones((4, 2), np.float32), labels=np.zeros(4, np.float32)), TypeError, "integers"),
+        (dict(embeddings=np.ones((4, 2), np.int32), labels=np.zeros(4, np.int32)),
+         TypeError, "floating"),
+        (dict(embeddings=np.ones(4, np.float32), labels=np.zeros(4, np.int32)),
+         ValueError, r"\[B, D\]"),
+        (dict(embeddings=np.ones((4, 2), np.float32), labels=np.zeros(3, np.int32)),
+         ValueError, r"\(3,\)"),
+        (dict(embeddings=np.ones((4, 2), np.float32), labels=np.zeros(4, np.float32)),
+         TypeError, "integers"),
         (dict(embeddings=np.ones((4, 2), np.float32)), ValueError, "exactly one"),
         (
             dict(embeddings=np.ones((4, 2), np.float32), affinity=np.ones((4, 5), np.float32)),
@@ -279,7 +284,8 @@ def test_evaluate_on_binary_codes_handles_ties_exactly(platform):
     got = jaxrank.evaluate_retrieval(codes, labels, chunk_size=128)
   hamming = (10 - codes.astype(np.float64) @ codes.T.astype(np.float64)) / 2
   relevance = labels[:, None] == labels[None, :]
-  want = _brute_force(_leave_one_out(-hamming), _leave_one_out(relevance), np.ones((300, 299), bool), (1, 2, 4, 8))
+  want = _brute_force(_leave_one_out(-hamming), _leave_one_out(relevance),
+                      np.ones((300, 299), bool), (1, 2, 4, 8))
   for key in want:
     assert got[key] == pytest.approx(want[key], abs=1e-5), key
   assert got["tie_aware_map"] > got["map"] + 0.01  # Ties are many, and they matter.
@@ -304,10 +310,14 @@ def test_evaluate_memory_does_not_depend_on_the_number_of_queries(caplog):
         ((np.ones((4, 2), np.float32), np.zeros(4, np.float32)), {}, TypeError, "integer"),
         ((np.ones((4, 2), np.int32), np.zeros(4, np.int32)), {}, TypeError, "floating-point"),
         ((np.full((4, 2), np.nan, np.float32), np.zeros(4, np.int32)), {}, ValueError, "NaN"),
-        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32), np.ones((3, 3), np.float32), np.zeros(3, np.int32)), {}, ValueError, "dimension"),
-        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32), np.ones((3, 2), np.float32)), {}, ValueError, "gallery_labels"),
-        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32)), {"ks": (0,)}, ValueError, "positive"),
-        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32)), {"ks": ()}, ValueError, "at least one"),
+        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32), np.ones((3, 3), np.float32),
+          np.zeros(3, np.int32)), {}, ValueError, "dimension"),
+        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32), np.ones((3, 2), np.float32)), {},
+         ValueError, "gallery_labels"),
+        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32)), {"ks": (0,)},
+         ValueError, "positive"),
+        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32)), {"ks": ()},
+         ValueError, "at least one"),
     ],
 )
 def test_evaluate_errors(args, kwargs, error, match):

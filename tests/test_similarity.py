@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import functools
 
+import helpers
 import jax
 import jax.numpy as jnp
-from jax import test_util as jtu
 import numpy as np
-import helpers
 import pytest
+from jax import test_util as jtu
 
 import jaxrank
 from jaxrank import similarity
@@ -131,7 +131,8 @@ def test_evaluate_retrieval_with_a_gallery_and_a_rule():
   labels = rng.integers(0, 5, 50)
   x = (rng.standard_normal((5, 6))[labels] + rng.standard_normal((50, 6))).astype(np.float32)
   fn = similarity.negative_squared_euclidean
-  got = jaxrank.evaluate_retrieval(x[:20], labels[:20], x[20:], labels[20:], ks=(1,), similarity_fn=fn)
+  got = jaxrank.evaluate_retrieval(x[:20], labels[:20], x[20:], labels[20:], ks=(1,),
+                                   similarity_fn=fn)
   scores = fn(x[:20], x[20:])
   relevance = labels[:20, None] == labels[None, 20:]
   want = helpers.metrics_of_lists(scores, relevance, np.ones_like(relevance), (1,))

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference
-from helpers import precision
 import reference_smooth_rank as ref
+from helpers import precision
 from jax.test_util import check_grads
 
 import jaxrank

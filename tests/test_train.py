@@ -1,5 +1,5 @@
-"""The training job end to end, on tiny configs: experiments/job/train.py and main.py, with the config,
-input pipeline, networks and reporting modules beside them."""
+"""The training job end to end, on tiny configs: experiments/job/train.py and main.py, with the
+config, input pipeline, networks and reporting modules beside them."""
 
 import dataclasses
 import json
@@ -20,7 +20,6 @@ from flax import nnx
 import jaxrank
 import jaxrank.data as jd
 from experiments.job import check
-from experiments.job import config as config_lib
 from experiments.job import input_pipeline
 from experiments.job import losses as losses_lib
 from experiments.job import main as main_lib
@@ -771,8 +770,8 @@ def _first_batch(config):
   return jnp.asarray(batch["image"]), jnp.asarray(batch["label"])
 
 
-HASHING = dataclasses.replace(TINY, head="hashing", loss="tie_aware_ap", loss_kwargs={"num_bins": 9},
-                              tanh_every=1)
+HASHING = dataclasses.replace(TINY, head="hashing", loss="tie_aware_ap",
+                              loss_kwargs={"num_bins": 9}, tanh_every=1)
 
 
 def test_evaluation_retrieves_with_binary_codes_of_the_network_in_inference_mode():

@@ -16,7 +16,7 @@ Command (on `experiments/job/configs/glyphs.py` unless `--config` says otherwise
 e.g. interpolation, kept from the base config when it trains blackbox_ap, else the loss's defaults:
 interpolation = 0.2) with `memory_batches = tau`; `--values 0,0 0.02,3` sweeps other pairs):
 
-    python -m experiments.ablations.blackbox_margin_memory      # runs/ablate_blackbox_margin_memory/
+    python -m experiments.ablations.blackbox_margin_memory    # runs/ablate_blackbox_margin_memory/
     python -m experiments.ablations.blackbox_margin_memory --set seed=1 \\
         --workdir runs/ablate_blackbox_margin_memory_seed1
 

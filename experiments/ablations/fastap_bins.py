@@ -9,10 +9,10 @@ that are separated by a small margin in the same bin, where they still get a gra
 What it sweeps. L in (5, 10, 20, 40, 80), from half the paper's default 10 to eight times it; the
 main job trains FastAP with 40 bins (`experiments/job/configs/glyphs.py`).
 
-Command (each value trains `loss="fastap", loss_kwargs={"num_intervals": L}`, L distance intervals
-and L + 1 centres, for the config's 300 steps, on `experiments/job/configs/glyphs.py` unless
-`--config` says otherwise; `--values 5 10` sweeps other values, `--set field=value` changes the base
-config):
+Command (each value trains `loss="fastap", loss_kwargs={"num_intervals": L}`, L distance
+intervals and L + 1 centres, for the config's 300 steps, on `experiments/job/configs/glyphs.py`
+unless `--config` says otherwise; `--values 5 10` sweeps other values, `--set field=value` changes
+the base config):
 
     python -m experiments.ablations.fastap_bins                 # runs/ablate_fastap_bins/
     python -m experiments.ablations.fastap_bins --set seed=1 --workdir runs/ablate_fastap_bins_seed1

@@ -26,8 +26,8 @@ Command (on `experiments/job/configs/glyphs.py` unless `--config` says otherwise
 unless the base config trains it with others; RESULTS.md trains 40 bins, as the main job):
 
     python -m experiments.ablations.hard_sampling --set 'loss_kwargs={"num_intervals": 40}'
-    python -m experiments.ablations.hard_sampling --set 'loss_kwargs={"num_intervals": 40}' --set seed=1 \\
-        --workdir runs/ablate_hard_sampling_seed1
+    python -m experiments.ablations.hard_sampling --set 'loss_kwargs={"num_intervals": 40}' \\
+        --set seed=1 --workdir runs/ablate_hard_sampling_seed1
 
 On a prepared Stanford Online Products, e.g. with the photograph config (ResNet-50, batch 128 =
 32 classes x 4 images, 16 from each of 2 categories):

@@ -18,7 +18,8 @@ placed on the plot, and calls `main`. Then
    unseen in training; with the config's `raw_pixels_baseline`, as the glyphs have it, a row
    "raw_pixels" of retrieval on the images themselves follows "untrained"), writes it with the
    metrics to `DIR/results.json`, and plots MAP@R and R@1 against the swept value in
-   `DIR/<what>.png` (the untrained network as a dashed line), both with `experiments/job/reporting.py`.
+   `DIR/<what>.png` (the untrained network as a dashed line), both with
+   `experiments/job/reporting.py`.
 
 Values given to `--values` are Python literals (`10`, `0.5`, `0.02,2` for a tuple) or plain strings
 (`super_class`). Rerunning the same command reuses finished runs and resumes unfinished ones (the

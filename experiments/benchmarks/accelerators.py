@@ -36,11 +36,11 @@ Rows: the floor (forward and backward of `sum(tanh(e @ e.T))`, what every in-bat
 the `[B, B]` product, one elementwise pass, and the two products of its gradient), every loss's
 step as trained (`f(e, y) = loss(*batch_retrieval(e, y))`, `jax.value_and_grad`, 4 items per
 class, as `speed.py`; the blackbox and smooth-rank losses also with the bound `max_relevant=3`
-that the training job passes, rows "(counting)" and "(bounded)"), the baselines, the sharded step on the v5e's 4 chips
-(`jaxrank.sharded_loss` over a mesh of the 4 devices; per-chip temporaries against the one-chip
-step's), and one evaluation chunk (`evaluate_retrieval`'s per-chunk program: 1,024 queries against
-a 60,000-item gallery, 11 relevant items per query, SOP's shape). Ratios are to the floor at the
-same batch. Measured tables: docs/guide/benchmarks.rst, "Accelerators".
+that the training job passes, rows "(counting)" and "(bounded)"), the baselines, the sharded step on
+the v5e's 4 chips (`jaxrank.sharded_loss` over a mesh of the 4 devices; per-chip temporaries against
+the one-chip step's), and one evaluation chunk (`evaluate_retrieval`'s per-chunk program: 1,024
+queries against a 60,000-item gallery, 11 relevant items per query, SOP's shape). Ratios are to the
+floor at the same batch. Measured tables: docs/guide/benchmarks.rst, "Accelerators".
 """
 
 from __future__ import annotations
@@ -80,8 +80,9 @@ EVAL_CHUNK, EVAL_GALLERY, EVAL_RELEVANT = 1024, 60_000, 11
 
 def set_environment() -> None:
   """The variables that make libtpu give compile-only v5e devices and the CUDA plugin load
-  without a GPU; set before JAX starts (each only where the environment does not set it). `JAX_PLATFORMS=cpu` keeps JAX's default backend the CPU
-  (libtpu would otherwise look for a TPU at start and log that it found none)."""
+  without a GPU; set before JAX starts (each only where the environment does not set it).
+  `JAX_PLATFORMS=cpu` keeps JAX's default backend the CPU (libtpu would otherwise look for a TPU at
+  start and log that it found none)."""
   os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
   os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
   # libtpu takes a lock file (/tmp/libtpu_lockfile) so that one process owns a real TPU; with
@@ -176,7 +177,8 @@ def compile_sharded_step(name: str, batch: int, dim: int, chips: tuple):
   """The step of `jaxrank.sharded_loss` for loss `name` over a mesh of `chips`, compiled."""
   import jax
   import jax.numpy as jnp
-  from jax.sharding import NamedSharding, PartitionSpec as P
+  from jax.sharding import NamedSharding
+  from jax.sharding import PartitionSpec as P
 
   import jaxrank
 

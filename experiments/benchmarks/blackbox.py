@@ -131,7 +131,8 @@ def main():
     return
   env = dict(os.environ)
   env["XLA_FLAGS"] = (
-      env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+      env.get("XLA_FLAGS", "")
+      + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
   )
   rows = {}
   for side in ("torch", "jaxrank"):
@@ -147,9 +148,9 @@ def main():
     row = rows[side]
     print(f"{side:10} {row['time']:8.3f} {row['time'] / base:6.2f} {row['loss']:8.5f}")
   if args.docs:
-    from experiments import docs_data  # pylint: disable=g-import-not-at-top
-
     import torch  # pylint: disable=g-import-not-at-top
+
+    from experiments import docs_data  # pylint: disable=g-import-not-at-top
 
     names = {"torch": f"PyTorch {torch.__version__.split('+')[0]}, same algorithm (two argsort)",
              "jaxrank": "jaxrank.blackbox_ap_loss"}

@@ -48,8 +48,6 @@ def steps(name: str, block: int):
 
 def compiled(loss, batch: int, dim: int, device=None):
   """The step of `loss` compiled for `[batch, dim]` embeddings (on `device`, or this CPU)."""
-  import jax
-
   if device is None:
     return speed.step_for(loss, batch, dim)
   return accelerators.compile_step(loss, batch, dim, device)

@@ -45,11 +45,11 @@ from jaxrank.data import testing  # noqa: E402
 
 def images_per_second(ds: tf.data.Dataset, batches: int, warmup: int) -> tuple[float, int]:
   it = ds.as_numpy_iterator()
-  batch = None
-  for batch in itertools.islice(it, warmup):
+  for _ in itertools.islice(it, warmup):
     pass
   start = time.perf_counter()
-  for batch in itertools.islice(it, batches):
+  batch = None
+  for batch in itertools.islice(it, batches):  # noqa: B007  (the last batch's size, below)
     pass
   elapsed = time.perf_counter() - start
   size = len(batch["label"])

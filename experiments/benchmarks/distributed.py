@@ -16,8 +16,8 @@ does not import from `tests/`.
   devices; each process generates the batch from the seed and feeds only its rows
   (`jax.make_array_from_process_local_data`). Each device holds `[B / N, B]` lists.
 * `evaluate`: `jaxrank.evaluate_retrieval` leave-one-out on SOP-sized synthetic data (60,502
-  embeddings in classes of 2 to 12, as in `experiments/benchmarks/evaluate.py`, but drawn so that each
-  process makes only its own rows): on 1 process the plain call, on N each process passes its
+  embeddings in classes of 2 to 12, as in `experiments/benchmarks/evaluate.py`, but drawn so that
+  each process makes only its own rows): on 1 process the plain call, on N each process passes its
   share of the rows (uneven when N does not divide the count) with `mesh=` over all devices, which
   splits the gallery over the devices. Every metric it returns is printed.
 
@@ -203,7 +203,8 @@ def run_job(argv: list[str], num_processes: int, timeout: float) -> list[dict]:
       BENCH_COORDINATOR=f"127.0.0.1:{free_port()}",
       BENCH_NUM_PROCESSES=str(num_processes),
   )
-  logs = [tempfile.TemporaryFile(mode="w+") for _ in range(num_processes)]
+  # Closed below, once the children have exited and their output is read.
+  logs = [tempfile.TemporaryFile(mode="w+") for _ in range(num_processes)]  # noqa: SIM115
   children = [
       subprocess.Popen(
           [sys.executable, "-m", "experiments.benchmarks.distributed", *argv],

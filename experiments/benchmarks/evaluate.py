@@ -201,7 +201,8 @@ def table(args, data: str) -> None:
     result = row["result"]
     metrics = "" if side == "xla_product" else " ".join(f"{k}={v:.4f}" for k, v in result.items())
     fastest = " (the floor)" if floors and median == base and side == "xla_product" else ""
-    print(f"{label:24} {median:8.2f} {median / base:8.2f} {row['peak_mb']:8.0f}  {metrics}{fastest}")
+    print(f"{label:24} {median:8.2f} {median / base:8.2f} {row['peak_mb']:8.0f}  "
+          f"{metrics}{fastest}")
   results = {side: row["result"] for _, side, row in runs if side != "xla_product"}
   if data == "sop" and len(results) == 2:  # faiss breaks ties its own way on the codes.
     for k in KS:

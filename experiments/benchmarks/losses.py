@@ -139,7 +139,8 @@ def main():
     side, batch = args.child
     print(json.dumps(child(side, args.loss, int(batch), args.repeats)))
     return
-  batch_sizes = args.batch_sizes or ([256, 1024, 2048, 4096] if args.loss == "fastap" else [256, 1024, 4096])
+  default_sizes = [256, 1024, 2048, 4096] if args.loss == "fastap" else [256, 1024, 4096]
+  batch_sizes = args.batch_sizes or default_sizes
   baseline = "FastAPLoss" if args.loss == "fastap" else "SmoothAPLoss"
   print(f"{args.loss}: forward+backward through batch_retrieval, D={DIM}, {PER_CLASS} per class, "
         f"median of {args.repeats}; baseline pytorch-metric-learning {baseline}")

@@ -5,7 +5,8 @@ Command:
     .venv/bin/python -m experiments.benchmarks.speed                  # B = 4096, D = 512, 5 repeats
     .venv/bin/python -m experiments.benchmarks.speed --batch 1024 --repeats 3 --skip-compile-table
     .venv/bin/python -m experiments.benchmarks.speed --losses FastAP SmoothAP --skip-breakdown
-    .venv/bin/python -m experiments.benchmarks.speed --skip-breakdown --skip-compile-table --skip-cost
+    .venv/bin/python -m experiments.benchmarks.speed --skip-breakdown --skip-compile-table \\
+        --skip-cost
 
 `--docs` also writes each table to docs/_generated/speed_<table>.json (steps, breakdown, cost,
 compile), which docs/guide/benchmarks.rst shows with this machine's description and the date.

@@ -75,7 +75,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                    f"comparison; use some of {', '.join(sorted(known))}.\n")
   main_lib.import_tensorflow_quietly()
   from experiments import results
-  from experiments.comparison import report, run
+  from experiments.comparison import report
+  from experiments.comparison import run
   from experiments.job import input_pipeline
 
   input_pipeline.hide_gpus_from_tensorflow()

@@ -98,8 +98,8 @@ def _load_glyphs_tiny(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImage
 
 
 # The glyph data set of the training job: the 359 + 359 characters drawn by at least 16 of the 21
-# typefaces, 16 x 16, half-strength augmentation without noise (see experiments/job/configs/glyphs.py
-# for why).
+# typefaces, 16 x 16, half-strength augmentation without noise (see
+# experiments/job/configs/glyphs.py for why).
 GLYPHS_PARAMS = {"min_typefaces": 16, "image_size": 16, "strength": 0.5, "noise": 0.0}
 # The same images of the 31 + 31 characters drawn by at least 20 typefaces (the ASCII letters and
 # digits that Computer Modern draws too; 651 images per split, 2 super-classes): smoke tests.

@@ -7,8 +7,8 @@ soft_binning_ap). The entries are the library's functions themselves, except the
 train with, which are spelled out here so that their weights are visible.
 
 `SUMMARIES` (name -> one line) is plain data, and `LOSSES` (name -> function) is built from it on
-first use, so that listing the losses (`python -m experiments.job.main --help`) imports neither JAX nor
-jaxrank.
+first use, so that listing the losses (`python -m experiments.job.main --help`) imports neither JAX
+nor jaxrank.
 """
 
 from __future__ import annotations

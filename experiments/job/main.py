@@ -1,22 +1,23 @@
-"""Runs a training config: `python -m experiments.job.main --config FILE --workdir DIR [--set k=v ...]`.
+"""Runs a config: `python -m experiments.job.main --config FILE --workdir DIR [--set k=v ...]`.
 
-A config file defines `get_config() -> experiments.job.config.Config` and, optionally, `get_sweep() ->
-{run name: {field: value}}`: then every run of the sweep trains in `DIR/<run name>`, an untrained
-network (the same config with `num_steps=0`) is evaluated in `DIR/untrained` (and, with
-`raw_pixels_baseline`, retrieval on the raw pixels, the row `raw_pixels`), and a table of the
-final metrics on the test split (classes unseen in training) is printed and written to
-`DIR/results.json`. Rerunning the same command resumes every unfinished run from its latest
-checkpoint ("resuming from step N") and reuses finished ones. `--set field=value` (repeatable)
-overrides a field of the config for every run, e.g. `--set num_steps=50`; values are Python
-literals (`--set loss_kwargs={'num_intervals':20}`) or plain strings (`--set loss=smoothap`), and must
-be of the field's type. A field that the sweep sets cannot be `--set`.
+A config file defines `get_config() -> experiments.job.config.Config` and, optionally,
+`get_sweep() -> {run name: {field: value}}`: then every run of the sweep trains in
+`DIR/<run name>`, an untrained network (the same config with `num_steps=0`) is evaluated in
+`DIR/untrained` (and, with `raw_pixels_baseline`, retrieval on the raw pixels, the row
+`raw_pixels`), and a table of the final metrics on the test split (classes unseen in training) is
+printed and written to `DIR/results.json`. Rerunning the same command resumes every unfinished run
+from its latest checkpoint ("resuming from step N") and reuses finished ones. `--set field=value`
+(repeatable) overrides a field of the config for every run, e.g. `--set num_steps=50`; values are
+Python literals (`--set loss_kwargs={'num_intervals':20}`) or plain strings
+(`--set loss=smoothap`), and must be of the field's type. A field that the sweep sets cannot be
+`--set`.
 
 What the command does when things go wrong:
 
 * a config that cannot run (an unknown name, a value of the wrong type, a hyperparameter that the
   loss rejects, a `--set` of a swept field, a workdir of another configuration) prints one line,
-  `experiments.job.main: error: ...`, and exits with status 2 before anything is written: every run of
-  a sweep is checked (`train.check_run`) before the first one starts;
+  `experiments.job.main: error: ...`, and exits with status 2 before anything is written: every run
+  of a sweep is checked (`train.check_run`) before the first one starts;
 * Ctrl-C (SIGINT) lets the current step finish, saves a checkpoint, prints one line and exits with
   status 130; rerunning the command resumes;
 * a checkpoint that cannot be read is named in a warning and set aside, and the run resumes from the
@@ -395,7 +396,7 @@ def import_tensorflow_quietly() -> None:
   with tempfile.TemporaryFile() as captured:
     os.dup2(captured.fileno(), 2)
     try:
-      import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+      import tensorflow  # noqa: F401  # pylint: disable=g-import-not-at-top,unused-import
     except BaseException:
       os.dup2(saved, 2)
       captured.seek(0)

@@ -149,7 +149,8 @@ def plot_sweep(
     points: run name -> `(x, series)`: where the run sits on the x axis (a number, or a string for
       categories) and the line it belongs to (`None` for a single line).
     path: the PNG to write.
-    xlabel, title: axis label and figure title.
+    xlabel: the x axis's label.
+    title: the figure's title.
     baseline: metrics of the untrained network, drawn as horizontal dashed lines.
     log_x: logarithmic x axis (base 2), for values that double.
     k: which Recall@k to plot (the metrics must hold `recall@<k>`).

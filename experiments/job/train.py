@@ -1,11 +1,11 @@
 """Training an embedding with a jaxrank loss, evaluated on classes never seen in training.
 
 `train_and_evaluate(config, workdir)` is the whole job, Flax-examples style: a `Config`
-(`experiments/job/config.py`) in, a workdir out, the final retrieval metrics returned. This module holds
-the optimiser, the training state and step, the evaluation, checkpoints and the loop; the data
-comes from `experiments/job/input_pipeline.py`, the network from `experiments/job/networks.py`, the loss
-from `experiments/job/losses.py`, and what is written and printed from `experiments/job/reporting.py`. In
-the workdir:
+(`experiments/job/config.py`) in, a workdir out, the final retrieval metrics returned. This module
+holds the optimiser, the training state and step, the evaluation, checkpoints and the loop; the data
+comes from `experiments/job/input_pipeline.py`, the network from `experiments/job/networks.py`, the
+loss from `experiments/job/losses.py`, and what is written and printed from
+`experiments/job/reporting.py`. In the workdir:
 
 * `config.json`: the run's configuration (a rerun with another configuration refuses the workdir);
 * `checkpoints/<step>/`: orbax checkpoints of the model, optimizer state, step, memory of past
@@ -29,9 +29,9 @@ rate, and a learning rate `head_lr_multiplier` times larger on the embedding lay
 or the in-batch retrieval is sharded over every device (`shard=True`, `jaxrank.sharded_loss`).
 
 The same job runs as several processes of one `jax.distributed` job (one per host, started by
-`experiments.job.main`, which joins the job before anything else touches JAX), with `shard=True`: one
-mesh over the devices of every process. Each process calls the same seeded sampler, reads only its
-own contiguous slice of each global `P x K` batch (`input_pipeline.TrainBatches(share=...)`) and
+`experiments.job.main`, which joins the job before anything else touches JAX), with `shard=True`:
+one mesh over the devices of every process. Each process calls the same seeded sampler, reads only
+its own contiguous slice of each global `P x K` batch (`input_pipeline.TrainBatches(share=...)`) and
 makes its part of the global batch with `jax.make_array_from_process_local_data`; the training
 state is replicated on every device. Orbax saves and restores checkpoints collectively (every
 process calls it; the workdir must be one directory that every process sees, such as a shared
@@ -88,7 +88,8 @@ from experiments.job import networks
 from experiments.job import reporting
 from jaxrank import models
 
-logger = logging.getLogger(__name__)  # "experiments.job.train"; experiments.job.main shows its INFO lines.
+# "experiments.job.train"; experiments.job.main shows its INFO lines.
+logger = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------
 # Optimiser, loss.

@@ -7,8 +7,8 @@ the ranks (zero almost everywhere) but the interpolation of Algorithm 1. `blackb
 A valid NaN score makes its list's value NaN (README, "Conventions"), as for every other loss, on
 every platform: the ranks place NaN scores last on both sort paths (`ranking.descending_ranks`),
 and the per-list values go through `lists.finish` (on the counting path too: its keys,
-`ranking.order_keys`, order NaN last as the sorts do). Such a list passes a zero cotangent to its ranks,
-so its scores get a zero gradient; the other lists keep their values and gradients.
+`ranking.order_keys`, order NaN last as the sorts do). Such a list passes a zero cotangent to its
+ranks, so its scores get a zero gradient; the other lists keep their values and gradients.
 """
 
 from __future__ import annotations
@@ -17,14 +17,12 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
 from jaxrank import types
 from jaxrank._src import checks
 from jaxrank._src import lists
 from jaxrank._src import ranking
 from jaxrank._src import segmented
-
 
 COUNT_UP_TO = 16
 """Relevant items per list up to which a loss whose labels are concrete counts without being told.
@@ -68,8 +66,9 @@ def _relevant_bound(labels, where, shape, max_relevant) -> tuple[int | None, boo
   return bound, bound is not None
 
 
-def _blackbox_list_values(fn, scores, labels, where, segments, interpolation, margin, max_relevant,
-                          body):
+def _blackbox_list_values(
+    fn, scores, labels, where, segments, interpolation, margin, max_relevant, body
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
   """The per-list body shared by the AP and recall losses, on either rank path.
 
   Margin shift (eq. 14-15), `interpolation` scaled by the valid items, then the blackbox ranks of
@@ -112,7 +111,8 @@ def _blackbox_list_values(fn, scores, labels, where, segments, interpolation, ma
       shifted, relevant, interpolation, max_relevant=count
   )
   values = body(ranks, relevant_ranks, relevant, num_relevant)
-  if checked:  # A list beyond the bound was ranked on its first `count` relevant items only.
+  # A list beyond the bound was ranked on its first `count` relevant items only.
+  if checked and count is not None:
     values = jnp.where(num_relevant > count, jnp.asarray(jnp.nan, values.dtype), values)
   return values, num_relevant, scores, where
 
@@ -146,7 +146,8 @@ def blackbox_ap_loss(
   r"""RaMBO's Average Precision loss: exact AP, blackbox gradient (Rolinek et al. 2020, eq. 21-22).
 
   .. math::
-    L_{AP} = 1 - \frac{1}{|P|}\sum_{i \in P} \frac{\mathrm{rk}_\alpha(y^+)_i}{\mathrm{rk}_\alpha(y)_i}
+    L_{AP} = 1 - \frac{1}{|P|}\sum_{i \in P}
+      \frac{\mathrm{rk}_\alpha(y^+)_i}{\mathrm{rk}_\alpha(y)_i}
 
   with :math:`\mathrm{rk}_\alpha` the ranks of the scores shifted by the margin (eq. 14-15:
   relevant items by :math:`-\alpha/2`, others by :math:`+\alpha/2`), so the value is the exact AP
@@ -252,7 +253,7 @@ def blackbox_recall_loss(
     max_relevant: int | None = None,
     reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
-  r"""RaMBO's recall loss: a weighted sum of Recall@K losses over all K (Rolinek et al. 2020, eq. 16-20).
+  r"""RaMBO's recall loss: weighted Recall@K losses summed over K (Rolinek et al. 2020, eq. 16-20).
 
   With :math:`r_i = \mathrm{rk}_\alpha(y)_i - \mathrm{rk}_\alpha(y^+)_i` the number of non-relevant
   items ranked above the relevant item `i` (eq. 17), the loss :math:`\sum_K w_K (1 - \tilde r@K)`
@@ -262,12 +263,12 @@ def blackbox_recall_loss(
     L_{rec} = \frac{1}{|P|}\sum_{i \in P} W(r_i), \qquad W(k) = \sum_{K \leq k} w_K.
 
   `weight_fn` is :math:`W`. The paper's two choices (eq. 20), with :math:`\ell(k) = \log(1 + k)`:
-  `jnp.log1p` (the default, :math:`w_K \approx 1/K`, "RaMBO log") and `lambda r:
-  jnp.log1p(jnp.log1p(r))` (:math:`w_K \approx 1/(K \log K)`, "RaMBO log log"). Gradients come from
-  `blackbox_ranks`, as in `blackbox_ap_loss`, whose conventions (`interpolation` on normalised
-  ranks, Table 9 defaults, fixed margin, self-exclusion through `batch_retrieval`) apply here too,
-  and so do its two paths (sort, or counting, chosen as there: `max_relevant` a promise, a list
-  beyond it NaN). The loss is 0 when every relevant item is above every other item, and it is not
+  `jnp.log1p` (the default, :math:`w_K \approx 1/K`, "RaMBO log") and
+  `lambda r: jnp.log1p(jnp.log1p(r))` (:math:`w_K \approx 1/(K \log K)`, "RaMBO log log"). Gradients
+  come from `blackbox_ranks`, as in `blackbox_ap_loss`, whose conventions (`interpolation` on
+  normalised ranks, Table 9 defaults, fixed margin, self-exclusion through `batch_retrieval`) apply
+  here too, and so do its two paths (sort, or counting, chosen as there: `max_relevant` a promise,
+  a list beyond it NaN). The loss is 0 when every relevant item is above every other item, and it is not
   bounded by 1.
 
   Args:

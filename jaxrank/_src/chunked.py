@@ -59,9 +59,9 @@ def chunked_value_and_grad(
   **Speed on CPU.** XLA's CPU backend computes the weight gradients of convolutions inside a loop
   body about 15x slower than outside one (measured with jax 0.10.2: the loop gets a non-canonical
   convolution layout), so on CPU a chunked step of a convolutional network is much slower than an
-  unchunked one (`experiments/benchmarks/chunked.py`). Unrolling the loop restores the speed but lets
-  XLA keep every chunk's activations alive, which defeats the purpose; GPUs and TPUs do not have
-  this problem, and dense layers are not affected. Outside `jit`, `host_chunked_value_and_grad`
+  unchunked one (`experiments/benchmarks/chunked.py`). Unrolling the loop restores the speed but
+  lets XLA keep every chunk's activations alive, which defeats the purpose; GPUs and TPUs do not
+  have this problem, and dense layers are not affected. Outside `jit`, `host_chunked_value_and_grad`
   computes the same result with the loop in Python and is about as fast as the unchunked step.
 
   **BatchNorm.** Each chunk is normalised with its own batch statistics, so a network in training
@@ -158,9 +158,9 @@ def host_chunked_value_and_grad(
 
   Use it for the training step on CPU, where it is about as fast as the unchunked step, while
   `chunked_value_and_grad` is several times slower (see its "Speed on CPU" note and
-  `experiments/benchmarks/chunked.py`): no convolution gradient sits inside an XLA loop. Since it calls
-  Python between stages, `f` cannot itself be jitted, vmapped or put inside `shard_map`; there use
-  `chunked_value_and_grad`. Peak memory is one chunk's activations (each stage frees its own
+  `experiments/benchmarks/chunked.py`): no convolution gradient sits inside an XLA loop. Since it
+  calls Python between stages, `f` cannot itself be jitted, vmapped or put inside `shard_map`; there
+  use `chunked_value_and_grad`. Peak memory is one chunk's activations (each stage frees its own
   buffers when it returns) plus what the loss needs for `B` embeddings, as for
   `chunked_value_and_grad`.
 

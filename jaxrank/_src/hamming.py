@@ -60,7 +60,9 @@ from jaxrank._src import tie_aware
 # Exact tie-aware metrics of integer Hamming distances, by counting.
 
 
-def _check_distances(fn, distances, labels, where, segments, num_bits):
+def _check_distances(
+    fn, distances, labels, where, segments, num_bits
+) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Checked `(distances as floats, labels, where)`, as the lists of the segments with
   `segments` (`jaxrank._src.segmented`); raises for non-integer distances if it can."""
   checks.check_int_at_least(fn, "num_bits", num_bits, 1)

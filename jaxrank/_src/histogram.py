@@ -45,9 +45,9 @@ on `[-1, 1]` with `num_bins` centres. Since `d = 2 - 2 s` maps one grid onto the
 * Masked items (`where` False) contribute nothing; a valid NaN score makes its list NaN.
 * Limit of many bins. Without ties, once every item has its two bins to itself the estimate is AP
   with each item split between two consecutive ranks in proportion to its bin weights; it is at
-  most AP and at least `AP - (1 / (4 N^+)) \sum_{i \text{ relevant}} 1 / \mathrm{rank}_i`, and equals
-  AP when the items sit on bin centres (hard binning). It does not converge to AP for arbitrary
-  scores: soft binning keeps a bias of order `1 / rank`.
+  most AP and at least `AP - (1 / (4 N^+)) \sum_{i \text{ relevant}} 1 / \mathrm{rank}_i`, and
+  equals AP when the items sit on bin centres (hard binning). It does not converge to AP for
+  arbitrary scores: soft binning keeps a bias of order `1 / rank`.
 
 **Cost.** Memory O(B n) for `B` lists of `n` items plus O(B M) for the `M` bins: no `[..., n, M]`
 tensor is stored, in the forward pass or in the gradient. The binning takes one of two forms, by
@@ -80,7 +80,6 @@ from jaxrank._src import lists
 from jaxrank._src import platforms
 from jaxrank._src import ranking
 from jaxrank._src import segmented
-
 
 
 class SoftHistograms(NamedTuple):

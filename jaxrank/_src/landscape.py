@@ -110,7 +110,7 @@ def random_direction(key: jax.Array, x: types.PyTree) -> types.PyTree:
 
 
 def filter_normalize(direction: types.PyTree, params: types.PyTree) -> types.PyTree:
-  r"""Rescales each filter of `direction` to the norm of the same filter of `params` (Li et al. 2018).
+  r"""Rescales each filter of `direction` to the norm of that filter of `params` (Li et al. 2018).
 
   Li et al. 2018 (*Visualizing the Loss Landscape of Neural Nets*, sec. 4) plot a network's loss
   along random directions whose every filter has the norm of the corresponding filter of the
@@ -320,7 +320,8 @@ def _check_pair(fn: str, x: Any, y: Any) -> tuple[jax.Array, jax.Array]:
   checks.check_array(fn, "y", y, kind="numeric", min_ndim=1, layout="[..., n]")
   x, y = jnp.asarray(x), jnp.asarray(y)
   if x.shape != y.shape:
-    raise ValueError(f"{fn}: x and y must have the same shape [..., n], got {x.shape} and {y.shape}.")
+    raise ValueError(
+        f"{fn}: x and y must have the same shape [..., n], got {x.shape} and {y.shape}.")
   dtype = jnp.promote_types(jnp.result_type(x, y), jnp.float32)
   return x.astype(dtype), y.astype(dtype)
 
@@ -345,7 +346,8 @@ def spearman_correlation(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> ja
     `[...]` correlations in `[-1, 1]`.
 
   >>> import jax.numpy as jnp
-  >>> round(float(spearman_correlation(jnp.array([1.0, 2.0, 3.0, 4.0]), jnp.array([1.0, 3.0, 2.0, 9.0]))), 4)
+  >>> x, y = jnp.array([1.0, 2.0, 3.0, 4.0]), jnp.array([1.0, 3.0, 2.0, 9.0])
+  >>> round(float(spearman_correlation(x, y)), 4)
   0.8
   """
   x, y = _check_pair("spearman_correlation", x, y)
@@ -374,7 +376,8 @@ def kendall_correlation(
     `[...]` correlations in `[-1, 1]`.
 
   >>> import jax.numpy as jnp
-  >>> round(float(kendall_correlation(jnp.array([1.0, 2.0, 3.0, 4.0]), jnp.array([1.0, 3.0, 2.0, 9.0]))), 4)
+  >>> x, y = jnp.array([1.0, 2.0, 3.0, 4.0]), jnp.array([1.0, 3.0, 2.0, 9.0])
+  >>> round(float(kendall_correlation(x, y)), 4)
   0.6667
   """
   fn = "kendall_correlation"
@@ -448,9 +451,9 @@ def surrogate_tracking(
   filter_normalized_direction`).
 
   Static: `loss_fn`, `reference_fn`, `direction_fn`, `num_points`, `batch_size`; traced: `x`,
-  `key`, `scale`, `loss_args`, `reference_args`. Memory: `batch_size` perturbed copies of `x` at once (plus the `O(n)`
-  of the correlations, `n = num_points`); time: `num_points` calls of each function and
-  `O(n^2)` for Kendall's tau.
+  `key`, `scale`, `loss_args`, `reference_args`. Memory: `batch_size` perturbed copies of `x` at
+  once (plus the `O(n)` of the correlations, `n = num_points`); time: `num_points` calls of each
+  function and `O(n^2)` for Kendall's tau.
 
   Args:
     loss_fn: `loss_fn(x, *loss_args) -> scalar`, the surrogate loss.
@@ -585,7 +588,8 @@ def _gradient_cosine(loss_fn, reference_fn, scores, step, where, loss_args, refe
       "cosine": cosine,
       "defined": defined,
       "mean_cosine": jnp.sum(cosine) / jnp.maximum(count, 1),
-      "overall_cosine": jnp.where(total > 0, jnp.sum(gradient * finite) / jnp.where(total > 0, total, 1), 0),
+      "overall_cosine": jnp.where(
+          total > 0, jnp.sum(gradient * finite) / jnp.where(total > 0, total, 1), 0),
       "gradient": gradient,
       "finite_difference": finite,
   }

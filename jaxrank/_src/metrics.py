@@ -46,7 +46,6 @@ differentiable (their gradient is zero almost everywhere); the losses approximat
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 
@@ -57,13 +56,15 @@ from jaxrank._src import ranking
 from jaxrank._src import segmented
 
 
-
 def retrieved_items(scores: jax.Array, where: jax.Array) -> jax.Array:
   """`[..., n]`: the valid items that are ranked, those not scored `-inf` (module docstring)."""
   return where & (scores != -jnp.inf)
 
 
-def _sorted_relevant(fn, scores, labels, where, segments):
+def _sorted_relevant(
+    fn, scores, labels, where, segments
+) -> tuple[jax.Array, jax.Array, jnp.dtype, jax.Array, ranking.RelevantItemStatistics, jax.Array,
+           jax.Array]:
   """Sorts lists into tie groups and returns what the rank metrics need, in sorted order.
 
   Only the retrieved items (`retrieved_items`) are ranked: `relevant` and `stats` are those of the
@@ -173,9 +174,9 @@ def tie_aware_ap_metric(
 ) -> jax.Array:
   r"""Tie-aware Average Precision: the mean of AP over every ordering of tied items.
 
-  For a tie group `d` (valid items with equal scores) of `n_d` items, `n_d^+` of them relevant, after
-  `N_{d-1}` items of which `N_{d-1}^+` are relevant, the group contributes (He et al. 2018, Prop. 1,
-  eq. 6, as derived in App. A, eq. 19, from McSherry and Najork 2008):
+  For a tie group `d` (valid items with equal scores) of `n_d` items, `n_d^+` of them relevant,
+  after `N_{d-1}` items of which `N_{d-1}^+` are relevant, the group contributes (He et al. 2018,
+  Prop. 1, eq. 6, as derived in App. A, eq. 19, from McSherry and Najork 2008):
 
   .. math::
     \mathrm{AP}_T(d) = \frac{n_d^+}{n_d N^+} \sum_{j = N_{d-1}+1}^{N_{d-1}+n_d}

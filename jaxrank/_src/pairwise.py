@@ -55,7 +55,9 @@ from jaxrank._src import platforms
 from jaxrank._src import segmented
 
 
-def _prepare(fn, scores, labels, where, segments, weights):
+def _prepare(
+    fn, scores, labels, where, segments, weights
+) -> tuple[jax.Array, jax.Array, jax.Array, jnp.dtype, jax.Array | None]:
   """Checked lists (those of the segments with `segments`, `jaxrank._src.segmented`), the relevant
   and other valid items, the accumulation dtype and the weights."""
   scores, labels, where = checks.check_lists(fn, scores, labels, where)

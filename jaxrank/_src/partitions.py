@@ -1,4 +1,4 @@
-"""A function evaluated on each batch of a partition: the one mechanism of every decomposability gap.
+"""A function evaluated on each batch of a partition: the mechanism of every decomposability gap.
 
 `over_batches(fn, data, batches, axis=...)` gathers, for each row of `batches` (item indices), those
 items of every leaf of `data` along `axis` and evaluates `fn` on them. The list-level

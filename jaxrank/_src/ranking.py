@@ -276,8 +276,12 @@ def relevant_item_statistics(
   so the cost is O(1) per item whatever the size of the tie.
 
   Args:
-    num_above, num_tied, relevant_above, relevant_tied, tie_position: integer arrays of one
-      shape, meaningful only at relevant items (other entries may hold anything finite).
+    num_above: `N`, integer; this and the next four are arrays of one shape, meaningful only at
+      relevant items (other entries may hold anything finite).
+    num_tied: `n`, integer.
+    relevant_above: `R`, integer.
+    relevant_tied: `r`, integer.
+    tie_position: `p`, integer.
     list_size: an upper bound on `num_above + num_tied` (the list length), static.
     dtype: the floating dtype of the ratios.
 
@@ -1223,9 +1227,9 @@ def uses_blackbox_rank(jaxpr: jax.extend.core.ClosedJaxpr | jax.extend.core.Jaxp
   `blackbox_relevant_ranks`), in its own equations or in any jaxpr inside them (jitted
   functions, loops, conditionals, custom derivative rules).
 
-  Their backward is not linear in its cotangent (Algorithm 1 moves the scores by `interpolation` times
-  it), so a caller that would take a gradient with another cotangent than the true one and scale
-  it afterwards (`blocked_loss`) must not. Read from the jaxpr (`jax.make_jaxpr`), which holds
+  Their backward is not linear in its cotangent (Algorithm 1 moves the scores by `interpolation`
+  times it), so a caller that would take a gradient with another cotangent than the true one and
+  scale it afterwards (`blocked_loss`) must not. Read from the jaxpr (`jax.make_jaxpr`), which holds
   a jitted function's equations also when its trace came from JAX's cache and no Python of it
   ran: each blackbox rank is a `custom_vjp` call whose backward rule is one of this module's.
   """
@@ -1236,9 +1240,9 @@ def uses_blackbox_rank(jaxpr: jax.extend.core.ClosedJaxpr | jax.extend.core.Jaxp
       return True
     for param in eqn.params.values():
       for value in param if isinstance(param, (tuple, list)) else (param,):
-        if hasattr(value, "eqns") or hasattr(getattr(value, "jaxpr", None), "eqns"):
-          if uses_blackbox_rank(value):
-            return True
+        is_jaxpr = hasattr(value, "eqns") or hasattr(getattr(value, "jaxpr", None), "eqns")
+        if is_jaxpr and uses_blackbox_rank(value):
+          return True
   return False
 
 

@@ -793,11 +793,12 @@ def evaluate_retrieval(
       `ValueError`, as is a NaN entry that is read).
     ks: the cut-offs of Recall@k, positive ints (rax names a single cut-off `topn`; Recall@k here
       is not rax's recall, see above).
-    chunk_size: queries per step (1,024 by default); memory grows linearly with it: two `[chunk_size,
-      N]` float32 blocks of scores on CPU (the scores and their transposition; 0.47 GB for 1,024
-      queries against SOP's 60,502 images), one on an accelerator (0.25 GB). On CPU, XLA's matrix
-      product is much slower in small chunks (1.7x in chunks of 256 than of 1,024 on SOP's
-      shape), and the comparing loop slower in chunks beyond 2,048; see docs/guide/scale.rst.
+    chunk_size: queries per step (1,024 by default); memory grows linearly with it: two
+      `[chunk_size, N]` float32 blocks of scores on CPU (the scores and their transposition;
+      0.47 GB for 1,024 queries against SOP's 60,502 images), one on an accelerator (0.25 GB). On
+      CPU, XLA's matrix product is much slower in small chunks (1.7x in chunks of 256 than of
+      1,024 on SOP's shape), and the comparing loop slower in chunks beyond 2,048; see
+      docs/guide/scale.rst.
     similarity_fn: the scoring rule (see `jaxrank.similarity`), a function of
       `(queries [c, D], gallery [N, D])`; cosine by default. It is a static argument of a jitted
       function: pass the same function object each time to reuse the compiled code.

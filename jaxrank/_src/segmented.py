@@ -40,9 +40,9 @@ segments (no shape depends on them).
 `[..., n, n]` lists and masks take O(n^2) memory per row, a metric that sorts takes O(n^2 log n)
 time per row, the histogram losses O(n^2 L), and the functions that compare every pair
 (`opa_metric`, the smooth-rank losses) O(n^3) time, and O(n^3) memory for `opa_metric` (the
-smooth-rank losses bound theirs by `chunk_size`). Segments are meant for learning-to-rank lists of tens or hundreds of items; for
-in-batch retrieval lists of thousands of items, pad the lists to one length and mask the padding
-with `where` instead.
+smooth-rank losses bound theirs by `chunk_size`). Segments are meant for learning-to-rank lists of
+tens or hundreds of items; for in-batch retrieval lists of thousands of items, pad the lists to one
+length and mask the padding with `where` instead.
 """
 
 from __future__ import annotations

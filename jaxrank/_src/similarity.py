@@ -43,10 +43,11 @@ shapes (cuBLAS picks algorithms, split-K among them, per shape; the TPU compiler
 shape), so even a fixed block shape would not promise it there. None of these properties has been
 checked on GPU or TPU hardware.
 
-On a CPU the blocks cost little, one `[Q, 1024]` block of temporaries (measured in docs/guide/scale.rst,
-section "Across processes and machines", under evaluation). Derivatives are taken from plain
-products (`jax.custom_jvp`; cosine's through the unit rows, see `_scaled_cosines`): they are sums
-of products of the same values, and their rounding does not need to match across splits.
+On a CPU the blocks cost little, one `[Q, 1024]` block of temporaries (measured in
+docs/guide/scale.rst, section "Across processes and machines", under evaluation). Derivatives are
+taken from plain products (`jax.custom_jvp`; cosine's through the unit rows, see `_scaled_cosines`):
+they are sums of products of the same values, and their rounding does not need to match across
+splits.
 """
 
 from __future__ import annotations
@@ -61,7 +62,6 @@ import numpy as np
 from jaxrank import types
 from jaxrank._src import lists
 from jaxrank._src import platforms
-
 
 ITEM_BLOCK = 1024
 """Item rows per matrix product in every built-in rule (see the module docstring)."""

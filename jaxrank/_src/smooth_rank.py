@@ -42,11 +42,11 @@ time, in a loop that stops after the largest number of relevant items of a list:
 O(B * P * n) for `B` lists with at most `P` relevant items each, memory O(B * n) plus one chunk of
 O(B * chunk_size * n); with a static bound `max_relevant=K` the loop takes `ceil(K / chunk_size)`
 steps, a trip count the compiler counts (a list beyond the bound gives NaN), and on accelerators,
-for `K <= 8`, one step of all `K` slots: a few fused passes over `[B, n]`, memory O(B * n). The gradient is a custom VJP that runs the same loop again, so the
-backward pass stores no `[B, n, n]` tensor either. It is the exact derivative of the surrogate
-(not an interpolation), flows to the scores and to the step functions' hyperparameters, and is
-reverse-mode only: `jax.grad`, `jax.vjp` and `jax.jacrev` work; `jax.jvp` and `jax.jacfwd` of
-these losses raise.
+for `K <= 8`, one step of all `K` slots: a few fused passes over `[B, n]`, memory O(B * n). The
+gradient is a custom VJP that runs the same loop again, so the backward pass stores no `[B, n, n]`
+tensor either. It is the exact derivative of the surrogate (not an interpolation), flows to the
+scores and to the step functions' hyperparameters, and is reverse-mode only: `jax.grad`, `jax.vjp`
+and `jax.jacrev` work; `jax.jvp` and `jax.jacfwd` of these losses raise.
 """
 
 from __future__ import annotations
@@ -67,8 +67,6 @@ from jaxrank._src import pairwise
 from jaxrank._src import partitions
 from jaxrank._src import platforms
 from jaxrank._src import segmented
-
-
 
 # With `chunk_size=None`, each step of the loop holds at most this many pairs (about 16 MB of
 # float32 per temporary), and never fewer than one relevant item of every list.
@@ -647,7 +645,9 @@ def _closure_convert(step_fn, example):
   return converted, tuple(closed.consts)
 
 
-def _smooth_ap(fn, scores, labels, where, segments, positive, negative, chunk_size, max_relevant):
+def _smooth_ap(
+    fn, scores, labels, where, segments, positive, negative, chunk_size, max_relevant
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
   """Per-list smoothed AP `[...]`, the mask of lists with a relevant item, and the checked
   `(scores, labels, where)`: those of the segments' lists with `segments` (`segmented.as_lists`).
 
@@ -1165,8 +1165,8 @@ def _gap(scores, relevant, where, *, num_batches):
   batches = jnp.arange(n).reshape(num_batches, n // num_batches)
 
   def batch_ap(batch):
-    s, l, w = batch
-    return (metrics.ap_metric(s, l, where=w, reduce_fn=None), jnp.any(w & (l >= 1), axis=-1))
+    s, y, w = batch
+    return (metrics.ap_metric(s, y, where=w, reduce_fn=None), jnp.any(w & (y >= 1), axis=-1))
 
   # [K, ...] per batch, all batches at once (the memory of one copy of the lists).
   batch_ap, batch_defined = partitions.over_batches(

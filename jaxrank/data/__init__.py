@@ -5,8 +5,8 @@ Needs the `train` extra (TensorFlow, tensorflow-datasets, scikit-learn). The lib
 
 Importing `jaxrank.data` leaves TensorFlow's devices alone. On a machine with GPUs, hide them from
 TensorFlow in your program's entry point, before any TensorFlow op, as big_vision and the Flax
-examples do (and `experiments/job/main.py`): `tf.config.set_visible_devices([], "GPU")`. tf.data runs on
-the CPU and would otherwise take GPU memory that JAX needs.
+examples do (and `experiments/job/main.py`): `tf.config.set_visible_devices([], "GPU")`. tf.data
+runs on the CPU and would otherwise take GPU memory that JAX needs.
 
 Typical training input:
 

@@ -23,7 +23,8 @@ labels are 100-199): retrieval only compares them.
 The tfds loaders read a data set that the user has prepared in `data_dir` (see the user guide,
 docs/guide/real_data.rst); they never download, and raise `FileNotFoundError` with instructions
 when the data is not there. They read the encoded JPEG bytes into memory once (about 1.5 GB per SOP
-split, 0.6 GB for CUB, 1 GB for Cars196) and decode them in the tf.data pipeline, so that the samplers can pick any example.
+split, 0.6 GB for CUB, 1 GB for Cars196) and decode them in the tf.data pipeline, so that the
+samplers can pick any example.
 
 >>> from jaxrank.data import datasets
 >>> train = datasets.load_digits("train")

@@ -174,7 +174,9 @@ def _render_faces(
     `glyphs [K, side, side]` uint8 ink of the kept drawings, face-major, and their `faces [K]` and
     `chars [K]` (indices into `faces` and `candidates`).
   """
-  from PIL import Image, ImageDraw, ImageFont  # pylint: disable=g-import-not-at-top
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  from PIL import ImageDraw  # pylint: disable=g-import-not-at-top
+  from PIL import ImageFont  # pylint: disable=g-import-not-at-top
 
   glyphs, face_ids, char_ids = [], [], []
   size = round(side * 0.6)
@@ -382,7 +384,8 @@ def load_glyphs(
   images, each drawn centred at 0.6 of a canvas twice the image side, then augmented with its own
   random stroke weight (blend towards a 3 x 3 dilation or erosion), scale (x e^U(-0.2, 0.2)),
   rotation (U(-12, 12) degrees), shear (U(-0.25, 0.25)), translation (U(-0.08, 0.08) of the side)
-  and Gaussian noise (sigma U(0, noise), 0.1 by default), every range times `strength`, and warped down bilinearly.
+  and Gaussian noise (sigma U(0, noise), 0.1 by default), every range times `strength`, and warped
+  down bilinearly.
 
   Labels are the characters' code points; super-labels index the sorted super-class names: the
   script of a letter (Latin, Greek, Cyrillic, Armenian, Georgian, ...) and the Unicode block of any

@@ -114,7 +114,11 @@ def make_pipeline(
   checks.check_positive_int(fn, "num_epochs", num_epochs, allow_none=True)
   checks.check_int_at_least(fn, "start_epoch", start_epoch, 0)
   checks.check_int_at_least(fn, "start_batch", start_batch, 0)
-  sampler = batches if callable(batches) else (lambda epoch, fixed=np.asarray(batches): fixed)
+  if callable(batches):
+    sampler = batches
+  else:
+    fixed = np.asarray(batches)
+    sampler = lambda epoch: fixed
   first = _checked(fn, sampler(epoch=start_epoch), data.num_examples, None, start_epoch)
   if start_batch >= first.shape[0]:
     raise ValueError(

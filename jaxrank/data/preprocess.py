@@ -9,8 +9,9 @@ crop first and resize the crop only (big_vision's habit), the same geometry for 
 the work on SOP-sized photographs.
 
 Random ops are stateless: the pipeline passes each example a seed `[2]` derived from its epoch and
-position in the epoch, so augmentation is deterministic for a given pipeline seed. Sizes are configurable
-for small images (`resize_size=36, crop_size=32`, say); fix them with `functools.partial`.
+position in the epoch, so augmentation is deterministic for a given pipeline seed. Sizes are
+configurable for small images (`resize_size=36, crop_size=32`, say); fix them with
+`functools.partial`.
 
 >>> import functools
 >>> import numpy as np

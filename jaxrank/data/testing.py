@@ -80,7 +80,7 @@ def _fake_as_dataset(
   examples = []
   for i, label in enumerate(labels):
     example = {}
-    for key in features.keys():
+    for key in features:
       if key == "image":
         # Smooth random images (a coarse grid upsampled) compress like photographs, unlike noise.
         coarse = rng.integers(0, 256, size=(h // 8 + 1, w // 8 + 1, 3), dtype=np.uint8)

@@ -37,21 +37,21 @@ provides, and `jaxrank.convert.load_pytorch_weights` a local torchvision or timm
 
 from jaxrank.models.convnet import SmallConvNet as SmallConvNet
 from jaxrank.models.heads import EmbeddingHead as EmbeddingHead
-from jaxrank.models.heads import HashingHead as HashingHead
 from jaxrank.models.heads import EmbeddingModel as EmbeddingModel
-from jaxrank.models.pooling import global_average_pool as global_average_pool
-from jaxrank.models.pooling import global_max_pool as global_max_pool
+from jaxrank.models.heads import HashingHead as HashingHead
 from jaxrank.models.pooling import average_max_pool as average_max_pool
 from jaxrank.models.pooling import GeMPool as GeMPool
+from jaxrank.models.pooling import global_average_pool as global_average_pool
+from jaxrank.models.pooling import global_max_pool as global_max_pool
 from jaxrank.models.resnet import ResNet as ResNet
 from jaxrank.models.resnet import resnet18 as resnet18
 from jaxrank.models.resnet import resnet50 as resnet50
 from jaxrank.models.resnet import resnet101 as resnet101
 from jaxrank.models.vit import VisionTransformer as VisionTransformer
 from jaxrank.models.vit import vit_small as vit_small
-from jaxrank.models.weights import save_weights as save_weights
-from jaxrank.models.weights import load_weights as load_weights
 from jaxrank.models.weights import freeze_batchnorm as freeze_batchnorm
+from jaxrank.models.weights import load_weights as load_weights
+from jaxrank.models.weights import save_weights as save_weights
 
 # In the order of the reference page (autodoc documents `__all__` in this order).
 __all__ = [

@@ -26,7 +26,8 @@ def normal_init(scale: float, mode: str) -> nnx.Initializer:
   return init
 
 
-# torchvision's initialisation of convolutions: kaiming_normal_(mode="fan_out", nonlinearity="relu").
+# torchvision's initialisation of convolutions:
+# kaiming_normal_(mode="fan_out", nonlinearity="relu").
 RESNET_INIT = normal_init(2.0, "fan_out")
 # He et al. 2015 for convolutions followed by relu, LeCun for the linear heads.
 HE_INIT = normal_init(2.0, "fan_in")

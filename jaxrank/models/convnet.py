@@ -8,7 +8,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxrank.models._layers import HE_INIT, check_images
+from jaxrank.models._layers import check_images
+from jaxrank.models._layers import HE_INIT
 
 
 class SmallConvNet(nnx.Module):

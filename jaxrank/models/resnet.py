@@ -1,4 +1,4 @@
-"""`ResNet`, with `resnet18`, `resnet50`, `resnet101`: torchvision's ResNets without the classifier."""
+"""`ResNet`, and `resnet18`, `resnet50`, `resnet101`: torchvision's ResNets less the classifier."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxrank.models._layers import RESNET_INIT, check_images
+from jaxrank.models._layers import check_images
+from jaxrank.models._layers import RESNET_INIT
 from jaxrank.models.pooling import global_average_pool
 
 
@@ -45,7 +46,7 @@ class _BasicBlock(nnx.Module):
 
 
 class _Bottleneck(nnx.Module):
-  """1x1, 3x3 (with the stride, as torchvision's "ResNet v1.5") and 1x1 convolutions, expansion 4."""
+  """1x1, 3x3 (with the stride, torchvision's "ResNet v1.5") and 1x1 convolutions, expansion 4."""
 
   expansion = 4
 
@@ -86,10 +87,11 @@ class ResNet(nnx.Module):
   four stages of residual blocks of widths 64, 128, 256, 512 (stride 2 in the first block of
   stages 2-4; a projection shortcut, 1x1 convolution and BatchNorm, where the shape changes);
   then a pooling of the `[N, h, w, C]` feature map, `pool` (global average by default, as
-  torchvision; `average_max_pool` or `GeMPool` as some of the papers). Basic blocks are two 3x3 convolutions; bottleneck blocks are 1x1,
-  3x3 (with the stride, torchvision's "v1.5") and 1x1 convolutions with expansion 4. Padding is
-  symmetric as in torchvision. An `[N, 224, 224, 3]` image is reduced 32 times, to `7 x 7` before
-  the pool; time and memory grow linearly with `N` and the number of pixels.
+  torchvision; `average_max_pool` or `GeMPool` as some of the papers). Basic blocks are two 3x3
+  convolutions; bottleneck blocks are 1x1, 3x3 (with the stride, torchvision's "v1.5") and 1x1
+  convolutions with expansion 4. Padding is symmetric as in torchvision. An `[N, 224, 224, 3]` image
+  is reduced 32 times, to `7 x 7` before the pool; time and memory grow linearly with `N` and the
+  number of pixels.
 
   **Initialisation.** Random, as torchvision: convolutions (no bias) He/Kaiming normal with
   `fan_out` (`variance_scaling(2.0, "fan_out", "normal")`), BatchNorm scale 1 and bias 0. The

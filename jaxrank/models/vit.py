@@ -8,7 +8,6 @@ from flax import nnx
 
 from jaxrank.models._layers import check_images
 
-
 # timm's initialisation of a ViT's linear layers and patch projection: truncated normal, std 0.02.
 _vit_init = nnx.initializers.truncated_normal(stddev=0.02)
 

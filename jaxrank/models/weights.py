@@ -99,7 +99,8 @@ def load_weights(model: nnx.Module, path: str | os.PathLike) -> None:
   >>> save_weights(EmbeddingHead(3, 2, rngs=nnx.Rngs(0)), path)
   >>> head = EmbeddingHead(3, 2, rngs=nnx.Rngs(1))
   >>> load_weights(head, path)
-  >>> bool(jnp.all(head.linear.kernel[...] == EmbeddingHead(3, 2, rngs=nnx.Rngs(0)).linear.kernel[...]))
+  >>> fresh = EmbeddingHead(3, 2, rngs=nnx.Rngs(0))
+  >>> bool(jnp.all(head.linear.kernel[...] == fresh.linear.kernel[...]))
   True
   """
   if not os.path.isfile(path):

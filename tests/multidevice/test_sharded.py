@@ -1,4 +1,4 @@
-"""Sharded in-batch retrieval on 8 devices equals the single-device computation, loss and gradient."""
+"""Sharded in-batch retrieval on 8 devices equals the single-device computation: loss, gradient."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ AXIS = "batch"  # The axis of conftest.py's `mesh` fixture.
 def data(batch=32, dim=6, seed=0):
   rng = np.random.default_rng(seed)
   labels = np.repeat(np.arange(batch // 4), 4)[rng.permutation(batch)]
-  embeddings = rng.standard_normal((batch, dim)) + 1.5 * rng.standard_normal((batch // 4, dim))[labels]
+  centres = rng.standard_normal((batch // 4, dim))
+  embeddings = rng.standard_normal((batch, dim)) + 1.5 * centres[labels]
   return jnp.asarray(embeddings, jnp.float32), jnp.asarray(labels)
 
 
@@ -40,7 +41,8 @@ LOSSES = {
 
 def single_device(loss_fn, include_self=False):
   def loss(embeddings, labels):
-    scores, relevance, where = jaxrank.batch_retrieval(embeddings, labels, include_self=include_self)
+    scores, relevance, where = jaxrank.batch_retrieval(
+        embeddings, labels, include_self=include_self)
     return loss_fn(scores, relevance, where=where)
 
   return loss
@@ -50,7 +52,8 @@ def single_device(loss_fn, include_self=False):
 @pytest.mark.parametrize("include_self", [False, True])
 def test_sharded_loss_and_gradient_equal_single_device(mesh, name, include_self):
   embeddings, labels = data()
-  want, want_grad = jax.value_and_grad(single_device(LOSSES[name], include_self))(embeddings, labels)
+  single = single_device(LOSSES[name], include_self)
+  want, want_grad = jax.value_and_grad(single)(embeddings, labels)
   sharded = jaxrank.sharded_loss(LOSSES[name], mesh, AXIS, include_self=include_self)
   got, grad = jax.jit(jax.value_and_grad(sharded))(embeddings, labels)
   np.testing.assert_allclose(got, want, rtol=1e-5)
@@ -139,7 +142,8 @@ def test_data_parallel_chunked_train_step_equals_single_device(mesh):
 
   def local_loss(e, y):
     scores, relevance, where = jaxrank.sharded_batch_retrieval(e, y, axis_name=AXIS)
-    return jaxrank.blackbox_ap_loss(scores, relevance, where=where, reduce_fn=jaxrank.sharded_mean(AXIS))
+    return jaxrank.blackbox_ap_loss(scores, relevance, where=where,
+                                    reduce_fn=jaxrank.sharded_mean(AXIS))
 
   step = jax.jit(
       jax.shard_map(
@@ -159,8 +163,8 @@ def test_data_parallel_chunked_train_step_equals_single_device(mesh):
 
 
 @pytest.mark.parametrize(
-    "loss_fn", [jaxrank.soft_binning_ap_loss, jaxrank.contrastive_loss], ids=["map_q", "contrastive"]
-)
+    "loss_fn", [jaxrank.soft_binning_ap_loss, jaxrank.contrastive_loss],
+    ids=["map_q", "contrastive"])
 def test_sharded_mean_of_weighted_lists_equals_the_weighted_mean(mesh, loss_fn):
   """Per-list weights: sum(w * loss) / sum(w) over every device's valid lists, as jnp.mean gives
   on one device (not a weighted sum over the count of lists)."""

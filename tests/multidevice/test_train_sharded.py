@@ -12,7 +12,8 @@ from experiments.job import main as main_lib
 from experiments.job import train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-TINY = main_lib.load_config_module(str(ROOT / "experiments" / "job" / "configs" / "tiny.py")).get_config()
+TINY = main_lib.load_config_module(
+    str(ROOT / "experiments" / "job" / "configs" / "tiny.py")).get_config()
 
 
 @pytest.mark.parametrize(

@@ -83,8 +83,8 @@ def run(
   """Runs `python *argv` as `num_processes` processes of one job and waits for all of them.
 
   Args:
-    argv: the arguments after `python` (e.g. `["-m", "experiments.job.main", ...]` or a script path),
-      or a function of the process id giving them.
+    argv: the arguments after `python` (e.g. `["-m", "experiments.job.main", ...]` or a script
+      path), or a function of the process id giving them.
     num_processes: how many processes.
     devices_per_process: simulated CPU devices in each.
     timeout: seconds for the whole job; then every child is killed and `JobFailed` raised.
@@ -104,7 +104,8 @@ def run(
   children, logs = [], []
   for i in range(num_processes):
     args = list(argv(i) if callable(argv) else argv)
-    log = tempfile.TemporaryFile(mode="w+", prefix=f"process{i}-")
+    # Outlives this loop: _collect closes it once the children have exited.
+    log = tempfile.TemporaryFile(mode="w+", prefix=f"process{i}-")  # noqa: SIM115
     logs.append(log)
     children.append(
         subprocess.Popen(

@@ -16,7 +16,8 @@ import jax
 import numpy as np
 import jaxrank
 
-assert (jax.process_count(), jax.device_count()) == (2, 4), (jax.process_count(), jax.device_count())
+counts = (jax.process_count(), jax.device_count())
+assert counts == (2, 4), counts
 me = jax.process_index()
 mesh = jax.make_mesh((4,), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
 grid = jax.make_mesh((2, 2), ("a", "b"), axis_types=(jax.sharding.AxisType.Auto,) * 2)

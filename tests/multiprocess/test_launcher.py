@@ -12,7 +12,8 @@ launcher.initialize()
 import jax, jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
-assert jax.process_count() == 2 and jax.device_count() == 4, (jax.process_count(), jax.device_count())
+counts = (jax.process_count(), jax.device_count())
+assert counts == (2, 4), counts
 mesh = jax.make_mesh((4,), ("d",), axis_types=(jax.sharding.AxisType.Auto,))
 local = np.full((2,), jax.process_index() + 1.0, np.float32)
 x = jax.make_array_from_process_local_data(jax.NamedSharding(mesh, P("d")), local, (4,))
@@ -30,7 +31,7 @@ def test_two_processes_sum_across_the_job():
 
 
 def test_a_failing_process_ends_the_job_at_once_with_its_output():
-  script = lambda i: ["-c", "import sys, time; sys.exit(3)" if i == 1 else "import time; time.sleep(60)"]
+  script = lambda i: ["-c", "import sys; sys.exit(3)" if i == 1 else "import time; time.sleep(60)"]
   start = time.monotonic()
   with pytest.raises(launcher.JobFailed, match="process 1 \\(exit status 3\\)"):
     launcher.run(script, timeout=60)

@@ -4,8 +4,8 @@ Command (after preparing CUB with tensorflow-datasets into DATA_DIR, see docs/gu
 give ImageNet weights converted to `jaxrank.models.save_weights` format with
 `--set init_weights=PATH`, nothing is downloaded):
 
-    python -m experiments.job.main --config experiments/job/configs/cub200.py --workdir runs/cub200 \\
-        --set data_dir=DATA_DIR
+    python -m experiments.job.main --config experiments/job/configs/cub200.py \\
+        --workdir runs/cub200 --set data_dir=DATA_DIR
 
 Expected result: not measured here (no GPU and no CUB on the development machines). ROADMAP reports
 R@1 68.5 on CUB with an ImageNet-initialised ResNet-50 (Ramzi et al. 2021, Table 4); from random

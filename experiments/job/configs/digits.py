@@ -1,7 +1,7 @@
 """Each loss family trained briefly on the bundled digits, beside an untrained net (5 classes).
 
-The main job until the glyphs (`experiments/job/configs/glyphs.py`, what `make demo` runs) replaced it:
-with five training classes and an untrained network already at R@1 0.980 there is nothing to
+The main job until the glyphs (`experiments/job/configs/glyphs.py`, what `make demo` runs) replaced
+it: with five training classes and an untrained network already at R@1 0.980 there is nothing to
 separate one loss from another, but it is the smallest complete run (the ablations default to
 the glyphs too). Command (rerunning it resumes unfinished runs and reuses finished ones):
 
