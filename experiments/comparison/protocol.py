@@ -11,7 +11,8 @@ Everything here is data and small pure functions; `experiments.comparison.run` e
   library's (the papers' values; pytorch-metric-learning's for the baselines) and the glyphs
   config's learning rate. A tuple of one value is a setting the comparison fixes rather than
   searches (the triplet loss over all triplets, pytorch-metric-learning's default form). The
-  learning rate is searched for every loss alike, since it matters on the glyphs (experiments/RESULTS.md: 1e-2 made FastAP collapse where it helped SmoothAP).
+  learning rate is searched for every loss alike, since it matters on the glyphs
+  (experiments/RESULTS.md: 1e-2 made FastAP collapse where it helped SmoothAP).
 * **Trials** (`trials`): the same number for every loss: the default first, then distinct points
   of the loss's grid drawn with a seed of the protocol and the loss's name.
 * **Ablations** (`ABLATIONS`): the five ablations of `experiments/ablations/`, each with the

@@ -268,8 +268,8 @@ def blackbox_recall_loss(
   come from `blackbox_ranks`, as in `blackbox_ap_loss`, whose conventions (`interpolation` on
   normalised ranks, Table 9 defaults, fixed margin, self-exclusion through `batch_retrieval`) apply
   here too, and so do its two paths (sort, or counting, chosen as there: `max_relevant` a promise,
-  a list beyond it NaN). The loss is 0 when every relevant item is above every other item, and it is not
-  bounded by 1.
+  a list beyond it NaN). The loss is 0 when every relevant item is above every other item, and it
+  is not bounded by 1.
 
   Args:
     scores: `[..., n]` floating scores, higher is better.
