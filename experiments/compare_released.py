@@ -413,7 +413,8 @@ def _roadmap_losses(root: str) -> types.ModuleType:
   import_released(root, "roadmap", skip_init=["roadmap", "roadmap.utils"])
   utils = sys.modules["roadmap.utils"]
   if not hasattr(utils, "create_label_matrix"):
-    utils.create_label_matrix = import_released(  # type: ignore[attr-defined]  # Set here.
+    # A module attribute set at run time, which mypy cannot see on a ModuleType.
+    utils.create_label_matrix = import_released(  # type: ignore[attr-defined]
         root, "roadmap.utils.create_label_matrix").create_label_matrix
   return import_released(root, "roadmap.losses")
 
