@@ -41,6 +41,7 @@ import os
 import sys
 import types
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -153,11 +154,11 @@ def their_value_and_grad(fn: Callable, x: np.ndarray) -> tuple[float, np.ndarray
   """`fn(x)` and its gradient by torch's backward, `x` in torch's default dtype."""
   import torch  # pylint: disable=g-import-not-at-top
 
-  x = torch.tensor(x, dtype=torch.get_default_dtype(), requires_grad=True)
+  xt = torch.tensor(x, dtype=torch.get_default_dtype(), requires_grad=True)
   with _released_on_cpu():
-    value = fn(x).sum()  # Some return shape [1].
+    value = fn(xt).sum()  # Some return shape [1].
     value.backward()
-  return value.item(), x.grad.numpy().astype(np.float64)
+  return value.item(), xt.grad.numpy().astype(np.float64)
 
 
 def our_value_and_grad(fn: Callable, x: np.ndarray, dtype: str) -> tuple[float, np.ndarray]:
@@ -244,7 +245,7 @@ def _retrieval(labels: np.ndarray, *, include_self: bool, dot: bool) -> Callable
 
   import jaxrank  # pylint: disable=g-import-not-at-top
 
-  kwargs = {"similarity_fn": jaxrank.similarity.dot_product} if dot else {}
+  kwargs: dict[str, Any] = {"similarity_fn": jaxrank.similarity.dot_product} if dot else {}
   return lambda e: jaxrank.batch_retrieval(
       e, jnp.asarray(labels), include_self=include_self, **kwargs)
 
@@ -412,7 +413,8 @@ def _roadmap_losses(root: str) -> types.ModuleType:
   import_released(root, "roadmap", skip_init=["roadmap", "roadmap.utils"])
   utils = sys.modules["roadmap.utils"]
   if not hasattr(utils, "create_label_matrix"):
-    utils.create_label_matrix = import_released(
+    # A module attribute set at run time, which mypy cannot see on a ModuleType.
+    utils.create_label_matrix = import_released(  # type: ignore[attr-defined]
         root, "roadmap.utils.create_label_matrix").create_label_matrix
   return import_released(root, "roadmap.losses")
 

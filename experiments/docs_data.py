@@ -40,6 +40,7 @@ import platform
 import shlex
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 DIRECTORY = pathlib.Path(__file__).resolve().parent.parent / "docs" / "_generated"
 KEYS = ("title", "command", "machine", "date", "source", "columns", "rows")
@@ -143,7 +144,7 @@ def write_table(name: str, *, title: str, columns: Sequence[str], rows: Sequence
   """
   directory = pathlib.Path(DIRECTORY if directory is None else directory)
   directory.mkdir(parents=True, exist_ok=True)
-  data = {
+  data: dict[str, Any] = {
       "title": title,
       "command": command or command_line(),
       "machine": machine_name or machine(),
@@ -177,7 +178,7 @@ def dumps(data: dict) -> str:
 class _RemoteResources(html.parser.HTMLParser):
   """Collects a page's `<script src>` and stylesheet `<link href>` that point to another site."""
 
-  def __init__(self):
+  def __init__(self) -> None:
     super().__init__()
     self.found: list[str] = []
 

@@ -39,9 +39,13 @@ from jaxrank import models
 from jaxrank._src import checks
 
 # The classifier, dropped from the file, by architecture: key prefixes.
-_CLASSIFIERS = {models.ResNet: ("fc.",), models.VisionTransformer: ("head.",)}
+_CLASSIFIERS: dict[type[nnx.Module], tuple[str, ...]] = {
+    models.ResNet: ("fc.",), models.VisionTransformer: ("head.",)
+}
 # Variables of jaxrank's networks that no PyTorch checkpoint holds: top-level attributes.
-_JAXRANK_ONLY = {models.ResNet: ("pool",), models.VisionTransformer: ()}
+_JAXRANK_ONLY: dict[type[nnx.Module], tuple[str, ...]] = {
+    models.ResNet: ("pool",), models.VisionTransformer: ()
+}
 
 # The dtypes of the safetensors format that numpy holds; BF16 is widened to float32 by hand.
 _SAFETENSORS_DTYPES = {
@@ -157,7 +161,7 @@ def _to_jax_layout(array: np.ndarray, path: tuple) -> np.ndarray:
   return array
 
 
-def _architecture(model: nnx.Module) -> type:
+def _architecture(model: nnx.Module) -> type[nnx.Module]:
   for kind in _CLASSIFIERS:
     if isinstance(model, kind):
       return kind

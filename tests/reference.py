@@ -238,8 +238,8 @@ def weighted_ndcg(scores, labels, where=None, *, item_weights, topn=None, normal
   weights = np.broadcast_to(np.asarray(item_weights, np.float64), np.shape(scores))
   shape = np.shape(scores)
   mask = np.ones(shape, bool) if where is None else np.broadcast_to(np.asarray(where, bool), shape)
-  weights = [float(w) for w, m in zip(weights, mask) if m]
-  items = [(s, _gain(y) * w) for (s, y), w in zip(valid, weights)]  # (score, weighted gain)
+  valid_weights = [float(w) for w, m in zip(weights, mask) if m]
+  items = [(s, _gain(y) * w) for (s, y), w in zip(valid, valid_weights)]  # (score, weighted gain)
   ideal = _dcg(sorted((g for _, g in items), reverse=True), topn)
   if ideal == 0:
     return 0.0

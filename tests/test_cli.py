@@ -186,7 +186,7 @@ def _wait_for_step(workdir: pathlib.Path, run: _Run, step: int, timeout: float =
   path = workdir / "metrics.jsonl"
   deadline = time.monotonic() + timeout
   while time.monotonic() < deadline:
-    assert run.proc.poll() is None, f"the run ended: {run.proc.stderr.read()}"
+    assert run.proc.poll() is None, f"the run ended: {run.proc.stderr and run.proc.stderr.read()}"
     if path.exists():
       records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
       if any("loss" in r and r["step"] >= step for r in records):

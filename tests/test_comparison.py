@@ -17,6 +17,7 @@ import os
 import pathlib
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -293,7 +294,7 @@ def _canned_output() -> dict:
   seeds = lambda shift: [{"recall@1": 0.3 + shift + 0.01 * rng.standard_normal(),
                           "map@r": 0.1 + shift} for _ in range(3)]
   result = {"metrics": {"recall@1": 0.4, "map@r": 0.12}, "diverged": None, "seconds": 1.0}
-  settings = {}
+  settings: dict[str, dict[str, Any]] = {}
   for setting in protocol.SETTINGS:
     trials = {loss: [{"trial": t, "result": result} for t in protocol.trials(loss, 2)]
               for loss in protocol.LOSSES}

@@ -21,6 +21,8 @@ import collections
 import functools
 import inspect
 import re
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -34,7 +36,7 @@ SHAPE = (8, 128)  # 1,024 items: more than any shape-only constant (a harmonic t
 NUM_BITS = 6
 
 # The hyperparameters without a default.
-REQUIRED = {
+REQUIRED: dict[str, dict[str, Any]] = {
     "decomposability_gap": {"num_batches": 2},
     "hamming_tie_aware_ap_metric": {"num_bits": NUM_BITS},
     "hamming_tie_aware_ndcg_metric": {"num_bits": NUM_BITS},
@@ -72,7 +74,7 @@ def inputs(name: str):
 
 def list_sized_constants(hlo: str) -> collections.Counter:
   """`dtype[dims]` -> count of the constants of the program with at least `prod(SHAPE)` entries."""
-  found = collections.Counter()
+  found: collections.Counter[str] = collections.Counter()
   for dtype, dims in re.findall(r"=\s*(\w+)\[([\d,]*)\]\S*\s+constant\(", hlo):
     size = int(np.prod([int(d) for d in dims.split(",")])) if dims else 1
     if size >= int(np.prod(SHAPE)):
@@ -84,6 +86,8 @@ def compiled_text(name: str, captured: bool) -> str:
   fn = functools.partial(getattr(jaxrank, name), **REQUIRED.get(name, {}))
   scores, labels, mask = inputs(name)
   differentiable = name.endswith("_loss")
+  body: Callable[..., Any]
+  args: tuple[Any, ...]
   if captured:
     body = lambda s: fn(s, labels, where=mask)
     args = (scores,)
@@ -92,7 +96,9 @@ def compiled_text(name: str, captured: bool) -> str:
     args = (scores, labels, mask)
   if differentiable:
     body = jax.value_and_grad(body)
-  return jax.jit(body).lower(*args).compile().as_text()
+  text = jax.jit(body).lower(*args).compile().as_text()
+  assert text is not None
+  return text
 
 
 def test_every_list_level_function_is_covered():

@@ -496,7 +496,7 @@ def evaluate(entry, scores, labels, where, *, names=("none", "mean", "sum")):
   return out
 
 
-_JITTED = {}
+_JITTED: dict[tuple[str, bool], Callable] = {}
 
 
 def jitted(entry, scores, labels, where, *, over_lists=False):
@@ -846,7 +846,7 @@ def segmented_lists(seed):
   return Packed(padded, packed, places)
 
 
-_SEGMENTED = {}
+_SEGMENTED: dict[str, Callable] = {}
 
 
 def segmented_jitted(entry, scores, labels, where, segments):

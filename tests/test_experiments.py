@@ -84,7 +84,7 @@ def _expected_batch_size(value):
           "num_steps": steps}
 
 
-def _expected_hard_sampling(value, base=(16, 4, 2)):
+def _expected_hard_sampling(value: str, base: tuple[int, int, int] = (16, 4, 2)) -> dict:
   """`value` is `sampler`, `sampler,P,K` or `sampler,P,K,S`; `base` the config's P, K, S."""
   sampler, *given = value.split(",")
   p, k, s = (*map(int, given), *base[len(given):])

@@ -7,6 +7,7 @@ import ...`, at the top of a module or inside a function, is an edge of the grap
 
 import ast
 import pathlib
+from typing import TypeGuard
 
 import pytest
 
@@ -23,7 +24,7 @@ def _modules() -> dict[str, pathlib.Path]:
   return {_module_name(p): p for p in sorted(EXPERIMENTS.rglob("*.py"))}
 
 
-def _is_type_checking(node: ast.AST) -> bool:
+def _is_type_checking(node: ast.AST) -> TypeGuard[ast.If]:
   test = getattr(node, "test", None)
   return isinstance(node, ast.If) and (
       (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
@@ -32,7 +33,7 @@ def _is_type_checking(node: ast.AST) -> bool:
 
 def _imported(tree: ast.AST, modules: set[str]) -> set[str]:
   """The modules of `experiments` that `tree` imports when it runs."""
-  found = set()
+  found: set[str] = set()
   stack = [tree]
   while stack:
     node = stack.pop()

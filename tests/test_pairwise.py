@@ -14,6 +14,7 @@ accelerators' one-pass custom VJPs).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -258,7 +259,7 @@ def embeddings_and_labels(kind):
   return e.astype(np.float32), labels
 
 
-_JITTED = {}
+_JITTED: dict[str, Callable] = {}
 
 
 def jaxrank_value_and_grad(name, e, labels):

@@ -101,8 +101,10 @@ def _rax_metrics_bound_to(adapter):
 
 def load_rax_tests(filename: str, adapter) -> types.ModuleType:
   """rax's test module `filename`, read from the installed package, executed against `adapter`."""
+  assert rax_src.__file__ is not None
   path = pathlib.Path(rax_src.__file__).parent / filename
   spec = importlib.util.spec_from_file_location(f"rax_on_jaxrank_{path.stem}", path)
+  assert spec is not None and spec.loader is not None
   module = importlib.util.module_from_spec(spec)
   with _rax_metrics_bound_to(adapter):
     spec.loader.exec_module(module)  # Parameters bind the adapter's functions at class creation.
@@ -119,6 +121,7 @@ def rax_cases() -> dict[str, unittest.TestCase]:
   cases = {}
   for cls in RAX_CLASSES:
     for case in loader.loadTestsFromTestCase(cls):
+      assert isinstance(case, unittest.TestCase)  # A class's suite holds its cases only.
       cases[f"{cls.__name__}.{case._testMethodName}"] = case
   return cases
 

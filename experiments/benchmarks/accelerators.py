@@ -251,7 +251,9 @@ def target_table(target: str, batch: int, dim: int, names: list[str], largest: b
       f"{target}: B = {batch}, D = {dim}, {speed.PER_CLASS} per class; ratios to the floor "
       f"(forward+backward of sum(tanh(e @ e.T)): "
       + (f"estimate {floor.estimate * 1e3:.3f} ms, {floor.flops / 1e9:.1f} GFLOP, "
-         f"{floor.bytes / 1e9:.2f} GB accessed, " if floor.estimate is not None else "")
+         f"{floor.bytes / 1e9:.2f} GB accessed, "
+         if floor.estimate is not None and floor.flops is not None and floor.bytes is not None
+         else "")
       + f"{_mb(floor.temporaries)} temporaries); largest B in {_gb(budget)} by the memory "
       "analysis"
   )

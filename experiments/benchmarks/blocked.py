@@ -89,7 +89,7 @@ def time_table(batches: list[int], dim: int, block: int, names: list[str], repea
       temps = [p.memory_analysis().temp_size_in_bytes for p in programs]
       for program in programs:  # Warm-up.
         jax.block_until_ready(program(e, y))
-      times = [[], []]
+      times: list[list[float]] = [[], []]
       for _ in range(repeats):
         for i, program in enumerate(programs):
           start = time.perf_counter()

@@ -52,6 +52,7 @@ def images_per_second(ds: tf.data.Dataset, batches: int, warmup: int) -> tuple[f
   for batch in itertools.islice(it, batches):  # noqa: B007  (the last batch's size, below)
     pass
   elapsed = time.perf_counter() - start
+  assert batch is not None, "batches must be at least 1"
   size = len(batch["label"])
   return batches * size / elapsed, size
 

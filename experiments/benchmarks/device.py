@@ -67,6 +67,8 @@ import pathlib
 import shlex
 import sys
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -90,7 +92,8 @@ def timed(fn, *args, seconds: float = 1.0, least: int = 5, most: int = 50) -> fl
 
   for _ in range(2):
     jax.block_until_ready(fn(*args))
-  times, start = [], time.perf_counter()
+  times: list[float] = []
+  start = time.perf_counter()
   while len(times) < least or (time.perf_counter() - start < seconds and len(times) < most):
     begin = time.perf_counter()
     jax.block_until_ready(fn(*args))
@@ -99,8 +102,8 @@ def timed(fn, *args, seconds: float = 1.0, least: int = 5, most: int = 50) -> fl
 
 
 def _relative(a, b) -> float:
-  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-  return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+  x, y = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  return float(np.linalg.norm(x - y) / max(float(np.linalg.norm(y)), 1e-30))
 
 
 def check_section(names: list[str], batch: int = CHECK_BATCH) -> list[dict]:
@@ -118,7 +121,7 @@ def check_section(names: list[str], batch: int = CHECK_BATCH) -> list[dict]:
           for device in (accelerator, cpu)
       ]
       (value, grad), (cpu_value, cpu_grad) = results
-      row = {
+      row: dict[str, Any] = {
           "loss": name, "batch": batch, "value": float(value), "cpu value": float(cpu_value),
           "value error": _relative(value, cpu_value), "gradient error": _relative(grad, cpu_grad),
       }
@@ -193,7 +196,7 @@ def blocked_section(batches: list[int], dim: int, names: list[str], seconds: flo
     alone = batch == max(batches) and len(batches) > 1
     for name in names:
       whole, in_blocks = blocked.steps(name, block)
-      row = {"loss": name, "batch": batch, "block": block}
+      row: dict[str, Any] = {"loss": name, "batch": batch, "block": block}
       for key, loss in (("blocked", in_blocks), ("unblocked", whole)):
         if key == "unblocked" and alone:
           continue
@@ -225,7 +228,7 @@ def evaluation_section(num: int, repeats: int) -> list[dict]:
   from experiments.benchmarks import evaluate
 
   x, labels = evaluate.make_data(num, 512)
-  rows = []
+  rows: list[dict[str, Any]] = []
   gallery = jnp.asarray(x)
   product = jax.jit(lambda q, g: jnp.max(q @ g.T, axis=1))
 
@@ -297,7 +300,7 @@ def pml_section(batches: list[int], seconds: float) -> list[dict]:
 
       torch_step(pml_loss, e_t, y_t)
       torch_step(pml_loss, e_t, y_t)
-      times = []
+      times: list[float] = []
       start = time.perf_counter()
       while len(times) < 5 or (time.perf_counter() - start < seconds and len(times) < 50):
         begin = time.perf_counter()
@@ -426,7 +429,7 @@ def forms_table(records: dict[str, dict]) -> dict:
   }
 
 
-def write_docs(paths: list[str], forms: list[str] = (), directory=None) -> list:
+def write_docs(paths: list[str], forms: Sequence[str] = (), directory=None) -> list:
   """Writes the guide's tables of the JSON records at `paths` and `forms`; returns the data files
   written.
 
@@ -496,11 +499,12 @@ def main(argv=None) -> None:
   device = jax.devices()[0]
   from experiments import docs_data
 
-  results = {"device": f"{device.platform}: {device.device_kind}", "jax": jax.__version__,
-             "date": time.strftime("%Y-%m-%d"),
-             "command": shlex.join(["python", "-m", "experiments.benchmarks.device",
-                                    *(sys.argv[1:] if argv is None else argv)]),
-             "machine": f"{device.device_kind}, host {docs_data.machine()}"}
+  results: dict[str, Any] = {
+      "device": f"{device.platform}: {device.device_kind}", "jax": jax.__version__,
+      "date": time.strftime("%Y-%m-%d"),
+      "command": shlex.join(["python", "-m", "experiments.benchmarks.device",
+                             *(sys.argv[1:] if argv is None else argv)]),
+      "machine": f"{device.device_kind}, host {docs_data.machine()}"}
   print(f"device {results['device']}, jax {jax.__version__}", flush=True)
   if args.force:
     from jaxrank._src import platforms

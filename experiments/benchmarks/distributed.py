@@ -47,6 +47,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -96,15 +98,17 @@ def loss_worker(args: argparse.Namespace) -> dict:
 
   import jaxrank  # pylint: disable=g-import-not-at-top
 
-  loss_fn = {
+  loss_fns: dict[str, Callable[..., Any]] = {
       "smoothap": functools.partial(jaxrank.smoothap_loss, temperature=0.01),
       "fastap": jaxrank.fastap_loss,
-  }[args.worker]
+  }
+  loss_fn = loss_fns[args.worker]
   mesh = jax.make_mesh((jax.device_count(),), ("batch",))  # All devices of all processes.
   sharding = jax.NamedSharding(mesh, P("batch"))
   x, labels = loss_batch(args.batch, args.dim)
   index = sharding.addressable_devices_indices_map((args.batch,))
-  rows = np.concatenate([np.arange(args.batch)[s[0]] for s in index.values()])
+  # The stub allows None for a device without a shard; every addressable device has one here.
+  rows = np.concatenate([np.arange(args.batch)[s[0]] for s in index.values()])  # type: ignore[index]
   embeddings = jax.make_array_from_process_local_data(sharding, x[rows], x.shape)
   global_labels = jax.make_array_from_process_local_data(sharding, labels[rows], labels.shape)
   del x, labels
@@ -115,6 +119,7 @@ def loss_worker(args: argparse.Namespace) -> dict:
   compiled = step.lower(embeddings, global_labels).compile()
   compile_s = time.perf_counter() - start
   memory = compiled.memory_analysis()
+  assert memory is not None  # None only on a backend without a memory analysis.
   xla_mb = (
       memory.temp_size_in_bytes + memory.argument_size_in_bytes + memory.output_size_in_bytes
   ) / 2**20
@@ -167,9 +172,12 @@ def evaluate_worker(args: argparse.Namespace) -> dict:
   n, me = jax.process_count(), jax.process_index()
   bounds = np.linspace(0, args.num_eval, n + 1).astype(int)  # Uneven shares when N does not divide.
   x, labels = eval_rows(args.num_eval, args.dim, bounds[me], bounds[me + 1])
-  kwargs = {} if n == 1 else {"mesh": jax.make_mesh((jax.device_count(),), ("batch",))}
+  kwargs: dict[str, Any] = {}
+  if n != 1:
+    kwargs["mesh"] = jax.make_mesh((jax.device_count(),), ("batch",))
   setup_mb = peak_rss_mb()
-  times, result = [], {}
+  times: list[float] = []
+  result: dict[str, Any] = {}
   for _ in range(args.eval_repeats):
     start = time.perf_counter()
     result = jaxrank.evaluate_retrieval(x, labels, **kwargs)

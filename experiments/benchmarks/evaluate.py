@@ -53,7 +53,7 @@ KS = (1, 2, 4, 8)
 def class_sizes(num: int, rng: np.random.Generator) -> list[int]:
   """The sizes of SOP-like classes, 2 to 12 items each, adding up to `num` (shuffle the labels
   `np.repeat(np.arange(len(sizes)), sizes)` with the same `rng` next)."""
-  sizes = []
+  sizes: list[int] = []
   while sum(sizes) < num:
     sizes.append(int(rng.integers(2, 13)))
   sizes[-1] -= sum(sizes) - num

@@ -38,6 +38,8 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -73,6 +75,7 @@ def jaxrank_step(loss_name: str, embeddings, labels):
 
   import jaxrank
 
+  loss_fn: Callable[..., Any]
   if loss_name == "fastap":
     loss_fn, include_self = functools.partial(jaxrank.fastap_loss, num_intervals=10), False
   elif loss_name == "smoothap":

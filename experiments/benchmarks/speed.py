@@ -322,7 +322,7 @@ def breakdown_table(batch: int, dim: int, repeats: int, names: list[str]) -> lis
         scores, relevance, where,
     )
     step = timed(jax.value_and_grad(in_batch_loss(name)), e, y)
-    times = {"floor": [], "scores": [], "lists": [], "step": []}
+    times: dict[str, list[float]] = {"floor": [], "scores": [], "lists": [], "step": []}
     for _ in range(repeats):
       for key, once in (("floor", floor), ("scores", similarity), ("lists", on_lists),
                         ("step", step)):

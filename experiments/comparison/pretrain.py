@@ -74,7 +74,9 @@ def pretraining_data(
   """
   job_train, job_test = input_pipeline.load_data(dataclasses.replace(base, validation_fraction=0))
   excluded = np.union1d(job_train.labels, job_test.labels)
-  params = {**input_pipeline.GLYPHS_PARAMS, "min_typefaces": settings.min_typefaces}
+  params: input_pipeline.GlyphsParams = {
+      **input_pipeline.GLYPHS_PARAMS, "min_typefaces": settings.min_typefaces
+  }
   parts = [jd.load_glyphs(split, **params) for split in ("train", "test")]
   images = np.concatenate([p.images for p in parts])
   labels = np.concatenate([p.labels for p in parts])
@@ -97,7 +99,9 @@ def _classifier(base: config_lib.Config, num_classes: int, seed: int) -> nnx.Seq
   rngs = nnx.Rngs(seed)
   in_channels = input_pipeline.DATASETS[base.dataset].in_channels
   backbone = networks.MODELS[base.model].build(base, in_channels, rngs)
-  return nnx.Sequential(backbone, nnx.Linear(backbone.out_features, num_classes, rngs=rngs))
+  # Every backbone of MODELS has out_features (ModelSpec.build), which nnx.Module cannot declare.
+  features = backbone.out_features  # type: ignore[attr-defined]
+  return nnx.Sequential(backbone, nnx.Linear(features, num_classes, rngs=rngs))
 
 
 def _train_classifier(model: nnx.Sequential, data: jd.LabeledImages, train_rows: np.ndarray,
@@ -107,7 +111,8 @@ def _train_classifier(model: nnx.Sequential, data: jd.LabeledImages, train_rows:
       base, num_steps=settings.num_steps, learning_rate=settings.learning_rate,
       warmup_steps=min(base.warmup_steps, settings.num_steps // 10))
   tx = optax.adamw(train.learning_rate_schedule(schedule_config), weight_decay=base.weight_decay)
-  graph, params, rest = nnx.split(model, nnx.Param, ...)
+  # nnx.split's overloads return a variadic tuple, which mypy cannot unpack into three names.
+  graph, params, rest = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]
 
   @jax.jit
   def step(params, opt_state, images, labels):
@@ -166,7 +171,9 @@ def pretrained_backbone(
       "seconds": time.perf_counter() - start, "settings": dataclasses.asdict(settings),
   }
   os.makedirs(directory, exist_ok=True)
-  models.save_weights(model.layers[0], path + ".tmp")
+  backbone = model.layers[0]
+  assert isinstance(backbone, nnx.Module)  # nnx.Sequential types its layers as callables.
+  models.save_weights(backbone, path + ".tmp")
   os.replace(path + ".tmp", path)
   with open(report_path + ".tmp", "w") as f:
     json.dump(report, f, indent=1)

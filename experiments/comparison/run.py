@@ -136,7 +136,7 @@ def over_seeds(store: Store, config: config_lib.Config, label: str,
 def run_setting(store: Store, base: config_lib.Config, setting: str, losses: Sequence[str],
                 size: protocol.Size) -> dict[str, Any]:
   """One setting: every loss tuned, then its choice and the untrained network over the seeds."""
-  out = {"trials": {}, "chosen": {}, "final": {}}
+  out: dict[str, Any] = {"trials": {}, "chosen": {}, "final": {}}
   for loss in losses:
     out["trials"][loss], out["chosen"][loss] = tune(store, base, setting, loss, size)
   for loss in losses:

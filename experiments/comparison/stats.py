@@ -45,11 +45,11 @@ def interval(values: Sequence[float]) -> tuple[float, float, float]:
 
 def _welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
   """`(mean(a) - mean(b), its standard error, Welch-Satterthwaite degrees of freedom)`."""
-  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-  va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
+  x, y = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  va, vb = np.var(x, ddof=1) / len(x), np.var(y, ddof=1) / len(y)
   se = math.sqrt(va + vb)
-  df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if se > 0 else math.inf
-  return float(np.mean(a) - np.mean(b)), se, df
+  df = (va + vb) ** 2 / (va ** 2 / (len(x) - 1) + vb ** 2 / (len(y) - 1)) if se > 0 else math.inf
+  return float(np.mean(x) - np.mean(y)), se, float(df)
 
 
 def welch_test(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:

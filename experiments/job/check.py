@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 from experiments.job import config as config_lib
 from experiments.job import input_pipeline
@@ -21,7 +21,7 @@ from experiments.job import networks
 Config = config_lib.Config
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
   raise config_lib.ConfigError(message)
 
 

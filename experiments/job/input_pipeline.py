@@ -20,7 +20,7 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import tensorflow as tf
@@ -97,13 +97,22 @@ def _load_glyphs_tiny(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImage
   return jd.load_glyphs("train", **GLYPHS_TINY_PARAMS), jd.load_glyphs("test", **GLYPHS_TINY_PARAMS)
 
 
+class GlyphsParams(TypedDict):
+  """Keyword arguments of `jaxrank.data.load_glyphs` that fix a glyph data set."""
+
+  min_typefaces: int
+  image_size: int
+  strength: float
+  noise: float
+
+
 # The glyph data set of the training job: the 359 + 359 characters drawn by at least 16 of the 21
 # typefaces, 16 x 16, half-strength augmentation without noise (see
 # experiments/job/configs/glyphs.py for why).
-GLYPHS_PARAMS = {"min_typefaces": 16, "image_size": 16, "strength": 0.5, "noise": 0.0}
+GLYPHS_PARAMS: GlyphsParams = {"min_typefaces": 16, "image_size": 16, "strength": 0.5, "noise": 0.0}
 # The same images of the 31 + 31 characters drawn by at least 20 typefaces (the ASCII letters and
 # digits that Computer Modern draws too; 651 images per split, 2 super-classes): smoke tests.
-GLYPHS_TINY_PARAMS = {**GLYPHS_PARAMS, "min_typefaces": 20}
+GLYPHS_TINY_PARAMS: GlyphsParams = {**GLYPHS_PARAMS, "min_typefaces": 20}
 
 
 def _tfds_splits(load: Callable[..., jd.LabeledImages]):
@@ -116,6 +125,7 @@ def _tfds_splits(load: Callable[..., jd.LabeledImages]):
 
 
 def _load_image_folder(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+  assert config.data_dir is not None  # check.check_config rejects a None one for this data set.
   train_dir, test_dir = (os.path.join(config.data_dir, s) for s in ("train", "test"))
   for d in (train_dir, test_dir):
     if not os.path.isdir(d):

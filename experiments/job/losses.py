@@ -76,7 +76,7 @@ def _table() -> dict[str, Callable[..., Any]]:
         scores, labels, where=where, max_relevant=max_relevant, reduce_fn=reduce_fn
     ) + jaxrank.calibration_loss(scores, labels, where=where, reduce_fn=reduce_fn)
 
-  table = {
+  table: dict[str, Callable[..., Any]] = {
       "fastap": jaxrank.fastap_loss,
       "soft_binning_ap": jaxrank.soft_binning_ap_loss,
       "tie_aware_ap": jaxrank.tie_aware_ap_loss,
@@ -108,7 +108,7 @@ def __getattr__(name: str) -> Any:
 
 def get_loss(
     name: str, hyperparameters: Mapping[str, object] | None = None
-) -> Callable[..., object]:
+) -> Callable[..., Any]:
   """The loss called `name` with its hyperparameters fixed; errors say what to change.
 
   Args:

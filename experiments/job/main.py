@@ -79,6 +79,7 @@ def load_config_module(path: str):
         f"--config {path!r} is not a file; configs live in experiments/job/configs/."
     )
   spec = importlib.util.spec_from_file_location(f"_jaxrank_config_{abs(hash(path))}", path)
+  assert spec is not None and spec.loader is not None  # Both are there for a .py file.
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   if not hasattr(module, "get_config"):
@@ -332,6 +333,7 @@ def initialize_distributed(
           f"{', '.join(missing)} missing: --coordinator_address, --num_processes and "
           "--process_id go together (or give none where JAX detects the cluster)."
       )
+    assert coordinator_address is not None and num_processes is not None and process_id is not None
     host, _, port = coordinator_address.rpartition(":")
     if not host or not port.isdigit():
       raise config_lib.ConfigError(

@@ -173,5 +173,7 @@ def make_model(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.Embed
       convert.load_pytorch_weights(backbone, config.init_weights)
     else:
       models.load_weights(backbone, config.init_weights)
-  head = HEADS[config.head].build(backbone.out_features, config.embedding_dim, rngs=rngs)
+  # Every backbone has out_features (ModelSpec.build), which nnx.Module cannot declare.
+  features = backbone.out_features  # type: ignore[attr-defined]
+  head = HEADS[config.head].build(features, config.embedding_dim, rngs=rngs)
   return models.EmbeddingModel(backbone, head)

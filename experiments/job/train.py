@@ -65,7 +65,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, cast, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -221,11 +221,12 @@ def _init_state(config: config_lib.Config, tx: optax.GradientTransformation):
   in_channels = input_pipeline.DATASETS[config.dataset].in_channels
   model = networks.make_model(config, in_channels, nnx.Rngs(config.seed))
   model.eval()
-  eval_graph, params, rest = nnx.split(model, nnx.Param, ...)
+  # nnx.split's overloads return a variadic tuple, which mypy cannot unpack into three names.
+  eval_graph, params, rest = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]
   model.train()
   if config.freeze_batchnorm:
     model.backbone.eval()
-  train_graph, _, _ = nnx.split(model, nnx.Param, ...)
+  train_graph, _, _ = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]
   state = {"params": params, "rest": rest, "opt_state": tx.init(params), "step": jnp.int32(0)}
   if config.memory_batches:
     state["memory"] = jaxrank.memory.init(
@@ -347,7 +348,8 @@ def _train_share(
   if mesh is None or jax.process_count() == 1:
     return None
   held = NamedSharding(mesh, P("batch")).addressable_devices_indices_map((config.batch_size,))
-  rows = sorted((index[0].start or 0, index[0].stop) for index in held.values())
+  # The stub allows None for a device without a shard; every addressable device has one here.
+  rows = sorted((index[0].start or 0, index[0].stop) for index in held.values())  # type: ignore[index]
   start, stop = rows[0][0], rows[-1][1]
   if any(a[1] != b[0] for a, b in zip(rows, rows[1:])):
     raise ValueError(
@@ -406,13 +408,14 @@ def evaluate(
     e = np.asarray(embed_fn(params, rest, batch["image"], step))
     embeddings.append(e[batch["mask"]])
     labels.append(batch["label"][batch["mask"]])
-  return jaxrank.evaluate_retrieval(
+  metrics = jaxrank.evaluate_retrieval(
       np.concatenate(embeddings),
       np.concatenate(labels),
       ks=config.eval_ks,
       similarity_fn=networks.HEADS[config.head].similarity_fn,
       mesh=_mesh(config) if count > 1 else None,
   )
+  return cast(dict[str, float], metrics)  # Floats: the default reduce_fn.
 
 
 # ---------------------------------------------------------------------------------------------
@@ -440,9 +443,16 @@ def evaluate_raw_pixels(config: config_lib.Config) -> dict[str, float]:
   train_pixels, train_labels = pixels(train_data)
   mean = train_pixels.mean(axis=0)
   test_pixels, test_labels = pixels(test_data)
-  metrics = jaxrank.evaluate_retrieval(test_pixels - mean, test_labels, ks=config.eval_ks)
+  # Floats: the default reduce_fn.
+  metrics = cast(
+      dict[str, float],
+      jaxrank.evaluate_retrieval(test_pixels - mean, test_labels, ks=config.eval_ks),
+  )
   if config.eval_seen_classes:
-    seen = jaxrank.evaluate_retrieval(train_pixels - mean, train_labels, ks=config.eval_ks)
+    seen = cast(
+        dict[str, float],
+        jaxrank.evaluate_retrieval(train_pixels - mean, train_labels, ks=config.eval_ks),
+    )
     metrics.update({f"seen/{k}": v for k, v in seen.items()})
   return metrics
 
@@ -498,7 +508,7 @@ def _restore(manager: ocp.CheckpointManager, step: int, state=None):
 def _why_unreadable(manager: ocp.CheckpointManager, step: int) -> str | None:
   """Why the files of checkpoint `step` cannot be read (truncated, corrupt or missing files: its
   arrays read as saved, without this run's structure, fail twice), or `None` if they can."""
-  reason = None
+  reason = ""
   for _ in range(2):  # A second try, so that a passing I/O error does not condemn a checkpoint.
     try:
       _restore(manager, step)
@@ -605,7 +615,7 @@ def _quiet_closed_event_loop_errors() -> None:
       return
     previous(unraisable)
 
-  hook.drops_closed_event_loop_errors = True
+  hook.drops_closed_event_loop_errors = True  # type: ignore[attr-defined]  # A marker attribute.
   sys.unraisablehook = hook
 
 

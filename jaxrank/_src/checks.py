@@ -23,7 +23,7 @@ import contextlib
 import contextvars
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import jax
 import jax.numpy as jnp
@@ -548,6 +548,36 @@ def check_in_range(
     raise ValueError(
         f"{fn}: {name} must lie in [{low:g}, {high:g}] (up to rounding), got {got}.{hint}"
     )
+
+
+@overload
+def check_real(
+    fn: str,
+    name: str,
+    value: Any,
+    *,
+    above: float | None = ...,
+    at_least: float | None = ...,
+    at_most: float | None = ...,
+    hint: str = ...,
+    scalar: Literal[True] = ...,
+    static: Literal[True],
+) -> float: ...
+
+
+@overload
+def check_real(
+    fn: str,
+    name: str,
+    value: Any,
+    *,
+    above: float | None = ...,
+    at_least: float | None = ...,
+    at_most: float | None = ...,
+    hint: str = ...,
+    scalar: bool = ...,
+    static: bool = ...,
+) -> float | None: ...
 
 
 def check_real(

@@ -58,7 +58,8 @@ def _check_common(fn_name: str, name: str, fn: Any, batch_size: Any, args: Any) 
 
 
 def _check_direction(fn_name: str, name: str, direction: Any, x: Any) -> None:
-  if jax.tree.structure(direction) != jax.tree.structure(x):
+  # jaxlib ships no stub for PyTreeDef (a C++ type), so mypy does not see its __ne__.
+  if jax.tree.structure(direction) != jax.tree.structure(x):  # type: ignore[operator]
     raise ValueError(
         f"{fn_name}: {name} must have the pytree structure of the point, got "
         f"{jax.tree.structure(direction)} for {jax.tree.structure(x)}; build it with "

@@ -442,7 +442,9 @@ def precision_at_k_metric(
   return lists.finish(values, scores, where, num_rel > 0, reduce_fn)
 
 
-def _dcg(fn, scores, labels, where, segments, topn, item_weights, tie_aware):
+def _dcg(
+    fn, scores, labels, where, segments, topn, item_weights, tie_aware
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
   """DCG `[...]` of the retrieved items and DCG `[...]` of the ideal order of the valid items."""
   checks.check_positive_int(fn, "topn", topn, allow_none=True)
   scores, labels, where = checks.check_lists(fn, scores, labels, where)

@@ -408,9 +408,10 @@ def triplet_loss(
     values, valid = _triplet_lists(scores, relevant, where, jnp.asarray(margin, dtype))
     return lists.finish(values, scores, where, valid, reduce_fn, weights=weights)
   values, valid, nonzero = _all_triplet_lists(scores, relevant, where, jnp.asarray(margin, dtype))
+  list_weights = weights
   if reduce_fn is not None:  # Each list's mean, weighed by its number of non-zero triplets.
-    weights = nonzero if weights is None else weights * nonzero
-  return lists.finish(values, scores, where, valid, reduce_fn, weights=weights)
+    list_weights = nonzero if weights is None else weights * nonzero
+  return lists.finish(values, scores, where, valid, reduce_fn, weights=list_weights)
 
 
 @jax.jit

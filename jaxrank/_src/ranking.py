@@ -288,8 +288,8 @@ def relevant_item_statistics(
   Returns:
     `RelevantItemStatistics` of the inputs' shape.
   """
-  hi, lo = _harmonic_table(list_size, jnp.dtype(dtype).name)
-  hi, lo = jnp.asarray(hi), jnp.asarray(lo)
+  hi_table, lo_table = _harmonic_table(list_size, jnp.dtype(dtype).name)
+  hi, lo = jnp.asarray(hi_table), jnp.asarray(lo_table)
   n_above = jnp.clip(num_above, 0, list_size)
   top = jnp.clip(num_above + num_tied, 0, list_size)
   harmonic = (hi[top] - hi[n_above]) + (lo[top] - lo[n_above])  # sum_{j=1}^{n} 1 / (N + j)
@@ -492,7 +492,7 @@ def numpy_sorted_counts(scores: np.ndarray, thresholds: np.ndarray) -> tuple[np.
 def _cpu_sorted_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Array, ...]:
   lead = jnp.broadcast_shapes(scores.shape[:-1], thresholds.shape[:-1])
   shape = lead + thresholds.shape[-1:]
-  shapes = (jax.ShapeDtypeStruct(shape, thresholds.dtype),)
+  shapes: tuple[jax.ShapeDtypeStruct, ...] = (jax.ShapeDtypeStruct(shape, thresholds.dtype),)
   shapes += (jax.ShapeDtypeStruct(shape, jnp.int32),) * 2
   out = host_callback(numpy_sorted_counts, shapes, scores, thresholds, vmap_method="broadcast_all")
   # Inside shard_map the results vary as their inputs do; the callback does not record it.
@@ -729,7 +729,8 @@ def descending_ranks_branch(branch: str) -> Iterator[None]:
 def forced_branch() -> str | None:
   """The branch `descending_ranks_branch` forces here (`None`: chosen by platform), for code that
   must key its compiled programs by it."""
-  return {v: k for k, v in _BRANCH_PLATFORMS.items()}.get(platforms.forced())
+  forced = platforms.forced()
+  return None if forced is None else {v: k for k, v in _BRANCH_PLATFORMS.items()}.get(forced)
 
 
 def _descending_ranks_on(scores: jax.Array, branch: str | None) -> jax.Array:

@@ -116,6 +116,8 @@ def batch_retrieval(
   if inputs.affinity is not None:
     relevance = inputs.affinity
   else:
+    # Without an affinity both labels are given (`RetrievalInputs`).
+    assert inputs.labels is not None and inputs.item_labels is not None
     relevance = relevance_matrix(inputs.labels, inputs.item_labels)
   scores = similarity_fn(inputs.queries, inputs.items)
   where = jnp.ones((b, n), dtype=bool)
@@ -865,6 +867,7 @@ def evaluate_retrieval(
     dense = functools.partial(_multi_hot_relevant, q_labels, g_labels, leave_one_out=leave_one_out)
   else:
     dense = None
+  relevance: _ClassRelevance | _DenseRelevance
   if dense is None:
     relevance = _ClassRelevance(q_labels, g_labels, leave_one_out)
   else:

@@ -426,7 +426,7 @@ class _Rule(NamedTuple):
   scores: Callable[[jax.Array, Any, Any], jax.Array]
 
 
-_RULES = {
+_RULES: dict[types.SimilarityFn, _Rule] = {
     cosine: _Rule(_cosine_items, _cosine_scores),
     dot_product: _Rule(_cast_items, _dot_product_scores),
     negative_squared_euclidean: _Rule(_euclidean_items, _euclidean_scores),

@@ -884,7 +884,9 @@ def smoothap_loss(
   return lists.finish(1 - ap, scores, where, valid, reduce_fn)
 
 
-def _supap(fn, scores, labels, where, segments, temperature, rho, delta, chunk_size, max_relevant):
+def _supap(
+    fn, scores, labels, where, segments, temperature, rho, delta, chunk_size, max_relevant
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
   negative = (_supap_negative, (temperature, rho, delta))
   return _smooth_ap(
       fn, scores, labels, where, segments, (_heaviside, ()), negative, chunk_size, max_relevant)

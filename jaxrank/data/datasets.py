@@ -287,7 +287,7 @@ def load_cars196(data_dir: str | os.PathLike | None = None, split: str = "train"
 # Any folder of images.
 
 
-def unreadable_images(paths: Sequence[str]) -> list[str]:
+def unreadable_images(paths: Sequence[str] | np.ndarray) -> list[str]:
   """The paths among `paths` that TensorFlow cannot read and decode as an image.
 
   Every file is decoded once, with the decoder the pipeline uses, in a parallel tf.data pass
@@ -375,7 +375,8 @@ def load_image_folder(
 
 def _image_files(fn: str, root: str) -> tuple[np.ndarray, np.ndarray]:
   """The image files under `root`, sorted by path, and the class folder of each."""
-  paths, class_keys = [], []
+  paths: list[str] = []
+  class_keys: list[str] = []
   for folder, _, files in tf.io.gfile.walk(root):
     rel = os.path.relpath(folder, root).replace(os.sep, "/")
     for name in files:
@@ -394,9 +395,7 @@ def _image_files(fn: str, root: str) -> tuple[np.ndarray, np.ndarray]:
         "directory/class/image files."
     )
   order = np.argsort(paths, kind="stable")
-  paths = np.asarray(paths, dtype=str)[order]
-  class_keys = np.asarray(class_keys, dtype=str)[order]
-  return paths, class_keys
+  return np.asarray(paths, dtype=str)[order], np.asarray(class_keys, dtype=str)[order]
 
 
 def _readable(fn: str, root: str, paths: np.ndarray, class_keys: np.ndarray,

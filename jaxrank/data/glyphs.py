@@ -209,8 +209,8 @@ def _classes(
   Returns `(points [C], super-class names [C], glyphs [K, side, side], faces [K], classes [K])`.
   """
   covered = np.zeros(0x110000, np.int32)
-  for _, points in faces:
-    covered[list(points)] += 1
+  for _, face_points in faces:
+    covered[list(face_points)] += 1
   candidates = np.asarray(
       [p for p in np.flatnonzero(covered >= min_typefaces) if _drawable(chr(p))], np.int64
   )
@@ -227,13 +227,13 @@ def _classes(
   return points, supers, glyphs[drawn], face_ids[drawn], new_index[char_ids[drawn]]
 
 
-def _split_classes(points: Sequence[int], supers: Sequence[str]) -> np.ndarray:
+def _split_classes(points: np.ndarray | Sequence[int], supers: Sequence[str]) -> np.ndarray:
   """`[C]` bool, True for the training half: half of each super-class (the odd one to test)."""
   rng = np.random.default_rng(_SPLIT_SEED)
   train = np.zeros(len(points), bool)
-  supers = np.asarray(supers)
-  for name in sorted(set(supers.tolist())):
-    members = np.flatnonzero(supers == name)  # Code point order.
+  super_names = np.asarray(supers)
+  for name in sorted(set(super_names.tolist())):
+    members = np.flatnonzero(super_names == name)  # Code point order.
     members = members[rng.permutation(len(members))]
     train[members[: len(members) // 2]] = True
   return train
@@ -254,7 +254,7 @@ def _augment(
 
   Returns `[N, image_size, image_size]` uint8 (ink 255).
   """
-  n, s = base.shape[0], base.shape[1]
+  n, s = int(base.shape[0]), int(base.shape[1])
   a = strength
   weight = rng.uniform(-a, a, n).astype(np.float32)
   scale = np.exp(rng.uniform(-0.2 * a, 0.2 * a, n))
@@ -262,7 +262,7 @@ def _augment(
   shear = rng.uniform(-0.25 * a, 0.25 * a, n)
   shift = rng.uniform(-0.08 * a, 0.08 * a, (n, 2)) * s
   noise_level = rng.uniform(0.0, noise * a, n).astype(np.float32)
-  noise = rng.standard_normal((n, image_size, image_size), np.float32)
+  gaussian = rng.standard_normal((n, image_size, image_size), np.float32)
 
   # Stroke weight: blend towards the 3 x 3 dilation (bolder) or, at most half way so that hairlines
   # stay, towards the erosion (thinner).
@@ -303,7 +303,7 @@ def _augment(
   warped += (tap(y0 + 1, x0) * (1 - fx) + tap(y0 + 1, x0 + 1) * fx) * fy
   h = image_size
   small = warped.reshape(n, h, 2, h, 2).mean(axis=(2, 4))
-  small += noise_level[:, None, None] * noise
+  small += noise_level[:, None, None] * gaussian
   return np.round(np.clip(small, 0.0, 1.0) * 255.0).astype(np.uint8)
 
 
@@ -354,7 +354,9 @@ def _save(path: str, arrays: dict[str, np.ndarray]) -> None:
   fd, tmp = tempfile.mkstemp(dir=directory, suffix=".npz.tmp")
   try:
     with os.fdopen(fd, "wb") as f:
-      np.savez(f, **arrays)
+      # numpy's stub types **kwds against its `allow_pickle: bool` keyword too; the keys here are
+      # the array names.
+      np.savez(f, **arrays)  # type: ignore[arg-type]
     os.replace(tmp, path)
   except BaseException:
     if os.path.exists(tmp):

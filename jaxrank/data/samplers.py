@@ -146,9 +146,9 @@ def _pack_groups(
   """
   p, k = classes_per_batch, samples_per_class
   order = rng.permutation(usable)
-  groups = [_class_groups(rng, members[c], k) for c in order]
-  owner = np.concatenate([np.full(len(g), c) for c, g in zip(order, groups)])
-  groups = np.concatenate(groups)
+  class_groups = [_class_groups(rng, members[c], k) for c in order]
+  owner = np.concatenate([np.full(len(g), c) for c, g in zip(order, class_groups)])
+  groups = np.concatenate(class_groups)
   most = max(math.ceil(len(members[c]) / k) for c in usable)
   num_batches = max(math.ceil(len(groups) / p), most)
   batches = np.empty((num_batches, p, k), dtype=np.int64)
@@ -159,11 +159,11 @@ def _pack_groups(
     batches[b, fill[b]] = group
     batch_classes[b, fill[b]] = c
     fill[b] += 1
-  for b in np.flatnonzero(fill < p):
-    others = np.setdiff1d(usable, batch_classes[b, : fill[b]])
-    for c in rng.choice(others, size=p - fill[b], replace=False):
-      batches[b, fill[b]] = _group(rng, members[c], k)
-      fill[b] += 1
+  for short in np.flatnonzero(fill < p):
+    others = np.setdiff1d(usable, batch_classes[short, : fill[short]])
+    for c in rng.choice(others, size=p - fill[short], replace=False):
+      batches[short, fill[short]] = _group(rng, members[c], k)
+      fill[short] += 1
   for b in range(num_batches):  # Random class order inside each batch, groups kept together.
     batches[b] = batches[b, rng.permutation(p)]
   return batches[rng.permutation(num_batches)].reshape(num_batches, p * k)

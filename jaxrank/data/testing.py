@@ -79,7 +79,7 @@ def _fake_as_dataset(
   h, w = image_size
   examples = []
   for i, label in enumerate(labels):
-    example = {}
+    example: dict[str, np.ndarray | int] = {}
     for key in features:
       if key == "image":
         # Smooth random images (a coarse grid upsampled) compress like photographs, unlike noise.
@@ -119,11 +119,12 @@ def mock_retrieval_data(
   """
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
+  height, width = image_size
   fake = functools.partial(
       _fake_as_dataset,
       classes_per_split=classes_per_split,
       images_per_class=images_per_class,
-      image_size=tuple(image_size),
+      image_size=(height, width),
   )
 
   def as_dataset_fn(self, split, decoders=None, read_config=None, shuffle_files=False):

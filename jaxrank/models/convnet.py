@@ -67,10 +67,10 @@ class SmallConvNet(nnx.Module):
     Returns:
       `[N, out_features]` features (averages of non-negative activations).
     """
-    x = jnp.asarray(x)
-    check_images("SmallConvNet", x, self.in_channels)
+    h = jnp.asarray(x)
+    check_images("SmallConvNet", h, self.in_channels)
     for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
       if i > 0:
-        x = nnx.max_pool(x, window_shape=(2, 2), strides=(2, 2))
-      x = nnx.relu(norm(conv(x)))
-    return jnp.mean(x, axis=(1, 2))
+        h = nnx.max_pool(h, window_shape=(2, 2), strides=(2, 2))
+      h = nnx.relu(norm(conv(h)))
+    return jnp.mean(h, axis=(1, 2))

@@ -47,7 +47,7 @@ class EmbeddingHead(nnx.Module):
     Returns:
       `[N, dim]` rows of unit L2 norm (zero where `W x + b` is zero).
     """
-    h = self.linear(x)
+    h = self.linear(jnp.asarray(x))
     acc = jnp.promote_types(h.dtype, jnp.float32)
     squared = jnp.sum(jnp.square(h.astype(acc)), axis=-1, keepdims=True)
     return (h.astype(acc) * jax.lax.rsqrt(jnp.maximum(squared, 1e-24))).astype(h.dtype)
@@ -103,7 +103,7 @@ class HashingHead(nnx.Module):
       `[N, num_bits]` codes in `(-1, 1)` (they round to `\\pm 1` in floating point for large
       `scale * h`).
     """
-    return jnp.tanh(scale * self.linear(x))
+    return jnp.tanh(scale * self.linear(jnp.asarray(x)))
 
 
 class EmbeddingModel(nnx.Module):

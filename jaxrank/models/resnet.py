@@ -179,14 +179,14 @@ class ResNet(nnx.Module):
     Returns:
       `[N, out_features]` features (the pooling of non-negative activations).
     """
-    x = jnp.asarray(x)
-    check_images("ResNet", x, self.in_channels)
-    x = nnx.relu(self.bn1(self.conv1(x)))
-    x = nnx.max_pool(x, window_shape=(3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+    images = jnp.asarray(x)
+    check_images("ResNet", images, self.in_channels)
+    h = nnx.relu(self.bn1(self.conv1(images)))
+    h = nnx.max_pool(h, window_shape=(3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
     for stage in (self.layer1, self.layer2, self.layer3, self.layer4):
       for block in stage:
-        x = block(x)
-    return self.pool(x)
+        h = block(h)
+    return self.pool(h)
 
 
 def resnet18(*, in_channels: int = 3, pool: Callable[[jax.Array], jax.Array] | None = None,
