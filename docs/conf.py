@@ -41,11 +41,11 @@ copyright = "the jaxrank authors"  # noqa: A001  (Sphinx's name)
 release = version = jaxrank.__version__
 
 extensions = [
-    "sphinx.ext.autodoc",
-    "sphinx.ext.napoleon",
-    "sphinx.ext.mathjax",
-    "sphinx-mathjax-offline",  # MathJax 3 copied into _static/mathjax; sets `mathjax_path` to it.
-    "myst_nb",  # MyST Markdown pages and notebooks (it brings myst_parser).
+  "sphinx.ext.autodoc",
+  "sphinx.ext.napoleon",
+  "sphinx.ext.mathjax",
+  "sphinx-mathjax-offline",  # MathJax 3 copied into _static/mathjax; sets `mathjax_path` to it.
+  "myst_nb",  # MyST Markdown pages and notebooks (it brings myst_parser).
 ]
 exclude_patterns = ["_build", "notebooks/figures", "**.ipynb_checkpoints"]
 templates_path: list[str] = []
@@ -74,24 +74,27 @@ autodoc_typehints = "signature"
 # Nitpicky (-n): every cross-reference must resolve, except to other packages' classes (no
 # intersphinx: the build must not need the network).
 nitpick_ignore_regex = [
-    ("py:class", r"(jax|jaxlib|numpy|collections|os|typing|tensorflow|flax)\..*"),
+  ("py:class", r"(jax|jaxlib|numpy|collections|os|typing|tensorflow|flax)\..*"),
 ]
 
 html_theme = "sphinx_book_theme"
 html_title = f"jaxrank {release}"
 html_theme_options = {
-    "home_page_in_toc": True,
-    "show_toc_level": 2,
-    "use_download_button": False,
-    "use_fullscreen_button": False,
+  "home_page_in_toc": True,
+  "show_toc_level": 2,
+  "use_download_button": False,
+  "use_fullscreen_button": False,
 }
 html_static_path: list[str] = []
 
 # The public API, every name of which the reference must document (`check_public_api`): jaxrank,
 # the namespaces in its `__all__` (`jaxrank.hashing`, ...) and the `train` extra's subpackages.
-_NAMESPACES = ("jaxrank", *(f"jaxrank.{n}" for n in jaxrank.__all__
-                            if inspect.ismodule(getattr(jaxrank, n))),
-               "jaxrank.models", "jaxrank.data")
+_NAMESPACES = (
+  "jaxrank",
+  *(f"jaxrank.{n}" for n in jaxrank.__all__ if inspect.ismodule(getattr(jaxrank, n))),
+  "jaxrank.models",
+  "jaxrank.data",
+)
 
 
 def _public_names(module_name: str) -> list[str]:
@@ -111,8 +114,11 @@ def _public_names(module_name: str) -> list[str]:
       targets = node.targets if isinstance(node, ast.Assign) else [node.target]
       names.update(t.id for t in targets if isinstance(t, ast.Name))
     elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jaxrank"):
-      names.update(a.asname for a in node.names
-                   if a.asname == a.name and not inspect.ismodule(getattr(module, a.name)))
+      names.update(
+        a.asname
+        for a in node.names
+        if a.asname == a.name and not inspect.ismodule(getattr(module, a.name))
+      )
   return sorted(n for n in names if not n.startswith("_"))
 
 
@@ -123,7 +129,7 @@ def inline_code(name, rawtext, text, lineno, inliner, options=None, content=None
   docstrings' `\\hat H_m` into `hat H_m`; the raw text keeps them.
   """
   del name, text, lineno, inliner, options, content
-  source = rawtext[rawtext.index("`") + 1:rawtext.rindex("`")]
+  source = rawtext[rawtext.index("`") + 1 : rawtext.rindex("`")]
   return [nodes.literal(rawtext, source, classes=["code"])], []
 
 
@@ -164,12 +170,16 @@ NOTEBOOK_PAGES = DOCS / "notebooks"
 def _figure_cell(figure: str, exists: bool, cell_id: str) -> dict:
   """A Markdown cell that shows the committed figure a notebook saves (or says it is missing)."""
   if exists:
-    text = (f"```{{figure}} figures/{figure}\n:alt: the figure this notebook saves\n\n"
-            f"The figure the cell above saves, as committed in `notebooks/figures/{figure}` "
-            "from the notebook's last run (the page is rendered without executing it).\n```")
+    text = (
+      f"```{{figure}} figures/{figure}\n:alt: the figure this notebook saves\n\n"
+      f"The figure the cell above saves, as committed in `notebooks/figures/{figure}` "
+      "from the notebook's last run (the page is rendered without executing it).\n```"
+    )
   else:
-    text = (f"*The figure the cell above saves (`notebooks/figures/{figure}`) is not committed "
-            "yet: executing the notebook draws it.*")
+    text = (
+      f"*The figure the cell above saves (`notebooks/figures/{figure}`) is not committed "
+      "yet: executing the notebook draws it.*"
+    )
   return {"cell_type": "markdown", "id": cell_id, "metadata": {}, "source": text}
 
 
@@ -192,8 +202,11 @@ def copy_notebooks(app) -> None:
       cells.append(cell)
       source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
       if cell["cell_type"] == "code" and figure in source and "savefig" in source:
-        cells.append(_figure_cell(figure, (NOTEBOOKS / "figures" / figure).is_file(),
-                                  f"{path.stem}-committed-figure"))
+        cells.append(
+          _figure_cell(
+            figure, (NOTEBOOKS / "figures" / figure).is_file(), f"{path.stem}-committed-figure"
+          )
+        )
     notebook["cells"] = cells
     (NOTEBOOK_PAGES / path.name).write_text(json.dumps(notebook, indent=1))
 
@@ -212,8 +225,10 @@ class GeneratedTable(SphinxDirective):
   def run(self) -> list[nodes.Node]:
     path = GENERATED / f"{self.arguments[0]}.json"
     if not path.is_file():
-      raise self.error(f"generated-table: no data file {path.relative_to(REPO)}; the command that "
-                       "measures the table writes it (experiments/docs_data.py)")
+      raise self.error(
+        f"generated-table: no data file {path.relative_to(REPO)}; the command that "
+        "measures the table writes it (experiments/docs_data.py)"
+      )
     self.env.note_dependency(str(path))
     data = json.loads(path.read_text())
     try:
@@ -284,8 +299,9 @@ def check_offline(app, exception) -> None:
     logger.warning("MathJax is not served with the pages: no %s", mathjax)
   for page in sorted(outdir.rglob("*.html")):
     for url in docs_data.remote_resources(page.read_text(errors="replace")):
-      logger.warning("%s loads %s from another site; the pages must work offline",
-                     page.relative_to(outdir), url)
+      logger.warning(
+        "%s loads %s from another site; the pages must work offline", page.relative_to(outdir), url
+      )
 
 
 def check_public_api(app, env) -> None:
@@ -309,12 +325,18 @@ def skip_namedtuple_fields(app, what, name, obj, skip, options):
 # Annotations as the source writes them: autodoc evaluates `jax.typing.ArrayLike` into its union
 # of eight types and `jax.Array` into its implementation class.
 _ALIASES = (
-    ("~jax.jaxlib._jax.Array | ~numpy.ndarray | ~numpy.bool | ~numpy.number | bool | int | float"
-     " | complex", "~jax.typing.ArrayLike"),
-    ("~collections.abc.Callable[[...], ~jax.jaxlib._jax.Array] | None", "~jaxrank.types.ReduceFn"),
-    ("~collections.abc.Callable[[~jax.jaxlib._jax.Array, ~jax.jaxlib._jax.Array],"
-     " ~jax.jaxlib._jax.Array]", "~jaxrank.types.SimilarityFn"),
-    ("~jax.jaxlib._jax.Array", "~jax.Array"),
+  (
+    "~jax.jaxlib._jax.Array | ~numpy.ndarray | ~numpy.bool | ~numpy.number | bool | int | float"
+    " | complex",
+    "~jax.typing.ArrayLike",
+  ),
+  ("~collections.abc.Callable[[...], ~jax.jaxlib._jax.Array] | None", "~jaxrank.types.ReduceFn"),
+  (
+    "~collections.abc.Callable[[~jax.jaxlib._jax.Array, ~jax.jaxlib._jax.Array],"
+    " ~jax.jaxlib._jax.Array]",
+    "~jaxrank.types.SimilarityFn",
+  ),
+  ("~jax.jaxlib._jax.Array", "~jax.Array"),
 )
 
 
@@ -324,11 +346,14 @@ def shorten_annotations(app, what, name, obj, options, signature, return_annotat
   Also gives a Flax NNX module its constructor's signature: autodoc reads the `(*args, **kwargs)`
   of NNX's metaclass instead.
   """
-  if what == "class" and signature in ("(*args: Any, **kwargs: Any)",
-                                        "(*args: ~typing.Any, **kwargs: ~typing.Any)"):
+  if what == "class" and signature in (
+    "(*args: Any, **kwargs: Any)",
+    "(*args: ~typing.Any, **kwargs: ~typing.Any)",
+  ):
     init = sphinx_inspect.signature(obj.__init__, bound_method=True)
     signature = sphinx_inspect.stringify_signature(
-        init, show_return_annotation=False, unqualified_typehints=True)
+      init, show_return_annotation=False, unqualified_typehints=True
+    )
   for old, new in _ALIASES:
     signature = signature and signature.replace(old, new)
     return_annotation = return_annotation and return_annotation.replace(old, new)

@@ -49,11 +49,11 @@ from experiments.job import reporting
 
 # flag -> (the clone's directory name on GitHub, what the flag points at).
 REPOSITORIES = {
-    "fastap": "kunhe/FastAP-metric-learning",
-    "blackbox": "martius-lab/blackbox-backprop",
-    "dir": "naver/deep-image-retrieval",
-    "roadmap": "elias-ramzi/ROADMAP",
-    "smooth_ap": "Andrew-Brown1/Smooth_AP",
+  "fastap": "kunhe/FastAP-metric-learning",
+  "blackbox": "martius-lab/blackbox-backprop",
+  "dir": "naver/deep-image-retrieval",
+  "roadmap": "elias-ramzi/ROADMAP",
+  "smooth_ap": "Andrew-Brown1/Smooth_AP",
 }
 
 HEADER = ("loss", "theirs", "jaxrank", "settings", "dtype", "max|dvalue|", "max|dgrad|", "verdict")
@@ -76,8 +76,16 @@ class Row:
   verdict: str
 
   def cells(self) -> list[str]:
-    return [self.loss, self.theirs, self.ours, self.settings, self.dtype,
-            f"{self.value_diff:.1e}", f"{self.grad_diff:.1e}", self.verdict]
+    return [
+      self.loss,
+      self.theirs,
+      self.ours,
+      self.settings,
+      self.dtype,
+      f"{self.value_diff:.1e}",
+      f"{self.grad_diff:.1e}",
+      self.verdict,
+    ]
 
 
 def import_released(root: str, module: str, *, skip_init: Sequence[str] = ()) -> types.ModuleType:
@@ -170,9 +178,20 @@ def our_value_and_grad(fn: Callable, x: np.ndarray, dtype: str) -> tuple[float, 
   return float(value), np.asarray(grad, np.float64)
 
 
-def compare(loss: str, theirs: str, ours: str, settings: str, *, their_fn: Callable,
-            our_fn: Callable, x: np.ndarray, dtype: str, why: str = "", tolerance: float = 0.0,
-            grad_factor: float = 1.0) -> Row:
+def compare(
+  loss: str,
+  theirs: str,
+  ours: str,
+  settings: str,
+  *,
+  their_fn: Callable,
+  our_fn: Callable,
+  x: np.ndarray,
+  dtype: str,
+  why: str = "",
+  tolerance: float = 0.0,
+  grad_factor: float = 1.0,
+) -> Row:
   """Runs both losses on `x` and states whether they agree.
 
   Args:
@@ -201,8 +220,9 @@ def compare(loss: str, theirs: str, ours: str, settings: str, *, their_fn: Calla
   value_diff = abs(their_value - our_value)
   grad_diff = float(np.max(np.abs(their_grad * grad_factor - our_grad)))
   bound = max(TOLERANCE[dtype], tolerance)
-  equal = (value_diff <= bound * max(1.0, abs(our_value))
-           and grad_diff <= bound * max(1.0, float(np.max(np.abs(our_grad)))))
+  equal = value_diff <= bound * max(1.0, abs(our_value)) and grad_diff <= bound * max(
+    1.0, float(np.max(np.abs(our_grad)))
+  )
   verdict = "equal" if equal else f"differs: {why or 'unexplained'}"
   return Row(loss, theirs, ours, settings, dtype, value_diff, grad_diff, verdict)
 
@@ -247,7 +267,8 @@ def _retrieval(labels: np.ndarray, *, include_self: bool, dot: bool) -> Callable
 
   kwargs: dict[str, Any] = {"similarity_fn": jaxrank.similarity.dot_product} if dot else {}
   return lambda e: jaxrank.batch_retrieval(
-      e, jnp.asarray(labels), include_self=include_self, **kwargs)
+    e, jnp.asarray(labels), include_self=include_self, **kwargs
+  )
 
 
 def _like(a: np.ndarray, x):
@@ -267,6 +288,7 @@ def _on_batch(fn: Callable, retrieval: Callable, **kwargs) -> Callable:
   def loss(e):
     scores, relevance, where = retrieval(e)
     return fn(scores, relevance, where=where, **kwargs)
+
   return loss
 
 
@@ -286,24 +308,53 @@ def compare_fastap(root: str) -> list[Row]:
   module = import_released(os.path.join(root, "pytorch"), "FastAP_loss")
   e, y = batch()
   size = y.size
-  ours = _on_batch(jaxrank.fastap_loss, _retrieval(y, include_self=False, dot=True),
-                   num_intervals=10)
+  ours = _on_batch(
+    jaxrank.fastap_loss, _retrieval(y, include_self=False, dot=True), num_intervals=10
+  )
   theirs = lambda x: module.FastAPLoss(num_bins=10)(x, torch.as_tensor(y))
   setting = "L=10, B=12, unit embeddings, dot product, query excluded"
   rows = []
   for dtype in ["float32"]:  # The backward builds float32 tensors and fails on float64 input.
-    rows.append(compare(
-        "FastAP", "FastAPLoss", "fastap_loss(batch_retrieval)", setting, their_fn=theirs,
-        our_fn=ours, x=e, dtype=dtype,
-        why=f"backward = B/2 = {size // 2} x the gradient of its forward"))
-    rows.append(compare(
-        "FastAP x factor", "FastAPLoss, grad x 2/B", "fastap_loss(batch_retrieval)", setting,
-        their_fn=theirs, our_fn=ours, x=e, dtype=dtype, grad_factor=2 / size))
-  rows.append(compare(
-      "FastAP x factor", "3 * FastAPLoss, grad x 2/B", "3 * fastap_loss(batch_retrieval)",
-      setting, their_fn=lambda x: 3 * theirs(x), our_fn=lambda x: 3 * ours(x), x=e,
-      dtype="float32", grad_factor=2 / size,
-      why="the backward ignores the incoming gradient (3 here)"))
+    rows.append(
+      compare(
+        "FastAP",
+        "FastAPLoss",
+        "fastap_loss(batch_retrieval)",
+        setting,
+        their_fn=theirs,
+        our_fn=ours,
+        x=e,
+        dtype=dtype,
+        why=f"backward = B/2 = {size // 2} x the gradient of its forward",
+      )
+    )
+    rows.append(
+      compare(
+        "FastAP x factor",
+        "FastAPLoss, grad x 2/B",
+        "fastap_loss(batch_retrieval)",
+        setting,
+        their_fn=theirs,
+        our_fn=ours,
+        x=e,
+        dtype=dtype,
+        grad_factor=2 / size,
+      )
+    )
+  rows.append(
+    compare(
+      "FastAP x factor",
+      "3 * FastAPLoss, grad x 2/B",
+      "3 * fastap_loss(batch_retrieval)",
+      setting,
+      their_fn=lambda x: 3 * theirs(x),
+      our_fn=lambda x: 3 * ours(x),
+      x=e,
+      dtype="float32",
+      grad_factor=2 / size,
+      why="the backward ignores the incoming gradient (3 here)",
+    )
+  )
   return rows
 
 
@@ -326,25 +377,41 @@ def compare_blackbox(root: str) -> list[Row]:
   # `rank_normalised` casts the ranks to float32 (`.float()`): float64 input gives float32 ranks.
   dtypes = ["float32"]
   for dtype in dtypes:
-    rows.append(compare(
-        "blackbox ranks", "TrueRanker (sum of w * ranks)",
+    rows.append(
+      compare(
+        "blackbox ranks",
+        "TrueRanker (sum of w * ranks)",
         "blackbox_ranks(s, interpolation * n) / n",
-        "lambda=4, ranks / n", dtype=dtype, x=s,
+        "lambda=4, ranks / n",
+        dtype=dtype,
+        x=s,
         their_fn=lambda x: (ranking.TrueRanker.apply(x, interpolation) * _like(weights, x)).sum(),
-        our_fn=lambda x: (jaxrank.blackbox_ranks(x, interpolation * n_items) / n_items
-                          * jnp.asarray(weights)).sum()))
+        our_fn=lambda x: (
+          jaxrank.blackbox_ranks(x, interpolation * n_items) / n_items * jnp.asarray(weights)
+        ).sum(),
+      )
+    )
   # MapLoss: per-class AP over the batch (the lists are the columns).
   classes = s.T, y.T  # [20 items, 6 classes]: the lists are the columns.
-  loss = map_module.MapLoss(lambda_val=interpolation, margin=0.0, interclass_coef=0.0,
-                            batch_memory=1)
+  loss = map_module.MapLoss(
+    lambda_val=interpolation, margin=0.0, interclass_coef=0.0, batch_memory=1
+  )
   for dtype in dtypes:
-    rows.append(compare(
-        "RaMBO AP (mAP)", "MapLoss.raw_map_computation", "blackbox_ap_loss(s.T, y.T)",
-        "lambda=4, margin=0; their +1e-5 in the AP denominator", dtype=dtype, x=classes[0],
+    rows.append(
+      compare(
+        "RaMBO AP (mAP)",
+        "MapLoss.raw_map_computation",
+        "blackbox_ap_loss(s.T, y.T)",
+        "lambda=4, margin=0; their +1e-5 in the AP denominator",
+        dtype=dtype,
+        x=classes[0],
         tolerance=1e-5,
         their_fn=lambda x: loss.raw_map_computation(x, _like(classes[1], x)),
-        our_fn=lambda x: jaxrank.blackbox_ap_loss(x.T, jnp.asarray(y), interpolation=interpolation,
-                                                  margin=0.0)))
+        our_fn=lambda x: jaxrank.blackbox_ap_loss(
+          x.T, jnp.asarray(y), interpolation=interpolation, margin=0.0
+        ),
+      )
+    )
   # RecallLoss: ranks scaled by the number of lists, mean over all (query, positive) pairs.
   recall = recall_module.RecallLoss(lambda_val=interpolation, margin=0.02, weight_fn=torch.log1p)
   their_recall = lambda x: recall(x, _like(y, x))
@@ -352,20 +419,42 @@ def compare_blackbox(root: str) -> list[Row]:
 
   def pairs_mean(x):
     per_list = jaxrank.blackbox_recall_loss(
-        x, jnp.asarray(y), interpolation=interpolation, margin=0.02,
-        weight_fn=lambda r: jnp.log1p(r * n_lists / n_items), reduce_fn=None)
+      x,
+      jnp.asarray(y),
+      interpolation=interpolation,
+      margin=0.02,
+      weight_fn=lambda r: jnp.log1p(r * n_lists / n_items),
+      reduce_fn=None,
+    )
     return (per_list * jnp.asarray(positives)).sum() / positives.sum()
 
   setting = f"lambda=4, margin=0.02, log; {n_lists} lists of {n_items}"
   for dtype in dtypes:
-    rows.append(compare(
-        "RaMBO recall", "RecallLoss", "blackbox_recall_loss", setting, dtype=dtype, x=s,
+    rows.append(
+      compare(
+        "RaMBO recall",
+        "RecallLoss",
+        "blackbox_recall_loss",
+        setting,
+        dtype=dtype,
+        x=s,
         their_fn=their_recall,
         our_fn=_on_lists(jaxrank.blackbox_recall_loss, y, interpolation=interpolation, margin=0.02),
-        why="ranks x #lists, not #items; mean over pairs, not per query"))
-    rows.append(compare(
-        "RaMBO recall x factor", "RecallLoss", "pair mean of blackbox_recall_loss(W(r N/M))",
-        setting, dtype=dtype, x=s, their_fn=their_recall, our_fn=pairs_mean))
+        why="ranks x #lists, not #items; mean over pairs, not per query",
+      )
+    )
+    rows.append(
+      compare(
+        "RaMBO recall x factor",
+        "RecallLoss",
+        "pair mean of blackbox_recall_loss(W(r N/M))",
+        setting,
+        dtype=dtype,
+        x=s,
+        their_fn=their_recall,
+        our_fn=pairs_mean,
+      )
+    )
   return rows
 
 
@@ -381,26 +470,47 @@ def compare_dir(root: str) -> list[Row]:
     with _dtype(dtype):  # The quantizer's weights take the default dtype when built.
       default, ranged = module.APLoss(), module.APLoss(nq=20, min=-1, max=1)
     unit = (s + 1) / 2  # Scores in [0, 1], the default range.
-    rows.append(compare(
-        "mAP_Q (listwise)", "APLoss() [25 bins on 0..1]", "soft_binning_ap_loss(2s-1, M=25)",
-        "scores in [0, 1] mapped to [-1, 1]", dtype=dtype, x=unit,
+    rows.append(
+      compare(
+        "mAP_Q (listwise)",
+        "APLoss() [25 bins on 0..1]",
+        "soft_binning_ap_loss(2s-1, M=25)",
+        "scores in [0, 1] mapped to [-1, 1]",
+        dtype=dtype,
+        x=unit,
         their_fn=lambda x, loss=default: loss(x, _like(y, x)),
-        our_fn=lambda x: jaxrank.soft_binning_ap_loss(2 * x - 1, y, num_bins=25)))
-    rows.append(compare(
-        "mAP_Q (listwise)", "APLoss(nq=20, min=-1, max=1)", "soft_binning_ap_loss",
-        "M=20 on [-1, 1]", dtype=dtype, x=s,
+        our_fn=lambda x: jaxrank.soft_binning_ap_loss(2 * x - 1, y, num_bins=25),
+      )
+    )
+    rows.append(
+      compare(
+        "mAP_Q (listwise)",
+        "APLoss(nq=20, min=-1, max=1)",
+        "soft_binning_ap_loss",
+        "M=20 on [-1, 1]",
+        dtype=dtype,
+        x=s,
         their_fn=lambda x, loss=ranged: loss(x, _like(y, x)),
-        our_fn=_on_lists(jaxrank.soft_binning_ap_loss, y, num_bins=20)))
+        our_fn=_on_lists(jaxrank.soft_binning_ap_loss, y, num_bins=20),
+      )
+    )
   # Every score on a bin centre: the triangles' kinks.
   centres = 1 - 2 * np.random.default_rng(3).integers(0, 20, size=s.shape) / 19
   with _dtype("float64"):
     ranged = module.APLoss(nq=20, min=-1, max=1)
-  rows.append(compare(
-      "mAP_Q, scores on centres", "APLoss(nq=20, min=-1, max=1)", "soft_binning_ap_loss",
-      "M=20, every score on a centre", dtype="float64", x=centres,
+  rows.append(
+    compare(
+      "mAP_Q, scores on centres",
+      "APLoss(nq=20, min=-1, max=1)",
+      "soft_binning_ap_loss",
+      "M=20, every score on a centre",
+      dtype="float64",
+      x=centres,
       their_fn=lambda x: ranged(x, _like(y, x)),
       our_fn=_on_lists(jaxrank.soft_binning_ap_loss, y, num_bins=20),
-      why="on an inner centre their gradient is 0, jaxrank's one-sided"))
+      why="on an inner centre their gradient is 0, jaxrank's one-sided",
+    )
+  )
   return rows
 
 
@@ -415,7 +525,8 @@ def _roadmap_losses(root: str) -> types.ModuleType:
   if not hasattr(utils, "create_label_matrix"):
     # A module attribute set at run time, which mypy cannot see on a ModuleType.
     utils.create_label_matrix = import_released(  # type: ignore[attr-defined]
-        root, "roadmap.utils.create_label_matrix").create_label_matrix
+      root, "roadmap.utils.create_label_matrix"
+    ).create_label_matrix
   return import_released(root, "roadmap.losses")
 
 
@@ -446,81 +557,158 @@ def compare_roadmap(root: str) -> list[Row]:
   rows = []
   for dtype in DTYPES:
     rows += [
-        compare("SmoothAP (ROADMAP)", "SmoothAP(tau=0.01)", "smoothap_loss",
-                "query included (include_self=True), dot product", dtype=dtype, x=e,
-                their_fn=on_scores(losses.SmoothAP(tau=0.01)),
-                our_fn=_on_batch(jaxrank.smoothap_loss, with_self)),
-        compare("SupAP", "SupAP(offset=None)", "supap_loss",
-                "temperature=0.01, rho=100, delta=0.05, query included", dtype=dtype, x=e,
-                their_fn=on_scores(losses.SupAP()),
-                our_fn=_on_batch(jaxrank.supap_loss, with_self)),
-        compare("SupAP", "SupAP(offset=1.44) [configs]", "supap_loss",
-                "as above, their configs' offset", dtype=dtype, x=e,
-                their_fn=on_scores(losses.SupAP(offset=1.44)),
-                our_fn=_on_batch(jaxrank.supap_loss, with_self),
-                why="their step drops from 1.4933 to 1.44 at delta"),
-        compare("calibration", "CalibrationLoss(1.0, -1.0)", "calibration_loss(1.0, -1.0)",
-                "every hinge > 0, P x K batch, query excluded, cosine", dtype=dtype, x=e,
-                their_fn=on_embeddings(losses.CalibrationLoss(pos_margin=1.0, neg_margin=-1.0)),
-                our_fn=_on_batch(jaxrank.calibration_loss, without_self, alpha=1.0, beta=-1.0)),
-        compare("calibration", "CalibrationLoss(0.9, 0.6)", "calibration_loss",
-                "paper's thresholds, query excluded, cosine", dtype=dtype, x=e,
-                their_fn=on_embeddings(losses.CalibrationLoss(pos_margin=0.9, neg_margin=0.6)),
-                our_fn=_on_batch(jaxrank.calibration_loss, without_self),
-                why="means over the non-zero hinges of the batch, not per list"),
-        compare("FastAP (pml)", "FastAP [pml FastAPLoss]", "fastap_loss(batch_retrieval)",
-                "num_intervals=10 (their num_bins), query excluded, cosine", dtype=dtype, x=e,
-                their_fn=on_embeddings(losses.FastAP(num_bins=10)),
-                our_fn=_on_batch(jaxrank.fastap_loss, without_self, num_intervals=10)),
+      compare(
+        "SmoothAP (ROADMAP)",
+        "SmoothAP(tau=0.01)",
+        "smoothap_loss",
+        "query included (include_self=True), dot product",
+        dtype=dtype,
+        x=e,
+        their_fn=on_scores(losses.SmoothAP(tau=0.01)),
+        our_fn=_on_batch(jaxrank.smoothap_loss, with_self),
+      ),
+      compare(
+        "SupAP",
+        "SupAP(offset=None)",
+        "supap_loss",
+        "temperature=0.01, rho=100, delta=0.05, query included",
+        dtype=dtype,
+        x=e,
+        their_fn=on_scores(losses.SupAP()),
+        our_fn=_on_batch(jaxrank.supap_loss, with_self),
+      ),
+      compare(
+        "SupAP",
+        "SupAP(offset=1.44) [configs]",
+        "supap_loss",
+        "as above, their configs' offset",
+        dtype=dtype,
+        x=e,
+        their_fn=on_scores(losses.SupAP(offset=1.44)),
+        our_fn=_on_batch(jaxrank.supap_loss, with_self),
+        why="their step drops from 1.4933 to 1.44 at delta",
+      ),
+      compare(
+        "calibration",
+        "CalibrationLoss(1.0, -1.0)",
+        "calibration_loss(1.0, -1.0)",
+        "every hinge > 0, P x K batch, query excluded, cosine",
+        dtype=dtype,
+        x=e,
+        their_fn=on_embeddings(losses.CalibrationLoss(pos_margin=1.0, neg_margin=-1.0)),
+        our_fn=_on_batch(jaxrank.calibration_loss, without_self, alpha=1.0, beta=-1.0),
+      ),
+      compare(
+        "calibration",
+        "CalibrationLoss(0.9, 0.6)",
+        "calibration_loss",
+        "paper's thresholds, query excluded, cosine",
+        dtype=dtype,
+        x=e,
+        their_fn=on_embeddings(losses.CalibrationLoss(pos_margin=0.9, neg_margin=0.6)),
+        our_fn=_on_batch(jaxrank.calibration_loss, without_self),
+        why="means over the non-zero hinges of the batch, not per list",
+      ),
+      compare(
+        "FastAP (pml)",
+        "FastAP [pml FastAPLoss]",
+        "fastap_loss(batch_retrieval)",
+        "num_intervals=10 (their num_bins), query excluded, cosine",
+        dtype=dtype,
+        x=e,
+        their_fn=on_embeddings(losses.FastAP(num_bins=10)),
+        our_fn=_on_batch(jaxrank.fastap_loss, without_self, num_intervals=10),
+      ),
     ]
     with _dtype(dtype):
       softbin = losses.SoftBinAP()
     rows += [
-        compare("mAP_Q (ROADMAP)", "SoftBinAP() [20 bins on -1..1]", "soft_binning_ap_loss",
-                "defaults", dtype=dtype, x=s,
-                their_fn=lambda x, loss=softbin: loss(x, _like(t, x)),
-                our_fn=_on_lists(jaxrank.soft_binning_ap_loss, t)),
+      compare(
+        "mAP_Q (ROADMAP)",
+        "SoftBinAP() [20 bins on -1..1]",
+        "soft_binning_ap_loss",
+        "defaults",
+        dtype=dtype,
+        x=s,
+        their_fn=lambda x, loss=softbin: loss(x, _like(t, x)),
+        our_fn=_on_lists(jaxrank.soft_binning_ap_loss, t),
+      ),
     ]
   for dtype in ["float32"]:  # Their ranks are float32 (`.float()`) whatever the input.
     rows += [
-        compare("RaMBO AP (ROADMAP)", "BlackBoxAP(4.0, margin=0)", "blackbox_ap_loss",
-                "lambda=4, margin=0; their +1e-5 in the AP denominator", dtype=dtype, x=s,
-                tolerance=1e-5,
-                their_fn=lambda x: losses.BlackBoxAP(lambda_val=4.0, margin=0.0)(
-                    x, _like(t, x)),
-                our_fn=_on_lists(jaxrank.blackbox_ap_loss, t, interpolation=4.0, margin=0.0)),
+      compare(
+        "RaMBO AP (ROADMAP)",
+        "BlackBoxAP(4.0, margin=0)",
+        "blackbox_ap_loss",
+        "lambda=4, margin=0; their +1e-5 in the AP denominator",
+        dtype=dtype,
+        x=s,
+        tolerance=1e-5,
+        their_fn=lambda x: losses.BlackBoxAP(lambda_val=4.0, margin=0.0)(x, _like(t, x)),
+        our_fn=_on_lists(jaxrank.blackbox_ap_loss, t, interpolation=4.0, margin=0.0),
+      ),
     ]
   torch.manual_seed(0)
-  rows.append(compare(
-      "RaMBO AP (ROADMAP)", "BlackBoxAP(4.0, margin=0.02)", "blackbox_ap_loss", "lambda=4, "
-      "margin=0.02 [configs]", dtype="float32", x=s,
+  rows.append(
+    compare(
+      "RaMBO AP (ROADMAP)",
+      "BlackBoxAP(4.0, margin=0.02)",
+      "blackbox_ap_loss",
+      "lambda=4, margin=0.02 [configs]",
+      dtype="float32",
+      x=s,
       their_fn=lambda x: losses.BlackBoxAP(lambda_val=4.0, margin=0.02)(x, _like(t, x)),
       our_fn=_on_lists(jaxrank.blackbox_ap_loss, t, interpolation=4.0, margin=0.02),
-      why="their margin is 0.02 x |N(0, 1)| per item, drawn anew each call"))
+      why="their margin is 0.02 x |N(0, 1)| per item, drawn anew each call",
+    )
+  )
   # A non-relevant item tied with a relevant one, both above the rest of the list.
   tied = s.copy()
   tied[0, int(np.argmax(t[0] > 0))] = tied[0, int(np.argmax(t[0] == 0))] = 0.99
-  rows.append(compare(
-      "SupAP, exact tie", "SupAP(offset=None), lists", "supap_loss",
-      "a relevant and a non-relevant score tied at the top", dtype="float64", x=tied,
+  rows.append(
+    compare(
+      "SupAP, exact tie",
+      "SupAP(offset=None), lists",
+      "supap_loss",
+      "a relevant and a non-relevant score tied at the top",
+      dtype="float64",
+      x=tied,
       their_fn=lambda x: losses.SupAP()(x, _like(t, x), force_general=True),
       our_fn=_on_lists(jaxrank.supap_loss, t),
-      why="H^-(0) is 1/2 in theirs, 1 in jaxrank (an upper bound)"))
+      why="H^-(0) is 1/2 in theirs, 1 in jaxrank (an upper bound)",
+    )
+  )
   # The composition: their roadmap.yaml adds CalibrationLoss and SupAP with weight 1 each.
   supap, calibration = losses.SupAP(offset=1.44), losses.CalibrationLoss(0.9, 0.6)
-  rows.append(compare(
-      "ROADMAP", "SupAP(1.44) + CalibrationLoss", "2 * roadmap_loss(include_self)",
-      "roadmap.yaml: weights 1 and 1; calibration_weight=0.5", dtype="float64", x=e,
+  rows.append(
+    compare(
+      "ROADMAP",
+      "SupAP(1.44) + CalibrationLoss",
+      "2 * roadmap_loss(include_self)",
+      "roadmap.yaml: weights 1 and 1; calibration_weight=0.5",
+      dtype="float64",
+      x=e,
       their_fn=lambda x: on_scores(supap)(x) + on_embeddings(calibration)(x),
       our_fn=lambda x: 2 * _on_batch(jaxrank.roadmap_loss, with_self)(x),
-      why="offset 1.44, calibration's normalisation and the query in its pairs"))
+      why="offset 1.44, calibration's normalisation and the query in its pairs",
+    )
+  )
   aligned = losses.SupAP(), losses.CalibrationLoss(1.0, -1.0)
-  rows.append(compare(
-      "ROADMAP", "SupAP() + CalibrationLoss(1, -1)", "supap + calibration(1, -1)",
-      "weights 1 and 1; SupAP with the query, calibration without", dtype="float64", x=e,
+  rows.append(
+    compare(
+      "ROADMAP",
+      "SupAP() + CalibrationLoss(1, -1)",
+      "supap + calibration(1, -1)",
+      "weights 1 and 1; SupAP with the query, calibration without",
+      dtype="float64",
+      x=e,
       their_fn=lambda x: on_scores(aligned[0])(x) + on_embeddings(aligned[1])(x),
-      our_fn=lambda x: (_on_batch(jaxrank.supap_loss, with_self)(x) + _on_batch(
-          jaxrank.calibration_loss, without_self, alpha=1.0, beta=-1.0)(x))))
+      our_fn=lambda x: (
+        _on_batch(jaxrank.supap_loss, with_self)(x)
+        + _on_batch(jaxrank.calibration_loss, without_self, alpha=1.0, beta=-1.0)(x)
+      ),
+    )
+  )
   del jnp
   return rows
 
@@ -534,33 +722,43 @@ def compare_smooth_ap(root: str) -> list[Row]:
   rows = []
   for dtype in DTYPES:
     loss = module.SmoothAP(0.01, y.size, NUM_CLASSES, DIM)
-    rows.append(compare(
-        "SmoothAP", "SmoothAP(0.01, 12, 4, 8)", "smoothap_loss",
-        "T=0.01, query included, classes in blocks, dot product", dtype=dtype, x=e,
-        their_fn=loss, our_fn=_on_batch(jaxrank.smoothap_loss,
-                                        _retrieval(y, include_self=True, dot=True))))
+    rows.append(
+      compare(
+        "SmoothAP",
+        "SmoothAP(0.01, 12, 4, 8)",
+        "smoothap_loss",
+        "T=0.01, query included, classes in blocks, dot product",
+        dtype=dtype,
+        x=e,
+        their_fn=loss,
+        our_fn=_on_batch(jaxrank.smoothap_loss, _retrieval(y, include_self=True, dot=True)),
+      )
+    )
   return rows
 
 
 COMPARISONS: dict[str, Callable[[str], list[Row]]] = {
-    "fastap": compare_fastap,
-    "blackbox": compare_blackbox,
-    "dir": compare_dir,
-    "roadmap": compare_roadmap,
-    "smooth_ap": compare_smooth_ap,
+  "fastap": compare_fastap,
+  "blackbox": compare_blackbox,
+  "dir": compare_dir,
+  "roadmap": compare_roadmap,
+  "smooth_ap": compare_smooth_ap,
 }
 
 
-def run(paths: dict[str, str | None],
-        comparisons: dict[str, Callable[[str], list[Row]]] | None = None) -> list[Row]:
+def run(
+  paths: dict[str, str | None], comparisons: dict[str, Callable[[str], list[Row]]] | None = None
+) -> list[Row]:
   """The rows of every repository given; prints what to clone for each one that is not."""
   comparisons = COMPARISONS if comparisons is None else comparisons
   rows = []
   for flag, fn in comparisons.items():
     path = paths.get(flag)
     if not path or not os.path.isdir(path):
-      print(f"skipped --{flag.replace('_', '-')}: clone https://github.com/"
-            f"{REPOSITORIES.get(flag, flag)} and pass its path")
+      print(
+        f"skipped --{flag.replace('_', '-')}: clone https://github.com/"
+        f"{REPOSITORIES.get(flag, flag)} and pass its path"
+      )
       continue
     rows += fn(path)
   return rows
@@ -569,12 +767,18 @@ def run(paths: dict[str, str | None],
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   for flag, repo in REPOSITORIES.items():
-    parser.add_argument(f"--{flag.replace('_', '-')}", dest=flag, metavar="DIR",
-                        help=f"a local clone of github.com/{repo}")
+    parser.add_argument(
+      f"--{flag.replace('_', '-')}",
+      dest=flag,
+      metavar="DIR",
+      help=f"a local clone of github.com/{repo}",
+    )
   args = parser.parse_args(argv)
   rows = run(vars(args))
-  print("He et al. 2018 (github.com/kunhe/TALR) is MATLAB, not run here; see "
-        "tests/test_hashing.py::test_tanh_scale_is_the_released_schedule.")
+  print(
+    "He et al. 2018 (github.com/kunhe/TALR) is MATLAB, not run here; see "
+    "tests/test_hashing.py::test_tanh_scale_is_the_released_schedule."
+  )
   if rows:
     print(format_rows(rows))
   return 0

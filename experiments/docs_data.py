@@ -51,8 +51,9 @@ def machine() -> str:
   model = None
   try:
     with open("/proc/cpuinfo") as f:
-      model = next((line.split(":", 1)[1].strip() for line in f
-                    if line.startswith("model name")), None)
+      model = next(
+        (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None
+      )
   except OSError:
     pass
   parts = [model or platform.processor() or platform.machine(), f"{os.cpu_count()} cores"]
@@ -89,8 +90,9 @@ def check(data: dict, name: str = "data") -> None:
   width = len(data["columns"])
   for row in data["rows"]:
     if len(row) != width or not all(isinstance(cell, str) for cell in row):
-      raise ValueError(f"{name}: row {row} must be {width} strings, one per column "
-                       f"{data['columns']}")
+      raise ValueError(
+        f"{name}: row {row} must be {width} strings, one per column {data['columns']}"
+      )
   if not data["rows"]:
     raise ValueError(f"{name}: no rows")
   if not all(isinstance(line, str) for line in data.get("notes", [])):
@@ -103,6 +105,7 @@ def markdown_table(lines: Sequence[str]) -> dict:
   The lines before the first `| ... |` line form the title, that line the columns, the `| --- |`
   line is skipped, the following `| ... |` lines are the rows and the lines after them the notes.
   """
+
   def cells(line: str) -> list[str]:
     return [cell.strip() for cell in line.strip().strip("|").split("|")]
 
@@ -111,19 +114,31 @@ def markdown_table(lines: Sequence[str]) -> dict:
     raise ValueError(f"no Markdown table (header, `| --- |`, rows) in {list(lines)[:3]}")
   first, last = table[0], table[-1]
   if table != list(range(first, last + 1)) or set(lines[first + 1].replace("|", "").split()) != {
-      "---"}:
-    raise ValueError(f"not one Markdown table with a `| --- |` line: {lines[first:last + 1]}")
-  return {"title": " ".join(line.strip() for line in lines[:first] if line.strip()),
-          "columns": cells(lines[first]),
-          "rows": [cells(line) for line in lines[first + 2:last + 1]],
-          "notes": [line.strip() for line in lines[last + 1:] if line.strip()]}
+    "---"
+  }:
+    raise ValueError(f"not one Markdown table with a `| --- |` line: {lines[first : last + 1]}")
+  return {
+    "title": " ".join(line.strip() for line in lines[:first] if line.strip()),
+    "columns": cells(lines[first]),
+    "rows": [cells(line) for line in lines[first + 2 : last + 1]],
+    "notes": [line.strip() for line in lines[last + 1 :] if line.strip()],
+  }
 
 
-def write_table(name: str, *, title: str, columns: Sequence[str], rows: Sequence[Sequence[str]],
-                command: str | None = None, source: str = "measured", figure=None,
-                notes: Sequence[str] = (), date: str | None = None,
-                machine_name: str | None = None,
-                directory: pathlib.Path | str | None = None) -> pathlib.Path:
+def write_table(
+  name: str,
+  *,
+  title: str,
+  columns: Sequence[str],
+  rows: Sequence[Sequence[str]],
+  command: str | None = None,
+  source: str = "measured",
+  figure=None,
+  notes: Sequence[str] = (),
+  date: str | None = None,
+  machine_name: str | None = None,
+  directory: pathlib.Path | str | None = None,
+) -> pathlib.Path:
   """Writes docs/_generated/NAME.json (and NAME.png from `figure`); returns the data file's path.
 
   Args:
@@ -145,13 +160,13 @@ def write_table(name: str, *, title: str, columns: Sequence[str], rows: Sequence
   directory = pathlib.Path(DIRECTORY if directory is None else directory)
   directory.mkdir(parents=True, exist_ok=True)
   data: dict[str, Any] = {
-      "title": title,
-      "command": command or command_line(),
-      "machine": machine_name or machine(),
-      "date": date or datetime.date.today().isoformat(),
-      "source": source,
-      "columns": list(columns),
-      "rows": [[str(cell) for cell in row] for row in rows],
+    "title": title,
+    "command": command or command_line(),
+    "machine": machine_name or machine(),
+    "date": date or datetime.date.today().isoformat(),
+    "source": source,
+    "columns": list(columns),
+    "rows": [[str(cell) for cell in row] for row in rows],
   }
   if notes:
     data["notes"] = list(notes)
@@ -166,12 +181,15 @@ def write_table(name: str, *, title: str, columns: Sequence[str], rows: Sequence
 
 def dumps(data: dict) -> str:
   """The table as JSON, one key a line and one row a line (diffs show the rows that changed)."""
+
   def one(value) -> str:
     return json.dumps(value, ensure_ascii=False)
 
-  items = [f" {one(k)}: " + (
-      "[\n" + ",\n".join(f"  {one(row)}" for row in v) + "\n ]" if k == "rows" else one(v))
-      for k, v in data.items()]
+  items = [
+    f" {one(k)}: "
+    + ("[\n" + ",\n".join(f"  {one(row)}" for row in v) + "\n ]" if k == "rows" else one(v))
+    for k, v in data.items()
+  ]
   return "{\n" + ",\n".join(items) + "\n}\n"
 
 

@@ -57,6 +57,8 @@ def train_step(params, opt_state, x, y):
   loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
   updates, opt_state = optimizer.update(grads, opt_state, params)
   return optax.apply_updates(params, updates), opt_state, loss
+
+
 # [step-end]
 
 
@@ -98,8 +100,13 @@ def figure(losses, before, after, ks=(1, 2, 4, 8)):
   positions = np.arange(len(ks))
   right.bar(positions - width / 2, [before[f"recall@{k}"] for k in ks], width, label="untrained")
   right.bar(positions + width / 2, [after[f"recall@{k}"] for k in ks], width, label="trained")
-  right.set(xticks=positions, xticklabels=[f"R@{k}" for k in ks], ylim=(0, 1.25),
-            yticks=np.linspace(0, 1, 6), title="evaluation on 100 unseen classes")
+  right.set(
+    xticks=positions,
+    xticklabels=[f"R@{k}" for k in ks],
+    ylim=(0, 1.25),
+    yticks=np.linspace(0, 1, 6),
+    title="evaluation on 100 unseen classes",
+  )
   right.legend(loc="upper center", ncols=2, frameon=False)
   fig.tight_layout()
   return fig
@@ -107,17 +114,27 @@ def figure(losses, before, after, ks=(1, 2, 4, 8)):
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--out", type=pathlib.Path, required=True,
-                      help="folder for quickstart.png and quickstart.json (docs/_generated)")
+  parser.add_argument(
+    "--out",
+    type=pathlib.Path,
+    required=True,
+    help="folder for quickstart.png and quickstart.json (docs/_generated)",
+  )
   args = parser.parse_args(argv)
   from experiments import docs_data  # pylint: disable=g-import-not-at-top
 
-  rows = [[name, *(f"{float(result[k]):.3f}" for k in ("recall@1", "recall@4", "map@r", "map"))]
-          for name, result in (("untrained", before), ("trained, 200 steps", after))]
+  rows = [
+    [name, *(f"{float(result[k]):.3f}" for k in ("recall@1", "recall@4", "map@r", "map"))]
+    for name, result in (("untrained", before), ("trained, 200 steps", after))
+  ]
   docs_data.write_table(
-      "quickstart", title="The quickstart's evaluation on 100 unseen classes (leave-one-out)",
-      columns=["embedding", "Recall@1", "Recall@4", "MAP@R", "mAP"], rows=rows,
-      figure=figure(losses, before, after), directory=args.out)
+    "quickstart",
+    title="The quickstart's evaluation on 100 unseen classes (leave-one-out)",
+    columns=["embedding", "Recall@1", "Recall@4", "MAP@R", "mAP"],
+    rows=rows,
+    figure=figure(losses, before, after),
+    directory=args.out,
+  )
   return 0
 
 

@@ -104,12 +104,12 @@ class Run:
 
 
 EXPERIMENTS = (
-    Experiment(
-        name="main",
-        title="Main job: every loss family and three baselines on the glyphs",
-        module="experiments.job.main",
-        args=("--config", "experiments/job/configs/glyphs.py"),
-        claim="""
+  Experiment(
+    name="main",
+    title="Main job: every loss family and three baselines on the glyphs",
+    module="experiments.job.main",
+    args=("--config", "experiments/job/configs/glyphs.py"),
+    claim="""
             Each paper reports that training an embedding with its AP surrogate (FastAP, RaMBO's
             blackbox AP, mAP_Q soft binning, SmoothAP, SupAP, ROADMAP) improves retrieval (Recall@k,
             mAP) on classes unseen in training, from ImageNet-initialised backbones and 100 to
@@ -117,8 +117,8 @@ EXPERIMENTS = (
             and that the AP surrogates do better than the pair-based losses they compare against
             (contrastive, triplet, multi-similarity).
             """,
-        written="2026-11-24",
-        reading="""
+    written="2026-11-24",
+    reading="""
             Both seeds tell the same story. Every AP loss trains the network well above the two
             baselines of no learning: R@1 0.48 to 0.65 against the untrained network's 0.20-0.21 and
             the raw pixels' 0.42, MAP@R 0.17 to 0.29 against 0.04 and 0.095. SupAP and SmoothAP come
@@ -137,7 +137,7 @@ EXPERIMENTS = (
             the best of them beat multi-similarity clearly. ROADMAP's calibration term costs here
             (ROADMAP 0.05 R@1 below SupAP alone in both seeds), which the lambda ablation examines.
             """,
-        history="""
+    history="""
             Until 2026-11-23 the main job trained on scikit-learn's 8 x 8 digits, 0-4 for training
             and 5-9 for testing: five training classes, and an untrained network already at R@1
             0.980 (raw pixels 0.991), so nothing there separated one loss from another
@@ -155,21 +155,21 @@ EXPERIMENTS = (
             slightly better than 3e-3 but made FastAP with 10 bins collapse; super-class (hard)
             batches lowered SmoothAP's R@1 from 0.440 to 0.378 (with noise).
             """,
-    ),
-    Experiment(
-        name="fastap_bins",
-        title="FastAP's number of histogram bins L (Cakir et al. 2019, Fig. 4b)",
-        module="experiments.ablations.fastap_bins",
-        args=(),
-        claim="""
+  ),
+  Experiment(
+    name="fastap_bins",
+    title="FastAP's number of histogram bins L (Cakir et al. 2019, Fig. 4b)",
+    module="experiments.ablations.fastap_bins",
+    args=(),
+    claim="""
             Cakir et al. (2019, Sec. 5.3 "Distance Quantization", Fig. 4b: ResNet-18, batch 256, R@1
             on Stanford Online Products, In-Shop and VehicleID) find that more bins, a closer
             approximation of AP, do not train better: R@1 "consistently peaks around 10 bins",
             because coarse bins keep positives and negatives that are separated by a small margin
             in the same bin, where they still get a gradient (Fig. 4c).
             """,
-        written="2026-11-24",
-        reading="""
+    written="2026-11-24",
+    reading="""
             Does not hold on the glyphs: R@1 and MAP@R rise with the number of bins in both seeds,
             with no peak at 10. For L = 5, 10, 20, 40, 80, R@1 is 0.185, 0.376, 0.479, 0.551, 0.580
             in seed 0 and 0.324, 0.460, 0.547, 0.587, 0.606 in seed 1 (MAP@R 0.045 to 0.232 and
@@ -189,26 +189,26 @@ EXPERIMENTS = (
             tolerance of small margins can help; a network trained from scratch for 300 steps stays
             where fine bins matter.
             """,
-        history="""
+    history="""
             Until 2026-11-24 this ablation trained on the digits (five training classes, an
             untrained network already at R@1 0.98): MAP@R rose with the bins up to 40 and stayed
             level at 80 in both seeds, 10 among the worst values, the same direction as on the
             glyphs with differences of 0.01-0.04.
             """,
-    ),
-    Experiment(
-        name="batch_size",
-        title="FastAP's batch size (Cakir et al. 2019, Fig. 4a)",
-        module="experiments.ablations.batch_size",
-        args=("--set", 'loss_kwargs={"num_intervals": 40}'),  # FastAP as the main job trains it.
-        claim="""
+  ),
+  Experiment(
+    name="batch_size",
+    title="FastAP's batch size (Cakir et al. 2019, Fig. 4a)",
+    module="experiments.ablations.batch_size",
+    args=("--set", 'loss_kwargs={"num_intervals": 40}'),  # FastAP as the main job trains it.
+    claim="""
             Cakir et al. (2019, Sec. 5.3 "Batch Size", Fig. 4a: FastAP, ResNet-18, R@1 on Stanford
             Online Products, In-Shop and VehicleID) find that R@1 improves monotonically with the
             batch size, because larger batches lower the variance of the gradient and make each
             in-batch retrieval problem harder (more non-neighbours to rank below the neighbours).
             """,
-        written="2026-11-24",
-        reading="""
+    written="2026-11-24",
+    reading="""
             Holds as this sweep runs it, at a fixed 300 steps: R@1 and MAP@R rise with the batch
             size in both seeds, from B = 16 to 256 R@1 0.280, 0.435, 0.551, 0.621, 0.657 in seed 0
             and 0.364, 0.443, 0.587, 0.650, 0.695 in seed 1 (MAP@R 0.076 to 0.306 and 0.106 to
@@ -221,26 +221,34 @@ EXPERIMENTS = (
             trains with 40 bins here, as in the main job: at the paper's 10 bins it ends below the
             raw pixels in seed 0 (see the bins ablation).
             """,
-        history="""
+    history="""
             Until 2026-11-24 this ablation trained on the digits, whose train split has five
             classes: it varied the images per class K at P = 5 (B = 10 to 120); MAP@R rose from B =
             10 to 40 and then stayed level, and every batch already held every training class.
             """,
+  ),
+  Experiment(
+    name="batch_size_images",
+    title="FastAP's batch size at the same number of images (Cakir et al. 2019, Fig. 4a)",
+    module="experiments.ablations.batch_size",
+    args=(
+      "--set",
+      'loss_kwargs={"num_intervals": 40}',
+      "--values",
+      "4,4,1200",
+      "8,4,600",
+      "16,4,300",
+      "32,4,150",
+      "64,4,75",
     ),
-    Experiment(
-        name="batch_size_images",
-        title="FastAP's batch size at the same number of images (Cakir et al. 2019, Fig. 4a)",
-        module="experiments.ablations.batch_size",
-        args=("--set", 'loss_kwargs={"num_intervals": 40}', "--values", "4,4,1200", "8,4,600",
-              "16,4,300", "32,4,150", "64,4,75"),
-        claim="""
+    claim="""
             The batch-size claim of the previous section (R@1 improves monotonically with the
             batch size), as the paper measures it: its networks train a number of epochs
             (Cakir et al. 2019, App. B: "convergence happens within 50 epochs", Fig. 7), so a
             larger batch takes fewer steps over the same images.
             """,
-        written="2026-11-24",
-        reading="""
+    written="2026-11-24",
+    reading="""
             Does not hold at a fixed number of images (19,200, 3.3 epochs of the training glyphs):
             R@1 peaks in the middle and falls on both sides, at B = 32 in seed 0 and B = 64 in seed
             1: for B = 16 to 256 (1,200 to 75 steps) it is 0.492, 0.564, 0.551, 0.518, 0.371 in seed
@@ -256,22 +264,22 @@ EXPERIMENTS = (
             B = 16, some 2 to 5 minutes a run here, beyond this sweep's budget of about a minute a
             run, and were not run.
             """,
-    ),
-    Experiment(
-        name="hard_sampling",
-        title="Hard (category-based) versus random class sampling for FastAP (Cakir et al. 2019, "
-              "Table 5)",
-        module="experiments.ablations.hard_sampling",
-        args=("--set", 'loss_kwargs={"num_intervals": 40}'),  # FastAP as the main job trains it.
-        claim="""
+  ),
+  Experiment(
+    name="hard_sampling",
+    title="Hard (category-based) versus random class sampling for FastAP (Cakir et al. 2019, "
+    "Table 5)",
+    module="experiments.ablations.hard_sampling",
+    args=("--set", 'loss_kwargs={"num_intervals": 40}'),  # FastAP as the main job trains it.
+    claim="""
             FastAP (Cakir et al. 2019, Sec. 4.2 and App. A-B.1) draws "hard" batches: two
             categories (super-classes, e.g. SOP's 'bicycle' and 'chair') per batch and classes from
             within them, so each query meets hard negatives of its own category. Table 5 (R@1):
             hard beats random on every data set and backbone, e.g. Online Products 72.3 -> 73.2
             (ResNet-18) and 74.2 -> 75.8 (ResNet-50), In-Shop 81.7 -> 89.0 and 84.1 -> 90.0.
             """,
-        written="2026-11-24",
-        reading="""
+    written="2026-11-24",
+    reading="""
             Does not hold on the glyphs: random classes beat hard batches in both seeds and both
             batch geometries. At 16 classes x 4 images (hard with S = 4 super-classes per batch),
             random against hard gives R@1 0.551 against 0.502 in seed 0 and 0.587 against 0.554 in
@@ -291,18 +299,18 @@ EXPERIMENTS = (
             trained from scratch for 300 steps meets hard negatives (Cyrillic against Cyrillic, box
             drawing against box drawing) before it has separated the easy ones.
             """,
-        history="""
+    history="""
             Until 2026-11-24 this ablation defaulted to the digits, which have no super-classes: it
             stopped with an error before training and said nothing about the claim; it ran only on
             mock data in the tests.
             """,
-    ),
-    Experiment(
-        name="blackbox_margin_memory",
-        title="RaMBO's score margin and batch memory (Rolinek et al. 2020, Table 7)",
-        module="experiments.ablations.blackbox_margin_memory",
-        args=(),
-        claim="""
+  ),
+  Experiment(
+    name="blackbox_margin_memory",
+    title="RaMBO's score margin and batch memory (Rolinek et al. 2020, Table 7)",
+    module="experiments.ablations.blackbox_margin_memory",
+    args=(),
+    claim="""
             RaMBO's AP loss (Rolinek et al. 2020) shifts positive scores down and negative scores up
             by a margin alpha / 2 (Sec. 4.4) and appends the embeddings of the last tau batches to
             every list (score memory, Sec. 4.3). Their Table 7 (Sec. 5.4, R@1) removes each: full
@@ -310,8 +318,8 @@ EXPERIMENTS = (
             87.0 / 72.4, without margin 63.2 on CUB and diverged ("x") on the other two. Their
             margins are 0.02 to 0.05 (Table 9) and the memory 3 batches (App. A).
             """,
-        written="2026-11-24",
-        reading="""
+    written="2026-11-24",
+    reading="""
             The margin's part of the claim holds, the memory's does not, and a large margin stops
             training. Without memory, the paper's margin 0.02 is what makes RaMBO's AP loss train on
             the glyphs: R@1 0.493 and 0.548 (MAP@R 0.172 and 0.219) in seeds 0 and 1, against 0.270
@@ -333,26 +341,26 @@ EXPERIMENTS = (
             the initial spread they add negatives that the step cannot move; the paper's memory
             serves lists larger than a GPU batch, from pretrained networks.
             """,
-        history="""
+    history="""
             Until 2026-11-24 this ablation trained on the digits: the margin 0.02 raised MAP@R by
             0.013 and 0.019 over no margin, the memory lowered it in every pairing, and the margin
             0.1 never trained, as on the glyphs.
             """,
-    ),
-    Experiment(
-        name="roadmap_lambda",
-        title="ROADMAP's weight lambda between SupAP and calibration (Ramzi et al. 2021, Fig. 4a)",
-        module="experiments.ablations.roadmap_lambda",
-        args=(),
-        claim="""
+  ),
+  Experiment(
+    name="roadmap_lambda",
+    title="ROADMAP's weight lambda between SupAP and calibration (Ramzi et al. 2021, Fig. 4a)",
+    module="experiments.ablations.roadmap_lambda",
+    args=(),
+    claim="""
             ROADMAP (Ramzi et al. 2021, eq. 2) trains `(1 - lambda) L_SupAP + lambda L_calibr`.
             Their Fig. 4a (iNaturalist, batch 224, Sec. 4.3) shows that the combination "is always
             better than using only one of the two losses" (lambda = 0 is SupAP alone, lambda = 1
             calibration alone), with results stable over lambda in [0.2, 0.8] and about +1.5 points
             over the ends.
             """,
-        written="2026-11-24",
-        reading="""
+    written="2026-11-24",
+    reading="""
             Does not hold on the glyphs: R@1 and MAP@R fall as lambda grows, in both seeds, so SupAP
             alone (lambda = 0) is best and calibration alone worst. For lambda = 0, 0.25, 0.5, 0.75,
             1, R@1 is 0.613, 0.596, 0.568, 0.473, 0.329 in seed 0 and 0.652, 0.624, 0.603, 0.521,
@@ -368,24 +376,24 @@ EXPERIMENTS = (
             whether that is what makes calibration help there is not tested here, 300 steps from
             scratch.
             """,
-        history="""
+    history="""
             Until 2026-11-24 this ablation trained on the digits: MAP@R fell as lambda grew there
             too (0.583 to 0.538 and 0.563 to 0.519), with R@1 at its ceiling.
             """,
-    ),
-    Experiment(
-        name="glyphs_hashing",
-        title="Hashing: tie-aware AP against plain AP surrogates (He et al. 2018, Tables 1-2)",
-        module="experiments.job.main",
-        args=("--config", "experiments/job/configs/glyphs_hashing.py"),
-        claim="""
+  ),
+  Experiment(
+    name="glyphs_hashing",
+    title="Hashing: tie-aware AP against plain AP surrogates (He et al. 2018, Tables 1-2)",
+    module="experiments.job.main",
+    args=("--config", "experiments/job/configs/glyphs_hashing.py"),
+    claim="""
             He et al. (2018, Tables 1-2: CIFAR-10, NUS-WIDE, LabelMe and ImageNet100 at 12 to 64
             bits) train binary codes better by optimising tie-aware AP through its relaxations AP_r
             (Prop. 2) and AP_s (App. F) than by the hashing losses that ignore ties, and AP_s
             comes close to AP_r. Longer codes retrieve better.
             """,
-        written="2026-11-24",
-        reading="""
+    written="2026-11-24",
+    reading="""
             Longer codes retrieve better for every loss (mAP_T 0.11-0.14, 0.19-0.21 and 0.24-0.29
             at 16, 32 and 64 bits). Tie-aware AP beats FastAP, the plain surrogate on the same bins,
             in every cell of both seeds (AP_r ahead by 0.013 to 0.030 mAP_T); against SmoothAP the
@@ -394,7 +402,7 @@ EXPERIMENTS = (
             cells. The untrained row is at chance: its BatchNorm still holds the statistics of
             initialisation, so its features are not centred and its codes barely differ.
             """,
-        history="""
+    history="""
             Before 2026-11-24 the hashing head was a linear layer and tanh on the raw pooled
             features, and nothing trained (mAP_T 0.014 to 0.074, every loss and length): the
             features are non-negative and nearly alike, so every code shares one large component,
@@ -402,7 +410,7 @@ EXPERIMENTS = (
             it. Centring the features over the batch (a BatchNorm without scale or offset before
             the hashing layer) made the table above.
             """,
-    ),
+  ),
 )
 
 
@@ -412,9 +420,16 @@ EXPERIMENTS = (
 
 def command(experiment: Experiment, seed: int, workdir: str) -> list[str]:
   """The experiment's command line for one seed, as a user types it (`python -m ...`)."""
-  return ["python", "-m", experiment.module, *experiment.args,
-          "--workdir", os.path.join(workdir, experiment.name, f"seed{seed}"),
-          "--set", f"seed={seed}"]
+  return [
+    "python",
+    "-m",
+    experiment.module,
+    *experiment.args,
+    "--workdir",
+    os.path.join(workdir, experiment.name, f"seed{seed}"),
+    "--set",
+    f"seed={seed}",
+  ]
 
 
 def error_tail(stderr: str, max_lines: int = 12) -> str:
@@ -422,10 +437,10 @@ def error_tail(stderr: str, max_lines: int = 12) -> str:
   lines = stderr.rstrip().splitlines()
   starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call")]
   if starts:
-    frames = lines[starts[-1] + 1:]
+    frames = lines[starts[-1] + 1 :]
     # The frames are indented; the exception and its message follow the last indented line.
     last = max((i for i, line in enumerate(frames) if line.startswith(" ")), default=-1)
-    return "\n".join([lines[starts[-1]], "  ...", *frames[last + 1:]])
+    return "\n".join([lines[starts[-1]], "  ...", *frames[last + 1 :]])
   return "\n".join(lines[-max_lines:])
 
 
@@ -451,12 +466,13 @@ def run_command(argv: Sequence[str], *, seed: int, shown: str | None = None) -> 
   done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
   seconds = time.perf_counter() - start
   output = done.stdout.strip() if done.returncode == 0 else error_tail(done.stderr)
-  return Run(seed=seed, command=shown, returncode=done.returncode, output=output,
-             seconds=seconds, load=load)
+  return Run(
+    seed=seed, command=shown, returncode=done.returncode, output=output, seconds=seconds, load=load
+  )
 
 
 def run_experiment(
-    experiment: Experiment, seeds: Sequence[int], workdir: str, *, resume: bool = False
+  experiment: Experiment, seeds: Sequence[int], workdir: str, *, resume: bool = False
 ) -> list[Run]:
   """Runs an experiment's command once per seed, each in `workdir/<name>/seed<S>`.
 
@@ -470,8 +486,9 @@ def run_experiment(
       shutil.rmtree(seed_dir)
     logging.info("%s, seed %d: %s", experiment.name, seed, shlex.join(argv))
     run = run_command(argv, seed=seed)
-    logging.info("%s, seed %d: exit status %d, %.0f s", experiment.name, seed, run.returncode,
-                 run.seconds)
+    logging.info(
+      "%s, seed %d: exit status %d, %.0f s", experiment.name, seed, run.returncode, run.seconds
+    )
     runs.append(run)
   return runs
 
@@ -533,8 +550,12 @@ the same versions gives the same numbers; only the wall times depend on the mach
 
 
 def format_section(
-    experiment: Experiment, runs: Sequence[Run], *, date: str, machine_name: str,
-    package_versions: Mapping[str, str],
+  experiment: Experiment,
+  runs: Sequence[Run],
+  *,
+  date: str,
+  machine_name: str,
+  package_versions: Mapping[str, str],
 ) -> str:
   """The Markdown section of one experiment, between its begin and end markers.
 
@@ -553,12 +574,12 @@ def format_section(
   packages = ", ".join(f"{name} {version}" for name, version in package_versions.items())
   commands = "\n".join(f"    {r.command}" for r in runs)
   parts = [
-      BEGIN.format(experiment.name),
-      f"## {experiment.title}",
-      f"Commands (`python -m experiments.results --only {experiment.name}` reruns them):\n\n"
-      f"{commands}",
-      f"**The paper's claim.** {inspect.cleandoc(experiment.claim)}",
-      f"Run on {date}, {machine_name}{load}; {packages}.",
+    BEGIN.format(experiment.name),
+    f"## {experiment.title}",
+    f"Commands (`python -m experiments.results --only {experiment.name}` reruns them):\n\n"
+    f"{commands}",
+    f"**The paper's claim.** {inspect.cleandoc(experiment.claim)}",
+    f"Run on {date}, {machine_name}{load}; {packages}.",
   ]
   for r in runs:
     if r.returncode == 0:
@@ -567,24 +588,30 @@ def format_section(
       expected = "as expected" if experiment.as_expected(r) else "a failure"
       status = f", exit status {r.returncode}, {expected}: the end of its error output"
     parts.append(f"### Seed {r.seed} ({r.seconds:.0f} s{status})\n\n```\n{r.output}\n```")
-  parts.append(f"### Reading (written {experiment.written})\n\n"
-               f"{inspect.cleandoc(experiment.reading)}")
+  parts.append(
+    f"### Reading (written {experiment.written})\n\n{inspect.cleandoc(experiment.reading)}"
+  )
   if experiment.history:
-    parts.append(f"### What was tried before (written {experiment.written})\n\n"
-                 f"{inspect.cleandoc(experiment.history)}")
+    parts.append(
+      f"### What was tried before (written {experiment.written})\n\n"
+      f"{inspect.cleandoc(experiment.history)}"
+    )
   parts.append(END.format(experiment.name))
   return "\n\n".join(parts) + "\n"
 
 
 def read_sections(text: str) -> dict[str, str]:
   """The sections of an existing document, by experiment name (begin and end markers included)."""
-  pattern = re.escape(BEGIN).replace(r"\{\}", r"(?P<name>[\w.-]+)") + r".*?" + re.escape(
-      END).replace(r"\{\}", r"(?P=name)")
+  pattern = (
+    re.escape(BEGIN).replace(r"\{\}", r"(?P<name>[\w.-]+)")
+    + r".*?"
+    + re.escape(END).replace(r"\{\}", r"(?P=name)")
+  )
   return {m.group("name"): m.group(0) + "\n" for m in re.finditer(pattern, text, re.DOTALL)}
 
 
 def format_document(
-    sections: Mapping[str, str], experiments: Sequence[Experiment] = EXPERIMENTS
+  sections: Mapping[str, str], experiments: Sequence[Experiment] = EXPERIMENTS
 ) -> str:
   """RESULTS.md: the header, a list of contents, and each experiment's section in order.
 
@@ -597,15 +624,21 @@ def format_document(
   """
   names = {e.name for e in experiments}
   others = sorted(name for name in sections if name not in names)
-  contents = "\n".join([*(f"- {e.title} (`{e.name}`)" for e in experiments),
-                        *(f"- {_title(sections[name])} (`{name}`)" for name in others)])
+  contents = "\n".join(
+    [
+      *(f"- {e.title} (`{e.name}`)" for e in experiments),
+      *(f"- {_title(sections[name])} (`{name}`)" for name in others),
+    ]
+  )
   body = []
   for e in experiments:
     if e.name in sections:
       body.append(sections[e.name].rstrip("\n") + "\n")
     else:
-      body.append(f"{BEGIN.format(e.name)}\n\n## {e.title}\n\nNot generated yet: "
-                  f"`python -m experiments.results --only {e.name}`.\n\n{END.format(e.name)}\n")
+      body.append(
+        f"{BEGIN.format(e.name)}\n\n## {e.title}\n\nNot generated yet: "
+        f"`python -m experiments.results --only {e.name}`.\n\n{END.format(e.name)}\n"
+      )
   body += [sections[name].rstrip("\n") + "\n" for name in others]
   return "\n".join([HEADER, contents + "\n", *body])
 
@@ -627,17 +660,36 @@ def write(path: str, text: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
   names = [e.name for e in EXPERIMENTS]
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--only", nargs="+", choices=names, metavar="NAME",
-                      help=f"run only these experiments (of {', '.join(names)}); the document "
-                           "keeps the others' sections")
-  parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1],
-                      help="the seeds each experiment runs with (default: %(default)s)")
-  parser.add_argument("--workdir", default=DEFAULT_WORKDIR,
-                      help="the runs go in WORKDIR/<name>/seed<S> (default: %(default)s)")
-  parser.add_argument("--output", default=DEFAULT_OUTPUT,
-                      help="the document, relative to the repository root (default: %(default)s)")
-  parser.add_argument("--resume", action="store_true",
-                      help="reuse finished runs in the workdirs instead of deleting them first")
+  parser.add_argument(
+    "--only",
+    nargs="+",
+    choices=names,
+    metavar="NAME",
+    help=f"run only these experiments (of {', '.join(names)}); the document "
+    "keeps the others' sections",
+  )
+  parser.add_argument(
+    "--seeds",
+    nargs="+",
+    type=int,
+    default=[0, 1],
+    help="the seeds each experiment runs with (default: %(default)s)",
+  )
+  parser.add_argument(
+    "--workdir",
+    default=DEFAULT_WORKDIR,
+    help="the runs go in WORKDIR/<name>/seed<S> (default: %(default)s)",
+  )
+  parser.add_argument(
+    "--output",
+    default=DEFAULT_OUTPUT,
+    help="the document, relative to the repository root (default: %(default)s)",
+  )
+  parser.add_argument(
+    "--resume",
+    action="store_true",
+    help="reuse finished runs in the workdirs instead of deleting them first",
+  )
   args = parser.parse_args(argv)
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
 
@@ -654,13 +706,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = run_experiment(experiment, args.seeds, args.workdir, resume=args.resume)
     failed += [(experiment.name, r.seed) for r in runs if not experiment.as_expected(r)]
     sections[experiment.name] = format_section(
-        experiment, runs, date=datetime.date.today().isoformat(), machine_name=machine_name,
-        package_versions=package_versions)
+      experiment,
+      runs,
+      date=datetime.date.today().isoformat(),
+      machine_name=machine_name,
+      package_versions=package_versions,
+    )
     write(output, format_document(sections))
     logging.info("wrote %s", output)
   if failed:
-    logging.error("runs that did not end as expected (name, seed): %s; their sections say how "
-                  "they ended.", failed)
+    logging.error(
+      "runs that did not end as expected (name, seed): %s; their sections say how they ended.",
+      failed,
+    )
     return 1
   return 0
 

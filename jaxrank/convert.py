@@ -40,17 +40,26 @@ from jaxrank._src import checks
 
 # The classifier, dropped from the file, by architecture: key prefixes.
 _CLASSIFIERS: dict[type[nnx.Module], tuple[str, ...]] = {
-    models.ResNet: ("fc.",), models.VisionTransformer: ("head.",)
+  models.ResNet: ("fc.",),
+  models.VisionTransformer: ("head.",),
 }
 # Variables of jaxrank's networks that no PyTorch checkpoint holds: top-level attributes.
 _JAXRANK_ONLY: dict[type[nnx.Module], tuple[str, ...]] = {
-    models.ResNet: ("pool",), models.VisionTransformer: ()
+  models.ResNet: ("pool",),
+  models.VisionTransformer: (),
 }
 
 # The dtypes of the safetensors format that numpy holds; BF16 is widened to float32 by hand.
 _SAFETENSORS_DTYPES = {
-    "F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
-    "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
+  "F64": np.float64,
+  "F32": np.float32,
+  "F16": np.float16,
+  "I64": np.int64,
+  "I32": np.int32,
+  "I16": np.int16,
+  "I8": np.int8,
+  "U8": np.uint8,
+  "BOOL": np.bool_,
 }
 
 
@@ -79,8 +88,9 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, np.ndarray]:
   name = os.fspath(path)
   if not os.path.isfile(name):
     raise FileNotFoundError(
-        f"read_checkpoint: no checkpoint at {name!r}; pass a local .pth, .pt or .safetensors file "
-        "(nothing is ever downloaded).")
+      f"read_checkpoint: no checkpoint at {name!r}; pass a local .pth, .pt or .safetensors file "
+      "(nothing is ever downloaded)."
+    )
   with open(name, "rb") as file:
     head = file.read(9)
   if len(head) == 9 and head[8:9] == b"{" and not head.startswith(b"PK"):
@@ -109,8 +119,9 @@ def _read_safetensors(name: str) -> dict[str, np.ndarray]:
       array = np.frombuffer(raw, np.dtype(_SAFETENSORS_DTYPES[entry["dtype"]]).newbyteorder("<"))
     else:
       raise ValueError(
-          f"read_checkpoint: {name!r} holds {key!r} as {entry['dtype']}, which numpy cannot hold; "
-          "save the checkpoint in float32.")
+        f"read_checkpoint: {name!r} holds {key!r} as {entry['dtype']}, which numpy cannot hold; "
+        "save the checkpoint in float32."
+      )
     arrays[key] = array.reshape(entry["shape"]).copy()
   return arrays
 
@@ -120,36 +131,39 @@ def _read_torch(name: str) -> dict[str, np.ndarray]:
     import torch  # pylint: disable=g-import-not-at-top
   except ImportError as error:
     raise ImportError(
-        f"read_checkpoint: {name!r} is a PyTorch file, which needs torch to read "
-        "(`pip install torch`); or save the state dict as .safetensors, which reads without "
-        "torch.") from error
+      f"read_checkpoint: {name!r} is a PyTorch file, which needs torch to read "
+      "(`pip install torch`); or save the state dict as .safetensors, which reads without "
+      "torch."
+    ) from error
   try:
     state = torch.load(name, map_location="cpu", weights_only=True)
   except Exception as error:  # torch raises many kinds for a file that is not its own.
     raise ValueError(
-        f"read_checkpoint: {name!r} is neither a safetensors file nor readable by torch.load "
-        f"({type(error).__name__}: {error}).") from error
+      f"read_checkpoint: {name!r} is neither a safetensors file nor readable by torch.load "
+      f"({type(error).__name__}: {error})."
+    ) from error
   if isinstance(state, Mapping):
     for wrapper in ("state_dict", "model"):
       if isinstance(state.get(wrapper), Mapping):
         state = state[wrapper]
         break
-  if not isinstance(state, Mapping) or not all(
-      isinstance(v, torch.Tensor) for v in state.values()):
+  if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
     raise ValueError(
-        f"read_checkpoint: {name!r} does not hold a state dict (a dict of tensors); save "
-        "`model.state_dict()`, not the model.")
+      f"read_checkpoint: {name!r} does not hold a state dict (a dict of tensors); save "
+      "`model.state_dict()`, not the model."
+    )
   return {
-      key: (value.float() if value.dtype == torch.bfloat16 else value).detach().cpu().numpy()
-      for key, value in state.items()
+    key: (value.float() if value.dtype == torch.bfloat16 else value).detach().cpu().numpy()
+    for key, value in state.items()
   }
 
 
 def _torch_key(path: tuple) -> str:
   """The PyTorch key of a jaxrank variable's path, e.g. `("bn1", "mean")` -> `bn1.running_mean`."""
   *parents, leaf = (str(part) for part in path)
-  leaf = {"kernel": "weight", "scale": "weight", "mean": "running_mean",
-          "var": "running_var"}.get(leaf, leaf)
+  leaf = {"kernel": "weight", "scale": "weight", "mean": "running_mean", "var": "running_var"}.get(
+    leaf, leaf
+  )
   return ".".join(parents + [leaf])
 
 
@@ -166,8 +180,9 @@ def _architecture(model: nnx.Module) -> type[nnx.Module]:
     if isinstance(model, kind):
       return kind
   raise TypeError(
-      f"load_pytorch_weights: model must be a jaxrank.models.ResNet or VisionTransformer (the "
-      f"backbone, not an EmbeddingModel: pass model.backbone), got {type(model).__name__}.")
+    f"load_pytorch_weights: model must be a jaxrank.models.ResNet or VisionTransformer (the "
+    f"backbone, not an EmbeddingModel: pass model.backbone), got {type(model).__name__}."
+  )
 
 
 def load_pytorch_weights(model: nnx.Module, path: str | os.PathLike) -> None:
@@ -199,20 +214,25 @@ def load_pytorch_weights(model: nnx.Module, path: str | os.PathLike) -> None:
   kind = _architecture(model)
   arrays = read_checkpoint(path)
   arrays = {
-      key: value for key, value in arrays.items()
-      if not key.startswith(_CLASSIFIERS[kind]) and not key.endswith("num_batches_tracked")
+    key: value
+    for key, value in arrays.items()
+    if not key.startswith(_CLASSIFIERS[kind]) and not key.endswith("num_batches_tracked")
   }
   variables = {
-      _torch_key(p): (p, v) for p, v in nnx.to_flat_state(nnx.state(model, nnx.Not(nnx.RngState)))
-      if str(p[0]) not in _JAXRANK_ONLY[kind]
+    _torch_key(p): (p, v)
+    for p, v in nnx.to_flat_state(nnx.state(model, nnx.Not(nnx.RngState)))
+    if str(p[0]) not in _JAXRANK_ONLY[kind]
   }
   checks.check_same_layout(
-      "load_pytorch_weights", path, kind.__name__,
-      {key: tuple(value.shape) for key, value in arrays.items()},
-      {key: _torch_shape(tuple(variable.shape), p) for key, (p, variable) in variables.items()})
+    "load_pytorch_weights",
+    path,
+    kind.__name__,
+    {key: tuple(value.shape) for key, value in arrays.items()},
+    {key: _torch_shape(tuple(variable.shape), p) for key, (p, variable) in variables.items()},
+  )
   flat = [
-      (p, jnp.asarray(_to_jax_layout(arrays[key], p), dtype=variable.dtype))
-      for key, (p, variable) in variables.items()
+    (p, jnp.asarray(_to_jax_layout(arrays[key], p), dtype=variable.dtype))
+    for key, (p, variable) in variables.items()
   ]
   nnx.update(model, nnx.from_flat_state(flat))
 
@@ -224,4 +244,3 @@ def _torch_shape(shape: tuple[int, ...], path: tuple) -> tuple[int, ...]:
   if path[-1] == "kernel" and len(shape) == 2:
     return shape[::-1]
   return shape
-

@@ -31,14 +31,13 @@ class LossFn(Protocol):
   """A list-level loss: `loss(scores, labels, *, where=None, reduce_fn=jnp.mean, ...)`."""
 
   def __call__(
-      self,
-      scores: jax.typing.ArrayLike,
-      labels: jax.typing.ArrayLike,
-      *,
-      where: jax.typing.ArrayLike | None = None,
-      reduce_fn: ReduceFn = ...,
-  ) -> jax.Array:
-    ...
+    self,
+    scores: jax.typing.ArrayLike,
+    labels: jax.typing.ArrayLike,
+    *,
+    where: jax.typing.ArrayLike | None = None,
+    reduce_fn: ReduceFn = ...,
+  ) -> jax.Array: ...
 
 
 MetricFn = LossFn

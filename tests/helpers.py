@@ -43,8 +43,8 @@ def assert_binned_loss_input_errors(fn, *, where_match=None, bins="num_bins"):
 def metrics_of_lists(scores, relevance, where, ks):
   """evaluate_retrieval's metrics from the list-level metrics on `batch_retrieval` lists."""
   out = {
-      f"recall@{k}": float(jaxrank.recall_at_k_metric(scores, relevance, where=where, topn=k))
-      for k in ks
+    f"recall@{k}": float(jaxrank.recall_at_k_metric(scores, relevance, where=where, topn=k))
+    for k in ks
   }
   out["map@r"] = float(jaxrank.map_at_r_metric(scores, relevance, where=where))
   out["map"] = float(jaxrank.ap_metric(scores, relevance, where=where))

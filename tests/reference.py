@@ -92,8 +92,9 @@ def _count_relevant(ranked: Sequence[float], missed: Sequence[float] = ()) -> in
   return sum(1 for y in list(ranked) + list(missed) if _is_relevant(y))
 
 
-def ranking_ap(ranked: Sequence[float], missed: Sequence[float] = (), topn: int | None = None
-               ) -> float:
+def ranking_ap(
+  ranked: Sequence[float], missed: Sequence[float] = (), topn: int | None = None
+) -> float:
   num_relevant = _count_relevant(ranked, missed)
   if num_relevant == 0:
     return 0.0
@@ -123,24 +124,27 @@ def ranking_recall_at_k(ranked: Sequence[float], topn: int, missed: Sequence[flo
   return 1.0 if any(_is_relevant(y) for y in ranked[:topn]) else 0.0
 
 
-def ranking_relevant_fraction_at_k(ranked: Sequence[float], topn: int,
-                                   missed: Sequence[float] = ()) -> float:
+def ranking_relevant_fraction_at_k(
+  ranked: Sequence[float], topn: int, missed: Sequence[float] = ()
+) -> float:
   num_relevant = _count_relevant(ranked, missed)
   if num_relevant == 0:
     return 0.0
   return sum(1 for y in ranked[:topn] if _is_relevant(y)) / num_relevant
 
 
-def ranking_precision_at_k(ranked: Sequence[float], topn: int, missed: Sequence[float] = ()
-                           ) -> float:
+def ranking_precision_at_k(
+  ranked: Sequence[float], topn: int, missed: Sequence[float] = ()
+) -> float:
   if not ranked:
     return 0.0
   hits = sum(1 for y in ranked[:topn] if _is_relevant(y))
   return hits / min(topn, len(ranked))
 
 
-def ranking_mrr(ranked: Sequence[float], missed: Sequence[float] = (), topn: int | None = None
-                ) -> float:
+def ranking_mrr(
+  ranked: Sequence[float], missed: Sequence[float] = (), topn: int | None = None
+) -> float:
   for rank, y in enumerate(ranked, start=1):
     if topn is not None and rank > topn:
       break
@@ -162,13 +166,15 @@ def _dcg(gains: Sequence[float], topn: int | None) -> float:
   return total
 
 
-def ranking_dcg(ranked: Sequence[float], missed: Sequence[float] = (), topn: int | None = None
-                ) -> float:
+def ranking_dcg(
+  ranked: Sequence[float], missed: Sequence[float] = (), topn: int | None = None
+) -> float:
   return _dcg([_gain(y) for y in ranked], topn)
 
 
-def ranking_ndcg(ranked: Sequence[float], missed: Sequence[float] = (), topn: int | None = None
-                 ) -> float:
+def ranking_ndcg(
+  ranked: Sequence[float], missed: Sequence[float] = (), topn: int | None = None
+) -> float:
   ideal = _dcg(sorted((_gain(y) for y in list(ranked) + list(missed)), reverse=True), topn)
   if ideal == 0:
     return 0.0
@@ -296,8 +302,9 @@ def per_list(metric: Callable[..., float], scores, labels, where=None, **kwargs)
   return out
 
 
-def per_segment(metric: Callable[..., float], scores, labels, where=None, *, segments,
-                **kwargs) -> np.ndarray:
+def per_segment(
+  metric: Callable[..., float], scores, labels, where=None, *, segments, **kwargs
+) -> np.ndarray:
   """A list-level reference metric on segmented rows: `[..., n]`, the value of each segment at the
   position of its first valid item, 0 everywhere else (jaxrank's and rax's `segments`).
 
@@ -315,7 +322,8 @@ def per_segment(metric: Callable[..., float], scores, labels, where=None, *, seg
       items = np.flatnonzero((segments[idx] == segment) & where[idx])
       if len(items):
         out[idx + (items[0],)] = metric(
-            scores[idx][items], labels[idx][items], np.ones(len(items), bool), **kwargs)
+          scores[idx][items], labels[idx][items], np.ones(len(items), bool), **kwargs
+        )
   return out
 
 

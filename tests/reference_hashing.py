@@ -88,7 +88,7 @@ def discount_sum(a: float, b: float, *, terms: int = 100_000) -> float:
   # the width's last digits at this magnitude).
   start = terms + 0.5 + a
   tail, _ = integrate.quad(
-      lambda s: discount(start + s), 0.0, b - a, epsabs=0.0, epsrel=1e-13, limit=200
+    lambda s: discount(start + s), 0.0, b - a, epsabs=0.0, epsrel=1e-13, limit=200
   )
   return float(head + tail)
 
@@ -137,9 +137,10 @@ def paper_ap_r_term(p, n, big_p, big_n, num_relevant) -> float:
     return 0.0
   log_ratio = math.inf if big_n == 0 else math.log((big_n + n) / big_n)
   slope = (p - 1) / (n - 1)
-  return p * (p - 1) / (num_relevant * (n - 1)) + p / (n * num_relevant) * (
-      big_p + 1 - slope * (big_n + 1)
-  ) * log_ratio
+  return (
+    p * (p - 1) / (num_relevant * (n - 1))
+    + p / (n * num_relevant) * (big_p + 1 - slope * (big_n + 1)) * log_ratio
+  )
 
 
 def ap_s_term(p, n, big_p, big_n, num_relevant) -> float:
@@ -164,7 +165,7 @@ def _ap_estimate(term, scores, labels, where=None, *, num_bins=20, num_bits=None
   if any(math.isnan(s) for s, _ in items):
     return math.nan
   h_pos, h = binned(
-      scores, labels, where, num_bins=num_bins, num_bits=num_bits, weight=lambda y: float(y >= 1)
+    scores, labels, where, num_bins=num_bins, num_bits=num_bits, weight=lambda y: float(y >= 1)
   )
   return _sum_over_bins(term, h_pos, h, num_relevant)
 
@@ -198,8 +199,10 @@ def map_t(scores, labels, where=None, *, num_bins=20) -> float:
   for m in range(num_bins):
     q = quantized(m)
     before = [quantized(k) for k in range(m)]
-    numerator = 1 + sum(a * b for a, b in zip(q, y)) + 2 * sum(
-        sum(a * b for a, b in zip(qk, y)) for qk in before
+    numerator = (
+      1
+      + sum(a * b for a, b in zip(q, y))
+      + 2 * sum(sum(a * b for a, b in zip(qk, y)) for qk in before)
     )
     denominator = 1 + sum(q) + 2 * sum(sum(qk) for qk in before)
     recall_step = sum(a * b for a, b in zip(q, y)) / num_relevant
@@ -318,10 +321,10 @@ def hamming_ap_t(distances, labels, where=None, *, num_bits) -> float:
   if num_relevant == 0:
     return 0.0
   h_pos, h = hamming_counts(
-      distances, labels, where, num_bits=num_bits, weight=lambda y: float(y >= 1)
+    distances, labels, where, num_bits=num_bits, weight=lambda y: float(y >= 1)
   )
   return _sum_over_bins(
-      lambda p, n, bp, bn, r: ap_t_term(int(p), n, int(bp), int(bn), r), h_pos, h, num_relevant
+    lambda p, n, bp, bn, r: ap_t_term(int(p), n, int(bp), int(bn), r), h_pos, h, num_relevant
   )
 
 

@@ -75,7 +75,7 @@ def _log_one_plus_sum_exp(exponents) -> float:
 
 
 def multi_similarity_loss(
-    scores, labels, where=None, *, alpha=2.0, beta=50.0, base=0.5, epsilon=None
+  scores, labels, where=None, *, alpha=2.0, beta=50.0, base=0.5, epsilon=None
 ) -> float:
   """1/alpha log(1 + sum_P' e^{-alpha (s - base)}) + 1/beta log(1 + sum_N' e^{beta (s - base)}).
 
@@ -89,8 +89,8 @@ def multi_similarity_loss(
     lowest_positive = min(positives)
     highest_negative = max(negatives) if negatives else -math.inf
     positives, negatives = (
-        [s for s in positives if s - epsilon < highest_negative],
-        [s for s in negatives if s + epsilon > lowest_positive],
+      [s for s in positives if s - epsilon < highest_negative],
+      [s for s in negatives if s + epsilon > lowest_positive],
     )
   pos = _log_one_plus_sum_exp([-alpha * (s - base) for s in positives]) / alpha
   neg = _log_one_plus_sum_exp([beta * (s - base) for s in negatives]) / beta

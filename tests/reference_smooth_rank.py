@@ -47,7 +47,7 @@ def supap_negative_step(t: float, temperature: float, rho: float, delta: float) 
 
 
 def smooth_rank_ap(
-    scores, labels, where=None, *, h_pos: Callable[[float], float], h_neg: Callable[[float], float]
+  scores, labels, where=None, *, h_pos: Callable[[float], float], h_neg: Callable[[float], float]
 ) -> float:
   """(1/|P|) sum_k rank+(k) / (rank+(k) + rank-(k)) with the given steps (eq. 3 and 5)."""
   items = _items(scores, labels, where)
@@ -100,8 +100,16 @@ def calibration_loss(scores, labels, where=None, *, alpha=0.9, beta=0.6) -> floa
 
 
 def roadmap_loss(
-    scores, labels, where=None, *, calibration_weight=0.5, temperature=0.01, rho=100.0, delta=0.05,
-    alpha=0.9, beta=0.6
+  scores,
+  labels,
+  where=None,
+  *,
+  calibration_weight=0.5,
+  temperature=0.01,
+  rho=100.0,
+  delta=0.05,
+  alpha=0.9,
+  beta=0.6,
 ) -> float:
   """Eq. 2: (1 - calibration_weight) SupAP + calibration_weight calibration."""
   supap = supap_loss(scores, labels, where, temperature=temperature, rho=rho, delta=delta)

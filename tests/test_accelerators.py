@@ -65,16 +65,28 @@ EVALUATION_TEMPORARIES = 2 * 64 * 4096 * 4
 def analyses() -> dict[tuple[str, str, str], dict]:
   """(target, kind, step) -> the compiled program's analysis, from one subprocess."""
   assert PYTHON.exists(), (
-      f"{PYTHON} is missing: `make .venv-accel` installs the compile-only accelerators "
-      "(`make test` does it first)."
+    f"{PYTHON} is missing: `make .venv-accel` installs the compile-only accelerators "
+    "(`make test` does it first)."
   )
   out = REPO / ".pytest_cache" / "accelerators.json"
   out.parent.mkdir(exist_ok=True)
   env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
   done = subprocess.run(
-      [str(PYTHON), "-m", "experiments.benchmarks.accelerators", "--batch", str(BATCH),
-       "--json", str(out)],
-      cwd=REPO, env=env, capture_output=True, text=True, timeout=1500, check=False,
+    [
+      str(PYTHON),
+      "-m",
+      "experiments.benchmarks.accelerators",
+      "--batch",
+      str(BATCH),
+      "--json",
+      str(out),
+    ],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=1500,
+    check=False,
   )
   assert done.returncode == 0, done.stderr[-5000:]
   return {(r["target"], r["kind"], r["step"]): r for r in json.loads(out.read_text())}
@@ -96,7 +108,9 @@ def test_no_host_callback_in_any_accelerator_program(analyses):
 def test_v5e_step_stays_within_its_multiples_of_the_floor(analyses, step):
   floor, a, bound = analyses["v5e", "step", "floor"], analyses["v5e", "step", step], BOUNDS[step]
   assert a["bytes"] is not None and a["bytes"] <= bound.bytes * floor["bytes"], (
-      step, a["bytes"] / floor["bytes"])
+    step,
+    a["bytes"] / floor["bytes"],
+  )
   assert a["temporaries"] <= bound.squares * SQUARE, (step, a["temporaries"] / SQUARE)
 
 
@@ -107,14 +121,18 @@ def test_v5e_estimate_is_countable_and_within_its_multiple(analyses, step):
   floor, a = analyses["v5e", "step", "floor"], analyses["v5e", "step", step]
   assert a["estimate"] is not None, step
   assert a["estimate"] <= BOUNDS[step].estimate * floor["estimate"], (
-      step, a["estimate"] / floor["estimate"])
+    step,
+    a["estimate"] / floor["estimate"],
+  )
 
 
 @pytest.mark.parametrize("step", STEPS[1:])
 def test_h100_temporaries_stay_within_their_multiple_of_the_floor(analyses, step):
   floor, a = analyses["h100", "step", "floor"], analyses["h100", "step", step]
   assert a["temporaries"] <= BOUNDS[step].h100 * floor["temporaries"], (
-      step, a["temporaries"] / floor["temporaries"])
+    step,
+    a["temporaries"] / floor["temporaries"],
+  )
 
 
 @pytest.mark.parametrize("step", STEPS[1:])
@@ -126,7 +144,9 @@ def test_sharded_step_needs_no_more_per_chip_than_one_chip(analyses, step):
   one, split = analyses["v5e", "step", step], analyses["v5e", "sharded", step]
   assert split["temporaries"] <= one["temporaries"] + 2 * BATCH * DIM * 4, step
   assert split["estimate"] is not None and split["estimate"] <= 1.25 * one["estimate"], (
-      step, split["estimate"] / one["estimate"])
+    step,
+    split["estimate"] / one["estimate"],
+  )
 
 
 @pytest.mark.parametrize("target", ["v5e", "h100"])

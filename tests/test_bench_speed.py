@@ -72,7 +72,8 @@ def test_breakdown_is_printed_by_default_and_can_be_skipped(monkeypatch, capsys)
   speed.main()
   assert calls == ["loss", "where", "cost", "compile"]
   calls.clear()
-  monkeypatch.setattr("sys.argv", ["speed", "--skip-breakdown", "--skip-compile-table",
-                                   "--skip-cost"])
+  monkeypatch.setattr(
+    "sys.argv", ["speed", "--skip-breakdown", "--skip-compile-table", "--skip-cost"]
+  )
   speed.main()
   assert calls == ["loss"]

@@ -49,8 +49,9 @@ def np_ap_loss_and_grad(y, labels, where, interpolation, margin, cotangent=1.0):
     return 0.0, np.zeros(len(y)), False
   shifted = np_shift(y[valid], relevant, margin)
   rk = np_ranks(shifted)
-  rk_pos = np.array([sum(relevant[j] and rk[j] <= rk[i] for j in range(len(rk)))
-                     for i in range(len(rk))])
+  rk_pos = np.array(
+    [sum(relevant[j] and rk[j] <= rk[i] for j in range(len(rk))) for i in range(len(rk))]
+  )
   p = relevant.sum()
   loss = 1 - np.sum(np.where(relevant, rk_pos / rk, 0)) / p
   d_rk = cotangent * np.where(relevant, rk_pos / rk**2, 0) / p  # rk_pos is a constant.
@@ -67,8 +68,10 @@ def np_recall_loss(y, labels, where, margin, weight_fn):
     return 0.0, False
   rk = np_ranks(np_shift(y, relevant, margin))
   # r_i: non-relevant items ranked above relevant item i (eq. 17).
-  outrun = [sum((not relevant[j]) and rk[j] < rk[i] for j in range(len(y)))
-            for i in np.flatnonzero(relevant)]
+  outrun = [
+    sum((not relevant[j]) and rk[j] < rk[i] for j in range(len(y)))
+    for i in np.flatnonzero(relevant)
+  ]
   return float(np.mean([weight_fn(r) for r in outrun])), True
 
 
@@ -100,19 +103,25 @@ def test_ranks_forward_and_both_sort_paths(ties, rank_branch):
 def nan_scores(dtype):
   """Lists with NaNs of both signs and several payloads among finite, infinite and tied scores,
   and the ranks documented for them: NaNs last, in the order of the list."""
-  scores = np.array([
+  scores = np.array(
+    [
       [0.3, np.nan, -np.inf, 0.0, -0.0, np.inf, -np.nan, 0.1],
       [np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan],
       [-np.nan, 0.5, 0.5, np.nan, -1.0, 0.5, np.nan, 2.0],
-  ], dtype)
+    ],
+    dtype,
+  )
   if dtype == np.float32:  # NaNs with other payloads (quiet, signalling bit patterns).
     bits = scores.view(np.uint32)
     bits[2, 3], bits[2, 6] = 0x7FC00123, 0xFF800001
-  want = np.array([
+  want = np.array(
+    [
       [2, 7, 6, 4, 5, 1, 8, 3],
       [1, 2, 3, 4, 5, 6, 7, 8],
       [6, 2, 3, 7, 5, 4, 8, 1],
-  ], dtype)
+    ],
+    dtype,
+  )
   return scores, want
 
 
@@ -125,8 +134,9 @@ def test_nan_scores_rank_last_on_both_sort_paths(dtype):
     np.testing.assert_array_equal(jax.jit(ranking.xla_descending_ranks)(scores), want)
   for branch in ranking.DESCENDING_RANKS_BRANCHES:
     with ranking.descending_ranks_branch(branch):
-      np.testing.assert_array_equal(jaxrank.blackbox_ranks(scores.astype(np.float32), 1.0),
-                                    want.astype(np.float32))
+      np.testing.assert_array_equal(
+        jaxrank.blackbox_ranks(scores.astype(np.float32), 1.0), want.astype(np.float32)
+      )
 
 
 def test_branch_is_chosen_at_trace_time_and_restored():
@@ -152,8 +162,10 @@ def test_branch_is_chosen_at_trace_time_and_restored():
   assert forced_vjp.count("sort[") == inner_vjp.count("pure_callback[") == 2  # Forward, backward.
   assert traced(ranking.descending_ranks) == default
   assert "platform_index" in vjp_traced()
-  with (pytest.raises(ValueError, match="descending_ranks_branch: branch must be one of"),
-        ranking.descending_ranks_branch("gpu")):
+  with (
+    pytest.raises(ValueError, match="descending_ranks_branch: branch must be one of"),
+    ranking.descending_ranks_branch("gpu"),
+  ):
     pass
 
 
@@ -210,14 +222,14 @@ def test_ap_loss_value_and_gradient_equal_the_reference(ties, interpolation, mar
   scores, labels, where = random_lists(3, (4, 9), ties)
   labels[0] = 0  # A list without positives is left out of the mean.
   value, grad = jax.value_and_grad(
-      lambda s: jaxrank.blackbox_ap_loss(s, labels, where=where, interpolation=interpolation,
-                                         margin=margin)
+    lambda s: jaxrank.blackbox_ap_loss(
+      s, labels, where=where, interpolation=interpolation, margin=margin
+    )
   )(jnp.asarray(scores))
   count = np.sum(np.any(where & (labels >= 1), axis=-1))
   results = [
-      np_ap_loss_and_grad(scores[i], labels[i], where[i], interpolation, margin,
-                          cotangent=1 / count)
-      for i in range(4)
+    np_ap_loss_and_grad(scores[i], labels[i], where[i], interpolation, margin, cotangent=1 / count)
+    for i in range(4)
   ]
   assert float(value) == pytest.approx(sum(loss for loss, _, d in results if d) / count, abs=1e-6)
   np.testing.assert_allclose(grad, np.stack([g for _, g, _ in results]), atol=1e-6)
@@ -232,12 +244,12 @@ def test_ap_loss_without_margin_is_the_exact_ap_loss(rank_branch):
 
 
 @pytest.mark.parametrize(
-    "weight_fn", [np.log1p, lambda r: np.log1p(np.log1p(r))], ids=["log", "log_log"]
+  "weight_fn", [np.log1p, lambda r: np.log1p(np.log1p(r))], ids=["log", "log_log"]
 )
 def test_recall_loss_equals_the_reference(weight_fn, rank_branch):
   scores, labels, where = random_lists(5, (4, 10))
   got = jaxrank.blackbox_recall_loss(
-      scores, labels, where=where, margin=0.05, weight_fn=weight_fn, reduce_fn=None
+    scores, labels, where=where, margin=0.05, weight_fn=weight_fn, reduce_fn=None
   )
   for i in range(4):
     want, _ = np_recall_loss(scores[i], labels[i], where[i], 0.05, weight_fn)
@@ -271,8 +283,9 @@ def np_recall_loss_grad(y, labels, interpolation, margin, dweight_fn):
   y, relevant = np.asarray(y, float), np.asarray(labels) >= 1
   shifted = np_shift(y, relevant, margin)
   rk = np_ranks(shifted)
-  outrun = np.array([sum((not relevant[j]) and rk[j] < rk[i] for j in range(len(y)))
-                     for i in range(len(y))])
+  outrun = np.array(
+    [sum((not relevant[j]) and rk[j] < rk[i] for j in range(len(y))) for i in range(len(y))]
+  )
   d_rk = np.where(relevant, dweight_fn(outrun), 0) / relevant.sum()
   return np_blackbox_backward(shifted, d_rk, interpolation * len(y))
 
@@ -290,8 +303,11 @@ def test_degenerate_lists_have_their_known_values(loss_fn, rank_branch):
 
   # Undefined lists (no positive, every item masked): 0 and a zero gradient. All positives: every
   # relevant item is above every other one, the loss is 0, and the perturbed order is unchanged.
-  for labels, where in (([0, 0, 0, 0], None), ([1, 0, 1, 0], jnp.zeros(4, bool)),
-                        ([1, 1, 1, 1], None)):
+  for labels, where in (
+    ([0, 0, 0, 0], None),
+    ([1, 0, 1, 0], jnp.zeros(4, bool)),
+    ([1, 1, 1, 1], None),
+  ):
     for scores in (tied, jnp.array([0.4, -0.2, 0.9, 0.1])):
       value, grad = value_and_grad(scores, labels, where)
       assert float(value) == 0.0
@@ -333,11 +349,15 @@ def test_both_sort_paths_give_the_same_values_and_gradients(loss_fn, interpolati
     with ranking.descending_ranks_branch(branch):
       for reduce_fn in (None, jnp.mean):
         # Labels passed traced: concrete labels would rank by counting (few relevant items).
-        f = lambda s, y: jnp.sum(loss_fn(s, y, where=where, interpolation=interpolation,
-                                         reduce_fn=reduce_fn))
+        f = lambda s, y: jnp.sum(
+          loss_fn(s, y, where=where, interpolation=interpolation, reduce_fn=reduce_fn)
+        )
         results.append(jax.jit(jax.value_and_grad(f))(scores, labels))
-      results.append(jax.jit(lambda s, y: loss_fn(s, y, where=where, interpolation=interpolation,
-                                                  reduce_fn=None))(scores, labels))
+      results.append(
+        jax.jit(
+          lambda s, y: loss_fn(s, y, where=where, interpolation=interpolation, reduce_fn=None)
+        )(scores, labels)
+      )
   half = len(results) // 2
   chex.assert_tree_all_finite(results)
   for numpy_result, xla_result in zip(results[:half], results[half:]):
@@ -387,8 +407,9 @@ def test_loss_errors():
 def test_hyperparameters_use_the_shared_checks():
   s, y = jnp.array([0.3, 0.2, 0.1]), jnp.array([1, 0, 1])
   # interpolation and margin are real numbers (a bool is not), checked whenever they are known.
-  with pytest.raises(TypeError,
-                     match="blackbox_ap_loss: interpolation must be a real number, got True"):
+  with pytest.raises(
+    TypeError, match="blackbox_ap_loss: interpolation must be a real number, got True"
+  ):
     jaxrank.blackbox_ap_loss(s, y, interpolation=True)
   with pytest.raises(TypeError, match="blackbox_recall_loss: margin must be a real number"):
     jaxrank.blackbox_recall_loss(s, y, margin=False)
@@ -396,18 +417,22 @@ def test_hyperparameters_use_the_shared_checks():
     jaxrank.blackbox_ranks(s, "1.0")
   with pytest.raises(ValueError, match="blackbox_ap_loss: interpolation must be > 0, got 0.0"):
     jaxrank.blackbox_ap_loss(s, y, interpolation=jnp.array(0.0))  # A known array is checked too.
-  with pytest.raises(ValueError,
-                     match=r"interpolation must be > 0, got -2.0 in an array of shape \(2,\)"):
-    jaxrank.blackbox_ap_loss(jnp.ones((2, 3)), jnp.ones((2, 3)),
-                             interpolation=jnp.array([1.0, -2.0]))
+  with pytest.raises(
+    ValueError, match=r"interpolation must be > 0, got -2.0 in an array of shape \(2,\)"
+  ):
+    jaxrank.blackbox_ap_loss(
+      jnp.ones((2, 3)), jnp.ones((2, 3)), interpolation=jnp.array([1.0, -2.0])
+    )
   with pytest.raises(ValueError, match="blackbox_ap_loss: margin must be >= 0, got nan"):
     jaxrank.blackbox_ap_loss(s, y, margin=float("nan"))
   # A traced value is the caller's: not checked.
   out = jax.jit(lambda v: jaxrank.blackbox_ap_loss(s, y, interpolation=v))(-1.0)
   assert out.shape == ()
   # Per-list interpolation keeps working.
-  assert jaxrank.blackbox_ap_loss(
-      jnp.ones((2, 3)), jnp.ones((2, 3)), interpolation=np.array([0.5, 2])) == 0
+  assert (
+    jaxrank.blackbox_ap_loss(jnp.ones((2, 3)), jnp.ones((2, 3)), interpolation=np.array([0.5, 2]))
+    == 0
+  )
   with pytest.raises(ValueError, match=r"blackbox_ranks: scores must have at least one axis"):
     jaxrank.blackbox_ranks(jnp.array(0.5), 1.0)
   with pytest.raises(TypeError, match="blackbox_recall_loss: weight_fn must be a function"):
@@ -420,10 +445,18 @@ def test_hyperparameters_use_the_shared_checks():
 
 def awkward_scores(rng, shape, ties):
   """Random or tied scores with NaNs, infinities and signed zeros sprinkled in."""
-  scores = (rng.integers(0, 3, shape).astype(np.float32) if ties
-            else rng.standard_normal(shape).astype(np.float32))
-  for value, share in ((np.nan, 0.08), (-np.nan, 0.04), (-np.inf, 0.08), (np.inf, 0.05),
-                       (-0.0, 0.08)):
+  scores = (
+    rng.integers(0, 3, shape).astype(np.float32)
+    if ties
+    else rng.standard_normal(shape).astype(np.float32)
+  )
+  for value, share in (
+    (np.nan, 0.08),
+    (-np.nan, 0.04),
+    (-np.inf, 0.08),
+    (np.inf, 0.05),
+    (-0.0, 0.08),
+  ):
     scores[rng.random(shape) < share] = value
   return scores
 
@@ -440,10 +473,11 @@ def test_blackbox_ranks_at_equals_the_gathered_blackbox_ranks(ties, rank_branch)
     interpolation = (rng.random(3) * 5 + 0.1).astype(np.float32)
     g = np.where(valid, rng.standard_normal((3, k)), 0).astype(np.float32)
     sort, sort_vjp = jax.vjp(
-        lambda s: jnp.take_along_axis(jaxrank.blackbox_ranks(s, interpolation), indices, -1),
-        scores)
+      lambda s: jnp.take_along_axis(jaxrank.blackbox_ranks(s, interpolation), indices, -1), scores
+    )
     count, count_vjp = jax.vjp(
-        jax.jit(lambda s: ranking.blackbox_ranks_at(s, indices, valid, interpolation)), scores)
+      jax.jit(lambda s: ranking.blackbox_ranks_at(s, indices, valid, interpolation)), scores
+    )
     np.testing.assert_array_equal(np.where(valid, count, 0), np.where(valid, sort, 0))
     np.testing.assert_array_equal(count_vjp(g)[0], sort_vjp(g)[0])
 
@@ -503,13 +537,26 @@ def test_counting_path_equals_the_sort_path(loss_fn, rank_branch):
   for scores, labels, where in counting_cases():
     most = int(np.max(np.sum(where & (labels >= 1), axis=-1)))
     for reduce_fn in (None, jnp.mean):
-      def f(s, k, interpolation, margin, y=labels, reduce_fn=reduce_fn, where=where):
-        return jnp.sum(loss_fn(s, y, where=where, interpolation=interpolation, margin=margin,
-                               reduce_fn=reduce_fn, max_relevant=k))
 
-      traced = jax.jit(jax.value_and_grad(
-          lambda s, y, k, interpolation, margin: f(s, k, interpolation, margin, y)),
-                       static_argnums=2)
+      def f(s, k, interpolation, margin, y=labels, reduce_fn=reduce_fn, where=where):
+        return jnp.sum(
+          loss_fn(
+            s,
+            y,
+            where=where,
+            interpolation=interpolation,
+            margin=margin,
+            reduce_fn=reduce_fn,
+            max_relevant=k,
+          )
+        )
+
+      traced = jax.jit(
+        jax.value_and_grad(
+          lambda s, y, k, interpolation, margin: f(s, k, interpolation, margin, y)
+        ),
+        static_argnums=2,
+      )
       concrete = jax.jit(jax.value_and_grad(f), static_argnums=1)
       for hyperparameters in COUNTING_HYPERPARAMETERS:
         interpolation, margin = map(np.float32, hyperparameters)
@@ -535,15 +582,17 @@ def test_counting_path_on_random_tied_lists_and_under_vmap(loss_fn):
     labels = (rng.random(shape) < 0.4).astype(np.int32)
     where = rng.random(shape) < 0.85
     k = int(np.max(np.sum(where & (labels >= 1), axis=-1))) or 1
-    f = lambda s, y, k: loss_fn(s, y, where=where, interpolation=2.0, reduce_fn=jnp.sum,
-                                max_relevant=k)
+    f = lambda s, y, k: loss_fn(
+      s, y, where=where, interpolation=2.0, reduce_fn=jnp.sum, max_relevant=k
+    )
     want = jax.jit(jax.value_and_grad(f), static_argnums=2)(scores, labels, None)  # The sort.
     assert_same_path(jax.value_and_grad(f)(scores, labels, k), want)
     assert_same_path(jax.value_and_grad(f)(scores, labels, None), want)
     per_list = lambda s, y, w: loss_fn(s, y, where=w, interpolation=2.0, max_relevant=k)
     mapped = jax.vmap(jax.value_and_grad(per_list))(scores, labels, where)
-    single = jax.vmap(jax.value_and_grad(
-        lambda s, y, w: loss_fn(s, y, where=w, interpolation=2.0)))(scores, labels, where)
+    single = jax.vmap(
+      jax.value_and_grad(lambda s, y, w: loss_fn(s, y, where=w, interpolation=2.0))
+    )(scores, labels, where)
     assert_same_path(mapped, single)
 
 
@@ -559,8 +608,8 @@ def test_counting_path_on_batches_with_a_memory_gallery(loss_fn, rank_branch):
 
   def loss(e, g, k):
     scores, relevance, where = jaxrank.batch_retrieval(
-        e, labels, gallery_embeddings=g, gallery_labels=gallery_labels,
-        gallery_where=gallery_where)
+      e, labels, gallery_embeddings=g, gallery_labels=gallery_labels, gallery_where=gallery_where
+    )
     return loss_fn(scores, relevance, where=where, interpolation=1.0, max_relevant=k)
 
   # At most 2 in the batch and the class's valid gallery items.
@@ -591,7 +640,8 @@ def test_masked_items_rank_below_a_valid_minus_infinity(rank_branch, loss, max_r
   where = jnp.array([[True, True, False, True, True]])
   keep = np.flatnonzero(np.asarray(where[0]))
   f = lambda s, y, w: loss(  # noqa: E731
-      s, y, where=w, interpolation=0.5, max_relevant=max_relevant)
+    s, y, where=w, interpolation=0.5, max_relevant=max_relevant
+  )
   padded, grad = jax.jit(jax.value_and_grad(f))(scores, labels, where)
   want, want_grad = jax.jit(jax.value_and_grad(f))(scores[:, keep], labels[:, keep], where[:, keep])
   np.testing.assert_array_equal(padded, want)
@@ -613,18 +663,23 @@ def test_a_list_beyond_max_relevant_is_nan_with_a_zero_gradient(loss_fn, rank_br
     beyond = counts > k
     assert beyond.any() and not beyond.all()
     for reduce_fn in (None, jnp.mean):
+
       def f(s, y, k):
-        return jnp.sum(loss_fn(s, y, where=where, interpolation=4.0, reduce_fn=reduce_fn,
-                               max_relevant=k))
+        return jnp.sum(
+          loss_fn(s, y, where=where, interpolation=4.0, reduce_fn=reduce_fn, max_relevant=k)
+        )
 
       want_value, want_grad = jax.jit(jax.value_and_grad(f), static_argnums=2)(scores, labels, None)
-      for value, grad in (jax.jit(jax.value_and_grad(f), static_argnums=2)(scores, labels, k),
-                          jax.value_and_grad(f)(scores, labels, k)):  # Traced, concrete labels.
+      for value, grad in (
+        jax.jit(jax.value_and_grad(f), static_argnums=2)(scores, labels, k),
+        jax.value_and_grad(f)(scores, labels, k),
+      ):  # Traced, concrete labels.
         assert np.isnan(float(value))
         np.testing.assert_array_equal(grad[beyond], 0)
         np.testing.assert_array_equal(grad[~beyond], want_grad[~beyond])
     per_list = lambda s, y, w, k: loss_fn(  # noqa: E731
-        s, y, where=w, interpolation=4.0, max_relevant=k, reduce_fn=None)
+      s, y, where=w, interpolation=4.0, max_relevant=k, reduce_fn=None
+    )
     got = jax.jit(per_list, static_argnums=3)(scores, labels, where, k)
     want = jax.jit(per_list, static_argnums=3)(scores, labels, where, None)
     np.testing.assert_array_equal(np.isnan(got), beyond | np.isnan(want))
@@ -646,7 +701,8 @@ def test_the_bound_is_read_from_concrete_labels_alike_under_jit_and_vmap(loss_fn
   labels[0] = 1  # One list of 11 relevant items: counted when concrete (COUNT_UP_TO = 16).
   where = rng.random((5, 11)) < 0.9
   assert blackbox.concrete_relevant_count(labels, where, scores.shape) == int(
-      np.max(np.sum(where & (labels >= 1), -1)))
+    np.max(np.sum(where & (labels >= 1), -1))
+  )
   assert blackbox.concrete_relevant_count(jnp.asarray(labels), None, scores.shape) == 11
 
   def f(s, y, w):
@@ -654,8 +710,9 @@ def test_the_bound_is_read_from_concrete_labels_alike_under_jit_and_vmap(loss_fn
 
   want = jax.jit(jax.value_and_grad(f))(scores, labels, where)  # Traced labels: the sort.
   chex.assert_trees_all_equal(jax.value_and_grad(f)(scores, labels, where), want)
-  chex.assert_trees_all_equal(jax.jit(jax.value_and_grad(lambda s: f(s, labels, where)))(scores),
-                              want)
+  chex.assert_trees_all_equal(
+    jax.jit(jax.value_and_grad(lambda s: f(s, labels, where)))(scores), want
+  )
   per_list = lambda s, y, w: loss_fn(s, y, where=w, interpolation=1.5)  # noqa: E731
   mapped = jax.vmap(jax.value_and_grad(per_list))(scores, labels, where)  # Traced: the sort.
   closed = jax.vmap(jax.value_and_grad(lambda s: per_list(s, labels[0], where[0])))(scores)

@@ -21,29 +21,30 @@ BLOCK = 4
 
 # Every in-batch loss of jaxrank, and two exact metrics (values only).
 LOSSES = {
-    "fastap": jaxrank.fastap_loss,
-    "soft_binning_ap": jaxrank.soft_binning_ap_loss,
-    "tie_aware_ap": functools.partial(jaxrank.tie_aware_ap_loss, num_bins=8),
-    "simplified_tie_aware_ap": functools.partial(jaxrank.simplified_tie_aware_ap_loss, num_bins=8),
-    "tie_aware_ndcg": functools.partial(jaxrank.tie_aware_ndcg_loss, num_bins=8),
-    "simplified_tie_aware_ndcg": functools.partial(
-        jaxrank.simplified_tie_aware_ndcg_loss, num_bins=8
-    ),
-    "blackbox_ap": jaxrank.blackbox_ap_loss,
-    "blackbox_recall": functools.partial(jaxrank.blackbox_recall_loss, interpolation=1.0),
-    "smoothap": functools.partial(jaxrank.smoothap_loss, temperature=0.05),
-    "smooth_rank_ap": functools.partial(
-        jaxrank.smooth_rank_ap_loss, positive_step_fn=jaxrank.heaviside_step,
-        negative_step_fn=jaxrank.sigmoid_step,
-    ),
-    "supap": jaxrank.supap_loss,
-    "calibration": jaxrank.calibration_loss,
-    "roadmap": jaxrank.roadmap_loss,
-    "contrastive": functools.partial(jaxrank.contrastive_loss, pos_margin=0.9, neg_margin=0.1),
-    "triplet": functools.partial(jaxrank.triplet_loss, margin=0.5),
-    # A mean over lists weighted by each one's number of non-zero triplets.
-    "triplet_all": functools.partial(jaxrank.triplet_loss, margin=0.5, mining="all"),
-    "multi_similarity": jaxrank.multi_similarity_loss,
+  "fastap": jaxrank.fastap_loss,
+  "soft_binning_ap": jaxrank.soft_binning_ap_loss,
+  "tie_aware_ap": functools.partial(jaxrank.tie_aware_ap_loss, num_bins=8),
+  "simplified_tie_aware_ap": functools.partial(jaxrank.simplified_tie_aware_ap_loss, num_bins=8),
+  "tie_aware_ndcg": functools.partial(jaxrank.tie_aware_ndcg_loss, num_bins=8),
+  "simplified_tie_aware_ndcg": functools.partial(
+    jaxrank.simplified_tie_aware_ndcg_loss, num_bins=8
+  ),
+  "blackbox_ap": jaxrank.blackbox_ap_loss,
+  "blackbox_recall": functools.partial(jaxrank.blackbox_recall_loss, interpolation=1.0),
+  "smoothap": functools.partial(jaxrank.smoothap_loss, temperature=0.05),
+  "smooth_rank_ap": functools.partial(
+    jaxrank.smooth_rank_ap_loss,
+    positive_step_fn=jaxrank.heaviside_step,
+    negative_step_fn=jaxrank.sigmoid_step,
+  ),
+  "supap": jaxrank.supap_loss,
+  "calibration": jaxrank.calibration_loss,
+  "roadmap": jaxrank.roadmap_loss,
+  "contrastive": functools.partial(jaxrank.contrastive_loss, pos_margin=0.9, neg_margin=0.1),
+  "triplet": functools.partial(jaxrank.triplet_loss, margin=0.5),
+  # A mean over lists weighted by each one's number of non-zero triplets.
+  "triplet_all": functools.partial(jaxrank.triplet_loss, margin=0.5, mining="all"),
+  "multi_similarity": jaxrank.multi_similarity_loss,
 }
 METRICS = {"ap_metric": jaxrank.ap_metric, "ndcg_metric": jaxrank.ndcg_metric}
 WEIGHTED = ["soft_binning_ap", "contrastive", "triplet", "triplet_all", "multi_similarity"]
@@ -61,9 +62,13 @@ def data(batch=B, gallery=M, seed=0, classes=4):
   gallery_embeddings = rng.standard_normal((gallery, D)) + centres[gallery_labels]
   gallery_where = np.ones(gallery, bool)
   gallery_where[:2] = False
-  return (jnp.asarray(embeddings, jnp.float32), jnp.asarray(labels),
-          jnp.asarray(gallery_embeddings, jnp.float32), jnp.asarray(gallery_labels),
-          jnp.asarray(gallery_where))
+  return (
+    jnp.asarray(embeddings, jnp.float32),
+    jnp.asarray(labels),
+    jnp.asarray(gallery_embeddings, jnp.float32),
+    jnp.asarray(gallery_labels),
+    jnp.asarray(gallery_where),
+  )
 
 
 def unblocked(loss_fn, include_self=False, similarity_fn=jaxrank.similarity.cosine):
@@ -72,7 +77,7 @@ def unblocked(loss_fn, include_self=False, similarity_fn=jaxrank.similarity.cosi
   def loss(embeddings, labels, **kwargs):
     weights = kwargs.pop("weights", None)
     scores, relevance, where = jaxrank.batch_retrieval(
-        embeddings, labels, include_self=include_self, similarity_fn=similarity_fn, **kwargs
+      embeddings, labels, include_self=include_self, similarity_fn=similarity_fn, **kwargs
     )
     extra = {} if weights is None else {"weights": weights}
     return loss_fn(scores, relevance, where=where, **extra)
@@ -87,8 +92,14 @@ def value_and_grads(fs, *args, **kwargs):
 
   def both(e, g):
     def one(f):
-      loss = lambda e, g: f(e, labels, gallery_embeddings=g, gallery_labels=gallery_labels,
-                            gallery_where=gallery_where, **kwargs)
+      loss = lambda e, g: f(
+        e,
+        labels,
+        gallery_embeddings=g,
+        gallery_labels=gallery_labels,
+        gallery_where=gallery_where,
+        **kwargs,
+      )
       return jax.value_and_grad(loss, argnums=(0, 1))(e, g)
 
     return [one(f) for f in fs]
@@ -169,8 +180,11 @@ def test_the_mean_is_over_the_valid_lists_of_every_block():
   labels = labels.at[:5].set(jnp.arange(100, 105))  # The first block has no valid list at all.
   weights = np.random.default_rng(4).random(B).astype(np.float32)
   scores, relevance, where = jaxrank.batch_retrieval(embeddings, labels)
-  values = np.asarray(jax.jit(functools.partial(jaxrank.soft_binning_ap_loss, reduce_fn=None))(
-      scores, relevance, where=where))
+  values = np.asarray(
+    jax.jit(functools.partial(jaxrank.soft_binning_ap_loss, reduce_fn=None))(
+      scores, relevance, where=where
+    )
+  )
   same_class = np.asarray(labels)[:, None] == np.asarray(labels)[None, :]
   valid = np.any(same_class & ~np.eye(B, dtype=bool), axis=1)  # A positive besides the query.
   want = np.sum(weights * values * valid) / np.sum(weights * valid)
@@ -199,7 +213,7 @@ def test_any_block_size_gives_the_same_value(block_size):
 
 
 @pytest.mark.parametrize(
-    "similarity_fn", [jaxrank.similarity.dot_product, lambda q, x: -jnp.abs(q @ x.T)]
+  "similarity_fn", [jaxrank.similarity.dot_product, lambda q, x: -jnp.abs(q @ x.T)]
 )
 def test_other_similarity_rules(similarity_fn):
   """A built-in rule (its items prepared once) and any other function of (queries, items)."""
@@ -307,12 +321,14 @@ def test_uses_blackbox_rank_reads_nested_jaxprs():
 
 
 @pytest.mark.parametrize(
-    "block_size, error, message",
-    [(0, ValueError, "block_size must be a positive int, got 0"),
-     (-3, ValueError, "block_size must be a positive int"),
-     (2.0, TypeError, "block_size must be a positive int, got 2.0"),
-     (True, TypeError, "block_size must be a positive int"),
-     (None, TypeError, "block_size must be a positive int, got None")],
+  "block_size, error, message",
+  [
+    (0, ValueError, "block_size must be a positive int, got 0"),
+    (-3, ValueError, "block_size must be a positive int"),
+    (2.0, TypeError, "block_size must be a positive int, got 2.0"),
+    (True, TypeError, "block_size must be a positive int"),
+    (None, TypeError, "block_size must be a positive int, got None"),
+  ],
 )
 def test_bad_block_sizes_are_clear_errors(block_size, error, message):
   with pytest.raises(error, match=re.escape(message)):
@@ -321,8 +337,9 @@ def test_bad_block_sizes_are_clear_errors(block_size, error, message):
 
 def test_sum_of_two_losses_is_refused():
   def two_means(scores, labels, *, where, reduce_fn):
-    return (jaxrank.supap_loss(scores, labels, where=where, reduce_fn=reduce_fn)
-            + jaxrank.calibration_loss(scores, labels, where=where, reduce_fn=reduce_fn))
+    return jaxrank.supap_loss(
+      scores, labels, where=where, reduce_fn=reduce_fn
+    ) + jaxrank.calibration_loss(scores, labels, where=where, reduce_fn=reduce_fn)
 
   embeddings, labels, *_ = data()
   with pytest.raises(ValueError, match="reduced over lists 2 times .a sum of losses.*roadmap_loss"):
@@ -360,6 +377,7 @@ def test_bad_inputs_are_the_errors_of_batch_retrieval():
     f(embeddings)
   with pytest.raises(ValueError, match="blocked_loss: weights have shape"):
     jaxrank.blocked_loss(jaxrank.triplet_loss, block_size=BLOCK)(
-        embeddings, labels, weights=jnp.ones((B, B)))
+      embeddings, labels, weights=jnp.ones((B, B))
+    )
   with pytest.raises(TypeError, match="blocked_loss: loss_fn must be a function"):
     jaxrank.blocked_loss("fastap", block_size=BLOCK)

@@ -93,11 +93,13 @@ def test_real_scalars_and_arrays():
   # scalar=False: arrays of any shape, every element checked; None returned for an array.
   assert checks.check_real("f", "strength", np.array([0.5, 2.0]), above=0, scalar=False) is None
   assert checks.check_real("f", "strength", 0.5, above=0, scalar=False) == 0.5
-  with pytest.raises(ValueError,
-                     match=r"strength must be > 0, got -1.0 in an array of shape \(2, 2\)"):
+  with pytest.raises(
+    ValueError, match=r"strength must be > 0, got -1.0 in an array of shape \(2, 2\)"
+  ):
     checks.check_real("f", "strength", jnp.array([[1.0, 2.0], [-1.0, 0.0]]), above=0, scalar=False)
-  with pytest.raises(TypeError,
-                     match="f: strength must be a real number, got an array of dtype bool"):
+  with pytest.raises(
+    TypeError, match="f: strength must be a real number, got an array of dtype bool"
+  ):
     checks.check_real("f", "strength", np.array([True, False]), scalar=False)
 
 
@@ -203,16 +205,16 @@ def test_callable():
 
 
 BAD_CALLS = [
-    lambda: checks.check_positive_int("my_fn", "k", True),
-    lambda: checks.check_int_at_least("my_fn", "k", 1.0, 2),
-    lambda: checks.check_real("my_fn", "t", "x"),
-    lambda: checks.check_floating("my_fn", "x", jnp.arange(3)),
-    lambda: checks.check_mask("my_fn", "where", jnp.arange(3), (3,)),
-    lambda: checks.check_int_labels("my_fn", "labels", np.zeros(3)),
-    lambda: checks.check_shape("my_fn", "x", np.ones(2), (3,)),
-    lambda: checks.check_callable("my_fn", "g", 1),
-    lambda: checks.check_lists("my_fn", jnp.ones(3), jnp.ones(2), None),
-    lambda: checks.check_list_weights("my_fn", jnp.ones(3), (2, 3), jnp.float32),
+  lambda: checks.check_positive_int("my_fn", "k", True),
+  lambda: checks.check_int_at_least("my_fn", "k", 1.0, 2),
+  lambda: checks.check_real("my_fn", "t", "x"),
+  lambda: checks.check_floating("my_fn", "x", jnp.arange(3)),
+  lambda: checks.check_mask("my_fn", "where", jnp.arange(3), (3,)),
+  lambda: checks.check_int_labels("my_fn", "labels", np.zeros(3)),
+  lambda: checks.check_shape("my_fn", "x", np.ones(2), (3,)),
+  lambda: checks.check_callable("my_fn", "g", 1),
+  lambda: checks.check_lists("my_fn", jnp.ones(3), jnp.ones(2), None),
+  lambda: checks.check_list_weights("my_fn", jnp.ones(3), (2, 3), jnp.float32),
 ]
 
 
@@ -225,13 +227,13 @@ def test_messages_start_with_the_function_name(call):
 def test_public_functions_name_themselves():
   s, y = jnp.array([0.3, 0.2]), jnp.array([1, 0])
   calls = {
-      "smoothap_loss": lambda: jaxrank.smoothap_loss(s, y, chunk_size=True),
-      "blackbox_ap_loss": lambda: jaxrank.blackbox_ap_loss(s, y, interpolation=True),
-      "chunked_value_and_grad": lambda: jaxrank.chunked_value_and_grad(
-          lambda p, x: x, jnp.sum, chunk_size=True
-      ),
-      "memory.init": lambda: jaxrank.memory.init(True, 2),
-      "class_balancing_weights": lambda: jaxrank.class_balancing_weights(y, where=y),
+    "smoothap_loss": lambda: jaxrank.smoothap_loss(s, y, chunk_size=True),
+    "blackbox_ap_loss": lambda: jaxrank.blackbox_ap_loss(s, y, interpolation=True),
+    "chunked_value_and_grad": lambda: jaxrank.chunked_value_and_grad(
+      lambda p, x: x, jnp.sum, chunk_size=True
+    ),
+    "memory.init": lambda: jaxrank.memory.init(True, 2),
+    "class_balancing_weights": lambda: jaxrank.class_balancing_weights(y, where=y),
   }
   for name, call in calls.items():
     with pytest.raises(TypeError, match=f"^{re.escape(name)}: "):
@@ -264,30 +266,50 @@ def test_sharded_loss_checks_its_inputs():
 
 _S, _Y = jnp.array([[0.3, 0.2, -0.1]]), jnp.array([[1, 0, 1]])
 HYPERPARAMETERS = [
-    ("smoothap_loss", "temperature", -0.2, lambda v: jaxrank.smoothap_loss(_S, _Y, temperature=v)),
-    ("sigmoid_step", "temperature", 0.0, lambda v: jaxrank.sigmoid_step(_S, temperature=v)),
-    ("supap_loss", "temperature", 0.0, lambda v: jaxrank.supap_loss(_S, _Y, temperature=v)),
-    ("supap_loss", "rho", -0.2, lambda v: jaxrank.supap_loss(_S, _Y, rho=v)),
-    ("supap_negative_step", "delta", -0.2, lambda v: jaxrank.supap_negative_step(_S, delta=v)),
-    ("roadmap_loss", "calibration_weight", -0.2,
-     lambda v: jaxrank.roadmap_loss(_S, _Y, calibration_weight=v)),
-    ("roadmap_loss", "calibration_weight", 1.5,
-     lambda v: jaxrank.roadmap_loss(_S, _Y, calibration_weight=v)),
-    ("calibration_loss", "alpha", 0.5, lambda v: jaxrank.calibration_loss(_S, _Y, alpha=v)),
-    ("blackbox_ap_loss", "interpolation", 0.0,
-     lambda v: jaxrank.blackbox_ap_loss(_S, _Y, interpolation=v)),
-    ("blackbox_recall_loss", "margin", -0.2,
-     lambda v: jaxrank.blackbox_recall_loss(_S, _Y, margin=v)),
-    ("blackbox_ranks", "interpolation", -0.2, lambda v: jaxrank.blackbox_ranks(_S, v)),
-    ("tanh_scale", "growth", 0.5, lambda v: jaxrank.hashing.tanh_scale(3, growth=v, every=2)),
-    ("soft_binning_ap_loss", "weights", -0.2,
-     lambda v: jaxrank.soft_binning_ap_loss(_S, _Y, weights=v)),
+  ("smoothap_loss", "temperature", -0.2, lambda v: jaxrank.smoothap_loss(_S, _Y, temperature=v)),
+  ("sigmoid_step", "temperature", 0.0, lambda v: jaxrank.sigmoid_step(_S, temperature=v)),
+  ("supap_loss", "temperature", 0.0, lambda v: jaxrank.supap_loss(_S, _Y, temperature=v)),
+  ("supap_loss", "rho", -0.2, lambda v: jaxrank.supap_loss(_S, _Y, rho=v)),
+  ("supap_negative_step", "delta", -0.2, lambda v: jaxrank.supap_negative_step(_S, delta=v)),
+  (
+    "roadmap_loss",
+    "calibration_weight",
+    -0.2,
+    lambda v: jaxrank.roadmap_loss(_S, _Y, calibration_weight=v),
+  ),
+  (
+    "roadmap_loss",
+    "calibration_weight",
+    1.5,
+    lambda v: jaxrank.roadmap_loss(_S, _Y, calibration_weight=v),
+  ),
+  ("calibration_loss", "alpha", 0.5, lambda v: jaxrank.calibration_loss(_S, _Y, alpha=v)),
+  (
+    "blackbox_ap_loss",
+    "interpolation",
+    0.0,
+    lambda v: jaxrank.blackbox_ap_loss(_S, _Y, interpolation=v),
+  ),
+  (
+    "blackbox_recall_loss",
+    "margin",
+    -0.2,
+    lambda v: jaxrank.blackbox_recall_loss(_S, _Y, margin=v),
+  ),
+  ("blackbox_ranks", "interpolation", -0.2, lambda v: jaxrank.blackbox_ranks(_S, v)),
+  ("tanh_scale", "growth", 0.5, lambda v: jaxrank.hashing.tanh_scale(3, growth=v, every=2)),
+  (
+    "soft_binning_ap_loss",
+    "weights",
+    -0.2,
+    lambda v: jaxrank.soft_binning_ap_loss(_S, _Y, weights=v),
+  ),
 ]
 FORMS = {
-    "python": float,
-    "jax": jnp.array,
-    "numpy_scalar": np.float32,
-    "numpy_0d": np.array,
+  "python": float,
+  "jax": jnp.array,
+  "numpy_scalar": np.float32,
+  "numpy_0d": np.array,
 }
 
 
@@ -348,7 +370,7 @@ def test_in_range_allows_rounding_only():
   # Under grad outside jit the mask is known but the values are not: the count is reported.
   with pytest.raises(ValueError, match=r"got 2 valid values outside it\."):
     jax.grad(lambda s: checks.check_in_range("f", "s", s, where, -1.0, 1.0) or jnp.sum(s))(
-        jnp.array([2.0, 3.0, 0.0])
+      jnp.array([2.0, 3.0, 0.0])
     )
 
 
@@ -374,8 +396,11 @@ def test_labels_and_mask_broadcast_to_the_scores(name):
 
 
 def test_labels_that_do_not_broadcast_to_the_scores():
-  with pytest.raises(ValueError, match=r"^ap_metric: labels have shape \(2, 1, 3\) but scores have "
-                     r"shape \(2, 3\); they must be equal or broadcast to it"):
+  with pytest.raises(
+    ValueError,
+    match=r"^ap_metric: labels have shape \(2, 1, 3\) but scores have "
+    r"shape \(2, 3\); they must be equal or broadcast to it",
+  ):
     jaxrank.ap_metric(jnp.ones((2, 3)), jnp.ones((2, 1, 3)))
   with pytest.raises(ValueError, match=r"labels have shape \(2,\) but scores have shape \(2, 3\)"):
     jaxrank.ap_metric(jnp.ones((2, 3)), jnp.ones(2))
@@ -388,25 +413,48 @@ _S = jnp.array([[0.5, 0.9, -0.2, 0.1], [0.3, -0.4, 0.8, 0.0]])
 _Y = jnp.array([[1, 0, 1, 0], [0, 1, 1, 0]])
 # name -> (function of one traced array, a bad value of it, a good value, the eager message).
 _TRACED = {
-    "range": (lambda s: jaxrank.fastap_loss(s, _Y), 2 * _S + 1, _S,
-              r"fastap_loss: scores must lie in \[-1, 1\]"),
-    "tie_aware_range": (lambda s: jaxrank.tie_aware_ap_loss(s, _Y), _S - 3, _S,
-                        r"tie_aware_ap_loss: scores must lie in"),
-    "weights": (lambda w: jaxrank.soft_binning_ap_loss(_S, _Y, weights=w),
-                jnp.array([1.0, -1.0]), jnp.array([1.0, 2.0]),
-                "soft_binning_ap_loss: weights must be non-negative"),
-    "graded_labels": (lambda y: jaxrank.ndcg_metric(_S, y),
-                      jnp.array([[2, 0, -1, 0], [0, 1, 1, 0]]), _Y,
-                      r"ndcg_metric: graded labels must be >= 0"),
-    "hamming": (lambda d: jaxrank.hamming_tie_aware_ap_metric(d, _Y, num_bits=4),
-                jnp.array([[0.0, 1.5, 2, 4], [1, 2, 3, 4]]),
-                jnp.array([[0.0, 1, 2, 4], [1, 2, 3, 4]]),
-                r"distances must be integers in \[0, num_bits\]"),
-    "hyperparameter": (lambda v: jaxrank.blackbox_ap_loss(_S, _Y, interpolation=v),
-                       jnp.float32(-1.0), jnp.float32(0.5),
-                       r"blackbox_ap_loss: interpolation must be > 0"),
-    "temperature": (lambda t: jaxrank.smoothap_loss(_S, _Y, temperature=t),
-                    jnp.float32(0.0), jnp.float32(0.01), r"smoothap_loss: temperature must be > 0"),
+  "range": (
+    lambda s: jaxrank.fastap_loss(s, _Y),
+    2 * _S + 1,
+    _S,
+    r"fastap_loss: scores must lie in \[-1, 1\]",
+  ),
+  "tie_aware_range": (
+    lambda s: jaxrank.tie_aware_ap_loss(s, _Y),
+    _S - 3,
+    _S,
+    r"tie_aware_ap_loss: scores must lie in",
+  ),
+  "weights": (
+    lambda w: jaxrank.soft_binning_ap_loss(_S, _Y, weights=w),
+    jnp.array([1.0, -1.0]),
+    jnp.array([1.0, 2.0]),
+    "soft_binning_ap_loss: weights must be non-negative",
+  ),
+  "graded_labels": (
+    lambda y: jaxrank.ndcg_metric(_S, y),
+    jnp.array([[2, 0, -1, 0], [0, 1, 1, 0]]),
+    _Y,
+    r"ndcg_metric: graded labels must be >= 0",
+  ),
+  "hamming": (
+    lambda d: jaxrank.hamming_tie_aware_ap_metric(d, _Y, num_bits=4),
+    jnp.array([[0.0, 1.5, 2, 4], [1, 2, 3, 4]]),
+    jnp.array([[0.0, 1, 2, 4], [1, 2, 3, 4]]),
+    r"distances must be integers in \[0, num_bits\]",
+  ),
+  "hyperparameter": (
+    lambda v: jaxrank.blackbox_ap_loss(_S, _Y, interpolation=v),
+    jnp.float32(-1.0),
+    jnp.float32(0.5),
+    r"blackbox_ap_loss: interpolation must be > 0",
+  ),
+  "temperature": (
+    lambda t: jaxrank.smoothap_loss(_S, _Y, temperature=t),
+    jnp.float32(0.0),
+    jnp.float32(0.01),
+    r"smoothap_loss: temperature must be > 0",
+  ),
 }
 
 

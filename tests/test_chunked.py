@@ -15,7 +15,6 @@ import jaxrank
 
 
 class MLP(nnx.Module):
-
   def __init__(self, rngs):
     self.hidden = nnx.Linear(12, 16, rngs=rngs)
     self.out = nnx.Linear(16, 6, rngs=rngs)
@@ -25,7 +24,6 @@ class MLP(nnx.Module):
 
 
 class CNN(nnx.Module):
-
   def __init__(self, rngs):
     self.conv = nnx.Conv(1, 4, kernel_size=(3, 3), rngs=rngs)
     self.norm = nnx.LayerNorm(4, rngs=rngs)
@@ -53,10 +51,10 @@ def in_batch(loss_fn):
 
 
 LOSSES = {
-    "fastap": in_batch(jaxrank.fastap_loss),
-    "smoothap": in_batch(functools.partial(jaxrank.smoothap_loss, temperature=0.05)),
-    "blackbox_ap": in_batch(jaxrank.blackbox_ap_loss),
-    "blackbox_recall": in_batch(functools.partial(jaxrank.blackbox_recall_loss, interpolation=1.0)),
+  "fastap": in_batch(jaxrank.fastap_loss),
+  "smoothap": in_batch(functools.partial(jaxrank.smoothap_loss, temperature=0.05)),
+  "blackbox_ap": in_batch(jaxrank.blackbox_ap_loss),
+  "blackbox_recall": in_batch(functools.partial(jaxrank.blackbox_recall_loss, interpolation=1.0)),
 }
 
 
@@ -139,7 +137,7 @@ def test_arguments_use_the_shared_checks():
 # The loss runs whole in one stage, so one loss suffices for the dense network; the convolutional
 # one (whose gradient is what the host loop is for) takes every loss.
 @pytest.mark.parametrize(
-    "model_name, loss_name", [("mlp", "fastap")] + [("cnn", name) for name in sorted(LOSSES)]
+  "model_name, loss_name", [("mlp", "fastap")] + [("cnn", name) for name in sorted(LOSSES)]
 )
 def test_host_chunked_equals_unchunked_with_uneven_last_chunk(model_name, loss_name):
   model = (MLP if model_name == "mlp" else CNN)(nnx.Rngs(0))
@@ -185,7 +183,7 @@ def test_host_chunked_pytree_inputs_and_errors():
     step(w, {"a": inputs["a"], "t": 1.0}, y)
   for bad in (True, 2.0, "2"):
     message = re.escape(
-        f"host_chunked_value_and_grad: chunk_size must be a positive int, got {bad!r}"
+      f"host_chunked_value_and_grad: chunk_size must be a positive int, got {bad!r}"
     )
     with pytest.raises(TypeError, match=message):
       jaxrank.host_chunked_value_and_grad(embed, loss, chunk_size=bad)

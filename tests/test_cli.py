@@ -45,15 +45,28 @@ ENDLESS = ["num_steps=100000", "eval_every=100000", "checkpoint_every=2", "log_e
 
 def _main(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
   return subprocess.run(
-      [sys.executable, "-m", "experiments.job.main", *args],
-      cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout, check=False,
+    [sys.executable, "-m", "experiments.job.main", *args],
+    cwd=ROOT,
+    env=ENV,
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+    check=False,
   )
 
 
 def _command(workdir: pathlib.Path, overrides=ENDLESS) -> list[str]:
   sets = [a for o in overrides for a in ("--set", o)]
-  return [sys.executable, "-m", "experiments.job.main", "--config", TINY, "--workdir", str(workdir),
-          *sets]
+  return [
+    sys.executable,
+    "-m",
+    "experiments.job.main",
+    "--config",
+    TINY,
+    "--workdir",
+    str(workdir),
+    *sets,
+  ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -71,8 +84,15 @@ def test_help_is_fast_lists_losses_and_fields_and_imports_neither_tensorflow_nor
       heavy = ("tensorflow", "jax", "jaxrank", "flax", "optax", "orbax")
       print("IMPORTED", sorted({m.split(".")[0] for m in sys.modules} & set(heavy)))
   """)
-  proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, capture_output=True,
-                        text=True, timeout=60, check=False)
+  proc = subprocess.run(
+    [sys.executable, "-c", code],
+    cwd=ROOT,
+    env=ENV,
+    capture_output=True,
+    text=True,
+    timeout=60,
+    check=False,
+  )
   assert proc.returncode == 0, proc.stderr
   assert "IMPORTED []" in proc.stdout
   for name in losses.SUMMARIES:
@@ -91,27 +111,42 @@ def test_the_loss_summaries_name_the_table():
 
 
 @pytest.mark.parametrize(
-    "arguments, message",
-    [
-        (["--set", "learning_rate=1e-3x"],
-         "--set learning_rate=1e-3x: learning_rate must be a float (default 0.001), got the "
-         "string '1e-3x'"),
-        (["--set", "shard=yes"], "shard must be True or False (default False), got the string"),
-        (["--set", "seed='0'"], "seed must be an int (default 0), got the string '0'"),
-        (["--set", "model_features=[4, 'x']"], "model_features must be a tuple of ints"),
-        (["--set", "nonsense=1"], "['nonsense'] are not fields of the config"),
-        (["--set", "loss"], "--set 'loss' must look like field=value"),
-        (["--config", DIGITS, "--set", "loss=smoothap"],
-         "--set loss=smoothap: the sweep of " + DIGITS + " sets loss in its runs fastap_40bins, "
-         "soft_binning_ap"),
-        (["--config", "experiments/job/configs/nonexistent.py"], "is not a file"),
-        # A hyperparameter that the loss rejects fails before anything runs, not at the first step.
-        (["--set", "loss_kwargs={'num_intervals': 1}"],
-         "config.loss_kwargs={'num_intervals': 1} cannot be used with loss 'fastap': fastap_loss: "
-         "num_intervals must be an int >= 2, got 1."),
-    ],
-    ids=["float", "bool", "int", "tuple", "unknown", "no_equals", "swept", "no_file",
-         "num_intervals"],
+  "arguments, message",
+  [
+    (
+      ["--set", "learning_rate=1e-3x"],
+      "--set learning_rate=1e-3x: learning_rate must be a float (default 0.001), got the "
+      "string '1e-3x'",
+    ),
+    (["--set", "shard=yes"], "shard must be True or False (default False), got the string"),
+    (["--set", "seed='0'"], "seed must be an int (default 0), got the string '0'"),
+    (["--set", "model_features=[4, 'x']"], "model_features must be a tuple of ints"),
+    (["--set", "nonsense=1"], "['nonsense'] are not fields of the config"),
+    (["--set", "loss"], "--set 'loss' must look like field=value"),
+    (
+      ["--config", DIGITS, "--set", "loss=smoothap"],
+      "--set loss=smoothap: the sweep of " + DIGITS + " sets loss in its runs fastap_40bins, "
+      "soft_binning_ap",
+    ),
+    (["--config", "experiments/job/configs/nonexistent.py"], "is not a file"),
+    # A hyperparameter that the loss rejects fails before anything runs, not at the first step.
+    (
+      ["--set", "loss_kwargs={'num_intervals': 1}"],
+      "config.loss_kwargs={'num_intervals': 1} cannot be used with loss 'fastap': fastap_loss: "
+      "num_intervals must be an int >= 2, got 1.",
+    ),
+  ],
+  ids=[
+    "float",
+    "bool",
+    "int",
+    "tuple",
+    "unknown",
+    "no_equals",
+    "swept",
+    "no_file",
+    "num_intervals",
+  ],
 )
 def test_a_bad_config_prints_one_line_exits_2_and_writes_nothing(tmp_path, arguments, message):
   workdir = tmp_path / "run"
@@ -128,12 +163,14 @@ def test_a_bad_config_prints_one_line_exits_2_and_writes_nothing(tmp_path, argum
 
 def test_every_run_of_a_sweep_is_checked_before_the_first_one_trains(tmp_path):
   config_file = tmp_path / "sweep.py"
-  config_file.write_text(textwrap.dedent(f"""
+  config_file.write_text(
+    textwrap.dedent(f"""
       from experiments.job import main
       get_config = main.load_config_module({TINY!r}).get_config
       def get_sweep():
         return {{"good": {{"loss": "smoothap"}}, "bad": {{"loss_kwargs": {{"num_intervals": 1}}}}}}
-  """))
+  """)
+  )
   workdir = tmp_path / "run"
   with pytest.raises(config_lib.ConfigError, match="run 'bad': config.loss_kwargs=.*num_intervals"):
     main_lib.run(str(config_file), str(workdir))
@@ -148,8 +185,9 @@ class _Run:
   """A training subprocess whose stderr lines are read as they come."""
 
   def __init__(self, command: list[str]):
-    self.proc = subprocess.Popen(command, cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
+    self.proc = subprocess.Popen(
+      command, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     self.lines: queue.Queue[str | None] = queue.Queue()
     self.stderr: list[str] = []
     threading.Thread(target=self._read, daemon=True).start()
@@ -217,8 +255,10 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_130_with_one_line(interrupted):
   workdir, stderr = interrupted
   assert len(stderr) == 1, stderr  # Nothing else: no traceback, no TensorFlow start-up lines.
   match = re.fullmatch(
-      r"experiments\.job\.main: fastap interrupted: step (\d+) is saved in (.*); rerun the same "
-      r"command to resume\.", stderr[0])
+    r"experiments\.job\.main: fastap interrupted: step (\d+) is saved in (.*); rerun the same "
+    r"command to resume\.",
+    stderr[0],
+  )
   assert match, stderr
   step = int(match[1])
   assert step >= 3 and match[2] == str(workdir / "checkpoints")
@@ -226,7 +266,8 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_130_with_one_line(interrupted):
 
 
 def test_a_rerun_names_an_unreadable_newest_checkpoint_and_resumes_from_the_one_before(
-    interrupted, tmp_path):
+  interrupted, tmp_path
+):
   workdir = tmp_path / "run"
   shutil.copytree(interrupted[0], workdir)
   *_, previous, newest = _steps(workdir / "checkpoints")
@@ -247,5 +288,6 @@ def test_a_rerun_names_an_unreadable_newest_checkpoint_and_resumes_from_the_one_
   assert not any("Traceback" in line for line in run.stderr), "\n".join(run.stderr)
   # Interrupted again: it saved where it got to, and says so in one line.
   assert returncode == 130
-  assert re.fullmatch(r"experiments\.job\.main: fastap interrupted: step \d+ is saved in .*",
-                      run.stderr[-1])
+  assert re.fullmatch(
+    r"experiments\.job\.main: fastap interrupted: step \d+ is saved in .*", run.stderr[-1]
+  )

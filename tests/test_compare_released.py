@@ -38,13 +38,15 @@ def fixture_released(tmp_path):
   (package / "__init__.py").write_text(_INIT)
   (package / "losses.py").write_text(_LOSS)
   return compare_released.import_released(
-      str(tmp_path), "fake_released_pkg.losses", skip_init=["fake_released_pkg"])
+    str(tmp_path), "fake_released_pkg.losses", skip_init=["fake_released_pkg"]
+  )
 
 
 def _ours(scale):
   def loss(x, labels):
     x = jnp.where(jnp.eye(*x.shape, dtype=bool), 0.0, x)
     return 1 - scale * jnp.sum((jnp.tanh(x) * 0.5 + 0.5) * labels) / labels.sum()
+
   return loss
 
 
@@ -56,27 +58,54 @@ def test_equal_and_differs_and_factor(released, dtype):
   theirs = lambda t: released.soft_ap_like_loss(t, torch.as_tensor(labels, dtype=t.dtype))
   # sigmoid(x / 0.5) = (tanh(x) + 1) / 2: the same function, written differently.
   equal = compare_released.compare(
-      "fake", "soft_ap_like_loss", "ours", "-", their_fn=theirs,
-      our_fn=lambda t: _ours(1.0)(t, jnp.asarray(labels, t.dtype)),
-      x=x, dtype=dtype)
+    "fake",
+    "soft_ap_like_loss",
+    "ours",
+    "-",
+    their_fn=theirs,
+    our_fn=lambda t: _ours(1.0)(t, jnp.asarray(labels, t.dtype)),
+    x=x,
+    dtype=dtype,
+  )
   assert equal.verdict == "equal", equal
   assert equal.value_diff < 1e-6 and equal.grad_diff < 1e-6
   # A loss off by a factor: the difference is reported, with its cause.
   off = compare_released.compare(
-      "fake", "soft_ap_like_loss", "ours", "-", their_fn=theirs,
-      our_fn=lambda t: _ours(1.01)(t, jnp.asarray(labels, t.dtype)), x=x, dtype=dtype,
-      why="a factor 1.01")
+    "fake",
+    "soft_ap_like_loss",
+    "ours",
+    "-",
+    their_fn=theirs,
+    our_fn=lambda t: _ours(1.01)(t, jnp.asarray(labels, t.dtype)),
+    x=x,
+    dtype=dtype,
+    why="a factor 1.01",
+  )
   assert off.verdict == "differs: a factor 1.01"
   assert off.value_diff > 1e-3 and off.grad_diff > 1e-4
   unexplained = compare_released.compare(
-      "fake", "t", "o", "-", their_fn=lambda t: 2 * theirs(t),
-      our_fn=lambda t: _ours(1.0)(t, jnp.asarray(labels, t.dtype)), x=x, dtype=dtype)
+    "fake",
+    "t",
+    "o",
+    "-",
+    their_fn=lambda t: 2 * theirs(t),
+    our_fn=lambda t: _ours(1.0)(t, jnp.asarray(labels, t.dtype)),
+    x=x,
+    dtype=dtype,
+  )
   assert unexplained.verdict == "differs: unexplained"
   # Their gradient twice too large, accounted for by grad_factor: equal gradients again.
   doubled = compare_released.compare(
-      "fake", "t", "o", "-", x=x, dtype=dtype, grad_factor=0.5,
-      their_fn=lambda t: theirs(t) + (theirs(t) - theirs(t).detach()),
-      our_fn=lambda t: _ours(1.0)(t, jnp.asarray(labels, t.dtype)))
+    "fake",
+    "t",
+    "o",
+    "-",
+    x=x,
+    dtype=dtype,
+    grad_factor=0.5,
+    their_fn=lambda t: theirs(t) + (theirs(t) - theirs(t).detach()),
+    our_fn=lambda t: _ours(1.0)(t, jnp.asarray(labels, t.dtype)),
+  )
   assert doubled.verdict == "equal", doubled
   # The shims are undone once their code has run.
   assert torch.Tensor.cuda is _CUDA and torch.heaviside is _HEAVISIDE
@@ -88,22 +117,38 @@ def test_equal_and_differs_and_factor(released, dtype):
 def test_their_code_failing_is_reported(released):
   del released
   row = compare_released.compare(
-      "fake", "t", "o", "-", their_fn=lambda t: t.sum() @ torch.ones(3),
-      our_fn=lambda t: t.sum(), x=np.ones((2, 2)), dtype="float32")
+    "fake",
+    "t",
+    "o",
+    "-",
+    their_fn=lambda t: t.sum() @ torch.ones(3),
+    our_fn=lambda t: t.sum(),
+    x=np.ones((2, 2)),
+    dtype="float32",
+  )
   assert row.verdict.startswith("not run: ") and np.isnan(row.value_diff)
 
 
 def test_run_skips_missing_clones_and_prints_one_table(released, tmp_path, capsys):
   def fake_comparison(root):
     assert root == str(tmp_path)
-    return [compare_released.compare(
-        "fake", "soft_ap_like_loss", "ours", "n=5", x=np.eye(2, 5) * 0.3, dtype="float64",
+    return [
+      compare_released.compare(
+        "fake",
+        "soft_ap_like_loss",
+        "ours",
+        "n=5",
+        x=np.eye(2, 5) * 0.3,
+        dtype="float64",
         their_fn=lambda t: released.soft_ap_like_loss(t, torch.ones_like(t)),
-        our_fn=lambda t: _ours(1.0)(t, jnp.ones_like(t)))]
+        our_fn=lambda t: _ours(1.0)(t, jnp.ones_like(t)),
+      )
+    ]
 
   rows = compare_released.run(
-      {"fake": str(tmp_path), "roadmap": None},
-      {"fake": fake_comparison, "roadmap": compare_released.compare_roadmap})
+    {"fake": str(tmp_path), "roadmap": None},
+    {"fake": fake_comparison, "roadmap": compare_released.compare_roadmap},
+  )
   out = capsys.readouterr().out
   assert "skipped --roadmap: clone https://github.com/elias-ramzi/ROADMAP" in out
   assert [r.verdict for r in rows] == ["equal"]

@@ -49,10 +49,26 @@ TINY = protocol.SIZES["tiny"]
 
 def _command(workdir: pathlib.Path, output: pathlib.Path) -> dict:
   done = subprocess.run(
-      [sys.executable, "-m", "experiments.comparison.main", "--size", "tiny", "--only",
-       "fastap_bins", "--workdir", str(workdir), "--output", str(output)],
-      cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
-      env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    [
+      sys.executable,
+      "-m",
+      "experiments.comparison.main",
+      "--size",
+      "tiny",
+      "--only",
+      "fastap_bins",
+      "--workdir",
+      str(workdir),
+      "--output",
+      str(output),
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    check=False,
+    env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+  )
   assert done.returncode == 0, done.stderr[-3000:]
   with open(workdir / "comparison.json") as f:
     return {**json.load(f), "stdout": done.stdout}
@@ -64,9 +80,17 @@ def smoke(tmp_path_factory):
   root = tmp_path_factory.mktemp("comparison")
   output = root / "RESULTS.md"
   other = results.EXPERIMENTS[1]
-  results.write(str(output), results.format_document({other.name: (
-      f"{results.BEGIN.format(other.name)}\n\n## {other.title}\n\nkept\n\n"
-      f"{results.END.format(other.name)}\n")}))
+  results.write(
+    str(output),
+    results.format_document(
+      {
+        other.name: (
+          f"{results.BEGIN.format(other.name)}\n\n## {other.title}\n\nkept\n\n"
+          f"{results.END.format(other.name)}\n"
+        )
+      }
+    ),
+  )
   first = _command(root / "work", output)
   second = _command(root / "work", output)
   return first, second, output.read_text()
@@ -78,10 +102,18 @@ def test_the_command_writes_a_section_that_parses(smoke):
   assert "kept" in sections[results.EXPERIMENTS[1].name]  # The other section is kept.
   section = sections[report.NAME]
   assert section.strip() == second["stdout"].strip()  # The section is also printed.
-  for expected in ("### Protocol", "held-out accuracy", "| fastap | num_intervals: 10, 20, 40, 80",
-                   "fine-tuning the pretrained backbone", "from scratch", "| 1 | untrained | 2/2",
-                   "| | raw_pixels |", "#### FastAP's number of histogram bins L",
-                   "**Reading: the claim", "python -m experiments.comparison.main"):
+  for expected in (
+    "### Protocol",
+    "held-out accuracy",
+    "| fastap | num_intervals: 10, 20, 40, 80",
+    "fine-tuning the pretrained backbone",
+    "from scratch",
+    "| 1 | untrained | 2/2",
+    "| | raw_pixels |",
+    "#### FastAP's number of histogram bins L",
+    "**Reading: the claim",
+    "python -m experiments.comparison.main",
+  ):
     assert expected in section, expected
   assert set(first["settings"]) == set(protocol.SETTINGS)
   assert first["settings"]["pretrained"]["chosen"].keys() == {"fastap"}
@@ -101,6 +133,7 @@ def test_a_rerun_trains_nothing(smoke):
 def test_a_name_that_is_no_loss_or_ablation_is_refused(capsys):
   with pytest.raises(SystemExit) as exit_info:
     from experiments.comparison import main  # pylint: disable=g-import-not-at-top
+
     main.main(["--size", "tiny", "--only", "fastap", "not_a_loss"])
   assert exit_info.value.code == main_lib.EXIT_CONFIG_ERROR
   assert "not_a_loss" in capsys.readouterr().err
@@ -119,8 +152,9 @@ C = [0.40, 0.61, 0.47, 0.66, 0.52]
 def test_interval_equals_scipy(values):
   mean, low, high = stats.interval(values)
   assert mean == pytest.approx(np.mean(values))
-  expected = scipy_stats.t.interval(0.95, len(values) - 1, loc=np.mean(values),
-                                    scale=scipy_stats.sem(values))
+  expected = scipy_stats.t.interval(
+    0.95, len(values) - 1, loc=np.mean(values), scale=scipy_stats.sem(values)
+  )
   assert (low, high) == pytest.approx(expected, rel=1e-10)
   assert math.isnan(stats.interval([0.5])[1])
 
@@ -284,39 +318,65 @@ def test_the_store_computes_each_config_once_and_records_divergence(tmp_path):
   diverged = store.result("a", dataclasses.replace(base, seed=2), compute)
   assert diverged["metrics"] is None and "step 3" in diverged["diverged"]
   assert run.Store(str(tmp_path)).result("a", dataclasses.replace(base, seed=2), compute) == (
-      diverged)
+    diverged
+  )
   assert (store.computed, store.reused, len(calls)) == (3, 1, 3)
 
 
 def _canned_output() -> dict:
   """What `run.run_comparison` returns, with made-up numbers, for the report's tests."""
   rng = np.random.default_rng(0)
-  seeds = lambda shift: [{"recall@1": 0.3 + shift + 0.01 * rng.standard_normal(),
-                          "map@r": 0.1 + shift} for _ in range(3)]
+  seeds = lambda shift: [
+    {"recall@1": 0.3 + shift + 0.01 * rng.standard_normal(), "map@r": 0.1 + shift} for _ in range(3)
+  ]
   result = {"metrics": {"recall@1": 0.4, "map@r": 0.12}, "diverged": None, "seconds": 1.0}
   settings: dict[str, dict[str, Any]] = {}
   for setting in protocol.SETTINGS:
-    trials = {loss: [{"trial": t, "result": result} for t in protocol.trials(loss, 2)]
-              for loss in protocol.LOSSES}
+    trials = {
+      loss: [{"trial": t, "result": result} for t in protocol.trials(loss, 2)]
+      for loss in protocol.LOSSES
+    }
     settings[setting] = {
-        "trials": trials, "chosen": {loss: trials[loss][1]["trial"] for loss in protocol.LOSSES},
-        "final": {loss: seeds(0.0 if loss in protocol.BASELINES else 0.2)
-                  for loss in protocol.LOSSES},
-        "untrained": seeds(-0.2)}
+      "trials": trials,
+      "chosen": {loss: trials[loss][1]["trial"] for loss in protocol.LOSSES},
+      "final": {
+        loss: seeds(0.0 if loss in protocol.BASELINES else 0.2) for loss in protocol.LOSSES
+      },
+      "untrained": seeds(-0.2),
+    }
   settings["scratch"]["final"]["triplet"][1] = None  # A diverged seed.
-  ablations = {a.name: [{"value": v, "name": f"v{i}", "seeds": seeds(0.1 * (i == 0))}
-                        for i, v in enumerate(a.values)] for a in protocol.ABLATIONS}
-  return {"size": "full", "only": [], "data": {"train": {"classes": 359, "images": 5879}},
-          "backbone": {"characters": 2485, "images": 27256, "held_out": 2726, "accuracy": 0.5,
-                       "seconds": 80.0, "settings": protocol.SIZES["full"].pretrain},
-          "settings": settings, "raw_pixels": {"recall@1": 0.42, "map@r": 0.095},
-          "ablations": ablations, "computed": 10, "reused": 2, "run_seconds": 2000.0,
-          "seconds": 1900.0}
+  ablations = {
+    a.name: [
+      {"value": v, "name": f"v{i}", "seeds": seeds(0.1 * (i == 0))} for i, v in enumerate(a.values)
+    ]
+    for a in protocol.ABLATIONS
+  }
+  return {
+    "size": "full",
+    "only": [],
+    "data": {"train": {"classes": 359, "images": 5879}},
+    "backbone": {
+      "characters": 2485,
+      "images": 27256,
+      "held_out": 2726,
+      "accuracy": 0.5,
+      "seconds": 80.0,
+      "settings": protocol.SIZES["full"].pretrain,
+    },
+    "settings": settings,
+    "raw_pixels": {"recall@1": 0.42, "map@r": 0.095},
+    "ablations": ablations,
+    "computed": 10,
+    "reused": 2,
+    "run_seconds": 2000.0,
+    "seconds": 1900.0,
+  }
 
 
 def test_the_section_reads_the_claims_from_the_intervals():
-  section = report.format_section(_canned_output(), date="2026-11-25", machine_name="CPU",
-                                  package_versions={"jax": "0.1"})
+  section = report.format_section(
+    _canned_output(), date="2026-11-25", machine_name="CPU", package_versions={"jax": "0.1"}
+  )
   assert results.read_sections(section) == {report.NAME: section}
   assert "| 10 | multi_similarity | 3/3 |" in section
   assert "| 9 | triplet | 2/3 |" in section  # The diverged seed is counted out.

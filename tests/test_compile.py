@@ -37,16 +37,16 @@ NUM_BITS = 6
 
 # The hyperparameters without a default.
 REQUIRED: dict[str, dict[str, Any]] = {
-    "decomposability_gap": {"num_batches": 2},
-    "hamming_tie_aware_ap_metric": {"num_bits": NUM_BITS},
-    "hamming_tie_aware_ndcg_metric": {"num_bits": NUM_BITS},
-    "precision_at_k_metric": {"topn": 3},
-    "recall_at_k_metric": {"topn": 3},
-    "relevant_fraction_at_k_metric": {"topn": 3},
-    "smooth_rank_ap_loss": {
-        "positive_step_fn": functools.partial(jaxrank.sigmoid_step, temperature=0.05),
-        "negative_step_fn": jaxrank.supap_negative_step,
-    },
+  "decomposability_gap": {"num_batches": 2},
+  "hamming_tie_aware_ap_metric": {"num_bits": NUM_BITS},
+  "hamming_tie_aware_ndcg_metric": {"num_bits": NUM_BITS},
+  "precision_at_k_metric": {"topn": 3},
+  "recall_at_k_metric": {"topn": 3},
+  "relevant_fraction_at_k_metric": {"topn": 3},
+  "smooth_rank_ap_loss": {
+    "positive_step_fn": functools.partial(jaxrank.sigmoid_step, temperature=0.05),
+    "negative_step_fn": jaxrank.supap_negative_step,
+  },
 }
 
 
@@ -55,7 +55,7 @@ def list_level_functions() -> list[str]:
   for name in jaxrank.__all__:
     fn = getattr(jaxrank, name)
     if inspect.isfunction(fn) and {"labels", "where", "reduce_fn"} <= set(
-        inspect.signature(fn).parameters
+      inspect.signature(fn).parameters
     ):
       names.append(name)
   return names
@@ -112,7 +112,7 @@ def test_captured_labels_are_not_constant_folded(name):
   dims = ",".join(map(str, SHAPE))
   # The captured labels as int8 (graded 0-3) and the mask as bits; nothing derived from them.
   assert list_sized_constants(compiled_text(name, captured=True)) <= collections.Counter(
-      {f"s8[{dims}]": 1}
+    {f"s8[{dims}]": 1}
   ), name
 
 
@@ -162,4 +162,5 @@ def test_captured_segments_are_not_constant_folded(name):
   body = wrap(lambda s: fn(s, labels, where=mask, segments=segments))
   dims = ",".join(map(str, SHAPE))
   assert list_sized_constants(jax.jit(body).lower(scores).compile().as_text()) <= (
-      collections.Counter({f"s8[{dims}]": 2}))
+    collections.Counter({f"s8[{dims}]": 2})
+  )

@@ -83,9 +83,23 @@ SCORE_DTYPES = "score_dtypes"
 INPUT_ERRORS = "input_errors"
 SEGMENTS = "segments"
 PROPERTIES = (
-    JIT, VMAP, WHERE_SLICING, WHERE_BROADCAST, PADDING, PERMUTATION, PERMUTATION_GRADIENT,
-    INCREASING, REDUCTIONS, GRADIENT_LINEAR, NO_DEFINED_LIST, DEGENERATE, NAN, LABELS,
-    SCORE_DTYPES, INPUT_ERRORS, SEGMENTS,
+  JIT,
+  VMAP,
+  WHERE_SLICING,
+  WHERE_BROADCAST,
+  PADDING,
+  PERMUTATION,
+  PERMUTATION_GRADIENT,
+  INCREASING,
+  REDUCTIONS,
+  GRADIENT_LINEAR,
+  NO_DEFINED_LIST,
+  DEGENERATE,
+  NAN,
+  LABELS,
+  SCORE_DTYPES,
+  INPUT_ERRORS,
+  SEGMENTS,
 )
 
 
@@ -123,23 +137,23 @@ class Entry(NamedTuple):
 SURROGATE = "a surrogate of the score values: a strictly increasing transform changes it"
 DISTANCES = "integer Hamming distances: a transform of them is not a valid input"
 BATCHES_BY_POSITION = (
-    "batches are consecutive positions of the list: masking, slicing, padding or permuting moves "
-    "items between batches"
+  "batches are consecutive positions of the list: masking, slicing, padding or permuting moves "
+  "items between batches"
 )
 MARGIN = "the margin shifts the scores by a fixed amount: not a function of the order alone"
 TIES_BY_POSITION = (
-    "tied scores are ranked by position (RaMBO's convention, documented in blackbox_ranks): the "
-    "interpolated gradients of tied items follow their order in the list"
+  "tied scores are ranked by position (RaMBO's convention, documented in blackbox_ranks): the "
+  "interpolated gradients of tied items follow their order in the list"
 )
 SEGMENTS_BY_POSITION = (
-    "a segment keeps its items' positions in the packed row, and the batches are consecutive "
-    "positions: the same as masking the other segments in place (`test_segments_of_the_gap_are_"
-    "masks_in_place`), not as the padded list"
+  "a segment keeps its items' positions in the packed row, and the batches are consecutive "
+  "positions: the same as masking the other segments in place (`test_segments_of_the_gap_are_"
+  "masks_in_place`), not as the padded list"
 )
 BLACKBOX_NOT_LINEAR = (
-    "the blackbox backward is not linear in the incoming cotangent (Algorithm 1 perturbs the "
-    "scores by interpolation times it): the gradient of the mean is not the gradient of the sum / "
-    "count"
+  "the blackbox backward is not linear in the incoming cotangent (Algorithm 1 perturbs the "
+  "scores by interpolation times it): the gradient of the mean is not the gradient of the sum / "
+  "count"
 )
 
 
@@ -149,36 +163,37 @@ def _ref(fn, **kwargs):
 
 def _metric(name, fn, ref, *, graded=False, defined=None, **kwargs):
   return Entry(
-      name,
-      functools.partial(fn, **kwargs),
-      _ref(ref, **kwargs),
-      "none",
-      graded=graded,
-      defined=defined,
+    name,
+    functools.partial(fn, **kwargs),
+    _ref(ref, **kwargs),
+    "none",
+    graded=graded,
+    defined=defined,
   )
 
 
 def _hamming(name, fn, ref, *, graded=False):
   return Entry(
-      name,
-      functools.partial(fn, num_bits=NUM_BITS),
-      _ref(ref, num_bits=NUM_BITS),
-      "none",
-      inputs="distances",
-      graded=graded,
+    name,
+    functools.partial(fn, num_bits=NUM_BITS),
+    _ref(ref, num_bits=NUM_BITS),
+    "none",
+    inputs="distances",
+    graded=graded,
   )
 
 
-def _loss(name, fn, ref, *, graded=False, gradient="derivative", dtype=np.float64, xfail=None,
-          **kwargs):
+def _loss(
+  name, fn, ref, *, graded=False, gradient="derivative", dtype=np.float64, xfail=None, **kwargs
+):
   return Entry(
-      name,
-      functools.partial(fn, **kwargs),
-      None if ref is None else _ref(ref, **kwargs),
-      gradient,
-      graded=graded,
-      dtype=dtype,
-      xfail=xfail or {},
+    name,
+    functools.partial(fn, **kwargs),
+    None if ref is None else _ref(ref, **kwargs),
+    gradient,
+    graded=graded,
+    dtype=dtype,
+    xfail=xfail or {},
   )
 
 
@@ -204,104 +219,137 @@ def _on_branch(branch, fn):
 rh, rs, rx = reference_histogram, reference_smooth_rank, reference_hashing
 rp = reference_pairwise
 TABLE = [
-    # Exact metrics.
-    _metric("ap", jaxrank.ap_metric, reference.ap),
-    _metric("tie_aware_ap", jaxrank.tie_aware_ap_metric, reference.tie_aware_ap),
-    _metric("ndcg", jaxrank.ndcg_metric, reference.ndcg, graded=True),
-    _metric("ndcg@3", jaxrank.ndcg_metric, reference.ndcg, graded=True, topn=3),
-    _metric("tie_aware_ndcg", jaxrank.tie_aware_ndcg_metric, reference.tie_aware_ndcg,
-            graded=True),
-    _metric("tie_aware_ndcg@3", jaxrank.tie_aware_ndcg_metric, reference.tie_aware_ndcg,
-            graded=True, topn=3),
-    _metric("recall@1", jaxrank.recall_at_k_metric, reference.recall_at_k, topn=1),
-    _metric("recall@3", jaxrank.recall_at_k_metric, reference.recall_at_k, topn=3),
-    _metric("precision@2", jaxrank.precision_at_k_metric, reference.precision_at_k, topn=2),
-    _metric("precision@10", jaxrank.precision_at_k_metric, reference.precision_at_k, topn=10),
-    _metric("map_at_r", jaxrank.map_at_r_metric, reference.map_at_r),
-    _metric("ap@3", jaxrank.ap_metric, reference.ap, topn=3),
-    _metric("mrr", jaxrank.mrr_metric, reference.mrr),
-    _metric("mrr@2", jaxrank.mrr_metric, reference.mrr, topn=2),
-    _metric("dcg", jaxrank.dcg_metric, reference.dcg, graded=True),
-    _metric("dcg@3", jaxrank.dcg_metric, reference.dcg, graded=True, topn=3),
-    _metric("relevant_fraction@3", jaxrank.relevant_fraction_at_k_metric,
-            reference.relevant_fraction_at_k, topn=3),
-    # Labels compared as grades; defined where two valid items have different labels.
-    _metric("opa", jaxrank.opa_metric, reference.opa, graded=True,
-            defined=reference.has_ordered_pair),
-    _hamming("hamming_ap", jaxrank.hamming_tie_aware_ap_metric, rx.hamming_ap_t),
-    _hamming("hamming_ndcg", jaxrank.hamming_tie_aware_ndcg_metric, rx.hamming_ndcg_t,
-             graded=True),
-    # Histogram losses (Cakir et al. 2019; Revaud et al. 2019).
-    _loss("fastap", jaxrank.fastap_loss, rh.fastap_loss),
-    _loss("soft_binning_ap", jaxrank.soft_binning_ap_loss, rh.soft_binning_ap_loss),
-    # Tie-aware relaxations (He et al. 2018).
-    _loss("tie_aware_ap_loss", jaxrank.tie_aware_ap_loss, rx.tie_aware_ap_loss),
-    _loss("simplified_tie_aware_ap_loss", jaxrank.simplified_tie_aware_ap_loss,
-          rx.simplified_tie_aware_ap_loss),
-    _loss("tie_aware_ndcg_loss", jaxrank.tie_aware_ndcg_loss, rx.tie_aware_ndcg_loss,
-          graded=True),
-    _loss("simplified_tie_aware_ndcg_loss", jaxrank.simplified_tie_aware_ndcg_loss,
-          rx.simplified_tie_aware_ndcg_loss, graded=True),
-    # Smooth-rank losses (Brown et al. 2020; Ramzi et al. 2021). A temperature of 0.1 on
-    # similarities in [-1, 1] keeps the sigmoids away from saturation.
-    _loss("smoothap", jaxrank.smoothap_loss, rs.smoothap_loss, temperature=0.1),
-    _loss("supap", jaxrank.supap_loss, rs.supap_loss),
-    _loss("calibration", jaxrank.calibration_loss, rs.calibration_loss),
-    _loss("roadmap", jaxrank.roadmap_loss, rs.roadmap_loss),
-    Entry(
-        "smooth_rank_ap",
-        functools.partial(
-            jaxrank.smooth_rank_ap_loss,
-            positive_step_fn=functools.partial(jaxrank.sigmoid_step, temperature=0.05),
-            negative_step_fn=functools.partial(
-                jaxrank.supap_negative_step, temperature=0.02, rho=5.0, delta=0.02
-            ),
-        ),
-        functools.partial(
-            _generic_smooth_rank_ref,
-            h_pos=lambda t: reference_smooth_rank.sigmoid(t / 0.05),
-            h_neg=lambda t: reference_smooth_rank.supap_negative_step(t, 0.02, 5.0, 0.02),
-        ),
-        "derivative",
+  # Exact metrics.
+  _metric("ap", jaxrank.ap_metric, reference.ap),
+  _metric("tie_aware_ap", jaxrank.tie_aware_ap_metric, reference.tie_aware_ap),
+  _metric("ndcg", jaxrank.ndcg_metric, reference.ndcg, graded=True),
+  _metric("ndcg@3", jaxrank.ndcg_metric, reference.ndcg, graded=True, topn=3),
+  _metric("tie_aware_ndcg", jaxrank.tie_aware_ndcg_metric, reference.tie_aware_ndcg, graded=True),
+  _metric(
+    "tie_aware_ndcg@3", jaxrank.tie_aware_ndcg_metric, reference.tie_aware_ndcg, graded=True, topn=3
+  ),
+  _metric("recall@1", jaxrank.recall_at_k_metric, reference.recall_at_k, topn=1),
+  _metric("recall@3", jaxrank.recall_at_k_metric, reference.recall_at_k, topn=3),
+  _metric("precision@2", jaxrank.precision_at_k_metric, reference.precision_at_k, topn=2),
+  _metric("precision@10", jaxrank.precision_at_k_metric, reference.precision_at_k, topn=10),
+  _metric("map_at_r", jaxrank.map_at_r_metric, reference.map_at_r),
+  _metric("ap@3", jaxrank.ap_metric, reference.ap, topn=3),
+  _metric("mrr", jaxrank.mrr_metric, reference.mrr),
+  _metric("mrr@2", jaxrank.mrr_metric, reference.mrr, topn=2),
+  _metric("dcg", jaxrank.dcg_metric, reference.dcg, graded=True),
+  _metric("dcg@3", jaxrank.dcg_metric, reference.dcg, graded=True, topn=3),
+  _metric(
+    "relevant_fraction@3",
+    jaxrank.relevant_fraction_at_k_metric,
+    reference.relevant_fraction_at_k,
+    topn=3,
+  ),
+  # Labels compared as grades; defined where two valid items have different labels.
+  _metric(
+    "opa", jaxrank.opa_metric, reference.opa, graded=True, defined=reference.has_ordered_pair
+  ),
+  _hamming("hamming_ap", jaxrank.hamming_tie_aware_ap_metric, rx.hamming_ap_t),
+  _hamming("hamming_ndcg", jaxrank.hamming_tie_aware_ndcg_metric, rx.hamming_ndcg_t, graded=True),
+  # Histogram losses (Cakir et al. 2019; Revaud et al. 2019).
+  _loss("fastap", jaxrank.fastap_loss, rh.fastap_loss),
+  _loss("soft_binning_ap", jaxrank.soft_binning_ap_loss, rh.soft_binning_ap_loss),
+  # Tie-aware relaxations (He et al. 2018).
+  _loss("tie_aware_ap_loss", jaxrank.tie_aware_ap_loss, rx.tie_aware_ap_loss),
+  _loss(
+    "simplified_tie_aware_ap_loss",
+    jaxrank.simplified_tie_aware_ap_loss,
+    rx.simplified_tie_aware_ap_loss,
+  ),
+  _loss("tie_aware_ndcg_loss", jaxrank.tie_aware_ndcg_loss, rx.tie_aware_ndcg_loss, graded=True),
+  _loss(
+    "simplified_tie_aware_ndcg_loss",
+    jaxrank.simplified_tie_aware_ndcg_loss,
+    rx.simplified_tie_aware_ndcg_loss,
+    graded=True,
+  ),
+  # Smooth-rank losses (Brown et al. 2020; Ramzi et al. 2021). A temperature of 0.1 on
+  # similarities in [-1, 1] keeps the sigmoids away from saturation.
+  _loss("smoothap", jaxrank.smoothap_loss, rs.smoothap_loss, temperature=0.1),
+  _loss("supap", jaxrank.supap_loss, rs.supap_loss),
+  _loss("calibration", jaxrank.calibration_loss, rs.calibration_loss),
+  _loss("roadmap", jaxrank.roadmap_loss, rs.roadmap_loss),
+  Entry(
+    "smooth_rank_ap",
+    functools.partial(
+      jaxrank.smooth_rank_ap_loss,
+      positive_step_fn=functools.partial(jaxrank.sigmoid_step, temperature=0.05),
+      negative_step_fn=functools.partial(
+        jaxrank.supap_negative_step, temperature=0.02, rho=5.0, delta=0.02
+      ),
     ),
-    Entry(
-        "decomposability_gap",
-        functools.partial(jaxrank.decomposability_gap, num_batches=2),
-        functools.partial(rs.decomposability_gap, num_batches=2),
-        "none",
+    functools.partial(
+      _generic_smooth_rank_ref,
+      h_pos=lambda t: reference_smooth_rank.sigmoid(t / 0.05),
+      h_neg=lambda t: reference_smooth_rank.supap_negative_step(t, 0.02, 5.0, 0.02),
     ),
-    # Pair-based baselines (Hadsell et al. 2006; Hermans et al. 2017; Wang et al. 2019). Margins
-    # inside [-1, 1] and beta = 10, so that the hinges and exponentials are neither all 0 nor
-    # saturated on these lists; the mined multi-similarity loss as a row of its own.
-    _loss("contrastive", jaxrank.contrastive_loss, rp.contrastive_loss, pos_margin=0.8,
-          neg_margin=0.2),
-    _loss("triplet", jaxrank.triplet_loss, rp.triplet_loss, margin=0.1),
-    _loss("multi_similarity", jaxrank.multi_similarity_loss, rp.multi_similarity_loss, beta=10.0),
-    _loss("multi_similarity_mined", jaxrank.multi_similarity_loss, rp.multi_similarity_loss,
-          beta=10.0, epsilon=0.1),
-    # Blackbox-rank losses (Rolinek et al. 2020): exact values, interpolated gradients. In float32:
-    # their ranks come from a `jax.pure_callback` on CPU, and inside `jax.enable_x64(True)` (a
-    # thread-local context, as the tests use) a callback that XLA runs on another thread (two
-    # independent sorts in one jitted function) gets its float64 result canonicalised to float32,
-    # which JAX rejects ("Incorrect output dtype"). With the global x64 flag it works.
-    # interpolation = 4 (Table 9's Online Products value): with the default 0.2, the perturbed
-    # scores of these short lists rarely change order, and most gradients are 0. Each runs on the
-    # platform's sort (numpy on CPU) and, as "..._xla", on XLA's (the GPU/TPU path, forced).
-    *(
-        _loss(name + suffix, _on_branch(branch, fn), None, gradient="interpolation",
-              dtype=np.float32, interpolation=4.0)
-        for name, fn in (("blackbox_ap", jaxrank.blackbox_ap_loss),
-                         ("blackbox_recall", jaxrank.blackbox_recall_loss))
-        for suffix, branch in (("", None), ("_xla", "xla"))
-    ),
-    # Their counting path (no sort): max_relevant = N, at least the relevant items of any list
-    # here, so every call counts.
-    *(
-        _loss(name + "_counting", fn, None, gradient="interpolation", dtype=np.float32,
-              interpolation=4.0, max_relevant=N)
-        for name, fn in (("blackbox_ap", jaxrank.blackbox_ap_loss),
-                         ("blackbox_recall", jaxrank.blackbox_recall_loss))
-    ),
+    "derivative",
+  ),
+  Entry(
+    "decomposability_gap",
+    functools.partial(jaxrank.decomposability_gap, num_batches=2),
+    functools.partial(rs.decomposability_gap, num_batches=2),
+    "none",
+  ),
+  # Pair-based baselines (Hadsell et al. 2006; Hermans et al. 2017; Wang et al. 2019). Margins
+  # inside [-1, 1] and beta = 10, so that the hinges and exponentials are neither all 0 nor
+  # saturated on these lists; the mined multi-similarity loss as a row of its own.
+  _loss(
+    "contrastive", jaxrank.contrastive_loss, rp.contrastive_loss, pos_margin=0.8, neg_margin=0.2
+  ),
+  _loss("triplet", jaxrank.triplet_loss, rp.triplet_loss, margin=0.1),
+  _loss("multi_similarity", jaxrank.multi_similarity_loss, rp.multi_similarity_loss, beta=10.0),
+  _loss(
+    "multi_similarity_mined",
+    jaxrank.multi_similarity_loss,
+    rp.multi_similarity_loss,
+    beta=10.0,
+    epsilon=0.1,
+  ),
+  # Blackbox-rank losses (Rolinek et al. 2020): exact values, interpolated gradients. In float32:
+  # their ranks come from a `jax.pure_callback` on CPU, and inside `jax.enable_x64(True)` (a
+  # thread-local context, as the tests use) a callback that XLA runs on another thread (two
+  # independent sorts in one jitted function) gets its float64 result canonicalised to float32,
+  # which JAX rejects ("Incorrect output dtype"). With the global x64 flag it works.
+  # interpolation = 4 (Table 9's Online Products value): with the default 0.2, the perturbed
+  # scores of these short lists rarely change order, and most gradients are 0. Each runs on the
+  # platform's sort (numpy on CPU) and, as "..._xla", on XLA's (the GPU/TPU path, forced).
+  *(
+    _loss(
+      name + suffix,
+      _on_branch(branch, fn),
+      None,
+      gradient="interpolation",
+      dtype=np.float32,
+      interpolation=4.0,
+    )
+    for name, fn in (
+      ("blackbox_ap", jaxrank.blackbox_ap_loss),
+      ("blackbox_recall", jaxrank.blackbox_recall_loss),
+    )
+    for suffix, branch in (("", None), ("_xla", "xla"))
+  ),
+  # Their counting path (no sort): max_relevant = N, at least the relevant items of any list
+  # here, so every call counts.
+  *(
+    _loss(
+      name + "_counting",
+      fn,
+      None,
+      gradient="interpolation",
+      dtype=np.float32,
+      interpolation=4.0,
+      max_relevant=N,
+    )
+    for name, fn in (
+      ("blackbox_ap", jaxrank.blackbox_ap_loss),
+      ("blackbox_recall", jaxrank.blackbox_recall_loss),
+    )
+  ),
 ]
 del rh, rs, rx, rp
 
@@ -309,24 +357,45 @@ for _entry in TABLE:
   assert set(_entry.xfail) <= set(PROPERTIES), _entry.name
   assert _entry.gradient in ("derivative", "interpolation", "none"), _entry.name
 
-_SURROGATES = ("fastap", "soft_binning_ap", "tie_aware_ap_loss", "simplified_tie_aware_ap_loss",
-               "tie_aware_ndcg_loss", "simplified_tie_aware_ndcg_loss", "smoothap", "supap",
-               "calibration", "roadmap", "smooth_rank_ap", "contrastive", "triplet",
-               "multi_similarity", "multi_similarity_mined")
-_BLACKBOX = ("blackbox_ap", "blackbox_ap_xla", "blackbox_ap_counting", "blackbox_recall",
-             "blackbox_recall_xla", "blackbox_recall_counting")
+_SURROGATES = (
+  "fastap",
+  "soft_binning_ap",
+  "tie_aware_ap_loss",
+  "simplified_tie_aware_ap_loss",
+  "tie_aware_ndcg_loss",
+  "simplified_tie_aware_ndcg_loss",
+  "smoothap",
+  "supap",
+  "calibration",
+  "roadmap",
+  "smooth_rank_ap",
+  "contrastive",
+  "triplet",
+  "multi_similarity",
+  "multi_similarity_mined",
+)
+_BLACKBOX = (
+  "blackbox_ap",
+  "blackbox_ap_xla",
+  "blackbox_ap_counting",
+  "blackbox_recall",
+  "blackbox_recall_xla",
+  "blackbox_recall_counting",
+)
 # (row, property) -> why the property does not hold for that row by design. The row is left out of
 # the property's test (a row not in TABLE, or a property not in PROPERTIES, fails
 # `test_exemptions_name_rows_and_properties`).
 EXEMPTIONS: dict[tuple[str, str], str] = {
-    **{(name, INCREASING): DISTANCES for name in ("hamming_ap", "hamming_ndcg")},
-    **{(name, INCREASING): SURROGATE for name in _SURROGATES},
-    **{("decomposability_gap", prop): BATCHES_BY_POSITION
-       for prop in (WHERE_SLICING, PADDING, PERMUTATION)},
-    ("decomposability_gap", SEGMENTS): SEGMENTS_BY_POSITION,
-    **{(name, INCREASING): MARGIN for name in _BLACKBOX},
-    **{(name, GRADIENT_LINEAR): BLACKBOX_NOT_LINEAR for name in _BLACKBOX},
-    **{(name, PERMUTATION_GRADIENT): TIES_BY_POSITION for name in _BLACKBOX},
+  **{(name, INCREASING): DISTANCES for name in ("hamming_ap", "hamming_ndcg")},
+  **{(name, INCREASING): SURROGATE for name in _SURROGATES},
+  **{
+    ("decomposability_gap", prop): BATCHES_BY_POSITION
+    for prop in (WHERE_SLICING, PADDING, PERMUTATION)
+  },
+  ("decomposability_gap", SEGMENTS): SEGMENTS_BY_POSITION,
+  **{(name, INCREASING): MARGIN for name in _BLACKBOX},
+  **{(name, GRADIENT_LINEAR): BLACKBOX_NOT_LINEAR for name in _BLACKBOX},
+  **{(name, PERMUTATION_GRADIENT): TIES_BY_POSITION for name in _BLACKBOX},
 }
 # Properties tested only on the rows with a gradient.
 DIFFERENTIABLE_ONLY = (PERMUTATION_GRADIENT, GRADIENT_LINEAR)
@@ -378,7 +447,7 @@ def test_table_covers_every_list_level_function():
   for name in jaxrank.__all__:
     fn = getattr(jaxrank, name)
     if inspect.isfunction(fn) and {"labels", "where", "reduce_fn"} <= set(
-        inspect.signature(fn).parameters
+      inspect.signature(fn).parameters
     ):
       list_level.add(name)
   assert listed == list_level
@@ -393,18 +462,18 @@ def test_table_covers_every_list_level_function():
 # slack), a sum over lists against the sum of the per-list values ("sums"), a gradient computed
 # two ways ("grads"), all no looser than those of the per-module tests they replace.
 TOLERANCES = {
-    np.float64: {
-        "metric values": dict(rtol=1e-14, atol=0),
-        "values": dict(rtol=1e-14, atol=1e-15),
-        "sums": dict(rtol=1e-12, atol=0),
-        "grads": dict(rtol=1e-14, atol=1e-15),
-    },
-    np.float32: {
-        "metric values": dict(rtol=1e-6, atol=0),
-        "values": dict(rtol=1e-6, atol=0),
-        "sums": dict(rtol=1e-6, atol=0),
-        "grads": dict(rtol=1e-7, atol=1e-6),
-    },
+  np.float64: {
+    "metric values": dict(rtol=1e-14, atol=0),
+    "values": dict(rtol=1e-14, atol=1e-15),
+    "sums": dict(rtol=1e-12, atol=0),
+    "grads": dict(rtol=1e-14, atol=1e-15),
+  },
+  np.float32: {
+    "metric values": dict(rtol=1e-6, atol=0),
+    "values": dict(rtol=1e-6, atol=0),
+    "sums": dict(rtol=1e-6, atol=0),
+    "grads": dict(rtol=1e-7, atol=1e-6),
+  },
 }
 REF = dict(rtol=1e-10, atol=1e-12)  # Against a loop-based reference in float64.
 
@@ -531,8 +600,10 @@ def test_jit_equals_eager(entry, entry_precision):
   # of the mean, which `test_reductions` and `test_gradient_of_mean_is_gradient_of_sum_over_count`
   # tie to the jitted gradients of the other reductions; and that of the sum where the second does
   # not hold.
-  eager = {name: entry.fn(scores, labels, where=where, reduce_fn=reduce_fn)
-           for name, reduce_fn in REDUCTIONS_BY_NAME}
+  eager = {
+    name: entry.fn(scores, labels, where=where, reduce_fn=reduce_fn)
+    for name, reduce_fn in REDUCTIONS_BY_NAME
+  }
   chex.assert_trees_all_close({name: got[name] for name in eager}, eager, **tol(entry, "values"))
   if differentiable(entry):
     reductions = {"mean": jnp.mean}
@@ -555,7 +626,7 @@ def test_vmap_equals_batch_axes(entry, entry_precision):
   chex.assert_trees_all_close(rows["sum"], batched.sum(-1), **tol(entry, "sums"))
   if differentiable(entry):
     chex.assert_trees_all_close(
-        rows["grad_sum"], grads(entry, scores, labels, where)["sum"], **tol(entry, "grads")
+      rows["grad_sum"], grads(entry, scores, labels, where)["sum"], **tol(entry, "grads")
     )
 
 
@@ -576,8 +647,9 @@ def test_where_equals_slicing(entry, entry_precision):
   chex.assert_trees_all_close(got, want["none"], **tol(entry, "values"))
   if differentiable(entry):
     grad = grads(entry, scores, labels, where)["sum"]
-    chex.assert_trees_all_close(grad[where].reshape(sliced[0].shape), want["grad_sum"],
-                                **tol(entry, "grads"))
+    chex.assert_trees_all_close(
+      grad[where].reshape(sliced[0].shape), want["grad_sum"], **tol(entry, "grads")
+    )
     chex.assert_trees_all_equal(grad[~where], np.zeros(np.sum(~where)))
 
 
@@ -591,9 +663,9 @@ def test_where_broadcasts(entry, entry_precision):
   chex.assert_trees_all_close(got, want, **tol(entry, "values"))
   # No mask: every item valid.
   chex.assert_trees_all_close(
-      run(entry, scores, labels, reduce_fn=None),
-      run(entry, scores, labels, where=np.ones(scores.shape, bool), reduce_fn=None),
-      **tol(entry, "values"),
+    run(entry, scores, labels, reduce_fn=None),
+    run(entry, scores, labels, where=np.ones(scores.shape, bool), reduce_fn=None),
+    **tol(entry, "values"),
   )
 
 
@@ -607,9 +679,9 @@ def test_masked_padding_changes_nothing(entry, entry_precision):
 
   def padded(values):
     return (
-        np.concatenate([scores, np.broadcast_to(values, pad).astype(scores.dtype)], axis=-1),
-        np.concatenate([labels, np.broadcast_to(np.array([2, 1], np.int32), pad)], axis=-1),
-        np.concatenate([where, np.zeros(pad, bool)], axis=-1),
+      np.concatenate([scores, np.broadcast_to(values, pad).astype(scores.dtype)], axis=-1),
+      np.concatenate([labels, np.broadcast_to(np.array([2, 1], np.int32), pad)], axis=-1),
+      np.concatenate([where, np.zeros(pad, bool)], axis=-1),
     )
 
   garbage = [padded([np.nan, -np.inf]), padded([np.inf, 1e30])]
@@ -624,9 +696,9 @@ def test_masked_padding_changes_nothing(entry, entry_precision):
     got = [grads(entry, s, y, w)["mean"] for s, y, w in garbage + [benign]]
     chex.assert_tree_all_finite(got)
     chex.assert_trees_all_equal(*got)
-    chex.assert_trees_all_equal(got[0][..., N - 2:], np.zeros(pad))
+    chex.assert_trees_all_equal(got[0][..., N - 2 :], np.zeros(pad))
     want = grads(entry, scores, labels, where)["mean"]
-    chex.assert_trees_all_close(got[0][..., :N - 2], want, **tol(entry, "grads"))
+    chex.assert_trees_all_close(got[0][..., : N - 2], want, **tol(entry, "grads"))
     assert np.abs(got[0]).max() > 1e-3  # Not a trivial case.
 
 
@@ -638,9 +710,9 @@ def test_joint_permutation_changes_nothing(entry, entry_precision):
   perm = np.argsort(rng.random(scores.shape), axis=-1)
   permuted = [np.take_along_axis(a, perm, axis=-1) for a in (scores, labels, where)]
   chex.assert_trees_all_close(
-      run(entry, permuted[0], permuted[1], where=permuted[2], reduce_fn=None),
-      run(entry, scores, labels, where=where, reduce_fn=None),
-      **tol(entry, "values"),
+    run(entry, permuted[0], permuted[1], where=permuted[2], reduce_fn=None),
+    run(entry, scores, labels, where=where, reduce_fn=None),
+    **tol(entry, "values"),
   )
 
 
@@ -653,9 +725,9 @@ def test_joint_permutation_permutes_the_gradient(entry, entry_precision):
   permuted = [np.take_along_axis(a, perm, axis=-1) for a in (scores, labels, where)]
   grad = grads(entry, scores, labels, where)["mean"]
   chex.assert_trees_all_close(
-      grads(entry, *permuted)["mean"],
-      np.take_along_axis(np.asarray(grad), perm, axis=-1),
-      **tol(entry, "grads"),
+    grads(entry, *permuted)["mean"],
+    np.take_along_axis(np.asarray(grad), perm, axis=-1),
+    **tol(entry, "grads"),
   )
 
 
@@ -676,8 +748,9 @@ def test_increasing_transform_changes_nothing(entry, entry_precision):
     # The transform keeps ties ties and non-ties non-ties in float64.
     for s, m in zip(scores.reshape(-1, N), moved.reshape(-1, N)):
       assert len(np.unique(s)) == len(np.unique(m))
-    chex.assert_trees_all_close(run(entry, moved, labels, where=where, reduce_fn=None), want,
-                                **tol(entry, "values"))
+    chex.assert_trees_all_close(
+      run(entry, moved, labels, where=where, reduce_fn=None), want, **tol(entry, "values")
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -710,7 +783,7 @@ def test_reductions(entry, entry_precision):
     return jnp.sum(values, where=where)
 
   chex.assert_trees_all_close(
-      run(entry, scores, labels, where=where, reduce_fn=reduce_fn), total, **tol(entry, "values")
+    run(entry, scores, labels, where=where, reduce_fn=reduce_fn), total, **tol(entry, "values")
   )
   chex.assert_trees_all_equal(np.asarray(seen["where"]), defined)
   if differentiable(entry):
@@ -740,34 +813,41 @@ def test_batch_without_defined_list_gives_zero(entry, entry_precision):
       assert float(value) == 0.0
     if differentiable(entry):
       zeros = np.zeros(scores.shape)
-      chex.assert_trees_all_equal(grads(entry, scores, y, w), dict(mean=zeros, sum=zeros,
-                                                                   none=zeros))
+      chex.assert_trees_all_equal(
+        grads(entry, scores, y, w), dict(mean=zeros, sum=zeros, none=zeros)
+      )
 
 
 # Short lists, each padded with masked items to the shared shape.
 DEGENERATE_LISTS = {
-    "no_relevant": ([0.3, 0.2, 0.2, 0.1], [0, 0, 0, 0], [True] * 4),
-    "all_relevant": ([0.3, 0.2, 0.2, 0.1], [1, 1, 1, 1], [True] * 4),
-    "all_relevant_graded": ([0.3, 0.2, 0.2, 0.1], [2, 1, 3, 1], [True] * 4),
-    # 0.37 rather than 0.5: four items at 0.5 put masses 1 and 3 into two bins of 20, where
-    # `reference_hashing.ap_r_term` cancels catastrophically (n = 1 - 1e-15 misses its n == 1 case).
-    "all_tied": ([0.37, 0.37, 0.37, 0.37], [0, 1, 0, 2], [True] * 4),
-    "all_tied_two_relevant": ([0.37, 0.37, 0.37, 0.37], [1, 0, 0, 1], [True] * 4),
-    "all_tied_relevant": ([0.37, 0.37, 0.37, 0.37], [1, 1, 1, 1], [True] * 4),
-    "all_tied_no_relevant": ([0.37, 0.37, 0.37, 0.37], [0, 0, 0, 0], [True] * 4),
-    "all_tied_zero_signs": ([0.0, -0.0, 0.0, -0.0], [1, 0, 2, 0], [True] * 4),
-    "all_masked": ([0.3, 0.2, 0.2, 0.1], [1, 0, 1, 0], [False] * 4),
-    "one_valid_item": ([0.3, 0.2, 0.2, 0.1], [1, 0, 1, 0], [False, False, True, False]),
-    "huge_gaps": ([1e6, -1e6, 3e5, -2e5], [1, 0, 0, 1], [True] * 4),
-    "beyond_the_ends": ([3.0, 1.5, -1.5, -3.0], [0, 1, 0, 1], [True] * 4),
+  "no_relevant": ([0.3, 0.2, 0.2, 0.1], [0, 0, 0, 0], [True] * 4),
+  "all_relevant": ([0.3, 0.2, 0.2, 0.1], [1, 1, 1, 1], [True] * 4),
+  "all_relevant_graded": ([0.3, 0.2, 0.2, 0.1], [2, 1, 3, 1], [True] * 4),
+  # 0.37 rather than 0.5: four items at 0.5 put masses 1 and 3 into two bins of 20, where
+  # `reference_hashing.ap_r_term` cancels catastrophically (n = 1 - 1e-15 misses its n == 1 case).
+  "all_tied": ([0.37, 0.37, 0.37, 0.37], [0, 1, 0, 2], [True] * 4),
+  "all_tied_two_relevant": ([0.37, 0.37, 0.37, 0.37], [1, 0, 0, 1], [True] * 4),
+  "all_tied_relevant": ([0.37, 0.37, 0.37, 0.37], [1, 1, 1, 1], [True] * 4),
+  "all_tied_no_relevant": ([0.37, 0.37, 0.37, 0.37], [0, 0, 0, 0], [True] * 4),
+  "all_tied_zero_signs": ([0.0, -0.0, 0.0, -0.0], [1, 0, 2, 0], [True] * 4),
+  "all_masked": ([0.3, 0.2, 0.2, 0.1], [1, 0, 1, 0], [False] * 4),
+  "one_valid_item": ([0.3, 0.2, 0.2, 0.1], [1, 0, 1, 0], [False, False, True, False]),
+  "huge_gaps": ([1e6, -1e6, 3e5, -2e5], [1, 0, 0, 1], [True] * 4),
+  "beyond_the_ends": ([3.0, 1.5, -1.5, -3.0], [0, 1, 0, 1], [True] * 4),
 }
 
 
 # The histogram losses bin similarities and reject a valid score outside [-1, 1] (their own tests
 # check the error): they get these lists with the scores clipped to [-1, 1], so that "huge_gaps"
 # and "beyond_the_ends" become lists with items at both ends of the range.
-BINNED = ("fastap", "soft_binning_ap", "tie_aware_ap_loss", "simplified_tie_aware_ap_loss",
-          "tie_aware_ndcg_loss", "simplified_tie_aware_ndcg_loss")
+BINNED = (
+  "fastap",
+  "soft_binning_ap",
+  "tie_aware_ap_loss",
+  "simplified_tie_aware_ap_loss",
+  "tie_aware_ndcg_loss",
+  "simplified_tie_aware_ndcg_loss",
+)
 
 
 def degenerate_batch():
@@ -825,21 +905,25 @@ def segmented_lists(seed):
   scores, labels, where = (a.reshape(-1, N) for a in with_empty_lists(seed))
   where = where & (np.arange(N) < np.array(SEGMENT_LENGTHS)[:, None])
   rng = np.random.default_rng(seed)
-  packed = (np.full(PACKED + (N,), np.nan), np.full(PACKED + (N,), 2, np.int32),
-            np.zeros(PACKED + (N,), bool), np.zeros(PACKED + (N,), np.int32))
+  packed = (
+    np.full(PACKED + (N,), np.nan),
+    np.full(PACKED + (N,), 2, np.int32),
+    np.zeros(PACKED + (N,), bool),
+    np.zeros(PACKED + (N,), np.int32),
+  )
   places = [None] * len(SEGMENT_LENGTHS)
   for r, ks in enumerate(SEGMENT_ROWS):
     row = np.unravel_index(r, PACKED)
     # Arbitrary ids, unsorted, the same ones in several rows.
     ids = rng.permutation([-3, 0, 7, 42, 99])
     owners = np.full(N, -1)
-    owners[:sum(SEGMENT_LENGTHS[k] for k in ks)] = np.repeat(ks, [SEGMENT_LENGTHS[k] for k in ks])
+    owners[: sum(SEGMENT_LENGTHS[k] for k in ks)] = np.repeat(ks, [SEGMENT_LENGTHS[k] for k in ks])
     owners = rng.permutation(owners)  # Interleaved; each list's items keep their order.
     packed[3][row] = ids[-1]
     for i, k in enumerate(ks):
       pos = np.flatnonzero(owners == k)
       for array, values in zip(packed, (scores, labels, where)):
-        array[row][pos] = values[k, :len(pos)]
+        array[row][pos] = values[k, : len(pos)]
       packed[3][row][pos] = ids[i]
       places[k] = (row, pos)
   padded = tuple(a.reshape(BATCH + (N,)) for a in (scores, labels, where))
@@ -883,7 +967,7 @@ def test_segments_equal_separate_lists(entry, entry_precision):
   flat_where = where.reshape(-1, N)
   placed = np.zeros(PACKED + (N,))
   for k, (row, pos) in enumerate(places):
-    valid = pos[flat_where[k, :len(pos)]]
+    valid = pos[flat_where[k, : len(pos)]]
     if len(valid):
       placed[row + (valid[0],)] = per_list[k]
     else:
@@ -893,16 +977,16 @@ def test_segments_equal_separate_lists(entry, entry_precision):
   chex.assert_trees_all_close(rows["none"], placed, **tol(entry, "values"))
   chex.assert_trees_all_close(rows["mean"], want["mean"], **tol(entry, "sums"))
   if entry.ref is not None:
-    ref = reference.per_segment(entry.ref, packed_scores, packed_labels, packed_where,
-                                segments=segments)
+    ref = reference.per_segment(
+      entry.ref, packed_scores, packed_labels, packed_where, segments=segments
+    )
     chex.assert_trees_all_close(rows["none"], ref, **REF)
   if differentiable(entry):
     grad = np.asarray(rows["grad_none"])
     padded_grad = np.asarray(want["grad_none"]).reshape(-1, N)
     seen = np.zeros(grad.shape, bool)
     for k, (row, pos) in enumerate(places):
-      chex.assert_trees_all_close(grad[row][pos], padded_grad[k, :len(pos)],
-                                  **tol(entry, "grads"))
+      chex.assert_trees_all_close(grad[row][pos], padded_grad[k, : len(pos)], **tol(entry, "grads"))
       seen[row + (pos,)] = True
     chex.assert_trees_all_equal(grad[~seen], np.zeros(np.sum(~seen)))  # The masked segments.
     assert np.abs(grad).max() > 1e-3  # Not a trivial case.
@@ -962,20 +1046,22 @@ def test_label_dtypes(entry, entry_precision):
   # Integer and floating labels give the same values; binary labels as booleans too.
   want = run(entry, scores, labels, where=where, reduce_fn=None)
   chex.assert_trees_all_close(
-      run(entry, scores, labels.astype(np.float64), where=where, reduce_fn=None),
-      want,
-      **tol(entry, "values"),
+    run(entry, scores, labels.astype(np.float64), where=where, reduce_fn=None),
+    want,
+    **tol(entry, "values"),
   )
   binary = (labels >= 1).astype(np.int32)
   want = run(entry, scores, binary, where=where, reduce_fn=None)
   for other in (binary.astype(bool), binary.astype(np.float64)):
-    chex.assert_trees_all_close(run(entry, scores, other, where=where, reduce_fn=None), want,
-                                **tol(entry, "values"))
+    chex.assert_trees_all_close(
+      run(entry, scores, other, where=where, reduce_fn=None), want, **tol(entry, "values")
+    )
   if not entry.graded:
     # Labels matter only through `labels >= 1` (0.75 is not relevant, 1.25 is).
     for other in (labels, binary * 3.5, np.where(binary, labels + 0.25, 0.75)):
-      chex.assert_trees_all_close(run(entry, scores, other, where=where, reduce_fn=None), want,
-                                  **tol(entry, "values"))
+      chex.assert_trees_all_close(
+        run(entry, scores, other, where=where, reduce_fn=None), want, **tol(entry, "values")
+      )
 
 
 @pytest.mark.parametrize("entry", cases(SCORE_DTYPES))
@@ -1022,19 +1108,39 @@ def test_input_errors(entry):
   arg = "scores" if entry.inputs == "scores" else "distances"
   for bad in bad_dtypes:
     raises(TypeError, bad, labels, rf"^{name}: {arg} must .*, got dtype (bool|int32)")
-  raises(TypeError, scores, labels, rf"^{name}: where must be .*bool",
-         where=jnp.array([1, 1, 0, 1]))
+  raises(
+    TypeError, scores, labels, rf"^{name}: where must be .*bool", where=jnp.array([1, 1, 0, 1])
+  )
   with pytest.raises(ValueError, match=rf"^{name}: .*\(4,\).*\(6,\)|^{name}: .*\(6,\).*\(4,\)"):
     entry.fn(scores, jnp.array([1, 0, 1, 0, 1, 0]))
   # (The Hamming metrics name their distances "scores" in this message: reported, not fixed here.)
-  raises(ValueError, jnp.array(0.3), jnp.array(1),
-         rf"^{name}: (scores|distances) must have at least one axis")
+  raises(
+    ValueError,
+    jnp.array(0.3),
+    jnp.array(1),
+    rf"^{name}: (scores|distances) must have at least one axis",
+  )
   raises(ValueError, scores, labels, rf"^{name}: where .*\(2,\)", where=jnp.array([True, False]))
   # Segment ids: integers in the scores' shape (distances valid, so that they are checked).
   scores = jnp.array([3.0, 2.0, 1.0, 0.0]) if entry.inputs == "distances" else scores
-  raises(TypeError, scores, labels, rf"^{name}: segments must be integer.*got dtype float32",
-         segments=jnp.array([0.0, 0.0, 1.0, 1.0]))
-  raises(TypeError, scores, labels, rf"^{name}: segments must be integer.*got dtype bool",
-         segments=jnp.array([True, True, False, False]))
-  raises(ValueError, scores, labels, rf"^{name}: segments have shape \(1, 4\).*\(4,\)",
-         segments=jnp.array([[0, 0, 1, 1]]))
+  raises(
+    TypeError,
+    scores,
+    labels,
+    rf"^{name}: segments must be integer.*got dtype float32",
+    segments=jnp.array([0.0, 0.0, 1.0, 1.0]),
+  )
+  raises(
+    TypeError,
+    scores,
+    labels,
+    rf"^{name}: segments must be integer.*got dtype bool",
+    segments=jnp.array([True, True, False, False]),
+  )
+  raises(
+    ValueError,
+    scores,
+    labels,
+    rf"^{name}: segments have shape \(1, 4\).*\(4,\)",
+    segments=jnp.array([[0, 0, 1, 1]]),
+  )

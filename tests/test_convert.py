@@ -85,8 +85,8 @@ def torch_outputs(net, x):
 # conversion maps by the same rule: its arrays are checked where they land
 # (`test_resnet101_arrays_land_in_their_blocks`) rather than by a third, costly, forward pass.
 RESNETS = [
-    ("resnet18", torchvision.models.resnet18, models.resnet18, 32),
-    ("resnet50", torchvision.models.resnet50, models.resnet50, 32),
+  ("resnet18", torchvision.models.resnet18, models.resnet18, 32),
+  ("resnet50", torchvision.models.resnet50, models.resnet50, 32),
 ]
 
 
@@ -124,8 +124,9 @@ def test_resnet101_arrays_land_in_their_blocks(tmp_path):
   assert len(model.layer3) == 23
   for i in (0, 11, 22):  # Convolutions [O, I, kh, kw] -> [kh, kw, I, O]; BatchNorm as named.
     block, torch_block = model.layer3[i], net.layer3[i]
-    np.testing.assert_array_equal(block.conv2.kernel[...],
-                                  torch_block.conv2.weight.detach().numpy().transpose(2, 3, 1, 0))
+    np.testing.assert_array_equal(
+      block.conv2.kernel[...], torch_block.conv2.weight.detach().numpy().transpose(2, 3, 1, 0)
+    )
     np.testing.assert_array_equal(block.bn3.mean[...], torch_block.bn3.running_mean.numpy())
     np.testing.assert_array_equal(block.bn3.scale[...], torch_block.bn3.weight.detach().numpy())
   np.testing.assert_array_equal(model.layer4[2].bn3.var[...], net.layer4[2].bn3.running_var.numpy())
@@ -139,10 +140,10 @@ def test_classifier_and_batch_counter_are_dropped_and_the_pool_is_kept(tmp_path)
   convert.load_pytorch_weights(model, pth)
   assert float(model.pool.p[...]) == 2.5
   np.testing.assert_array_equal(
-      model.layer2[0].downsample[0].kernel[...],
-      net.layer2[0].downsample[0].weight.detach().numpy().transpose(2, 3, 1, 0))
-  np.testing.assert_array_equal(model.layer4[1].bn2.var[...],
-                                net.layer4[1].bn2.running_var.numpy())
+    model.layer2[0].downsample[0].kernel[...],
+    net.layer2[0].downsample[0].weight.detach().numpy().transpose(2, 3, 1, 0),
+  )
+  np.testing.assert_array_equal(model.layer4[1].bn2.var[...], net.layer4[1].bn2.running_var.numpy())
 
 
 def test_timm_vit_outputs_match(tmp_path):
@@ -150,8 +151,9 @@ def test_timm_vit_outputs_match(tmp_path):
   # 224 pixels, from both file formats (the other size is `test_vit_at_another_image_size`).
   torch.manual_seed(0)
   net = randomise(timm.create_model("deit_small_patch16_224", pretrained=False), seed=3)
-  assert ({k: v.shape for k, v in net.state_dict().items()} == {
-      k: v.shape for k, v in timm.create_model("vit_small_patch16_224").state_dict().items()})
+  assert {k: v.shape for k, v in net.state_dict().items()} == {
+    k: v.shape for k, v in timm.create_model("vit_small_patch16_224").state_dict().items()
+  }
   pth, st = save_both(net, tmp_path, "deit_small")  # With its classifier.
   net.reset_classifier(0)  # The class token's features, as jaxrank's VisionTransformer.
   x = random_images((2, 224, 224, 3), seed=1)
@@ -166,15 +168,19 @@ def test_timm_vit_outputs_match(tmp_path):
 
 
 def test_vit_at_another_image_size(tmp_path):
-  net = randomise(timm.create_model(
-      "vit_small_patch16_224", pretrained=False, img_size=32, num_classes=0), seed=4)
+  net = randomise(
+    timm.create_model("vit_small_patch16_224", pretrained=False, img_size=32, num_classes=0), seed=4
+  )
   pth, _ = save_both(net, tmp_path, "vit32")
   model = abstract(lambda: models.vit_small(image_size=32, rngs=nnx.Rngs(0)))
   convert.load_pytorch_weights(model, pth)
   x = random_images((3, 32, 32, 3), seed=2)
   np.testing.assert_allclose(forward(model, jnp.asarray(x)), torch_outputs(net, x), atol=1e-4)
-  with pytest.raises(ValueError, match=r"shape mismatches pos_embed \(file \(1, 5, 384\), "
-                     r"model \(1, 197, 384\)\)"):
+  with pytest.raises(
+    ValueError,
+    match=r"shape mismatches pos_embed \(file \(1, 5, 384\), "
+    r"model \(1, 197, 384\)\)",
+  ):
     convert.load_pytorch_weights(abstract(lambda: models.vit_small(rngs=nnx.Rngs(0))), pth)
 
 
@@ -197,21 +203,26 @@ def write(tmp_path, state, suffix=".pth"):
 
 
 @pytest.mark.parametrize("suffix", [".pth", ".safetensors"])
-@pytest.mark.parametrize("edit, message", [
+@pytest.mark.parametrize(
+  "edit, message",
+  [
     (lambda s: s.pop("bn1.running_mean"), r"missing keys bn1\.running_mean\."),
     (lambda s: s.update({"extra.weight": torch.zeros(2)}), r"unexpected keys extra\.weight\."),
-    (lambda s: s.update({"conv1.weight": torch.zeros(64, 3, 5, 5)}),
-     r"shape mismatches conv1\.weight \(file \(64, 3, 5, 5\), model \(64, 3, 7, 7\)\)\."),
-])
-def test_a_file_that_does_not_match_names_the_keys(tmp_path, resnet18_state, suffix, edit,
-                                                    message):
+    (
+      lambda s: s.update({"conv1.weight": torch.zeros(64, 3, 5, 5)}),
+      r"shape mismatches conv1\.weight \(file \(64, 3, 5, 5\), model \(64, 3, 7, 7\)\)\.",
+    ),
+  ],
+)
+def test_a_file_that_does_not_match_names_the_keys(tmp_path, resnet18_state, suffix, edit, message):
   state = dict(resnet18_state)
   edit(state)
   path = write(tmp_path, state, suffix)
   model = models.resnet18(rngs=nnx.Rngs(0))
   before = variables(model)
-  with pytest.raises(ValueError, match=r"load_pytorch_weights: .* does not match the ResNet: "
-                     + message):
+  with pytest.raises(
+    ValueError, match=r"load_pytorch_weights: .* does not match the ResNet: " + message
+  ):
     convert.load_pytorch_weights(model, path)
   after = variables(model)
   assert all(np.array_equal(before[k], after[k]) for k in before)  # Nothing changed.
@@ -220,13 +231,19 @@ def test_a_file_that_does_not_match_names_the_keys(tmp_path, resnet18_state, suf
 def test_wrong_architecture(tmp_path, resnet18_state):
   path = write(tmp_path, resnet18_state)
   resnet50 = abstract(lambda: models.resnet50(rngs=nnx.Rngs(0)))
-  with pytest.raises(ValueError, match=r"does not match the ResNet: missing keys "
-                     r"layer1\.0\.bn3\.bias, .* \(and \d+ more\); shape mismatches "
-                     r"layer1\.0\.conv1\.weight \(file \(64, 64, 3, 3\), model \(64, 64, 1, 1\)\)"):
+  with pytest.raises(
+    ValueError,
+    match=r"does not match the ResNet: missing keys "
+    r"layer1\.0\.bn3\.bias, .* \(and \d+ more\); shape mismatches "
+    r"layer1\.0\.conv1\.weight \(file \(64, 64, 3, 3\), model \(64, 64, 1, 1\)\)",
+  ):
     convert.load_pytorch_weights(resnet50, path)
   vit = abstract(lambda: models.vit_small(rngs=nnx.Rngs(0)))
-  with pytest.raises(ValueError, match=r"does not match the VisionTransformer: missing keys "
-                     r"blocks\.0\.attn\.proj\.bias, .*; unexpected keys bn1\.bias, "):
+  with pytest.raises(
+    ValueError,
+    match=r"does not match the VisionTransformer: missing keys "
+    r"blocks\.0\.attn\.proj\.bias, .*; unexpected keys bn1\.bias, ",
+  ):
     convert.load_pytorch_weights(vit, path)
 
 
@@ -255,9 +272,9 @@ def test_errors_of_the_file_and_the_model(tmp_path, resnet18_state, monkeypatch)
 
 def test_read_checkpoint_formats(tmp_path):
   state = {
-      "a": torch.arange(6, dtype=torch.float32).reshape(2, 3),
-      "b": torch.tensor([1.5, -2.25, 3.0e38], dtype=torch.bfloat16),
-      "c": torch.tensor([3, 4], dtype=torch.int64),
+    "a": torch.arange(6, dtype=torch.float32).reshape(2, 3),
+    "b": torch.tensor([1.5, -2.25, 3.0e38], dtype=torch.bfloat16),
+    "c": torch.tensor([3, 4], dtype=torch.int64),
   }
   # The format is read from the content: a safetensors file named .pth, a wrapped torch file.
   st = tmp_path / "weights.pth"

@@ -43,11 +43,11 @@ def test_importing_jaxrank_data_leaves_tensorflow_devices_alone():
   # Hiding the GPUs is the entry points' job
   # (experiments.job.input_pipeline.hide_gpus_from_tensorflow).
   code = (
-      "import tensorflow as tf\n"
-      "calls = []\n"
-      "tf.config.set_visible_devices = lambda *args, **kwargs: calls.append(args)\n"
-      "import jaxrank.data\n"
-      "assert not calls, f'importing jaxrank.data called set_visible_devices{calls}'\n"
+    "import tensorflow as tf\n"
+    "calls = []\n"
+    "tf.config.set_visible_devices = lambda *args, **kwargs: calls.append(args)\n"
+    "import jaxrank.data\n"
+    "assert not calls, f'importing jaxrank.data called set_visible_devices{calls}'\n"
   )
   subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=120)
 
@@ -71,10 +71,10 @@ def _groups(labels, batch, k):
 
 
 SIZES = {
-    "equal": [4] * 12,
-    "uneven": [2, 3, 4, 5, 7, 9, 12, 1, 6, 8],
-    "one big class": [40, 4, 4, 5, 3, 4],
-    "sop-like": list(np.random.default_rng(1).integers(2, 13, size=300)),
+  "equal": [4] * 12,
+  "uneven": [2, 3, 4, 5, 7, 9, 12, 1, 6, 8],
+  "one big class": [40, 4, 4, 5, 3, 4],
+  "sop-like": list(np.random.default_rng(1).integers(2, 13, size=300)),
 }
 
 
@@ -85,7 +85,7 @@ def test_m_per_class_batches_invariants(sizes, p, k):
   counts = dict(zip(*np.unique(labels, return_counts=True)))
   for epoch in range(3):
     b = samplers.m_per_class_batches(
-        labels, classes_per_batch=p, samples_per_class=k, seed=3, epoch=epoch
+      labels, classes_per_batch=p, samples_per_class=k, seed=3, epoch=epoch
     )
     assert b.dtype == np.int64 and b.ndim == 2 and b.shape[1] == p * k
     for batch in b:
@@ -122,8 +122,12 @@ def test_m_per_class_batches_skip_small_classes():
   small = small[0][small[1] < 4]
   for epoch in range(3):
     b = samplers.m_per_class_batches(
-        labels, classes_per_batch=2, samples_per_class=4, seed=0, epoch=epoch,
-        skip_small_classes=True,
+      labels,
+      classes_per_batch=2,
+      samples_per_class=4,
+      seed=0,
+      epoch=epoch,
+      skip_small_classes=True,
     )
     shown = labels[b.ravel()]
     assert not np.isin(shown, small).any()
@@ -137,11 +141,18 @@ def test_samplers_are_deterministic_by_seed_and_epoch():
   labels = _labels_from_sizes(SIZES["sop-like"])
   supers = (labels % 5).astype(np.int64)
   fns = [
-      functools.partial(samplers.m_per_class_batches, labels, classes_per_batch=4,
-                        samples_per_class=2),
-      functools.partial(samplers.super_class_batches, labels, supers, classes_per_batch=4,
-                        samples_per_class=2, batches_per_group=3),
-      functools.partial(samplers.random_batches, len(labels), batch_size=16),
+    functools.partial(
+      samplers.m_per_class_batches, labels, classes_per_batch=4, samples_per_class=2
+    ),
+    functools.partial(
+      samplers.super_class_batches,
+      labels,
+      supers,
+      classes_per_batch=4,
+      samples_per_class=2,
+      batches_per_group=3,
+    ),
+    functools.partial(samplers.random_batches, len(labels), batch_size=16),
   ]
   for fn in fns:
     a = fn(seed=7, epoch=2)
@@ -159,8 +170,13 @@ def test_super_class_batches_invariants(s):
   labels = np.repeat(np.arange(40) * 10, sizes)
   supers = np.repeat(class_super, sizes) + 100
   b = samplers.super_class_batches(
-      labels, supers, classes_per_batch=p, samples_per_class=k,
-      super_classes_per_batch=s, batches_per_group=per_group, seed=1,
+    labels,
+    supers,
+    classes_per_batch=p,
+    samples_per_class=k,
+    super_classes_per_batch=s,
+    batches_per_group=per_group,
+    seed=1,
   )
   sets = list(itertools.combinations(range(100, 100 + num_supers), s))
   assert b.shape == (len(sets) * per_group, p * k)
@@ -184,7 +200,7 @@ def test_super_class_batches_shows_a_super_class_fully_before_repeating():
   labels = np.repeat(np.arange(12), 4)
   supers = labels % 2
   b = samplers.super_class_batches(
-      labels, supers, classes_per_batch=6, samples_per_class=2, batches_per_group=12, seed=0
+    labels, supers, classes_per_batch=6, samples_per_class=2, batches_per_group=12, seed=0
   )
   for g in (0, 1):
     halves = np.concatenate([row[np.isin(row, np.flatnonzero(supers == g))] for row in b])
@@ -196,30 +212,48 @@ def test_random_and_sequential_batches():
   b = samplers.random_batches(103, batch_size=10, seed=0, epoch=1)
   assert b.shape == (10, 10) and len(np.unique(b)) == 100 and b.max() < 103
   np.testing.assert_array_equal(
-      samplers.sequential_batches(5, batch_size=3), [[0, 1, 2], [3, 4, -1]]
+    samplers.sequential_batches(5, batch_size=3), [[0, 1, 2], [3, 4, -1]]
   )
 
 
 IMPOSSIBLE = [
-    (lambda y: samplers.m_per_class_batches(y, classes_per_batch=2, samples_per_class=9),
-     "lower samples_per_class to at most 5"),
-    (lambda y: samplers.m_per_class_batches(y, classes_per_batch=5, samples_per_class=2),
-     "lower classes_per_batch"),
-    (lambda y: samplers.m_per_class_batches(y, classes_per_batch=2, samples_per_class=4,
-                                            skip_small_classes=True),
-     "only 1 classes have at least 4 examples"),
-    (lambda y: samplers.m_per_class_batches(y, classes_per_batch=0, samples_per_class=2),
-     "classes_per_batch must be a positive int"),
-    (lambda y: samplers.super_class_batches(y, y % 2, classes_per_batch=3, samples_per_class=2),
-     "must be a multiple of super_classes_per_batch"),
-    (lambda y: samplers.super_class_batches(y, y % 2, classes_per_batch=6, samples_per_class=2),
-     "only 2 classes of super-class 0.*takes .* = 3 classes"),
-    (lambda y: samplers.super_class_batches(y, y * 0, classes_per_batch=2, samples_per_class=2),
-     "only 1 super-classes"),
-    (lambda y: samplers.super_class_batches(y, np.arange(len(y)) % 2, classes_per_batch=2,
-                                            samples_per_class=2),
-     "exactly one super-class"),
-    (lambda y: samplers.random_batches(len(y), batch_size=20), "lower batch_size"),
+  (
+    lambda y: samplers.m_per_class_batches(y, classes_per_batch=2, samples_per_class=9),
+    "lower samples_per_class to at most 5",
+  ),
+  (
+    lambda y: samplers.m_per_class_batches(y, classes_per_batch=5, samples_per_class=2),
+    "lower classes_per_batch",
+  ),
+  (
+    lambda y: samplers.m_per_class_batches(
+      y, classes_per_batch=2, samples_per_class=4, skip_small_classes=True
+    ),
+    "only 1 classes have at least 4 examples",
+  ),
+  (
+    lambda y: samplers.m_per_class_batches(y, classes_per_batch=0, samples_per_class=2),
+    "classes_per_batch must be a positive int",
+  ),
+  (
+    lambda y: samplers.super_class_batches(y, y % 2, classes_per_batch=3, samples_per_class=2),
+    "must be a multiple of super_classes_per_batch",
+  ),
+  (
+    lambda y: samplers.super_class_batches(y, y % 2, classes_per_batch=6, samples_per_class=2),
+    "only 2 classes of super-class 0.*takes .* = 3 classes",
+  ),
+  (
+    lambda y: samplers.super_class_batches(y, y * 0, classes_per_batch=2, samples_per_class=2),
+    "only 1 super-classes",
+  ),
+  (
+    lambda y: samplers.super_class_batches(
+      y, np.arange(len(y)) % 2, classes_per_batch=2, samples_per_class=2
+    ),
+    "exactly one super-class",
+  ),
+  (lambda y: samplers.random_batches(len(y), batch_size=20), "lower batch_size"),
 ]
 
 
@@ -244,8 +278,9 @@ def test_sampler_arguments_use_the_shared_checks():
   with pytest.raises(TypeError, match="samples_per_class must be a positive int, got 2.0"):
     m_per_class(classes_per_batch=2, samples_per_class=2.0)
   with pytest.raises(TypeError, match="super_class_batches: batches_per_group must be"):
-    samplers.super_class_batches(labels, labels % 2, classes_per_batch=2, samples_per_class=2,
-                                 batches_per_group=True)
+    samplers.super_class_batches(
+      labels, labels % 2, classes_per_batch=2, samples_per_class=2, batches_per_group=True
+    )
   with pytest.raises(TypeError, match="random_batches: num_examples must be a positive int"):
     samplers.random_batches(True, batch_size=1)
   with pytest.raises(TypeError, match="sequential_batches: batch_size must be a positive int"):
@@ -263,10 +298,15 @@ def test_sampler_arguments_use_the_shared_checks():
   with pytest.raises(ValueError, match=r"super_labels must be shaped \(12,\), got shape \(11,\)"):
     samplers.super_class_batches(labels, labels[:-1] % 2, classes_per_batch=2, samples_per_class=2)
   # numpy ints are ints, and give the same batches as Python ints.
-  got = m_per_class(classes_per_batch=np.int64(2), samples_per_class=np.int32(2), seed=np.uint8(3),
-                    epoch=np.int64(1))
-  np.testing.assert_array_equal(got, m_per_class(classes_per_batch=2, samples_per_class=2, seed=3,
-                                                 epoch=1))
+  got = m_per_class(
+    classes_per_batch=np.int64(2),
+    samples_per_class=np.int32(2),
+    seed=np.uint8(3),
+    epoch=np.int64(1),
+  )
+  np.testing.assert_array_equal(
+    got, m_per_class(classes_per_batch=2, samples_per_class=2, seed=3, epoch=1)
+  )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,7 +341,7 @@ def _take(ds, n):
 def test_digits_pipeline_batches(digits):
   train, _ = digits
   sampler = functools.partial(
-      jd.m_per_class_batches, train.labels, classes_per_batch=5, samples_per_class=6, seed=0
+    jd.m_per_class_batches, train.labels, classes_per_batch=5, samples_per_class=6, seed=0
   )
   epoch0 = sampler(epoch=0)  # 31 batches: about 151 groups of 6, 5 a batch.
   batches = _take(jd.make_pipeline(train, sampler), len(epoch0) + 9)  # Into the second epoch.
@@ -322,7 +362,7 @@ def test_digits_pipeline_batches(digits):
 def test_eval_pipeline_sees_every_example_once_with_padding(digits):
   _, test = digits
   ds = jd.make_pipeline(
-      test, jd.sequential_batches(test.num_examples, batch_size=100), num_epochs=1
+    test, jd.sequential_batches(test.num_examples, batch_size=100), num_epochs=1
   )
   batches = list(ds.as_numpy_iterator())
   assert len(batches) == 9
@@ -336,7 +376,7 @@ def test_eval_pipeline_sees_every_example_once_with_padding(digits):
 def test_pipeline_raises_before_iterating(digits):
   train, _ = digits
   impossible = functools.partial(
-      jd.m_per_class_batches, train.labels, classes_per_batch=6, samples_per_class=4
+    jd.m_per_class_batches, train.labels, classes_per_batch=6, samples_per_class=4
   )
   with pytest.raises(ValueError, match="lower classes_per_batch"):
     jd.make_pipeline(train, impossible)
@@ -351,7 +391,7 @@ def test_pipeline_raises_before_iterating(digits):
 
 # The training augmentation of the digits' pipeline tests: 8 x 8 crops of 10 x 10 resizes.
 _AUGMENT = functools.partial(
-    jd.train_preprocess, resize_size=10, crop_size=8, mean=(0.5,), std=(0.5,)
+  jd.train_preprocess, resize_size=10, crop_size=8, mean=(0.5,), std=(0.5,)
 )
 
 
@@ -374,12 +414,19 @@ def test_pipeline_of_some_columns_is_those_columns_of_the_whole_batches(digits):
   the same augmentation as those columns of the whole pipeline, across an epoch, resumed."""
   train, _ = digits
   sampler = functools.partial(
-      jd.m_per_class_batches, train.labels, classes_per_batch=5, samples_per_class=4, seed=1
+    jd.m_per_class_batches, train.labels, classes_per_batch=5, samples_per_class=4, seed=1
   )
   per_epoch = sampler(epoch=0).shape[0]
   start = (0, per_epoch - 2)
-  pipeline = functools.partial(jd.make_pipeline, train, sampler, preprocess_fn=_AUGMENT, seed=2,
-                               start_epoch=start[0], start_batch=start[1])
+  pipeline = functools.partial(
+    jd.make_pipeline,
+    train,
+    sampler,
+    preprocess_fn=_AUGMENT,
+    seed=2,
+    start_epoch=start[0],
+    start_batch=start[1],
+  )
   whole = _take(pipeline(), 4)
   parts = [_take(pipeline(columns=c), 4) for c in [(0, 7), (7, 8), (8, 20)]]
   for i, batch in enumerate(whole):
@@ -399,17 +446,17 @@ def test_pipeline_started_mid_run_yields_the_rest_of_the_run(digits):
   """A pipeline started at (epoch, batch) is the tail of one started at (0, 0), augmentation too."""
   train, _ = digits
   sampler = functools.partial(
-      jd.m_per_class_batches, train.labels, classes_per_batch=5, samples_per_class=8, seed=3
+    jd.m_per_class_batches, train.labels, classes_per_batch=5, samples_per_class=8, seed=3
   )
   per_epoch = sampler(epoch=0).shape[0]
   whole = _take(jd.make_pipeline(train, sampler, preprocess_fn=_AUGMENT, seed=5), per_epoch + 4)
   for epoch, batch in ((0, 3), (1, 0), (1, 2)):
     skipped = epoch * per_epoch + batch
     tail = _take(
-        jd.make_pipeline(
-            train, sampler, preprocess_fn=_AUGMENT, seed=5, start_epoch=epoch, start_batch=batch
-        ),
-        len(whole) - skipped,
+      jd.make_pipeline(
+        train, sampler, preprocess_fn=_AUGMENT, seed=5, start_epoch=epoch, start_batch=batch
+      ),
+      len(whole) - skipped,
     )
     assert len(tail) == len(whole) - skipped
     for a, b in zip(whole[skipped:], tail):
@@ -418,7 +465,7 @@ def test_pipeline_started_mid_run_yields_the_rest_of_the_run(digits):
         np.testing.assert_array_equal(a[key], b[key])
   # Different epochs get different augmentation of the same example.
   first = _take(
-      jd.make_pipeline(train, np.arange(8)[None], preprocess_fn=_AUGMENT, num_epochs=2), 2
+    jd.make_pipeline(train, np.arange(8)[None], preprocess_fn=_AUGMENT, num_epochs=2), 2
   )
   assert not np.array_equal(first[0]["image"], first[1]["image"])
   with pytest.raises(ValueError, match="past the end of epoch 0"):
@@ -459,9 +506,9 @@ def test_train_preprocess_crops_flips_and_normalises():
 # tfds builders, mocked.
 
 BUILDERS = {
-    "stanford_online_products": (jd.load_stanford_online_products, True),
-    "caltech_birds2011": (jd.load_cub200, False),
-    "cars196": (jd.load_cars196, False),
+  "stanford_online_products": (jd.load_stanford_online_products, True),
+  "caltech_birds2011": (jd.load_cub200, False),
+  "cars196": (jd.load_cars196, False),
 }
 
 
@@ -521,8 +568,13 @@ def test_mock_sop_pipeline_with_hard_batches():
   with testing.mock_retrieval_data(classes_per_split=24, images_per_class=4):
     train = jd.load_stanford_online_products(split="train")
   sampler = functools.partial(
-      jd.super_class_batches, train.labels, train.super_labels, classes_per_batch=4,
-      samples_per_class=2, batches_per_group=2, seed=0,
+    jd.super_class_batches,
+    train.labels,
+    train.super_labels,
+    classes_per_batch=4,
+    samples_per_class=2,
+    batches_per_group=2,
+    seed=0,
   )
   augment = functools.partial(jd.train_preprocess, resize_size=20, crop_size=16)
   ds = jd.make_pipeline(train, sampler, preprocess_fn=augment, seed=0)
@@ -554,8 +606,15 @@ def _write_tree(root, tree, size=(10, 14)):
 
 @pytest.fixture
 def folder(tmp_path):
-  files = ["cat/1.png", "cat/2.PNG", "cat/3.jpg", "dog/a.png", "dog/b.png", "emu/x.jpeg",
-           "emu/y.png"]
+  files = [
+    "cat/1.png",
+    "cat/2.PNG",
+    "cat/3.jpg",
+    "dog/a.png",
+    "dog/b.png",
+    "emu/x.jpeg",
+    "emu/y.png",
+  ]
   _write_tree(tmp_path, files)
   (tmp_path / "dog" / "notes.txt").write_text("not an image")
   (tmp_path / "dog" / ".hidden.png").write_bytes(b"ignored")
@@ -582,13 +641,22 @@ def test_image_folder_corrupt_files_raise_or_are_skipped(folder, caplog):
     data = jd.load_image_folder(folder, unreadable="skip")
   assert data.num_examples == 7
   assert "skipped 3 of 10 files" in caplog.text
-  assert sorted(os.path.basename(p) for p in jd.unreadable_images(
-      [str(folder / "cat" / "4.png"), str(folder / "cat" / "1.png")])) == ["4.png"]
+  assert sorted(
+    os.path.basename(p)
+    for p in jd.unreadable_images([str(folder / "cat" / "4.png"), str(folder / "cat" / "1.png")])
+  ) == ["4.png"]
 
 
 def test_image_folder_super_classes_and_errors(tmp_path):
-  _write_tree(tmp_path / "img", ["MEN/Denim/id_1/a.jpg", "MEN/Denim/id_2/a.jpg",
-                                 "WOMEN/Dresses/id_3/a.jpg", "WOMEN/Dresses/id_3/b.jpg"])
+  _write_tree(
+    tmp_path / "img",
+    [
+      "MEN/Denim/id_1/a.jpg",
+      "MEN/Denim/id_2/a.jpg",
+      "WOMEN/Dresses/id_3/a.jpg",
+      "WOMEN/Dresses/id_3/b.jpg",
+    ],
+  )
   data = jd.load_image_folder(tmp_path / "img", super_classes=True)
   np.testing.assert_array_equal(data.labels, [0, 1, 2, 2])
   np.testing.assert_array_equal(data.super_labels, [0, 0, 1, 1])
@@ -609,14 +677,16 @@ def test_image_folder_pipelines(folder):
   data = jd.load_image_folder(folder)
   evaluate = functools.partial(jd.eval_preprocess, resize_size=12, crop_size=8)
   ds = jd.make_pipeline(
-      data, jd.sequential_batches(data.num_examples, batch_size=4), preprocess_fn=evaluate,
-      num_epochs=1,
+    data,
+    jd.sequential_batches(data.num_examples, batch_size=4),
+    preprocess_fn=evaluate,
+    num_epochs=1,
   )
   batches = list(ds.as_numpy_iterator())
   assert [b["image"].shape for b in batches] == [(4, 8, 8, 3)] * 2
   assert batches[1]["mask"].tolist() == [True, True, True, False]
   sampler = functools.partial(
-      jd.m_per_class_batches, data.labels, classes_per_batch=3, samples_per_class=2, seed=0
+    jd.m_per_class_batches, data.labels, classes_per_batch=3, samples_per_class=2, seed=0
   )
   train = functools.partial(jd.train_preprocess, resize_size=12, crop_size=8)
   batch = next(jd.make_pipeline(data, sampler, preprocess_fn=train).as_numpy_iterator())

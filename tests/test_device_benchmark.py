@@ -14,11 +14,32 @@ LOSSES = ["FastAP", "blackbox AP (counting)"]
 
 def test_sections_and_the_guide_tables_from_their_record(tmp_path, capsys):
   record = tmp_path / "run.json"
-  device.main([
-      "--sections", "check", "steps", "blocked", "--losses", *LOSSES, "--batch", "32",
-      "--dim", "8", "--check-batch", "16", "--blocked-batch", "32", "--block", "8",
-      "--blocked-losses", "FastAP", "--seconds", "0", "--json", str(record),
-  ])
+  device.main(
+    [
+      "--sections",
+      "check",
+      "steps",
+      "blocked",
+      "--losses",
+      *LOSSES,
+      "--batch",
+      "32",
+      "--dim",
+      "8",
+      "--check-batch",
+      "16",
+      "--blocked-batch",
+      "32",
+      "--block",
+      "8",
+      "--blocked-losses",
+      "FastAP",
+      "--seconds",
+      "0",
+      "--json",
+      str(record),
+    ]
+  )
   out = capsys.readouterr().out
   assert "check FastAP" in out and "MISMATCH" not in out  # Rows are printed as they come.
   results = json.loads(record.read_text())
@@ -33,8 +54,12 @@ def test_sections_and_the_guide_tables_from_their_record(tmp_path, capsys):
   forms = [f"one={record}", f"two={record}"]
   written = device.write_docs([f"{record}:small"], forms, directory=tmp_path / "docs")
   names = sorted(p.stem for p in written)
-  assert names == ["device_blocked_small", "device_check_small", "device_forms",
-                   "device_steps_32_small"]
+  assert names == [
+    "device_blocked_small",
+    "device_check_small",
+    "device_forms",
+    "device_steps_32_small",
+  ]
   for path in written:
     data = json.loads(path.read_text())
     docs_data.check(data, path.stem)

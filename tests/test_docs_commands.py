@@ -29,14 +29,14 @@ from experiments.job import config as config_lib
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 DOCUMENTS = [
-    REPO / "README.md",
-    REPO / "ARCHITECTURE.md",
-    REPO / "Makefile",
-    REPO / "experiments" / "RESULTS.md",
-    *sorted((REPO / "docs").glob("*.rst")),
-    *sorted((REPO / "docs").glob("*.md")),
-    *sorted((REPO / "docs" / "guide").glob("*.rst")),
-    *sorted((REPO / "experiments").rglob("*.py")),
+  REPO / "README.md",
+  REPO / "ARCHITECTURE.md",
+  REPO / "Makefile",
+  REPO / "experiments" / "RESULTS.md",
+  *sorted((REPO / "docs").glob("*.rst")),
+  *sorted((REPO / "docs").glob("*.md")),
+  *sorted((REPO / "docs" / "guide").glob("*.rst")),
+  *sorted((REPO / "experiments").rglob("*.py")),
 ]
 # `python -m experiments.x.y args` (or the Makefile's `$(PY) -m ...`); a placeholder such as
 # `experiments.ablations.<what>` names no module and is left out.
@@ -89,30 +89,44 @@ def flags_defined(module: str) -> set[str]:
     if path.exists():
       sources.append(path.read_text())
   return {"--help"} | {
-      flag for source in sources for flag in re.findall(r"[\"'](--[a-z][\w-]*)[\"']", source)}
+    flag for source in sources for flag in re.findall(r"[\"'](--[a-z][\w-]*)[\"']", source)
+  }
 
 
 @functools.cache
 def help_text(module: str) -> str:
   """What `python -m module --help` prints (for flags that a module builds at run time)."""
-  return subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO, capture_output=True,
-                        text=True, timeout=120, check=False).stdout
+  return subprocess.run(
+    [sys.executable, "-m", module, "--help"],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=120,
+    check=False,
+  ).stdout
 
 
 def test_the_documents_have_commands():
   assert len(DOCUMENTS) > 1, "docs/guide/*.rst is missing"
   documents = {document for document, _, _ in commands()}
-  for expected in ("docs/guide/training.rst", "docs/quickstart.md", "experiments/RESULTS.md",
-                   "Makefile",
-                   "experiments/job/configs/glyphs.py", "experiments/benchmarks/speed.py",
-                   "experiments/ablations/fastap_bins.py"):
+  for expected in (
+    "docs/guide/training.rst",
+    "docs/quickstart.md",
+    "experiments/RESULTS.md",
+    "Makefile",
+    "experiments/job/configs/glyphs.py",
+    "experiments/benchmarks/speed.py",
+    "experiments/ablations/fastap_bins.py",
+  ):
     assert expected in documents, (expected, sorted(documents))
 
 
 def test_the_command_pattern():
-  found = COMMAND.findall("python -m experiments.job.main --config a.py\n$(PY) -m "
-                          "experiments.benchmarks.speed --batch 8\n"
-                          "python -m experiments.ablations.<what>")
+  found = COMMAND.findall(
+    "python -m experiments.job.main --config a.py\n$(PY) -m "
+    "experiments.benchmarks.speed --batch 8\n"
+    "python -m experiments.ablations.<what>"
+  )
   assert [m for m, _ in found] == ["experiments.job.main", "experiments.benchmarks.speed"]
 
 
@@ -128,7 +142,8 @@ def test_each_command_names_what_exists(document, module, args):
       continue
     flag, _, value = word.partition("=")
     assert flag in defined or re.search(rf"{flag}\b", help_text(module)), (
-        f"{where}: {module} defines no flag {flag}")
+      f"{where}: {module} defines no flag {flag}"
+    )
     following = value or (words[i + 1] if i + 1 < len(words) else "")
     if is_placeholder(following):
       continue

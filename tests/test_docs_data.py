@@ -43,8 +43,8 @@ def test_every_data_file_is_well_formed():
     if "figure" in data:
       assert (docs_data.DIRECTORY / data["figure"]).is_file(), path.name
     assert data["source"] == "measured" or data["source"].startswith(
-        ("measured: written from", "transcribed from")), (
-        f"{path.name}: source says neither that the command wrote it nor where it comes from")
+      ("measured: written from", "transcribed from")
+    ), f"{path.name}: source says neither that the command wrote it nor where it comes from"
 
 
 def test_every_named_table_exists_and_every_table_is_shown():
@@ -55,8 +55,9 @@ def test_every_named_table_exists_and_every_table_is_shown():
 
 
 def test_write_table_round_trip(tmp_path):
-  path = docs_data.write_table("t", title="T", columns=["a", "b"], rows=[["1", 2.5]],
-                               command="python -m x", directory=tmp_path)
+  path = docs_data.write_table(
+    "t", title="T", columns=["a", "b"], rows=[["1", 2.5]], command="python -m x", directory=tmp_path
+  )
   data = json.loads(path.read_text())
   assert data["rows"] == [["1", "2.5"]] and data["source"] == "measured"
   assert data["command"] == "python -m x" and "cores" in data["machine"]
@@ -72,22 +73,31 @@ def test_write_table_saves_the_figure(tmp_path):
 
   fig, axis = plt.subplots()
   axis.plot([0, 1])
-  docs_data.write_table("f", title="F", columns=["a"], rows=[["1"]], figure=fig,
-                        directory=tmp_path)
+  docs_data.write_table("f", title="F", columns=["a"], rows=[["1"]], figure=fig, directory=tmp_path)
   assert json.loads((tmp_path / "f.json").read_text())["figure"] == "f.png"
   assert (tmp_path / "f.png").stat().st_size > 1000
 
 
-_TABLE = {"title": "T", "command": "c", "machine": "m", "date": "2026-11-22", "source": "measured",
-          "columns": ["a", "b"], "rows": [["1", "2"]]}
+_TABLE = {
+  "title": "T",
+  "command": "c",
+  "machine": "m",
+  "date": "2026-11-22",
+  "source": "measured",
+  "columns": ["a", "b"],
+  "rows": [["1", "2"]],
+}
 
 
-@pytest.mark.parametrize(("change", "message"), [
+@pytest.mark.parametrize(
+  ("change", "message"),
+  [
     ({"rows": [["1"]]}, "must be 2 strings"),
     ({"rows": [[1, 2]]}, "must be 2 strings"),
     ({"rows": []}, "no rows"),
     ({"date": "22 Nov 2026"}, "not YYYY-MM-DD"),
-])
+  ],
+)
 def test_check_rejects(change, message):
   with pytest.raises(ValueError, match=message):
     docs_data.check({**_TABLE, **change})
@@ -99,21 +109,29 @@ def test_check_rejects_a_table_without_its_machine():
 
 
 def test_command_line_as_the_guide_writes_it():
-  assert docs_data.command_line(["/x/bin/python", "-m", "experiments.benchmarks.losses", "--loss",
-                                 "fastap"]) == (
-      ".venv/bin/python -m experiments.benchmarks.losses --loss fastap")
-  assert docs_data.command_line(["/w/.venv-accel/bin/python", "-m", "experiments.benchmarks."
-                                 "accelerators", "--batch", "4096"]) == (
-      ".venv-accel/bin/python -m experiments.benchmarks.accelerators --batch 4096")
+  assert docs_data.command_line(
+    ["/x/bin/python", "-m", "experiments.benchmarks.losses", "--loss", "fastap"]
+  ) == (".venv/bin/python -m experiments.benchmarks.losses --loss fastap")
+  assert docs_data.command_line(
+    ["/w/.venv-accel/bin/python", "-m", "experiments.benchmarks.accelerators", "--batch", "4096"]
+  ) == (".venv-accel/bin/python -m experiments.benchmarks.accelerators --batch 4096")
 
 
 def test_markdown_table_reads_what_the_benchmarks_print():
-  lines = ["B = 8, two losses", "| loss | time |", "| --- | --- |", "| FastAP | 0.91 s |",
-           "| SmoothAP | 0.79 s |", "blackbox: one host sort: 0.52 s"]
+  lines = [
+    "B = 8, two losses",
+    "| loss | time |",
+    "| --- | --- |",
+    "| FastAP | 0.91 s |",
+    "| SmoothAP | 0.79 s |",
+    "blackbox: one host sort: 0.52 s",
+  ]
   assert docs_data.markdown_table(lines) == {
-      "title": "B = 8, two losses", "columns": ["loss", "time"],
-      "rows": [["FastAP", "0.91 s"], ["SmoothAP", "0.79 s"]],
-      "notes": ["blackbox: one host sort: 0.52 s"]}
+    "title": "B = 8, two losses",
+    "columns": ["loss", "time"],
+    "rows": [["FastAP", "0.91 s"], ["SmoothAP", "0.79 s"]],
+    "notes": ["blackbox: one host sort: 0.52 s"],
+  }
   with pytest.raises(ValueError, match="no Markdown table"):
     docs_data.markdown_table(["title", "| a |"])
   with pytest.raises(ValueError, match="one Markdown table"):
@@ -130,8 +148,11 @@ def test_remote_resources():
   <link rel="canonical" href="https://jaxrank.example/">
   </head><body><a href="https://github.com/">a link is not loaded</a></body></html>"""
   assert docs_data.remote_resources(page) == [
-      "https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js", "//cdn.example.org/x.js",
-      "http://fonts.example.com/a.css", "https://x/b.css"]
+    "https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js",
+    "//cdn.example.org/x.js",
+    "http://fonts.example.com/a.css",
+    "https://x/b.css",
+  ]
   assert docs_data.remote_resources('<script src="_static/doctools.js"></script>') == []
 
 
@@ -159,8 +180,9 @@ def test_math_is_served_with_the_pages():
 
 
 def test_the_docs_extra_installs_the_stack():
-  extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
-      "optional-dependencies"]["docs"]
+  extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"][
+    "docs"
+  ]
   names = {re.split(r"[<>=!~ ]", requirement)[0] for requirement in extra}
   assert {"sphinx", "sphinx-book-theme", "myst-nb", "sphinx-mathjax-offline"} <= names
 
@@ -173,24 +195,33 @@ def test_speed_writes_each_table_it_prints(monkeypatch, tmp_path):
     monkeypatch.setattr(speed, name, lambda *a: table)
   monkeypatch.setattr(docs_data, "DIRECTORY", tmp_path)
   monkeypatch.setattr("sys.argv", ["speed", "--skip-compile-table", "--docs"])
-  monkeypatch.setattr("sys.orig_argv", ["python", "-m", "experiments.benchmarks.speed",
-                                        "--skip-compile-table", "--docs"])
+  monkeypatch.setattr(
+    "sys.orig_argv",
+    ["python", "-m", "experiments.benchmarks.speed", "--skip-compile-table", "--docs"],
+  )
   speed.main()
   assert sorted(p.name for p in tmp_path.iterdir()) == [
-      "speed_breakdown.json", "speed_cost.json", "speed_steps.json"]
+    "speed_breakdown.json",
+    "speed_cost.json",
+    "speed_steps.json",
+  ]
   data = json.loads((tmp_path / "speed_steps.json").read_text())
   assert data["rows"] == [["FastAP", "0.91 s"]] and data["title"] == "B = 32, a title"
   assert data["command"] == (
-      ".venv/bin/python -m experiments.benchmarks.speed --skip-compile-table --docs")
+    ".venv/bin/python -m experiments.benchmarks.speed --skip-compile-table --docs"
+  )
 
 
 def test_loss_benchmark_rows_and_figure():
   from experiments.benchmarks import losses  # pylint: disable=g-import-not-at-top
 
-  measured = [(256, {"time": 0.008, "memory_mb": 91.0}, {"time": 0.56, "memory_mb": 40.0}),
-              (4096, {"time": 2.0, "memory_mb": 922.0}, None)]
+  measured = [
+    (256, {"time": 0.008, "memory_mb": 91.0}, {"time": 0.56, "memory_mb": 40.0}),
+    (4096, {"time": 2.0, "memory_mb": 922.0}, None),
+  ]
   assert losses.docs_rows(measured) == [
-      ["256", "0.008 s", "0.56 s", "70x", "91 MB", "40 MB", "2.27"],
-      ["4096", "2 s", "n/a", "", "922 MB", "n/a", ""]]
+    ["256", "0.008 s", "0.56 s", "70x", "91 MB", "40 MB", "2.27"],
+    ["4096", "2 s", "n/a", "", "922 MB", "n/a", ""],
+  ]
   figure = losses.docs_figure("fastap", "FastAPLoss", measured)
   assert [len(axis.lines) for axis in figure.axes] == [2, 2]

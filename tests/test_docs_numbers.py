@@ -32,36 +32,37 @@ PAGES = sorted([*DOCS.glob("*.rst"), *DOCS.glob("*.md"), *(DOCS / "guide").glob(
 
 _NUMBER = r"\d[\d,]*(?:\.\d+)?(?:e-?\d+)?"
 QUANTITY = re.compile(
-    rf"(?<![\w.]){_NUMBER}(?:(?:-| to ){_NUMBER})?\s?(?:s|ms|us|µs|GB|GiB|MB|MiB|KB|GFLOP)\b")
+  rf"(?<![\w.]){_NUMBER}(?:(?:-| to ){_NUMBER})?\s?(?:s|ms|us|µs|GB|GiB|MB|MiB|KB|GFLOP)\b"
+)
 RATIO = re.compile(rf"(?<![\w.]){_NUMBER}(?:-{_NUMBER})?x\b")
 DECIMAL = re.compile(r"(?<![\w.])(?:\d+\.\d+|\d(?:\.\d+)?e-\d+)(?![\w.])")
 LIST_ENTRY = re.compile(r"^\s*(?:\* )?- ")
 
 # Pages not yet converted: the exact number of hand-typed measurements each holds, and why.
 ALLOWED = {
-    # Being edited by other engineers while the tables moved to docs/_generated (not touched
-    # here). To convert: the chunked-gradient, evaluation, data-pipeline, distributed and
-    # backbone tables and prose (experiments/benchmarks/{chunked,evaluate,evaluate_parts,data,
-    # distributed,backbone}.py with `--docs`), and the whole-data-set batches' tables
-    # (experiments/benchmarks/blocked.py, 176 of them). comparison.rst and rax.rst hold none by
-    # this definition (their result numbers are in prose, without a unit) and are checked like
-    # the rest.
-    "docs/guide/scale.rst": 331,
-    # Its tables are generated; what remains is prose: the history of what each change cut (issue
-    # 27's cosine derivative, the accelerator forms), the accelerator goals (3x, 4x, 1 GB) beside
-    # the cells they are met by, and one-off measurements without a command of their own.
-    "docs/guide/benchmarks.rst": 63,
-    # The hashing result table (seeds 0 / 1): `experiments.results --only glyphs_hashing` writes
-    # experiments/RESULTS.md, not yet a data file.
-    "docs/guide/hashing.rst": 26,
-    # The ablations' R@1 of seeds 0 / 1 in the claims table (experiments.results, as above).
-    "docs/guide/ablations.rst": 6,
-    # experiments.compare_released's table of value and gradient differences and the bug sizes.
-    "docs/guide/released_code.rst": 42,
-    # The glyphs' generation time, the SOP loaders' memory, the data pipeline's timings.
-    "docs/guide/real_data.rst": 7,
-    # The backbone step table (experiments.benchmarks.backbone).
-    "docs/guide/pretrained.rst": 4,
+  # Being edited by other engineers while the tables moved to docs/_generated (not touched
+  # here). To convert: the chunked-gradient, evaluation, data-pipeline, distributed and
+  # backbone tables and prose (experiments/benchmarks/{chunked,evaluate,evaluate_parts,data,
+  # distributed,backbone}.py with `--docs`), and the whole-data-set batches' tables
+  # (experiments/benchmarks/blocked.py, 176 of them). comparison.rst and rax.rst hold none by
+  # this definition (their result numbers are in prose, without a unit) and are checked like
+  # the rest.
+  "docs/guide/scale.rst": 331,
+  # Its tables are generated; what remains is prose: the history of what each change cut (issue
+  # 27's cosine derivative, the accelerator forms), the accelerator goals (3x, 4x, 1 GB) beside
+  # the cells they are met by, and one-off measurements without a command of their own.
+  "docs/guide/benchmarks.rst": 63,
+  # The hashing result table (seeds 0 / 1): `experiments.results --only glyphs_hashing` writes
+  # experiments/RESULTS.md, not yet a data file.
+  "docs/guide/hashing.rst": 26,
+  # The ablations' R@1 of seeds 0 / 1 in the claims table (experiments.results, as above).
+  "docs/guide/ablations.rst": 6,
+  # experiments.compare_released's table of value and gradient differences and the bug sizes.
+  "docs/guide/released_code.rst": 42,
+  # The glyphs' generation time, the SOP loaders' memory, the data pipeline's timings.
+  "docs/guide/real_data.rst": 7,
+  # The backbone step table (experiments.benchmarks.backbone).
+  "docs/guide/pretrained.rst": 4,
 }
 
 
@@ -74,13 +75,18 @@ def measurements(text: str) -> list[str]:
   found = [m.group(0) for m in QUANTITY.finditer(text)]
   found += [m.group(0) for m in RATIO.finditer(text)]
   for line in text.splitlines():
-    if ((LIST_ENTRY.match(line) or line.count("|") >= 2) and DECIMAL.search(line)
-        and not (QUANTITY.search(line) or RATIO.search(line))):  # Counted once per line.
+    if (
+      (LIST_ENTRY.match(line) or line.count("|") >= 2)
+      and DECIMAL.search(line)
+      and not (QUANTITY.search(line) or RATIO.search(line))
+    ):  # Counted once per line.
       found.append(f"table row: {line.strip()[:80]}")
   return found
 
 
-@pytest.mark.parametrize(("text", "expected"), [
+@pytest.mark.parametrize(
+  ("text", "expected"),
+  [
     ("takes 0.91 s, then 473 MB and 9,217 MB", ["0.91 s", "473 MB", "9,217 MB"]),
     ("30-60 ms here, about 2.5x; 1.6-1.8x", ["30-60 ms", "2.5x", "1.6-1.8x"]),
     ("51.6 GFLOP, 0.25 GiB accessed", ["51.6 GFLOP", "0.25 GiB"]),
@@ -89,11 +95,14 @@ def measurements(text: str) -> list[str]:
     ("between 0.46 to 0.57 s", ["0.46 to 0.57 s"]),
     ("   * - 0.134 / 0.127", ["table row: * - 0.134 / 0.127"]),
     ("| fastap | 0.619 [0.614, 0.625] |", ["table row: | fastap | 0.619 [0.614, 0.625] |"]),
-    ("FastAP | FastAPLoss | float32 | 6.0e-08 | equal", [
-        "table row: FastAP | FastAPLoss | float32 | 6.0e-08 | equal"]),
+    (
+      "FastAP | FastAPLoss | float32 | 6.0e-08 | equal",
+      ["table row: FastAP | FastAPLoss | float32 | 6.0e-08 | equal"],
+    ),
     ("   .. generated-table:: speed_steps", []),
     ("   * - `fastap_loss`\n     - FastAP (Cakir et al. eq. 14)", []),
-])
+  ],
+)
 def test_what_counts_as_measured(text, expected):
   assert measurements(text) == expected
 
@@ -111,9 +120,11 @@ def test_no_hand_typed_measurement(page):
   allowed = ALLOWED.get(name, 0)
   if len(found) > allowed:
     pytest.fail(
-        f"{name} holds {len(found)} hand-typed measurements, {allowed} allowed: write them with "
-        "the command that measures them (experiments/docs_data.py, `.. generated-table::`). "
-        f"Found: {found}")
+      f"{name} holds {len(found)} hand-typed measurements, {allowed} allowed: write them with "
+      "the command that measures them (experiments/docs_data.py, `.. generated-table::`). "
+      f"Found: {found}"
+    )
   assert len(found) == allowed, (
-      f"{name} now holds {len(found)} hand-typed measurements: lower its entry in ALLOWED from "
-      f"{allowed} to {len(found)} (or remove it at 0)")
+    f"{name} now holds {len(found)} hand-typed measurements: lower its entry in ALLOWED from "
+    f"{allowed} to {len(found)} (or remove it at 0)"
+  )

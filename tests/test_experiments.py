@@ -80,32 +80,46 @@ def _stored_config(workdir, run):
 # config's: the glyphs' 64 = 16 classes x 4 images, 300 steps and S = 2 (the Config default).
 def _expected_batch_size(value):
   p, k, steps = (*value, 300)[:3] if isinstance(value, tuple) else (16, value, 300)
-  return {"loss": "fastap", "loss_kwargs": {}, "batch_size": p * k, "samples_per_class": k,
-          "num_steps": steps}
+  return {
+    "loss": "fastap",
+    "loss_kwargs": {},
+    "batch_size": p * k,
+    "samples_per_class": k,
+    "num_steps": steps,
+  }
 
 
 def _expected_hard_sampling(value: str, base: tuple[int, int, int] = (16, 4, 2)) -> dict:
   """`value` is `sampler`, `sampler,P,K` or `sampler,P,K,S`; `base` the config's P, K, S."""
   sampler, *given = value.split(",")
-  p, k, s = (*map(int, given), *base[len(given):])
-  return {"loss": "fastap", "loss_kwargs": {}, "sampler": sampler, "batch_size": p * k,
-          "samples_per_class": k, "super_classes_per_batch": s}
+  p, k, s = (*map(int, given), *base[len(given) :])
+  return {
+    "loss": "fastap",
+    "loss_kwargs": {},
+    "sampler": sampler,
+    "batch_size": p * k,
+    "samples_per_class": k,
+    "super_classes_per_batch": s,
+  }
 
 
 EXPECTED_FIELDS = {
-    "fastap_bins": lambda v: {"loss": "fastap", "loss_kwargs": {"num_intervals": v}},
-    "batch_size": _expected_batch_size,
-    "blackbox_margin_memory": lambda v: {
-        "loss": "blackbox_ap", "loss_kwargs": {"margin": v[0]}, "memory_batches": v[1]},
-    "roadmap_lambda": lambda v: {"loss": "roadmap", "loss_kwargs": {"calibration_weight": v}},
-    "hard_sampling": _expected_hard_sampling,
+  "fastap_bins": lambda v: {"loss": "fastap", "loss_kwargs": {"num_intervals": v}},
+  "batch_size": _expected_batch_size,
+  "blackbox_margin_memory": lambda v: {
+    "loss": "blackbox_ap",
+    "loss_kwargs": {"margin": v[0]},
+    "memory_batches": v[1],
+  },
+  "roadmap_lambda": lambda v: {"loss": "roadmap", "loss_kwargs": {"calibration_weight": v}},
+  "hard_sampling": _expected_hard_sampling,
 }
 SCRIPTS = {
-    "fastap_bins": fastap_bins,
-    "batch_size": batch_size,
-    "blackbox_margin_memory": blackbox_margin_memory,
-    "roadmap_lambda": roadmap_lambda,
-    "hard_sampling": hard_sampling,
+  "fastap_bins": fastap_bins,
+  "batch_size": batch_size,
+  "blackbox_margin_memory": blackbox_margin_memory,
+  "roadmap_lambda": roadmap_lambda,
+  "hard_sampling": hard_sampling,
 }
 
 
@@ -121,11 +135,14 @@ def test_every_ablation_script_is_covered():
 
 # Each script's defaults, and the other forms of value that experiments/results.py and the
 # docstrings give: `--values` as typed -> the values as the script receives them.
-@pytest.mark.parametrize("what, given", [
+@pytest.mark.parametrize(
+  "what, given",
+  [
     *[(what, None) for what in sorted(SCRIPTS)],
     ("batch_size", {"64,4,75": (64, 4, 75), "4": 4}),
     ("hard_sampling", {"m_per_class": "m_per_class", "super_class,16,4,8": "super_class,16,4,8"}),
-])
+  ],
+)
 def test_each_value_reaches_its_run_config(what, given, tmp_path, capsys, monkeypatch):
   # The script's whole command line on its default config (the glyphs); only the
   # training is replaced, by a recorder of the configs it would train (as their config.json) and
@@ -160,11 +177,14 @@ def test_each_value_reaches_its_run_config(what, given, tmp_path, capsys, monkey
 
 # End to end, with training, for one script: the others share `sweep.main` and the sweep, and
 # each script's values reach its runs' configs by the test above (which replaces the training).
-@pytest.mark.parametrize("what, values, parsed, rows, untrained", [
+@pytest.mark.parametrize(
+  "what, values, parsed, rows, untrained",
+  [
     ("fastap_bins", ["5", "20"], [5, 20], ["L=5", "L=20"], True),
-])
+  ],
+)
 def test_ablation_prints_a_row_per_value_and_plots(
-    what, values, parsed, rows, untrained, tmp_path, capsys
+  what, values, parsed, rows, untrained, tmp_path, capsys
 ):
   got = _run(SCRIPTS[what], what, tmp_path, capsys, values, untrained=untrained)
   assert got == (["untrained"] if untrained else []) + rows
@@ -178,16 +198,18 @@ def test_ablation_prints_a_row_per_value_and_plots(
 def test_hard_sampling_on_mock_sop(tmp_path, capsys):
   # 24 classes in the 12 super-classes of SOP: two per super-class, so P = 16 / 4 = 4 classes from
   # two super-classes can be drawn. One value with its geometry, one with the base config's.
-  sets = ["dataset=sop", f"data_dir={tmp_path}", "image_size=32", "resize_size=36",
-          "batch_size=16"]
+  sets = ["dataset=sop", f"data_dir={tmp_path}", "image_size=32", "resize_size=36", "batch_size=16"]
   values = ["super_class,4,4,2", "m_per_class"]
   with testing.mock_retrieval_data(classes_per_split=24, images_per_class=4):
-    rows = _run(hard_sampling, "hard_sampling", tmp_path, capsys, values, sets,
-                untrained=False)
+    rows = _run(hard_sampling, "hard_sampling", tmp_path, capsys, values, sets, untrained=False)
   assert rows == ["super_class_4x4_S=2", "m_per_class_4x4"]
   for run, value in zip(rows, values):
-    _assert_fields(_stored_config(tmp_path / "hard_sampling", run),
-                   _expected_hard_sampling(value, base=(4, 4, 2)), "hard_sampling", value)
+    _assert_fields(
+      _stored_config(tmp_path / "hard_sampling", run),
+      _expected_hard_sampling(value, base=(4, 4, 2)),
+      "hard_sampling",
+      value,
+    )
 
 
 def _exits_with_one_line(module, argv, capsys) -> str:
@@ -202,23 +224,37 @@ def _exits_with_one_line(module, argv, capsys) -> str:
 
 def test_hard_sampling_refuses_digits_before_training(tmp_path, capsys):
   workdir = tmp_path / "hard"
-  err = _exits_with_one_line(hard_sampling, ["--config", TINY, "--workdir", str(workdir)],
-                             capsys)
+  err = _exits_with_one_line(hard_sampling, ["--config", TINY, "--workdir", str(workdir)], capsys)
   assert re.search(r"error: .*which digits does not have.*dataset=.sop.", err), err
   assert not workdir.exists()
 
 
 # The hard-sampling cases run on the default config (the glyphs, which have super-classes).
-@pytest.mark.parametrize(("what", "argv", "message"), [
-    ("fastap_bins", ["--config", TINY, "--set", "seed=yes"],
-     r"error: --set seed=yes: seed must be an int"),
-    ("fastap_bins", ["--config", TINY, "--values", "5", "5"],
-     r"error: --values gives the run '.*' twice"),
-    ("hard_sampling", ["--values", "super_class,16"],
-     r"error: a value of the hard-sampling .* got 'super_class,16'\.$"),
-    ("hard_sampling", ["--values", "super_class,16,4,3"],
-     r"error: .*16 classes is not a multiple of it"),
-])
+@pytest.mark.parametrize(
+  ("what", "argv", "message"),
+  [
+    (
+      "fastap_bins",
+      ["--config", TINY, "--set", "seed=yes"],
+      r"error: --set seed=yes: seed must be an int",
+    ),
+    (
+      "fastap_bins",
+      ["--config", TINY, "--values", "5", "5"],
+      r"error: --values gives the run '.*' twice",
+    ),
+    (
+      "hard_sampling",
+      ["--values", "super_class,16"],
+      r"error: a value of the hard-sampling .* got 'super_class,16'\.$",
+    ),
+    (
+      "hard_sampling",
+      ["--values", "super_class,16,4,3"],
+      r"error: .*16 classes is not a multiple of it",
+    ),
+  ],
+)
 def test_ablation_refuses_bad_arguments_in_one_line(what, tmp_path, capsys, argv, message):
   workdir = tmp_path / what
   err = _exits_with_one_line(SCRIPTS[what], ["--workdir", str(workdir), *argv], capsys)
@@ -237,9 +273,13 @@ def test_loss_overrides_keep_the_base_hyperparameters_of_the_same_loss():
 
   base = config_lib.Config(loss="blackbox_ap", loss_kwargs={"interpolation": 4.0})
   assert sweep.loss_overrides(base, "blackbox_ap", margin=0.1) == {
-      "loss": "blackbox_ap", "loss_kwargs": {"interpolation": 4.0, "margin": 0.1}}
+    "loss": "blackbox_ap",
+    "loss_kwargs": {"interpolation": 4.0, "margin": 0.1},
+  }
   assert sweep.loss_overrides(base, "fastap", num_intervals=5) == {
-      "loss": "fastap", "loss_kwargs": {"num_intervals": 5}}
+    "loss": "fastap",
+    "loss_kwargs": {"num_intervals": 5},
+  }
 
 
 # `python -m experiments.results`: its writer on canned tables and its runner on a trivial command
@@ -248,39 +288,63 @@ def test_loss_overrides_keep_the_base_hyperparameters_of_the_same_loss():
 
 def _canned_section(experiment, seeds=(0, 1), table="table"):
   runs = [
-      results_lib.Run(
-          seed=s, command=" ".join(results_lib.command(experiment, s, "runs/results")),
-          returncode=1 if experiment.fails_with else 0,
-          output=f"{experiment.name} {table} of seed {s}\n{experiment.fails_with or 'untrained'}",
-          seconds=60.0 + s, load=1.5)
-      for s in seeds
+    results_lib.Run(
+      seed=s,
+      command=" ".join(results_lib.command(experiment, s, "runs/results")),
+      returncode=1 if experiment.fails_with else 0,
+      output=f"{experiment.name} {table} of seed {s}\n{experiment.fails_with or 'untrained'}",
+      seconds=60.0 + s,
+      load=1.5,
+    )
+    for s in seeds
   ]
   return results_lib.format_section(
-      experiment, runs, date="2026-11-23", machine_name="Some CPU, 2 cores",
-      package_versions={"jax": "0.1.2", "flax": "0.3.4"})
+    experiment,
+    runs,
+    date="2026-11-23",
+    machine_name="Some CPU, 2 cores",
+    package_versions={"jax": "0.1.2", "flax": "0.3.4"},
+  )
 
 
 def test_results_document_has_each_section_command_and_table():
   experiments = results_lib.EXPERIMENTS
   assert [e.name for e in experiments] == [
-      "main", "fastap_bins", "batch_size", "batch_size_images", "hard_sampling",
-      "blackbox_margin_memory", "roadmap_lambda", "glyphs_hashing"]
+    "main",
+    "fastap_bins",
+    "batch_size",
+    "batch_size_images",
+    "hard_sampling",
+    "blackbox_margin_memory",
+    "roadmap_lambda",
+    "glyphs_hashing",
+  ]
   text = results_lib.format_document({e.name: _canned_section(e) for e in experiments})
   sections = results_lib.read_sections(text)
   assert list(sections) == [e.name for e in experiments]  # In order, each once.
-  assert ("python -m experiments.job.main --config experiments/job/configs/glyphs.py "
-          "--workdir runs/results/main/seed1 --set seed=1") in sections["main"]
+  assert (
+    "python -m experiments.job.main --config experiments/job/configs/glyphs.py "
+    "--workdir runs/results/main/seed1 --set seed=1"
+  ) in sections["main"]
   for e in experiments:
     section = sections[e.name]
     assert f"## {e.title}\n" in section
     for s in (0, 1):
-      assert (f"python -m {e.module} {' '.join(e.args)}".rstrip()
-              + f" --workdir runs/results/{e.name}/seed{s} --set seed={s}") in section
+      assert (
+        f"python -m {e.module} {' '.join(e.args)}".rstrip()
+        + f" --workdir runs/results/{e.name}/seed{s} --set seed={s}"
+      ) in section
       assert f"```\n{e.name} table of seed {s}\n{e.fails_with or 'untrained'}\n```" in section
       assert f"### Seed {s} (6{s} s" in section
-    for expected in ("2026-11-23", "Some CPU, 2 cores", "jax 0.1.2", "flax 0.3.4",
-                     f"### Reading (written {e.written})", inspect.cleandoc(e.reading),
-                     inspect.cleandoc(e.claim)):
+    for expected in (
+      "2026-11-23",
+      "Some CPU, 2 cores",
+      "jax 0.1.2",
+      "flax 0.3.4",
+      f"### Reading (written {e.written})",
+      inspect.cleandoc(e.reading),
+      inspect.cleandoc(e.claim),
+    ):
       assert expected in section, (e.name, expected)
   # Every experiment trains on the glyphs: none ends with an expected error, the hard-sampling
   # ablation included (it stopped on the digits, which have no super-classes).
@@ -290,8 +354,9 @@ def test_results_document_has_each_section_command_and_table():
   assert hard.as_expected(results_lib.Run(0, "", 0, "table", 1.0))
   # An experiment whose error is its result: that error is as expected, another is a failure.
   refusing = dataclasses.replace(hard, fails_with="which digits does not have")
-  assert refusing.as_expected(results_lib.Run(0, "", 1, "ValueError: which digits does not have",
-                                              1.0))
+  assert refusing.as_expected(
+    results_lib.Run(0, "", 1, "ValueError: which digits does not have", 1.0)
+  )
   assert not refusing.as_expected(results_lib.Run(0, "", 1, "ImportError: no module", 1.0))
   assert not refusing.as_expected(results_lib.Run(0, "", 0, "table", 1.0))
   section = _canned_section(refusing)
@@ -309,7 +374,8 @@ def test_results_document_regenerating_one_section_keeps_the_others():
   assert "fastap_bins new of seed 3" in new["fastap_bins"]
   assert "of seed 0" not in new["fastap_bins"]
   assert {n: s for n, s in new.items() if n != "fastap_bins"} == {
-      n: s for n, s in results_lib.read_sections(old).items() if n != "fastap_bins"}
+    n: s for n, s in results_lib.read_sections(old).items() if n != "fastap_bins"
+  }
 
 
 def test_results_runner_captures_the_table_or_the_error():
@@ -317,16 +383,25 @@ def test_results_runner_captures_the_table_or_the_error():
   assert (ok.returncode, ok.output, ok.seed) == (0, "table", 0)
   assert ok.command.startswith("python -c ")  # As a user types it, not this interpreter's path.
   bad = results_lib.run_command(
-      ["python", "-c", "raise ValueError('no super-classes;\\nuse another data set')"], seed=1)
+    ["python", "-c", "raise ValueError('no super-classes;\\nuse another data set')"], seed=1
+  )
   assert bad.returncode == 1
   assert bad.output.startswith("Traceback (most recent call last):\n  ...\n")
   assert bad.output.endswith("ValueError: no super-classes;\nuse another data set")
 
 
-@pytest.mark.parametrize("path", [
-    "experiments/job/configs/digits.py", "experiments/job/configs/glyphs.py", *sorted(
-        str(p.relative_to(ROOT)) for p in (ROOT / "experiments/ablations").glob("*.py")
-        if p.stem not in ("__init__", "sweep"))])
+@pytest.mark.parametrize(
+  "path",
+  [
+    "experiments/job/configs/digits.py",
+    "experiments/job/configs/glyphs.py",
+    *sorted(
+      str(p.relative_to(ROOT))
+      for p in (ROOT / "experiments/ablations").glob("*.py")
+      if p.stem not in ("__init__", "sweep")
+    ),
+  ],
+)
 def test_module_docstrings_point_at_results_instead_of_holding_them(path):
   doc = ast.get_docstring(ast.parse((ROOT / path).read_text()))
   assert "RESULTS.md" in doc and "python -m experiments.results" in doc

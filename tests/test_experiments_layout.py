@@ -27,8 +27,9 @@ def _modules() -> dict[str, pathlib.Path]:
 def _is_type_checking(node: ast.AST) -> TypeGuard[ast.If]:
   test = getattr(node, "test", None)
   return isinstance(node, ast.If) and (
-      (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-      or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+    (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+    or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+  )
 
 
 def _imported(tree: ast.AST, modules: set[str]) -> set[str]:
@@ -52,8 +53,10 @@ def _imported(tree: ast.AST, modules: set[str]) -> set[str]:
 
 def import_graph() -> dict[str, set[str]]:
   modules = _modules()
-  return {name: _imported(ast.parse(path.read_text()), set(modules)) - {name}
-          for name, path in modules.items()}
+  return {
+    name: _imported(ast.parse(path.read_text()), set(modules)) - {name}
+    for name, path in modules.items()
+  }
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -66,7 +69,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     path.append(node)
     for nxt in sorted(graph.get(node, ())):
       if state.get(nxt) == 1:
-        return path[path.index(nxt):] + [nxt]
+        return path[path.index(nxt) :] + [nxt]
       if nxt not in state and (cycle := visit(nxt)):
         return cycle
     path.pop()
@@ -105,10 +108,10 @@ def test_config_imports_nothing_of_the_job():
 # benchmarks also the documentation's table writer (docs_data, which imports nothing of
 # experiments), to write the tables the guide shows.
 ALLOWED_IMPORTS = {
-    "job": set(),
-    "ablations": {"job"},
-    "benchmarks": {"job", "docs_data"},
-    "comparison": {"job", "ablations", "results"},
+  "job": set(),
+  "ablations": {"job"},
+  "benchmarks": {"job", "docs_data"},
+  "comparison": {"job", "ablations", "results"},
 }
 
 
@@ -136,5 +139,14 @@ def test_every_part_is_in_its_folder():
   top = {p.name for p in EXPERIMENTS.iterdir() if not p.name.startswith((".", "__"))}
   # docs_data.py writes the documentation's generated tables; quickstart.py is the quickstart
   # page's code, run by its test.
-  assert top == {"job", "ablations", "benchmarks", "comparison", "results.py", "RESULTS.md",
-                 "compare_released.py", "docs_data.py", "quickstart.py"}, sorted(top)
+  assert top == {
+    "job",
+    "ablations",
+    "benchmarks",
+    "comparison",
+    "results.py",
+    "RESULTS.md",
+    "compare_released.py",
+    "docs_data.py",
+    "quickstart.py",
+  }, sorted(top)

@@ -21,8 +21,9 @@ FOLDERS = ("jaxrank", "experiments", "tests")
 
 # "path:function" -> why it may be longer.
 ALLOWED = {
-    "experiments/compare_released.py:compare_roadmap":
-        "one compare() per row of the table it prints, read top to bottom as that table",
+  "experiments/compare_released.py:compare_roadmap": (
+    "one compare() per row of the table it prints, read top to bottom as that table"
+  ),
 }
 
 
@@ -31,13 +32,19 @@ def code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -
   docstring: set[int] = set()
   first = node.body[0]
   assert first.end_lineno is not None and node.end_lineno is not None  # Set by ast.parse.
-  if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-      and isinstance(first.value.value, str)):
+  if (
+    isinstance(first, ast.Expr)
+    and isinstance(first.value, ast.Constant)
+    and isinstance(first.value.value, str)
+  ):
     docstring = set(range(first.lineno, first.end_lineno + 1))
   return sum(
-      1 for number in range(node.lineno, node.end_lineno + 1)
-      if number not in docstring and lines[number - 1].strip()
-      and not lines[number - 1].strip().startswith("#"))
+    1
+    for number in range(node.lineno, node.end_lineno + 1)
+    if number not in docstring
+    and lines[number - 1].strip()
+    and not lines[number - 1].strip().startswith("#")
+  )
 
 
 @functools.cache
@@ -56,12 +63,14 @@ def function_lengths() -> dict[str, int]:
 
 
 def test_no_function_is_longer_than_max_lines_without_a_reason():
-  too_long = {key: n for key, n in function_lengths().items()
-              if n > MAX_LINES and key not in ALLOWED}
+  too_long = {
+    key: n for key, n in function_lengths().items() if n > MAX_LINES and key not in ALLOWED
+  }
   assert not too_long, (
-      f"functions over {MAX_LINES} lines of code: {too_long}; split them by what they do into "
-      "named helpers, or add them to ALLOWED in tests/test_function_length.py with the reason "
-      "(and write the reason next to the function)")
+    f"functions over {MAX_LINES} lines of code: {too_long}; split them by what they do into "
+    "named helpers, or add them to ALLOWED in tests/test_function_length.py with the reason "
+    "(and write the reason next to the function)"
+  )
 
 
 @pytest.mark.parametrize("key", sorted(ALLOWED))
@@ -69,4 +78,5 @@ def test_every_allowed_function_exists_and_is_still_long(key):
   lengths = function_lengths()
   assert key in lengths, f"{key} is in ALLOWED but no longer exists; remove it from ALLOWED"
   assert lengths[key] > MAX_LINES, (
-      f"{key} has {lengths[key]} lines of code now, at most {MAX_LINES}; remove it from ALLOWED")
+    f"{key} has {lengths[key]} lines of code now, at most {MAX_LINES}; remove it from ALLOWED"
+  )

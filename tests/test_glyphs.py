@@ -25,7 +25,7 @@ def cache(tmp_path_factory):
 @pytest.fixture(scope="module")
 def splits(cache):
   return glyphs.load_glyphs("train", cache_dir=cache, **SMALL), glyphs.load_glyphs(
-      "test", cache_dir=cache, **SMALL
+    "test", cache_dir=cache, **SMALL
   )
 
 
@@ -73,7 +73,7 @@ def test_deterministic_for_a_seed_and_different_for_another(cache, tmp_path):
 def test_copies_multiply_the_images(tmp_path):
   one = glyphs.load_glyphs("train", cache_dir=str(tmp_path), min_typefaces=21, image_size=8)
   two = glyphs.load_glyphs(
-      "train", cache_dir=str(tmp_path), min_typefaces=21, image_size=8, copies=2
+    "train", cache_dir=str(tmp_path), min_typefaces=21, image_size=8, copies=2
   )
   assert len(two.labels) == 2 * len(one.labels)
   np.testing.assert_array_equal(np.sort(two.labels), np.sort(np.tile(one.labels, 2)))
@@ -117,17 +117,17 @@ def test_missing_fonts_raise_a_clear_error(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "kwargs, error",
-    [
-        ({"split": "val"}, ValueError),
-        ({"min_typefaces": 0}, ValueError),
-        ({"min_typefaces": 22}, ValueError),
-        ({"image_size": 12.0}, TypeError),
-        ({"copies": 0}, ValueError),
-        ({"strength": -1.0}, ValueError),
-        ({"noise": -0.1}, ValueError),
-        ({"noise": 2.0}, ValueError),
-    ],
+  "kwargs, error",
+  [
+    ({"split": "val"}, ValueError),
+    ({"min_typefaces": 0}, ValueError),
+    ({"min_typefaces": 22}, ValueError),
+    ({"image_size": 12.0}, TypeError),
+    ({"copies": 0}, ValueError),
+    ({"strength": -1.0}, ValueError),
+    ({"noise": -0.1}, ValueError),
+    ({"noise": 2.0}, ValueError),
+  ],
 )
 def test_bad_arguments_raise(kwargs, error, tmp_path):
   kwargs = {"split": "train", **kwargs}
@@ -144,9 +144,15 @@ def test_a_tiny_training_run_on_glyphs(tmp_path, monkeypatch):
   monkeypatch.setattr(input_pipeline, "GLYPHS_PARAMS", {"min_typefaces": 20, "image_size": 16})
   input_pipeline._LOADED.clear()
   config = dataclasses.replace(
-      tiny.get_config(), dataset="glyphs", sampler="super_class", batch_size=16,
-      samples_per_class=4, super_classes_per_batch=1, num_steps=2, eval_every=2,
-      checkpoint_every=2,
+    tiny.get_config(),
+    dataset="glyphs",
+    sampler="super_class",
+    batch_size=16,
+    samples_per_class=4,
+    super_classes_per_batch=1,
+    num_steps=2,
+    eval_every=2,
+    checkpoint_every=2,
   )
   try:
     metrics = train.train_and_evaluate(config, str(tmp_path / "run"))

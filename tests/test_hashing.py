@@ -36,20 +36,20 @@ class Case(NamedTuple):
 
 
 LOSSES = [
-    tie_aware.tie_aware_ap_loss,
-    tie_aware.simplified_tie_aware_ap_loss,
-    tie_aware.tie_aware_ndcg_loss,
-    tie_aware.simplified_tie_aware_ndcg_loss,
+  tie_aware.tie_aware_ap_loss,
+  tie_aware.simplified_tie_aware_ap_loss,
+  tie_aware.tie_aware_ndcg_loss,
+  tie_aware.simplified_tie_aware_ndcg_loss,
 ]
 LOSS_IDS = ["ap_r", "ap_s", "ndcg_r", "ndcg_s"]
 REFS = [
-    ref.tie_aware_ap_loss,
-    ref.simplified_tie_aware_ap_loss,
-    ref.tie_aware_ndcg_loss,
-    ref.simplified_tie_aware_ndcg_loss,
+  ref.tie_aware_ap_loss,
+  ref.simplified_tie_aware_ap_loss,
+  ref.tie_aware_ndcg_loss,
+  ref.simplified_tie_aware_ndcg_loss,
 ]
 CASES = [Case(i, f, r, {}) for i, f, r in zip(LOSS_IDS, LOSSES, REFS)] + [
-    Case(i + "_M5", f, r, {"num_bins": 5}) for i, f, r in zip(LOSS_IDS, LOSSES, REFS)
+  Case(i + "_M5", f, r, {"num_bins": 5}) for i, f, r in zip(LOSS_IDS, LOSSES, REFS)
 ]
 CASE_IDS = [c.name for c in CASES]
 DEFAULT_CASES = CASES[:4]
@@ -143,7 +143,7 @@ def test_reference_hand_values():
   assert ref.hamming_ndcg_t([0, 1, 1], [2, 0, 1], num_bits=2) == pytest.approx(dcg_t / ideal)
   assert ref.ndcg_r([0, 1, 1], [2, 0, 1], num_bits=2) == pytest.approx(dcg_t / ideal, rel=1e-12)
   assert ref.ndcg_s([0, 1, 1], [2, 0, 1], num_bits=2) == pytest.approx(
-      (3 + 1 / math.log2(3.5)) / ideal, rel=1e-14
+    (3 + 1 / math.log2(3.5)) / ideal, rel=1e-14
   )
   # The continued sums at integers.
   assert ref.harmonic(3.0) == pytest.approx(11 / 6, rel=1e-14)
@@ -164,8 +164,10 @@ def test_harmonic_slope_matches_digamma(x64):
   np.testing.assert_allclose(got, want, rtol=1e-11)
   # Negative widths (the slope term at c_d < 1) and the derivative at w = 0.
   got = harmonic_slope(jnp.asarray(x + 1), jnp.asarray(-np.minimum(w, 1) / 2))
-  want = [(ref.harmonic(a + 1 - min(b, 1) / 2) - ref.harmonic(a + 1)) / (-min(b, 1) / 2)
-          for a, b in zip(x, w)]
+  want = [
+    (ref.harmonic(a + 1 - min(b, 1) / 2) - ref.harmonic(a + 1)) / (-min(b, 1) / 2)
+    for a, b in zip(x, w)
+  ]
   np.testing.assert_allclose(got, want, rtol=1e-10)
   from scipy import special  # pylint: disable=import-outside-toplevel
 
@@ -211,11 +213,12 @@ def test_matches_reference(case, x64, platform):
   got = jitted(scores, None)
   assert got.shape == BATCH and got.dtype == jnp.float64
   np.testing.assert_allclose(got, want, **TOL64)
-  defined = np.array([[_defined(case, labels[i, j], where[i, j]) for j in range(BATCH[1])]
-                      for i in range(BATCH[0])])
+  defined = np.array(
+    [[_defined(case, labels[i, j], where[i, j]) for j in range(BATCH[1])] for i in range(BATCH[0])]
+  )
   assert not defined.all()
   np.testing.assert_allclose(
-      jitted(scores, jnp.mean), reference.mean_over_lists(want, defined), **TOL64
+    jitted(scores, jnp.mean), reference.mean_over_lists(want, defined), **TOL64
   )
 
 
@@ -260,7 +263,7 @@ def test_revaud_map_t_equals_ap_s(num_bins, x64):
   ap_s = reference.per_list(ref.ap_s, scores, labels, where, num_bins=num_bins)
   np.testing.assert_allclose(map_t, ap_s, rtol=1e-13, atol=1e-15)
   got = tie_aware.simplified_tie_aware_ap_loss(
-      scores, labels, where=where, num_bins=num_bins, reduce_fn=None
+    scores, labels, where=where, num_bins=num_bins, reduce_fn=None
   )
   defined = reference.has_relevant(labels, where)
   np.testing.assert_allclose(got, np.where(defined, 1 - map_t, 0.0), **TOL64)
@@ -284,15 +287,18 @@ def test_relaxations_are_exact_on_hard_histograms_with_ties(x64):
     ap_r = tie_aware.tie_aware_ap_loss(scores, graded, where=where, num_bins=b + 1, reduce_fn=None)
     ap_t = tie_aware_ap_metric(-d, relevant, where=where, reduce_fn=None)
     np.testing.assert_allclose(1 - ap_r, ap_t, **TOL64)
-    ndcg_r = tie_aware.tie_aware_ndcg_loss(scores, graded, where=where, num_bins=b + 1,
-                                           reduce_fn=None)
+    ndcg_r = tie_aware.tie_aware_ndcg_loss(
+      scores, graded, where=where, num_bins=b + 1, reduce_fn=None
+    )
     ndcg_t = tie_aware_ndcg_metric(-d, graded, where=where, reduce_fn=None)
     np.testing.assert_allclose(1 - ndcg_r, ndcg_t, **TOL64)
     # The simplified versions are not exact with ties: AP_s either way, DCG_s below DCG_T.
-    ap_s = 1 - tie_aware.simplified_tie_aware_ap_loss(scores, graded, where=where,
-                                                      num_bins=b + 1, reduce_fn=None)
-    ndcg_s = 1 - tie_aware.simplified_tie_aware_ndcg_loss(scores, graded, where=where,
-                                                          num_bins=b + 1, reduce_fn=None)
+    ap_s = 1 - tie_aware.simplified_tie_aware_ap_loss(
+      scores, graded, where=where, num_bins=b + 1, reduce_fn=None
+    )
+    ndcg_s = 1 - tie_aware.simplified_tie_aware_ndcg_loss(
+      scores, graded, where=where, num_bins=b + 1, reduce_fn=None
+    )
     assert np.abs(ap_s - ap_t).max() > 1e-3
     assert np.all(ndcg_s <= ndcg_t + 1e-12) and np.any(ndcg_s < ndcg_t - 1e-3)
   # Similarity scores on the centres (with ties), not from codes.
@@ -301,11 +307,11 @@ def test_relaxations_are_exact_on_hard_histograms_with_ties(x64):
   labels = rng.integers(0, 3, (12, 12)).astype(np.int32)
   ap_r = tie_aware.tie_aware_ap_loss(scores, labels, where=where, num_bins=7, reduce_fn=None)
   np.testing.assert_allclose(
-      1 - ap_r, tie_aware_ap_metric(scores, labels >= 1, where=where, reduce_fn=None), **TOL64
+    1 - ap_r, tie_aware_ap_metric(scores, labels >= 1, where=where, reduce_fn=None), **TOL64
   )
   ndcg_r = tie_aware.tie_aware_ndcg_loss(scores, labels, where=where, num_bins=7, reduce_fn=None)
   np.testing.assert_allclose(
-      1 - ndcg_r, tie_aware_ndcg_metric(scores, labels, where=where, reduce_fn=None), **TOL64
+    1 - ndcg_r, tie_aware_ndcg_metric(scores, labels, where=where, reduce_fn=None), **TOL64
   )
 
 
@@ -314,12 +320,14 @@ def test_simplified_relaxations_are_exact_on_hard_histograms_without_ties(x64):
   scores, labels = (np.stack(a).reshape(BATCH + (N,)) for a in zip(*lists))
   exact_ap = ap_metric(scores, labels, reduce_fn=None)
   for fn in (tie_aware.tie_aware_ap_loss, tie_aware.simplified_tie_aware_ap_loss):
-    np.testing.assert_allclose(1 - fn(scores, labels, num_bins=20, reduce_fn=None), exact_ap,
-                               **TOL64)
+    np.testing.assert_allclose(
+      1 - fn(scores, labels, num_bins=20, reduce_fn=None), exact_ap, **TOL64
+    )
   exact_ndcg = ndcg_metric(scores, labels, reduce_fn=None)
   for fn in (tie_aware.tie_aware_ndcg_loss, tie_aware.simplified_tie_aware_ndcg_loss):
-    np.testing.assert_allclose(1 - fn(scores, labels, num_bins=20, reduce_fn=None), exact_ndcg,
-                               **TOL64)
+    np.testing.assert_allclose(
+      1 - fn(scores, labels, num_bins=20, reduce_fn=None), exact_ndcg, **TOL64
+    )
 
 
 def test_printed_eq_11_and_12_fail_where_the_continued_sums_do_not():
@@ -333,7 +341,7 @@ def test_printed_eq_11_and_12_fail_where_the_continued_sums_do_not():
   above = ref.paper_ap_r_term(0.5, 1.001, 1.0, 3.0, 3)
   assert below < -1 and above > 1
   assert ref.ap_r_term(0.5, 0.999, 1.0, 3.0, 3) == pytest.approx(
-      ref.ap_r_term(0.5, 1.001, 1.0, 3.0, 3), abs=1e-3
+    ref.ap_r_term(0.5, 1.001, 1.0, 3.0, 3), abs=1e-3
   )
   # Unbounded as the mass before a bin goes to 0+ (an item sliding onto the next centre).
   # The term grows like ln(1 / eps) / 6, past 1 (the largest a whole list's AP can be).
@@ -353,8 +361,9 @@ def test_printed_eq_11_and_12_fail_where_the_continued_sums_do_not():
     assert (error > 0) == (bound > 0)  # Exact only when the log's factor vanishes (3, 3, 4, 4).
 
 
-@pytest.mark.parametrize("fn", [tie_aware.tie_aware_ap_loss, tie_aware.tie_aware_ndcg_loss],
-                         ids=["ap_r", "ndcg_r"])
+@pytest.mark.parametrize(
+  "fn", [tie_aware.tie_aware_ap_loss, tie_aware.tie_aware_ndcg_loss], ids=["ap_r", "ndcg_r"]
+)
 def test_first_bin_rule_is_continuous(fn, x64):
   # The top item slides from the first centre onto the second: the mass eps left in the first bin
   # goes to 0 and the value tends to the one with that bin empty (where the first non-empty bin
@@ -391,7 +400,7 @@ def test_all_in_one_bin_is_one_tie(x64):
   np.testing.assert_allclose(got, np.where(defined, 1 - want, 0.0), **TOL64)
   # The brute-force mean over orderings of one such list.
   assert float(1 - got[0, 0]) == pytest.approx(
-      reference.tie_aware_ndcg(scores[0, 0], labels[0, 0], where[0, 0]), rel=1e-12
+    reference.tie_aware_ndcg(scores[0, 0], labels[0, 0], where[0, 0]), rel=1e-12
   )
 
 
@@ -408,16 +417,16 @@ def test_hamming_metrics_equal_sorting_metrics(dtype, x64):
   labels[0, 0] = 0  # A list without a relevant item (ideal DCG 0).
   scores = -np.asarray(d, np.float64)
   for metric, sorting, brute in [
-      (hamming.hamming_tie_aware_ap_metric, tie_aware_ap_metric, ref.hamming_ap_t),
-      (hamming.hamming_tie_aware_ndcg_metric, tie_aware_ndcg_metric, ref.hamming_ndcg_t),
+    (hamming.hamming_tie_aware_ap_metric, tie_aware_ap_metric, ref.hamming_ap_t),
+    (hamming.hamming_tie_aware_ndcg_metric, tie_aware_ndcg_metric, ref.hamming_ndcg_t),
   ]:
     got = metric(d, labels, num_bits=b, where=where, reduce_fn=None)
     np.testing.assert_allclose(got, sorting(scores, labels, where=where, reduce_fn=None), **TOL64)
     np.testing.assert_allclose(
-        got, reference.per_list(brute, d, labels, where, num_bits=b), **TOL64
+      got, reference.per_list(brute, d, labels, where, num_bits=b), **TOL64
     )
     np.testing.assert_allclose(
-        metric(d, labels, num_bits=b, where=where), sorting(scores, labels, where=where), **TOL64
+      metric(d, labels, num_bits=b, where=where), sorting(scores, labels, where=where), **TOL64
     )
 
 
@@ -430,24 +439,24 @@ def test_hamming_metrics_equal_mean_over_orderings(x64):
   ap = hamming.hamming_tie_aware_ap_metric(d, labels, num_bits=3, reduce_fn=None)
   np.testing.assert_allclose(ap, reference.per_list(reference.tie_aware_ap, -d, labels), **TOL64)
   ndcg = hamming.hamming_tie_aware_ndcg_metric(d, labels, num_bits=3, reduce_fn=None)
-  np.testing.assert_allclose(ndcg, reference.per_list(reference.tie_aware_ndcg, -d, labels),
-                             **TOL64)
+  np.testing.assert_allclose(
+    ndcg, reference.per_list(reference.tie_aware_ndcg, -d, labels), **TOL64
+  )
 
 
 def test_hamming_metrics_in_float32_and_under_jit():
   d, graded, where = hamming_lists(10, count=12, num_bits=6)
   d = d.astype(np.int32)
   for metric, sorting in [
-      (hamming.hamming_tie_aware_ap_metric, tie_aware_ap_metric),
-      (hamming.hamming_tie_aware_ndcg_metric, tie_aware_ndcg_metric),
+    (hamming.hamming_tie_aware_ap_metric, tie_aware_ap_metric),
+    (hamming.hamming_tie_aware_ndcg_metric, tie_aware_ndcg_metric),
   ]:
     got = metric(d, graded, num_bits=6, where=where, reduce_fn=None)
     assert got.dtype == jnp.float32
     want = sorting(-d.astype(np.float32), graded, where=where, reduce_fn=None)
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
     jitted = jax.jit(metric, static_argnames=("num_bits", "reduce_fn"))
-    np.testing.assert_allclose(jitted(d, graded, num_bits=6, where=where), jnp.mean(got),
-                               rtol=1e-6)
+    np.testing.assert_allclose(jitted(d, graded, num_bits=6, where=where), jnp.mean(got), rtol=1e-6)
 
 
 def test_hamming_metrics_of_binarized_codes():
@@ -498,13 +507,13 @@ def test_graded_labels_below_zero_are_an_error():
   d = jnp.array([[0.0, 2.0, 1.0], [1.0, 1.0, 3.0]])
   labels, where = jnp.array([[2, -1, 0], [1, 0, -3]]), jnp.array([True, True, False])
   calls = {
-      "hamming_tie_aware_ndcg_metric": functools.partial(
-          hamming.hamming_tie_aware_ndcg_metric, d, num_bits=3
-      ),
-      "tie_aware_ndcg_loss": functools.partial(tie_aware.tie_aware_ndcg_loss, 1 - 2 * d / 3),
-      "simplified_tie_aware_ndcg_loss": functools.partial(
-          tie_aware.simplified_tie_aware_ndcg_loss, 1 - 2 * d / 3
-      ),
+    "hamming_tie_aware_ndcg_metric": functools.partial(
+      hamming.hamming_tie_aware_ndcg_metric, d, num_bits=3
+    ),
+    "tie_aware_ndcg_loss": functools.partial(tie_aware.tie_aware_ndcg_loss, 1 - 2 * d / 3),
+    "simplified_tie_aware_ndcg_loss": functools.partial(
+      tie_aware.simplified_tie_aware_ndcg_loss, 1 - 2 * d / 3
+    ),
   }
   for name, call in calls.items():
     pattern = rf"^{name}: graded labels must be >= 0 .*got -1(\.0)? at a"
@@ -542,13 +551,15 @@ def test_relaxed_hamming_distance(x64):
   assert got32.dtype == jnp.float32  # At least float32: exact for integer codes.
   np.testing.assert_array_equal(got32, want)
   rng = np.random.default_rng(14)
-  ta, tb = np.tanh(rng.standard_normal((2, 3, 5, num_bits))), np.tanh(
-      rng.standard_normal((2, 3, 4, num_bits))
+  ta, tb = (
+    np.tanh(rng.standard_normal((2, 3, 5, num_bits))),
+    np.tanh(rng.standard_normal((2, 3, 4, num_bits))),
   )
   got = hamming.relaxed_hamming_distance(ta, tb)
   assert got.shape == (2, 3, 5, 4)
-  np.testing.assert_allclose(got[1, 2, 3, 1], ref.hamming_distance(ta[1, 2, 3], tb[1, 2, 1]),
-                             rtol=1e-14)
+  np.testing.assert_allclose(
+    got[1, 2, 3, 1], ref.hamming_distance(ta[1, 2, 3], tb[1, 2, 1]), rtol=1e-14
+  )
   # The gradient: d/dphi_i of (b - phi_i . phi_j) / 2 = -phi_j / 2.
   grad = jax.grad(lambda x: hamming.relaxed_hamming_distance(x, tb[0, 0])[0, 2])(ta[0, 0])
   np.testing.assert_allclose(grad[0], -tb[0, 0, 2] / 2, rtol=1e-14)
@@ -581,7 +592,7 @@ def test_binarize():
 
 
 @pytest.mark.parametrize(
-    ("initial", "growth", "every"), [(1.0, 2.0, 10), (0.5, 3.0, 1), (40.0, 1.0, 5), (2.0, 1.5, 3)]
+  ("initial", "growth", "every"), [(1.0, 2.0, 10), (0.5, 3.0, 1), (40.0, 1.0, 5), (2.0, 1.5, 3)]
 )
 def test_tanh_scale_is_the_released_schedule(initial, growth, every):
   want = ref.released_code_scales(40, initial=initial, growth=growth, every=every)
@@ -590,11 +601,14 @@ def test_tanh_scale_is_the_released_schedule(initial, growth, every):
   np.testing.assert_allclose(got, want, rtol=1e-6)
   # Vectorised and traced steps give the same.
   np.testing.assert_allclose(
-      hamming.tanh_scale(steps, initial=initial, growth=growth, every=every), want, rtol=1e-6
+    hamming.tanh_scale(steps, initial=initial, growth=growth, every=every), want, rtol=1e-6
   )
   jitted = jax.jit(lambda s: hamming.tanh_scale(s, initial=initial, growth=growth, every=every))
-  np.testing.assert_allclose([float(jitted(s)) for s in (0, every, 3 * every + 1)],
-                             [want[0], want[every], want[3 * every + 1]], rtol=1e-6)
+  np.testing.assert_allclose(
+    [float(jitted(s)) for s in (0, every, 3 * every + 1)],
+    [want[0], want[every], want[3 * every + 1]],
+    rtol=1e-6,
+  )
 
 
 def test_tanh_scale_errors_and_traced_hyperparameters():
@@ -649,15 +663,15 @@ def test_check_grads(case, x64, platform):
 # 8. Degenerate lists.
 
 DEGENERATE = {
-    "no_relevant": ([0.3, 0.2, -0.5, 0.1], [0, 0, 0, 0], [True] * 4),
-    "all_relevant": ([0.3, 0.2, -0.5, 0.1], [1, 1, 1, 1], [True] * 4),
-    "all_tied_off_centre": ([0.37, 0.37, 0.37, 0.37], [0, 1, 0, 2], [True] * 4),
-    "all_in_one_bin": ([0.301, 0.303, 0.305, 0.307], [0, 1, 1, 0], [True] * 4),
-    "all_on_one_centre": ([0.0, 0.0, 0.0, 0.0], [1, 0, 0, 2], [True] * 4),
-    "all_beyond_the_ends": ([3.0, 1.5, -1.5, -3.0], [0, 1, 0, 1], [True] * 4),
-    "all_masked": ([0.3, 0.2, -0.5, 0.1], [1, 0, 1, 0], [False] * 4),
-    "one_valid_item": ([0.3, 0.2, -0.5, 0.1], [1, 0, 1, 0], [False, False, True, False]),
-    "best_and_worst_ends": ([1.0, 1.0, -1.0, -1.0], [0, 1, 1, 0], [True] * 4),
+  "no_relevant": ([0.3, 0.2, -0.5, 0.1], [0, 0, 0, 0], [True] * 4),
+  "all_relevant": ([0.3, 0.2, -0.5, 0.1], [1, 1, 1, 1], [True] * 4),
+  "all_tied_off_centre": ([0.37, 0.37, 0.37, 0.37], [0, 1, 0, 2], [True] * 4),
+  "all_in_one_bin": ([0.301, 0.303, 0.305, 0.307], [0, 1, 1, 0], [True] * 4),
+  "all_on_one_centre": ([0.0, 0.0, 0.0, 0.0], [1, 0, 0, 2], [True] * 4),
+  "all_beyond_the_ends": ([3.0, 1.5, -1.5, -3.0], [0, 1, 0, 1], [True] * 4),
+  "all_masked": ([0.3, 0.2, -0.5, 0.1], [1, 0, 1, 0], [False] * 4),
+  "one_valid_item": ([0.3, 0.2, -0.5, 0.1], [1, 0, 1, 0], [False, False, True, False]),
+  "best_and_worst_ends": ([1.0, 1.0, -1.0, -1.0], [0, 1, 1, 0], [True] * 4),
 }
 
 

@@ -30,10 +30,10 @@ class Case(NamedTuple):
 
 
 CASES = [
-    Case("fastap", histogram.fastap_loss, ref.fastap_loss, {}),
-    Case("fastap_L3", histogram.fastap_loss, ref.fastap_loss, {"num_intervals": 3}),
-    Case("sb_ap", histogram.soft_binning_ap_loss, ref.soft_binning_ap_loss, {}),
-    Case("sb_ap_M4", histogram.soft_binning_ap_loss, ref.soft_binning_ap_loss, {"num_bins": 4}),
+  Case("fastap", histogram.fastap_loss, ref.fastap_loss, {}),
+  Case("fastap_L3", histogram.fastap_loss, ref.fastap_loss, {"num_intervals": 3}),
+  Case("sb_ap", histogram.soft_binning_ap_loss, ref.soft_binning_ap_loss, {}),
+  Case("sb_ap_M4", histogram.soft_binning_ap_loss, ref.soft_binning_ap_loss, {"num_bins": 4}),
 ]
 CASE_IDS = [c.name for c in CASES]
 DEFAULT_CASES = [CASES[0], CASES[2]]  # Default bins: the cases that the costlier tests run.
@@ -46,6 +46,7 @@ def _bins(fn, count):
   """`fn`'s bin count as a keyword: `fastap_loss` counts intervals, `soft_binning_ap_loss`
   centres."""
   return {"num_intervals" if fn is histogram.fastap_loss else "num_bins": count}
+
 
 BATCH = (3, 4)
 N = 9
@@ -137,9 +138,10 @@ def test_hand_values():
   scores, labels = jnp.array([0.8, 0.4, 0.0, -0.8]), jnp.array([1, 0, 1, 0])
   want = 1 - (0.6 + 0.4 / 1.8 + 2 / 3) / 2
   np.testing.assert_allclose(
-      histogram.fastap_loss(scores, labels, num_intervals=4), want, rtol=1e-6)
+    histogram.fastap_loss(scores, labels, num_intervals=4), want, rtol=1e-6
+  )
   np.testing.assert_allclose(
-      histogram.soft_binning_ap_loss(scores, labels, num_bins=5), want, rtol=1e-6
+    histogram.soft_binning_ap_loss(scores, labels, num_bins=5), want, rtol=1e-6
   )
 
 
@@ -147,7 +149,7 @@ def test_hand_values():
 
 
 @pytest.mark.parametrize(
-    ("first", "last", "num_centres"), [(1.0, -1.0, 5), (0.0, 4.0, 11), (0.0, 6.0, 7)]
+  ("first", "last", "num_centres"), [(1.0, -1.0, 5), (0.0, 4.0, 11), (0.0, 6.0, 7)]
 )
 def test_soft_histograms_match_reference(first, last, num_centres, x64):
   rng = np.random.default_rng(0)
@@ -157,8 +159,13 @@ def test_soft_histograms_match_reference(first, last, num_centres, x64):
   relevance = rng.uniform(0, 2, shape) * (rng.random(shape) < 0.5)  # Real-valued weights too.
   where = rng.random(shape) < 0.8
   got = histogram.soft_histograms(
-      values, relevance, where, num_centres=num_centres, first_centre=first, last_centre=last,
-      dtype=jnp.float64,
+    values,
+    relevance,
+    where,
+    num_centres=num_centres,
+    first_centre=first,
+    last_centre=last,
+    dtype=jnp.float64,
   )
   centres = list(np.linspace(first, last, num_centres))
   width = abs(last - first) / (num_centres - 1)
@@ -174,8 +181,13 @@ def test_soft_histograms_match_reference(first, last, num_centres, x64):
 def test_soft_histograms_accumulate_in_float32():
   values = jnp.linspace(-1, 1, 16, dtype=jnp.bfloat16)
   got = histogram.soft_histograms(
-      values, jnp.ones(16), jnp.ones(16, bool), num_centres=4, first_centre=1.0, last_centre=-1.0,
-      dtype=lists.compute_dtype(values.dtype),
+    values,
+    jnp.ones(16),
+    jnp.ones(16, bool),
+    num_centres=4,
+    first_centre=1.0,
+    last_centre=-1.0,
+    dtype=lists.compute_dtype(values.dtype),
   )
   assert got.total.dtype == jnp.float32 and got.relevant.dtype == jnp.float32
   np.testing.assert_allclose(got.total.sum(), 16.0, rtol=1e-6)
@@ -198,8 +210,13 @@ def test_soft_histograms_derivative(first, last, num_centres, x64):
 
   def f(v, r, where=where):
     h = histogram.soft_histograms(
-        v, r, where, num_centres=num_centres, first_centre=first, last_centre=last,
-        dtype=jnp.float64,
+      v,
+      r,
+      where,
+      num_centres=num_centres,
+      first_centre=first,
+      last_centre=last,
+      dtype=jnp.float64,
     )
     return jnp.sum(h.total**2 * coef[..., 0]) + jnp.sum(h.relevant**2 * coef[..., 1])
 
@@ -218,7 +235,8 @@ def test_forms_agree_at_the_kinks(num_centres, x64):
   rng = np.random.default_rng(3)
   shape = (5, 2 * num_centres)  # Blocks of 3 lists and a padded one under the GPU form.
   position = rng.integers(-1, num_centres + 1, shape) + np.where(
-      rng.random(shape) < 0.5, 0.0, rng.uniform(0.05, 0.95, shape))
+    rng.random(shape) < 0.5, 0.0, rng.uniform(0.05, 0.95, shape)
+  )
   position[:, :2] = [0.0, num_centres - 1.0]  # Both ends exactly.
   values = 1.0 - 2.0 * position / (num_centres - 1)
   relevance = rng.uniform(0, 2, shape) * (rng.random(shape) < 0.6)
@@ -229,23 +247,33 @@ def test_forms_agree_at_the_kinks(num_centres, x64):
 
   def f(v, r):
     h = histogram.soft_histograms(
-        v, r, where, num_centres=num_centres, first_centre=1.0, last_centre=-1.0,
-        dtype=jnp.float64,
+      v,
+      r,
+      where,
+      num_centres=num_centres,
+      first_centre=1.0,
+      last_centre=-1.0,
+      dtype=jnp.float64,
     )
     return jnp.sum(h.total**2 * coef[..., 0]) + jnp.sum(h.relevant**2 * coef[..., 1])
 
   def derivatives():
     hist = histogram.soft_histograms(
-        values, relevance, where, num_centres=num_centres, first_centre=1.0, last_centre=-1.0,
-        dtype=jnp.float64,
+      values,
+      relevance,
+      where,
+      num_centres=num_centres,
+      first_centre=1.0,
+      last_centre=-1.0,
+      dtype=jnp.float64,
     )
     return (
-        hist,
-        jax.grad(f, argnums=(0, 1))(values, relevance),
-        jax.grad(f)(values, relevance),  # The relevance's tangent a symbolic zero.
-        jax.jvp(f, (values, relevance), tangents)[1],
-        jax.jvp(lambda v: f(v, relevance), (values,), tangents[:1])[1],
-        jax.jvp(lambda r: f(values, r), (relevance,), tangents[1:])[1],
+      hist,
+      jax.grad(f, argnums=(0, 1))(values, relevance),
+      jax.grad(f)(values, relevance),  # The relevance's tangent a symbolic zero.
+      jax.jvp(f, (values, relevance), tangents)[1],
+      jax.jvp(lambda v: f(v, relevance), (values,), tangents[:1])[1],
+      jax.jvp(lambda r: f(values, r), (relevance,), tangents[1:])[1],
     )
 
   with platforms.forced_platform(platforms.CPU):
@@ -253,8 +281,7 @@ def test_forms_agree_at_the_kinks(num_centres, x64):
   for form in (platforms.ACCELERATOR, platforms.GPU):
     with platforms.forced_platform(form):
       got = derivatives()
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12), got,
-                 want)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12), got, want)
   assert np.all(np.isfinite(want[1][0])) and np.any(want[1][0] != 0)
 
 
@@ -292,9 +319,9 @@ def test_no_items_by_bins_tensor(fn, platform):
 
 
 @pytest.mark.parametrize(
-    ("case", "dtype"),
-    [(c, np.float64) for c in CASES] + [(c, np.float32) for c in DEFAULT_CASES],
-    ids=[f"{i}-f64" for i in CASE_IDS] + [f"{i}-f32" for i in DEFAULT_IDS],
+  ("case", "dtype"),
+  [(c, np.float64) for c in CASES] + [(c, np.float32) for c in DEFAULT_CASES],
+  ids=[f"{i}-f64" for i in CASE_IDS] + [f"{i}-f32" for i in DEFAULT_IDS],
 )
 def test_matches_reference(case, dtype):
   scores, labels, where = _with_empty_lists(2)
@@ -338,7 +365,7 @@ def test_scores_out_of_range_are_an_error(fn):
   # Rounding is allowed: cosines of unit vectors, the query included (1 up to a few ulps).
   e = jax.random.normal(jax.random.key(0), (8, 512))
   s, relevance, where = jaxrank.batch_retrieval(
-      jnp.concatenate([e, -e]), jnp.arange(16) % 4, include_self=True
+    jnp.concatenate([e, -e]), jnp.arange(16) % 4, include_self=True
   )
   fn(s, relevance, where=where)
   s = s.at[0, 0].set(1 + 4 * float(jnp.finfo(jnp.float32).eps))
@@ -354,12 +381,17 @@ def test_other_ranges_by_an_affine_map(x64):
   for lo, hi, num_bins in ((0.0, 1.0, 25), (-3.0, 5.0, 7)):
     s = lo + (scores + 1) / 2 * (hi - lo)
     got = histogram.soft_binning_ap_loss(
-        (2 * s - lo - hi) / (hi - lo), labels, where=where, num_bins=num_bins, reduce_fn=None
+      (2 * s - lo - hi) / (hi - lo), labels, where=where, num_bins=num_bins, reduce_fn=None
     )
     want = reference.per_list(
-        lambda *a: 1 - ref.ap_q(*a, num_bins=num_bins, low=lo, high=hi)
-        if reference.has_relevant(a[1], a[2]) else 0.0,
-        s, labels, where,
+      lambda *a: (
+        1 - ref.ap_q(*a, num_bins=num_bins, low=lo, high=hi)
+        if reference.has_relevant(a[1], a[2])
+        else 0.0
+      ),
+      s,
+      labels,
+      where,
     )
     np.testing.assert_allclose(got, want, **TOL64)
 
@@ -368,10 +400,11 @@ def test_other_ranges_by_an_affine_map(x64):
 def test_fastap_equals_soft_binning_ap_with_one_more_bin(num_intervals, x64):
   e, labels = _embeddings(4, b=16, d=5, num_classes=4)
   scores, relevance, where = batch_retrieval(e, labels)
-  fastap = histogram.fastap_loss(scores, relevance, where=where, num_intervals=num_intervals,
-                                 reduce_fn=None)
+  fastap = histogram.fastap_loss(
+    scores, relevance, where=where, num_intervals=num_intervals, reduce_fn=None
+  )
   sb = histogram.soft_binning_ap_loss(
-      scores, relevance, where=where, num_bins=num_intervals + 1, reduce_fn=None
+    scores, relevance, where=where, num_bins=num_intervals + 1, reduce_fn=None
   )
   np.testing.assert_allclose(fastap, sb, rtol=1e-12, atol=1e-14)
   assert float(jnp.std(fastap)) > 0  # Not a trivial case.
@@ -385,13 +418,15 @@ def test_fastap_gradient_matches_appendix_c(num_intervals, x64):
   scores, labels, where = _with_empty_lists(5)
   scores = off_centres(scores, num_intervals + 1)
   got = jax.grad(
-      lambda s: histogram.fastap_loss(s, labels, where=where, num_intervals=num_intervals,
-                                      reduce_fn=jnp.sum)
+    lambda s: histogram.fastap_loss(
+      s, labels, where=where, num_intervals=num_intervals, reduce_fn=jnp.sum
+    )
   )(scores)
   want = np.zeros(scores.shape)
   for idx in np.ndindex(BATCH):
-    want[idx] = -ref.fastap_gradient(scores[idx], labels[idx], where[idx],
-                                     num_intervals=num_intervals)
+    want[idx] = -ref.fastap_gradient(
+      scores[idx], labels[idx], where[idx], num_intervals=num_intervals
+    )
   np.testing.assert_allclose(got, want, **TOL64)
   assert np.abs(want).max() > 0.1
 
@@ -431,9 +466,9 @@ def test_weights_gradient_is_the_loss(x64):
   scores, labels, where = _with_empty_lists(8)
   weights = np.random.default_rng(8).uniform(0.5, 2, BATCH)
   grad = jax.grad(
-      lambda w: histogram.soft_binning_ap_loss(
-          scores, labels, where=where, weights=w, reduce_fn=jnp.sum
-      )
+    lambda w: histogram.soft_binning_ap_loss(
+      scores, labels, where=where, weights=w, reduce_fn=jnp.sum
+    )
   )(weights)
   per = histogram.soft_binning_ap_loss(scores, labels, where=where, reduce_fn=None)
   np.testing.assert_allclose(grad, per, **TOL64)
@@ -508,13 +543,13 @@ def test_weighted_reductions(x64):
   np.testing.assert_allclose(per, weights * want, **TOL64)
   np.testing.assert_allclose(fn(weights=weights, reduce_fn=jnp.sum), jnp.sum(per), rtol=1e-12)
   np.testing.assert_allclose(
-      fn(weights=weights), ref.weighted_mean_over_lists(want, defined, weights), **TOL64
+    fn(weights=weights), ref.weighted_mean_over_lists(want, defined, weights), **TOL64
   )
   # Any other reduce_fn gets the weighted values.
   np.testing.assert_allclose(
-      fn(weights=weights, reduce_fn=lambda v, where: jnp.max(v, where=where, initial=0.0)),
-      np.max(weights * want),
-      **TOL64,
+    fn(weights=weights, reduce_fn=lambda v, where: jnp.max(v, where=where, initial=0.0)),
+    np.max(weights * want),
+    **TOL64,
   )
   # Uniform weights (a scalar broadcasts) change no mean.
   np.testing.assert_allclose(fn(weights=2.5), fn(), **TOL64)
@@ -539,8 +574,9 @@ def test_class_balancing_weights_match_reference(x64):
   np.testing.assert_allclose(jnp.sum(got), where.sum(), **TOL64)
   # Jittable, and float32 without x64.
   np.testing.assert_allclose(
-      jax.jit(histogram.class_balancing_weights)(labels), ref.class_balancing_weights(labels),
-      **TOL64,
+    jax.jit(histogram.class_balancing_weights)(labels),
+    ref.class_balancing_weights(labels),
+    **TOL64,
   )
 
 
@@ -566,15 +602,15 @@ def test_class_balanced_loss_is_mean_over_classes(x64):
 # 7. Degenerate lists.
 
 DEGENERATE = {
-    "no_relevant": ([0.3, 0.2, -0.5, 0.1], [0, 0, 0, 0], [True] * 4),
-    "all_relevant": ([0.3, 0.2, -0.5, 0.1], [1, 1, 1, 1], [True] * 4),
-    "all_tied": ([0.37, 0.37, 0.37, 0.37], [0, 1, 0, 1], [True] * 4),
-    "all_in_one_bin": ([0.301, 0.303, 0.305, 0.307], [0, 1, 1, 0], [True] * 4),
-    "all_on_one_centre": ([0.0, 0.0, 0.0, 0.0], [1, 0, 0, 1], [True] * 4),
-    "all_beyond_the_ends": ([3.0, 1.5, -1.5, -3.0], [0, 1, 0, 1], [True] * 4),
-    "all_masked": ([0.3, 0.2, -0.5, 0.1], [1, 0, 1, 0], [False] * 4),
-    "one_valid_item": ([0.3, 0.2, -0.5, 0.1], [1, 0, 1, 0], [False, False, True, False]),
-    "best_and_worst_ends": ([1.0, 1.0, -1.0, -1.0], [0, 1, 1, 0], [True] * 4),
+  "no_relevant": ([0.3, 0.2, -0.5, 0.1], [0, 0, 0, 0], [True] * 4),
+  "all_relevant": ([0.3, 0.2, -0.5, 0.1], [1, 1, 1, 1], [True] * 4),
+  "all_tied": ([0.37, 0.37, 0.37, 0.37], [0, 1, 0, 1], [True] * 4),
+  "all_in_one_bin": ([0.301, 0.303, 0.305, 0.307], [0, 1, 1, 0], [True] * 4),
+  "all_on_one_centre": ([0.0, 0.0, 0.0, 0.0], [1, 0, 0, 1], [True] * 4),
+  "all_beyond_the_ends": ([3.0, 1.5, -1.5, -3.0], [0, 1, 0, 1], [True] * 4),
+  "all_masked": ([0.3, 0.2, -0.5, 0.1], [1, 0, 1, 0], [False] * 4),
+  "one_valid_item": ([0.3, 0.2, -0.5, 0.1], [1, 0, 1, 0], [False, False, True, False]),
+  "best_and_worst_ends": ([1.0, 1.0, -1.0, -1.0], [0, 1, 1, 0], [True] * 4),
 }
 
 
@@ -647,6 +683,7 @@ def test_fastap_matches_pytorch_metric_learning(x64):
   # torch and pytorch-metric-learning are in the dev extra: this comparison runs in CI, never skips.
   import torch  # pylint: disable=g-import-not-at-top
   from pytorch_metric_learning import losses as pml_losses  # pylint: disable=g-import-not-at-top
+
   rng = np.random.default_rng(23)
   e = rng.standard_normal((20, 6))
   labels = np.array([0, 1, 2, 3] * 4 + [4, 5, 5, 6])  # Classes 4 and 6: queries without positives.

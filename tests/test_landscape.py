@@ -23,21 +23,31 @@ def _ap_loss(s, y):
 def _tree():
   k1, k2 = jax.random.split(jax.random.key(0))
   return {
-      "conv": {"kernel": jax.random.normal(k1, (3, 3, 2, 4)), "bias": jnp.arange(4.0)},
-      "dense": {"kernel": jax.random.normal(k2, (5, 3))},
-      "step": jnp.array(7, jnp.int32),
+    "conv": {"kernel": jax.random.normal(k1, (3, 3, 2, 4)), "bias": jnp.arange(4.0)},
+    "dense": {"kernel": jax.random.normal(k2, (5, 3))},
+    "step": jnp.array(7, jnp.int32),
   }
 
 
 def _tree_fn(p, t):
-  return (jnp.sum(jnp.sin(p["conv"]["kernel"]) * t) + jnp.sum(p["conv"]["bias"] ** 2)
-          + jnp.sum(jnp.tanh(p["dense"]["kernel"])) + p["step"])
+  return (
+    jnp.sum(jnp.sin(p["conv"]["kernel"]) * t)
+    + jnp.sum(p["conv"]["bias"] ** 2)
+    + jnp.sum(jnp.tanh(p["dense"]["kernel"]))
+    + p["step"]
+  )
 
 
 def _move(x, ds, cs):
   return jax.tree.map(
-      lambda leaf, *d: leaf + sum(c * di for c, di in zip(cs, d))
-      if jnp.issubdtype(leaf.dtype, jnp.floating) else leaf, x, *ds)
+    lambda leaf, *d: (
+      leaf + sum(c * di for c, di in zip(cs, d))
+      if jnp.issubdtype(leaf.dtype, jnp.floating)
+      else leaf
+    ),
+    x,
+    *ds,
+  )
 
 
 # Slices.
@@ -82,8 +92,9 @@ def test_direction_between_interpolates():
   a, b = _tree(), jax.tree.map(lambda v: v * 2 + 1, _tree())
   d = landscape.direction_between(a, b)
   got = landscape.slice_1d(_tree_fn, a, d, jnp.array([0.0, 1.0]), args=(1.0,))
-  np.testing.assert_allclose(got, [_tree_fn(a, 1.0), _tree_fn(_move(a, (d,), (1.0,)), 1.0)],
-                             rtol=1e-6)
+  np.testing.assert_allclose(
+    got, [_tree_fn(a, 1.0), _tree_fn(_move(a, (d,), (1.0,)), 1.0)], rtol=1e-6
+  )
   np.testing.assert_allclose(d["dense"]["kernel"], b["dense"]["kernel"] - a["dense"]["kernel"])
 
 
@@ -117,11 +128,14 @@ def test_filter_normalize_per_output_filter():
 
 
 def test_filter_normalized_direction_norms():
-  params = {"kernel": jax.random.normal(jax.random.key(0), (6, 4)) * jnp.arange(1.0, 5.0),
-            "scale": jnp.ones(4)}
+  params = {
+    "kernel": jax.random.normal(jax.random.key(0), (6, 4)) * jnp.arange(1.0, 5.0),
+    "scale": jnp.ones(4),
+  }
   d = landscape.filter_normalized_direction(jax.random.key(1), params)
-  np.testing.assert_allclose(jnp.linalg.norm(d["kernel"], axis=0),
-                             jnp.linalg.norm(params["kernel"], axis=0), rtol=1e-5)
+  np.testing.assert_allclose(
+    jnp.linalg.norm(d["kernel"], axis=0), jnp.linalg.norm(params["kernel"], axis=0), rtol=1e-5
+  )
   assert not np.any(d["scale"])
 
 
@@ -130,8 +144,11 @@ def test_filter_normalized_direction_on_an_nnx_model():
   model = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
   params = nnx.state(model, nnx.Param)
   d = landscape.filter_normalized_direction(jax.random.key(0), params)
-  np.testing.assert_allclose(jnp.linalg.norm(d["kernel"][...], axis=0),
-                             jnp.linalg.norm(params["kernel"][...], axis=0), rtol=1e-5)
+  np.testing.assert_allclose(
+    jnp.linalg.norm(d["kernel"][...], axis=0),
+    jnp.linalg.norm(params["kernel"][...], axis=0),
+    rtol=1e-5,
+  )
   graphdef = nnx.graphdef(model)
   f = lambda p, x: jnp.sum(nnx.merge(graphdef, p)(x))
   x = jnp.ones((1, 3))
@@ -175,19 +192,29 @@ def test_surrogate_tracking_equals_a_loop():
   exact = lambda s, y: 1 - jaxrank.ap_metric(s, y)
   key, num = jax.random.key(4), 40
   scale = jnp.linspace(0.05, 0.5, num)
-  out = landscape.surrogate_tracking(loss, exact, scores, key, scale=scale, num_points=num,
-                                     loss_args=(labels, 0.05), reference_args=(labels,),
-                                     batch_size=7)
+  out = landscape.surrogate_tracking(
+    loss,
+    exact,
+    scores,
+    key,
+    scale=scale,
+    num_points=num,
+    loss_args=(labels, 0.05),
+    reference_args=(labels,),
+    batch_size=7,
+  )
   keys = jax.random.split(key, num)
   pts = [scores + s * landscape.random_direction(k, scores) for k, s in zip(keys, scale)]
   want_loss = np.array([float(loss(p, labels, 0.05)) for p in pts])
   want_ref = np.array([float(exact(p, labels)) for p in pts])
   np.testing.assert_allclose(out["loss"], want_loss, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(out["reference"], want_ref, rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(out["spearman"], stats.spearmanr(want_loss, want_ref).statistic,
-                             atol=1e-4)
-  np.testing.assert_allclose(out["kendall"], stats.kendalltau(want_loss, want_ref).statistic,
-                             atol=1e-4)
+  np.testing.assert_allclose(
+    out["spearman"], stats.spearmanr(want_loss, want_ref).statistic, atol=1e-4
+  )
+  np.testing.assert_allclose(
+    out["kendall"], stats.kendalltau(want_loss, want_ref).statistic, atol=1e-4
+  )
   np.testing.assert_allclose(out["error"], np.mean(np.abs(want_loss - want_ref)), atol=1e-6)
   np.testing.assert_allclose(out["bias"], np.mean(want_loss - want_ref), atol=1e-6)
   assert out["spearman"] > 0.8
@@ -196,8 +223,16 @@ def test_surrogate_tracking_equals_a_loop():
 def test_surrogate_tracking_with_filter_normalized_directions():
   x = _tree()
   out = landscape.surrogate_tracking(
-      _tree_fn, _tree_fn, x, jax.random.key(0), scale=0.1, num_points=8,
-      loss_args=(1.0,), reference_args=(1.0,), direction_fn=landscape.filter_normalized_direction)
+    _tree_fn,
+    _tree_fn,
+    x,
+    jax.random.key(0),
+    scale=0.1,
+    num_points=8,
+    loss_args=(1.0,),
+    reference_args=(1.0,),
+    direction_fn=landscape.filter_normalized_direction,
+  )
   assert float(out["spearman"]) == pytest.approx(1.0) and float(out["error"]) == 0.0
 
 
@@ -211,8 +246,9 @@ def _finite_difference_loop(reference_fn, scores, labels, h):
     up, down = s.copy(), s.copy()
     up[..., i] += h
     down[..., i] -= h
-    g[..., i] = (np.asarray(reference_fn(up, labels))
-                 - np.asarray(reference_fn(down, labels))) / (2 * h)
+    g[..., i] = (np.asarray(reference_fn(up, labels)) - np.asarray(reference_fn(down, labels))) / (
+      2 * h
+    )
   return g
 
 
@@ -229,20 +265,25 @@ def global_x64():
     jax.config.update("jax_enable_x64", previous)
 
 
-@pytest.mark.parametrize("loss", [
+@pytest.mark.parametrize(
+  "loss",
+  [
     lambda s, y: jaxrank.smoothap_loss(s, y, reduce_fn=None),
     # No true gradient (blackbox):
     lambda s, y: jaxrank.blackbox_ap_loss(s, y, interpolation=1.0, reduce_fn=None),
     lambda s, y: jaxrank.fastap_loss(s, y, reduce_fn=None),
-], ids=["smoothap", "blackbox", "fastap"])
+  ],
+  ids=["smoothap", "blackbox", "fastap"],
+)
 def test_gradient_cosine_equals_hand_computed(loss, global_x64):
   rng = np.random.default_rng(1)
   with jax.enable_x64(True):
     scores = jnp.asarray(rng.uniform(-1, 1, (4, 15)))
     labels = jnp.asarray(rng.random((4, 15)) < 0.4, jnp.int32).at[:, 0].set(1)
     h = 0.1
-    out = landscape.gradient_cosine(loss, _ap_loss, scores, step=h, loss_args=(labels,),
-                                    reference_args=(labels,), batch_size=4)
+    out = landscape.gradient_cosine(
+      loss, _ap_loss, scores, step=h, loss_args=(labels,), reference_args=(labels,), batch_size=4
+    )
     grad = np.asarray(jax.grad(lambda s: jnp.sum(loss(s, labels)))(scores))
     fd = _finite_difference_loop(_ap_loss, scores, labels, h)
   np.testing.assert_allclose(out["finite_difference"], fd, atol=1e-9)
@@ -261,11 +302,25 @@ def test_gradient_cosine_where_and_undefined_lists():
   where = jnp.array([[True, True, True, False], [True] * 4])
   loss = lambda s, y, w: jaxrank.smoothap_loss(s, y, where=w, reduce_fn=None)
   exact = lambda s, y, w: 1 - jaxrank.ap_metric(s, y, where=w, reduce_fn=None)
-  out = landscape.gradient_cosine(loss, exact, scores, step=0.01, loss_args=(labels, where),
-                                  reference_args=(labels, where), where=where)
+  out = landscape.gradient_cosine(
+    loss,
+    exact,
+    scores,
+    step=0.01,
+    loss_args=(labels, where),
+    reference_args=(labels, where),
+    where=where,
+  )
   assert out["defined"].tolist() == [False, False]  # at h = 0.01 no item crosses another
-  out = landscape.gradient_cosine(loss, exact, scores, step=0.15, loss_args=(labels, where),
-                                  reference_args=(labels, where), where=where)
+  out = landscape.gradient_cosine(
+    loss,
+    exact,
+    scores,
+    step=0.15,
+    loss_args=(labels, where),
+    reference_args=(labels, where),
+    where=where,
+  )
   assert out["defined"].tolist() == [True, False] and float(out["cosine"][1]) == 0.0
   assert float(out["gradient"][0, 3]) == 0.0 and float(out["finite_difference"][0, 3]) == 0.0
   assert float(out["mean_cosine"]) == pytest.approx(float(out["cosine"][0]))
@@ -292,8 +347,9 @@ def test_batch_gap_equals_decomposability_gap():
   labels[:, ::3] = 1  # a relevant item in every batch of every list
   k = 4
   batches = jnp.arange(24).reshape(k, -1)
-  out = landscape.batch_gap(lambda d: jaxrank.ap_metric(*d, reduce_fn=None),
-                            (scores, jnp.asarray(labels)), batches, axis=-1)
+  out = landscape.batch_gap(
+    lambda d: jaxrank.ap_metric(*d, reduce_fn=None), (scores, jnp.asarray(labels)), batches, axis=-1
+  )
   want = jaxrank.decomposability_gap(scores, labels, num_batches=k, reduce_fn=None)
   np.testing.assert_allclose(out["gap"], want, atol=1e-6)
   assert out["batch_values"].shape == (k, 6)
@@ -345,12 +401,25 @@ def test_new_hyperparameter_values_do_not_recompile():
     landscape.slice_2d(loss, scores, (u, v), grid * t * 10, grid, args=(labels, jnp.float32(t)))
   assert loss.traces == 1
   for t, h in ((0.01, 0.1), (0.05, 0.01)):
-    landscape.gradient_cosine(loss, exact, scores, step=jnp.float32(h),
-                              loss_args=(labels, jnp.float32(t)), reference_args=(labels,))
+    landscape.gradient_cosine(
+      loss,
+      exact,
+      scores,
+      step=jnp.float32(h),
+      loss_args=(labels, jnp.float32(t)),
+      reference_args=(labels,),
+    )
   for t, s in ((0.01, 0.1), (0.05, 0.3)):
-    landscape.surrogate_tracking(loss, exact, scores, jax.random.key(int(100 * t)),
-                                 scale=jnp.float32(s), num_points=8,
-                                 loss_args=(labels, jnp.float32(t)), reference_args=(labels,))
+    landscape.surrogate_tracking(
+      loss,
+      exact,
+      scores,
+      jax.random.key(int(100 * t)),
+      scale=jnp.float32(s),
+      num_points=8,
+      loss_args=(labels, jnp.float32(t)),
+      reference_args=(labels,),
+    )
   for t in (0.01, 0.05):
     landscape.descent_directions(loss, scores, args=(labels, jnp.float32(t)))
   traces = loss.traces
@@ -383,8 +452,9 @@ def test_errors_name_the_function_and_the_fix():
   with pytest.raises(ValueError, match="surrogate_tracking: scale must be >= 0"):
     landscape.surrogate_tracking(jnp.sum, jnp.sum, x, jax.random.key(0), scale=-1.0, num_points=4)
   with pytest.raises(ValueError, match=r"scale must be a scalar or shaped \[num_points\]"):
-    landscape.surrogate_tracking(jnp.sum, jnp.sum, x, jax.random.key(0), scale=jnp.ones(3),
-                                 num_points=4)
+    landscape.surrogate_tracking(
+      jnp.sum, jnp.sum, x, jax.random.key(0), scale=jnp.ones(3), num_points=4
+    )
   with pytest.raises(ValueError, match="gradient_cosine: step must be > 0"):
     landscape.gradient_cosine(jnp.sum, jnp.sum, x, step=0.0)
   with pytest.raises(TypeError, match="batch_gap: batches must be integer item indices"):
@@ -406,15 +476,22 @@ def test_plot_helpers_draw():
   matplotlib = pytest.importorskip("matplotlib")
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
   fig, (a1, a2) = plt.subplots(1, 2)
   alphas, betas = jnp.linspace(-1, 1, 4), jnp.linspace(0, 1, 3)
-  values = landscape.slice_2d(lambda y: y[0] + 10 * y[1], jnp.zeros(2),
-                              (jnp.eye(2)[0], jnp.eye(2)[1]), alphas, betas)
+  values = landscape.slice_2d(
+    lambda y: y[0] + 10 * y[1], jnp.zeros(2), (jnp.eye(2)[0], jnp.eye(2)[1]), alphas, betas
+  )
   image = landscape.plot_slice_2d(a1, alphas, betas, values, title="t")
   np.testing.assert_allclose(image.get_array(), np.asarray(values).T)  # rows follow betas
   assert image.get_extent() == [-1.0, 1.0, 0.0, 1.0]
-  out = {"loss": jnp.arange(3.0), "reference": jnp.arange(3.0), "spearman": 1.0, "kendall": 1.0,
-         "error": 0.0}
+  out = {
+    "loss": jnp.arange(3.0),
+    "reference": jnp.arange(3.0),
+    "spearman": 1.0,
+    "kendall": 1.0,
+    "error": 0.0,
+  }
   points = landscape.plot_tracking(a2, out, label="x")
   assert points.get_offsets().shape == (3, 2)
   plt.close(fig)

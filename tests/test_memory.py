@@ -29,15 +29,18 @@ def test_partially_filled_memory_masks_its_empty_slots():
   e = jnp.asarray(np.random.default_rng(0).standard_normal((3, 3)), jnp.float32)
   y = jnp.array([7, 1, 7])
   scores, relevance, where = jaxrank.batch_retrieval(
-      e, y, gallery_embeddings=state.embeddings, gallery_labels=state.labels,
-      gallery_where=state.where,
+    e,
+    y,
+    gallery_embeddings=state.embeddings,
+    gallery_labels=state.labels,
+    gallery_where=state.where,
   )
   np.testing.assert_array_equal(where[:, 3:], np.tile([True, False, False, False], (3, 1)))
   np.testing.assert_array_equal(relevance[:, 3], [1, 0, 1])
   # The loss with the memory equals the loss on the batch plus the stored item.
   with_memory = jaxrank.ap_metric(scores, relevance, where=where, reduce_fn=None)
   s2, r2, w2 = jaxrank.batch_retrieval(
-      e, y, gallery_embeddings=jnp.ones((1, 3)), gallery_labels=jnp.array([7])
+    e, y, gallery_embeddings=jnp.ones((1, 3)), gallery_labels=jnp.array([7])
   )
   np.testing.assert_allclose(with_memory, jaxrank.ap_metric(s2, r2, where=w2, reduce_fn=None))
 
@@ -47,8 +50,11 @@ def test_gradients_flow_only_through_the_current_batch():
   def loss(params, state, x, y):
     e = x @ params
     scores, relevance, where = jaxrank.batch_retrieval(
-        e, y, gallery_embeddings=state.embeddings, gallery_labels=state.labels,
-        gallery_where=state.where,
+      e,
+      y,
+      gallery_embeddings=state.embeddings,
+      gallery_labels=state.labels,
+      gallery_where=state.where,
     )
     value = jaxrank.blackbox_ap_loss(scores, relevance, where=where)
     return value, memory.push(state, e, y)
@@ -74,15 +80,19 @@ def test_multi_hot_labels_and_errors():
   np.testing.assert_array_equal(state.labels, [[1, 0, 0, 1], [0, 1, 0, 0], [0, 0, 0, 0]])
   np.testing.assert_array_equal(state.where, [True, True, False])
   # The ring wraps: the next two go to slots 2 and 0.
-  state = jax.jit(memory.push)(state, jnp.array([[5.0, 6.0], [7.0, 8.0]]),
-                               jnp.array([[0, 0, 1, 1], [1, 1, 1, 0]]))
+  state = jax.jit(memory.push)(
+    state, jnp.array([[5.0, 6.0], [7.0, 8.0]]), jnp.array([[0, 0, 1, 1], [1, 1, 1, 0]])
+  )
   np.testing.assert_array_equal(state.labels, [[1, 1, 1, 0], [0, 1, 0, 0], [0, 0, 1, 1]])
   np.testing.assert_array_equal(state.embeddings, [[7.0, 8.0], [3.0, 4.0], [5.0, 6.0]])
   np.testing.assert_array_equal(state.where, [True, True, True])
   # As a gallery, the stored multi-hot labels give the affinities (shared labels) to the queries.
   _, relevance, where = jaxrank.batch_retrieval(
-      jnp.ones((1, 2)), jnp.array([[0, 0, 1, 0]]), gallery_embeddings=state.embeddings,
-      gallery_labels=state.labels, gallery_where=state.where,
+    jnp.ones((1, 2)),
+    jnp.array([[0, 0, 1, 0]]),
+    gallery_embeddings=state.embeddings,
+    gallery_labels=state.labels,
+    gallery_where=state.where,
   )
   np.testing.assert_array_equal(relevance[0, -3:], [1, 0, 1])
   np.testing.assert_array_equal(where[0, -3:], [True, True, True])

@@ -25,34 +25,48 @@ class Case(NamedTuple):
 
 
 CASES = [
-    Case("ap", jaxrank.ap_metric, reference.ap, {}),
-    Case("tie_aware_ap", jaxrank.tie_aware_ap_metric, reference.tie_aware_ap, {}),
-    Case("ndcg", jaxrank.ndcg_metric, reference.ndcg, {}),
-    Case("ndcg@3", jaxrank.ndcg_metric, reference.ndcg, {"topn": 3}),
-    Case("tie_aware_ndcg", jaxrank.tie_aware_ndcg_metric, reference.tie_aware_ndcg, {}),
-    Case("tie_aware_ndcg@3", jaxrank.tie_aware_ndcg_metric, reference.tie_aware_ndcg, {"topn": 3}),
-    Case("recall@1", jaxrank.recall_at_k_metric, reference.recall_at_k, {"topn": 1}),
-    Case("recall@3", jaxrank.recall_at_k_metric, reference.recall_at_k, {"topn": 3}),
-    Case("precision@2", jaxrank.precision_at_k_metric, reference.precision_at_k, {"topn": 2}),
-    Case("precision@10", jaxrank.precision_at_k_metric, reference.precision_at_k, {"topn": 10}),
-    Case("map_at_r", jaxrank.map_at_r_metric, reference.map_at_r, {}),
-    Case("ap@2", jaxrank.ap_metric, reference.ap, {"topn": 2}),
-    Case("mrr", jaxrank.mrr_metric, reference.mrr, {}),
-    Case("mrr@2", jaxrank.mrr_metric, reference.mrr, {"topn": 2}),
-    Case("dcg", jaxrank.dcg_metric, reference.dcg, {}),
-    Case("dcg@3", jaxrank.dcg_metric, reference.dcg, {"topn": 3}),
-    Case("relevant_fraction@1", jaxrank.relevant_fraction_at_k_metric,
-         reference.relevant_fraction_at_k, {"topn": 1}),
-    Case("relevant_fraction@3", jaxrank.relevant_fraction_at_k_metric,
-         reference.relevant_fraction_at_k, {"topn": 3}),
-    Case("opa", jaxrank.opa_metric, reference.opa, {}),
+  Case("ap", jaxrank.ap_metric, reference.ap, {}),
+  Case("tie_aware_ap", jaxrank.tie_aware_ap_metric, reference.tie_aware_ap, {}),
+  Case("ndcg", jaxrank.ndcg_metric, reference.ndcg, {}),
+  Case("ndcg@3", jaxrank.ndcg_metric, reference.ndcg, {"topn": 3}),
+  Case("tie_aware_ndcg", jaxrank.tie_aware_ndcg_metric, reference.tie_aware_ndcg, {}),
+  Case("tie_aware_ndcg@3", jaxrank.tie_aware_ndcg_metric, reference.tie_aware_ndcg, {"topn": 3}),
+  Case("recall@1", jaxrank.recall_at_k_metric, reference.recall_at_k, {"topn": 1}),
+  Case("recall@3", jaxrank.recall_at_k_metric, reference.recall_at_k, {"topn": 3}),
+  Case("precision@2", jaxrank.precision_at_k_metric, reference.precision_at_k, {"topn": 2}),
+  Case("precision@10", jaxrank.precision_at_k_metric, reference.precision_at_k, {"topn": 10}),
+  Case("map_at_r", jaxrank.map_at_r_metric, reference.map_at_r, {}),
+  Case("ap@2", jaxrank.ap_metric, reference.ap, {"topn": 2}),
+  Case("mrr", jaxrank.mrr_metric, reference.mrr, {}),
+  Case("mrr@2", jaxrank.mrr_metric, reference.mrr, {"topn": 2}),
+  Case("dcg", jaxrank.dcg_metric, reference.dcg, {}),
+  Case("dcg@3", jaxrank.dcg_metric, reference.dcg, {"topn": 3}),
+  Case(
+    "relevant_fraction@1",
+    jaxrank.relevant_fraction_at_k_metric,
+    reference.relevant_fraction_at_k,
+    {"topn": 1},
+  ),
+  Case(
+    "relevant_fraction@3",
+    jaxrank.relevant_fraction_at_k_metric,
+    reference.relevant_fraction_at_k,
+    {"topn": 3},
+  ),
+  Case("opa", jaxrank.opa_metric, reference.opa, {}),
 ]
 CASE_IDS = [c.name for c in CASES]
 # Metrics that are not 1 on a list whose 4 valid items are all relevant: a cut-off below R (AP@k
 # and the relevant fraction are at most k / R), DCG (not normalised), OPA (no pair with different
 # labels: undefined, 0).
-NOT_ONE_WHEN_ALL_RELEVANT = ("ap@2", "dcg", "dcg@3", "relevant_fraction@1", "relevant_fraction@3",
-                             "opa")
+NOT_ONE_WHEN_ALL_RELEVANT = (
+  "ap@2",
+  "dcg",
+  "dcg@3",
+  "relevant_fraction@1",
+  "relevant_fraction@3",
+  "opa",
+)
 
 
 def defined(case, labels, where):
@@ -60,10 +74,12 @@ def defined(case, labels, where):
   if case.name == "opa":
     return reference.has_ordered_pair(labels, where)
   return reference.has_relevant(labels, where)
+
+
 TIE_AWARE = [
-    (jaxrank.ap_metric, jaxrank.tie_aware_ap_metric, {}),
-    (jaxrank.ndcg_metric, jaxrank.tie_aware_ndcg_metric, {}),
-    (jaxrank.ndcg_metric, jaxrank.tie_aware_ndcg_metric, {"topn": 3}),
+  (jaxrank.ap_metric, jaxrank.tie_aware_ap_metric, {}),
+  (jaxrank.ndcg_metric, jaxrank.tie_aware_ndcg_metric, {}),
+  (jaxrank.ndcg_metric, jaxrank.tie_aware_ndcg_metric, {"topn": 3}),
 ]
 TIE_AWARE_IDS = ["ap", "ndcg", "ndcg@3"]
 # Most tests call the metrics eagerly on a handful of shared shapes: op-by-op dispatch compiles each
@@ -135,7 +151,7 @@ def test_matches_reference(case, ties, dtype):
     np.testing.assert_allclose(np.asarray(got, np.float64), want, **tol)
     mean = run(case, scores, labels, where=where)
     np.testing.assert_allclose(
-        float(mean), reference.mean_over_lists(want, defined(case, labels, where)), **tol
+      float(mean), reference.mean_over_lists(want, defined(case, labels, where)), **tol
     )
 
 
@@ -170,9 +186,9 @@ def test_tie_aware_equals_brute_force(case, seed, x64):
 def test_tie_aware_equals_plain_without_ties(plain, tie_aware, kwargs, x64):
   scores, labels, where = random_lists(2, ties=False)
   np.testing.assert_allclose(
-      tie_aware(scores, labels, where=where, reduce_fn=None, **kwargs),
-      plain(scores, labels, where=where, reduce_fn=None, **kwargs),
-      **TOL64,
+    tie_aware(scores, labels, where=where, reduce_fn=None, **kwargs),
+    plain(scores, labels, where=where, reduce_fn=None, **kwargs),
+    **TOL64,
   )
 
 
@@ -192,8 +208,8 @@ def test_ap_matches_sklearn_without_ties(x64):
   labels[..., 0] = 1  # Every list has a relevant item.
   got = jaxrank.ap_metric(scores, labels, reduce_fn=None).reshape(-1)
   want = [
-      sk_metrics.average_precision_score(y, s)
-      for s, y in zip(scores.reshape(-1, N), labels.reshape(-1, N))
+    sk_metrics.average_precision_score(y, s)
+    for s, y in zip(scores.reshape(-1, N), labels.reshape(-1, N))
   ]
   np.testing.assert_allclose(got, want, **TOL64)
 
@@ -207,7 +223,7 @@ def test_tie_aware_ndcg_matches_sklearn_with_ties(topn, x64):
   got = jaxrank.tie_aware_ndcg_metric(scores, labels, topn=topn, reduce_fn=None).reshape(-1)
   gains = (2.0**labels - 1).reshape(-1, N)
   want = [
-      sk_metrics.ndcg_score(g[None], s[None], k=topn) for s, g in zip(scores.reshape(-1, N), gains)
+    sk_metrics.ndcg_score(g[None], s[None], k=topn) for s, g in zip(scores.reshape(-1, N), gains)
   ]
   np.testing.assert_allclose(got, want, **TOL64)
 
@@ -227,14 +243,14 @@ def test_where_broadcasts(case, x64):
 # 5. Degenerate lists.
 
 DEGENERATE = {
-    "no_relevant": ([0.3, 0.2, 0.2, 0.1], [0, 0, 0, 0], [True] * 4),
-    "all_relevant": ([0.3, 0.2, 0.2, 0.1], [1, 1, 1, 1], [True] * 4),
-    "all_relevant_graded": ([0.3, 0.2, 0.2, 0.1], [2, 1, 2, 1], [True] * 4),
-    "all_tied": ([0.5, 0.5, 0.5, 0.5], [0, 1, 0, 2], [True] * 4),
-    "all_tied_zero_signs": ([0.0, -0.0, 0.0, -0.0], [1, 0, 2, 0], [True] * 4),
-    "all_masked": ([0.3, 0.2, 0.2, 0.1], [1, 0, 1, 0], [False] * 4),
-    "one_valid_item": ([0.3, 0.2, 0.2, 0.1], [1, 0, 1, 0], [False, False, True, False]),
-    "infinite_ties": ([np.inf, np.inf, -np.inf, -np.inf], [0, 1, 1, 0], [True] * 4),
+  "no_relevant": ([0.3, 0.2, 0.2, 0.1], [0, 0, 0, 0], [True] * 4),
+  "all_relevant": ([0.3, 0.2, 0.2, 0.1], [1, 1, 1, 1], [True] * 4),
+  "all_relevant_graded": ([0.3, 0.2, 0.2, 0.1], [2, 1, 2, 1], [True] * 4),
+  "all_tied": ([0.5, 0.5, 0.5, 0.5], [0, 1, 0, 2], [True] * 4),
+  "all_tied_zero_signs": ([0.0, -0.0, 0.0, -0.0], [1, 0, 2, 0], [True] * 4),
+  "all_masked": ([0.3, 0.2, 0.2, 0.1], [1, 0, 1, 0], [False] * 4),
+  "one_valid_item": ([0.3, 0.2, 0.2, 0.1], [1, 0, 1, 0], [False, False, True, False]),
+  "infinite_ties": ([np.inf, np.inf, -np.inf, -np.inf], [0, 1, 1, 0], [True] * 4),
 }
 
 
@@ -265,8 +281,14 @@ def test_single_item_list(case, label, x64):
 # 6. Errors (the shared input checks are in test_contract.py).
 
 
-@pytest.mark.parametrize("fn", [jaxrank.recall_at_k_metric, jaxrank.precision_at_k_metric,
-                                jaxrank.relevant_fraction_at_k_metric])
+@pytest.mark.parametrize(
+  "fn",
+  [
+    jaxrank.recall_at_k_metric,
+    jaxrank.precision_at_k_metric,
+    jaxrank.relevant_fraction_at_k_metric,
+  ],
+)
 @pytest.mark.parametrize("topn", [0, -1, 1.5, None])
 def test_bad_cutoff(fn, topn):
   error = ValueError if isinstance(topn, int) else TypeError  # A wrong value, or a wrong kind.
@@ -274,8 +296,16 @@ def test_bad_cutoff(fn, topn):
     fn(jnp.array([0.3, 0.2]), jnp.array([1, 0]), topn=topn)
 
 
-@pytest.mark.parametrize("fn", [jaxrank.ndcg_metric, jaxrank.tie_aware_ndcg_metric,
-                                jaxrank.dcg_metric, jaxrank.ap_metric, jaxrank.mrr_metric])
+@pytest.mark.parametrize(
+  "fn",
+  [
+    jaxrank.ndcg_metric,
+    jaxrank.tie_aware_ndcg_metric,
+    jaxrank.dcg_metric,
+    jaxrank.ap_metric,
+    jaxrank.mrr_metric,
+  ],
+)
 @pytest.mark.parametrize("topn", [0, -2, 1.5])
 def test_bad_topn(fn, topn):
   error = ValueError if isinstance(topn, int) else TypeError
@@ -283,8 +313,9 @@ def test_bad_topn(fn, topn):
     fn(jnp.array([0.3, 0.2]), jnp.array([1, 0]), topn=topn)
 
 
-@pytest.mark.parametrize("fn", [jaxrank.ndcg_metric, jaxrank.tie_aware_ndcg_metric,
-                                jaxrank.dcg_metric])
+@pytest.mark.parametrize(
+  "fn", [jaxrank.ndcg_metric, jaxrank.tie_aware_ndcg_metric, jaxrank.dcg_metric]
+)
 def test_graded_labels_below_zero_are_an_error(fn):
   """A gain 2**label - 1 below 0 puts NDCG outside [0, 1]: rejected whenever labels are known."""
   scores = jnp.array([[0.9, 0.8, 0.1], [0.3, 0.2, 0.1]])
@@ -292,7 +323,7 @@ def test_graded_labels_below_zero_are_an_error(fn):
   # Unchecked (as under jit), NDCG leaves [0, 1]: labels [-5, 1] in that order give -0.87.
   unchecked = -0.3378202 if fn is jaxrank.dcg_metric else -0.8689087  # DCG: -31/32 + 1/log2(3).
   np.testing.assert_allclose(
-      jax.jit(fn)(jnp.array([0.9, 0.8]), jnp.array([-5, 1])), unchecked, rtol=1e-5
+    jax.jit(fn)(jnp.array([0.9, 0.8]), jnp.array([-5, 1])), unchecked, rtol=1e-5
   )
   with pytest.raises(ValueError, match=rf"^{fn.__name__}: graded labels must be >= 0 .*got -2"):
     fn(scores, labels)
@@ -300,7 +331,8 @@ def test_graded_labels_below_zero_are_an_error(fn):
     fn(scores, labels.astype(jnp.float32) / 4, reduce_fn=None)
   masked = jnp.array([True, True, False])  # The -2 is masked: not read.
   ref_fn = {jaxrank.ndcg_metric: reference.ndcg, jaxrank.dcg_metric: reference.dcg}.get(
-      fn, reference.tie_aware_ndcg)
+    fn, reference.tie_aware_ndcg
+  )
   want = reference.per_list(ref_fn, scores, labels, masked)
   np.testing.assert_allclose(fn(scores, labels, where=masked, reduce_fn=None), want, rtol=1e-6)
   jax.jit(fn)(scores, labels)  # Traced: not checked.
@@ -335,8 +367,11 @@ def test_neg_inf_hand_values():
   assert reference.ndcg(scores, labels) == pytest.approx(1 / math.log2(3) / ideal)
   # A relevant item masked with where is removed; scored -inf it stays in R: AP 1/2 against 1/4.
   assert reference.ap(scores, labels, np.isfinite(scores)) == pytest.approx(0.5)
-  for fn, want in ((jaxrank.ap_metric, 0.25), (jaxrank.mrr_metric, 0.5),
-                   (jaxrank.ndcg_metric, 1 / math.log2(3) / ideal)):
+  for fn, want in (
+    (jaxrank.ap_metric, 0.25),
+    (jaxrank.mrr_metric, 0.5),
+    (jaxrank.ndcg_metric, 1 / math.log2(3) / ideal),
+  ):
     assert float(fn(scores, labels)) == pytest.approx(want, rel=1e-6)
   assert float(jaxrank.precision_at_k_metric(scores, labels, topn=5)) == pytest.approx(1 / 3)
   # OPA compares scores: -inf is below 5 and 2 and 1, and the pair of -inf is a tie (misordered).
@@ -368,17 +403,16 @@ def test_two_recalls_agree_with_one_relevant_item(x64):
   where[..., 2] = True
   for topn in (1, 3, 7):
     np.testing.assert_array_equal(
-        jaxrank.relevant_fraction_at_k_metric(scores, labels, where=where, topn=topn,
-                                              reduce_fn=None),
-        jaxrank.recall_at_k_metric(scores, labels, where=where, topn=topn, reduce_fn=None),
+      jaxrank.relevant_fraction_at_k_metric(scores, labels, where=where, topn=topn, reduce_fn=None),
+      jaxrank.recall_at_k_metric(scores, labels, where=where, topn=topn, reduce_fn=None),
     )
 
 
 def test_ap_cut_off_at_the_list_length_is_ap(x64):
   scores, labels, where = random_lists(41, ties=True)
   np.testing.assert_array_equal(
-      jaxrank.ap_metric(scores, labels, where=where, topn=N, reduce_fn=None),
-      jaxrank.ap_metric(scores, labels, where=where, reduce_fn=None),
+    jaxrank.ap_metric(scores, labels, where=where, topn=N, reduce_fn=None),
+    jaxrank.ap_metric(scores, labels, where=where, reduce_fn=None),
   )
 
 
@@ -387,8 +421,9 @@ def test_ndcg_is_dcg_over_ideal_dcg(x64):
   dcg = jaxrank.dcg_metric(scores, labels, where=where, reduce_fn=None)
   ideal = jaxrank.dcg_metric(2.0**labels, labels, where=where, reduce_fn=None)  # Sorted by label.
   ndcg = jaxrank.ndcg_metric(scores, labels, where=where, reduce_fn=None)
-  np.testing.assert_allclose(ndcg, np.where(ideal > 0, dcg / np.where(ideal > 0, ideal, 1), 0),
-                             **TOL64)
+  np.testing.assert_allclose(
+    ndcg, np.where(ideal > 0, dcg / np.where(ideal > 0, ideal, 1), 0), **TOL64
+  )
 
 
 @pytest.mark.parametrize("fn", [jaxrank.ndcg_metric, jaxrank.dcg_metric], ids=["ndcg", "dcg"])
@@ -399,16 +434,19 @@ def test_item_weights_match_reference(fn, topn, x64):
   weights = rng.choice([0.0, 0.5, 1.0, 2.0], scores.shape)
   scores[0, 1, :3] = -np.inf
   got = fn(scores, labels, where=where, topn=topn, item_weights=weights, reduce_fn=None)
-  want = np.array([
-      reference.weighted_ndcg(s, y, w, item_weights=iw, topn=topn,
-                              normalise=fn is jaxrank.ndcg_metric)
+  want = np.array(
+    [
+      reference.weighted_ndcg(
+        s, y, w, item_weights=iw, topn=topn, normalise=fn is jaxrank.ndcg_metric
+      )
       for s, y, w, iw in zip(*(a.reshape(-1, N) for a in (scores, labels, where, weights)))
-  ]).reshape(BATCH)
+    ]
+  ).reshape(BATCH)
   np.testing.assert_allclose(got, want, **TOL64)
   # Weights of 1 change nothing; a weight of 0 is a gain of 0.
   np.testing.assert_array_equal(
-      fn(scores, labels, where=where, topn=topn, item_weights=np.ones(N), reduce_fn=None),
-      fn(scores, labels, where=where, topn=topn, reduce_fn=None),
+    fn(scores, labels, where=where, topn=topn, item_weights=np.ones(N), reduce_fn=None),
+    fn(scores, labels, where=where, topn=topn, reduce_fn=None),
   )
 
 

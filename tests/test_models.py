@@ -53,10 +53,13 @@ def resnet18():
 # Shapes.
 
 
-@pytest.mark.parametrize("shape, features", [
+@pytest.mark.parametrize(
+  "shape, features",
+  [
     (DIGITS, (32, 64)),
     (IMAGES, (4, 8, 16)),
-])
+  ],
+)
 def test_small_conv_net_against_numpy(shape, features):
   net = models.SmallConvNet(shape[-1], features=features, rngs=nnx.Rngs(0))
   # Non-trivial LayerNorm scales and biases (they start at 1 and 0).
@@ -79,12 +82,15 @@ def small_conv_net_numpy(net, x):
   for i, (conv, norm) in enumerate(zip(net.convs, net.norms)):
     if i > 0:
       n, h, w, c = x.shape
-      x = x[:, :h // 2 * 2, :w // 2 * 2].reshape(n, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))
+      x = x[:, : h // 2 * 2, : w // 2 * 2].reshape(n, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))
     kernel, bias = (np.asarray(v[...], np.float64) for v in (conv.kernel, conv.bias))
     padded = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
     h, w = x.shape[1:3]
-    y = bias + sum(np.einsum("nhwc,co->nhwo", padded[:, di:di + h, dj:dj + w], kernel[di, dj])
-                   for di in range(3) for dj in range(3))
+    y = bias + sum(
+      np.einsum("nhwc,co->nhwo", padded[:, di : di + h, dj : dj + w], kernel[di, dj])
+      for di in range(3)
+      for dj in range(3)
+    )
     mean, var = y.mean(-1, keepdims=True), y.var(-1, keepdims=True)
     y = (y - mean) / np.sqrt(var + 1e-6) * np.asarray(norm.scale[...]) + np.asarray(norm.bias[...])
     x = np.maximum(y, 0)
@@ -128,8 +134,12 @@ def test_resnet_in_channels():
 
 
 def test_resnet18_structure(resnet18):
-  assert [len(s) for s in (resnet18.layer1, resnet18.layer2, resnet18.layer3, resnet18.layer4)] \
-      == [2, 2, 2, 2]
+  assert [len(s) for s in (resnet18.layer1, resnet18.layer2, resnet18.layer3, resnet18.layer4)] == [
+    2,
+    2,
+    2,
+    2,
+  ]
   assert resnet18.layer1[0].downsample is None
   assert resnet18.layer2[0].downsample[0].kernel.shape == (1, 1, 64, 128)
   assert resnet18.layer2[0].downsample[0].strides == (2, 2)
@@ -137,10 +147,13 @@ def test_resnet18_structure(resnet18):
   assert (bn.momentum, bn.epsilon) == (0.9, 1e-5)
 
 
-@pytest.mark.parametrize("make, message", [
+@pytest.mark.parametrize(
+  "make, message",
+  [
     (lambda: models.SmallConvNet(1, features=(), rngs=nnx.Rngs(0)), "SmallConvNet"),
     (lambda: models.ResNet((2, 2, 2), bottleneck=False, rngs=nnx.Rngs(0)), "ResNet"),
-])
+  ],
+)
 def test_bad_arguments(make, message):
   with pytest.raises(ValueError, match=message):
     make()
@@ -239,8 +252,9 @@ def test_resnet_jit_equals_eager_in_both_modes(resnet18):
   twin(x)
   for name in ("bn1", "layer1"):
     for (path, a), (_, b) in zip(
-        nnx.to_flat_state(nnx.state(getattr(resnet18, name), nnx.BatchStat)),
-        nnx.to_flat_state(nnx.state(getattr(twin, name), nnx.BatchStat))):
+      nnx.to_flat_state(nnx.state(getattr(resnet18, name), nnx.BatchStat)),
+      nnx.to_flat_state(nnx.state(getattr(twin, name), nnx.BatchStat)),
+    ):
       np.testing.assert_allclose(a[...], b[...], rtol=1e-4, atol=1e-5, err_msg=str(path))
 
 
@@ -307,7 +321,6 @@ def test_round_trip_resnet_with_batch_statistics(tmp_path, resnet18):
 def test_round_trip_leaves_out_rng_state(tmp_path):
 
   class Dropped(nnx.Module):
-
     def __init__(self, rngs):
       self.linear = nnx.Linear(3, 2, rngs=rngs)
       self.dropout = nnx.Dropout(0.5, rngs=rngs)
@@ -333,12 +346,17 @@ def edited_file(tmp_path, edit):
   return model, edited
 
 
-@pytest.mark.parametrize("edit, message", [
+@pytest.mark.parametrize(
+  "edit, message",
+  [
     (lambda a: a.pop("head/linear/bias"), r"missing keys head/linear/bias\."),
     (lambda a: a.update({"head/extra": np.zeros(2)}), r"unexpected keys head/extra\."),
-    (lambda a: a.update({"head/linear/kernel": np.zeros((8, 5))}),
-     r"shape mismatches head/linear/kernel \(file \(8, 5\), model \(8, 6\)\)\."),
-])
+    (
+      lambda a: a.update({"head/linear/kernel": np.zeros((8, 5))}),
+      r"shape mismatches head/linear/kernel \(file \(8, 5\), model \(8, 6\)\)\.",
+    ),
+  ],
+)
 def test_load_rejects_a_file_that_does_not_match(tmp_path, edit, message):
   model, path = edited_file(tmp_path, edit)
   before = variables(model)
@@ -355,7 +373,8 @@ def test_load_lists_the_first_few_keys(tmp_path):
 
 def test_load_converts_dtypes(tmp_path):
   model, path = edited_file(
-      tmp_path, lambda a: a.update({k: v.astype(np.float64) for k, v in a.items()}))
+    tmp_path, lambda a: a.update({k: v.astype(np.float64) for k, v in a.items()})
+  )
   other = small_model(seed=1)  # Differently initialised: loading must change every value.
   before = variables(other)
   models.load_weights(other, path)
@@ -396,7 +415,8 @@ def test_frozen_batchnorm_keeps_its_statistics_and_trains_scale_and_bias(resnet1
     for path in (("bn1", name), ("layer4", 1, "bn2", name)):
       assert np.any(np.asarray(flat_grads[path][...]) != 0), path
       assert not np.array_equal(
-          dict(nnx.to_flat_state(nnx.state(resnet18, nnx.Param)))[path][...], params[path]), path
+        dict(nnx.to_flat_state(nnx.state(resnet18, nnx.Param)))[path][...], params[path]
+      ), path
   # Frozen, an example's output does not depend on the rest of the batch.
   x = images(IMAGES, seed=20)
   np.testing.assert_allclose(resnet18(x)[:1], resnet18(x[:1]), rtol=1e-5, atol=1e-6)
@@ -416,14 +436,17 @@ def test_poolings_against_numpy():
   np.testing.assert_allclose(models.global_average_pool(x), x.mean(axis=(1, 2)), rtol=1e-6)
   np.testing.assert_allclose(models.global_max_pool(x), x.max(axis=(1, 2)), rtol=1e-6)
   np.testing.assert_allclose(
-      models.average_max_pool(x), x.mean(axis=(1, 2)) + x.max(axis=(1, 2)), rtol=1e-6)
+    models.average_max_pool(x), x.mean(axis=(1, 2)) + x.max(axis=(1, 2)), rtol=1e-6
+  )
   pool = models.GeMPool(p=3.0)
   clamped = np.maximum(x.astype(np.float64), 1e-6)
-  np.testing.assert_allclose(pool(x), np.mean(clamped ** 3, axis=(1, 2)) ** (1 / 3), rtol=1e-5)
-  np.testing.assert_allclose(models.GeMPool(p=1.0)(np.abs(x)), np.abs(x).mean(axis=(1, 2)),
-                             rtol=1e-5)
-  np.testing.assert_allclose(models.GeMPool(p=60.0)(np.abs(x)), np.abs(x).max(axis=(1, 2)),
-                             rtol=0.05)
+  np.testing.assert_allclose(pool(x), np.mean(clamped**3, axis=(1, 2)) ** (1 / 3), rtol=1e-5)
+  np.testing.assert_allclose(
+    models.GeMPool(p=1.0)(np.abs(x)), np.abs(x).mean(axis=(1, 2)), rtol=1e-5
+  )
+  np.testing.assert_allclose(
+    models.GeMPool(p=60.0)(np.abs(x)), np.abs(x).max(axis=(1, 2)), rtol=0.05
+  )
   grad = nnx.grad(lambda m: jnp.sum(m(x)))(pool)
   assert np.isfinite(grad.p[...]) and grad.p[...] != 0  # p is learnable.
   with pytest.raises(ValueError, match="GeMPool: p and eps must be positive"):

@@ -34,41 +34,41 @@ class Loss(NamedTuple):
 
 def _smooth_rank(scores, labels, **kwargs):
   return jaxrank.smooth_rank_ap_loss(
-      scores,
-      labels,
-      positive_step_fn=jaxrank.sigmoid_step,
-      negative_step_fn=jaxrank.sigmoid_step,
-      **kwargs,
+    scores,
+    labels,
+    positive_step_fn=jaxrank.sigmoid_step,
+    negative_step_fn=jaxrank.sigmoid_step,
+    **kwargs,
   )
 
 
 LOSSES = [
-    Loss("fastap", jaxrank.fastap_loss, reference_histogram.fastap_loss),
-    Loss("soft_binning_ap", jaxrank.soft_binning_ap_loss, reference_histogram.soft_binning_ap_loss),
-    Loss(
-        "soft_binning_ap_weighted",
-        functools.partial(jaxrank.soft_binning_ap_loss, weights=jnp.array([0.5, 2.0, 1.0, 1.5])),
-        None,
-    ),
-    Loss("tie_aware_ap", jaxrank.tie_aware_ap_loss, reference_hashing.tie_aware_ap_loss),
-    Loss(
-        "simplified_tie_aware_ap",
-        jaxrank.simplified_tie_aware_ap_loss,
-        reference_hashing.simplified_tie_aware_ap_loss,
-    ),
-    Loss("tie_aware_ndcg", jaxrank.tie_aware_ndcg_loss, reference_hashing.tie_aware_ndcg_loss),
-    Loss(
-        "simplified_tie_aware_ndcg",
-        jaxrank.simplified_tie_aware_ndcg_loss,
-        reference_hashing.simplified_tie_aware_ndcg_loss,
-    ),
-    Loss("smoothap", jaxrank.smoothap_loss, reference_smooth_rank.smoothap_loss),
-    Loss("smooth_rank_ap", _smooth_rank, reference_smooth_rank.smoothap_loss),
-    Loss("supap", jaxrank.supap_loss, reference_smooth_rank.supap_loss),
-    Loss("roadmap", jaxrank.roadmap_loss, reference_smooth_rank.roadmap_loss),
-    Loss("calibration", jaxrank.calibration_loss, reference_smooth_rank.calibration_loss),
-    Loss("blackbox_ap", jaxrank.blackbox_ap_loss, None),
-    Loss("blackbox_recall", jaxrank.blackbox_recall_loss, None),
+  Loss("fastap", jaxrank.fastap_loss, reference_histogram.fastap_loss),
+  Loss("soft_binning_ap", jaxrank.soft_binning_ap_loss, reference_histogram.soft_binning_ap_loss),
+  Loss(
+    "soft_binning_ap_weighted",
+    functools.partial(jaxrank.soft_binning_ap_loss, weights=jnp.array([0.5, 2.0, 1.0, 1.5])),
+    None,
+  ),
+  Loss("tie_aware_ap", jaxrank.tie_aware_ap_loss, reference_hashing.tie_aware_ap_loss),
+  Loss(
+    "simplified_tie_aware_ap",
+    jaxrank.simplified_tie_aware_ap_loss,
+    reference_hashing.simplified_tie_aware_ap_loss,
+  ),
+  Loss("tie_aware_ndcg", jaxrank.tie_aware_ndcg_loss, reference_hashing.tie_aware_ndcg_loss),
+  Loss(
+    "simplified_tie_aware_ndcg",
+    jaxrank.simplified_tie_aware_ndcg_loss,
+    reference_hashing.simplified_tie_aware_ndcg_loss,
+  ),
+  Loss("smoothap", jaxrank.smoothap_loss, reference_smooth_rank.smoothap_loss),
+  Loss("smooth_rank_ap", _smooth_rank, reference_smooth_rank.smoothap_loss),
+  Loss("supap", jaxrank.supap_loss, reference_smooth_rank.supap_loss),
+  Loss("roadmap", jaxrank.roadmap_loss, reference_smooth_rank.roadmap_loss),
+  Loss("calibration", jaxrank.calibration_loss, reference_smooth_rank.calibration_loss),
+  Loss("blackbox_ap", jaxrank.blackbox_ap_loss, None),
+  Loss("blackbox_recall", jaxrank.blackbox_recall_loss, None),
 ]
 IDS = [loss.name for loss in LOSSES]
 EXCLUDED = 1  # The list without a relevant item.
@@ -116,7 +116,7 @@ def test_eagerly(loss):
   scores, labels, where = _batch()
   clean = jnp.asarray(scores, jnp.float32)
   value, grad = jax.value_and_grad(lambda s: loss.fn(s, labels, where=where))(
-      clean.at[EXCLUDED, 2].set(np.nan)
+    clean.at[EXCLUDED, 2].set(np.nan)
   )
   want_value, want_grad = jax.value_and_grad(lambda s: loss.fn(s, labels, where=where))(clean)
   np.testing.assert_allclose(value, want_value, rtol=1e-6, atol=1e-7)
@@ -125,7 +125,7 @@ def test_eagerly(loss):
 
 
 @pytest.mark.parametrize(
-    "loss", [entry for entry in LOSSES if entry.ref is not None], ids=lambda entry: entry.name
+  "loss", [entry for entry in LOSSES if entry.ref is not None], ids=lambda entry: entry.name
 )
 def test_other_lists_match_reference(loss, x64):
   """A NaN in an excluded list and one in a counted list: the rest equals the float64 reference."""

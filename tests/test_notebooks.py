@@ -32,11 +32,11 @@ pytestmark = pytest.mark.xdist_group("test_notebooks")
 NOTEBOOKS_DIR = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 EXPECTED = {
-    "01_loss_landscapes.ipynb",
-    "02_surrogate_vs_exact_ap.ipynb",
-    "03_ties_and_hashing.ipynb",
-    "04_decomposability.ipynb",
-    "05_trained_network_landscape.ipynb",
+  "01_loss_landscapes.ipynb",
+  "02_surrogate_vs_exact_ap.ipynb",
+  "03_ties_and_hashing.ipynb",
+  "04_decomposability.ipynb",
+  "05_trained_network_landscape.ipynb",
 }
 # Two notebooks at a time; one under pytest-xdist (`make test`), whose other worker runs the rest
 # of the suite meanwhile: more processes than CI's 2 cores would slow every cell (a cell may take
@@ -62,8 +62,12 @@ def _execute(path: pathlib.Path, workdir: pathlib.Path):
   """Executes `path` in a child process; returns (the finished process, the executed notebook)."""
   workdir.mkdir()
   executed = workdir / f"executed_{path.name}"
-  process = subprocess.run([sys.executable, "-c", _EXECUTE, str(path), str(workdir), str(executed)],
-                           capture_output=True, text=True, check=False)
+  process = subprocess.run(
+    [sys.executable, "-c", _EXECUTE, str(path), str(workdir), str(executed)],
+    capture_output=True,
+    text=True,
+    check=False,
+  )
   return process, executed
 
 
@@ -71,8 +75,11 @@ def _execute(path: pathlib.Path, workdir: pathlib.Path):
 def executions(request, tmp_path_factory):
   """Notebook name -> a future of `_execute`, for each notebook whose execution test is selected."""
   test = "test_notebook_executes_and_its_claims_hold"
-  selected = [item.callspec.params["path"] for item in request.session.items
-              if getattr(item, "originalname", None) == test]
+  selected = [
+    item.callspec.params["path"]
+    for item in request.session.items
+    if getattr(item, "originalname", None) == test
+  ]
   root = tmp_path_factory.mktemp("notebooks")
   with concurrent.futures.ThreadPoolExecutor(PARALLEL) as pool:
     yield {p.name: pool.submit(_execute, p, root / p.stem) for p in selected}
@@ -117,8 +124,13 @@ def test_notebook_executes_and_its_claims_hold(path, executions):
   errors = []
   if executed.is_file():
     nb = nbformat.read(executed, as_version=4)
-    errors = [f"{o.ename}: {o.evalue}" for c in nb.cells if c.cell_type == "code"
-              for o in c.outputs if o.output_type == "error"]
+    errors = [
+      f"{o.ename}: {o.evalue}"
+      for c in nb.cells
+      if c.cell_type == "code"
+      for o in c.outputs
+      if o.output_type == "error"
+    ]
   assert process.returncode == 0 and not errors, (errors, process.stderr[-5000:])
   figure = executed.parent / "figures" / f"{path.stem}.png"
   assert figure.is_file(), f"{path.name} did not save {figure.name}"

@@ -39,21 +39,37 @@ def platform(request):
   with platforms.forced_platform(request.param):
     yield request.param
 
+
 # (name, jaxrank loss, reference, hyperparameters): each loss with its defaults and with others.
 CASES = [
-    ("contrastive", jaxrank.contrastive_loss, reference_pairwise.contrastive_loss, {}),
-    ("contrastive_margins", jaxrank.contrastive_loss, reference_pairwise.contrastive_loss,
-     dict(pos_margin=0.6, neg_margin=-0.1)),
-    ("triplet", jaxrank.triplet_loss, reference_pairwise.triplet_loss, {}),
-    ("triplet_margin", jaxrank.triplet_loss, reference_pairwise.triplet_loss, dict(margin=0.4)),
-    ("multi_similarity", jaxrank.multi_similarity_loss, reference_pairwise.multi_similarity_loss,
-     {}),
-    ("multi_similarity_scales", jaxrank.multi_similarity_loss,
-     reference_pairwise.multi_similarity_loss, dict(alpha=0.5, beta=7.0, base=-0.2)),
-    ("multi_similarity_mined", jaxrank.multi_similarity_loss,
-     reference_pairwise.multi_similarity_loss, dict(epsilon=0.1)),
-    ("multi_similarity_mined_wide", jaxrank.multi_similarity_loss,
-     reference_pairwise.multi_similarity_loss, dict(beta=10.0, epsilon=0.5)),
+  ("contrastive", jaxrank.contrastive_loss, reference_pairwise.contrastive_loss, {}),
+  (
+    "contrastive_margins",
+    jaxrank.contrastive_loss,
+    reference_pairwise.contrastive_loss,
+    dict(pos_margin=0.6, neg_margin=-0.1),
+  ),
+  ("triplet", jaxrank.triplet_loss, reference_pairwise.triplet_loss, {}),
+  ("triplet_margin", jaxrank.triplet_loss, reference_pairwise.triplet_loss, dict(margin=0.4)),
+  ("multi_similarity", jaxrank.multi_similarity_loss, reference_pairwise.multi_similarity_loss, {}),
+  (
+    "multi_similarity_scales",
+    jaxrank.multi_similarity_loss,
+    reference_pairwise.multi_similarity_loss,
+    dict(alpha=0.5, beta=7.0, base=-0.2),
+  ),
+  (
+    "multi_similarity_mined",
+    jaxrank.multi_similarity_loss,
+    reference_pairwise.multi_similarity_loss,
+    dict(epsilon=0.1),
+  ),
+  (
+    "multi_similarity_mined_wide",
+    jaxrank.multi_similarity_loss,
+    reference_pairwise.multi_similarity_loss,
+    dict(beta=10.0, epsilon=0.5),
+  ),
 ]
 IDS = [c[0] for c in CASES]
 
@@ -87,8 +103,9 @@ def test_values_equal_reference(name, fn, ref, kwargs, x64):
       defined &= reference.has_relevant(1 - (labels >= 1), where)
     assert not defined[0] and defined[2:].all()
     np.testing.assert_allclose(
-        fn(scores, labels, where=where, **kwargs), reference.mean_over_lists(want, defined),
-        rtol=1e-12,
+      fn(scores, labels, where=where, **kwargs),
+      reference.mean_over_lists(want, defined),
+      rtol=1e-12,
     )
 
 
@@ -99,8 +116,7 @@ def test_gradients_equal_finite_differences(name, fn, ref, kwargs, x64):
   loss = lambda s: fn(s, labels, where=where, **kwargs)
   grad = jax.jit(jax.grad(loss))(scores)
   assert np.abs(grad).max() > 1e-2  # Not a trivial case.
-  test_util.check_grads(loss, (scores,), order=1, modes=("rev",), eps=1e-6, atol=1e-6,
-                        rtol=1e-6)
+  test_util.check_grads(loss, (scores,), order=1, modes=("rev",), eps=1e-6, atol=1e-6, rtol=1e-6)
 
 
 @pytest.mark.parametrize("margin", [0.05, 0.4])
@@ -114,30 +130,41 @@ def test_all_triplets_equal_reference(margin, x64):
     got = jaxrank.triplet_loss(scores, labels, where=where, reduce_fn=None, **kwargs)
     ref = functools.partial(reference_pairwise.all_triplet_loss, margin=margin)
     np.testing.assert_allclose(
-        got, reference.per_list(ref, scores, labels, where), rtol=1e-12, atol=1e-14)
-    sums, numbers = np.array([
+      got, reference.per_list(ref, scores, labels, where), rtol=1e-12, atol=1e-14
+    )
+    sums, numbers = np.array(
+      [
         reference_pairwise.all_triplets(s, y, w, margin=margin)
-        for s, y, w in zip(scores, labels, where)]).T
+        for s, y, w in zip(scores, labels, where)
+      ]
+    ).T
     assert numbers[:2].sum() == 0 and numbers.sum() > 0
-    np.testing.assert_allclose(jaxrank.triplet_loss(scores, labels, where=where, **kwargs),
-                               sums.sum() / numbers.sum(), rtol=1e-12)
     np.testing.assert_allclose(
-        jaxrank.triplet_loss(scores, labels, where=where, reduce_fn=jnp.sum, **kwargs),
-        sums.sum(), rtol=1e-12)
+      jaxrank.triplet_loss(scores, labels, where=where, **kwargs),
+      sums.sum() / numbers.sum(),
+      rtol=1e-12,
+    )
+    np.testing.assert_allclose(
+      jaxrank.triplet_loss(scores, labels, where=where, reduce_fn=jnp.sum, **kwargs),
+      sums.sum(),
+      rtol=1e-12,
+    )
     weights = np.linspace(0.5, 2.0, len(scores))
     np.testing.assert_allclose(
-        jaxrank.triplet_loss(scores, labels, where=where, weights=weights, **kwargs),
-        (weights * sums).sum() / (weights * numbers).sum(), rtol=1e-12)
+      jaxrank.triplet_loss(scores, labels, where=where, weights=weights, **kwargs),
+      (weights * sums).sum() / (weights * numbers).sum(),
+      rtol=1e-12,
+    )
   loss = lambda s: jaxrank.triplet_loss(s, labels, where=where, **kwargs)
   assert np.abs(jax.jit(jax.grad(loss))(scores)).max() > 1e-2  # Not a trivial case.
-  test_util.check_grads(loss, (scores,), order=1, modes=("rev",), eps=1e-6, atol=1e-6,
-                        rtol=1e-6)
+  test_util.check_grads(loss, (scores,), order=1, modes=("rev",), eps=1e-6, atol=1e-6, rtol=1e-6)
 
 
 def test_all_triplets_without_a_non_zero_triplet_give_zero():
   scores, labels = jnp.array([[0.9, 0.8, 0.1, 0.0]]), jnp.array([[1, 1, 0, 0]])
   value, grad = jax.value_and_grad(
-      lambda s: jaxrank.triplet_loss(s, labels, margin=0.1, mining="all"))(scores)
+    lambda s: jaxrank.triplet_loss(s, labels, margin=0.1, mining="all")
+  )(scores)
   assert value == 0 and not np.any(grad)
   with pytest.raises(ValueError, match='triplet_loss: mining must be "hard" or "all", got'):
     jaxrank.triplet_loss(scores, labels, mining="semi-hard")
@@ -146,12 +173,16 @@ def test_all_triplets_without_a_non_zero_triplet_give_zero():
 def test_contrastive_is_calibration_with_the_margins(x64):
   scores, labels, where = random_lists(3)
   for pos, neg in ((1.0, 0.0), (0.9, 0.6)):
-    got = jax.jit(jax.value_and_grad(
+    got = jax.jit(
+      jax.value_and_grad(
         lambda s: jaxrank.contrastive_loss(s, labels, where=where, pos_margin=pos, neg_margin=neg)
-    ))(scores)
-    want = jax.jit(jax.value_and_grad(
+      )
+    )(scores)
+    want = jax.jit(
+      jax.value_and_grad(
         lambda s: jaxrank.calibration_loss(s, labels, where=where, alpha=pos, beta=neg)
-    ))(scores)
+      )
+    )(scores)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-14)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-14, atol=1e-16)
 
@@ -163,7 +194,8 @@ def test_triplet_needs_a_negative():
   np.testing.assert_allclose(per, [0.0, 0.55 - 0.5 + 0.1], rtol=1e-6)
   # The list without a negative is left out of the mean, and gets no gradient.
   value, grad = jax.jit(jax.value_and_grad(lambda s: jaxrank.triplet_loss(s, labels, margin=0.1)))(
-      scores)
+    scores
+  )
   np.testing.assert_allclose(value, 0.55 - 0.5 + 0.1, rtol=1e-6)
   np.testing.assert_array_equal(grad, [[0, 0, 0], [0, 1, -1]])
 
@@ -176,13 +208,13 @@ def test_multi_similarity_is_stable_on_extreme_scores(x64):
     kwargs = dict(epsilon=epsilon)
     per = jaxrank.multi_similarity_loss(scores, labels, reduce_fn=None, **kwargs)
     want = reference.per_list(
-        functools.partial(reference_pairwise.multi_similarity_loss, **kwargs), scores, labels
+      functools.partial(reference_pairwise.multi_similarity_loss, **kwargs), scores, labels
     )
     np.testing.assert_allclose(per, want, rtol=1e-12)
     grad = jax.jit(jax.grad(lambda s: jaxrank.multi_similarity_loss(s, labels, **kwargs)))(scores)
     assert np.isfinite(grad).all()
   value, grad = jax.jit(jax.value_and_grad(jaxrank.multi_similarity_loss))(
-      jnp.asarray(scores, jnp.bfloat16), labels
+    jnp.asarray(scores, jnp.bfloat16), labels
   )
   assert np.isfinite(value) and np.isfinite(grad.astype(jnp.float32)).all()
 
@@ -197,9 +229,11 @@ def test_mining_keeps_the_pairs_within_epsilon(x64):
   np.testing.assert_allclose(got, want, rtol=1e-12)
   # A list whose positives lie epsilon above its negatives mines nothing: 0, and no gradient.
   easy = np.array([0.9, 0.8, 0.6, 0.1])
-  value, grad = jax.jit(jax.value_and_grad(
+  value, grad = jax.jit(
+    jax.value_and_grad(
       lambda s: jaxrank.multi_similarity_loss(s, np.array([1, 1, 0, 0]), epsilon=0.1)
-  ))(easy)
+    )
+  )(easy)
   assert float(value) == 0.0
   np.testing.assert_array_equal(grad, np.zeros(4))
 
@@ -289,46 +323,53 @@ def _cosine():
 
 
 PML_CASES = {
-    "contrastive": (
-        lambda: pml_losses.ContrastiveLoss(
-            pos_margin=1.0, neg_margin=0.0, distance=_cosine(),
-            reducer=pml_reducers.PerAnchorReducer(pml_reducers.MeanReducer())),
-        None,
-        jaxrank.contrastive_loss,
+  "contrastive": (
+    lambda: pml_losses.ContrastiveLoss(
+      pos_margin=1.0,
+      neg_margin=0.0,
+      distance=_cosine(),
+      reducer=pml_reducers.PerAnchorReducer(pml_reducers.MeanReducer()),
     ),
-    "contrastive_margins": (
-        lambda: pml_losses.ContrastiveLoss(
-            pos_margin=0.8, neg_margin=0.3, distance=_cosine(),
-            reducer=pml_reducers.PerAnchorReducer(pml_reducers.MeanReducer())),
-        None,
-        functools.partial(jaxrank.contrastive_loss, pos_margin=0.8, neg_margin=0.3),
+    None,
+    jaxrank.contrastive_loss,
+  ),
+  "contrastive_margins": (
+    lambda: pml_losses.ContrastiveLoss(
+      pos_margin=0.8,
+      neg_margin=0.3,
+      distance=_cosine(),
+      reducer=pml_reducers.PerAnchorReducer(pml_reducers.MeanReducer()),
     ),
-    "triplet_batch_hard": (
-        lambda: pml_losses.TripletMarginLoss(margin=0.2, distance=_cosine()),
-        lambda: pml_miners.BatchHardMiner(distance=_cosine()),
-        functools.partial(jaxrank.triplet_loss, margin=0.2, reduce_fn=mean_of_nonzero),
+    None,
+    functools.partial(jaxrank.contrastive_loss, pos_margin=0.8, neg_margin=0.3),
+  ),
+  "triplet_batch_hard": (
+    lambda: pml_losses.TripletMarginLoss(margin=0.2, distance=_cosine()),
+    lambda: pml_miners.BatchHardMiner(distance=_cosine()),
+    functools.partial(jaxrank.triplet_loss, margin=0.2, reduce_fn=mean_of_nonzero),
+  ),
+  "triplet_all": (  # pytorch-metric-learning's default: no miner, AvgNonZeroReducer.
+    lambda: pml_losses.TripletMarginLoss(margin=0.2, distance=_cosine()),
+    None,
+    functools.partial(jaxrank.triplet_loss, margin=0.2, mining="all"),
+  ),
+  "triplet_batch_hard_mean": (
+    lambda: pml_losses.TripletMarginLoss(
+      margin=0.2, distance=_cosine(), reducer=pml_reducers.MeanReducer()
     ),
-    "triplet_all": (  # pytorch-metric-learning's default: no miner, AvgNonZeroReducer.
-        lambda: pml_losses.TripletMarginLoss(margin=0.2, distance=_cosine()),
-        None,
-        functools.partial(jaxrank.triplet_loss, margin=0.2, mining="all"),
-    ),
-    "triplet_batch_hard_mean": (
-        lambda: pml_losses.TripletMarginLoss(
-            margin=0.2, distance=_cosine(), reducer=pml_reducers.MeanReducer()),
-        lambda: pml_miners.BatchHardMiner(distance=_cosine()),
-        functools.partial(jaxrank.triplet_loss, margin=0.2),
-    ),
-    "multi_similarity": (
-        lambda: pml_losses.MultiSimilarityLoss(alpha=2, beta=50, base=0.5),
-        None,
-        jaxrank.multi_similarity_loss,
-    ),
-    "multi_similarity_mined": (
-        lambda: pml_losses.MultiSimilarityLoss(alpha=2, beta=50, base=0.5),
-        lambda: pml_miners.MultiSimilarityMiner(epsilon=0.1),
-        functools.partial(jaxrank.multi_similarity_loss, epsilon=0.1),
-    ),
+    lambda: pml_miners.BatchHardMiner(distance=_cosine()),
+    functools.partial(jaxrank.triplet_loss, margin=0.2),
+  ),
+  "multi_similarity": (
+    lambda: pml_losses.MultiSimilarityLoss(alpha=2, beta=50, base=0.5),
+    None,
+    jaxrank.multi_similarity_loss,
+  ),
+  "multi_similarity_mined": (
+    lambda: pml_losses.MultiSimilarityLoss(alpha=2, beta=50, base=0.5),
+    lambda: pml_miners.MultiSimilarityMiner(epsilon=0.1),
+    functools.partial(jaxrank.multi_similarity_loss, epsilon=0.1),
+  ),
 }
 
 
@@ -338,10 +379,13 @@ def pml_differences(name, kind):
   e, labels = embeddings_and_labels(kind)
   value, grad = jaxrank_value_and_grad(name, e, labels)
   want, want_grad = pml_value_and_grad(
-      make_loss(), e, labels, None if make_miner is None else make_miner()
+    make_loss(), e, labels, None if make_miner is None else make_miner()
   )
-  return value, abs(value - want), float(np.abs(grad - want_grad).max()), float(
-      np.abs(want_grad).max()
+  return (
+    value,
+    abs(value - want),
+    float(np.abs(grad - want_grad).max()),
+    float(np.abs(want_grad).max()),
   )
 
 
@@ -366,11 +410,13 @@ def test_the_cases_exercise_the_reducers():
     relevance = (labels[:, None] == labels[None, :]).astype(np.int32)
     where = ~np.eye(len(labels), dtype=bool)
     triplet = reference.per_list(
-        functools.partial(reference_pairwise.triplet_loss, margin=0.2), scores, relevance, where
+      functools.partial(reference_pairwise.triplet_loss, margin=0.2), scores, relevance, where
     )
     mined = reference.per_list(
-        functools.partial(reference_pairwise.multi_similarity_loss, epsilon=0.1), scores,
-        relevance, where,
+      functools.partial(reference_pairwise.multi_similarity_loss, epsilon=0.1),
+      scores,
+      relevance,
+      where,
     )
     assert np.any(triplet == 0) == some_zero and np.any(mined == 0) == some_zero
     assert not np.all(triplet == 0) and not np.all(mined == 0)
@@ -381,8 +427,11 @@ if __name__ == "__main__":
   for case in PML_CASES:
     for embedding_kind in ("random", "clustered"):
       value, dvalue, dgrad, grad = pml_differences(case, embedding_kind)
-      print(case, embedding_kind,
-            f"value {value:.6g} |dvalue| {dvalue:.3g} max|dgrad| {dgrad:.3g} max|grad| {grad:.3g}")
+      print(
+        case,
+        embedding_kind,
+        f"value {value:.6g} |dvalue| {dvalue:.3g} max|dgrad| {dgrad:.3g} max|grad| {grad:.3g}",
+      )
 
 
 @pytest.mark.parametrize("name,fn,ref,kwargs", CASES, ids=IDS)
@@ -393,12 +442,17 @@ def test_both_forms_agree_on_ties_and_hyperparameter_gradients(name, fn, ref, kw
   scores, labels, where = random_lists(11, shape=(6, 13))
   scores = np.round(scores * 4) / 4
   given = {k: v for k, v in kwargs.items() if k != "epsilon"}
-  defaults = {"contrastive_loss": dict(pos_margin=1.0, neg_margin=0.0),
-              "triplet_loss": dict(margin=0.05),
-              "multi_similarity_loss": dict(alpha=2.0, beta=50.0, base=0.5)}[fn.__name__]
+  defaults = {
+    "contrastive_loss": dict(pos_margin=1.0, neg_margin=0.0),
+    "triplet_loss": dict(margin=0.05),
+    "multi_similarity_loss": dict(alpha=2.0, beta=50.0, base=0.5),
+  }[fn.__name__]
   hyper = {k: jnp.asarray(given.get(k, v)) for k, v in defaults.items()}
-  loss = lambda s, h: fn(s, labels, where=where, epsilon=kwargs.get("epsilon"), **h) if (
-      "epsilon" in kwargs) else fn(s, labels, where=where, **h)
+  loss = lambda s, h: (
+    fn(s, labels, where=where, epsilon=kwargs.get("epsilon"), **h)
+    if ("epsilon" in kwargs)
+    else fn(s, labels, where=where, **h)
+  )
   got = {}
   for form in platforms.PLATFORMS:
     with platforms.forced_platform(form):

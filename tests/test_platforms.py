@@ -27,8 +27,10 @@ def test_forced_platform_takes_its_form_whatever_the_platform(with_gpu):
   with platforms.forced_platform("cpu"):
     assert jnp.array_equal(jax.jit(lambda x: platforms.by_platform(x, **forms))(x), jnp.sin(x))
   with platforms.forced_platform("gpu"):  # The GPUs' own form, else the accelerators'.
-    assert jnp.array_equal(jax.jit(lambda x: platforms.by_platform(x, **forms))(x),
-                           jnp.tanh(x) if with_gpu else jnp.cos(x))
+    assert jnp.array_equal(
+      jax.jit(lambda x: platforms.by_platform(x, **forms))(x),
+      jnp.tanh(x) if with_gpu else jnp.cos(x),
+    )
   assert platforms.forced() is None
   # Unforced on this CPU: the CPU's form, and only it in the compiled program.
   fn = jax.jit(lambda x: platforms.by_platform(x, **forms))
@@ -42,8 +44,10 @@ def test_forced_platform_restores_and_rejects_unknown_names():
     with platforms.forced_platform("accelerator"):
       assert platforms.forced() == "accelerator"
     assert platforms.forced() == "cpu"
-  with (pytest.raises(ValueError, match="forced_platform: platform must be one of"),
-        platforms.forced_platform("tpu")):
+  with (
+    pytest.raises(ValueError, match="forced_platform: platform must be one of"),
+    platforms.forced_platform("tpu"),
+  ):
     pass
 
 

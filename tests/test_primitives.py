@@ -51,9 +51,9 @@ def arrays(dtype, elements, shape=SHAPE):
 def list_inputs(dtype=np.float32, alphabet=ALPHABET):
   """(scores, labels in {0, 1, 2}, where), each `SHAPE`."""
   return st.tuples(
-      arrays(dtype, alphabet),
-      hnp.arrays(np.int32, SHAPE, elements=st.integers(0, 2)),
-      hnp.arrays(np.bool_, SHAPE, elements=st.booleans()),
+    arrays(dtype, alphabet),
+    hnp.arrays(np.int32, SHAPE, elements=st.integers(0, 2)),
+    hnp.arrays(np.bool_, SHAPE, elements=st.booleans()),
   )
 
 
@@ -147,10 +147,12 @@ def assert_tie_groups(scores, labels, where, platform=None):
     np.testing.assert_array_equal(groups.valid[idx], w[order])
     np.testing.assert_array_equal(groups.labels[idx], y[order])
     valid = w[order]
-    np.testing.assert_array_equal(np.asarray(groups.num_above[idx])[valid],
-                                  np.array(num_above)[valid])
-    np.testing.assert_array_equal(np.asarray(groups.group_size[idx])[valid],
-                                  np.array(group_size)[valid])
+    np.testing.assert_array_equal(
+      np.asarray(groups.num_above[idx])[valid], np.array(num_above)[valid]
+    )
+    np.testing.assert_array_equal(
+      np.asarray(groups.group_size[idx])[valid], np.array(group_size)[valid]
+    )
 
 
 def test_tie_groups_by_hand():
@@ -199,7 +201,7 @@ def test_tie_groups_float64_and_vmap(x64):
   where = np.array([[True, True, True, True, True, False], [True] * 6])
   assert_tie_groups(scores, labels, where)  # 1e-300 and -1e-300 are not 0 in float64.
   chex.assert_trees_all_equal(
-      jax.vmap(ranking.tie_groups)(scores, labels, where), tie_groups(scores, labels, where)
+    jax.vmap(ranking.tie_groups)(scores, labels, where), tie_groups(scores, labels, where)
   )
 
 
@@ -253,7 +255,7 @@ def test_segment_totals_match_brute_force(inputs, values):
       if num_above[p] < 0:  # A masked position.
         continue
       assert above[idx][p] == sum(v[: num_above[p]])
-      assert within[idx][p] == sum(v[num_above[p]: num_above[p] + group_size[p]])
+      assert within[idx][p] == sum(v[num_above[p] : num_above[p] + group_size[p]])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,8 +265,13 @@ def test_segment_totals_match_brute_force(inputs, values):
 def test_relevant_item_statistics_by_hand(x64):
   # A tie of 4 items (2 relevant) after 3 items (1 relevant): positions 4..7.
   stats = ranking.relevant_item_statistics(
-      jnp.array([3, 3]), jnp.array([4, 4]), jnp.array([1, 1]), jnp.array([2, 2]),
-      jnp.array([1, 2]), list_size=7, dtype=jnp.float64,
+    jnp.array([3, 3]),
+    jnp.array([4, 4]),
+    jnp.array([1, 1]),
+    jnp.array([2, 2]),
+    jnp.array([1, 2]),
+    list_size=7,
+    dtype=jnp.float64,
   )
   np.testing.assert_array_equal(stats.rank, [6, 7])  # The two non-relevant items first.
   np.testing.assert_array_equal(stats.hits, [2, 3])
@@ -274,8 +281,13 @@ def test_relevant_item_statistics_by_hand(x64):
   assert float(brute_expected_precision(3, 4, 1, 2)) == pytest.approx(want, rel=1e-15)
   # A tie of one item: precision (R + 1) / (N + 1), exactly.
   stats = ranking.relevant_item_statistics(
-      jnp.array(5), jnp.array(1), jnp.array(2), jnp.array(1), jnp.array(1), list_size=6,
-      dtype=jnp.float64,
+    jnp.array(5),
+    jnp.array(1),
+    jnp.array(2),
+    jnp.array(1),
+    jnp.array(1),
+    list_size=6,
+    dtype=jnp.float64,
   )
   assert int(stats.rank) == 6 and int(stats.hits) == 3
   assert float(stats.expected_precision) == pytest.approx(0.5, rel=1e-15)
@@ -284,16 +296,16 @@ def test_relevant_item_statistics_by_hand(x64):
 def _counts():
   """(N, n, R, r, p) with 1 <= r <= n, R <= N, 1 <= p <= r."""
   return st.integers(0, 12).flatmap(
-      lambda big_n: st.integers(1, 7).flatmap(
-          lambda n: st.tuples(
-              st.just(big_n), st.just(n), st.integers(0, big_n), st.integers(1, n)
-          ).flatmap(lambda c: st.tuples(*map(st.just, c), st.integers(1, c[3])))
-      )
+    lambda big_n: st.integers(1, 7).flatmap(
+      lambda n: st.tuples(
+        st.just(big_n), st.just(n), st.integers(0, big_n), st.integers(1, n)
+      ).flatmap(lambda c: st.tuples(*map(st.just, c), st.integers(1, c[3])))
+    )
   )
 
 
 relevant_item_statistics = jax.jit(
-    ranking.relevant_item_statistics, static_argnames=("list_size", "dtype")
+  ranking.relevant_item_statistics, static_argnames=("list_size", "dtype")
 )
 
 
@@ -317,7 +329,7 @@ def test_relevant_item_statistics_keep_float32_precision_far_down_the_list():
   cases = [(100_000, 3, 40, 2), (99_990, 7, 3, 7), (50_000, 1, 0, 1), (0, 5, 0, 3)]
   big_n, n, big_r, r = (np.array(c, np.int32) for c in zip(*cases))
   stats = ranking.relevant_item_statistics(
-      big_n, n, big_r, r, np.ones_like(r), list_size=100_010, dtype=jnp.float32
+    big_n, n, big_r, r, np.ones_like(r), list_size=100_010, dtype=jnp.float32
   )
   chex.assert_type(stats.expected_precision, jnp.float32)
   want = [float(brute_expected_precision(*c)) for c in cases]
@@ -338,7 +350,7 @@ def assert_list_statistics(scores, labels, where):
     _, num_above, group_size = brute_tie_groups(s, y, w)
     for p in np.flatnonzero(rel):
       start, size = num_above[p], group_size[p]
-      group = rel[start: start + size]
+      group = rel[start : start + size]
       r, position = int(group.sum()), int(group[: p - start + 1].sum())
       big_r = int(rel[:start].sum())
       # Inside a tie, the non-relevant items come first (worst label first): rank = position.
@@ -392,8 +404,10 @@ def test_descending_ranks_match_brute_force(scores):
 
 def brute_ranks_nan_last(scores):
   """`brute_ranks` with NaN scores (of either sign) after every number, in the order of the list."""
-  order = sorted(range(len(scores)), key=lambda i: (bool(np.isnan(scores[i])),
-                                                    0.0 if np.isnan(scores[i]) else -scores[i], i))
+  order = sorted(
+    range(len(scores)),
+    key=lambda i: (bool(np.isnan(scores[i])), 0.0 if np.isnan(scores[i]) else -scores[i], i),
+  )
   ranks = np.empty(len(scores))
   ranks[order] = np.arange(1, len(scores) + 1)
   return ranks
@@ -474,7 +488,7 @@ def test_safe_reduce_by_hand(x64):
   values = np.array([[0.5, np.nan, 2.0], [1.0, 3.0, np.inf]])  # Invalid lists may hold anything.
   valid = np.array([[True, False, True], [True, True, False]])
   chex.assert_trees_all_equal(
-      lists.safe_reduce(values, valid, None), np.array([[0.5, 0.0, 2.0], [1.0, 3.0, 0.0]])
+    lists.safe_reduce(values, valid, None), np.array([[0.5, 0.0, 2.0], [1.0, 3.0, 0.0]])
   )
   assert float(lists.safe_reduce(values, valid, jnp.sum)) == 6.5
   assert float(lists.safe_reduce(values, valid, jnp.mean)) == 6.5 / 4
@@ -491,8 +505,8 @@ def test_safe_reduce_by_hand(x64):
   # Weights: weighted values, their sum, the weighted mean over the valid lists.
   weights = np.array([[2.0, 5.0, 0.5], [1.0, 0.0, 7.0]])
   chex.assert_trees_all_equal(
-      lists.safe_reduce(values, valid, None, weights=weights),
-      np.array([[1.0, 0.0, 1.0], [1.0, 0.0, 0.0]]),
+    lists.safe_reduce(values, valid, None, weights=weights),
+    np.array([[1.0, 0.0, 1.0], [1.0, 0.0, 0.0]]),
   )
   assert float(lists.safe_reduce(values, valid, jnp.sum, weights=weights)) == 3.0
   assert float(lists.safe_reduce(values, valid, jnp.mean, weights=weights)) == 3.0 / 3.5
@@ -516,9 +530,9 @@ def test_safe_reduce_without_valid_list_is_zero_with_zero_gradient(reduce_fn, we
 
 @SEARCH
 @given(
-    hnp.arrays(np.float64, (3, 4), elements=st.sampled_from([0.0, 0.25, 1.0, 3.5, np.nan])),
-    hnp.arrays(np.bool_, (3, 4), elements=st.booleans()),
-    hnp.arrays(np.float64, (3, 4), elements=st.sampled_from([0.0, 0.5, 2.0])),
+  hnp.arrays(np.float64, (3, 4), elements=st.sampled_from([0.0, 0.25, 1.0, 3.5, np.nan])),
+  hnp.arrays(np.bool_, (3, 4), elements=st.booleans()),
+  hnp.arrays(np.float64, (3, 4), elements=st.sampled_from([0.0, 0.5, 2.0])),
 )
 def test_safe_reduce_matches_numpy(values, valid, weights):
   with precision(np.float64):
@@ -526,12 +540,14 @@ def test_safe_reduce_matches_numpy(values, valid, weights):
       ww = np.ones(values.shape) if w is None else weights
       kept = np.where(valid, values * ww, 0.0)
       chex.assert_trees_all_equal(lists.safe_reduce(values, valid, None, weights=w), kept)
-      np.testing.assert_allclose(lists.safe_reduce(values, valid, jnp.sum, weights=w),
-                                 kept.sum(), rtol=1e-15)
+      np.testing.assert_allclose(
+        lists.safe_reduce(values, valid, jnp.sum, weights=w), kept.sum(), rtol=1e-15
+      )
       total = np.sum(np.where(valid, ww, 0.0))
       mean = kept.sum() / (total if total else 1.0)  # 0 without a valid weight (NaN stays).
-      np.testing.assert_allclose(lists.safe_reduce(values, valid, jnp.mean, weights=w), mean,
-                                 rtol=1e-15)
+      np.testing.assert_allclose(
+        lists.safe_reduce(values, valid, jnp.mean, weights=w), mean, rtol=1e-15
+      )
 
 
 finish = jax.jit(lists.finish, static_argnames="reduce_fn")
@@ -539,9 +555,9 @@ finish = jax.jit(lists.finish, static_argnames="reduce_fn")
 
 @SEARCH
 @given(
-    list_inputs(np.float32),
-    hnp.arrays(np.float32, SHAPE[:-1], elements=st.sampled_from([0.0, 0.5, 1.0])),
-    hnp.arrays(np.bool_, SHAPE[:-1], elements=st.booleans()),
+  list_inputs(np.float32),
+  hnp.arrays(np.float32, SHAPE[:-1], elements=st.sampled_from([0.0, 0.5, 1.0])),
+  hnp.arrays(np.bool_, SHAPE[:-1], elements=st.booleans()),
 )
 def test_finish_matches_brute_force(inputs, values, valid_lists):
   scores, _, where = inputs
@@ -554,10 +570,13 @@ def test_finish_matches_brute_force(inputs, values, valid_lists):
     else:
       assert per[idx] == values[idx]
   kept = np.where(valid_lists, per, 0.0)
-  for reduce_fn, want in ((jnp.sum, kept.sum()),
-                          (jnp.mean, kept.sum() / max(valid_lists.sum(), 1))):
-    np.testing.assert_allclose(finish(values, scores, where, valid_lists, reduce_fn), want,
-                               rtol=1e-6)
+  for reduce_fn, want in (
+    (jnp.sum, kept.sum()),
+    (jnp.mean, kept.sum() / max(valid_lists.sum(), 1)),
+  ):
+    np.testing.assert_allclose(
+      finish(values, scores, where, valid_lists, reduce_fn), want, rtol=1e-6
+    )
 
 
 def test_finish_by_hand():
@@ -566,7 +585,7 @@ def test_finish_by_hand():
   where = jnp.array([[True, True], [True, False], [True, True], [True, True]])
   valid_lists = jnp.array([True, True, False, True])
   np.testing.assert_array_equal(
-      lists.finish(values, scores, where, valid_lists, None), [np.nan, 0.5, 0.0, 1.0]
+    lists.finish(values, scores, where, valid_lists, None), [np.nan, 0.5, 0.0, 1.0]
   )
   assert np.isnan(lists.finish(values, scores, where, valid_lists, jnp.mean))
   clean = valid_lists.at[0].set(False)
@@ -578,18 +597,18 @@ def test_finish_by_hand():
 _BIG = (3, 345)  # 1,035 entries: above lists.COMPACT_MIN_SIZE, a last axis not a multiple of 8.
 _RNG = np.random.default_rng(5)
 _COMPACTED = {
-    "bool": _RNG.random(_BIG) < 0.5,
-    "binary int32": (_RNG.random(_BIG) < 0.5).astype(np.int32),
-    "binary float32": (_RNG.random(_BIG) < 0.5).astype(np.float32),
-    "graded int64": _RNG.integers(-128, 128, _BIG),
-    "graded float64, 3 axes": _RNG.integers(0, 5, (3, 5, 69)).astype(np.float64),
-    "jax array": jnp.asarray(_RNG.integers(0, 4, _BIG), jnp.int32),
+  "bool": _RNG.random(_BIG) < 0.5,
+  "binary int32": (_RNG.random(_BIG) < 0.5).astype(np.int32),
+  "binary float32": (_RNG.random(_BIG) < 0.5).astype(np.float32),
+  "graded int64": _RNG.integers(-128, 128, _BIG),
+  "graded float64, 3 axes": _RNG.integers(0, 5, (3, 5, 69)).astype(np.float64),
+  "jax array": jnp.asarray(_RNG.integers(0, 4, _BIG), jnp.int32),
 }
 _KEPT = {
-    "fractions": _RNG.uniform(0, 2, _BIG).astype(np.float32),
-    "beyond int8": np.full(_BIG, 200, np.int32),
-    "NaN": np.where(_RNG.random(_BIG) < 0.5, np.nan, 1.0),
-    "small": (_RNG.random((4, 8)) < 0.5).astype(np.int32),
+  "fractions": _RNG.uniform(0, 2, _BIG).astype(np.float32),
+  "beyond int8": np.full(_BIG, 200, np.int32),
+  "NaN": np.where(_RNG.random(_BIG) < 0.5, np.nan, 1.0),
+  "small": (_RNG.random((4, 8)) < 0.5).astype(np.int32),
 }
 
 

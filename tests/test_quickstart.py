@@ -27,9 +27,15 @@ PAGE = REPO / "docs" / "quickstart.md"
 def run(tmp_path_factory):
   out = tmp_path_factory.mktemp("quickstart")
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  process = subprocess.run([sys.executable, "-m", "experiments.quickstart", "--out", str(out)],
-                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
-                           check=False)
+  process = subprocess.run(
+    [sys.executable, "-m", "experiments.quickstart", "--out", str(out)],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=False,
+  )
   assert process.returncode == 0, process.stderr[-3000:]
   return out, process
 

@@ -79,13 +79,13 @@ def _adapter(fn, *, topn_required=False, weights=False, topn=True):
 
 
 RaxAdapter = types.SimpleNamespace(
-    mrr_metric=_adapter(jaxrank.mrr_metric),
-    recall_metric=_adapter(jaxrank.relevant_fraction_at_k_metric, topn_required=True),
-    precision_metric=_adapter(jaxrank.precision_at_k_metric, topn_required=True),
-    ap_metric=_adapter(jaxrank.ap_metric),
-    dcg_metric=_adapter(jaxrank.dcg_metric, weights=True),
-    ndcg_metric=_adapter(jaxrank.ndcg_metric, weights=True),
-    opa_metric=_adapter(jaxrank.opa_metric, topn=False),
+  mrr_metric=_adapter(jaxrank.mrr_metric),
+  recall_metric=_adapter(jaxrank.relevant_fraction_at_k_metric, topn_required=True),
+  precision_metric=_adapter(jaxrank.precision_at_k_metric, topn_required=True),
+  ap_metric=_adapter(jaxrank.ap_metric),
+  dcg_metric=_adapter(jaxrank.dcg_metric, weights=True),
+  ndcg_metric=_adapter(jaxrank.ndcg_metric, weights=True),
+  opa_metric=_adapter(jaxrank.opa_metric, topn=False),
 )
 """rax's metric names -> jaxrank's functions behind rax's signature (the rax guide's table)."""
 
@@ -93,8 +93,9 @@ RaxAdapter = types.SimpleNamespace(
 @contextlib.contextmanager
 def _rax_metrics_bound_to(adapter):
   """`from rax._src import metrics` gives `adapter` while the test module is executed."""
-  with mock.patch.dict(sys.modules, {"rax._src.metrics": adapter}), mock.patch.object(
-      rax_src, "metrics", adapter
+  with (
+    mock.patch.dict(sys.modules, {"rax._src.metrics": adapter}),
+    mock.patch.object(rax_src, "metrics", adapter),
   ):
     yield
 
@@ -129,12 +130,12 @@ def rax_cases() -> dict[str, unittest.TestCase]:
 CASES = rax_cases()
 
 PRIVATE_HELPER = (
-    "tests rax's private `metrics._retrieved_items`, not an API; jaxrank's metrics follow the same "
-    "rule (no -inf, masked or beyond-topn item is retrieved), tested through its public metrics"
+  "tests rax's private `metrics._retrieved_items`, not an API; jaxrank's metrics follow the same "
+  "rule (no -inf, masked or beyond-topn item is retrieved), tested through its public metrics"
 )
 # rax case -> why jaxrank differs. A case here that passes fails `test_rax_case`.
 DIFFERENCES: dict[str, str] = {
-    **{name: PRIVATE_HELPER for name in CASES if name.startswith("RetrievedItemsTest.")},
+  **{name: PRIVATE_HELPER for name in CASES if name.startswith("RetrievedItemsTest.")},
 }
 
 
@@ -169,15 +170,21 @@ def test_rax_case(name):
 # of 4 and 3, the ids unsorted and the same ids in both rows; the first item of one segment masked.
 # No ties, and every segment has a relevant valid item.
 SEGMENTS = jnp.array([[4, 1, 4, 9, 1, 9, 4], [1, 1, 4, 1, 4, 4, 1]])
-SEGMENT_SCORES = jnp.array([[0.3, 0.9, 0.1, 0.5, 0.2, 0.8, 0.7],
-                            [0.6, 0.1, 0.4, 0.8, 0.9, 0.2, 0.5]])
+SEGMENT_SCORES = jnp.array(
+  [[0.3, 0.9, 0.1, 0.5, 0.2, 0.8, 0.7], [0.6, 0.1, 0.4, 0.8, 0.9, 0.2, 0.5]]
+)
 SEGMENT_LABELS = jnp.array([[1, 0, 0, 1, 2, 0, 1], [0, 1, 1, 0, 2, 0, 1]])
 SEGMENT_WHERE = jnp.array([[True] * 7, [True, True, False, True, True, True, True]])
 FIRST_ITEMS = np.array([[1, 1, 0, 1, 0, 0, 0], [1, 0, 0, 0, 1, 0, 0]], bool)  # Of each segment.
 RAX_SEGMENTED = [
-    ("mrr_metric", {}), ("mrr_metric", {"topn": 1}), ("ap_metric", {}), ("ap_metric", {"topn": 2}),
-    ("dcg_metric", {}), ("ndcg_metric", {"topn": 2}), ("precision_metric", {"topn": 2}),
-    ("recall_metric", {"topn": 1}),
+  ("mrr_metric", {}),
+  ("mrr_metric", {"topn": 1}),
+  ("ap_metric", {}),
+  ("ap_metric", {"topn": 2}),
+  ("dcg_metric", {}),
+  ("ndcg_metric", {"topn": 2}),
+  ("precision_metric", {"topn": 2}),
+  ("recall_metric", {"topn": 1}),
 ]
 
 
@@ -192,10 +199,12 @@ def test_segments_give_rax_values_per_item(name, kwargs):
   chex.assert_shape(ours, SEGMENTS.shape)
   np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)
   assert np.all(np.asarray(ours)[~FIRST_ITEMS] == 0)
-  np.testing.assert_allclose(getattr(RaxAdapter, name)(*args, **kwargs),
-                             getattr(rax, name)(*args, **kwargs), rtol=1e-6)
-  np.testing.assert_allclose(getattr(RaxAdapter, name)(*args, reduce_fn=jnp.sum, **kwargs),
-                             np.sum(ours), rtol=1e-6)
+  np.testing.assert_allclose(
+    getattr(RaxAdapter, name)(*args, **kwargs), getattr(rax, name)(*args, **kwargs), rtol=1e-6
+  )
+  np.testing.assert_allclose(
+    getattr(RaxAdapter, name)(*args, reduce_fn=jnp.sum, **kwargs), np.sum(ours), rtol=1e-6
+  )
 
 
 def test_segments_without_relevant_item_are_left_out():
@@ -230,12 +239,16 @@ def test_segment_ids_name_lists_within_a_row():
   want = jaxrank.ndcg_metric(SEGMENT_SCORES, SEGMENT_LABELS, segments=SEGMENTS, **kwargs)
   relabelled = jnp.where(SEGMENTS == 4, -70, jnp.where(SEGMENTS == 1, 2**30, SEGMENTS))
   np.testing.assert_allclose(
-      jaxrank.ndcg_metric(SEGMENT_SCORES, SEGMENT_LABELS, segments=relabelled, **kwargs), want,
-      rtol=1e-6)
-  one = jaxrank.ndcg_metric(SEGMENT_SCORES, SEGMENT_LABELS, segments=jnp.zeros_like(SEGMENTS),
-                            **kwargs)
+    jaxrank.ndcg_metric(SEGMENT_SCORES, SEGMENT_LABELS, segments=relabelled, **kwargs),
+    want,
+    rtol=1e-6,
+  )
+  one = jaxrank.ndcg_metric(
+    SEGMENT_SCORES, SEGMENT_LABELS, segments=jnp.zeros_like(SEGMENTS), **kwargs
+  )
   np.testing.assert_allclose(
-      one[:, 0], jaxrank.ndcg_metric(SEGMENT_SCORES, SEGMENT_LABELS, **kwargs), rtol=1e-6)
+    one[:, 0], jaxrank.ndcg_metric(SEGMENT_SCORES, SEGMENT_LABELS, **kwargs), rtol=1e-6
+  )
 
 
 def test_retrieved_items_rule_through_the_public_metrics():
@@ -262,7 +275,7 @@ def test_where_must_be_boolean_the_adapter_casts():
 
 
 @pytest.mark.parametrize(
-    "fn", [jaxrank.mrr_metric, jaxrank.ap_metric, jaxrank.dcg_metric, jaxrank.ndcg_metric]
+  "fn", [jaxrank.mrr_metric, jaxrank.ap_metric, jaxrank.dcg_metric, jaxrank.ndcg_metric]
 )
 def test_neg_inf_is_not_retrieved(fn):
   """rax's `test_treats_neginf_as_unranked_items`, and the difference with masking."""
@@ -275,10 +288,10 @@ def test_neg_inf_is_not_retrieved(fn):
   if fn is not jaxrank.mrr_metric:  # ...-inf keeps a relevant item in R and the ideal DCG.
     assert float(unretrieved) < float(dropped) or fn is jaxrank.dcg_metric
   want = {
-      jaxrank.mrr_metric: 1 / 2,
-      jaxrank.ap_metric: (1 / 2) / 2,
-      jaxrank.dcg_metric: 1 / math.log2(3),
-      jaxrank.ndcg_metric: (1 / math.log2(3)) / (1 + 1 / math.log2(3)),
+    jaxrank.mrr_metric: 1 / 2,
+    jaxrank.ap_metric: (1 / 2) / 2,
+    jaxrank.dcg_metric: 1 / math.log2(3),
+    jaxrank.ndcg_metric: (1 / math.log2(3)) / (1 + 1 / math.log2(3)),
   }[fn]
   np.testing.assert_allclose(unretrieved, want, rtol=1e-6)
 

@@ -77,7 +77,7 @@ def test_gallery_appends_columns_and_its_mask():
   labels, gallery_labels = np.array([0, 1, 0, 1]), np.array([1, 0, 2])
   gallery_where = np.array([True, False, True])
   scores, relevance, where = jaxrank.batch_retrieval(
-      e, labels, gallery_embeddings=g, gallery_labels=gallery_labels, gallery_where=gallery_where
+    e, labels, gallery_embeddings=g, gallery_labels=gallery_labels, gallery_where=gallery_where
   )
   assert scores.shape == relevance.shape == where.shape == (4, 7)
   np.testing.assert_allclose(scores, _cosine(e, np.concatenate([e, g])), atol=1e-6)
@@ -93,8 +93,9 @@ def test_composes_with_every_list_metric_and_equals_the_reference():
   labels = rng.integers(0, 3, 12)
   scores, relevance, where = jaxrank.batch_retrieval(e, labels)
   got = jaxrank.ap_metric(scores, relevance, where=where, reduce_fn=None)
-  want = reference.per_list(reference.ap, np.asarray(scores), np.asarray(relevance),
-                            np.asarray(where))
+  want = reference.per_list(
+    reference.ap, np.asarray(scores), np.asarray(relevance), np.asarray(where)
+  )
   np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
@@ -115,7 +116,7 @@ def test_gradients_are_finite_for_a_zero_embedding_and_flow_through_the_gallery(
 
   def loss(e, g):
     scores, _, where = jaxrank.batch_retrieval(
-        e, jnp.array([0, 1, 0, 1]), gallery_embeddings=g, gallery_labels=jnp.array([0, 1])
+      e, jnp.array([0, 1, 0, 1]), gallery_embeddings=g, gallery_labels=jnp.array([0, 1])
     )
     return jnp.sum(jnp.where(where, scores, 0) ** 2)
 
@@ -138,63 +139,75 @@ def test_jit_and_bfloat16_inputs():
 
 
 @pytest.mark.parametrize(
-    "kwargs, error, match",
-    [
-        (dict(embeddings=np.ones((4, 2), np.int32), labels=np.zeros(4, np.int32)),
-         TypeError, "floating"),
-        (dict(embeddings=np.ones(4, np.float32), labels=np.zeros(4, np.int32)),
-         ValueError, r"\[B, D\]"),
-        (dict(embeddings=np.ones((4, 2), np.float32), labels=np.zeros(3, np.int32)),
-         ValueError, r"\(3,\)"),
-        (dict(embeddings=np.ones((4, 2), np.float32), labels=np.zeros(4, np.float32)),
-         TypeError, "integers"),
-        (dict(embeddings=np.ones((4, 2), np.float32)), ValueError, "exactly one"),
-        (
-            dict(embeddings=np.ones((4, 2), np.float32), affinity=np.ones((4, 5), np.float32)),
-            ValueError,
-            r"\(4, 4\)",
-        ),
-        (
-            dict(
-                embeddings=np.ones((4, 2), np.float32),
-                labels=np.zeros(4, np.int32),
-                gallery_embeddings=np.ones((3, 5), np.float32),
-                gallery_labels=np.zeros(3, np.int32),
-            ),
-            ValueError,
-            r"\(3, 5\)",
-        ),
-        (
-            dict(
-                embeddings=np.ones((4, 2), np.float32),
-                labels=np.zeros(4, np.int32),
-                gallery_embeddings=np.ones((3, 2), np.float32),
-            ),
-            ValueError,
-            "gallery_labels",
-        ),
-        (
-            dict(
-                embeddings=np.ones((4, 2), np.float32),
-                labels=np.zeros(4, np.int32),
-                gallery_embeddings=np.ones((3, 2), np.int32),
-                gallery_labels=np.zeros(3, np.int32),
-            ),
-            TypeError,
-            "batch_retrieval: gallery_embeddings must be a floating-point array",
-        ),
-        (
-            dict(
-                embeddings=np.ones((4, 2), np.float32),
-                labels=np.zeros(4, np.int32),
-                gallery_embeddings=np.ones((3, 2), np.float32),
-                gallery_labels=np.zeros(3, np.int32),
-                gallery_where=np.ones(3, np.int32),
-            ),
-            TypeError,
-            "batch_retrieval: gallery_where must be a boolean mask",
-        ),
-    ],
+  "kwargs, error, match",
+  [
+    (
+      dict(embeddings=np.ones((4, 2), np.int32), labels=np.zeros(4, np.int32)),
+      TypeError,
+      "floating",
+    ),
+    (
+      dict(embeddings=np.ones(4, np.float32), labels=np.zeros(4, np.int32)),
+      ValueError,
+      r"\[B, D\]",
+    ),
+    (
+      dict(embeddings=np.ones((4, 2), np.float32), labels=np.zeros(3, np.int32)),
+      ValueError,
+      r"\(3,\)",
+    ),
+    (
+      dict(embeddings=np.ones((4, 2), np.float32), labels=np.zeros(4, np.float32)),
+      TypeError,
+      "integers",
+    ),
+    (dict(embeddings=np.ones((4, 2), np.float32)), ValueError, "exactly one"),
+    (
+      dict(embeddings=np.ones((4, 2), np.float32), affinity=np.ones((4, 5), np.float32)),
+      ValueError,
+      r"\(4, 4\)",
+    ),
+    (
+      dict(
+        embeddings=np.ones((4, 2), np.float32),
+        labels=np.zeros(4, np.int32),
+        gallery_embeddings=np.ones((3, 5), np.float32),
+        gallery_labels=np.zeros(3, np.int32),
+      ),
+      ValueError,
+      r"\(3, 5\)",
+    ),
+    (
+      dict(
+        embeddings=np.ones((4, 2), np.float32),
+        labels=np.zeros(4, np.int32),
+        gallery_embeddings=np.ones((3, 2), np.float32),
+      ),
+      ValueError,
+      "gallery_labels",
+    ),
+    (
+      dict(
+        embeddings=np.ones((4, 2), np.float32),
+        labels=np.zeros(4, np.int32),
+        gallery_embeddings=np.ones((3, 2), np.int32),
+        gallery_labels=np.zeros(3, np.int32),
+      ),
+      TypeError,
+      "batch_retrieval: gallery_embeddings must be a floating-point array",
+    ),
+    (
+      dict(
+        embeddings=np.ones((4, 2), np.float32),
+        labels=np.zeros(4, np.int32),
+        gallery_embeddings=np.ones((3, 2), np.float32),
+        gallery_labels=np.zeros(3, np.int32),
+        gallery_where=np.ones(3, np.int32),
+      ),
+      TypeError,
+      "batch_retrieval: gallery_where must be a boolean mask",
+    ),
+  ],
 )
 def test_batch_retrieval_errors(kwargs, error, match):
   embeddings = kwargs.pop("embeddings")
@@ -284,8 +297,9 @@ def test_evaluate_on_binary_codes_handles_ties_exactly(platform):
     got = jaxrank.evaluate_retrieval(codes, labels, chunk_size=128)
   hamming = (10 - codes.astype(np.float64) @ codes.T.astype(np.float64)) / 2
   relevance = labels[:, None] == labels[None, :]
-  want = _brute_force(_leave_one_out(-hamming), _leave_one_out(relevance),
-                      np.ones((300, 299), bool), (1, 2, 4, 8))
+  want = _brute_force(
+    _leave_one_out(-hamming), _leave_one_out(relevance), np.ones((300, 299), bool), (1, 2, 4, 8)
+  )
   for key in want:
     assert got[key] == pytest.approx(want[key], abs=1e-5), key
   assert got["tie_aware_map"] > got["map"] + 0.01  # Ties are many, and they matter.
@@ -304,21 +318,32 @@ def test_evaluate_memory_does_not_depend_on_the_number_of_queries(caplog):
 
 
 @pytest.mark.parametrize(
-    "args, kwargs, error, match",
-    [
-        ((np.ones((4, 2), np.float32), np.zeros(3, np.int32)), {}, ValueError, r"\[4\]"),
-        ((np.ones((4, 2), np.float32), np.zeros(4, np.float32)), {}, TypeError, "integer"),
-        ((np.ones((4, 2), np.int32), np.zeros(4, np.int32)), {}, TypeError, "floating-point"),
-        ((np.full((4, 2), np.nan, np.float32), np.zeros(4, np.int32)), {}, ValueError, "NaN"),
-        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32), np.ones((3, 3), np.float32),
-          np.zeros(3, np.int32)), {}, ValueError, "dimension"),
-        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32), np.ones((3, 2), np.float32)), {},
-         ValueError, "gallery_labels"),
-        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32)), {"ks": (0,)},
-         ValueError, "positive"),
-        ((np.ones((4, 2), np.float32), np.zeros(4, np.int32)), {"ks": ()},
-         ValueError, "at least one"),
-    ],
+  "args, kwargs, error, match",
+  [
+    ((np.ones((4, 2), np.float32), np.zeros(3, np.int32)), {}, ValueError, r"\[4\]"),
+    ((np.ones((4, 2), np.float32), np.zeros(4, np.float32)), {}, TypeError, "integer"),
+    ((np.ones((4, 2), np.int32), np.zeros(4, np.int32)), {}, TypeError, "floating-point"),
+    ((np.full((4, 2), np.nan, np.float32), np.zeros(4, np.int32)), {}, ValueError, "NaN"),
+    (
+      (
+        np.ones((4, 2), np.float32),
+        np.zeros(4, np.int32),
+        np.ones((3, 3), np.float32),
+        np.zeros(3, np.int32),
+      ),
+      {},
+      ValueError,
+      "dimension",
+    ),
+    (
+      (np.ones((4, 2), np.float32), np.zeros(4, np.int32), np.ones((3, 2), np.float32)),
+      {},
+      ValueError,
+      "gallery_labels",
+    ),
+    ((np.ones((4, 2), np.float32), np.zeros(4, np.int32)), {"ks": (0,)}, ValueError, "positive"),
+    ((np.ones((4, 2), np.float32), np.zeros(4, np.int32)), {"ks": ()}, ValueError, "at least one"),
+  ],
 )
 def test_evaluate_errors(args, kwargs, error, match):
   with pytest.raises(error, match=match):
@@ -351,8 +376,10 @@ def test_in_batch_scores_are_symmetric_and_evaluation_equals_the_lists_exactly(d
       assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-7), (chunk_size, key)
   per_query = jaxrank.evaluate_retrieval(x, labels, ks=(1,), chunk_size=16, reduce_fn=None)
   np.testing.assert_allclose(
-      per_query["map"], jaxrank.ap_metric(scores, relevance, where=where, reduce_fn=None),
-      rtol=1e-6, atol=1e-7,
+    per_query["map"],
+    jaxrank.ap_metric(scores, relevance, where=where, reduce_fn=None),
+    rtol=1e-6,
+    atol=1e-7,
   )
 
 
@@ -363,7 +390,7 @@ def test_cosine_is_scale_invariant(scale):
   scaled, _, _ = jaxrank.batch_retrieval(x * np.float32(scale), labels)
   np.testing.assert_array_equal(scaled, scores)  # Powers of two: bit-identical.
   assert jaxrank.evaluate_retrieval(x * np.float32(scale), labels) == (
-      jaxrank.evaluate_retrieval(x, labels)
+    jaxrank.evaluate_retrieval(x, labels)
   )
   big = x * np.float32(1e30)  # Not a power of two: equal to rounding.
   np.testing.assert_allclose(jaxrank.batch_retrieval(big, labels)[0], scores, atol=3e-7)
@@ -429,25 +456,37 @@ def test_per_query_values_and_their_mask():
 
 
 @pytest.mark.parametrize(
-    "args, match",
-    [
-        ((np.ones((0, 2), np.float32), np.zeros(0, np.int32)), "query_embeddings are empty"),
-        (
-            (np.ones((3, 2), np.float32), np.zeros(3, np.int32), np.ones((0, 2), np.float32),
-             np.zeros(0, np.int32)),
-            "gallery_embeddings are empty",
-        ),
-        (
-            (np.ones((3, 2), np.float32), np.zeros(3, np.int32), np.ones((2, 2), np.float32),
-             np.zeros(3, np.int32)),
-            r"evaluate_retrieval: gallery_labels",
-        ),
-        (
-            (np.ones((3, 2), np.float32), np.zeros((3, 2), np.int32), np.ones((2, 2), np.float32),
-             np.zeros(2, np.int32)),
-            "does not match",
-        ),
-    ],
+  "args, match",
+  [
+    ((np.ones((0, 2), np.float32), np.zeros(0, np.int32)), "query_embeddings are empty"),
+    (
+      (
+        np.ones((3, 2), np.float32),
+        np.zeros(3, np.int32),
+        np.ones((0, 2), np.float32),
+        np.zeros(0, np.int32),
+      ),
+      "gallery_embeddings are empty",
+    ),
+    (
+      (
+        np.ones((3, 2), np.float32),
+        np.zeros(3, np.int32),
+        np.ones((2, 2), np.float32),
+        np.zeros(3, np.int32),
+      ),
+      r"evaluate_retrieval: gallery_labels",
+    ),
+    (
+      (
+        np.ones((3, 2), np.float32),
+        np.zeros((3, 2), np.int32),
+        np.ones((2, 2), np.float32),
+        np.zeros(2, np.int32),
+      ),
+      "does not match",
+    ),
+  ],
 )
 def test_evaluate_rejects_empty_and_mismatched_sets(args, match):
   with pytest.raises(ValueError, match=match):
@@ -468,9 +507,7 @@ def _per_query_lists(scores, relevance, where, ks):
 def _per_query_lists_jit(scores, relevance, where, ks):
   """One jitted program: compiled once, it costs a fraction of the list metrics' eager ops."""
   kwargs = dict(where=where, reduce_fn=None)
-  out = {
-      f"recall@{k}": jaxrank.recall_at_k_metric(scores, relevance, topn=k, **kwargs) for k in ks
-  }
+  out = {f"recall@{k}": jaxrank.recall_at_k_metric(scores, relevance, topn=k, **kwargs) for k in ks}
   out["map@r"] = jaxrank.map_at_r_metric(scores, relevance, **kwargs)
   out["map"] = jaxrank.ap_metric(scores, relevance, **kwargs)
   out["tie_aware_map"] = jaxrank.tie_aware_ap_metric(scores, relevance, **kwargs)
@@ -500,7 +537,7 @@ def test_evaluate_affinity_without_gallery_equals_the_lists_of_batch_retrieval()
   assert num_relevant[3] == 0 and num_relevant.min() == 0 < num_relevant.max()
   for chunk_size in (7, 30):  # Five chunks, the last one padded; one chunk.
     got = jaxrank.evaluate_retrieval(
-        x, affinity=affinity, ks=(1, 4), chunk_size=chunk_size, reduce_fn=None
+      x, affinity=affinity, ks=(1, 4), chunk_size=chunk_size, reduce_fn=None
     )
     _assert_per_query_equal(got, want, num_relevant)
   # The mean over the queries with a relevant item; a JAX array is taken as well.
@@ -519,7 +556,7 @@ def test_evaluate_affinity_with_gallery_equals_the_lists_of_batch_retrieval(tmp_
   affinity = _graded_affinity(rng, 12, 12 + 25) >= 1  # Boolean relevance.
   affinity[0, 12:] = False  # A query without a relevant gallery item is left out.
   scores, relevance, where = jax.jit(jaxrank.batch_retrieval)(
-      q, affinity=affinity, gallery_embeddings=g
+    q, affinity=affinity, gallery_embeddings=g
   )
   where = np.asarray(where).copy()
   where[:, :12] = False  # The gallery alone, as evaluate_retrieval ranks it.
@@ -529,7 +566,7 @@ def test_evaluate_affinity_with_gallery_equals_the_lists_of_batch_retrieval(tmp_
   stored[:] = affinity[:, 12:]
   for given in (affinity[:, 12:], stored):
     got = jaxrank.evaluate_retrieval(
-        q, gallery_embeddings=g, affinity=given, ks=(1, 2), chunk_size=5, reduce_fn=None
+      q, gallery_embeddings=g, affinity=given, ks=(1, 2), chunk_size=5, reduce_fn=None
     )
     _assert_per_query_equal(got, want, affinity[:, 12:].sum(axis=1))
 
@@ -539,11 +576,15 @@ def test_evaluate_label_equality_affinity_equals_the_labels(gallery):
   x, labels = _clustered(13, 40, num_classes=6)
   if gallery:
     want = jaxrank.evaluate_retrieval(
-        x[:15], labels[:15], x[15:], labels[15:], ks=(1, 2), chunk_size=8, reduce_fn=None
+      x[:15], labels[:15], x[15:], labels[15:], ks=(1, 2), chunk_size=8, reduce_fn=None
     )
     got = jaxrank.evaluate_retrieval(
-        x[:15], gallery_embeddings=x[15:], affinity=labels[:15, None] == labels[None, 15:],
-        ks=(1, 2), chunk_size=8, reduce_fn=None,
+      x[:15],
+      gallery_embeddings=x[15:],
+      affinity=labels[:15, None] == labels[None, 15:],
+      ks=(1, 2),
+      chunk_size=8,
+      reduce_fn=None,
     )
   else:
     want = jaxrank.evaluate_retrieval(x, labels, ks=(1, 2), chunk_size=8, reduce_fn=None)
@@ -568,33 +609,33 @@ _X4, _G3 = np.ones((4, 2), np.float32), np.ones((3, 2), np.float32)
 
 
 @pytest.mark.parametrize(
-    "args, kwargs, error, match",
-    [
-        ((_X4, np.zeros(4, np.int32)), {"affinity": np.ones((4, 4))}, ValueError, "not both"),
-        (
-            (_X4, None, _G3, np.zeros(3, np.int32)),
-            {"affinity": np.ones((4, 3))},
-            ValueError,
-            "evaluate_retrieval: give either labels",
-        ),
-        ((_X4,), {}, ValueError, r"evaluate_retrieval: give query_labels .* or affinity="),
-        ((_X4, None, _G3), {}, ValueError, r"evaluate_retrieval: give query_labels"),
-        (
-            (_X4,),
-            {"affinity": np.ones((4, 3))},
-            ValueError,
-            r"\[Q, Q\] = \[4, 4\], got shape \(4, 3\)",
-        ),
-        ((_X4, None, _G3), {"affinity": np.ones((4, 4))}, ValueError, r"\[Q, N\] = \[4, 3\]"),
-        ((_X4,), {"affinity": np.ones(4)}, ValueError, "evaluate_retrieval: affinity must be sha"),
-        ((_X4,), {"affinity": np.full((4, 4), "1")}, TypeError, "numeric or boolean"),
-        (
-            (_X4,),
-            {"affinity": np.where(np.eye(4, k=1, dtype=bool), np.nan, 1.0)},
-            ValueError,
-            r"evaluate_retrieval: affinity contains NaN \(first at \[0, 1\]\)",
-        ),
-    ],
+  "args, kwargs, error, match",
+  [
+    ((_X4, np.zeros(4, np.int32)), {"affinity": np.ones((4, 4))}, ValueError, "not both"),
+    (
+      (_X4, None, _G3, np.zeros(3, np.int32)),
+      {"affinity": np.ones((4, 3))},
+      ValueError,
+      "evaluate_retrieval: give either labels",
+    ),
+    ((_X4,), {}, ValueError, r"evaluate_retrieval: give query_labels .* or affinity="),
+    ((_X4, None, _G3), {}, ValueError, r"evaluate_retrieval: give query_labels"),
+    (
+      (_X4,),
+      {"affinity": np.ones((4, 3))},
+      ValueError,
+      r"\[Q, Q\] = \[4, 4\], got shape \(4, 3\)",
+    ),
+    ((_X4, None, _G3), {"affinity": np.ones((4, 4))}, ValueError, r"\[Q, N\] = \[4, 3\]"),
+    ((_X4,), {"affinity": np.ones(4)}, ValueError, "evaluate_retrieval: affinity must be sha"),
+    ((_X4,), {"affinity": np.full((4, 4), "1")}, TypeError, "numeric or boolean"),
+    (
+      (_X4,),
+      {"affinity": np.where(np.eye(4, k=1, dtype=bool), np.nan, 1.0)},
+      ValueError,
+      r"evaluate_retrieval: affinity contains NaN \(first at \[0, 1\]\)",
+    ),
+  ],
 )
 def test_evaluate_affinity_errors(args, kwargs, error, match):
   with pytest.raises(error, match=match):
@@ -605,17 +646,17 @@ _MESH = jax.make_mesh((1,), ("batch",), devices=jax.devices()[:1])
 
 
 @pytest.mark.parametrize(
-    "args, kwargs, error, match",
-    [
-        ((_X4, np.arange(4)), {"mesh": jax.devices()}, TypeError, "mesh must be a jax.sharding"),
-        (
-            (_X4, np.eye(4, dtype=np.int32)),
-            {"mesh": _MESH},
-            ValueError,
-            r"with mesh=, relevance must come from integer class labels",
-        ),
-        ((_X4,), {"affinity": np.ones((4, 4)), "mesh": _MESH}, ValueError, "one process only"),
-    ],
+  "args, kwargs, error, match",
+  [
+    ((_X4, np.arange(4)), {"mesh": jax.devices()}, TypeError, "mesh must be a jax.sharding"),
+    (
+      (_X4, np.eye(4, dtype=np.int32)),
+      {"mesh": _MESH},
+      ValueError,
+      r"with mesh=, relevance must come from integer class labels",
+    ),
+    ((_X4,), {"affinity": np.ones((4, 4)), "mesh": _MESH}, ValueError, "one process only"),
+  ],
 )
 def test_evaluate_mesh_errors(args, kwargs, error, match):
   with pytest.raises(error, match=match):
@@ -655,18 +696,21 @@ def test_evaluate_large_classes_equal_brute_force_on_every_counting_path(branch)
   with ranking.descending_ranks_branch(branch) if branch else contextlib.nullcontext():
     got = jaxrank.evaluate_retrieval(codes, labels, chunk_size=64, similarity_fn=hamming)
     per_query = jaxrank.evaluate_retrieval(
-        codes, labels, chunk_size=64, similarity_fn=hamming, reduce_fn=None
+      codes, labels, chunk_size=64, similarity_fn=hamming, reduce_fn=None
     )
   scores, relevance, where = jaxrank.batch_retrieval(codes, labels, similarity_fn=hamming)
   want = _brute_force(
-      _leave_one_out(np.asarray(scores)), _leave_one_out(np.asarray(relevance)),
-      np.ones((len(codes), len(codes) - 1), bool), (1, 2, 4, 8),
+    _leave_one_out(np.asarray(scores)),
+    _leave_one_out(np.asarray(relevance)),
+    np.ones((len(codes), len(codes) - 1), bool),
+    (1, 2, 4, 8),
   )
   for key in want:
     assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-7), key
   np.testing.assert_allclose(
-      per_query["tie_aware_map"],
-      jaxrank.tie_aware_ap_metric(scores, relevance, where=where, reduce_fn=None), rtol=1e-6,
+    per_query["tie_aware_map"],
+    jaxrank.tie_aware_ap_metric(scores, relevance, where=where, reduce_fn=None),
+    rtol=1e-6,
   )
   assert got["tie_aware_map"] > got["map"] + 0.01  # Ties are many, and they matter.
 
@@ -677,10 +721,10 @@ def test_evaluate_large_classes_by_affinity_and_on_a_mesh_equal_the_labels():
   want = jaxrank.evaluate_retrieval(codes, labels, similarity_fn=hamming, reduce_fn=None)
   affinity = (labels[:, None] == labels[None, :]).astype(np.float32)
   by_affinity = jaxrank.evaluate_retrieval(
-      codes, affinity=affinity, similarity_fn=hamming, reduce_fn=None, chunk_size=100
+    codes, affinity=affinity, similarity_fn=hamming, reduce_fn=None, chunk_size=100
   )
   on_mesh = jaxrank.evaluate_retrieval(
-      codes, labels, similarity_fn=hamming, reduce_fn=None, mesh=_MESH, chunk_size=100
+    codes, labels, similarity_fn=hamming, reduce_fn=None, mesh=_MESH, chunk_size=100
   )
   for key in want:
     np.testing.assert_array_equal(on_mesh[key], want[key])
@@ -701,8 +745,14 @@ def test_evaluate_memory_does_not_grow_with_the_size_of_the_classes():
   for branch in ("numpy", "xla"):
     with ranking.descending_ranks_branch(branch):
       compiled = retrieval._evaluate_chunk.lower(
-          x[:chunk], self_ids, index, ok, prepared, ks=(1,),
-          similarity_fn=jaxrank.similarity.cosine, branch=branch,
+        x[:chunk],
+        self_ids,
+        index,
+        ok,
+        prepared,
+        ks=(1,),
+        similarity_fn=jaxrank.similarity.cosine,
+        branch=branch,
       ).compile()
     temporaries = compiled.memory_analysis().temp_size_in_bytes
     assert temporaries < 16 * chunk * n * 4, (branch, temporaries)
@@ -722,9 +772,13 @@ def test_evaluate_chunk_for_accelerators_holds_no_callback_nor_sort_of_the_lists
   texts = {}
   for platform in platforms.PLATFORMS:
     with platforms.forced_platform(platform):
-      texts[platform] = retrieval._evaluate_chunk.lower(
+      texts[platform] = (
+        retrieval._evaluate_chunk.lower(
           *args, ks=(1,), similarity_fn=jaxrank.similarity.cosine, branch=ranking.forced_branch()
-      ).compile().as_text()
+        )
+        .compile()
+        .as_text()
+      )
   # A custom call to a callback target (the text's metadata also names this test).
   callback = re.compile(r'custom_call_target="[^"]*callback[^"]*"')
   text = texts[platforms.ACCELERATOR]

@@ -40,18 +40,27 @@ def test_weights_are_per_segment():
   weights = np.array([3.0, 0.5, 7.0, 9.0, 9.0, 7.0])  # Read at items 0 (list 5) and 1 (list 2).
   for fn in (jaxrank.soft_binning_ap_loss, jaxrank.contrastive_loss):
     for reduce_fn in (None, jnp.mean):
-      want = fn(padded(SCORES), padded(LABELS), where=PADDED_WHERE, weights=np.array([3.0, 0.5]),
-                reduce_fn=reduce_fn)
+      want = fn(
+        padded(SCORES),
+        padded(LABELS),
+        where=PADDED_WHERE,
+        weights=np.array([3.0, 0.5]),
+        reduce_fn=reduce_fn,
+      )
       got = fn(SCORES, LABELS, segments=SEGMENTS, weights=weights, reduce_fn=reduce_fn)
       np.testing.assert_allclose(got if reduce_fn else np.asarray(got)[:2], want, rtol=1e-6)
     # Per row: `weights[..., None]` weighs every segment of the row alike.
     rows = [np.stack([x, x[::-1]]) for x in (SCORES, LABELS, SEGMENTS)]
     by_row = np.array([1.0, 3.0])
     got = fn(*rows[:2], segments=rows[2], weights=by_row[:, None], reduce_fn=None)
-    np.testing.assert_allclose(got, by_row[:, None] * fn(*rows[:2], segments=rows[2],
-                                                         reduce_fn=None), rtol=1e-6)
-    with pytest.raises(ValueError, match=r"weights have shape \(2,\).*\(2, 6\): with segments, "
-                       r"weights are per segment"):
+    np.testing.assert_allclose(
+      got, by_row[:, None] * fn(*rows[:2], segments=rows[2], reduce_fn=None), rtol=1e-6
+    )
+    with pytest.raises(
+      ValueError,
+      match=r"weights have shape \(2,\).*\(2, 6\): with segments, "
+      r"weights are per segment",
+    ):
       fn(*rows[:2], segments=rows[2], weights=by_row)
 
 
@@ -60,9 +69,11 @@ def test_blackbox_lam_is_per_segment():
   interpolation = np.array([10.0, 30.0, 20.0, 20.0, 20.0, 20.0], np.float32)
   grads = []
   for args, kwargs in (
-      ((padded(SCORES).astype(np.float32), padded(LABELS)),
-       dict(where=PADDED_WHERE, interpolation=np.array([10.0, 30.0], np.float32))),
-      ((SCORES.astype(np.float32), LABELS), dict(segments=SEGMENTS, interpolation=interpolation)),
+    (
+      (padded(SCORES).astype(np.float32), padded(LABELS)),
+      dict(where=PADDED_WHERE, interpolation=np.array([10.0, 30.0], np.float32)),
+    ),
+    ((SCORES.astype(np.float32), LABELS), dict(segments=SEGMENTS, interpolation=interpolation)),
   ):
     loss = lambda s: jaxrank.blackbox_ap_loss(s, args[1], **kwargs)  # noqa: B023
     grads.append(jax.jit(jax.grad(loss))(args[0]))
@@ -73,8 +84,13 @@ def test_blackbox_lam_is_per_segment():
 def test_item_weights_stay_per_item():
   item_weights = np.array([0.5, 2.0, 1.0, 3.0, 0.0, 4.0])
   for fn in (jaxrank.ndcg_metric, jaxrank.dcg_metric):
-    want = fn(padded(SCORES), padded(LABELS), where=PADDED_WHERE,
-              item_weights=padded(item_weights), reduce_fn=None)
+    want = fn(
+      padded(SCORES),
+      padded(LABELS),
+      where=PADDED_WHERE,
+      item_weights=padded(item_weights),
+      reduce_fn=None,
+    )
     got = fn(SCORES, LABELS, segments=SEGMENTS, item_weights=item_weights, reduce_fn=None)
     np.testing.assert_allclose(np.asarray(got)[:2], want, rtol=1e-6)
     np.testing.assert_array_equal(np.asarray(got)[2:], 0)

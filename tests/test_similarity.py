@@ -22,7 +22,7 @@ def _reference(name, q, x):
   q, x = np.asarray(q, np.float64), np.asarray(x, np.float64)
   if name == "cosine":
     return (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (
-        x / np.linalg.norm(x, axis=1, keepdims=True)
+      x / np.linalg.norm(x, axis=1, keepdims=True)
     ).T
   if name == "dot_product":
     return q @ x.T
@@ -87,13 +87,13 @@ def test_batch_retrieval_scores_with_the_given_rule(name):
   labels, g_labels = np.array([0, 1, 0, 2, 1, 0]), np.array([1, 2, 0])
   fn = getattr(similarity, name)
   scores, relevance, where = jaxrank.batch_retrieval(
-      e, labels, gallery_embeddings=g, gallery_labels=g_labels, similarity_fn=fn
+    e, labels, gallery_embeddings=g, gallery_labels=g_labels, similarity_fn=fn
   )
   np.testing.assert_allclose(
-      scores, _reference(name, e, np.concatenate([e, g])), rtol=1e-6, atol=1e-6
+    scores, _reference(name, e, np.concatenate([e, g])), rtol=1e-6, atol=1e-6
   )
   want_scores, want_relevance, want_where = jaxrank.batch_retrieval(
-      e, labels, gallery_embeddings=g, gallery_labels=g_labels
+    e, labels, gallery_embeddings=g, gallery_labels=g_labels
   )
   np.testing.assert_array_equal(relevance, want_relevance)
   np.testing.assert_array_equal(where, want_where)
@@ -105,7 +105,7 @@ def test_batch_retrieval_scores_with_the_given_rule(name):
 def test_any_function_of_the_signature_is_a_rule():
   e = np.random.default_rng(5).standard_normal((4, 3)).astype(np.float32)
   scores, _, _ = jaxrank.batch_retrieval(
-      e, np.array([0, 0, 1, 1]), similarity_fn=lambda q, x: -jnp.abs(q @ x.T)
+    e, np.array([0, 0, 1, 1]), similarity_fn=lambda q, x: -jnp.abs(q @ x.T)
   )
   np.testing.assert_allclose(scores, -np.abs(e @ e.T), rtol=1e-6)
 
@@ -131,8 +131,9 @@ def test_evaluate_retrieval_with_a_gallery_and_a_rule():
   labels = rng.integers(0, 5, 50)
   x = (rng.standard_normal((5, 6))[labels] + rng.standard_normal((50, 6))).astype(np.float32)
   fn = similarity.negative_squared_euclidean
-  got = jaxrank.evaluate_retrieval(x[:20], labels[:20], x[20:], labels[20:], ks=(1,),
-                                   similarity_fn=fn)
+  got = jaxrank.evaluate_retrieval(
+    x[:20], labels[:20], x[20:], labels[20:], ks=(1,), similarity_fn=fn
+  )
   scores = fn(x[:20], x[20:])
   relevance = labels[:20, None] == labels[None, 20:]
   want = helpers.metrics_of_lists(scores, relevance, np.ones_like(relevance), (1,))
@@ -186,8 +187,9 @@ def test_the_derivative_of_a_blocked_product_is_the_plain_products(platform):
     items = jnp.asarray(rng.standard_normal((similarity_src.ITEM_BLOCK + 9, 5)))
     for name in RULES + ["hamming"]:
       fn = getattr(similarity, name)
-      np.testing.assert_allclose(fn(queries, items), _definition(name, queries, items), rtol=1e-12,
-                                 atol=1e-12)
+      np.testing.assert_allclose(
+        fn(queries, items), _definition(name, queries, items), rtol=1e-12, atol=1e-12
+      )
       sines = lambda rule: jax.jit(jax.grad(lambda q, i: jnp.sum(jnp.sin(rule(q, i))), (0, 1)))
       got = sines(fn)(queries, items)
       want = sines(functools.partial(_definition, name))(queries, items)
@@ -201,7 +203,8 @@ def _definition(name, q, x):
   """The rules in plain jax.numpy, differentiable: the relaxed Hamming rule for `hamming`."""
   if name == "cosine":
     return (q / jnp.linalg.norm(q, axis=1, keepdims=True)) @ (
-        x / jnp.linalg.norm(x, axis=1, keepdims=True)).T
+      x / jnp.linalg.norm(x, axis=1, keepdims=True)
+    ).T
   if name == "dot_product":
     return q @ x.T
   if name == "negative_squared_euclidean":
@@ -223,9 +226,13 @@ def test_the_accelerators_form_equals_the_cpus_to_rounding(name):
     x[4:6] = rng.standard_normal((2, 16))
   fn = getattr(similarity, name)
   labels = rng.integers(0, 50, n)
-  step = lambda e: jnp.sum(jnp.tanh(jaxrank.batch_retrieval(
-      e[:40], labels[:40], gallery_embeddings=e[40:], gallery_labels=labels[40:],
-      similarity_fn=fn)[0]))
+  step = lambda e: jnp.sum(
+    jnp.tanh(
+      jaxrank.batch_retrieval(
+        e[:40], labels[:40], gallery_embeddings=e[40:], gallery_labels=labels[40:], similarity_fn=fn
+      )[0]
+    )
+  )
   got = {}
   for form in platforms.PLATFORMS:
     with platforms.forced_platform(form):

@@ -32,25 +32,32 @@ class Case(NamedTuple):
 
 
 SMOOTH_CASES = [
-    Case("smoothap", sr.smoothap_loss, ref.smoothap_loss, {}),
-    Case("smoothap_t0.1", sr.smoothap_loss, ref.smoothap_loss, {"temperature": 0.1}),
-    Case("supap", sr.supap_loss, ref.supap_loss, {}),
-    Case("supap_custom", sr.supap_loss, ref.supap_loss,
-         {"temperature": 0.05, "rho": 10.0, "delta": 0.1}),
-    Case("calibration", sr.calibration_loss, ref.calibration_loss, {}),
-    Case("calibration_0.1", sr.calibration_loss, ref.calibration_loss, dict(alpha=0.1, beta=-0.1)),
-    Case("roadmap", sr.roadmap_loss, ref.roadmap_loss, {}),
-    Case(
-        "roadmap_custom",
-        sr.roadmap_loss,
-        ref.roadmap_loss,
-        {"calibration_weight": 0.2, "temperature": 0.05, "rho": 10.0, "delta": 0.1, "alpha": 0.1,
-         "beta": -0.1},
-    ),
+  Case("smoothap", sr.smoothap_loss, ref.smoothap_loss, {}),
+  Case("smoothap_t0.1", sr.smoothap_loss, ref.smoothap_loss, {"temperature": 0.1}),
+  Case("supap", sr.supap_loss, ref.supap_loss, {}),
+  Case(
+    "supap_custom", sr.supap_loss, ref.supap_loss, {"temperature": 0.05, "rho": 10.0, "delta": 0.1}
+  ),
+  Case("calibration", sr.calibration_loss, ref.calibration_loss, {}),
+  Case("calibration_0.1", sr.calibration_loss, ref.calibration_loss, dict(alpha=0.1, beta=-0.1)),
+  Case("roadmap", sr.roadmap_loss, ref.roadmap_loss, {}),
+  Case(
+    "roadmap_custom",
+    sr.roadmap_loss,
+    ref.roadmap_loss,
+    {
+      "calibration_weight": 0.2,
+      "temperature": 0.05,
+      "rho": 10.0,
+      "delta": 0.1,
+      "alpha": 0.1,
+      "beta": -0.1,
+    },
+  ),
 ]
 GAP_CASES = [
-    Case("gap_k2", sr.decomposability_gap, ref.decomposability_gap, {"num_batches": 2}),
-    Case("gap_k4", sr.decomposability_gap, ref.decomposability_gap, {"num_batches": 4}),
+  Case("gap_k2", sr.decomposability_gap, ref.decomposability_gap, {"num_batches": 2}),
+  Case("gap_k4", sr.decomposability_gap, ref.decomposability_gap, {"num_batches": 4}),
 ]
 CASES = SMOOTH_CASES + GAP_CASES
 # One case per function, for the costlier tests: the hyperparameters are arrays inside, so the
@@ -127,13 +134,13 @@ def well_separated(seed, shape, *, avoid=(0.0,), gap=2e-3, scale=0.1):
 def test_reference_hand_values():
   # AP of [+ (0.9), - (0.8), + (0.7), - (0.1)] is (1 + 2/3) / 2; Heaviside steps give it exactly.
   heaviside_ap = ref.smooth_rank_ap(
-      [0.9, 0.8, 0.7, 0.1], [1, 0, 1, 0], h_pos=ref.heaviside, h_neg=ref.heaviside
+    [0.9, 0.8, 0.7, 0.1], [1, 0, 1, 0], h_pos=ref.heaviside, h_neg=ref.heaviside
   )
   assert heaviside_ap == pytest.approx((1 + 2 / 3) / 2)
   # SmoothAP with a huge temperature: every step is 1/2, so rank+(k) = 1 + (|P| - 1) / 2 and
   # rank(k) = 1 + (n - 1) / 2 for every positive.
   assert ref.smoothap_loss([0.3, 0.2, 0.1], [1, 1, 0], temperature=1e9) == pytest.approx(
-      1 - 1.5 / 2
+    1 - 1.5 / 2
   )
   # SupAP: one negative 0.1 above the only positive: H^- = rho (0.1 - delta) + sigma(5) + 0.5.
   h = 100 * (0.1 - 0.05) + 1 / (1 + math.exp(-5)) + 0.5
@@ -143,7 +150,7 @@ def test_reference_hand_values():
   assert ref.roadmap_loss([0.5, 0.7, 0.2], [1, 0, 0], calibration_weight=1.0) == pytest.approx(0.45)
   # Gap: batches [+ -] and [+ -] both perfect; whole list + - + -.
   assert ref.decomposability_gap([0.9, 0.8, 0.7, 0.1], [1, 0, 1, 0], num_batches=2) == (
-      pytest.approx(1 - (1 + 2 / 3) / 2)
+    pytest.approx(1 - (1 + 2 / 3) / 2)
   )
   assert ref.smoothap_loss([0.3, 0.2], [0, 0]) == 0.0
   assert ref.supap_loss([0.3, 0.2], [1, 0], [False, True]) == 0.0
@@ -153,9 +160,9 @@ def test_reference_hand_values():
 
 
 @pytest.mark.parametrize(
-    ("case", "dtype"),
-    [(c, np.float64) for c in CASES] + [(c, np.float32) for c in CORE],
-    ids=[f"{c.name}-f64" for c in CASES] + [f"{c.name}-f32" for c in CORE],
+  ("case", "dtype"),
+  [(c, np.float64) for c in CASES] + [(c, np.float32) for c in CORE],
+  ids=[f"{c.name}-f64" for c in CASES] + [f"{c.name}-f32" for c in CORE],
 )
 def test_matches_reference(case, dtype):
   scores, labels, where = random_lists(0, dtype=dtype)
@@ -168,7 +175,7 @@ def test_matches_reference(case, dtype):
     np.testing.assert_allclose(np.asarray(got, np.float64), want, **tol)
     mean = run(case, scores, labels, where=where)
     np.testing.assert_allclose(
-        float(mean), reference.mean_over_lists(want, reference.has_relevant(labels, where)), **tol
+      float(mean), reference.mean_over_lists(want, reference.has_relevant(labels, where)), **tol
     )
 
 
@@ -185,28 +192,31 @@ def test_generic_mechanism_matches_reference(x64):
   positive = functools.partial(sr.sigmoid_step, temperature=0.03)
   negative = functools.partial(sr.supap_negative_step, temperature=0.02, rho=5.0, delta=0.02)
   got = sr.smooth_rank_ap_loss(
-      scores,
-      labels,
-      where=where,
-      positive_step_fn=positive,
-      negative_step_fn=negative,
-      reduce_fn=None,
+    scores,
+    labels,
+    where=where,
+    positive_step_fn=positive,
+    negative_step_fn=negative,
+    reduce_fn=None,
   )
   want = reference.per_list(
-      lambda s, y, w: (
-          1 - ref.smooth_rank_ap(
-              s,
-              y,
-              w,
-              h_pos=lambda t: ref.sigmoid(t / 0.03),
-              h_neg=lambda t: ref.supap_negative_step(t, 0.02, 5.0, 0.02),
-          )
+    lambda s, y, w: (
+      (
+        1
+        - ref.smooth_rank_ap(
+          s,
+          y,
+          w,
+          h_pos=lambda t: ref.sigmoid(t / 0.03),
+          h_neg=lambda t: ref.supap_negative_step(t, 0.02, 5.0, 0.02),
+        )
       )
       if reference.has_relevant(y, w)
-      else 0.0,
-      scores,
-      labels,
-      where,
+      else 0.0
+    ),
+    scores,
+    labels,
+    where,
   )
   np.testing.assert_allclose(got, want, **TOL64)
 
@@ -242,7 +252,7 @@ def test_heaviside_and_sigmoid_steps(x64):
   np.testing.assert_array_equal(sr.heaviside_step(t), [0, 0, 1, 1, 1])
   np.testing.assert_array_equal(jax.vmap(jax.grad(sr.heaviside_step))(t), 0.0)
   np.testing.assert_allclose(
-      sr.sigmoid_step(t, temperature=0.5), [ref.sigmoid(x / 0.5) for x in t], rtol=1e-14
+    sr.sigmoid_step(t, temperature=0.5), [ref.sigmoid(x / 0.5) for x in t], rtol=1e-14
   )
 
 
@@ -256,27 +266,31 @@ def test_smoothap_tends_to_ap(x64):
   labels[..., 0] = 1
   exact = 1 - ap_lists(scores, labels, np.ones(shape, bool))
   errors = [
-      np.max(np.abs(sr.smoothap_loss(scores, labels, temperature=t, reduce_fn=None) - exact))
-      for t in (1e-1, 1e-2, 1e-3, 1e-5)
+    np.max(np.abs(sr.smoothap_loss(scores, labels, temperature=t, reduce_fn=None) - exact))
+    for t in (1e-1, 1e-2, 1e-3, 1e-5)
   ]
   assert errors[-1] < 1e-12
   assert all(a > b for a, b in zip(errors, errors[1:]))
   # The Heaviside steps give the exact AP loss itself.
   hard = sr.smooth_rank_ap_loss(
-      scores,
-      labels,
-      positive_step_fn=sr.heaviside_step,
-      negative_step_fn=sr.heaviside_step,
-      reduce_fn=None,
+    scores,
+    labels,
+    positive_step_fn=sr.heaviside_step,
+    negative_step_fn=sr.heaviside_step,
+    reduce_fn=None,
   )
   np.testing.assert_allclose(hard, exact, **TOL64)
 
 
 @pytest.mark.parametrize(
-    "kwargs",
-    [{}, {"rho": 0.0, "delta": 0.0}, {"temperature": 1.0, "rho": 1.0},
-     {"temperature": 1e-4, "delta": 0.5}],
-    ids=["paper", "rho0_delta0", "soft", "sharp"],
+  "kwargs",
+  [
+    {},
+    {"rho": 0.0, "delta": 0.0},
+    {"temperature": 1.0, "rho": 1.0},
+    {"temperature": 1e-4, "delta": 0.5},
+  ],
+  ids=["paper", "rho0_delta0", "soft", "sharp"],
 )
 def test_supap_upper_bounds_ap_loss(kwargs, x64):
   """Sec. 3.1, property 1: L_SupAP >= L_AP, on many random lists without ties."""
@@ -299,13 +313,13 @@ def test_supap_upper_bounds_ap_loss(kwargs, x64):
 
 def test_supap_bound_convention_with_ties(x64):
   lists = [
-      # A negative tied with a positive counts as ranked above it (H^-(0) = 1 = H(0)), as in
-      # ap_metric's pessimistic ties: the bound holds.
-      ([0.5, 0.5, 0.2], [1, 0, 1], [True] * 3),
-      # Relevant items tied with each other: rank+ counts each tied positive above the other, so
-      # the surrogate can fall below the pessimistic AP loss (documented; measure zero for real
-      # scores).
-      ([0.5, 0.5, 0.5], [1, 1, 0], [True] * 3),
+    # A negative tied with a positive counts as ranked above it (H^-(0) = 1 = H(0)), as in
+    # ap_metric's pessimistic ties: the bound holds.
+    ([0.5, 0.5, 0.2], [1, 0, 1], [True] * 3),
+    # Relevant items tied with each other: rank+ counts each tied positive above the other, so
+    # the surrogate can fall below the pessimistic AP loss (documented; measure zero for real
+    # scores).
+    ([0.5, 0.5, 0.5], [1, 1, 0], [True] * 3),
   ]
   scores, labels, where = embedded(lists)
   supap = np.asarray(sr.supap_loss(scores, labels, where=where, reduce_fn=None))[0]
@@ -328,9 +342,9 @@ def _grad_inputs(seed, avoid):
 
 
 GRAD_CASES = [
-    ("smoothap", functools.partial(sr.smoothap_loss, temperature=0.05), (0.0,)),
-    ("supap", sr.supap_loss, (0.0, 0.05)),
-    ("roadmap", sr.roadmap_loss, (0.0, 0.05)),
+  ("smoothap", functools.partial(sr.smoothap_loss, temperature=0.05), (0.0,)),
+  ("supap", sr.supap_loss, (0.0, 0.05)),
+  ("roadmap", sr.roadmap_loss, (0.0, 0.05)),
 ]
 
 
@@ -359,20 +373,25 @@ def test_check_grads_calibration(x64):
 
 
 @pytest.mark.parametrize(
-    ("name", "loss"),
-    [
-        ("smoothap_temperature", lambda s, y, p: sr.smoothap_loss(s, y, temperature=p)),
-        ("supap_temperature", lambda s, y, p: sr.supap_loss(s, y, temperature=p)),
-        ("rho", lambda s, y, p: sr.supap_loss(s, y, rho=p)),
-        ("delta", lambda s, y, p: sr.supap_loss(s, y, delta=p)),
-        ("calibration_weight", lambda s, y, p: sr.roadmap_loss(s, y, calibration_weight=p)),
-    ],
-    ids=["smoothap_temperature", "supap_temperature", "rho", "delta", "calibration_weight"],
+  ("name", "loss"),
+  [
+    ("smoothap_temperature", lambda s, y, p: sr.smoothap_loss(s, y, temperature=p)),
+    ("supap_temperature", lambda s, y, p: sr.supap_loss(s, y, temperature=p)),
+    ("rho", lambda s, y, p: sr.supap_loss(s, y, rho=p)),
+    ("delta", lambda s, y, p: sr.supap_loss(s, y, delta=p)),
+    ("calibration_weight", lambda s, y, p: sr.roadmap_loss(s, y, calibration_weight=p)),
+  ],
+  ids=["smoothap_temperature", "supap_temperature", "rho", "delta", "calibration_weight"],
 )
 def test_hyperparameter_gradients(name, loss, x64):
   scores, labels, _ = _grad_inputs(7, (0.0, 0.05, 0.07))
-  value = {"smoothap_temperature": 0.05, "supap_temperature": 0.02, "rho": 50.0, "delta": 0.07,
-           "calibration_weight": 0.3}[name]
+  value = {
+    "smoothap_temperature": 0.05,
+    "supap_temperature": 0.02,
+    "rho": 50.0,
+    "delta": 0.07,
+    "calibration_weight": 0.3,
+  }[name]
   f = lambda p: loss(scores, labels, p)  # noqa: E731
   check_grads(f, (value,), order=1, modes=("rev",), eps=1e-7, atol=1e-6, rtol=1e-6)
   if name == "smoothap_temperature":  # Under jit, a tracer the custom VJP carries.
@@ -387,8 +406,11 @@ def test_gradient_flows_through_a_closed_over_array(platform, bound, x64):
     # Closes over a float (differentiated) and an integer (held fixed), both traced under jit.
     step = lambda t: jax.nn.sigmoid(t * scale) ** power  # noqa: E731
     return sr.smooth_rank_ap_loss(
-        scores, labels, positive_step_fn=step, negative_step_fn=sr.heaviside_step,
-        max_relevant=bound,
+      scores,
+      labels,
+      positive_step_fn=step,
+      negative_step_fn=sr.heaviside_step,
+      max_relevant=bound,
     )
 
   # Under jit, `scale` is a tracer that the closure conversion turns into a parameter of the
@@ -403,9 +425,10 @@ def test_gradient_flows_through_a_closed_over_array(platform, bound, x64):
 def test_hyperparameter_gradients_bounded(platform, x64):
   scores, labels, _ = _grad_inputs(7, (0.0, 0.05, 0.07))
   with platforms.forced_platform(platform):
-    for loss, value in ((lambda p: sr.smoothap_loss(scores, labels, temperature=p,
-                                                     max_relevant=N), 0.05),
-                        (lambda p: sr.supap_loss(scores, labels, rho=p, max_relevant=N), 50.0)):
+    for loss, value in (
+      (lambda p: sr.smoothap_loss(scores, labels, temperature=p, max_relevant=N), 0.05),
+      (lambda p: sr.supap_loss(scores, labels, rho=p, max_relevant=N), 50.0),
+    ):
       check_grads(loss, (value,), order=1, modes=("rev",), eps=1e-7, atol=1e-6, rtol=1e-6)
 
 
@@ -452,8 +475,14 @@ def test_bound_and_platform_match_reference(case, platform, many, x64):
 
   _, want_grad = value_and_grad()  # The CPU's default path, checked by check_grads below.
   with platforms.forced_platform(platform):
-    for kwargs in ({}, {"chunk_size": 1}, {"chunk_size": 4}, {"max_relevant": most},
-                   {"max_relevant": most + 2, "chunk_size": 3}, {"max_relevant": 100}):
+    for kwargs in (
+      {},
+      {"chunk_size": 1},
+      {"chunk_size": 4},
+      {"max_relevant": most},
+      {"max_relevant": most + 2, "chunk_size": 3},
+      {"max_relevant": 100},
+    ):
       got, grad = value_and_grad(**kwargs)
       np.testing.assert_allclose(got, want, **TOL64, err_msg=str(kwargs))
       np.testing.assert_allclose(grad, want_grad, rtol=1e-12, atol=1e-14, err_msg=str(kwargs))
@@ -482,24 +511,27 @@ def test_check_grads_bounded(platform, x64):
   scores, labels, where = _grad_inputs(5, (0.0, 0.05))
   loss = functools.partial(sr.supap_loss, labels=labels, where=where, max_relevant=N, chunk_size=2)
   with platforms.forced_platform(platform):
-    check_grads(lambda s: loss(s), (scores,), order=1, modes=("rev",), eps=1e-6, atol=1e-6,
-                rtol=1e-6)
-    smooth = functools.partial(sr.smoothap_loss, labels=labels, where=where, temperature=0.05,
-                               max_relevant=N)
-    check_grads(lambda s: smooth(s), (scores,), order=1, modes=("rev",), eps=1e-6, atol=1e-6,
-                rtol=1e-6)
+    check_grads(
+      lambda s: loss(s), (scores,), order=1, modes=("rev",), eps=1e-6, atol=1e-6, rtol=1e-6
+    )
+    smooth = functools.partial(
+      sr.smoothap_loss, labels=labels, where=where, temperature=0.05, max_relevant=N
+    )
+    check_grads(
+      lambda s: smooth(s), (scores,), order=1, modes=("rev",), eps=1e-6, atol=1e-6, rtol=1e-6
+    )
 
 
 # 7. Degenerate lists.
 
 DEGENERATE = {
-    "no_relevant": ([0.3, 0.2, 0.2, 0.1], [0, 0, 0, 0], [True] * 4),
-    "all_relevant": ([0.3, 0.2, 0.2, 0.1], [1, 1, 1, 1], [True] * 4),
-    "all_tied": ([0.5, 0.5, 0.5, 0.5], [0, 1, 0, 2], [True] * 4),
-    "all_tied_relevant": ([0.5, 0.5, 0.5, 0.5], [1, 1, 1, 1], [True] * 4),
-    "all_masked": ([0.3, 0.2, 0.2, 0.1], [1, 0, 1, 0], [False] * 4),
-    "one_valid_item": ([0.3, 0.2, 0.2, 0.1], [1, 0, 1, 0], [False, False, True, False]),
-    "huge_gaps": ([1e6, -1e6, 3e5, -2e5], [1, 0, 0, 1], [True] * 4),
+  "no_relevant": ([0.3, 0.2, 0.2, 0.1], [0, 0, 0, 0], [True] * 4),
+  "all_relevant": ([0.3, 0.2, 0.2, 0.1], [1, 1, 1, 1], [True] * 4),
+  "all_tied": ([0.5, 0.5, 0.5, 0.5], [0, 1, 0, 2], [True] * 4),
+  "all_tied_relevant": ([0.5, 0.5, 0.5, 0.5], [1, 1, 1, 1], [True] * 4),
+  "all_masked": ([0.3, 0.2, 0.2, 0.1], [1, 0, 1, 0], [False] * 4),
+  "one_valid_item": ([0.3, 0.2, 0.2, 0.1], [1, 0, 1, 0], [False, False, True, False]),
+  "huge_gaps": ([1e6, -1e6, 3e5, -2e5], [1, 0, 0, 1], [True] * 4),
 }
 
 
@@ -527,7 +559,7 @@ def test_degenerate_lists(case, x64):
 def test_gap_single_batch_is_zero(x64):
   scores, labels, where = random_lists(22)
   np.testing.assert_array_equal(
-      sr.decomposability_gap(scores, labels, where=where, num_batches=1, reduce_fn=None), 0.0
+    sr.decomposability_gap(scores, labels, where=where, num_batches=1, reduce_fn=None), 0.0
   )
 
 
@@ -545,17 +577,17 @@ def test_gap_sign(x64):
 def test_hyperparameter_errors():
   s, y = jnp.array([0.3, 0.2, 0.1]), jnp.array([1, 0, 1])
   bad = [
-      (sr.smoothap_loss, {"temperature": 0.0}, "temperature"),
-      (sr.smoothap_loss, {"temperature": -1.0}, "temperature"),
-      (sr.smoothap_loss, {"temperature": float("nan")}, "temperature"),
-      (sr.supap_loss, {"temperature": 0.0}, "temperature"),
-      (sr.supap_loss, {"rho": -1.0}, "rho"),
-      (sr.supap_loss, {"delta": -0.1}, "delta"),
-      (sr.calibration_loss, {"alpha": 0.5, "beta": 0.6}, "alpha"),
-      (sr.roadmap_loss, {"alpha": 0.5, "beta": 0.6}, "alpha"),
-      (sr.roadmap_loss, {"calibration_weight": -0.1}, "calibration_weight"),
-      (sr.roadmap_loss, {"calibration_weight": 1.5}, "calibration_weight"),
-      (sr.roadmap_loss, {"temperature": -1.0}, "temperature"),
+    (sr.smoothap_loss, {"temperature": 0.0}, "temperature"),
+    (sr.smoothap_loss, {"temperature": -1.0}, "temperature"),
+    (sr.smoothap_loss, {"temperature": float("nan")}, "temperature"),
+    (sr.supap_loss, {"temperature": 0.0}, "temperature"),
+    (sr.supap_loss, {"rho": -1.0}, "rho"),
+    (sr.supap_loss, {"delta": -0.1}, "delta"),
+    (sr.calibration_loss, {"alpha": 0.5, "beta": 0.6}, "alpha"),
+    (sr.roadmap_loss, {"alpha": 0.5, "beta": 0.6}, "alpha"),
+    (sr.roadmap_loss, {"calibration_weight": -0.1}, "calibration_weight"),
+    (sr.roadmap_loss, {"calibration_weight": 1.5}, "calibration_weight"),
+    (sr.roadmap_loss, {"temperature": -1.0}, "temperature"),
   ]
   for fn, kwargs, name in bad:
     with pytest.raises(ValueError, match=name):
@@ -649,6 +681,7 @@ def test_smoothap_matches_pytorch_metric_learning(x64):
   # torch and pytorch-metric-learning are in the dev extra: this comparison runs in CI, never skips.
   import torch  # pylint: disable=g-import-not-at-top
   from pytorch_metric_learning import losses as pml_losses  # pylint: disable=g-import-not-at-top
+
   rng = np.random.default_rng(23)
   classes = per_class = 4
   labels = np.repeat(np.arange(classes), per_class)

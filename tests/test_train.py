@@ -55,14 +55,14 @@ def test_tiny_run_writes_metrics_checkpoints_and_plot(tmp_path):
   metrics = train.train_and_evaluate(config, str(tmp_path))
   assert metrics["step"] == 6
   for key in (
-      "recall@1",
-      "recall@2",
-      "recall@4",
-      "recall@8",
-      "map@r",
-      "map",
-      "tie_aware_map",
-      "seen/map@r",
+    "recall@1",
+    "recall@2",
+    "recall@4",
+    "recall@8",
+    "map@r",
+    "map",
+    "tie_aware_map",
+    "seen/map@r",
   ):
     assert 0.0 <= metrics[key] <= 1.0, key
   records = reporting.read_metrics(str(tmp_path))
@@ -82,7 +82,7 @@ def test_tiny_run_writes_metrics_checkpoints_and_plot(tmp_path):
 
 def test_training_improves_the_training_loss(tmp_path):
   config = dataclasses.replace(
-      TINY, num_steps=40, learning_rate=1e-2, eval_every=40, log_every=1, checkpoint_every=40
+    TINY, num_steps=40, learning_rate=1e-2, eval_every=40, log_every=1, checkpoint_every=40
   )
   train.train_and_evaluate(config, str(tmp_path))
   losses = [r["loss"] for r in reporting.read_metrics(str(tmp_path)) if "loss" in r]
@@ -173,9 +173,15 @@ def test_sigkill_during_and_between_saves_then_rerun_matches_an_uninterrupted_ru
     return sorted(int(n) for n in entries() if n.isdigit())
 
   def killed_run(mode, at):
-    proc = subprocess.run([sys.executable, "-c", _KILL_IN_SAVE, mode, str(at), *arguments],
-                          cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          timeout=300, check=False)
+    proc = subprocess.run(
+      [sys.executable, "-c", _KILL_IN_SAVE, mode, str(at), *arguments],
+      cwd=ROOT,
+      env=env,
+      stdout=subprocess.DEVNULL,
+      stderr=subprocess.PIPE,
+      timeout=300,
+      check=False,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
 
   # First kill: in the second save (step 6), its temporary directory left behind unfinished.
@@ -189,8 +195,8 @@ def test_sigkill_during_and_between_saves_then_rerun_matches_an_uninterrupted_ru
   resumed = train.train_and_evaluate(config, str(workdir))
   assert resumed == reference
   _assert_same_model(
-      train.restore_model(config, str(workdir)),
-      train.restore_model(config, str(tmp_path / "reference")),
+    train.restore_model(config, str(workdir)),
+    train.restore_model(config, str(tmp_path / "reference")),
   )
   # The metrics file holds each step once, as the uninterrupted run's does.
   steps = lambda wd: [(r["step"], "loss" in r) for r in reporting.read_metrics(str(wd))]
@@ -199,28 +205,30 @@ def test_sigkill_during_and_between_saves_then_rerun_matches_an_uninterrupted_ru
 
 
 @pytest.mark.parametrize(
-    "overrides, match",
-    [
-        ({"loss": "fast_ap"}, "config.loss='fast_ap' is not a known loss; use one of"),
-        ({"loss_kwargs": {"bins": 3}}, r"has \['bins'\] which loss 'fastap' does not take"),
-        ({"batch_size": 21}, "is not a multiple of config.samples_per_class=4"),
-        ({"batch_size": 24}, "6 classes per batch, but the train split of digits has only 5"),
-        ({"samples_per_class": 20}, "holds a single class"),
-        ({"dataset": "cub200", "data_dir": "/nonexistent/cub"}, "does not exist: point it at"),
-        ({"dataset": "sop"}, "config.data_dir is None but dataset='sop' is read from disk"),
-        ({"model": "resnet18"}, "use model='small_convnet' for digits"),
-        ({"head": "binary"}, "config.head='binary' is not known"),
-        ({"chunk_size": 7}, "does not divide config.batch_size=20"),
-        ({"chunk_size": 10, "memory_batches": 1}, "cannot be combined"),
-        ({"chunk_size": 10, "head": "hashing"}, "cannot be used with head='hashing'"),
-        ({"loss_block_size": 0}, "loss_block_size must be a positive int, got 0"),
-        ({"loss_block_size": 8, "loss": "supap+calibration"},
-         "loss_block_size cannot be used with loss 'supap\\+calibration'.*reduced over lists 2 "
-         "times.*loss='roadmap'"),
-        ({"num_steps": -1}, "num_steps must be a non-negative int"),
-        ({"init_weights": "/nonexistent/w.npz"}, "nothing is ever downloaded"),
-        ({"sampler": "super_class"}, "needs super-classes"),
-    ],
+  "overrides, match",
+  [
+    ({"loss": "fast_ap"}, "config.loss='fast_ap' is not a known loss; use one of"),
+    ({"loss_kwargs": {"bins": 3}}, r"has \['bins'\] which loss 'fastap' does not take"),
+    ({"batch_size": 21}, "is not a multiple of config.samples_per_class=4"),
+    ({"batch_size": 24}, "6 classes per batch, but the train split of digits has only 5"),
+    ({"samples_per_class": 20}, "holds a single class"),
+    ({"dataset": "cub200", "data_dir": "/nonexistent/cub"}, "does not exist: point it at"),
+    ({"dataset": "sop"}, "config.data_dir is None but dataset='sop' is read from disk"),
+    ({"model": "resnet18"}, "use model='small_convnet' for digits"),
+    ({"head": "binary"}, "config.head='binary' is not known"),
+    ({"chunk_size": 7}, "does not divide config.batch_size=20"),
+    ({"chunk_size": 10, "memory_batches": 1}, "cannot be combined"),
+    ({"chunk_size": 10, "head": "hashing"}, "cannot be used with head='hashing'"),
+    ({"loss_block_size": 0}, "loss_block_size must be a positive int, got 0"),
+    (
+      {"loss_block_size": 8, "loss": "supap+calibration"},
+      "loss_block_size cannot be used with loss 'supap\\+calibration'.*reduced over lists 2 "
+      "times.*loss='roadmap'",
+    ),
+    ({"num_steps": -1}, "num_steps must be a non-negative int"),
+    ({"init_weights": "/nonexistent/w.npz"}, "nothing is ever downloaded"),
+    ({"sampler": "super_class"}, "needs super-classes"),
+  ],
 )
 def test_bad_configs_fail_before_training(tmp_path, overrides, match):
   workdir = tmp_path / "run"
@@ -239,19 +247,19 @@ def test_a_workdir_refuses_another_config(tmp_path):
 
 def test_overrides_parse_literals_and_reject_unknown_fields():
   c = main_lib.apply_overrides(
-      TINY,
-      [
-          "loss=smoothap",
-          "num_steps=3",
-          "loss_kwargs={'temperature': 0.05}",
-          "model_features=[2, 3]",
-      ],
+    TINY,
+    [
+      "loss=smoothap",
+      "num_steps=3",
+      "loss_kwargs={'temperature': 0.05}",
+      "model_features=[2, 3]",
+    ],
   )
   assert (c.loss, c.num_steps, c.loss_kwargs, c.model_features) == (
-      "smoothap",
-      3,
-      {"temperature": 0.05},
-      (2, 3),
+    "smoothap",
+    3,
+    {"temperature": 0.05},
+    (2, 3),
   )
   with pytest.raises(ValueError, match=r"\['nonsense'\] are not fields of the config"):
     main_lib.apply_overrides(TINY, ["nonsense=1"])
@@ -267,23 +275,23 @@ def test_every_loss_of_the_table_is_the_loss_it_names():
     return lambda s, y, *, where: f(s, y, where=where) + g(s, y, where=where)
 
   expected = {
-      "fastap": jaxrank.fastap_loss,
-      "soft_binning_ap": jaxrank.soft_binning_ap_loss,
-      "tie_aware_ap": jaxrank.tie_aware_ap_loss,
-      "simplified_tie_aware_ap": jaxrank.simplified_tie_aware_ap_loss,
-      "tie_aware_ndcg": jaxrank.tie_aware_ndcg_loss,
-      "simplified_tie_aware_ndcg": jaxrank.simplified_tie_aware_ndcg_loss,
-      "blackbox_ap": jaxrank.blackbox_ap_loss,
-      "blackbox_recall": jaxrank.blackbox_recall_loss,
-      "smoothap": jaxrank.smoothap_loss,
-      "supap": jaxrank.supap_loss,
-      "calibration": jaxrank.calibration_loss,
-      "roadmap": jaxrank.roadmap_loss,
-      "supap+calibration": plus(jaxrank.supap_loss, jaxrank.calibration_loss),
-      "smoothap+calibration": plus(jaxrank.smoothap_loss, jaxrank.calibration_loss),
-      "contrastive": jaxrank.contrastive_loss,
-      "triplet": jaxrank.triplet_loss,
-      "multi_similarity": jaxrank.multi_similarity_loss,
+    "fastap": jaxrank.fastap_loss,
+    "soft_binning_ap": jaxrank.soft_binning_ap_loss,
+    "tie_aware_ap": jaxrank.tie_aware_ap_loss,
+    "simplified_tie_aware_ap": jaxrank.simplified_tie_aware_ap_loss,
+    "tie_aware_ndcg": jaxrank.tie_aware_ndcg_loss,
+    "simplified_tie_aware_ndcg": jaxrank.simplified_tie_aware_ndcg_loss,
+    "blackbox_ap": jaxrank.blackbox_ap_loss,
+    "blackbox_recall": jaxrank.blackbox_recall_loss,
+    "smoothap": jaxrank.smoothap_loss,
+    "supap": jaxrank.supap_loss,
+    "calibration": jaxrank.calibration_loss,
+    "roadmap": jaxrank.roadmap_loss,
+    "supap+calibration": plus(jaxrank.supap_loss, jaxrank.calibration_loss),
+    "smoothap+calibration": plus(jaxrank.smoothap_loss, jaxrank.calibration_loss),
+    "contrastive": jaxrank.contrastive_loss,
+    "triplet": jaxrank.triplet_loss,
+    "multi_similarity": jaxrank.multi_similarity_loss,
   }
   assert set(losses.LOSSES) == set(expected)
   e = jax.random.normal(jax.random.key(0), (12, 4))
@@ -306,13 +314,13 @@ def test_every_loss_of_the_table_is_the_loss_it_names():
 
 
 @pytest.mark.parametrize(
-    ("overrides", "bound"),
-    [
-        ({}, TINY.samples_per_class - 1),
-        ({"include_self": True}, TINY.samples_per_class),
-        ({"memory_batches": 2}, 3 * TINY.samples_per_class - 1),
-        ({"sampler": "random"}, None),
-    ],
+  ("overrides", "bound"),
+  [
+    ({}, TINY.samples_per_class - 1),
+    ({"include_self": True}, TINY.samples_per_class),
+    ({"memory_batches": 2}, 3 * TINY.samples_per_class - 1),
+    ({"sampler": "random"}, None),
+  ],
 )
 def test_the_sampler_bound_reaches_the_losses_that_take_it(overrides, bound, monkeypatch):
   """Whole-class samplers fix the relevant items of a list; losses with `max_relevant` get it
@@ -342,16 +350,24 @@ def test_the_sampler_bound_reaches_the_losses_that_take_it(overrides, bound, mon
 def test_main_runs_a_sweep_with_an_untrained_baseline(tmp_path, capsys):
   config_file = tmp_path / "sweep.py"
   config_file.write_text(
-      f"import importlib.util\n"
-      f"spec = importlib.util.spec_from_file_location('tiny', {TINY_PATH!r})\n"
-      "tiny = importlib.util.module_from_spec(spec); spec.loader.exec_module(tiny)\n"
-      "get_config = tiny.get_config\n"
-      "def get_sweep():\n"
-      "  return {'fastap': {'loss': 'fastap'}, 'blackbox_ap': {'loss': 'blackbox_ap'}}\n"
+    f"import importlib.util\n"
+    f"spec = importlib.util.spec_from_file_location('tiny', {TINY_PATH!r})\n"
+    "tiny = importlib.util.module_from_spec(spec); spec.loader.exec_module(tiny)\n"
+    "get_config = tiny.get_config\n"
+    "def get_sweep():\n"
+    "  return {'fastap': {'loss': 'fastap'}, 'blackbox_ap': {'loss': 'blackbox_ap'}}\n"
   )
   main_lib.main(
-      ["--config", str(config_file), "--workdir", str(tmp_path / "out"), "--set", "num_steps=2",
-       "--set", "raw_pixels_baseline=True"]
+    [
+      "--config",
+      str(config_file),
+      "--workdir",
+      str(tmp_path / "out"),
+      "--set",
+      "num_steps=2",
+      "--set",
+      "raw_pixels_baseline=True",
+    ]
   )
   out = capsys.readouterr().out
   table = [line.split()[0] for line in out.splitlines() if line[:1].isalpha()]
@@ -375,12 +391,19 @@ def test_memory_holds_the_last_batches_and_enters_the_loss(tmp_path):
   # Three steps into a memory of two batches of 20: slots 0-19 hold batch 3, slots 20-39 batch 2.
   # The expectations are computed outside the training step: each batch's embeddings by the
   # checkpointed network of the step before, in training mode, and the logged loss by jaxrank.
-  config = dataclasses.replace(TINY, loss="blackbox_ap", memory_batches=2, num_steps=3,
-                               checkpoint_every=1, keep_checkpoints=3, eval_every=3)
+  config = dataclasses.replace(
+    TINY,
+    loss="blackbox_ap",
+    memory_batches=2,
+    num_steps=3,
+    checkpoint_every=1,
+    keep_checkpoints=3,
+    eval_every=3,
+  )
   train.train_and_evaluate(config, str(tmp_path))
   train_data, _ = input_pipeline.load_data(config)
   batches = input_pipeline.TrainBatches(
-      config, train_data, input_pipeline.make_sampler(config, train_data), (0, 0)
+    config, train_data, input_pipeline.make_sampler(config, train_data), (0, 0)
   )
   batches = [next(batches) for _ in range(3)]
   manager = ocp.CheckpointManager(str(tmp_path / "checkpoints"))
@@ -397,21 +420,24 @@ def test_memory_holds_the_last_batches_and_enters_the_loss(tmp_path):
   assert int(memory["position"]) == 20
   np.testing.assert_array_equal(memory["labels"][:20], batches[2]["label"])
   np.testing.assert_array_equal(memory["labels"][20:], batches[1]["label"])
-  np.testing.assert_allclose(memory["embeddings"][20:], train_mode_embeddings(1, batches[1]),
-                             atol=1e-5)
-  np.testing.assert_allclose(memory["embeddings"][:20], train_mode_embeddings(2, batches[2]),
-                             atol=1e-5)
+  np.testing.assert_allclose(
+    memory["embeddings"][20:], train_mode_embeddings(1, batches[1]), atol=1e-5
+  )
+  np.testing.assert_allclose(
+    memory["embeddings"][:20], train_mode_embeddings(2, batches[2]), atol=1e-5
+  )
   # Step 3's loss: batch 3 against itself and the memory after step 2 (batches 1 and 2).
   scores, relevance, where = jaxrank.batch_retrieval(
-      train_mode_embeddings(2, batches[2]),
-      batches[2]["label"],
-      gallery_embeddings=memories[2]["embeddings"],
-      gallery_labels=memories[2]["labels"],
-      gallery_where=memories[2]["where"],
+    train_mode_embeddings(2, batches[2]),
+    batches[2]["label"],
+    gallery_embeddings=memories[2]["embeddings"],
+    gallery_labels=memories[2]["labels"],
+    gallery_where=memories[2]["where"],
   )
   want = jaxrank.blackbox_ap_loss(scores, relevance, where=where)
-  logged = [r["loss"] for r in reporting.read_metrics(str(tmp_path)) if r.get("step") == 3
-            and "loss" in r]
+  logged = [
+    r["loss"] for r in reporting.read_metrics(str(tmp_path)) if r.get("step") == 3 and "loss" in r
+  ]
   assert logged[0] == pytest.approx(float(want), abs=1e-5)
   alone = jaxrank.batch_retrieval(train_mode_embeddings(2, batches[2]), batches[2]["label"])
   without_memory = jaxrank.blackbox_ap_loss(alone[0], alone[1], where=alone[2])
@@ -419,21 +445,21 @@ def test_memory_holds_the_last_batches_and_enters_the_loss(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "overrides",
-    [
-        {
-            "loss": "tie_aware_ap",
-            "head": "hashing",
-            "loss_kwargs": {"num_bins": 9},
-            "tanh_every": 2,
-        },
-        {"loss": "roadmap", "include_self": True, "sampler": "random"},
-    ],
-    ids=["hashing", "random-sampler-include-self"],
+  "overrides",
+  [
+    {
+      "loss": "tie_aware_ap",
+      "head": "hashing",
+      "loss_kwargs": {"num_bins": 9},
+      "tanh_every": 2,
+    },
+    {"loss": "roadmap", "include_self": True, "sampler": "random"},
+  ],
+  ids=["hashing", "random-sampler-include-self"],
 )
 def test_options_train(tmp_path, overrides):
   metrics = train.train_and_evaluate(
-      dataclasses.replace(TINY, num_steps=3, **overrides), str(tmp_path)
+    dataclasses.replace(TINY, num_steps=3, **overrides), str(tmp_path)
   )
   assert metrics["step"] == 3 and 0 < metrics["map@r"] <= 1
   if overrides.get("head") == "hashing":
@@ -474,7 +500,7 @@ def test_hashing_head_splits_features_that_every_image_shares():
 
   def loss(codes):
     scores, relevance, where = jaxrank.batch_retrieval(
-        codes, labels, similarity_fn=jaxrank.similarity.hamming
+      codes, labels, similarity_fn=jaxrank.similarity.hamming
     )
     return jaxrank.smoothap_loss(scores, relevance, where=where)
 
@@ -494,7 +520,7 @@ def test_chunked_gradient_trains_the_same_network(tmp_path):
   train.train_and_evaluate(dataclasses.replace(config, chunk_size=5), str(tmp_path / "chunked"))
   a = _leaves(train.restore_model(config, str(tmp_path / "whole")))
   b = _leaves(
-      train.restore_model(dataclasses.replace(config, chunk_size=5), str(tmp_path / "chunked"))
+    train.restore_model(dataclasses.replace(config, chunk_size=5), str(tmp_path / "chunked"))
   )
   for x, y in zip(a, b):
     np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
@@ -511,13 +537,15 @@ def test_a_loss_in_blocks_trains_the_same_network(tmp_path):
   b = _leaves(train.restore_model(blocked, str(tmp_path / "blocked")))
   for x, y in zip(a, b):
     np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
-  losses = [[r["loss"] for r in reporting.read_metrics(str(tmp_path / run)) if "loss" in r]
-            for run in ("whole", "blocked")]
+  losses = [
+    [r["loss"] for r in reporting.read_metrics(str(tmp_path / run)) if "loss" in r]
+    for run in ("whole", "blocked")
+  ]
   np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
 
 
 @pytest.mark.parametrize(
-    "path", sorted((ROOT / "experiments" / "job" / "configs").glob("*.py")), ids=lambda p: p.name
+  "path", sorted((ROOT / "experiments" / "job" / "configs").glob("*.py")), ids=lambda p: p.name
 )
 def test_every_config_file_is_valid_or_asks_for_its_data(path):
   module = main_lib.load_config_module(str(path))
@@ -526,7 +554,7 @@ def test_every_config_file_is_valid_or_asks_for_its_data(path):
   assert "Expected" in text  # And the result it should give.
   config = module.get_config()
   runs = [
-      main_lib.apply_overrides(config, o) for o in getattr(module, "get_sweep", dict)().values()
+    main_lib.apply_overrides(config, o) for o in getattr(module, "get_sweep", dict)().values()
   ]
   for c in [config] + runs:
     if input_pipeline.DATASETS[c.dataset].bundled_with:  # The digits, the glyphs.
@@ -548,18 +576,18 @@ def test_image_folder_with_a_resnet18_and_frozen_batchnorm_chunked(tmp_path):
         image = rng.integers(0, 256, size=(40, 36, 3), dtype=np.uint8)
         (tmp_path / "data" / split / c / f"{i}.png").write_bytes(tf.io.encode_png(image).numpy())
   config = dataclasses.replace(
-      TINY,
-      dataset="image_folder",
-      data_dir=str(tmp_path / "data"),
-      model="resnet18",
-      freeze_batchnorm=True,
-      chunk_size=4,
-      batch_size=8,
-      samples_per_class=4,
-      image_size=32,
-      resize_size=36,
-      num_steps=2,
-      eval_every=2,
+    TINY,
+    dataset="image_folder",
+    data_dir=str(tmp_path / "data"),
+    model="resnet18",
+    freeze_batchnorm=True,
+    chunk_size=4,
+    batch_size=8,
+    samples_per_class=4,
+    image_size=32,
+    resize_size=36,
+    num_steps=2,
+    eval_every=2,
   )
   metrics = train.train_and_evaluate(config, str(tmp_path / "run"))
   assert metrics["step"] == 2 and 0 <= metrics["map@r"] <= 1
@@ -653,7 +681,7 @@ def test_a_diverged_step_between_logs_is_never_checkpointed(tmp_path, monkeypatc
 
 def _manager(directory):
   return ocp.CheckpointManager(
-      str(directory), options=ocp.CheckpointManagerOptions(max_to_keep=5, create=True)
+    str(directory), options=ocp.CheckpointManagerOptions(max_to_keep=5, create=True)
   )
 
 
@@ -740,6 +768,7 @@ def test_a_failure_that_is_not_the_checkpoints_moves_nothing(tmp_path, monkeypat
 def test_checked_steps_stop_at_a_traced_value_check_that_fails(tmp_path, monkeypatch):
   """check_traced_inputs=True: scores out of FastAP's range inside the jitted step stop the run
   with the eager check's message (unchecked, they would be clipped to the end bins)."""
+
   def doubled_scores(config, mesh):
     del config, mesh  # The loss below replaces the configured one.
 
@@ -770,8 +799,9 @@ def _first_batch(config):
   return jnp.asarray(batch["image"]), jnp.asarray(batch["label"])
 
 
-HASHING = dataclasses.replace(TINY, head="hashing", loss="tie_aware_ap",
-                              loss_kwargs={"num_bins": 9}, tanh_every=1)
+HASHING = dataclasses.replace(
+  TINY, head="hashing", loss="tie_aware_ap", loss_kwargs={"num_bins": 9}, tanh_every=1
+)
 
 
 def test_evaluation_retrieves_with_binary_codes_of_the_network_in_inference_mode():
@@ -788,8 +818,9 @@ def test_evaluation_retrieves_with_binary_codes_of_the_network_in_inference_mode
     net(images)
   rest = jax.tree.map(jnp.array, nnx.state(net, nnx.Not(nnx.Param)))  # A copy.
   state = {**state, "rest": rest, "step": jnp.int32(3)}
-  scale = jaxrank.hashing.tanh_scale(3, initial=config.tanh_initial, growth=config.tanh_growth,
-                                     every=config.tanh_every)
+  scale = jaxrank.hashing.tanh_scale(
+    3, initial=config.tanh_initial, growth=config.tanh_growth, every=config.tanh_every
+  )
   embed_fn = train._make_embed_fn(config, model)
   _, test_data = input_pipeline.load_data(config)
   batches = list(input_pipeline.eval_batches(config, test_data))  # The split, as evaluated.
@@ -816,14 +847,19 @@ def _step_loss_reference(config, model, state, images, labels, *, scale, include
   net = nnx.merge(model.train_graph, state["params"], state["rest"], copy=True)
   head = networks.HEADS[config.head]
   scores, relevance, where = jaxrank.batch_retrieval(
-      net(images, scale=scale), labels, include_self=include_self,
-      similarity_fn=head.similarity_fn)
+    net(images, scale=scale), labels, include_self=include_self, similarity_fn=head.similarity_fn
+  )
   return float(losses_lib.get_loss(config.loss, config.loss_kwargs)(scores, relevance, where=where))
 
 
-@pytest.mark.parametrize("config", [
-    HASHING, dataclasses.replace(TINY, loss="smoothap", include_self=True, sampler="random"),
-], ids=["hashing-scale", "include-self"])
+@pytest.mark.parametrize(
+  "config",
+  [
+    HASHING,
+    dataclasses.replace(TINY, loss="smoothap", include_self=True, sampler="random"),
+  ],
+  ids=["hashing-scale", "include-self"],
+)
 def test_the_step_minimises_the_configured_loss_of_the_network_at_its_step(config):
   """The step's loss is the configured loss on the batch's lists: the network in training mode
   at the tanh scale of the state's step (hashing), the head's similarity, the query in its own
@@ -842,8 +878,9 @@ def test_the_step_minimises_the_configured_loss_of_the_network_at_its_step(confi
     assert float(scale) == 4.0  # initial 1, doubled every step.
     wrong = _step_loss_reference(config, model, state, images, labels, **{**kwargs, "scale": 1.0})
   else:
-    wrong = _step_loss_reference(config, model, state, images, labels,
-                                 **{**kwargs, "include_self": not config.include_self})
+    wrong = _step_loss_reference(
+      config, model, state, images, labels, **{**kwargs, "include_self": not config.include_self}
+    )
   assert abs(wrong - want) > 1e-3
 
 
@@ -851,9 +888,12 @@ def _blow_up() -> optax.GradientTransformation:
   """An optimiser whose every update is infinite: the parameters turn infinite, the loss of the
   step that makes them (computed before the update) stays finite."""
   return optax.GradientTransformation(
-      lambda params: optax.EmptyState(),
-      lambda grads, opt_state, params=None: (jax.tree.map(lambda g: jnp.full_like(g, jnp.inf),
-                                                          grads), opt_state))
+    lambda params: optax.EmptyState(),
+    lambda grads, opt_state, params=None: (
+      jax.tree.map(lambda g: jnp.full_like(g, jnp.inf), grads),
+      opt_state,
+    ),
+  )
 
 
 def test_the_divergence_check_reads_the_updated_parameters_and_keeps_the_first_bad_step():
@@ -875,8 +915,10 @@ def test_the_divergence_check_reads_the_updated_parameters_and_keeps_the_first_b
 
 def test_the_seed_sets_the_initial_network():
   tx = train.make_optimizer(TINY)
-  params = {s: _leaves_of(train._init_state(dataclasses.replace(TINY, seed=s), tx)[1]["params"])
-            for s in (0, 1)}
+  params = {
+    s: _leaves_of(train._init_state(dataclasses.replace(TINY, seed=s), tx)[1]["params"])
+    for s in (0, 1)
+  }
   for seed, leaves in params.items():
     want = _leaves_of(nnx.state(networks.make_model(TINY, 1, nnx.Rngs(seed)), nnx.Param))
     for got, expected in zip(leaves, want, strict=True):

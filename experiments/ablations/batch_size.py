@@ -50,15 +50,24 @@ def overrides(base, value):
 
 
 def name(config):
-  return (f"B={config.batch_size}_{config.classes_per_batch}x{config.samples_per_class}_"
-          f"{config.num_steps}")
+  return (
+    f"B={config.batch_size}_{config.classes_per_batch}x{config.samples_per_class}_"
+    f"{config.num_steps}"
+  )
 
 
 def main(argv=None):
   return sweep.main(
-      argv, what="batch_size", doc=__doc__, values=VALUES, overrides=overrides, name=name,
-      column="B_PxK_steps", point=lambda c: (c.batch_size, None), xlabel="batch size B = P x K",
-      log_x=True,
+    argv,
+    what="batch_size",
+    doc=__doc__,
+    values=VALUES,
+    overrides=overrides,
+    name=name,
+    column="B_PxK_steps",
+    point=lambda c: (c.batch_size, None),
+    xlabel="batch size B = P x K",
+    log_x=True,
   )
 
 

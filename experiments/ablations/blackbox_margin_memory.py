@@ -37,8 +37,10 @@ VALUES = tuple((margin, memory) for memory in (0, 2) for margin in (0.0, 0.02, 0
 
 def overrides(base, value):
   margin, memory = value
-  return {**sweep.loss_overrides(base, "blackbox_ap", margin=float(margin)),
-          "memory_batches": memory}
+  return {
+    **sweep.loss_overrides(base, "blackbox_ap", margin=float(margin)),
+    "memory_batches": memory,
+  }
 
 
 def name(config):
@@ -47,10 +49,15 @@ def name(config):
 
 def main(argv=None):
   return sweep.main(
-      argv, what="blackbox_margin_memory", doc=__doc__, values=VALUES, overrides=overrides,
-      name=name, column="margin_memory",
-      point=lambda c: (f"{c.loss_kwargs['margin']:g}", f"memory {c.memory_batches}"),
-      xlabel="margin alpha",
+    argv,
+    what="blackbox_margin_memory",
+    doc=__doc__,
+    values=VALUES,
+    overrides=overrides,
+    name=name,
+    column="margin_memory",
+    point=lambda c: (f"{c.loss_kwargs['margin']:g}", f"memory {c.memory_batches}"),
+    xlabel="margin alpha",
   )
 
 

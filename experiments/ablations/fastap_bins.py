@@ -40,10 +40,16 @@ def name(config):
 
 def main(argv=None):
   return sweep.main(
-      argv, what="fastap_bins", doc=__doc__, values=VALUES, overrides=overrides, name=name,
-      column="bins",
-      point=lambda c: (c.loss_kwargs["num_intervals"], None), xlabel="FastAP histogram bins L",
-      log_x=True,
+    argv,
+    what="fastap_bins",
+    doc=__doc__,
+    values=VALUES,
+    overrides=overrides,
+    name=name,
+    column="bins",
+    point=lambda c: (c.loss_kwargs["num_intervals"], None),
+    xlabel="FastAP histogram bins L",
+    log_x=True,
   )
 
 

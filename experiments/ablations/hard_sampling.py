@@ -62,8 +62,9 @@ def overrides(base, value):
   sampler, geometry = fields[0].strip(), [str(v).strip() for v in fields[1:]]
   if len(geometry) not in (0, 2, 3) or not all(v.isdigit() for v in geometry):
     raise config_lib.ConfigError(
-        f"a value of the hard-sampling ablation is sampler, sampler,P,K or sampler,P,K,S with "
-        f"integers P, K and S (e.g. super_class,16,4,4), got {value!r}.")
+      f"a value of the hard-sampling ablation is sampler, sampler,P,K or sampler,P,K,S with "
+      f"integers P, K and S (e.g. super_class,16,4,4), got {value!r}."
+    )
   geometry = [int(v) for v in geometry]
   changed = {**sweep.loss_overrides(base, "fastap"), "sampler": sampler}
   if geometry:
@@ -82,11 +83,18 @@ def name(config):
 
 def main(argv=None):
   return sweep.main(
-      argv, what="hard_sampling", doc=__doc__, values=VALUES, overrides=overrides, name=name,
-      column="sampler_PxK", point=lambda c: (
-          "hard" if c.sampler == "super_class" else "random",
-          f"{c.classes_per_batch}x{c.samples_per_class}"),
-      xlabel="sampler (hard: super_class, random: m_per_class)",
+    argv,
+    what="hard_sampling",
+    doc=__doc__,
+    values=VALUES,
+    overrides=overrides,
+    name=name,
+    column="sampler_PxK",
+    point=lambda c: (
+      "hard" if c.sampler == "super_class" else "random",
+      f"{c.classes_per_batch}x{c.samples_per_class}",
+    ),
+    xlabel="sampler (hard: super_class, random: m_per_class)",
   )
 
 

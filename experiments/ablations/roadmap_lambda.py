@@ -39,10 +39,15 @@ def name(config):
 
 def main(argv=None):
   return sweep.main(
-      argv, what="roadmap_lambda", doc=__doc__, values=VALUES, overrides=overrides, name=name,
-      column="lambda",
-      point=lambda c: (c.loss_kwargs["calibration_weight"], None),
-      xlabel="lambda (0: SupAP alone, 1: calibration alone)",
+    argv,
+    what="roadmap_lambda",
+    doc=__doc__,
+    values=VALUES,
+    overrides=overrides,
+    name=name,
+    column="lambda",
+    point=lambda c: (c.loss_kwargs["calibration_weight"], None),
+    xlabel="lambda (0: SupAP alone, 1: calibration alone)",
   )
 
 

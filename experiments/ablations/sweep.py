@@ -56,13 +56,13 @@ def loss_overrides(base: config_lib.Config, loss: str, **hyperparameters: Any) -
 
 
 def run(
-    base: config_lib.Config,
-    values: Sequence[Any],
-    workdir: str,
-    *,
-    overrides: Callable[[config_lib.Config, Any], dict[str, Any]],
-    name: Callable[[config_lib.Config], str],
-    untrained: bool = True,
+  base: config_lib.Config,
+  values: Sequence[Any],
+  workdir: str,
+  *,
+  overrides: Callable[[config_lib.Config, Any], dict[str, Any]],
+  name: Callable[[config_lib.Config], str],
+  untrained: bool = True,
 ) -> tuple[dict[str, config_lib.Config], dict[str, dict[str, float]], dict[str, float]]:
   """Trains one run per value (after checking them all), and first the untrained baseline.
 
@@ -76,24 +76,25 @@ def run(
     run_name = name(config)
     if run_name in configs or run_name == "untrained":
       raise config_lib.ConfigError(
-          f"--values gives the run {run_name!r} twice; give each value once.")
+        f"--values gives the run {run_name!r} twice; give each value once."
+      )
     configs[run_name] = config
   results, seconds = main_lib.run_sweep(base, configs, workdir, untrained=untrained)
   return configs, results, seconds
 
 
 def main(
-    argv: Sequence[str] | None,
-    *,
-    what: str,
-    doc: str,
-    values: Sequence[Any],
-    overrides: Callable[[config_lib.Config, Any], dict[str, Any]],
-    name: Callable[[config_lib.Config], str],
-    column: str,
-    xlabel: str,
-    point: Callable[[config_lib.Config], tuple[Any, str | None]],
-    log_x: bool = False,
+  argv: Sequence[str] | None,
+  *,
+  what: str,
+  doc: str,
+  values: Sequence[Any],
+  overrides: Callable[[config_lib.Config, Any], dict[str, Any]],
+  name: Callable[[config_lib.Config], str],
+  column: str,
+  xlabel: str,
+  point: Callable[[config_lib.Config], tuple[Any, str | None]],
+  log_x: bool = False,
 ) -> dict[str, dict[str, float]]:
   """The command line of an ablation script; returns run name -> final metrics.
 
@@ -112,12 +113,26 @@ def main(
   parser = argparse.ArgumentParser(description=doc.split("\n")[0])
   parser.add_argument("--config", default=DEFAULT_CONFIG, help="config file (default: %(default)s)")
   parser.add_argument("--workdir", default=f"runs/ablate_{what}", help="default: %(default)s")
-  parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                      help="override a field of the base config (repeatable)")
-  parser.add_argument("--values", nargs="+", type=main_lib.parse_value, default=list(values),
-                      help=f"the values swept (default: {' '.join(_cli(v) for v in values)})")
-  parser.add_argument("--untrained", action=argparse.BooleanOptionalAction, default=True,
-                      help="also evaluate the untrained network (default: %(default)s)")
+  parser.add_argument(
+    "--set",
+    action="append",
+    default=[],
+    metavar="FIELD=VALUE",
+    help="override a field of the base config (repeatable)",
+  )
+  parser.add_argument(
+    "--values",
+    nargs="+",
+    type=main_lib.parse_value,
+    default=list(values),
+    help=f"the values swept (default: {' '.join(_cli(v) for v in values)})",
+  )
+  parser.add_argument(
+    "--untrained",
+    action=argparse.BooleanOptionalAction,
+    default=True,
+    help="also evaluate the untrained network (default: %(default)s)",
+  )
   args = parser.parse_args(argv)
   start = time.perf_counter()
   try:
@@ -128,24 +143,40 @@ def main(
     input_pipeline.hide_gpus_from_tensorflow()
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     logging.getLogger("absl").setLevel(logging.WARNING)
-    configs, results, seconds = run(base, args.values, args.workdir, overrides=overrides,
-                                    name=name, untrained=args.untrained)
+    configs, results, seconds = run(
+      base, args.values, args.workdir, overrides=overrides, name=name, untrained=args.untrained
+    )
   except config_lib.ConfigError as e:  # One line and status 2, as experiments.job.main.
     parser.exit(main_lib.EXIT_CONFIG_ERROR, f"{parser.prog}: error: {' '.join(str(e).split())}\n")
   except KeyboardInterrupt as e:  # train.Interrupted says what was saved.
     parser.exit(main_lib.EXIT_INTERRUPTED, f"{parser.prog}: {e or 'interrupted'}\n")
   with open(os.path.join(args.workdir, "results.json"), "w") as f:
-    json.dump({"values": dict(zip(configs, map(_cli, args.values))), "metrics": results,
-               "seconds": seconds}, f, indent=1)
+    json.dump(
+      {
+        "values": dict(zip(configs, map(_cli, args.values))),
+        "metrics": results,
+        "seconds": seconds,
+      },
+      f,
+      indent=1,
+    )
   swept = {n: m for n, m in results.items() if n in configs}  # Not the baselines' rows.
   path = reporting.plot_sweep(
-      swept, {n: point(c) for n, c in configs.items()}, os.path.join(args.workdir, f"{what}.png"),
-      xlabel=xlabel, log_x=log_x, title=f"{what} on {base.dataset} (unseen classes)",
-      baseline=results.get("untrained"), k=min(base.eval_ks),
+    swept,
+    {n: point(c) for n, c in configs.items()},
+    os.path.join(args.workdir, f"{what}.png"),
+    xlabel=xlabel,
+    log_x=log_x,
+    title=f"{what} on {base.dataset} (unseen classes)",
+    baseline=results.get("untrained"),
+    k=min(base.eval_ks),
   )
   print(f"\nTest split (classes unseen in training), {' '.join([args.config, *args.set])}:\n")
-  print(reporting.format_table(results, ks=base.eval_ks, metrics=("map@r",), column=column,
-                               seconds=seconds))
+  print(
+    reporting.format_table(
+      results, ks=base.eval_ks, metrics=("map@r",), column=column, seconds=seconds
+    )
+  )
   print(f"\nTotal {time.perf_counter() - start:.0f} s; plot in {path}")
   return results
 

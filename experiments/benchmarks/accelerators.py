@@ -64,9 +64,9 @@ H100_CONFIG = pathlib.Path(__file__).with_name("h100.txtpb")
 BUDGETS = {"v5e": 16 * 2**30, "h100": 80 * 10**9}
 # The baselines beside the paper losses of `speed.LOSSES`.
 BASELINES = {
-    "contrastive": "contrastive_loss",
-    "multi-similarity": "multi_similarity_loss",
-    "triplet (batch hard)": "triplet_loss",
+  "contrastive": "contrastive_loss",
+  "multi-similarity": "multi_similarity_loss",
+  "triplet (batch hard)": "triplet_loss",
 }
 LOSSES = {**speed.LOSSES, **BASELINES}
 # A host callback in optimized HLO: a custom call to one of JAX's Python callback targets.
@@ -106,8 +106,11 @@ def devices(target: str) -> tuple:
   if target == "v5e":
     return tuple(topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2").devices)
   if target == "h100":
-    return tuple(topologies.get_topology_desc(
-        "", "cuda", target_config=H100_CONFIG.read_text(), topology="1x1x1").devices)
+    return tuple(
+      topologies.get_topology_desc(
+        "", "cuda", target_config=H100_CONFIG.read_text(), topology="1x1x1"
+      ).devices
+    )
   raise ValueError(f"unknown target {target!r}; known: {sorted(BUDGETS)}")
 
 
@@ -137,14 +140,18 @@ def analyse(compiled) -> Analysis:
     return float(value) if value is not None and value >= 0 else None
 
   return Analysis(
-      estimate=figure("optimal_seconds"),
-      flops=figure("flops"),
-      bytes=figure("bytes accessed"),
-      temporaries=float(memory.temp_size_in_bytes),
-      footprint=float(memory.argument_size_in_bytes + memory.output_size_in_bytes
-                      - memory.alias_size_in_bytes + memory.temp_size_in_bytes),
-      callbacks=len(CALLBACK.findall(text)),
-      loops=len(re.findall(r" while\(", text)),
+    estimate=figure("optimal_seconds"),
+    flops=figure("flops"),
+    bytes=figure("bytes accessed"),
+    temporaries=float(memory.temp_size_in_bytes),
+    footprint=float(
+      memory.argument_size_in_bytes
+      + memory.output_size_in_bytes
+      - memory.alias_size_in_bytes
+      + memory.temp_size_in_bytes
+    ),
+    callbacks=len(CALLBACK.findall(text)),
+    loops=len(re.findall(r" while\(", text)),
   )
 
 
@@ -182,8 +189,7 @@ def compile_sharded_step(name: str, batch: int, dim: int, chips: tuple):
 
   import jaxrank
 
-  mesh = jax.sharding.Mesh(np.asarray(chips), ("batch",),
-                           axis_types=(jax.sharding.AxisType.Auto,))
+  mesh = jax.sharding.Mesh(np.asarray(chips), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
   sharding = NamedSharding(mesh, P("batch"))
   loss = jaxrank.sharded_loss(speed.loss_function(name, LOSSES), mesh, "batch")
   e = jax.ShapeDtypeStruct((batch, dim), jnp.float32, sharding=sharding)
@@ -191,8 +197,13 @@ def compile_sharded_step(name: str, batch: int, dim: int, chips: tuple):
   return jax.jit(jax.value_and_grad(loss)).lower(e, y).compile()
 
 
-def compile_evaluation_chunk(device, dim: int, chunk: int = EVAL_CHUNK,
-                             gallery: int = EVAL_GALLERY, relevant: int = EVAL_RELEVANT):
+def compile_evaluation_chunk(
+  device,
+  dim: int,
+  chunk: int = EVAL_CHUNK,
+  gallery: int = EVAL_GALLERY,
+  relevant: int = EVAL_RELEVANT,
+):
   """`evaluate_retrieval`'s per-chunk program (cosine, leave-one-out, Recall@1/2/4/8, MAP@R, mAP,
   tie-aware mAP), compiled for `device`: the library's private chunk, as `evaluate_retrieval`
   calls it on that platform."""
@@ -211,12 +222,18 @@ def compile_evaluation_chunk(device, dim: int, chunk: int = EVAL_CHUNK,
 
   items = jax.ShapeDtypeStruct((gallery, dim), jnp.float32)
   prepared = jax.eval_shape(
-      lambda x: similarity.prepare_items(jaxrank.similarity.cosine, x, jnp.float32), items)
+    lambda x: similarity.prepare_items(jaxrank.similarity.cosine, x, jnp.float32), items
+  )
   prepared = jax.tree.map(lambda s: spec(s.shape, s.dtype), prepared)
   return retrieval._evaluate_chunk.lower(  # pylint: disable=protected-access
-      spec((chunk, dim), jnp.float32), spec((chunk,), jnp.int32),
-      spec((chunk, relevant), jnp.int32), spec((chunk, relevant), jnp.bool_), prepared,
-      ks=(1, 2, 4, 8), similarity_fn=jaxrank.similarity.cosine, branch=ranking.forced_branch(),
+    spec((chunk, dim), jnp.float32),
+    spec((chunk,), jnp.int32),
+    spec((chunk, relevant), jnp.int32),
+    spec((chunk, relevant), jnp.bool_),
+    prepared,
+    ks=(1, 2, 4, 8),
+    similarity_fn=jaxrank.similarity.cosine,
+    branch=ranking.forced_branch(),
   ).compile()
 
 
@@ -248,20 +265,22 @@ def target_table(target: str, batch: int, dim: int, names: list[str], largest: b
   budget = BUDGETS[target]
   floor = analyse(compile_step(floor_loss, batch, dim, device))
   header = (
-      f"{target}: B = {batch}, D = {dim}, {speed.PER_CLASS} per class; ratios to the floor "
-      f"(forward+backward of sum(tanh(e @ e.T)): "
-      + (f"estimate {floor.estimate * 1e3:.3f} ms, {floor.flops / 1e9:.1f} GFLOP, "
-         f"{floor.bytes / 1e9:.2f} GB accessed, "
-         if floor.estimate is not None and floor.flops is not None and floor.bytes is not None
-         else "")
-      + f"{_mb(floor.temporaries)} temporaries); largest B in {_gb(budget)} by the memory "
-      "analysis"
+    f"{target}: B = {batch}, D = {dim}, {speed.PER_CLASS} per class; ratios to the floor "
+    f"(forward+backward of sum(tanh(e @ e.T)): "
+    + (
+      f"estimate {floor.estimate * 1e3:.3f} ms, {floor.flops / 1e9:.1f} GFLOP, "
+      f"{floor.bytes / 1e9:.2f} GB accessed, "
+      if floor.estimate is not None and floor.flops is not None and floor.bytes is not None
+      else ""
+    )
+    + f"{_mb(floor.temporaries)} temporaries); largest B in {_gb(budget)} by the memory "
+    "analysis"
   )
   lines = [
-      header,
-      "| step | estimate / floor | flops / floor | bytes / floor | temporaries | "
-      "temporaries / floor | largest B | callbacks |",
-      "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    header,
+    "| step | estimate / floor | flops / floor | bytes / floor | temporaries | "
+    "temporaries / floor | largest B | callbacks |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- |",
   ]
   for name in ["floor", *names]:
     start = time.perf_counter()
@@ -269,14 +288,19 @@ def target_table(target: str, batch: int, dim: int, names: list[str], largest: b
     a = analyse(compile_step(loss, batch, dim, device)) if name != "floor" else floor
     best = "-"
     if largest:
-      b, used = speed.largest_fitting(functools.partial(footprint_at, loss, dim, device), batch,
-                                      budget, tolerance=LARGEST_TOLERANCE, rounds=3)
+      b, used = speed.largest_fitting(
+        functools.partial(footprint_at, loss, dim, device),
+        batch,
+        budget,
+        tolerance=LARGEST_TOLERANCE,
+        rounds=3,
+      )
       best = f"{b:,} ({used / 1e9:.1f} GB)"
     loops = f" ({a.loops} loops)" if a.loops else ""
     lines.append(
-        f"| {name} | {_ratio(a.estimate, floor.estimate)}{loops} | {_ratio(a.flops, floor.flops)} "
-        f"| {_ratio(a.bytes, floor.bytes)} | {_mb(a.temporaries)} | "
-        f"{_ratio(a.temporaries, floor.temporaries or None)} | {best} | {a.callbacks} |"
+      f"| {name} | {_ratio(a.estimate, floor.estimate)}{loops} | {_ratio(a.flops, floor.flops)} "
+      f"| {_ratio(a.bytes, floor.bytes)} | {_mb(a.temporaries)} | "
+      f"{_ratio(a.temporaries, floor.temporaries or None)} | {best} | {a.callbacks} |"
     )
     print(lines[-1], f"({time.perf_counter() - start:.0f} s)", flush=True)
   return lines
@@ -286,12 +310,12 @@ def sharded_table(batch: int, dim: int, names: list[str]) -> list[str]:
   """The sharded step on the v5e's 4 chips beside the one-chip step, per chip."""
   chips = devices("v5e")
   lines = [
-      f"v5e, sharded over {len(chips)} chips (jaxrank.sharded_loss): B = {batch} in all, "
-      f"{batch // len(chips)} queries per chip; per-chip estimate and temporaries against the "
-      "one-chip step of the whole batch",
-      "| step | one chip: estimate | sharded: estimate per chip | one chip: temporaries | "
-      "sharded: temporaries per chip | callbacks |",
-      "| --- | --- | --- | --- | --- | --- |",
+    f"v5e, sharded over {len(chips)} chips (jaxrank.sharded_loss): B = {batch} in all, "
+    f"{batch // len(chips)} queries per chip; per-chip estimate and temporaries against the "
+    "one-chip step of the whole batch",
+    "| step | one chip: estimate | sharded: estimate per chip | one chip: temporaries | "
+    "sharded: temporaries per chip | callbacks |",
+    "| --- | --- | --- | --- | --- | --- |",
   ]
   for name in names:
     one = analyse(compile_step(in_batch_loss(name), batch, dim, chips[0]))
@@ -301,8 +325,8 @@ def sharded_table(batch: int, dim: int, names: list[str]) -> list[str]:
       return "n/a" if a.estimate is None else f"{a.estimate * 1e3:.2f} ms"
 
     lines.append(
-        f"| {name} | {ms(one)} | {ms(split)} | {_mb(one.temporaries)} | {_mb(split.temporaries)} "
-        f"| {split.callbacks} |"
+      f"| {name} | {ms(one)} | {ms(split)} | {_mb(one.temporaries)} | {_mb(split.temporaries)} "
+      f"| {split.callbacks} |"
     )
     print(lines[-1], flush=True)
   return lines
@@ -310,10 +334,10 @@ def sharded_table(batch: int, dim: int, names: list[str]) -> list[str]:
 
 def evaluation_table(targets: list[str], dim: int) -> list[str]:
   lines = [
-      f"evaluate_retrieval's chunk: {EVAL_CHUNK} queries x {EVAL_GALLERY:,} gallery items, "
-      f"D = {dim}, {EVAL_RELEVANT} relevant slots per query",
-      "| target | estimate | GB accessed | temporaries | callbacks |",
-      "| --- | --- | --- | --- | --- |",
+    f"evaluate_retrieval's chunk: {EVAL_CHUNK} queries x {EVAL_GALLERY:,} gallery items, "
+    f"D = {dim}, {EVAL_RELEVANT} relevant slots per query",
+    "| target | estimate | GB accessed | temporaries | callbacks |",
+    "| --- | --- | --- | --- | --- |",
   ]
   for target in targets:
     a = analyse(compile_evaluation_chunk(devices(target)[0], dim))
@@ -324,9 +348,14 @@ def evaluation_table(targets: list[str], dim: int) -> list[str]:
   return lines
 
 
-def records(targets: list[str], batch: int, dim: int, names: list[str], *,
-            evaluation: tuple[int, int, int] = (EVAL_CHUNK, EVAL_GALLERY, EVAL_RELEVANT)
-            ) -> list[dict]:
+def records(
+  targets: list[str],
+  batch: int,
+  dim: int,
+  names: list[str],
+  *,
+  evaluation: tuple[int, int, int] = (EVAL_CHUNK, EVAL_GALLERY, EVAL_RELEVANT),
+) -> list[dict]:
   """Every analysis at one batch, as plain records (for `--json` and the compile-only test):
   `{"target", "kind" ("step", "sharded" on the v5e's chips, or "evaluation"), "step", ...}` with
   the fields of `Analysis`; the floor is the step named "floor"."""
@@ -341,8 +370,9 @@ def records(targets: list[str], batch: int, dim: int, names: list[str], *,
         out.append({"target": target, "kind": "sharded", "step": name, **dataclasses.asdict(a)})
     chunk, gallery, relevant = evaluation
     a = analyse(compile_evaluation_chunk(device, dim, chunk, gallery, relevant))
-    out.append({"target": target, "kind": "evaluation", "step": "evaluation chunk",
-                **dataclasses.asdict(a)})
+    out.append(
+      {"target": target, "kind": "evaluation", "step": "evaluation chunk", **dataclasses.asdict(a)}
+    )
   return out
 
 
@@ -352,22 +382,32 @@ def main(argv=None):
   parser.add_argument("--dim", type=int, default=512)
   parser.add_argument("--targets", nargs="+", choices=sorted(BUDGETS), default=["v5e", "h100"])
   parser.add_argument("--losses", nargs="+", choices=list(LOSSES), default=list(LOSSES))
-  parser.add_argument("--skip-largest", action="store_true",
-                      help="leave out the largest-batch column (many compilations)")
+  parser.add_argument(
+    "--skip-largest",
+    action="store_true",
+    help="leave out the largest-batch column (many compilations)",
+  )
   parser.add_argument("--skip-sharded", action="store_true")
   parser.add_argument("--skip-evaluation", action="store_true")
-  parser.add_argument("--json", metavar="FILE",
-                      help="write every analysis at the first --batch to FILE as JSON records "
-                      "(steps, sharded steps, a small evaluation chunk) instead of the tables")
-  parser.add_argument("--docs", action="store_true",
-                      help="also write each table to docs/_generated/accelerators_<table>.json")
+  parser.add_argument(
+    "--json",
+    metavar="FILE",
+    help="write every analysis at the first --batch to FILE as JSON records "
+    "(steps, sharded steps, a small evaluation chunk) instead of the tables",
+  )
+  parser.add_argument(
+    "--docs",
+    action="store_true",
+    help="also write each table to docs/_generated/accelerators_<table>.json",
+  )
   args = parser.parse_args(argv)
   set_environment()
   import jax
 
   if args.json:
-    found = records(args.targets, args.batch[0], args.dim, args.losses,
-                    evaluation=(64, 4096, EVAL_RELEVANT))
+    found = records(
+      args.targets, args.batch[0], args.dim, args.losses, evaluation=(64, 4096, EVAL_RELEVANT)
+    )
     pathlib.Path(args.json).write_text(json.dumps(found, indent=1))
     return 0
 
@@ -375,8 +415,9 @@ def main(argv=None):
   tables = {}
   for target in args.targets:
     for i, batch in enumerate(args.batch):
-      tables[f"{target}_{batch}"] = target_table(target, batch, args.dim, args.losses,
-                                                 largest=not args.skip_largest and i == 0)
+      tables[f"{target}_{batch}"] = target_table(
+        target, batch, args.dim, args.losses, largest=not args.skip_largest and i == 0
+      )
   if "v5e" in args.targets and not args.skip_sharded:
     tables["sharded"] = sharded_table(args.batch[0], args.dim, args.losses)
   if not args.skip_evaluation:
@@ -386,8 +427,9 @@ def main(argv=None):
     from experiments import docs_data  # pylint: disable=g-import-not-at-top
 
     for name, lines in tables.items():
-      print("wrote", docs_data.write_table(f"accelerators_{name}",
-                                           **docs_data.markdown_table(lines)))
+      print(
+        "wrote", docs_data.write_table(f"accelerators_{name}", **docs_data.markdown_table(lines))
+      )
   return 0
 
 

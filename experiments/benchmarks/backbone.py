@@ -65,11 +65,16 @@ def main() -> None:
   x = np.random.default_rng(0).normal(size=(args.batch, args.size, args.size, 3))
   x = x.astype(np.float32)
   import torch  # pylint: disable=g-import-not-at-top
-  rows = [("jaxrank (JAX)", bench_jax(x, args.steps)),
-          ("torchvision (PyTorch)", bench_torch(x, args.steps))]
-  print(f"ResNet-50 forward+backward, batch {args.batch}, {args.size}x{args.size}, CPU, "
-        f"{args.steps} timed steps, jax {jax.__version__}, torch {torch.__version__} "
-        f"({torch.get_num_threads()} threads)")
+
+  rows = [
+    ("jaxrank (JAX)", bench_jax(x, args.steps)),
+    ("torchvision (PyTorch)", bench_torch(x, args.steps)),
+  ]
+  print(
+    f"ResNet-50 forward+backward, batch {args.batch}, {args.size}x{args.size}, CPU, "
+    f"{args.steps} timed steps, jax {jax.__version__}, torch {torch.__version__} "
+    f"({torch.get_num_threads()} threads)"
+  )
   print(f"{'implementation':<24} {'s/step':>8} {'images/s':>9}")
   for name, seconds in rows:
     print(f"{name:<24} {seconds:8.2f} {args.batch / seconds:9.1f}")

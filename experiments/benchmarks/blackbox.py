@@ -56,8 +56,9 @@ def run_jaxrank(scores, labels, repeats):
 
   import jaxrank
 
-  loss_and_grad = jax.jit(jax.value_and_grad(
-      lambda s, y: jaxrank.blackbox_ap_loss(s, y, interpolation=4.0)))
+  loss_and_grad = jax.jit(
+    jax.value_and_grad(lambda s, y: jaxrank.blackbox_ap_loss(s, y, interpolation=4.0))
+  )
   s, y = jnp.asarray(scores), jnp.asarray(labels)
 
   def call():
@@ -122,8 +123,9 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--n", type=int, default=1_000_000)
   parser.add_argument("--repeats", type=int, default=7)
-  parser.add_argument("--docs", action="store_true",
-                      help="also write the table to docs/_generated/blackbox_sort.json")
+  parser.add_argument(
+    "--docs", action="store_true", help="also write the table to docs/_generated/blackbox_sort.json"
+  )
   parser.add_argument("--side", choices=["jaxrank", "torch"], help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.side:
@@ -131,8 +133,7 @@ def main():
     return
   env = dict(os.environ)
   env["XLA_FLAGS"] = (
-      env.get("XLA_FLAGS", "")
-      + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
   )
   rows = {}
   for side in ("torch", "jaxrank"):
@@ -141,8 +142,10 @@ def main():
     out = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
     rows[side] = json.loads(out.strip().splitlines()[-1])
   base = rows["torch"]["time"]
-  print(f"blackbox AP loss, forward+backward, {args.n:,} scores (1% relevant), one core, "
-        f"median of {args.repeats}")
+  print(
+    f"blackbox AP loss, forward+backward, {args.n:,} scores (1% relevant), one core, "
+    f"median of {args.repeats}"
+  )
   print(f"{'':10} {'time s':>8} {'ratio':>6} {'loss':>8}")
   for side in ("torch", "jaxrank"):
     row = rows[side]
@@ -152,14 +155,26 @@ def main():
 
     from experiments import docs_data  # pylint: disable=g-import-not-at-top
 
-    names = {"torch": f"PyTorch {torch.__version__.split('+')[0]}, same algorithm (two argsort)",
-             "jaxrank": "jaxrank.blackbox_ap_loss"}
-    print("wrote", docs_data.write_table(
-        "blackbox_sort", title=f"blackbox AP loss, {args.n:,} scores (1% relevant), one core",
-        columns=[f"{args.n:,} scores, one core", f"forward+backward (median of {args.repeats})",
-                 "ratio"],
-        rows=[[names[side], f"{rows[side]['time']:.3f} s", f"{rows[side]['time'] / base:.2f}"]
-              for side in ("torch", "jaxrank")]))
+    names = {
+      "torch": f"PyTorch {torch.__version__.split('+')[0]}, same algorithm (two argsort)",
+      "jaxrank": "jaxrank.blackbox_ap_loss",
+    }
+    print(
+      "wrote",
+      docs_data.write_table(
+        "blackbox_sort",
+        title=f"blackbox AP loss, {args.n:,} scores (1% relevant), one core",
+        columns=[
+          f"{args.n:,} scores, one core",
+          f"forward+backward (median of {args.repeats})",
+          "ratio",
+        ],
+        rows=[
+          [names[side], f"{rows[side]['time']:.3f} s", f"{rows[side]['time'] / base:.2f}"]
+          for side in ("torch", "jaxrank")
+        ],
+      ),
+    )
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ def steps(name: str, block: int):
 
   loss_fn = speed.loss_function(name, accelerators.LOSSES)
   return speed.in_batch_loss(name, accelerators.LOSSES), jaxrank.blocked_loss(
-      loss_fn, block_size=block
+    loss_fn, block_size=block
   )
 
 
@@ -75,10 +75,10 @@ def time_table(batches: list[int], dim: int, block: int, names: list[str], repea
   import jax.numpy as jnp
 
   lines = [
-      f"CPU, D = {dim}, block {block}: temporaries and step time (median of {repeats})",
-      "| loss | B | unblocked temporaries | blocked temporaries | unblocked | blocked | "
-      "blocked / unblocked |",
-      "| --- | --- | --- | --- | --- | --- | --- |",
+    f"CPU, D = {dim}, block {block}: temporaries and step time (median of {repeats})",
+    "| loss | B | unblocked temporaries | blocked temporaries | unblocked | blocked | "
+    "blocked / unblocked |",
+    "| --- | --- | --- | --- | --- | --- | --- |",
   ]
   for batch in batches:
     e, y = speed.make_batch(batch, dim)
@@ -97,30 +97,35 @@ def time_table(batches: list[int], dim: int, block: int, names: list[str], repea
           times[i].append(time.perf_counter() - start)
       medians = [float(np.median(t)) for t in times]
       lines.append(
-          f"| {name} | {batch:,} | {_gb(temps[0])} | {_gb(temps[1])} | {medians[0]:.2f} s | "
-          f"{medians[1]:.2f} s | {medians[1] / medians[0]:.2f}x |"
+        f"| {name} | {batch:,} | {_gb(temps[0])} | {_gb(temps[1])} | {medians[0]:.2f} s | "
+        f"{medians[1]:.2f} s | {medians[1] / medians[0]:.2f}x |"
       )
       print(lines[-1], file=sys.stderr, flush=True)
       del programs
   return lines
 
 
-def memory_table(batch: int, dim: int, block: int, names: list[str], targets: list[str],
-                 unblocked_batch: int):
+def memory_table(
+  batch: int, dim: int, block: int, names: list[str], targets: list[str], unblocked_batch: int
+):
   """Compile only: the blocked step's temporaries at `batch` on each target, beside the unblocked
   step's at `unblocked_batch`."""
   lines = [
-      f"Compiled steps, D = {dim}, block {block}: temporaries (memory analysis, nothing run)",
-      "| target | loss | unblocked, B = " + f"{unblocked_batch:,}" + " | blocked, B = "
-      + f"{batch:,} |",
-      "| --- | --- | --- | --- |",
+    f"Compiled steps, D = {dim}, block {block}: temporaries (memory analysis, nothing run)",
+    "| target | loss | unblocked, B = "
+    + f"{unblocked_batch:,}"
+    + " | blocked, B = "
+    + f"{batch:,} |",
+    "| --- | --- | --- | --- |",
   ]
   for target in targets:
     device = None if target == "cpu" else accelerators.devices(target)[0]
     for name in names:
       whole, blocked = steps(name, block)
-      row = (f"| {target} | {name} | {_gb(_temporaries(whole, unblocked_batch, dim, device))} | "
-             f"{_gb(_temporaries(blocked, batch, dim, device))} |")
+      row = (
+        f"| {target} | {name} | {_gb(_temporaries(whole, unblocked_batch, dim, device))} | "
+        f"{_gb(_temporaries(blocked, batch, dim, device))} |"
+      )
       lines.append(row)
       print(row, file=sys.stderr, flush=True)
   return lines
@@ -130,14 +135,19 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--time-batches", type=int, nargs="*", default=[])
   parser.add_argument("--memory-batch", type=int, default=None)
-  parser.add_argument("--unblocked-batch", type=int, default=16384,
-                      help="the unblocked step's batch in the memory table")
+  parser.add_argument(
+    "--unblocked-batch",
+    type=int,
+    default=16384,
+    help="the unblocked step's batch in the memory table",
+  )
   parser.add_argument("--targets", nargs="+", choices=["cpu", "h100"], default=["cpu"])
   parser.add_argument("--dim", type=int, default=512)
   parser.add_argument("--block", type=int, default=1024)
   parser.add_argument("--repeats", type=int, default=3)
-  parser.add_argument("--losses", nargs="+", choices=list(accelerators.LOSSES),
-                      default=list(accelerators.LOSSES))
+  parser.add_argument(
+    "--losses", nargs="+", choices=list(accelerators.LOSSES), default=list(accelerators.LOSSES)
+  )
   args = parser.parse_args(argv)
   if "h100" in args.targets:
     accelerators.set_environment()
@@ -145,8 +155,9 @@ def main(argv=None):
   if args.time_batches:
     lines += time_table(args.time_batches, args.dim, args.block, args.losses, args.repeats)
   if args.memory_batch:
-    lines += [""] + memory_table(args.memory_batch, args.dim, args.block, args.losses,
-                                 args.targets, args.unblocked_batch)
+    lines += [""] + memory_table(
+      args.memory_batch, args.dim, args.block, args.losses, args.targets, args.unblocked_batch
+    )
   print("\n".join(lines))
 
 

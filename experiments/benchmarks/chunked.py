@@ -58,11 +58,11 @@ def child(batch: int, chunk: int | None, repeats: int, host: bool = False) -> di
     jax.block_until_ready(run())
     times.append(time.perf_counter() - start)
   return {
-      "time": float(np.median(times)),
-      "times": times,
-      "compile": compile_time,
-      "temp_mb": temp_bytes / 2**20,
-      "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    "time": float(np.median(times)),
+    "times": times,
+    "compile": compile_time,
+    "temp_mb": temp_bytes / 2**20,
+    "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
   }
 
 
@@ -73,7 +73,6 @@ def _model_and_loss():
   import jaxrank
 
   class CNN(nnx.Module):
-
     def __init__(self, rngs):
       self.c1 = nnx.Conv(3, 32, (3, 3), rngs=rngs)
       self.c2 = nnx.Conv(32, 64, (3, 3), strides=(2, 2), rngs=rngs)
@@ -112,11 +111,13 @@ def _compile_host_step(embed, loss, params, images, labels, chunk):
   compile_time = time.perf_counter() - start
   embeddings = jax.jit(embed)(params, images[:chunk])
   stage_temps = [
-      jax.jit(embed).lower(params, images[:chunk]).compile(),
-      jax.jit(jax.value_and_grad(loss)).lower(
-          jnp.zeros((batch, embeddings.shape[1])), labels).compile(),
-      jax.jit(lambda p, x, g: jax.vjp(lambda q: embed(q, x), p)[1](g)).lower(
-          params, images[:chunk], embeddings).compile(),
+    jax.jit(embed).lower(params, images[:chunk]).compile(),
+    jax.jit(jax.value_and_grad(loss))
+    .lower(jnp.zeros((batch, embeddings.shape[1])), labels)
+    .compile(),
+    jax.jit(lambda p, x, g: jax.vjp(lambda q: embed(q, x), p)[1](g))
+    .lower(params, images[:chunk], embeddings)
+    .compile(),
   ]
   # The stages run one after another: the peak is the largest stage's temporaries.
   temp_bytes = max(c.memory_analysis().temp_size_in_bytes for c in stage_temps)
@@ -149,25 +150,42 @@ def main():
   parser.add_argument("--batch-sizes", type=int, nargs="+", default=[256])
   parser.add_argument("--chunks", type=int, nargs="+", default=[64, 128])
   parser.add_argument("--repeats", type=int, default=2, help="timed steps per process")
-  parser.add_argument("--rounds", type=int, default=3,
-                      help="processes per variant, interleaved; the table gives medians over them")
+  parser.add_argument(
+    "--rounds",
+    type=int,
+    default=3,
+    help="processes per variant, interleaved; the table gives medians over them",
+  )
   parser.add_argument("--child", nargs=3, type=int, help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.child:
     batch, chunk, host = args.child
     print(json.dumps(child(batch, chunk or None, args.repeats, bool(host))))
     return
-  print(f"one training step, small CNN on 32x32x3, blackbox_ap_loss, median over {args.rounds} "
-        f"interleaved processes x {args.repeats} steps")
-  print(f"{'B':>6} {'chunk':>5} {'mode':>10} {'time s':>8} {'x unchunked':>11} {'compile s':>9} "
-        f"{'XLA temp MB':>12} {'RSS MB':>8}")
+  print(
+    f"one training step, small CNN on 32x32x3, blackbox_ap_loss, median over {args.rounds} "
+    f"interleaved processes x {args.repeats} steps"
+  )
+  print(
+    f"{'B':>6} {'chunk':>5} {'mode':>10} {'time s':>8} {'x unchunked':>11} {'compile s':>9} "
+    f"{'XLA temp MB':>12} {'RSS MB':>8}"
+  )
   for batch in args.batch_sizes:
     variants = [("unchunked", 0)] + [(m, c) for c in args.chunks for m in ("jitted", "host")]
     results = {v: [] for v in variants}
     for _ in range(args.rounds):
       for mode, chunk in variants:  # interleaved, so load changes hit every variant alike
-        command = [sys.executable, "-m", "experiments.benchmarks.chunked", "--child", str(batch),
-                   str(chunk), str(int(mode == "host")), "--repeats", str(args.repeats)]
+        command = [
+          sys.executable,
+          "-m",
+          "experiments.benchmarks.chunked",
+          "--child",
+          str(batch),
+          str(chunk),
+          str(int(mode == "host")),
+          "--repeats",
+          str(args.repeats),
+        ]
         out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
         results[(mode, chunk)].append(json.loads(out.strip().splitlines()[-1]))
     base = [r["time"] for r in results[("unchunked", 0)]]
@@ -176,8 +194,11 @@ def main():
       # Ratio per round (same load), then the median of the ratios.
       ratio = np.median([r["time"] / b for r, b in zip(rows, base)])
       med = {key: float(np.median([r[key] for r in rows])) for key in rows[0] if key != "times"}
-      print(f"{batch:6d} {chunk or '-':>5} {mode:>10} {med['time']:8.3f} {ratio:11.2f} "
-            f"{med['compile']:9.1f} {med['temp_mb']:12.1f} {med['rss_mb']:8.0f}", flush=True)
+      print(
+        f"{batch:6d} {chunk or '-':>5} {mode:>10} {med['time']:8.3f} {ratio:11.2f} "
+        f"{med['compile']:9.1f} {med['temp_mb']:12.1f} {med['rss_mb']:8.0f}",
+        flush=True,
+      )
 
 
 if __name__ == "__main__":

@@ -81,23 +81,28 @@ def main():
 
   digits = jd.load_digits("train")
   sampler = functools.partial(
-      jd.m_per_class_batches, digits.labels, classes_per_batch=5, samples_per_class=12, seed=0
+    jd.m_per_class_batches, digits.labels, classes_per_batch=5, samples_per_class=12, seed=0
   )
   ds = jd.make_pipeline(digits, sampler)
   rows.append(("digits, P x K", *images_per_second(ds, 50 * args.batches, args.warmup)))
   augment = functools.partial(
-      jd.train_preprocess, resize_size=10, crop_size=8, mean=(0.5,), std=(0.5,)
+    jd.train_preprocess, resize_size=10, crop_size=8, mean=(0.5,), std=(0.5,)
   )
   ds = jd.make_pipeline(digits, sampler, preprocess_fn=augment)
   rows.append(("digits, P x K, augmented", *images_per_second(ds, 5 * args.batches, args.warmup)))
 
   with testing.mock_retrieval_data(
-      classes_per_split=192, images_per_class=4, image_size=tuple(args.image_size)
+    classes_per_split=192, images_per_class=4, image_size=tuple(args.image_size)
   ):
     sop = jd.load_stanford_online_products(split="train")
   hard = functools.partial(
-      jd.super_class_batches, sop.labels, sop.super_labels, classes_per_batch=32,
-      samples_per_class=4, batches_per_group=10, seed=0,
+    jd.super_class_batches,
+    sop.labels,
+    sop.super_labels,
+    classes_per_batch=32,
+    samples_per_class=4,
+    batches_per_group=10,
+    seed=0,
   )
   size = "x".join(map(str, args.image_size))
   for name, data in (("PNG", sop), ("JPEG", to_jpeg(sop))):
@@ -107,9 +112,13 @@ def main():
 
   labels, supers = sop_sized_labels()
   for name, fn in (
-      ("m-per-class", functools.partial(jd.m_per_class_batches, labels, classes_per_batch=32)),
-      ("hard", functools.partial(jd.super_class_batches, labels, supers, classes_per_batch=32,
-                                 batches_per_group=10)),
+    ("m-per-class", functools.partial(jd.m_per_class_batches, labels, classes_per_batch=32)),
+    (
+      "hard",
+      functools.partial(
+        jd.super_class_batches, labels, supers, classes_per_batch=32, batches_per_group=10
+      ),
+    ),
   ):
     start = time.perf_counter()
     b = fn(samples_per_class=4, seed=0, epoch=0)

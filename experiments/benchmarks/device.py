@@ -117,20 +117,28 @@ def check_section(names: list[str], batch: int = CHECK_BATCH) -> list[dict]:
     for name in names:
       step = jax.jit(jax.value_and_grad(speed.in_batch_loss(name, accelerators.LOSSES)))
       results = [
-          jax.device_get(step(jax.device_put(e, device), jax.device_put(y, device)))
-          for device in (accelerator, cpu)
+        jax.device_get(step(jax.device_put(e, device), jax.device_put(y, device)))
+        for device in (accelerator, cpu)
       ]
       (value, grad), (cpu_value, cpu_grad) = results
       row: dict[str, Any] = {
-          "loss": name, "batch": batch, "value": float(value), "cpu value": float(cpu_value),
-          "value error": _relative(value, cpu_value), "gradient error": _relative(grad, cpu_grad),
+        "loss": name,
+        "batch": batch,
+        "value": float(value),
+        "cpu value": float(cpu_value),
+        "value error": _relative(value, cpu_value),
+        "gradient error": _relative(grad, cpu_grad),
       }
-      row["ok"] = bool(row["value error"] <= VALUE_TOLERANCE
-                       and row["gradient error"] <= GRADIENT_TOLERANCE)
+      row["ok"] = bool(
+        row["value error"] <= VALUE_TOLERANCE and row["gradient error"] <= GRADIENT_TOLERANCE
+      )
       rows.append(row)
-      print(f"check {name}: value {row['value']:.6f} (CPU {row['cpu value']:.6f}), "
-            f"errors {row['value error']:.1e} / {row['gradient error']:.1e}"
-            f"{'' if row['ok'] else '  MISMATCH'}", flush=True)
+      print(
+        f"check {name}: value {row['value']:.6f} (CPU {row['cpu value']:.6f}), "
+        f"errors {row['value error']:.1e} / {row['gradient error']:.1e}"
+        f"{'' if row['ok'] else '  MISMATCH'}",
+        flush=True,
+      )
   return rows
 
 
@@ -162,7 +170,8 @@ def steps_section(batches: list[int], dim: int, names: list[str], seconds: float
       else:
         try:
           compiled, compile_seconds = _compiled_step(
-              speed.in_batch_loss(name, accelerators.LOSSES), e, y)
+            speed.in_batch_loss(name, accelerators.LOSSES), e, y
+          )
         except Exception as error:  # pylint: disable=broad-except
           if "RESOURCE_EXHAUSTED" not in str(error):
             raise
@@ -171,20 +180,29 @@ def steps_section(batches: list[int], dim: int, names: list[str], seconds: float
           continue
       seconds_per_step = timed(compiled, e, y, seconds=seconds)
       row = {
-          "loss": name, "batch": batch, "dim": dim, "time": seconds_per_step,
-          "floor time": floor_time, "ratio": seconds_per_step / floor_time,
-          "temporaries": _temporaries(compiled), "compile": compile_seconds,
+        "loss": name,
+        "batch": batch,
+        "dim": dim,
+        "time": seconds_per_step,
+        "floor time": floor_time,
+        "ratio": seconds_per_step / floor_time,
+        "temporaries": _temporaries(compiled),
+        "compile": compile_seconds,
       }
       rows.append(row)
-      print(f"steps B={batch} {name}: {row['time'] * 1e3:.3f} ms, {row['ratio']:.2f}x floor, "
-            f"{row['temporaries'] / 2**20:.0f} MB temporaries, compiled in "
-            f"{row['compile']:.1f} s", flush=True)
+      print(
+        f"steps B={batch} {name}: {row['time'] * 1e3:.3f} ms, {row['ratio']:.2f}x floor, "
+        f"{row['temporaries'] / 2**20:.0f} MB temporaries, compiled in "
+        f"{row['compile']:.1f} s",
+        flush=True,
+      )
       del compiled
   return rows
 
 
-def blocked_section(batches: list[int], dim: int, names: list[str], seconds: float,
-                    block: int = BLOCK) -> list[dict]:
+def blocked_section(
+  batches: list[int], dim: int, names: list[str], seconds: float, block: int = BLOCK
+) -> list[dict]:
   """Blocked against unblocked step time; at the largest batch the blocked step alone."""
   import jax.numpy as jnp
 
@@ -213,9 +231,15 @@ def blocked_section(batches: list[int], dim: int, names: list[str], seconds: flo
       if row.get("unblocked") and row.get("blocked"):
         row["ratio"] = row["blocked"] / row["unblocked"]
       rows.append(row)
-      print(f"blocked B={batch} {name}: " + ", ".join(
+      print(
+        f"blocked B={batch} {name}: "
+        + ", ".join(
           f"{k} {v * 1e3:.1f} ms" if k in ("blocked", "unblocked") and v else f"{k} {v}"
-          for k, v in row.items() if k in ("blocked", "unblocked", "ratio")), flush=True)
+          for k, v in row.items()
+          if k in ("blocked", "unblocked", "ratio")
+        ),
+        flush=True,
+      )
   return rows
 
 
@@ -233,18 +257,29 @@ def evaluation_section(num: int, repeats: int) -> list[dict]:
   product = jax.jit(lambda q, g: jnp.max(q @ g.T, axis=1))
 
   def floor(chunk):
-    out = [product(gallery[i: i + chunk], gallery) for i in range(0, num, chunk)]
+    out = [product(gallery[i : i + chunk], gallery) for i in range(0, num, chunk)]
     return jnp.concatenate(out)
 
   for chunk in evaluate.FLOOR_CHUNKS:
-    rows.append({"side": "xla_product", "chunk": chunk,
-                 "time": timed(floor, chunk, least=repeats, most=repeats, seconds=0)})
+    rows.append(
+      {
+        "side": "xla_product",
+        "chunk": chunk,
+        "time": timed(floor, chunk, least=repeats, most=repeats, seconds=0),
+      }
+    )
     print(f"evaluation xla_product chunk {chunk}: {rows[-1]['time']:.3f} s", flush=True)
   for chunk in (evaluate.default_chunk_size(), 4096):
-    run = lambda chunk=chunk: jaxrank.evaluate_retrieval(x, labels, ks=evaluate.KS,
-                                                         chunk_size=chunk)
-    rows.append({"side": "jaxrank", "chunk": chunk,
-                 "time": timed(run, least=repeats, most=repeats, seconds=0)})
+    run = lambda chunk=chunk: jaxrank.evaluate_retrieval(
+      x, labels, ks=evaluate.KS, chunk_size=chunk
+    )
+    rows.append(
+      {
+        "side": "jaxrank",
+        "chunk": chunk,
+        "time": timed(run, least=repeats, most=repeats, seconds=0),
+      }
+    )
     print(f"evaluation jaxrank chunk {chunk}: {rows[-1]['time']:.3f} s", flush=True)
   fastest = min(r["time"] for r in rows if r["side"] == "xla_product")
   for r in rows:
@@ -273,10 +308,16 @@ def pml_section(batches: list[int], seconds: float) -> list[dict]:
 
   rows = []
   cases = {
-      "fastap": (pml_losses.FastAPLoss(num_bins=10),
-                 functools.partial(jaxrank.fastap_loss, num_intervals=10), False),
-      "smoothap": (pml_losses.SmoothAPLoss(0.01),
-                   functools.partial(jaxrank.smoothap_loss, temperature=0.01), True),
+    "fastap": (
+      pml_losses.FastAPLoss(num_bins=10),
+      functools.partial(jaxrank.fastap_loss, num_intervals=10),
+      False,
+    ),
+    "smoothap": (
+      pml_losses.SmoothAPLoss(0.01),
+      functools.partial(jaxrank.smoothap_loss, temperature=0.01),
+      True,
+    ),
   }
   for name, (pml_loss, loss_fn, include_self) in cases.items():
     for batch in batches:
@@ -307,10 +348,20 @@ def pml_section(batches: list[int], seconds: float) -> list[dict]:
         torch_step(pml_loss, e_t, y_t)
         times.append(time.perf_counter() - begin)
       pml_time = float(np.median(times))
-      rows.append({"loss": name, "batch": batch, "jaxrank": jax_time, "pml": pml_time,
-                   "speed-up": pml_time / jax_time})
-      print(f"pml {name} B={batch}: jaxrank {jax_time * 1e3:.2f} ms, pml {pml_time * 1e3:.2f} ms"
-            f" ({pml_time / jax_time:.1f}x)", flush=True)
+      rows.append(
+        {
+          "loss": name,
+          "batch": batch,
+          "jaxrank": jax_time,
+          "pml": pml_time,
+          "speed-up": pml_time / jax_time,
+        }
+      )
+      print(
+        f"pml {name} B={batch}: jaxrank {jax_time * 1e3:.2f} ms, pml {pml_time * 1e3:.2f} ms"
+        f" ({pml_time / jax_time:.1f}x)",
+        flush=True,
+      )
       del e_t, y_t
       torch.cuda.empty_cache()
   return rows
@@ -344,15 +395,32 @@ def _steps_tables(steps: list[dict], device: str) -> dict[str, dict]:
     estimates = _v5e_estimates(batch)
     floor = next(r for r in rows if r["loss"] == "floor")
     tables[f"device_steps_{batch}"] = {
-        "title": (f"{device}: forward and backward of every step, B = {batch:,}, "
-                  f"D = {floor['dim']}, {speed.PER_CLASS} per class; median time; the floor is "
-                  "forward and backward of sum(tanh(e @ e.T)), measured in the same run"),
-        "columns": ["step", "time", "time / floor", "temporaries", "compile",
-                    "v5e estimate / floor (compile-only)"],
-        "rows": [[r["loss"], "out of memory", "-", "-", "-", estimates.get(r["loss"], "-")]
-                 if "error" in r else
-                 [r["loss"], _ms(r["time"]), f"{r['ratio']:.2f}x", _size(r["temporaries"]),
-                  f"{r['compile']:.1f} s", estimates.get(r["loss"], "-")] for r in rows],
+      "title": (
+        f"{device}: forward and backward of every step, B = {batch:,}, "
+        f"D = {floor['dim']}, {speed.PER_CLASS} per class; median time; the floor is "
+        "forward and backward of sum(tanh(e @ e.T)), measured in the same run"
+      ),
+      "columns": [
+        "step",
+        "time",
+        "time / floor",
+        "temporaries",
+        "compile",
+        "v5e estimate / floor (compile-only)",
+      ],
+      "rows": [
+        [r["loss"], "out of memory", "-", "-", "-", estimates.get(r["loss"], "-")]
+        if "error" in r
+        else [
+          r["loss"],
+          _ms(r["time"]),
+          f"{r['ratio']:.2f}x",
+          _size(r["temporaries"]),
+          f"{r['compile']:.1f} s",
+          estimates.get(r["loss"], "-"),
+        ]
+        for r in rows
+      ],
     }
   return tables
 
@@ -363,45 +431,76 @@ def docs_tables(results: dict) -> dict[str, dict]:
   tables = {}
   if results.get("check"):
     tables["device_check"] = {
-        "title": (f"{device}: every loss's value and gradient against JAX's CPU backend "
-                  f"(B = {results['check'][0].get('batch', CHECK_BATCH)}, D = {CHECK_DIM}, "
-                  "products at the highest precision); "
-                  "relative errors"),
-        "columns": ["loss", "value", "CPU value", "value error", "gradient error"],
-        "rows": [[r["loss"], f"{r['value']:.6f}", f"{r['cpu value']:.6f}",
-                  f"{r['value error']:.1e}", f"{r['gradient error']:.1e}"]
-                 for r in results["check"]],
+      "title": (
+        f"{device}: every loss's value and gradient against JAX's CPU backend "
+        f"(B = {results['check'][0].get('batch', CHECK_BATCH)}, D = {CHECK_DIM}, "
+        "products at the highest precision); "
+        "relative errors"
+      ),
+      "columns": ["loss", "value", "CPU value", "value error", "gradient error"],
+      "rows": [
+        [
+          r["loss"],
+          f"{r['value']:.6f}",
+          f"{r['cpu value']:.6f}",
+          f"{r['value error']:.1e}",
+          f"{r['gradient error']:.1e}",
+        ]
+        for r in results["check"]
+      ],
     }
   tables.update(_steps_tables(results.get("steps", []), device))
   if results.get("blocked"):
     tables["device_blocked"] = {
-        "title": (f"{device}: `blocked_loss` (block {results['blocked'][0]['block']:,}) "
-                  "against the unblocked step, D = 512; median time"),
-        "columns": ["loss", "B", "unblocked", "blocked", "blocked / unblocked",
-                    "unblocked temporaries", "blocked temporaries"],
-        "rows": [[r["loss"], f"{r['batch']:,}",
-                  _ms(r["unblocked"]) if r.get("unblocked") else "not run",
-                  _ms(r["blocked"]) if r.get("blocked") else "out of memory",
-                  f"{r['ratio']:.2f}x" if "ratio" in r else "-",
-                  _size(r["unblocked temporaries"]) if "unblocked temporaries" in r else "-",
-                  _size(r["blocked temporaries"]) if "blocked temporaries" in r else "-"]
-                 for r in results["blocked"]],
+      "title": (
+        f"{device}: `blocked_loss` (block {results['blocked'][0]['block']:,}) "
+        "against the unblocked step, D = 512; median time"
+      ),
+      "columns": [
+        "loss",
+        "B",
+        "unblocked",
+        "blocked",
+        "blocked / unblocked",
+        "unblocked temporaries",
+        "blocked temporaries",
+      ],
+      "rows": [
+        [
+          r["loss"],
+          f"{r['batch']:,}",
+          _ms(r["unblocked"]) if r.get("unblocked") else "not run",
+          _ms(r["blocked"]) if r.get("blocked") else "out of memory",
+          f"{r['ratio']:.2f}x" if "ratio" in r else "-",
+          _size(r["unblocked temporaries"]) if "unblocked temporaries" in r else "-",
+          _size(r["blocked temporaries"]) if "blocked temporaries" in r else "-",
+        ]
+        for r in results["blocked"]
+      ],
     }
   if results.get("evaluation"):
     tables["device_evaluation"] = {
-        "title": (f"{device}: `evaluate_retrieval` of an SOP-shaped set (60,502 items, D = 512, "
-                  "leave-one-out) against XLA's product of the same chunks; median of 3"),
-        "columns": ["side", "chunk", "time", "/ fastest product"],
-        "rows": [[r["side"], f"{r['chunk']:,}", _ms(r["time"]), f"{r['ratio']:.1f}x"]
-                 for r in results["evaluation"]],
+      "title": (
+        f"{device}: `evaluate_retrieval` of an SOP-shaped set (60,502 items, D = 512, "
+        "leave-one-out) against XLA's product of the same chunks; median of 3"
+      ),
+      "columns": ["side", "chunk", "time", "/ fastest product"],
+      "rows": [
+        [r["side"], f"{r['chunk']:,}", _ms(r["time"]), f"{r['ratio']:.1f}x"]
+        for r in results["evaluation"]
+      ],
     }
   if results.get("pml"):
     tables["device_pml"] = {
-        "title": (f"{device}: forward and backward beside pytorch-metric-learning on the same "
-                  "GPU (FastAPLoss(num_bins=10), SmoothAPLoss(0.01)); median time"),
-        "columns": ["loss", "B", "jaxrank", "pytorch-metric-learning", "speed-up"],
-        "rows": [[r["loss"], f"{r['batch']:,}", _ms(r["jaxrank"]), _ms(r["pml"]),
-                  f"{r['speed-up']:.1f}x"] for r in results["pml"]],
+      "title": (
+        f"{device}: forward and backward beside pytorch-metric-learning on the same "
+        "GPU (FastAPLoss(num_bins=10), SmoothAPLoss(0.01)); median time"
+      ),
+      "columns": ["loss", "B", "jaxrank", "pytorch-metric-learning", "speed-up"],
+      "rows": [
+        [r["loss"], f"{r['batch']:,}", _ms(r["jaxrank"]), _ms(r["pml"]), f"{r['speed-up']:.1f}x"]
+        for r in results["pml"]
+      ],
     }
   return tables
 
@@ -416,16 +515,24 @@ def forms_table(records: dict[str, dict]) -> dict:
   for label, results in records.items():
     for batch in sorted({r["batch"] for r in results["steps"]}):
       steps = {r["loss"]: r for r in results["steps"] if r["batch"] == batch}
-      rows.append([label, f"{batch:,}"]
-                  + [f"{steps[n]['ratio']:.2f}x" for n in names]
-                  + [" / ".join(_size(steps[n]["temporaries"]) for n in names)])
+      rows.append(
+        [label, f"{batch:,}"]
+        + [f"{steps[n]['ratio']:.2f}x" for n in names]
+        + [" / ".join(_size(steps[n]["temporaries"]) for n in names)]
+      )
   floor = next(r for r in first["steps"] if r["loss"] == "floor")
   return {
-      "title": (f"{first['device'].split(': ', 1)[-1]}: each form of the steps, "
-                f"D = {floor['dim']}; time / floor (its own run's floor), temporaries"),
-      "columns": ["form", "B", *(f"{n} / floor" for n in names),
-                  "temporaries (" + ", ".join(names) + ")"],
-      "rows": rows,
+    "title": (
+      f"{first['device'].split(': ', 1)[-1]}: each form of the steps, "
+      f"D = {floor['dim']}; time / floor (its own run's floor), temporaries"
+    ),
+    "columns": [
+      "form",
+      "B",
+      *(f"{n} / floor" for n in names),
+      "temporaries (" + ", ".join(names) + ")",
+    ],
+    "rows": rows,
   }
 
 
@@ -441,26 +548,41 @@ def write_docs(paths: list[str], forms: Sequence[str] = (), directory=None) -> l
 
   def write(name, table, results, sources):
     return docs_data.write_table(
-        name, **table, command=results["command"], date=results["date"],
-        machine_name=f"{results['machine']}; JAX {results['jax']}",
-        source=f"measured: written from the run's JSON record ({sources})",
-        directory=directory)
+      name,
+      **table,
+      command=results["command"],
+      date=results["date"],
+      machine_name=f"{results['machine']}; JAX {results['jax']}",
+      source=f"measured: written from the run's JSON record ({sources})",
+      directory=directory,
+    )
 
   written = []
   for item in paths:
     path, _, suffix = item.partition(":")
     results = json.loads(pathlib.Path(path).read_text())
     for name, table in docs_tables(results).items():
-      written.append(write(f"{name}_{suffix}" if suffix else name, table, results,
-                           pathlib.Path(path).name))
+      written.append(
+        write(f"{name}_{suffix}" if suffix else name, table, results, pathlib.Path(path).name)
+      )
   if forms:
     pairs = [item.split("=", 1) for item in forms]
     records = {label: json.loads(pathlib.Path(path).read_text()) for label, path in pairs}
     first = records[pairs[0][0]]
-    first = {**first, "command": "; ".join(
-        f"{label}: {r['command']} (commit {r.get('commit', '?')})" for label, r in records.items())}
-    written.append(write("device_forms", forms_table(records), first,
-                         ", ".join(pathlib.Path(p).name for _, p in pairs)))
+    first = {
+      **first,
+      "command": "; ".join(
+        f"{label}: {r['command']} (commit {r.get('commit', '?')})" for label, r in records.items()
+      ),
+    }
+    written.append(
+      write(
+        "device_forms",
+        forms_table(records),
+        first,
+        ", ".join(pathlib.Path(p).name for _, p in pairs),
+      )
+    )
   return written
 
 
@@ -469,25 +591,44 @@ def main(argv=None) -> None:
   parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
   parser.add_argument("--batch", type=int, nargs="+", default=[4096, 16384])
   parser.add_argument("--dim", type=int, default=512)
-  parser.add_argument("--losses", nargs="+", choices=list(accelerators.LOSSES),
-                      default=list(accelerators.LOSSES))
+  parser.add_argument(
+    "--losses", nargs="+", choices=list(accelerators.LOSSES), default=list(accelerators.LOSSES)
+  )
   parser.add_argument("--blocked-batch", type=int, nargs="+", default=[16384, 65536])
-  parser.add_argument("--blocked-losses", nargs="+", choices=list(accelerators.LOSSES),
-                      default=list(BLOCKED_ROWS))
+  parser.add_argument(
+    "--blocked-losses", nargs="+", choices=list(accelerators.LOSSES), default=list(BLOCKED_ROWS)
+  )
   parser.add_argument("--check-batch", type=int, default=CHECK_BATCH)
   parser.add_argument("--block", type=int, default=BLOCK, help="the blocked section's block")
   parser.add_argument("--evaluation-items", type=int, default=60_502)
   parser.add_argument("--pml-batch", type=int, nargs="+", default=[1024, 4096, 16384])
-  parser.add_argument("--seconds", type=float, default=1.0,
-                      help="about how long each row's timed calls take (at least 5 calls)")
-  parser.add_argument("--force", choices=["cpu", "accelerator"],
-                      help="run every section inside `platforms.forced_platform` (e.g. the TPU's "
-                      "forms on a GPU, to compare them with the GPU's own)")
+  parser.add_argument(
+    "--seconds",
+    type=float,
+    default=1.0,
+    help="about how long each row's timed calls take (at least 5 calls)",
+  )
+  parser.add_argument(
+    "--force",
+    choices=["cpu", "accelerator"],
+    help="run every section inside `platforms.forced_platform` (e.g. the TPU's "
+    "forms on a GPU, to compare them with the GPU's own)",
+  )
   parser.add_argument("--json", metavar="FILE", help="write every row here after each section")
-  parser.add_argument("--docs-from", nargs="+", metavar="FILE[:SUFFIX]", default=[],
-                      help="write the guide's tables from these JSON records and stop")
-  parser.add_argument("--docs-forms", nargs="+", metavar="LABEL=FILE", default=[],
-                      help="with --docs-from: one table comparing these records' steps")
+  parser.add_argument(
+    "--docs-from",
+    nargs="+",
+    metavar="FILE[:SUFFIX]",
+    default=[],
+    help="write the guide's tables from these JSON records and stop",
+  )
+  parser.add_argument(
+    "--docs-forms",
+    nargs="+",
+    metavar="LABEL=FILE",
+    default=[],
+    help="with --docs-from: one table comparing these records' steps",
+  )
   args = parser.parse_args(argv)
   if args.docs_from or args.docs_forms:
     for path in write_docs(args.docs_from, args.docs_forms):
@@ -500,11 +641,14 @@ def main(argv=None) -> None:
   from experiments import docs_data
 
   results: dict[str, Any] = {
-      "device": f"{device.platform}: {device.device_kind}", "jax": jax.__version__,
-      "date": time.strftime("%Y-%m-%d"),
-      "command": shlex.join(["python", "-m", "experiments.benchmarks.device",
-                             *(sys.argv[1:] if argv is None else argv)]),
-      "machine": f"{device.device_kind}, host {docs_data.machine()}"}
+    "device": f"{device.platform}: {device.device_kind}",
+    "jax": jax.__version__,
+    "date": time.strftime("%Y-%m-%d"),
+    "command": shlex.join(
+      ["python", "-m", "experiments.benchmarks.device", *(sys.argv[1:] if argv is None else argv)]
+    ),
+    "machine": f"{device.device_kind}, host {docs_data.machine()}",
+  }
   print(f"device {results['device']}, jax {jax.__version__}", flush=True)
   if args.force:
     from jaxrank._src import platforms
@@ -527,8 +671,9 @@ def run_sections(args, results: dict) -> None:
     elif section == "steps":
       results[section] = steps_section(args.batch, args.dim, args.losses, args.seconds)
     elif section == "blocked":
-      results[section] = blocked_section(args.blocked_batch, args.dim, args.blocked_losses,
-                                         args.seconds, args.block)
+      results[section] = blocked_section(
+        args.blocked_batch, args.dim, args.blocked_losses, args.seconds, args.block
+      )
     elif section == "evaluation":
       results[section] = evaluation_section(args.evaluation_items, repeats=3)
     elif section == "pml":

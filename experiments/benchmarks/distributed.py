@@ -81,9 +81,9 @@ def worker(args: argparse.Namespace) -> dict:
 
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(
-      os.environ["BENCH_COORDINATOR"],
-      num_processes=int(os.environ["BENCH_NUM_PROCESSES"]),
-      process_id=int(os.environ["BENCH_PROCESS_ID"]),
+    os.environ["BENCH_COORDINATOR"],
+    num_processes=int(os.environ["BENCH_NUM_PROCESSES"]),
+    process_id=int(os.environ["BENCH_PROCESS_ID"]),
   )
   if args.worker == "evaluate":
     return evaluate_worker(args)
@@ -99,8 +99,8 @@ def loss_worker(args: argparse.Namespace) -> dict:
   import jaxrank  # pylint: disable=g-import-not-at-top
 
   loss_fns: dict[str, Callable[..., Any]] = {
-      "smoothap": functools.partial(jaxrank.smoothap_loss, temperature=0.01),
-      "fastap": jaxrank.fastap_loss,
+    "smoothap": functools.partial(jaxrank.smoothap_loss, temperature=0.01),
+    "fastap": jaxrank.fastap_loss,
   }
   loss_fn = loss_fns[args.worker]
   mesh = jax.make_mesh((jax.device_count(),), ("batch",))  # All devices of all processes.
@@ -121,7 +121,7 @@ def loss_worker(args: argparse.Namespace) -> dict:
   memory = compiled.memory_analysis()
   assert memory is not None  # None only on a backend without a memory analysis.
   xla_mb = (
-      memory.temp_size_in_bytes + memory.argument_size_in_bytes + memory.output_size_in_bytes
+    memory.temp_size_in_bytes + memory.argument_size_in_bytes + memory.output_size_in_bytes
   ) / 2**20
   value, grad = jax.block_until_ready(compiled(embeddings, global_labels))  # Warm-up.
   times = []
@@ -131,13 +131,13 @@ def loss_worker(args: argparse.Namespace) -> dict:
     times.append(time.perf_counter() - start)
   local_norm = sum(float(np.sum(np.square(np.asarray(s.data)))) for s in grad.addressable_shards)
   return {
-      "times": times,
-      "compile_s": compile_s,
-      "xla_mb": xla_mb,
-      "setup_mb": setup_mb,
-      "peak_mb": peak_rss_mb(),
-      "value": f"loss {float(value):.7f}",
-      "grad_sq_norm_local": local_norm,
+    "times": times,
+    "compile_s": compile_s,
+    "xla_mb": xla_mb,
+    "setup_mb": setup_mb,
+    "peak_mb": peak_rss_mb(),
+    "value": f"loss {float(value):.7f}",
+    "grad_sq_norm_local": local_norm,
   }
 
 
@@ -183,12 +183,12 @@ def evaluate_worker(args: argparse.Namespace) -> dict:
     result = jaxrank.evaluate_retrieval(x, labels, **kwargs)
     times.append(time.perf_counter() - start)
   return {
-      "times": times,
-      "compile_s": None,
-      "xla_mb": None,
-      "setup_mb": setup_mb,
-      "peak_mb": peak_rss_mb(),
-      "value": " ".join(f"{k} {v:.6f}" for k, v in result.items()),
+    "times": times,
+    "compile_s": None,
+    "xla_mb": None,
+    "setup_mb": setup_mb,
+    "peak_mb": peak_rss_mb(),
+    "value": " ".join(f"{k} {v:.6f}" for k, v in result.items()),
   }
 
 
@@ -206,22 +206,22 @@ def run_job(argv: list[str], num_processes: int, timeout: float) -> list[dict]:
   """Runs `python -m experiments.benchmarks.distributed *argv` as one job; each process's result."""
   env = dict(os.environ)
   env.update(
-      XLA_FLAGS="--xla_force_host_platform_device_count=1",
-      TF_CPP_MIN_LOG_LEVEL="2",
-      BENCH_COORDINATOR=f"127.0.0.1:{free_port()}",
-      BENCH_NUM_PROCESSES=str(num_processes),
+    XLA_FLAGS="--xla_force_host_platform_device_count=1",
+    TF_CPP_MIN_LOG_LEVEL="2",
+    BENCH_COORDINATOR=f"127.0.0.1:{free_port()}",
+    BENCH_NUM_PROCESSES=str(num_processes),
   )
   # Closed below, once the children have exited and their output is read.
   logs = [tempfile.TemporaryFile(mode="w+") for _ in range(num_processes)]  # noqa: SIM115
   children = [
-      subprocess.Popen(
-          [sys.executable, "-m", "experiments.benchmarks.distributed", *argv],
-          env={**env, "BENCH_PROCESS_ID": str(i)},
-          stdout=log,
-          stderr=subprocess.STDOUT,
-          start_new_session=True,
-      )
-      for i, log in enumerate(logs)
+    subprocess.Popen(
+      [sys.executable, "-m", "experiments.benchmarks.distributed", *argv],
+      env={**env, "BENCH_PROCESS_ID": str(i)},
+      stdout=log,
+      stderr=subprocess.STDOUT,
+      start_new_session=True,
+    )
+    for i, log in enumerate(logs)
   ]
   deadline = time.monotonic() + timeout
   failed = None
@@ -248,10 +248,10 @@ def run_job(argv: list[str], num_processes: int, timeout: float) -> list[dict]:
     shown = "\n".join(f"--- process {i} ---\n{out[-3000:]}" for i, out in enumerate(outputs))
     raise RuntimeError(f"{' '.join(argv)} on {num_processes} processes: {failed}\n{shown}")
   return [
-      json.loads(line[len(_MARK) :])
-      for out in outputs
-      for line in out.splitlines()
-      if line.startswith(_MARK)
+    json.loads(line[len(_MARK) :])
+    for out in outputs
+    for line in out.splitlines()
+    if line.startswith(_MARK)
   ]
 
 
@@ -260,38 +260,38 @@ def summary(what: str, n: int, results: list[dict]) -> dict:
   xla = [r["xla_mb"] for r in results if r["xla_mb"] is not None]
   compile_s = [r["compile_s"] for r in results if r["compile_s"] is not None]
   return {
-      "what": what,
-      "processes": n,
-      "time_s": max(float(np.median(r["times"])) for r in results),
-      "compile_s": max(compile_s) if compile_s else None,
-      "xla_mb": max(xla) if xla else None,
-      "setup_mb": max(r["setup_mb"] for r in results),
-      "peak_mb": max(r["peak_mb"] for r in results),
-      "value": " / ".join(values),  # One value when the processes agree.
+    "what": what,
+    "processes": n,
+    "time_s": max(float(np.median(r["times"])) for r in results),
+    "compile_s": max(compile_s) if compile_s else None,
+    "xla_mb": max(xla) if xla else None,
+    "setup_mb": max(r["setup_mb"] for r in results),
+    "peak_mb": max(r["peak_mb"] for r in results),
+    "value": " / ".join(values),  # One value when the processes agree.
   }
 
 
 def format_table(rows: list[dict], args: argparse.Namespace) -> str:
   head = (
-      f"B = {args.batch}, D = {args.dim} (loss steps, median of {args.repeats}); "
-      f"evaluate_retrieval on {args.num_eval:,} x {args.dim} (median of {args.eval_repeats}); "
-      "one CPU device per process; per-process figures are the largest over the processes."
+    f"B = {args.batch}, D = {args.dim} (loss steps, median of {args.repeats}); "
+    f"evaluate_retrieval on {args.num_eval:,} x {args.dim} (median of {args.eval_repeats}); "
+    "one CPU device per process; per-process figures are the largest over the processes."
   )
   lines = [
-      head,
-      "",
-      (
-          "| measurement | processes | time (s) | compile (s) | XLA step memory (MB) "
-          "| RSS with the data (MB) | peak RSS (MB) | value (every process) |"
-      ),
-      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    head,
+    "",
+    (
+      "| measurement | processes | time (s) | compile (s) | XLA step memory (MB) "
+      "| RSS with the data (MB) | peak RSS (MB) | value (every process) |"
+    ),
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
   ]
   for r in rows:
     compile_s = "" if r["compile_s"] is None else f"{r['compile_s']:.1f}"
     xla = "" if r["xla_mb"] is None else f"{r['xla_mb']:.0f}"
     lines.append(
-        f"| {r['what']} | {r['processes']} | {r['time_s']:.2f} | {compile_s} | {xla} "
-        f"| {r['setup_mb']:.0f} | {r['peak_mb']:.0f} | {r['value']} |"
+      f"| {r['what']} | {r['processes']} | {r['time_s']:.2f} | {compile_s} | {xla} "
+      f"| {r['setup_mb']:.0f} | {r['peak_mb']:.0f} | {r['value']} |"
     )
   return "\n".join(lines)
 

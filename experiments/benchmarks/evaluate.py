@@ -85,9 +85,9 @@ def make_codes(num: int, bits: int, num_classes: int, seed: int = 0):
 
 
 DATA = {
-    # name: (how to make it from --num and --dim, scoring rule's name in jaxrank.similarity).
-    "sop": (lambda args: make_data(args.num, args.dim), "cosine"),
-    "large_classes": (lambda args: make_codes(args.num_codes, args.bits, 10), "hamming"),
+  # name: (how to make it from --num and --dim, scoring rule's name in jaxrank.similarity).
+  "sop": (lambda args: make_data(args.num, args.dim), "cosine"),
+  "large_classes": (lambda args: make_codes(args.num_codes, args.bits, 10), "hamming"),
 }
 
 
@@ -120,9 +120,12 @@ def run_jaxrank(x, labels, repeats, chunk_size, rule):
   import jaxrank
 
   similarity_fn = getattr(jaxrank.similarity, rule)
-  return _timed(repeats, lambda: jaxrank.evaluate_retrieval(
+  return _timed(
+    repeats,
+    lambda: jaxrank.evaluate_retrieval(
       x, labels, ks=KS, chunk_size=chunk_size, similarity_fn=similarity_fn
-  ))
+    ),
+  )
 
 
 def run_xla_product(x, labels, repeats, chunk_size, rule):
@@ -172,8 +175,17 @@ def child(args) -> None:
 
 def run_side(args, data: str, side: str, chunk_size: int) -> dict:
   """One side on one data set in a process of its own: `{"times", "peak_mb", "result"}`."""
-  command = [sys.executable, "-m", "experiments.benchmarks.evaluate", "--side", side, "--data",
-             data, "--chunk-size", str(chunk_size)]
+  command = [
+    sys.executable,
+    "-m",
+    "experiments.benchmarks.evaluate",
+    "--side",
+    side,
+    "--data",
+    data,
+    "--chunk-size",
+    str(chunk_size),
+  ]
   for flag in ("num", "dim", "num_codes", "bits", "repeats"):
     command += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
   out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
@@ -189,8 +201,11 @@ def table(args, data: str) -> None:
     for chunk in chunks:
       label = side if side == "faiss" else f"{side}, chunk {chunk}"
       runs.append((label, side, run_side(args, data, side, chunk)))
-  shape = f"{args.num:,} x {args.dim} floats" if data == "sop" else (
-      f"{args.num_codes:,} x {args.bits}-bit codes in 10 classes")
+  shape = (
+    f"{args.num:,} x {args.dim} floats"
+    if data == "sop"
+    else (f"{args.num_codes:,} x {args.bits}-bit codes in 10 classes")
+  )
   print(f"{data}: {shape}, leave-one-out, median of {args.repeats}")
   medians = {label: float(np.median(row["times"])) for label, _, row in runs}
   floors = [label for label, side, _ in runs if side == "xla_product"]
@@ -201,8 +216,9 @@ def table(args, data: str) -> None:
     result = row["result"]
     metrics = "" if side == "xla_product" else " ".join(f"{k}={v:.4f}" for k, v in result.items())
     fastest = " (the floor)" if floors and median == base and side == "xla_product" else ""
-    print(f"{label:24} {median:8.2f} {median / base:8.2f} {row['peak_mb']:8.0f}  "
-          f"{metrics}{fastest}")
+    print(
+      f"{label:24} {median:8.2f} {median / base:8.2f} {row['peak_mb']:8.0f}  {metrics}{fastest}"
+    )
   results = {side: row["result"] for _, side, row in runs if side != "xla_product"}
   if data == "sop" and len(results) == 2:  # faiss breaks ties its own way on the codes.
     for k in KS:
@@ -221,10 +237,20 @@ def main() -> None:
   parser.add_argument("--bits", type=int, default=32)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--sides", choices=list(SIDES), nargs="+", default=list(SIDES))
-  parser.add_argument("--floor-chunks", type=int, nargs="+", default=list(FLOOR_CHUNKS),
-                      help="the product's chunks of queries, each timed; the fastest is the floor")
-  parser.add_argument("--chunk-size", type=int, nargs="+", default=None,
-                      help="jaxrank's chunk_size, each timed (default: the library's default)")
+  parser.add_argument(
+    "--floor-chunks",
+    type=int,
+    nargs="+",
+    default=list(FLOOR_CHUNKS),
+    help="the product's chunks of queries, each timed; the fastest is the floor",
+  )
+  parser.add_argument(
+    "--chunk-size",
+    type=int,
+    nargs="+",
+    default=None,
+    help="jaxrank's chunk_size, each timed (default: the library's default)",
+  )
   parser.add_argument("--side", choices=list(SIDES), help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.chunk_size is None:

@@ -65,19 +65,23 @@ def main(argv=None):
   def two_loops(s, t):
     tile = ranking.COMPARE_TILE
     half = c // tile // 2 * tile
-    out = [lax.map(lambda pair: ranking._compare_tile(*pair),  # pylint: disable=protected-access
-                   (s[rows].reshape(-1, tile, n), t[rows].reshape(-1, tile, r)))
-           for rows in (slice(0, half), slice(half, c))]
+    out = [
+      lax.map(
+        lambda pair: ranking._compare_tile(*pair),  # pylint: disable=protected-access
+        (s[rows].reshape(-1, tile, n), t[rows].reshape(-1, tile, r)),
+      )
+      for rows in (slice(0, half), slice(half, c))
+    ]
     return tuple(jnp.concatenate([o[i].reshape(-1, r) for o in out]) for i in (0, 1))
 
   rows = {
-      "product": (jax.jit(lambda q, x: jnp.max(q @ x.T, axis=1)), (queries, items)),
-      "count": (jax.jit(lambda s, t: ranking.count_above_and_tied(s, t)[1:]),
-                (scores, thresholds)),
-      "count, two loops": (jax.jit(two_loops), (scores, thresholds)),
+    "product": (jax.jit(lambda q, x: jnp.max(q @ x.T, axis=1)), (queries, items)),
+    "count": (jax.jit(lambda s, t: ranking.count_above_and_tied(s, t)[1:]), (scores, thresholds)),
+    "count, two loops": (jax.jit(two_loops), (scores, thresholds)),
   }
-  print(f"one chunk: {c} queries x {n:,} items, D = {args.dim}, {r} relevant; "
-        f"median of {args.repeats}")
+  print(
+    f"one chunk: {c} queries x {n:,} items, D = {args.dim}, {r} relevant; median of {args.repeats}"
+  )
   print("| part | wall | CPU time |")
   print("| --- | --- | --- |")
   for name, (fn, fn_args) in rows.items():

@@ -134,8 +134,9 @@ def main():
   parser.add_argument("--batch-sizes", type=int, nargs="+")
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--max-pml-smoothap", type=int, default=1024)
-  parser.add_argument("--docs", action="store_true",
-                      help="also write docs/_generated/losses_<loss>.json and .png")
+  parser.add_argument(
+    "--docs", action="store_true", help="also write docs/_generated/losses_<loss>.json and .png"
+  )
   parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.child:
@@ -145,10 +146,14 @@ def main():
   default_sizes = [256, 1024, 2048, 4096] if args.loss == "fastap" else [256, 1024, 4096]
   batch_sizes = args.batch_sizes or default_sizes
   baseline = "FastAPLoss" if args.loss == "fastap" else "SmoothAPLoss"
-  print(f"{args.loss}: forward+backward through batch_retrieval, D={DIM}, {PER_CLASS} per class, "
-        f"median of {args.repeats}; baseline pytorch-metric-learning {baseline}")
-  print(f"{'B':>6} {'jaxrank s':>10} {'pml s':>8} {'speed-up':>9} {'jaxrank MB':>11} {'pml MB':>8} "
-        f"{'mem ratio':>10}")
+  print(
+    f"{args.loss}: forward+backward through batch_retrieval, D={DIM}, {PER_CLASS} per class, "
+    f"median of {args.repeats}; baseline pytorch-metric-learning {baseline}"
+  )
+  print(
+    f"{'B':>6} {'jaxrank s':>10} {'pml s':>8} {'speed-up':>9} {'jaxrank MB':>11} {'pml MB':>8} "
+    f"{'mem ratio':>10}"
+  )
   measured = []
   for batch in batch_sizes:
     rows = {}
@@ -163,8 +168,10 @@ def main():
     measured.append((batch, j, rows.get("pml")))
     if "pml" in rows:
       p = rows["pml"]
-      print(f"{batch:6d} {j['time']:10.3f} {p['time']:8.3f} {p['time'] / j['time']:9.1f} "
-            f"{j['memory_mb']:11.0f} {p['memory_mb']:8.0f} {j['memory_mb'] / p['memory_mb']:10.3f}")
+      print(
+        f"{batch:6d} {j['time']:10.3f} {p['time']:8.3f} {p['time'] / j['time']:9.1f} "
+        f"{j['memory_mb']:11.0f} {p['memory_mb']:8.0f} {j['memory_mb'] / p['memory_mb']:10.3f}"
+      )
     else:
       print(f"{batch:6d} {j['time']:10.3f} {'n/a':>8} {'':>9} {j['memory_mb']:11.0f} {'n/a':>8}")
   if args.docs:
@@ -172,9 +179,9 @@ def main():
 
 
 TITLES = {
-    "fastap": "fastap_loss(num_intervals=10) against FastAPLoss(num_bins=10)",
-    "smoothap": "smoothap_loss(temperature=0.01) against SmoothAPLoss(0.01), query included",
-    "supap": "supap_loss (Ramzi et al.'s defaults) against SmoothAPLoss(0.01), query included",
+  "fastap": "fastap_loss(num_intervals=10) against FastAPLoss(num_bins=10)",
+  "smoothap": "smoothap_loss(temperature=0.01) against SmoothAPLoss(0.01), query included",
+  "supap": "supap_loss (Ramzi et al.'s defaults) against SmoothAPLoss(0.01), query included",
 }
 
 
@@ -183,12 +190,21 @@ def docs_rows(measured) -> list[list[str]]:
   rows = []
   for batch, j, p in measured:
     if p is None:
-      rows.append([str(batch), f"{j['time']:.3g} s", "n/a", "", f"{j['memory_mb']:,.0f} MB",
-                   "n/a", ""])
+      rows.append(
+        [str(batch), f"{j['time']:.3g} s", "n/a", "", f"{j['memory_mb']:,.0f} MB", "n/a", ""]
+      )
     else:
-      rows.append([str(batch), f"{j['time']:.3g} s", f"{p['time']:.3g} s",
-                   f"{p['time'] / j['time']:.2g}x", f"{j['memory_mb']:,.0f} MB",
-                   f"{p['memory_mb']:,.0f} MB", f"{j['memory_mb'] / p['memory_mb']:.2f}"])
+      rows.append(
+        [
+          str(batch),
+          f"{j['time']:.3g} s",
+          f"{p['time']:.3g} s",
+          f"{p['time'] / j['time']:.2g}x",
+          f"{j['memory_mb']:,.0f} MB",
+          f"{p['memory_mb']:,.0f} MB",
+          f"{j['memory_mb'] / p['memory_mb']:.2f}",
+        ]
+      )
   return rows
 
 
@@ -200,10 +216,14 @@ def docs_figure(loss_name: str, baseline: str, measured):
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
   fig, axes = plt.subplots(1, 2, figsize=(8, 3))
-  for axis, key, label in ((axes[0], "time", "forward+backward (s)"),
-                           (axes[1], "memory_mb", "peak memory (MB)")):
-    for side, index, style in (("jaxrank", 1, "o-"), (f"pytorch-metric-learning {baseline}", 2,
-                                                       "s--")):
+  for axis, key, label in (
+    (axes[0], "time", "forward+backward (s)"),
+    (axes[1], "memory_mb", "peak memory (MB)"),
+  ):
+    for side, index, style in (
+      ("jaxrank", 1, "o-"),
+      (f"pytorch-metric-learning {baseline}", 2, "s--"),
+    ):
       points = [(m[0], m[index][key]) for m in measured if m[index] is not None]
       if points:
         axis.plot(*zip(*points), style, label=side)
@@ -220,9 +240,12 @@ def write_docs(loss_name: str, baseline: str, measured, repeats: int) -> None:
   from experiments import docs_data  # pylint: disable=g-import-not-at-top
 
   path = docs_data.write_table(
-      f"losses_{loss_name}", title=f"{TITLES[loss_name]}; median of {repeats} steps",
-      columns=["B", "jaxrank", "pml", "speed-up", "jaxrank memory", "pml memory", "memory ratio"],
-      rows=docs_rows(measured), figure=docs_figure(loss_name, baseline, measured))
+    f"losses_{loss_name}",
+    title=f"{TITLES[loss_name]}; median of {repeats} steps",
+    columns=["B", "jaxrank", "pml", "speed-up", "jaxrank memory", "pml memory", "memory ratio"],
+    rows=docs_rows(measured),
+    figure=docs_figure(loss_name, baseline, measured),
+  )
   print(f"wrote {path}")
 
 

@@ -82,41 +82,41 @@ import numpy as np
 PER_CLASS = 4
 
 LOSSES = {
-    "FastAP": "fastap_loss",
-    "mAP_Q": "soft_binning_ap_loss",
-    "AP_r": "tie_aware_ap_loss",
-    "SmoothAP": "smoothap_loss",
-    "SupAP": "supap_loss",
-    "ROADMAP": "roadmap_loss",
-    "blackbox AP": "blackbox_ap_loss",
-    "blackbox recall": "blackbox_recall_loss",
-    # The blackbox losses' counting path: with PER_CLASS items per class a list has PER_CLASS - 1
-    # relevant items, the bound that selects it.
-    "blackbox AP (counting)": "blackbox_ap_loss",
-    "blackbox recall (counting)": "blackbox_recall_loss",
-    # The smooth-rank losses with the same bound, as the training job runs them.
-    "SmoothAP (bounded)": "smoothap_loss",
-    "SupAP (bounded)": "supap_loss",
-    "ROADMAP (bounded)": "roadmap_loss",
+  "FastAP": "fastap_loss",
+  "mAP_Q": "soft_binning_ap_loss",
+  "AP_r": "tie_aware_ap_loss",
+  "SmoothAP": "smoothap_loss",
+  "SupAP": "supap_loss",
+  "ROADMAP": "roadmap_loss",
+  "blackbox AP": "blackbox_ap_loss",
+  "blackbox recall": "blackbox_recall_loss",
+  # The blackbox losses' counting path: with PER_CLASS items per class a list has PER_CLASS - 1
+  # relevant items, the bound that selects it.
+  "blackbox AP (counting)": "blackbox_ap_loss",
+  "blackbox recall (counting)": "blackbox_recall_loss",
+  # The smooth-rank losses with the same bound, as the training job runs them.
+  "SmoothAP (bounded)": "smoothap_loss",
+  "SupAP (bounded)": "supap_loss",
+  "ROADMAP (bounded)": "roadmap_loss",
 }
 # Keyword arguments of the rows that need them.
 LOSS_KWARGS = {
-    "blackbox AP (counting)": {"max_relevant": PER_CLASS - 1},
-    "blackbox recall (counting)": {"max_relevant": PER_CLASS - 1},
-    "SmoothAP (bounded)": {"max_relevant": PER_CLASS - 1},
-    "SupAP (bounded)": {"max_relevant": PER_CLASS - 1},
-    "ROADMAP (bounded)": {"max_relevant": PER_CLASS - 1},
+  "blackbox AP (counting)": {"max_relevant": PER_CLASS - 1},
+  "blackbox recall (counting)": {"max_relevant": PER_CLASS - 1},
+  "SmoothAP (bounded)": {"max_relevant": PER_CLASS - 1},
+  "SupAP (bounded)": {"max_relevant": PER_CLASS - 1},
+  "ROADMAP (bounded)": {"max_relevant": PER_CLASS - 1},
 }
 # The budget of the largest-batch column: one 80 GB accelerator (A100/H100 80GB).
 DEVICE_BYTES = 80e9
 
 # Hyperparameters without a default, for table 2.
 REQUIRED = {
-    "decomposability_gap": {"num_batches": 2},
-    "hamming_tie_aware_ap_metric": {"num_bits": 64},
-    "hamming_tie_aware_ndcg_metric": {"num_bits": 64},
-    "precision_at_k_metric": {"topn": 4},
-    "recall_at_k_metric": {"topn": 4},
+  "decomposability_gap": {"num_batches": 2},
+  "hamming_tie_aware_ap_metric": {"num_bits": 64},
+  "hamming_tie_aware_ndcg_metric": {"num_bits": 64},
+  "precision_at_k_metric": {"topn": 4},
+  "recall_at_k_metric": {"topn": 4},
 }
 
 
@@ -141,8 +141,9 @@ def footprint_bytes(compiled) -> int:
   """Device bytes a call of `compiled` holds at its peak by XLA's memory analysis: arguments,
   outputs (less those aliased to arguments) and temporaries."""
   a = compiled.memory_analysis()
-  return (a.argument_size_in_bytes + a.output_size_in_bytes - a.alias_size_in_bytes
-          + a.temp_size_in_bytes)
+  return (
+    a.argument_size_in_bytes + a.output_size_in_bytes - a.alias_size_in_bytes + a.temp_size_in_bytes
+  )
 
 
 def cost(compiled) -> dict[str, float]:
@@ -154,10 +155,10 @@ def cost(compiled) -> dict[str, float]:
   if isinstance(analysis, (list, tuple)):  # Older JAX: one dict per computation.
     analysis = analysis[0]
   return {
-      "flops": float(analysis.get("flops", 0.0)),
-      "bytes": float(analysis.get("bytes accessed", 0.0)),
-      "temp": float(compiled.memory_analysis().temp_size_in_bytes),
-      "loops": float(len(re.findall(r" while\(", compiled.as_text()))),
+    "flops": float(analysis.get("flops", 0.0)),
+    "bytes": float(analysis.get("bytes accessed", 0.0)),
+    "temp": float(compiled.memory_analysis().temp_size_in_bytes),
+    "loops": float(len(re.findall(r" while\(", compiled.as_text()))),
   }
 
 
@@ -167,21 +168,21 @@ def step_for(loss, batch: int, dim: int):
   import jax.numpy as jnp
 
   step = jax.jit(jax.value_and_grad(loss))
-  return step.lower(jax.ShapeDtypeStruct((batch, dim), jnp.float32),
-                    jax.ShapeDtypeStruct((batch,), jnp.int32)).compile()
+  return step.lower(
+    jax.ShapeDtypeStruct((batch, dim), jnp.float32), jax.ShapeDtypeStruct((batch,), jnp.int32)
+  ).compile()
 
 
 def largest_batch(loss, batch: int, dim: int, budget: float = DEVICE_BYTES) -> tuple[int, float]:
   """The largest batch whose step fits `budget` bytes by XLA's memory analysis on this machine's
   CPU, and the footprint there (bytes, from a compilation at that batch): `largest_fitting` on
   `step_for`'s footprints."""
-  return largest_fitting(
-      lambda b: float(footprint_bytes(step_for(loss, b, dim))), batch, budget
-  )
+  return largest_fitting(lambda b: float(footprint_bytes(step_for(loss, b, dim))), batch, budget)
 
 
-def largest_fitting(footprint, batch: int, budget: float, tolerance: float = 0.01,
-                    rounds: int = 4) -> tuple[int, float]:
+def largest_fitting(
+  footprint, batch: int, budget: float, tolerance: float = 0.01, rounds: int = 4
+) -> tuple[int, float]:
   """The largest batch `B` with `footprint(B) <= budget`, and `footprint(B)`.
 
   `footprint(b)` compiles a step at batch `b` (never runs it) and returns its bytes by the memory
@@ -261,11 +262,15 @@ def loss_table(batch: int, dim: int, repeats: int, names: list[str]) -> list[str
   floor = jax.jit(jax.value_and_grad(lambda e: jnp.sum(e @ e.T)))
   floor_compiled = floor.lower(e).compile()
   lines = [
-      (f"B = {batch}, D = {dim}, {PER_CLASS} per class; forward+backward, median of {repeats}; "
-       "floor: forward+backward of e @ e.T in the same run"),
-      ("| loss | time | floor | ratio | memory | floor memory | compile (labels argument) | "
-       "compile (labels captured) |"),
-      "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    (
+      f"B = {batch}, D = {dim}, {PER_CLASS} per class; forward+backward, median of {repeats}; "
+      "floor: forward+backward of e @ e.T in the same run"
+    ),
+    (
+      "| loss | time | floor | ratio | memory | floor memory | compile (labels argument) | "
+      "compile (labels captured) |"
+    ),
+    "| --- | --- | --- | --- | --- | --- | --- | --- |",
   ]
   for name in names:
     loss = in_batch_loss(name)
@@ -281,9 +286,9 @@ def loss_table(batch: int, dim: int, repeats: int, names: list[str]) -> list[str
       times.append(run_seconds(compiled, e, y))
     t, f = float(np.median(times)), float(np.median(floors))
     lines.append(
-        f"| {name} | {t:.2f} s | {f:.2f} s | {t / f:.1f}x | {memory_mb(compiled):.0f} MB | "
-        f"{memory_mb(floor_compiled):.0f} MB | {argument_wall:.1f} s ({argument_cpu:.1f} s CPU) | "
-        f"{captured_wall:.1f} s ({captured_cpu:.1f} s CPU) |"
+      f"| {name} | {t:.2f} s | {f:.2f} s | {t / f:.1f}x | {memory_mb(compiled):.0f} MB | "
+      f"{memory_mb(floor_compiled):.0f} MB | {argument_wall:.1f} s ({argument_cpu:.1f} s CPU) | "
+      f"{captured_wall:.1f} s ({captured_cpu:.1f} s CPU) |"
     )
     print(lines[-1], flush=True)
   return lines
@@ -309,28 +314,36 @@ def breakdown_table(batch: int, dim: int, repeats: int, names: list[str]) -> lis
   # The scores' share: batch_retrieval's cosine matrix, forward and backward, as in every step.
   similarity = timed(jax.value_and_grad(lambda e: jnp.sum(jaxrank.batch_retrieval(e, y)[0])), e)
   lines = [
-      (f"where the time goes, B = {batch}, D = {dim}: medians of {repeats}, interleaved; "
-       "scores: forward+backward of batch_retrieval's [B, B] cosines alone; loss on lists: "
-       "forward+backward of the loss on those precomputed [B, B] scores"),
-      "| loss | floor | scores | loss on lists | step | (scores + lists) / floor |",
-      "| --- | --- | --- | --- | --- | --- |",
+    (
+      f"where the time goes, B = {batch}, D = {dim}: medians of {repeats}, interleaved; "
+      "scores: forward+backward of batch_retrieval's [B, B] cosines alone; loss on lists: "
+      "forward+backward of the loss on those precomputed [B, B] scores"
+    ),
+    "| loss | floor | scores | loss on lists | step | (scores + lists) / floor |",
+    "| --- | --- | --- | --- | --- | --- |",
   ]
   for name in names:
     loss_fn = loss_function(name)
     on_lists = timed(
-        jax.value_and_grad(lambda s, r, w, loss_fn=loss_fn: loss_fn(s, r, where=w)),
-        scores, relevance, where,
+      jax.value_and_grad(lambda s, r, w, loss_fn=loss_fn: loss_fn(s, r, where=w)),
+      scores,
+      relevance,
+      where,
     )
     step = timed(jax.value_and_grad(in_batch_loss(name)), e, y)
     times: dict[str, list[float]] = {"floor": [], "scores": [], "lists": [], "step": []}
     for _ in range(repeats):
-      for key, once in (("floor", floor), ("scores", similarity), ("lists", on_lists),
-                        ("step", step)):
+      for key, once in (
+        ("floor", floor),
+        ("scores", similarity),
+        ("lists", on_lists),
+        ("step", step),
+      ):
         times[key].append(once())
     t = {key: float(np.median(value)) for key, value in times.items()}
     lines.append(
-        f"| {name} | {t['floor']:.2f} s | {t['scores']:.2f} s | {t['lists']:.2f} s | "
-        f"{t['step']:.2f} s | {(t['scores'] + t['lists']) / t['floor']:.1f}x |"
+      f"| {name} | {t['floor']:.2f} s | {t['scores']:.2f} s | {t['lists']:.2f} s | "
+      f"{t['step']:.2f} s | {(t['scores'] + t['lists']) / t['floor']:.1f}x |"
     )
     print(lines[-1], flush=True)
   if any(name in ("blackbox AP", "blackbox recall") for name in names):
@@ -345,8 +358,8 @@ def breakdown_table(batch: int, dim: int, repeats: int, names: list[str]) -> lis
       ranking.numpy_descending_ranks(host)
       sorts.append(time.perf_counter() - start)
     lines.append(
-        f"blackbox: one host sort of the {batch} lists (numpy, both cores), as forward and "
-        f"backward each run: {float(np.median(sorts)):.2f} s"
+      f"blackbox: one host sort of the {batch} lists (numpy, both cores), as forward and "
+      f"backward each run: {float(np.median(sorts)):.2f} s"
     )
     print(lines[-1], flush=True)
   return lines
@@ -373,15 +386,19 @@ def cost_table(batch: int, dim: int, names: list[str]) -> list[str]:
   base = cost(floor)
   floor_best, floor_bytes = largest_batch(floor_loss, batch, dim)
   lines = [
-      (f"XLA's cost and memory analysis of the step, B = {batch}, D = {dim}, as ratios to the "
-       f"floor's (floor: {base['flops'] / 1e9:.1f} GFLOP, {base['bytes'] / 2**30:.2f} GiB "
-       f"accessed, {base['temp'] / 2**20:.0f} MiB temporaries); largest B whose step fits "
-       f"{DEVICE_BYTES / 1e9:.0f} GB by the memory analysis (compiled, not run: a B^2 + c B "
-       "fitted at B/2 and B, refitted at the predicted B until within 1% under); floor: "
-       f"B = {floor_best} ({floor_bytes / 1e9:.1f} GB)"),
-      ("| loss | flops / floor | bytes / floor | temporaries / floor | largest B in 80 GB | "
-       "loops counted once |"),
-      "| --- | --- | --- | --- | --- | --- |",
+    (
+      f"XLA's cost and memory analysis of the step, B = {batch}, D = {dim}, as ratios to the "
+      f"floor's (floor: {base['flops'] / 1e9:.1f} GFLOP, {base['bytes'] / 2**30:.2f} GiB "
+      f"accessed, {base['temp'] / 2**20:.0f} MiB temporaries); largest B whose step fits "
+      f"{DEVICE_BYTES / 1e9:.0f} GB by the memory analysis (compiled, not run: a B^2 + c B "
+      "fitted at B/2 and B, refitted at the predicted B until within 1% under); floor: "
+      f"B = {floor_best} ({floor_bytes / 1e9:.1f} GB)"
+    ),
+    (
+      "| loss | flops / floor | bytes / floor | temporaries / floor | largest B in 80 GB | "
+      "loops counted once |"
+    ),
+    "| --- | --- | --- | --- | --- | --- |",
   ]
   for name in names:
     with ranking.descending_ranks_branch("xla"):
@@ -390,9 +407,9 @@ def cost_table(batch: int, dim: int, names: list[str]) -> list[str]:
       best, footprint = largest_batch(loss, batch, dim)
     at_least = ">= " if c["loops"] else ""  # A loop's later iterations are not counted.
     lines.append(
-        f"| {name} | {at_least}{c['flops'] / base['flops']:.2f}x | "
-        f"{at_least}{c['bytes'] / base['bytes']:.2f}x | {c['temp'] / base['temp']:.2f}x | "
-        f"{best} ({footprint / 1e9:.1f} GB) | {int(c['loops'])} |"
+      f"| {name} | {at_least}{c['flops'] / base['flops']:.2f}x | "
+      f"{at_least}{c['bytes'] / base['bytes']:.2f}x | {c['temp'] / base['temp']:.2f}x | "
+      f"{best} ({footprint / 1e9:.1f} GB) | {int(c['loops'])} |"
     )
     print(lines[-1], flush=True)
   return lines
@@ -405,15 +422,15 @@ def compile_table(batch: int) -> list[str]:
   import jaxrank
 
   rng = np.random.default_rng(0)
-  labels = (np.arange(batch)[:, None] // PER_CLASS == np.arange(batch)[None, :] // PER_CLASS)
+  labels = np.arange(batch)[:, None] // PER_CLASS == np.arange(batch)[None, :] // PER_CLASS
   labels = labels.astype(np.int32)
   mask = ~np.eye(batch, dtype=bool)
   scores = jnp.asarray(rng.uniform(-1, 1, (batch, batch)).astype(np.float32))
   distances = jnp.asarray(rng.integers(0, 65, (batch, batch)).astype(np.int32))
   lines = [
-      f"list level, [{batch}, {batch}] scores; labels and mask as arguments or captured",
-      "| function | labels argument | labels captured |",
-      "| --- | --- | --- |",
+    f"list level, [{batch}, {batch}] scores; labels and mask as arguments or captured",
+    "| function | labels argument | labels captured |",
+    "| --- | --- | --- |",
   ]
 
   def row(name, fn, x, differentiable):
@@ -421,8 +438,8 @@ def compile_table(batch: int) -> list[str]:
     argument = compile_seconds(jax.jit(wrap(lambda s, y, m: fn(s, y, where=m))), x, labels, mask)
     captured = compile_seconds(jax.jit(wrap(lambda s: fn(s, labels, where=mask))), x)
     lines.append(
-        f"| {name} | {argument[0]:.1f} s ({argument[1]:.1f} s CPU) | "
-        f"{captured[0]:.1f} s ({captured[1]:.1f} s CPU) |"
+      f"| {name} | {argument[0]:.1f} s ({argument[1]:.1f} s CPU) | "
+      f"{captured[0]:.1f} s ({captured[1]:.1f} s CPU) |"
     )
     print(lines[-1], flush=True)
 
@@ -446,8 +463,11 @@ def main():
   parser.add_argument("--skip-compile-table", action="store_true")
   parser.add_argument("--skip-breakdown", action="store_true")
   parser.add_argument("--skip-cost", action="store_true")
-  parser.add_argument("--docs", action="store_true",
-                      help="also write each table to docs/_generated/speed_<table>.json")
+  parser.add_argument(
+    "--docs",
+    action="store_true",
+    help="also write each table to docs/_generated/speed_<table>.json",
+  )
   args = parser.parse_args()
   import jax
 

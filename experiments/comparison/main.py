@@ -42,13 +42,24 @@ DEFAULT_OUTPUT = "experiments/RESULTS.md"
 def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
   parser.add_argument("--workdir", default="runs/comparison", help="default: %(default)s")
-  parser.add_argument("--size", choices=SIZES, default="full",
-                      help="full: the results document's protocol; tiny: the smoke test's")
-  parser.add_argument("--only", nargs="+", metavar="NAME",
-                      help="run only these losses and ablations (default: every one)")
-  parser.add_argument("--output", default=DEFAULT_OUTPUT,
-                      help="the document whose comparison section is written, relative to the "
-                           "repository root (default: %(default)s)")
+  parser.add_argument(
+    "--size",
+    choices=SIZES,
+    default="full",
+    help="full: the results document's protocol; tiny: the smoke test's",
+  )
+  parser.add_argument(
+    "--only",
+    nargs="+",
+    metavar="NAME",
+    help="run only these losses and ablations (default: every one)",
+  )
+  parser.add_argument(
+    "--output",
+    default=DEFAULT_OUTPUT,
+    help="the document whose comparison section is written, relative to the "
+    "repository root (default: %(default)s)",
+  )
   return parser
 
 
@@ -70,9 +81,11 @@ def main(argv: Sequence[str] | None = None) -> None:
   known = {*protocol.LOSSES, *(a.name for a in protocol.ABLATIONS)}
   unknown = sorted(set(args.only or ()) - known)
   if unknown:
-    _parser().exit(main_lib.EXIT_CONFIG_ERROR,
-                   f"{PROG}: error: --only {' '.join(unknown)}: not a loss or ablation of the "
-                   f"comparison; use some of {', '.join(sorted(known))}.\n")
+    _parser().exit(
+      main_lib.EXIT_CONFIG_ERROR,
+      f"{PROG}: error: --only {' '.join(unknown)}: not a loss or ablation of the "
+      f"comparison; use some of {', '.join(sorted(known))}.\n",
+    )
   main_lib.import_tensorflow_quietly()
   from experiments import results
   from experiments.comparison import report
@@ -80,8 +93,9 @@ def main(argv: Sequence[str] | None = None) -> None:
   from experiments.job import input_pipeline
 
   input_pipeline.hide_gpus_from_tensorflow()
-  logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s", stream=sys.stderr,
-                      force=True)
+  logging.basicConfig(
+    level=logging.WARNING, format="%(asctime)s %(message)s", stream=sys.stderr, force=True
+  )
   logging.getLogger("experiments").setLevel(logging.INFO)
   _cache_compilations(args.workdir)
   try:

@@ -65,7 +65,7 @@ class Pretraining:
 
 
 def pretraining_data(
-    base: config_lib.Config, settings: Pretraining
+  base: config_lib.Config, settings: Pretraining
 ) -> tuple[jd.LabeledImages, np.ndarray]:
   """The pretraining images (labels `0 .. C - 1`) and the code points `[C]` of their characters.
 
@@ -75,12 +75,13 @@ def pretraining_data(
   job_train, job_test = input_pipeline.load_data(dataclasses.replace(base, validation_fraction=0))
   excluded = np.union1d(job_train.labels, job_test.labels)
   params: input_pipeline.GlyphsParams = {
-      **input_pipeline.GLYPHS_PARAMS, "min_typefaces": settings.min_typefaces
+    **input_pipeline.GLYPHS_PARAMS,
+    "min_typefaces": settings.min_typefaces,
   }
   parts = [jd.load_glyphs(split, **params) for split in ("train", "test")]
   images = np.concatenate([p.images for p in parts])
   labels = np.concatenate([p.labels for p in parts])
-  characters = np.setdiff1d(np.unique(labels), excluded)[:settings.max_classes]
+  characters = np.setdiff1d(np.unique(labels), excluded)[: settings.max_classes]
   keep = np.isin(labels, characters)
   indices = np.searchsorted(characters, labels[keep]).astype(np.int32)
   return jd.LabeledImages(images[keep], indices), characters
@@ -88,9 +89,15 @@ def pretraining_data(
 
 def settings_key(base: config_lib.Config, settings: Pretraining) -> str:
   """A hash of everything the backbone depends on: the file's name."""
-  what = {"pretraining": dataclasses.asdict(settings), "dataset": base.dataset,
-          "model": base.model, "model_features": list(base.model_features),
-          "glyphs": input_pipeline.GLYPHS_PARAMS, "held_out": HELD_OUT, "version": FORMAT_VERSION}
+  what = {
+    "pretraining": dataclasses.asdict(settings),
+    "dataset": base.dataset,
+    "model": base.model,
+    "model_features": list(base.model_features),
+    "glyphs": input_pipeline.GLYPHS_PARAMS,
+    "held_out": HELD_OUT,
+    "version": FORMAT_VERSION,
+  }
   return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -104,12 +111,20 @@ def _classifier(base: config_lib.Config, num_classes: int, seed: int) -> nnx.Seq
   return nnx.Sequential(backbone, nnx.Linear(features, num_classes, rngs=rngs))
 
 
-def _train_classifier(model: nnx.Sequential, data: jd.LabeledImages, train_rows: np.ndarray,
-                      base: config_lib.Config, settings: Pretraining) -> float:
+def _train_classifier(
+  model: nnx.Sequential,
+  data: jd.LabeledImages,
+  train_rows: np.ndarray,
+  base: config_lib.Config,
+  settings: Pretraining,
+) -> float:
   """Trains `model` in place on the rows `train_rows` of `data`; returns the last loss."""
   schedule_config = dataclasses.replace(
-      base, num_steps=settings.num_steps, learning_rate=settings.learning_rate,
-      warmup_steps=min(base.warmup_steps, settings.num_steps // 10))
+    base,
+    num_steps=settings.num_steps,
+    learning_rate=settings.learning_rate,
+    warmup_steps=min(base.warmup_steps, settings.num_steps // 10),
+  )
   tx = optax.adamw(train.learning_rate_schedule(schedule_config), weight_decay=base.weight_decay)
   # nnx.split's overloads return a variadic tuple, which mypy cannot unpack into three names.
   graph, params, rest = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]
@@ -138,13 +153,13 @@ def accuracy(model: nnx.Sequential, data: jd.LabeledImages, rows: np.ndarray) ->
   predict = jax.jit(lambda images: jnp.argmax(model(images), axis=-1))
   correct = 0
   for start in range(0, len(rows), 1024):
-    chunk = rows[start:start + 1024]
+    chunk = rows[start : start + 1024]
     correct += int(np.sum(np.asarray(predict(data.images[chunk])) == data.labels[chunk]))
   return correct / max(len(rows), 1)
 
 
 def pretrained_backbone(
-    base: config_lib.Config, settings: Pretraining, workdir: str
+  base: config_lib.Config, settings: Pretraining, workdir: str
 ) -> tuple[str, dict[str, Any]]:
   """The cached backbone file of `settings`, pretrained now if it is not there yet.
 
@@ -155,20 +170,24 @@ def pretrained_backbone(
   """
   directory = os.path.join(workdir, "backbones")
   path = os.path.join(directory, f"backbone-{settings_key(base, settings)}.npz")
-  report_path = path[:-len(".npz")] + ".json"
+  report_path = path[: -len(".npz")] + ".json"
   if os.path.isfile(path) and os.path.isfile(report_path):
     with open(report_path) as f:
       return path, {**json.load(f), "new": False}
   start = time.perf_counter()
   data, characters = pretraining_data(base, settings)
   rows = np.random.default_rng([settings.seed, 0]).permutation(data.num_examples)
-  held = rows[:int(round(HELD_OUT * len(rows)))]
+  held = rows[: int(round(HELD_OUT * len(rows)))]
   model = _classifier(base, len(characters), settings.seed)
-  loss = _train_classifier(model, data, rows[len(held):], base, settings)
+  loss = _train_classifier(model, data, rows[len(held) :], base, settings)
   report = {
-      "characters": len(characters), "images": int(data.num_examples), "held_out": len(held),
-      "accuracy": accuracy(model, data, held), "loss": loss,
-      "seconds": time.perf_counter() - start, "settings": dataclasses.asdict(settings),
+    "characters": len(characters),
+    "images": int(data.num_examples),
+    "held_out": len(held),
+    "accuracy": accuracy(model, data, held),
+    "loss": loss,
+    "seconds": time.perf_counter() - start,
+    "settings": dataclasses.asdict(settings),
   }
   os.makedirs(directory, exist_ok=True)
   backbone = model.layers[0]
@@ -178,6 +197,11 @@ def pretrained_backbone(
   with open(report_path + ".tmp", "w") as f:
     json.dump(report, f, indent=1)
   os.replace(report_path + ".tmp", report_path)
-  logger.info("pretrained the backbone on %d characters in %.0f s: held-out accuracy %.3f (%s)",
-              report["characters"], report["seconds"], report["accuracy"], path)
+  logger.info(
+    "pretrained the backbone on %d characters in %.0f s: held-out accuracy %.3f (%s)",
+    report["characters"],
+    report["seconds"],
+    report["accuracy"],
+    path,
+  )
   return path, {**report, "new": True}

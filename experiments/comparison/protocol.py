@@ -39,28 +39,37 @@ from experiments.job import config as config_lib
 from experiments.job.configs import glyphs
 
 # The losses compared, in the order of the main job's table (its sweep, at the losses' defaults).
-LOSSES = ("fastap", "soft_binning_ap", "blackbox_ap", "smoothap", "supap", "roadmap",
-          "contrastive", "triplet", "multi_similarity")
+LOSSES = (
+  "fastap",
+  "soft_binning_ap",
+  "blackbox_ap",
+  "smoothap",
+  "supap",
+  "roadmap",
+  "contrastive",
+  "triplet",
+  "multi_similarity",
+)
 BASELINES = ("contrastive", "triplet", "multi_similarity")  # The pair-based losses.
 LEARNING_RATES = (3e-3, 1e-3)  # The glyphs config's first.
 
 # Loss -> {hyperparameter: values}, the default first; "learning_rate" is the Config field, the
 # others are `loss_kwargs`.
 SEARCH_SPACES: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
-    "fastap": {"num_intervals": (10, 20, 40, 80)},
-    "soft_binning_ap": {"num_bins": (20, 10, 40, 80)},
-    "blackbox_ap": {"interpolation": (0.2, 0.1, 0.5), "margin": (0.02, 0.01, 0.05)},
-    "smoothap": {"temperature": (0.01, 0.005, 0.02, 0.05)},
-    "supap": {"temperature": (0.01, 0.005, 0.02, 0.05)},
-    "roadmap": {"calibration_weight": (0.5, 0.1, 0.25, 0.75)},
-    "contrastive": {"pos_margin": (1.0, 0.9, 0.8), "neg_margin": (0.0, 0.4, 0.6)},
-    # pytorch-metric-learning's default TripletMarginLoss (every triplet, the mean over the
-    # non-zero ones): batch-hard mining did not train from the backbone's narrow cone (issue 38).
-    "triplet": {"margin": (0.05, 0.1, 0.2, 0.4), "mining": ("all",)},
-    "multi_similarity": {"alpha": (2.0, 1.0, 4.0), "beta": (50.0, 20.0, 80.0)},
+  "fastap": {"num_intervals": (10, 20, 40, 80)},
+  "soft_binning_ap": {"num_bins": (20, 10, 40, 80)},
+  "blackbox_ap": {"interpolation": (0.2, 0.1, 0.5), "margin": (0.02, 0.01, 0.05)},
+  "smoothap": {"temperature": (0.01, 0.005, 0.02, 0.05)},
+  "supap": {"temperature": (0.01, 0.005, 0.02, 0.05)},
+  "roadmap": {"calibration_weight": (0.5, 0.1, 0.25, 0.75)},
+  "contrastive": {"pos_margin": (1.0, 0.9, 0.8), "neg_margin": (0.0, 0.4, 0.6)},
+  # pytorch-metric-learning's default TripletMarginLoss (every triplet, the mean over the
+  # non-zero ones): batch-hard mining did not train from the backbone's narrow cone (issue 38).
+  "triplet": {"margin": (0.05, 0.1, 0.2, 0.4), "mining": ("all",)},
+  "multi_similarity": {"alpha": (2.0, 1.0, 4.0), "beta": (50.0, 20.0, 80.0)},
 }
 SEARCH_SPACES = {
-    loss: {**space, "learning_rate": LEARNING_RATES} for loss, space in SEARCH_SPACES.items()
+  loss: {**space, "learning_rate": LEARNING_RATES} for loss, space in SEARCH_SPACES.items()
 }
 TRIALS_SEED = 28  # Issue 28.
 
@@ -96,24 +105,50 @@ class Size:
 
 
 SIZES: Mapping[str, Size] = {
-    # About 35 to 45 minutes on 2 otherwise idle CPU cores: some 230 runs of 150 steps (half the
-    # main job's 300) at about 8 s each, the backbone's 3,000 steps in about 3 minutes (held-out
-    # accuracy 0.35 over 2,485 characters; 1,000 steps at 3e-3 reached 0.003, nothing learned).
-    "full": Size(
-        dataset="glyphs", model_features=(32, 64), embedding_dim=128, batch_size=64,
-        samples_per_class=4, num_steps=150, warmup_steps=15, trials=4, seeds=5,
-        validation_fraction=0.25, ablation_values=None,
-        pretrain={"min_typefaces": 8, "max_classes": None, "num_steps": 3000, "batch_size": 128,
-                  "learning_rate": 1e-2},
-    ),
-    # The smoke test: the glyphs' 31 + 31 commonest characters, a tiny network, two steps.
-    "tiny": Size(
-        dataset="glyphs_tiny", model_features=(4, 8), embedding_dim=8, batch_size=16,
-        samples_per_class=4, num_steps=2, warmup_steps=1, trials=2, seeds=2,
-        validation_fraction=0.25, ablation_values=2,
-        pretrain={"min_typefaces": 16, "max_classes": 40, "num_steps": 3, "batch_size": 32,
-                  "learning_rate": 3e-3},
-    ),
+  # About 35 to 45 minutes on 2 otherwise idle CPU cores: some 230 runs of 150 steps (half the
+  # main job's 300) at about 8 s each, the backbone's 3,000 steps in about 3 minutes (held-out
+  # accuracy 0.35 over 2,485 characters; 1,000 steps at 3e-3 reached 0.003, nothing learned).
+  "full": Size(
+    dataset="glyphs",
+    model_features=(32, 64),
+    embedding_dim=128,
+    batch_size=64,
+    samples_per_class=4,
+    num_steps=150,
+    warmup_steps=15,
+    trials=4,
+    seeds=5,
+    validation_fraction=0.25,
+    ablation_values=None,
+    pretrain={
+      "min_typefaces": 8,
+      "max_classes": None,
+      "num_steps": 3000,
+      "batch_size": 128,
+      "learning_rate": 1e-2,
+    },
+  ),
+  # The smoke test: the glyphs' 31 + 31 commonest characters, a tiny network, two steps.
+  "tiny": Size(
+    dataset="glyphs_tiny",
+    model_features=(4, 8),
+    embedding_dim=8,
+    batch_size=16,
+    samples_per_class=4,
+    num_steps=2,
+    warmup_steps=1,
+    trials=2,
+    seeds=2,
+    validation_fraction=0.25,
+    ablation_values=2,
+    pretrain={
+      "min_typefaces": 16,
+      "max_classes": 40,
+      "num_steps": 3,
+      "batch_size": 32,
+      "learning_rate": 3e-3,
+    },
+  ),
 }
 
 # The two settings: how each one's runs start.
@@ -123,12 +158,19 @@ SETTINGS = ("pretrained", "scratch")
 def base_config(size: Size, backbone: str | None) -> config_lib.Config:
   """The glyphs config at `size`, fine-tuning the backbone file `backbone` (None: from scratch)."""
   return dataclasses.replace(
-      glyphs.get_config(), dataset=size.dataset, model_features=size.model_features,
-      embedding_dim=size.embedding_dim, batch_size=size.batch_size,
-      samples_per_class=size.samples_per_class, num_steps=size.num_steps,
-      warmup_steps=size.warmup_steps, eval_every=max(size.num_steps, 1),
-      checkpoint_every=max(size.num_steps, 1), raw_pixels_baseline=False, progress_bar=False,
-      init_weights=backbone,
+    glyphs.get_config(),
+    dataset=size.dataset,
+    model_features=size.model_features,
+    embedding_dim=size.embedding_dim,
+    batch_size=size.batch_size,
+    samples_per_class=size.samples_per_class,
+    num_steps=size.num_steps,
+    warmup_steps=size.warmup_steps,
+    eval_every=max(size.num_steps, 1),
+    checkpoint_every=max(size.num_steps, 1),
+    raw_pixels_baseline=False,
+    progress_bar=False,
+    init_weights=backbone,
   )
 
 
@@ -151,8 +193,9 @@ def trials(loss: str, count: int) -> list[dict[str, Any]]:
 def trial_config(base: config_lib.Config, loss: str, trial: Mapping[str, Any]) -> config_lib.Config:
   """The base config training `loss` with a trial's hyperparameters and learning rate."""
   kwargs = {k: v for k, v in trial.items() if k != "learning_rate"}
-  return dataclasses.replace(base, loss=loss, loss_kwargs=kwargs,
-                             learning_rate=float(trial["learning_rate"]))
+  return dataclasses.replace(
+    base, loss=loss, loss_kwargs=kwargs, learning_rate=float(trial["learning_rate"])
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,40 +221,55 @@ class Ablation:
 
 
 ABLATIONS = (
-    Ablation(
-        "fastap_bins", "fastap", fastap_bins, values=(10, 5, 40),
-        pairs=((10, 5), (10, 40)),
-        why="the paper's 10 bins and one value on either side of it; R@1 'peaks around 10'",
-    ),
-    Ablation(
-        "batch_size", "fastap", batch_size, values=((16, 4), (8, 4), (32, 4)),
-        pairs=(((16, 4), (8, 4)), ((32, 4), (16, 4))),
-        why="three batch sizes at the fixed number of steps (B = 32, 64, 128); larger ones cost "
-            "more than the budget allows",
-    ),
-    Ablation(
-        "hard_sampling", "fastap", hard_sampling, values=("super_class,8,8,2", "m_per_class,8,8"),
-        pairs=(("super_class,8,8,2", "m_per_class,8,8"),),
-        why="the paper's geometry, two super-classes per batch, against random classes",
-    ),
-    Ablation(
-        "blackbox_margin_memory", "blackbox_ap", blackbox_margin_memory,
-        values=((0.02, 2), (0.02, 0), (0.0, 2)),
-        pairs=(((0.02, 2), (0.02, 0)), ((0.02, 2), (0.0, 2))),
-        why="full RaMBO (margin 0.02, memory 2) against each part removed, as the paper's Table 7",
-    ),
-    Ablation(
-        "roadmap_lambda", "roadmap", roadmap_lambda, values=(0.5, 0.0, 1.0),
-        pairs=((0.5, 0.0), (0.5, 1.0)),
-        why="the paper's 0.5 against each loss alone (lambda 0: SupAP, 1: calibration)",
-    ),
+  Ablation(
+    "fastap_bins",
+    "fastap",
+    fastap_bins,
+    values=(10, 5, 40),
+    pairs=((10, 5), (10, 40)),
+    why="the paper's 10 bins and one value on either side of it; R@1 'peaks around 10'",
+  ),
+  Ablation(
+    "batch_size",
+    "fastap",
+    batch_size,
+    values=((16, 4), (8, 4), (32, 4)),
+    pairs=(((16, 4), (8, 4)), ((32, 4), (16, 4))),
+    why="three batch sizes at the fixed number of steps (B = 32, 64, 128); larger ones cost "
+    "more than the budget allows",
+  ),
+  Ablation(
+    "hard_sampling",
+    "fastap",
+    hard_sampling,
+    values=("super_class,8,8,2", "m_per_class,8,8"),
+    pairs=(("super_class,8,8,2", "m_per_class,8,8"),),
+    why="the paper's geometry, two super-classes per batch, against random classes",
+  ),
+  Ablation(
+    "blackbox_margin_memory",
+    "blackbox_ap",
+    blackbox_margin_memory,
+    values=((0.02, 2), (0.02, 0), (0.0, 2)),
+    pairs=(((0.02, 2), (0.02, 0)), ((0.02, 2), (0.0, 2))),
+    why="full RaMBO (margin 0.02, memory 2) against each part removed, as the paper's Table 7",
+  ),
+  Ablation(
+    "roadmap_lambda",
+    "roadmap",
+    roadmap_lambda,
+    values=(0.5, 0.0, 1.0),
+    pairs=((0.5, 0.0), (0.5, 1.0)),
+    why="the paper's 0.5 against each loss alone (lambda 0: SupAP, 1: calibration)",
+  ),
 )
 
 
 def ablation_values(ablation: Ablation, size: Size) -> tuple[Any, ...]:
   """The values of an ablation that run at `size` (the first two are always the first pair)."""
-  return ablation.values if size.ablation_values is None else ablation.values[
-      :size.ablation_values]
+  return (
+    ablation.values if size.ablation_values is None else ablation.values[: size.ablation_values]
+  )
 
 
 def ablation_pairs(ablation: Ablation, size: Size) -> tuple[tuple[Any, Any], ...]:

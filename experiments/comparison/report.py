@@ -25,8 +25,10 @@ TITLE = "A fair comparison: every loss tuned alike, over seeds, fine-tuned and f
 COMMAND = "python -m experiments.comparison.main --workdir runs/comparison"
 METRICS = (("recall@1", "R@1"), ("map@r", "MAP@R"))
 PHRASES = {"holds": "holds", "does not hold": "does not hold", "inconclusive": "is inconclusive"}
-SETTING_TITLES = {"pretrained": "fine-tuning the pretrained backbone (the papers' regime)",
-                  "scratch": "from scratch (the main job's regime)"}
+SETTING_TITLES = {
+  "pretrained": "fine-tuning the pretrained backbone (the papers' regime)",
+  "scratch": "from scratch (the main job's regime)",
+}
 
 
 def values_of(seeds: Sequence[Mapping[str, float] | None], metric: str) -> list[float]:
@@ -52,38 +54,69 @@ def _hyperparameters(trial: Mapping[str, Any]) -> str:
   return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial.items())
 
 
-def seeds_table(rows: Sequence[tuple[str, Sequence[Mapping[str, float] | None]]],
-                raw_pixels: Mapping[str, float] | None) -> str:
+def seeds_table(
+  rows: Sequence[tuple[str, Sequence[Mapping[str, float] | None]]],
+  raw_pixels: Mapping[str, float] | None,
+) -> str:
   """Rows of seeds as mean [95% interval] per metric, and the rows each beats (Welch, 0.05)."""
-  header = ["#", "run", "seeds", *(f"{short} mean [95% CI]" for _, short in METRICS),
-            *(f"better than ({short})" for _, short in METRICS)]
+  header = [
+    "#",
+    "run",
+    "seeds",
+    *(f"{short} mean [95% CI]" for _, short in METRICS),
+    *(f"better than ({short})" for _, short in METRICS),
+  ]
   lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   for i, (name, seeds) in enumerate(rows, 1):
     ok = [m for m in seeds if m is not None]
     beats = []
     for metric, _ in METRICS:
       mine = values_of(seeds, metric)
-      beats.append(" ".join(
-          str(j) for j, (_, other) in enumerate(rows, 1)
-          if j != i and len(mine) > 1 and len(values_of(other, metric)) > 1
-          and stats.significantly_better(mine, values_of(other, metric))) or "-")
-    lines.append("| " + " | ".join([str(i), name, f"{len(ok)}/{len(seeds)}",
-                                    *(_estimate(values_of(seeds, m)) for m, _ in METRICS),
-                                    *beats]) + " |")
+      beats.append(
+        " ".join(
+          str(j)
+          for j, (_, other) in enumerate(rows, 1)
+          if j != i
+          and len(mine) > 1
+          and len(values_of(other, metric)) > 1
+          and stats.significantly_better(mine, values_of(other, metric))
+        )
+        or "-"
+      )
+    lines.append(
+      "| "
+      + " | ".join(
+        [
+          str(i),
+          name,
+          f"{len(ok)}/{len(seeds)}",
+          *(_estimate(values_of(seeds, m)) for m, _ in METRICS),
+          *beats,
+        ]
+      )
+      + " |"
+    )
   if raw_pixels is not None:
-    lines.append("| | raw_pixels | - | " + " | ".join(
-        f"{raw_pixels[m]:.3f}" for m, _ in METRICS) + " | | |")
+    lines.append(
+      "| | raw_pixels | - | " + " | ".join(f"{raw_pixels[m]:.3f}" for m, _ in METRICS) + " | | |"
+    )
   return "\n".join(lines)
 
 
 def trials_table(out: Mapping[str, Any], losses: Sequence[str]) -> str:
   """Each loss's search space and trials, their validation MAP@R in each setting, chosen in bold."""
-  header = ["loss", "search space (default first)", "trial",
-            *(f"validation MAP@R, {s}" for s in protocol.SETTINGS)]
+  header = [
+    "loss",
+    "search space (default first)",
+    "trial",
+    *(f"validation MAP@R, {s}" for s in protocol.SETTINGS),
+  ]
   lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   for loss in losses:
-    space = "; ".join(f"{k}: {', '.join(v if isinstance(v, str) else f'{v:g}' for v in vs)}"
-                      for k, vs in protocol.SEARCH_SPACES[loss].items())
+    space = "; ".join(
+      f"{k}: {', '.join(v if isinstance(v, str) else f'{v:g}' for v in vs)}"
+      for k, vs in protocol.SEARCH_SPACES[loss].items()
+    )
     trials = out["settings"][protocol.SETTINGS[0]]["trials"][loss]
     for i, record in enumerate(trials):
       cells = []
@@ -93,8 +126,18 @@ def trials_table(out: Mapping[str, Any], losses: Sequence[str]) -> str:
         score = "diverged" if result["metrics"] is None else f"{result['metrics']['map@r']:.3f}"
         chosen = mine["chosen"][loss] == record["trial"]
         cells.append(f"**{score}**" if chosen else score)
-      lines.append("| " + " | ".join([loss if i == 0 else "", space if i == 0 else "",
-                                      _hyperparameters(record["trial"]), *cells]) + " |")
+      lines.append(
+        "| "
+        + " | ".join(
+          [
+            loss if i == 0 else "",
+            space if i == 0 else "",
+            _hyperparameters(record["trial"]),
+            *cells,
+          ]
+        )
+        + " |"
+      )
   return "\n".join(lines)
 
 
@@ -113,26 +156,34 @@ def main_claim(setting: Mapping[str, Any], losses: Sequence[str]) -> str:
     return "Not read: the run did not train both AP losses and baselines."
   r1 = {loss: values_of(setting["final"][loss], "recall@1") for loss in losses}
   best = max(baselines, key=lambda b: stats.interval(r1[b])[0] if r1[b] else -math.inf)
-  parts = [f"{loss} {_difference(r1[loss], r1[best])}: {stats.reading([(r1[loss], r1[best])])}"
-           for loss in ap_losses]
-  return (f"Each AP loss against the best baseline, {best}, on R@1 (the difference of the means "
-          "and its 95% interval; the claim that the AP loss trains better): "
-          + "; ".join(parts) + ".")
+  parts = [
+    f"{loss} {_difference(r1[loss], r1[best])}: {stats.reading([(r1[loss], r1[best])])}"
+    for loss in ap_losses
+  ]
+  return (
+    f"Each AP loss against the best baseline, {best}, on R@1 (the difference of the means "
+    "and its 95% interval; the claim that the AP loss trains better): " + "; ".join(parts) + "."
+  )
 
 
-def ablation_part(ablation: protocol.Ablation, rows: Sequence[Mapping[str, Any]],
-                  size: protocol.Size) -> str:
+def ablation_part(
+  ablation: protocol.Ablation, rows: Sequence[Mapping[str, Any]], size: protocol.Size
+) -> str:
   """An ablation: the paper's claim, the values' table, the claimed pairs and the reading."""
   experiment = {e.name: e for e in results.EXPERIMENTS}[ablation.name]
   by_value = {r["value"]: r for r in rows}
   table = seeds_table([(f"{_value(r['value'])} ({r['name']})", r["seeds"]) for r in rows], None)
   pairs = protocol.ablation_pairs(ablation, size)
-  samples = [(values_of(by_value[b]["seeds"], "recall@1"),
-              values_of(by_value[w]["seeds"], "recall@1")) for b, w in pairs]
-  differences = "; ".join(f"{_value(b)} minus {_value(w)}: {_difference(*s)}"
-                          for (b, w), s in zip(pairs, samples))
+  samples = [
+    (values_of(by_value[b]["seeds"], "recall@1"), values_of(by_value[w]["seeds"], "recall@1"))
+    for b, w in pairs
+  ]
+  differences = "; ".join(
+    f"{_value(b)} minus {_value(w)}: {_difference(*s)}" for (b, w), s in zip(pairs, samples)
+  )
   why = f" Values: {ablation.why}." if ablation.why else ""
-  return "\n\n".join([
+  return "\n\n".join(
+    [
       f"#### {experiment.title}",
       f"**The paper's claim.** {inspect.cleandoc(experiment.claim)}",
       f"Trained on the chosen {ablation.loss} setting of the pretrained regime, each value "
@@ -140,14 +191,16 @@ def ablation_part(ablation: protocol.Ablation, rows: Sequence[Mapping[str, Any]]
       table,
       f"Claimed better, R@1 difference [95% interval]: {differences}. "
       f"**Reading: the claim {PHRASES[stats.reading(samples)]}** in the pretrained regime.",
-  ])
+    ]
+  )
 
 
 def protocol_part(out: Mapping[str, Any], size: protocol.Size) -> str:
   """What was run: the data, the runs, the tuning, the seeds, the statistics."""
   data = out["data"]
   split = ", ".join(f"{k} {v['classes']} classes ({v['images']:,} images)" for k, v in data.items())
-  return "\n".join([
+  return "\n".join(
+    [
       f"- Data: `{size.dataset}`: {split}. The validation classes are "
       f"{size.validation_fraction:.0%} of the training classes (seeded, per super-class: "
       "`Config.validation_fraction`); the test classes are read only by the seeds' runs.",
@@ -162,52 +215,68 @@ def protocol_part(out: Mapping[str, Any], size: protocol.Size) -> str:
       "the trial of the highest validation MAP@R is chosen.",
       f"- Seeds: each chosen setting, and the untrained network, over seeds 0 to "
       f"{size.seeds - 1} on every training class, evaluated on the test classes (leave-one-out). "
-      "Mean and 95% t-interval; \"better than\" lists the rows whose mean it exceeds by Welch's "
+      'Mean and 95% t-interval; "better than" lists the rows whose mean it exceeds by Welch\'s '
       "t-test at 0.05 (two-sided). A claim holds when the 95% Welch interval of every claimed "
       "difference lies above 0, does not hold when one lies below 0, and is inconclusive "
       "otherwise.",
-  ])
+    ]
+  )
 
 
 def backbone_part(report: Mapping[str, Any]) -> str:
   """The pretrained backbone: its characters, training and held-out accuracy."""
   s = report["settings"]
   return (
-      f"Pretrained by classification of {report['characters']} characters drawn by at least "
-      f"{s['min_typefaces']} typefaces, none of them a training or test class "
-      f"({report['images']:,} images), {s['num_steps']} steps of {s['batch_size']} images "
-      f"(AdamW, {s['learning_rate']:g}), in {report['seconds']:.0f} s: **held-out accuracy "
-      f"{report['accuracy']:.3f}** on {report['held_out']:,} images of the same characters "
-      f"(chance {1 / report['characters']:.4f}).")
+    f"Pretrained by classification of {report['characters']} characters drawn by at least "
+    f"{s['min_typefaces']} typefaces, none of them a training or test class "
+    f"({report['images']:,} images), {s['num_steps']} steps of {s['batch_size']} images "
+    f"(AdamW, {s['learning_rate']:g}), in {report['seconds']:.0f} s: **held-out accuracy "
+    f"{report['accuracy']:.3f}** on {report['held_out']:,} images of the same characters "
+    f"(chance {1 / report['characters']:.4f})."
+  )
 
 
-def format_section(out: Mapping[str, Any], *, date: str, machine_name: str,
-                   package_versions: Mapping[str, str]) -> str:
+def format_section(
+  out: Mapping[str, Any], *, date: str, machine_name: str, package_versions: Mapping[str, str]
+) -> str:
   """The section of RESULTS.md, between its markers."""
   size = protocol.SIZES[out["size"]]
   losses = [loss for loss in protocol.LOSSES if loss in out["settings"]["pretrained"]["final"]]
   packages = ", ".join(f"{k} {v}" for k, v in package_versions.items())
-  command = COMMAND + ("" if out["size"] == "full" else f" --size {out['size']}") + (
-      f" --only {' '.join(out['only'])}" if out["only"] else "")
+  command = (
+    COMMAND
+    + ("" if out["size"] == "full" else f" --size {out['size']}")
+    + (f" --only {' '.join(out['only'])}" if out["only"] else "")
+  )
   parts = [
-      results.BEGIN.format(NAME), f"## {TITLE}",
-      f"Command (rerunning it reuses every finished run):\n\n    {command}",
-      f"Run on {date}, {machine_name}; {packages}. This call: {out['seconds']:.0f} s "
-      f"({out['computed']} runs computed, {out['reused']} reused); the runs took "
-      f"{out['run_seconds']:.0f} s in all and the backbone {out['backbone']['seconds']:.0f} s.",
-      "### Protocol", protocol_part(out, size),
-      "### The pretrained backbone", backbone_part(out["backbone"]),
-      "### Search spaces, trials and the chosen values (bold)", trials_table(out, losses),
+    results.BEGIN.format(NAME),
+    f"## {TITLE}",
+    f"Command (rerunning it reuses every finished run):\n\n    {command}",
+    f"Run on {date}, {machine_name}; {packages}. This call: {out['seconds']:.0f} s "
+    f"({out['computed']} runs computed, {out['reused']} reused); the runs took "
+    f"{out['run_seconds']:.0f} s in all and the backbone {out['backbone']['seconds']:.0f} s.",
+    "### Protocol",
+    protocol_part(out, size),
+    "### The pretrained backbone",
+    backbone_part(out["backbone"]),
+    "### Search spaces, trials and the chosen values (bold)",
+    trials_table(out, losses),
   ]
   for setting in protocol.SETTINGS:
     mine = out["settings"][setting]
     rows = [("untrained", mine["untrained"]), *((loss, mine["final"][loss]) for loss in losses)]
-    parts += [f"### Test classes, {SETTING_TITLES[setting]}",
-              seeds_table(rows, out["raw_pixels"]), main_claim(mine, losses)]
+    parts += [
+      f"### Test classes, {SETTING_TITLES[setting]}",
+      seeds_table(rows, out["raw_pixels"]),
+      main_claim(mine, losses),
+    ]
   if out["ablations"]:
     parts.append("### The papers' ablations in the pretrained regime")
-    parts += [ablation_part(a, out["ablations"][a.name], size) for a in protocol.ABLATIONS
-              if a.name in out["ablations"]]
+    parts += [
+      ablation_part(a, out["ablations"][a.name], size)
+      for a in protocol.ABLATIONS
+      if a.name in out["ablations"]
+    ]
   parts.append(results.END.format(NAME))
   return "\n\n".join(parts) + "\n"
 
@@ -219,7 +288,10 @@ def write_section(out: Mapping[str, Any], path: str) -> str:
     with open(path) as f:
       sections = results.read_sections(f.read())
   sections[NAME] = format_section(
-      out, date=datetime.date.today().isoformat(), machine_name=results.machine(),
-      package_versions=results.versions())
+    out,
+    date=datetime.date.today().isoformat(),
+    machine_name=results.machine(),
+    package_versions=results.versions(),
+  )
   results.write(path, results.format_document(sections))
   return sections[NAME]

@@ -67,8 +67,12 @@ class Store:
   reused: int = 0
   seconds: float = 0.0
 
-  def result(self, label: str, config: config_lib.Config,
-             compute: Callable[[config_lib.Config, str], dict[str, Any]]) -> dict[str, Any]:
+  def result(
+    self,
+    label: str,
+    config: config_lib.Config,
+    compute: Callable[[config_lib.Config, str], dict[str, Any]],
+  ) -> dict[str, Any]:
     """`{"metrics": {...} or None, "seconds": s, "diverged": message or None}` of a run.
 
     Read from the run's `result.json` when it is there, else `compute(config, workdir)` (the
@@ -95,15 +99,17 @@ class Store:
     os.replace(path + ".tmp", path)
     self.computed += 1
     self.seconds += result["seconds"]
-    shown = "diverged" if result["metrics"] is None else ", ".join(
-        f"{k} {v:.3f}" for k, v in result["metrics"].items())
+    shown = (
+      "diverged"
+      if result["metrics"] is None
+      else ", ".join(f"{k} {v:.3f}" for k, v in result["metrics"].items())
+    )
     logger.info("%s: %s (%.0f s)", label, shown, result["seconds"])
     return result
 
   def train(self, label: str, config: config_lib.Config) -> dict[str, Any]:
     """The result of training `config` (`train.train_and_evaluate`)."""
-    return self.result(label, config,
-                       lambda c, d: train.train_and_evaluate(c, d, name=label))
+    return self.result(label, config, lambda c, d: train.train_and_evaluate(c, d, name=label))
 
 
 def _score(result: dict[str, Any]) -> float:
@@ -111,30 +117,36 @@ def _score(result: dict[str, Any]) -> float:
   return -float("inf") if result["metrics"] is None else result["metrics"]["map@r"]
 
 
-def tune(store: Store, base: config_lib.Config, setting: str, loss: str,
-         size: protocol.Size) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def tune(
+  store: Store, base: config_lib.Config, setting: str, loss: str, size: protocol.Size
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
   """Each trial of `loss` on the validation classes; returns `(trials, chosen trial)`.
 
   Each trial is `{"trial": hyperparameters, "result": Store.result}`.
   """
   records = []
   for i, trial in enumerate(protocol.trials(loss, size.trials)):
-    config = dataclasses.replace(protocol.trial_config(base, loss, trial), seed=0,
-                                 validation_fraction=size.validation_fraction)
+    config = dataclasses.replace(
+      protocol.trial_config(base, loss, trial), seed=0, validation_fraction=size.validation_fraction
+    )
     records.append({"trial": trial, "result": store.train(f"{setting}/tune/{loss}/{i}", config)})
   best = max(range(len(records)), key=lambda i: (_score(records[i]["result"]), -i))
   return records, records[best]["trial"]
 
 
-def over_seeds(store: Store, config: config_lib.Config, label: str,
-               size: protocol.Size) -> list[dict[str, float] | None]:
+def over_seeds(
+  store: Store, config: config_lib.Config, label: str, size: protocol.Size
+) -> list[dict[str, float] | None]:
   """The metrics of `config` trained with each seed (None where it diverged)."""
-  return [store.train(f"{label}/seed{seed}", dataclasses.replace(config, seed=seed))["metrics"]
-          for seed in range(size.seeds)]
+  return [
+    store.train(f"{label}/seed{seed}", dataclasses.replace(config, seed=seed))["metrics"]
+    for seed in range(size.seeds)
+  ]
 
 
-def run_setting(store: Store, base: config_lib.Config, setting: str, losses: Sequence[str],
-                size: protocol.Size) -> dict[str, Any]:
+def run_setting(
+  store: Store, base: config_lib.Config, setting: str, losses: Sequence[str], size: protocol.Size
+) -> dict[str, Any]:
   """One setting: every loss tuned, then its choice and the untrained network over the seeds."""
   out: dict[str, Any] = {"trials": {}, "chosen": {}, "final": {}}
   for loss in losses:
@@ -142,13 +154,15 @@ def run_setting(store: Store, base: config_lib.Config, setting: str, losses: Seq
   for loss in losses:
     config = protocol.trial_config(base, loss, out["chosen"][loss])
     out["final"][loss] = over_seeds(store, config, f"{setting}/final/{loss}", size)
-  out["untrained"] = over_seeds(store, dataclasses.replace(base, num_steps=0),
-                                f"{setting}/untrained", size)
+  out["untrained"] = over_seeds(
+    store, dataclasses.replace(base, num_steps=0), f"{setting}/untrained", size
+  )
   return out
 
 
-def run_ablation(store: Store, chosen: config_lib.Config, ablation: protocol.Ablation,
-                 size: protocol.Size) -> list[dict[str, Any]]:
+def run_ablation(
+  store: Store, chosen: config_lib.Config, ablation: protocol.Ablation, size: protocol.Size
+) -> list[dict[str, Any]]:
   """Each value of an ablation on its loss's chosen config, over the seeds.
 
   Returns:
@@ -178,8 +192,9 @@ def selected(only: Sequence[str] | None) -> tuple[list[str], list[protocol.Ablat
   return [n for n in protocol.LOSSES if not only or n in only or n in needed], ablations
 
 
-def run_comparison(size_name: str, workdir: str,
-                   only: Sequence[str] | None = None) -> dict[str, Any]:
+def run_comparison(
+  size_name: str, workdir: str, only: Sequence[str] | None = None
+) -> dict[str, Any]:
   """The whole comparison at a size; returns what the results document reports.
 
   Returns:
@@ -195,17 +210,27 @@ def run_comparison(size_name: str, workdir: str,
   store = Store(workdir)
   scratch = protocol.base_config(size, None)
   backbone, report = pretrain.pretrained_backbone(
-      scratch, pretrain.Pretraining(**size.pretrain), workdir)
+    scratch, pretrain.Pretraining(**size.pretrain), workdir
+  )
   bases = {"pretrained": protocol.base_config(size, backbone), "scratch": scratch}
   settings = {s: run_setting(store, bases[s], s, losses, size) for s in protocol.SETTINGS}
   raw = store.result("raw_pixels", scratch, lambda c, d: train.evaluate_raw_pixels(c))
   done = {}
   for ablation in ablations:
-    chosen = protocol.trial_config(bases["pretrained"], ablation.loss,
-                                   settings["pretrained"]["chosen"][ablation.loss])
+    chosen = protocol.trial_config(
+      bases["pretrained"], ablation.loss, settings["pretrained"]["chosen"][ablation.loss]
+    )
     done[ablation.name] = run_ablation(store, chosen, ablation, size)
-  return {"size": size_name, "only": list(only or []), "data": data_summary(scratch, size),
-          "backbone": report, "settings": settings,
-          "raw_pixels": raw["metrics"], "ablations": done, "computed": store.computed,
-          "reused": store.reused, "run_seconds": store.seconds,
-          "seconds": time.perf_counter() - start}
+  return {
+    "size": size_name,
+    "only": list(only or []),
+    "data": data_summary(scratch, size),
+    "backbone": report,
+    "settings": settings,
+    "raw_pixels": raw["metrics"],
+    "ablations": done,
+    "computed": store.computed,
+    "reused": store.reused,
+    "run_seconds": store.seconds,
+    "seconds": time.perf_counter() - start,
+  }

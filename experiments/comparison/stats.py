@@ -48,7 +48,7 @@ def _welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]
   x, y = np.asarray(a, np.float64), np.asarray(b, np.float64)
   va, vb = np.var(x, ddof=1) / len(x), np.var(y, ddof=1) / len(y)
   se = math.sqrt(va + vb)
-  df = (va + vb) ** 2 / (va ** 2 / (len(x) - 1) + vb ** 2 / (len(y) - 1)) if se > 0 else math.inf
+  df = (va + vb) ** 2 / (va**2 / (len(x) - 1) + vb**2 / (len(y) - 1)) if se > 0 else math.inf
   return float(np.mean(x) - np.mean(y)), se, float(df)
 
 

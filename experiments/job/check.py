@@ -74,17 +74,17 @@ def _check_names(config: Config) -> None:
 def _check_counts(config: Config) -> None:
   """The sizes and periods that must be positive, the step counts that must not be negative."""
   for name in (
-      "batch_size",
-      "samples_per_class",
-      "embedding_dim",
-      "eval_every",
-      "eval_batch_size",
-      "checkpoint_every",
-      "keep_checkpoints",
-      "log_every",
-      "tanh_every",
-      "super_classes_per_batch",
-      "batches_per_group",
+    "batch_size",
+    "samples_per_class",
+    "embedding_dim",
+    "eval_every",
+    "eval_batch_size",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "log_every",
+    "tanh_every",
+    "super_classes_per_batch",
+    "batches_per_group",
   ):
     _positive_int(config, name)
   for name in ("num_steps", "warmup_steps", "memory_batches"):
@@ -97,40 +97,40 @@ def _check_batches(config: Config, dataset: Any, sampler: Any) -> None:
   """The batch against the sampler: whole classes, two of them at least, and super-classes."""
   if sampler.whole_classes and config.batch_size % config.samples_per_class:
     _fail(
-        f"config.batch_size={config.batch_size} is not a multiple of config.samples_per_class="
-        f"{config.samples_per_class}: a batch holds whole classes of samples_per_class images; use "
-        f"a batch size of {config.classes_per_batch * config.samples_per_class} or "
-        f"{(config.classes_per_batch + 1) * config.samples_per_class}."
+      f"config.batch_size={config.batch_size} is not a multiple of config.samples_per_class="
+      f"{config.samples_per_class}: a batch holds whole classes of samples_per_class images; use "
+      f"a batch size of {config.classes_per_batch * config.samples_per_class} or "
+      f"{(config.classes_per_batch + 1) * config.samples_per_class}."
     )
   if sampler.whole_classes and config.classes_per_batch < 2:
     _fail(
-        f"config.batch_size={config.batch_size} holds a single class of "
-        f"{config.samples_per_class} images, so no list has a non-relevant item to rank; make "
-        "batch_size at least twice samples_per_class."
+      f"config.batch_size={config.batch_size} holds a single class of "
+      f"{config.samples_per_class} images, so no list has a non-relevant item to rank; make "
+      "batch_size at least twice samples_per_class."
     )
   if not sampler.super_classes:
     return
   if dataset.super_classes is None:
     with_super_classes = [d.super_classes for d in input_pipeline.DATASETS.values()]
     _fail(
-        f"config.sampler={config.sampler!r} needs super-classes (categories such as SOP's "
-        f"'bicycle'), which {config.dataset} does not have; use sampler='m_per_class', or "
-        f"{' or '.join(s for s in with_super_classes if s is not None)}."
+      f"config.sampler={config.sampler!r} needs super-classes (categories such as SOP's "
+      f"'bicycle'), which {config.dataset} does not have; use sampler='m_per_class', or "
+      f"{' or '.join(s for s in with_super_classes if s is not None)}."
     )
   if config.classes_per_batch % config.super_classes_per_batch:
     _fail(
-        f"config.sampler={config.sampler!r} takes the same number of classes from each of "
-        f"super_classes_per_batch={config.super_classes_per_batch} super-classes, but "
-        f"batch_size / samples_per_class = {config.classes_per_batch} classes is not a multiple "
-        "of it; change batch_size or super_classes_per_batch."
+      f"config.sampler={config.sampler!r} takes the same number of classes from each of "
+      f"super_classes_per_batch={config.super_classes_per_batch} super-classes, but "
+      f"batch_size / samples_per_class = {config.classes_per_batch} classes is not a multiple "
+      "of it; change batch_size or super_classes_per_batch."
     )
 
 
 def _check_optimizer(config: Config) -> None:
   if config.learning_rate <= 0 or config.head_lr_multiplier <= 0 or config.weight_decay < 0:
     _fail(
-        "config.learning_rate and config.head_lr_multiplier must be positive and "
-        "config.weight_decay non-negative."
+      "config.learning_rate and config.head_lr_multiplier must be positive and "
+      "config.weight_decay non-negative."
     )
 
 
@@ -138,30 +138,30 @@ def _check_data(config: Config, dataset: Any) -> None:
   """Where the data set is read from, whether the model fits its images, the validation split."""
   if not 0.0 <= config.validation_fraction < 1.0:
     _fail(
-        f"config.validation_fraction must be in [0, 1) (the fraction of the training classes held "
-        f"out for validation; 0 for none), got {config.validation_fraction!r}."
+      f"config.validation_fraction must be in [0, 1) (the fraction of the training classes held "
+      f"out for validation; 0 for none), got {config.validation_fraction!r}."
     )
   if dataset.bundled_with is not None:
     if config.data_dir is not None:
       _fail(
-          f"config.data_dir must be None for dataset={config.dataset!r}, which ships with "
-          f"{dataset.bundled_with}."
+        f"config.data_dir must be None for dataset={config.dataset!r}, which ships with "
+        f"{dataset.bundled_with}."
       )
   else:
     if config.data_dir is None:
       _fail(
-          f"config.data_dir is None but dataset={config.dataset!r} is read from disk: set it to "
-          "the directory where you prepared the data (see docs/guide/real_data.rst)."
+        f"config.data_dir is None but dataset={config.dataset!r} is read from disk: set it to "
+        "the directory where you prepared the data (see docs/guide/real_data.rst)."
       )
     if not os.path.isdir(config.data_dir):
       _fail(
-          f"config.data_dir={config.data_dir!r} does not exist: point it at the directory where "
-          f"you prepared {config.dataset} (see docs/guide/real_data.rst)."
+        f"config.data_dir={config.data_dir!r} does not exist: point it at the directory where "
+        f"you prepared {config.dataset} (see docs/guide/real_data.rst)."
       )
   if dataset.models is not None and config.model not in dataset.models:
     _fail(
-        f"config.model={config.model!r} {dataset.misfit}; use "
-        f"{' or '.join(f'model={m!r}' for m in dataset.models)} for {config.dataset}."
+      f"config.model={config.model!r} {dataset.misfit}; use "
+      f"{' or '.join(f'model={m!r}' for m in dataset.models)} for {config.dataset}."
     )
 
 
@@ -169,14 +169,14 @@ def _check_model(config: Config) -> None:
   """The backbone's initial weights and its pooling."""
   if config.init_weights is not None and not os.path.isfile(config.init_weights):
     _fail(
-        f"config.init_weights={config.init_weights!r} is not a file: give a local .npz of the "
-        "backbone's variables (jaxrank.models.save_weights) or a torchvision/timm checkpoint "
-        "(.pth, .pt, .safetensors); nothing is ever downloaded."
+      f"config.init_weights={config.init_weights!r} is not a file: give a local .npz of the "
+      "backbone's variables (jaxrank.models.save_weights) or a torchvision/timm checkpoint "
+      "(.pth, .pt, .safetensors); nothing is ever downloaded."
     )
   if config.pooling != "average" and not networks.MODELS[config.model].pooled:
     _fail(
-        f"config.pooling={config.pooling!r} needs a ResNet: model={config.model!r} has its own "
-        "pooling; leave pooling='average'."
+      f"config.pooling={config.pooling!r} needs a ResNet: model={config.model!r} has its own "
+      "pooling; leave pooling='average'."
     )
 
 
@@ -187,20 +187,20 @@ def _check_chunks(config: Config) -> None:
   _positive_int(config, "chunk_size")
   if config.batch_size % config.chunk_size:
     _fail(
-        f"config.chunk_size={config.chunk_size} does not divide config.batch_size="
-        f"{config.batch_size}; pick a divisor of the batch size."
+      f"config.chunk_size={config.chunk_size} does not divide config.batch_size="
+      f"{config.batch_size}; pick a divisor of the batch size."
     )
   if networks.MODELS[config.model].batch_norm and not config.freeze_batchnorm:
     _fail(
-        f"config.chunk_size with model={config.model!r} needs freeze_batchnorm=True: BatchNorm "
-        "normalises each chunk by its own statistics, so the chunked gradient would not be the "
-        "batch's gradient."
+      f"config.chunk_size with model={config.model!r} needs freeze_batchnorm=True: BatchNorm "
+      "normalises each chunk by its own statistics, so the chunked gradient would not be the "
+      "batch's gradient."
     )
   if networks.HEADS[config.head].batch_norm:
     _fail(
-        f"config.chunk_size cannot be used with head={config.head!r}: its BatchNorm normalises "
-        "each chunk by its own statistics, so the chunked gradient would not be the batch's "
-        "gradient; leave chunk_size=None."
+      f"config.chunk_size cannot be used with head={config.head!r}: its BatchNorm normalises "
+      "each chunk by its own statistics, so the chunked gradient would not be the batch's "
+      "gradient; leave chunk_size=None."
     )
   if config.memory_batches:
     _fail("config.memory_batches cannot be combined with config.chunk_size: set one of them.")
@@ -223,19 +223,19 @@ def _check_devices(config: Config) -> None:
     n = jax.device_count()
     if config.batch_size % n:
       _fail(
-          f"config.shard=True splits the batch over {n} devices, but config.batch_size="
-          f"{config.batch_size} is not a multiple of {n}."
+        f"config.shard=True splits the batch over {n} devices, but config.batch_size="
+        f"{config.batch_size} is not a multiple of {n}."
       )
     if config.memory_batches:
       _fail("config.shard=True does not support memory_batches; turn one off.")
   if jax.process_count() > 1:
     if not config.shard:
       _fail(
-          f"running as {jax.process_count()} processes needs config.shard=True (one batch split "
-          "over the devices of every process); add --set shard=True."
+        f"running as {jax.process_count()} processes needs config.shard=True (one batch split "
+        "over the devices of every process); add --set shard=True."
       )
     if config.chunk_size is not None:
       _fail(
-          f"config.chunk_size cannot be combined with running as {jax.process_count()} "
-          "processes; leave chunk_size=None (each process already holds only its share)."
+        f"config.chunk_size cannot be combined with running as {jax.process_count()} "
+        "processes; leave chunk_size=None (each process already holds only its share)."
       )

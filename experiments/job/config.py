@@ -45,7 +45,7 @@ class Config:
   samples_per_class: int = 12  # K; batch_size / K classes per batch.
   super_classes_per_batch: int = 2  # For sampler="super_class".
   batches_per_group: int = (
-      5  # sampler="super_class": batches drawn from one group of super-classes.
+    5  # sampler="super_class": batches drawn from one group of super-classes.
   )
   # Model.
   model: str = "small_convnet"  # A key of networks.MODELS.
@@ -109,9 +109,9 @@ def to_json(config: Config) -> dict[str, Any]:
   """The fields that determine what a run computes, as JSON values (the workdir's config.json)."""
   values = dataclasses.asdict(config)
   return {
-      k: (list(v) if isinstance(v, tuple) else v)
-      for k, v in values.items()
-      if k not in COSMETIC_FIELDS
+    k: (list(v) if isinstance(v, tuple) else v)
+    for k, v in values.items()
+    if k not in COSMETIC_FIELDS
   }
 
 

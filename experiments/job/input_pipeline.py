@@ -47,8 +47,8 @@ def hide_gpus_from_tensorflow() -> None:
   except RuntimeError:  # TensorFlow's devices are already initialised.
     if tf.config.get_visible_devices("GPU"):
       logging.warning(
-          "TensorFlow already initialised its devices and sees the GPUs, so tf.data may take GPU "
-          "memory that JAX needs; call hide_gpus_from_tensorflow() before any TensorFlow op."
+        "TensorFlow already initialised its devices and sees the GPUs, so tf.data may take GPU "
+        "memory that JAX needs; call hide_gpus_from_tensorflow() before any TensorFlow op."
       )
 
 
@@ -130,13 +130,13 @@ def _load_image_folder(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImag
   for d in (train_dir, test_dir):
     if not os.path.isdir(d):
       raise config_lib.ConfigError(
-          f"config.data_dir={config.data_dir!r} must hold train/ and test/ class folders for "
-          f"dataset={config.dataset!r}; {d!r} is missing."
+        f"config.data_dir={config.data_dir!r} must hold train/ and test/ class folders for "
+        f"dataset={config.dataset!r}; {d!r} is missing."
       )
   supers = SAMPLERS[config.sampler].super_classes  # Read the tree as category/class/image.
   return (
-      jd.load_image_folder(train_dir, super_classes=supers),
-      jd.load_image_folder(test_dir, super_classes=supers),
+    jd.load_image_folder(train_dir, super_classes=supers),
+    jd.load_image_folder(test_dir, super_classes=supers),
   )
 
 
@@ -152,56 +152,54 @@ def _photographs(config: Config, train: bool) -> PreprocessFn:
 
 
 DATASETS: Mapping[str, DatasetSpec] = {
-    # Scikit-learn's 8 x 8 grey digits, [8, 8, 1] arrays in [0, 1].
-    "digits": DatasetSpec(
-        load=_load_digits,
-        in_channels=1,
-        preprocess=_as_they_are,
-        bundled_with="scikit-learn",
-        models=("small_convnet",),
-        misfit="would reduce the 8 x 8 digits to nothing",
-    ),
-    # Characters across matplotlib's typefaces, [16, 16, 1] arrays in [0, 1]; super-classes are
-    # scripts and Unicode blocks.
-    "glyphs": DatasetSpec(
-        load=_load_glyphs,
-        in_channels=1,
-        preprocess=_as_they_are,
-        bundled_with="matplotlib",
-        models=("small_convnet",),
-        misfit="would reduce the 16 x 16 glyphs to nothing",
-        super_classes="dataset='glyphs'",
-    ),
-    # The glyphs' commonest characters only: a tiny data set of the same kind, for smoke tests.
-    "glyphs_tiny": DatasetSpec(
-        load=_load_glyphs_tiny,
-        in_channels=1,
-        preprocess=_as_they_are,
-        bundled_with="matplotlib",
-        models=("small_convnet",),
-        misfit="would reduce the 16 x 16 glyphs to nothing",
-        super_classes="dataset='glyphs_tiny'",
-    ),
-    # Photographs from tfds builders prepared in data_dir; every loader decodes RGB.
-    "cub200": DatasetSpec(
-        load=_tfds_splits(jd.load_cub200), in_channels=3, preprocess=_photographs
-    ),
-    "cars196": DatasetSpec(
-        load=_tfds_splits(jd.load_cars196), in_channels=3, preprocess=_photographs
-    ),
-    "sop": DatasetSpec(
-        load=_tfds_splits(jd.load_stanford_online_products),
-        in_channels=3,
-        preprocess=_photographs,
-        super_classes="dataset='sop'",
-    ),
-    # Any data_dir/{train,test}/class/image tree (category/class/image for super-classes).
-    "image_folder": DatasetSpec(
-        load=_load_image_folder,
-        in_channels=3,
-        preprocess=_photographs,
-        super_classes="an image_folder tree category/class/image",
-    ),
+  # Scikit-learn's 8 x 8 grey digits, [8, 8, 1] arrays in [0, 1].
+  "digits": DatasetSpec(
+    load=_load_digits,
+    in_channels=1,
+    preprocess=_as_they_are,
+    bundled_with="scikit-learn",
+    models=("small_convnet",),
+    misfit="would reduce the 8 x 8 digits to nothing",
+  ),
+  # Characters across matplotlib's typefaces, [16, 16, 1] arrays in [0, 1]; super-classes are
+  # scripts and Unicode blocks.
+  "glyphs": DatasetSpec(
+    load=_load_glyphs,
+    in_channels=1,
+    preprocess=_as_they_are,
+    bundled_with="matplotlib",
+    models=("small_convnet",),
+    misfit="would reduce the 16 x 16 glyphs to nothing",
+    super_classes="dataset='glyphs'",
+  ),
+  # The glyphs' commonest characters only: a tiny data set of the same kind, for smoke tests.
+  "glyphs_tiny": DatasetSpec(
+    load=_load_glyphs_tiny,
+    in_channels=1,
+    preprocess=_as_they_are,
+    bundled_with="matplotlib",
+    models=("small_convnet",),
+    misfit="would reduce the 16 x 16 glyphs to nothing",
+    super_classes="dataset='glyphs_tiny'",
+  ),
+  # Photographs from tfds builders prepared in data_dir; every loader decodes RGB.
+  "cub200": DatasetSpec(load=_tfds_splits(jd.load_cub200), in_channels=3, preprocess=_photographs),
+  "cars196": DatasetSpec(
+    load=_tfds_splits(jd.load_cars196), in_channels=3, preprocess=_photographs
+  ),
+  "sop": DatasetSpec(
+    load=_tfds_splits(jd.load_stanford_online_products),
+    in_channels=3,
+    preprocess=_photographs,
+    super_classes="dataset='sop'",
+  ),
+  # Any data_dir/{train,test}/class/image tree (category/class/image for super-classes).
+  "image_folder": DatasetSpec(
+    load=_load_image_folder,
+    in_channels=3,
+    preprocess=_photographs,
+    super_classes="an image_folder tree category/class/image",
+  ),
 }
 
 
@@ -232,7 +230,7 @@ VALIDATION_SEED = 20261125
 
 
 def validation_split(
-    train: jd.LabeledImages, fraction: float
+  train: jd.LabeledImages, fraction: float
 ) -> tuple[jd.LabeledImages, jd.LabeledImages]:
   """`(rest, held_out)`: the training classes split by class, `fraction` of them held out.
 
@@ -254,8 +252,8 @@ def validation_split(
     held.extend(members[rng.permutation(len(members))[:count]].tolist())
   if not held or len(held) == len(classes):
     raise config_lib.ConfigError(
-        f"config.validation_fraction={fraction} holds out {len(held)} of the {len(classes)} "
-        "training classes; choose a fraction that leaves classes on both sides."
+      f"config.validation_fraction={fraction} holds out {len(held)} of the {len(classes)} "
+      "training classes; choose a fraction that leaves classes on both sides."
     )
   rest = np.setdiff1d(classes, held)
   return jd.select_classes(train, rest), jd.select_classes(train, held)
@@ -287,45 +285,45 @@ class SamplerSpec:
 
 def _random(config: Config, train: jd.LabeledImages) -> BatchesFn:
   return functools.partial(
-      jd.random_batches, train.num_examples, batch_size=config.batch_size, seed=config.seed
+    jd.random_batches, train.num_examples, batch_size=config.batch_size, seed=config.seed
   )
 
 
 def _m_per_class(config: Config, train: jd.LabeledImages) -> BatchesFn:
   return functools.partial(
-      jd.m_per_class_batches,
-      train.labels,
-      classes_per_batch=config.classes_per_batch,
-      samples_per_class=config.samples_per_class,
-      seed=config.seed,
+    jd.m_per_class_batches,
+    train.labels,
+    classes_per_batch=config.classes_per_batch,
+    samples_per_class=config.samples_per_class,
+    seed=config.seed,
   )
 
 
 def _super_class(config: Config, train: jd.LabeledImages) -> BatchesFn:
   if train.super_labels is None:
     raise config_lib.ConfigError(
-        f"config.sampler={config.sampler!r} needs super-classes, which {config.dataset} does not "
-        "have; use sampler='m_per_class'."
+      f"config.sampler={config.sampler!r} needs super-classes, which {config.dataset} does not "
+      "have; use sampler='m_per_class'."
     )
   return functools.partial(
-      jd.super_class_batches,
-      train.labels,
-      train.super_labels,
-      classes_per_batch=config.classes_per_batch,
-      samples_per_class=config.samples_per_class,
-      super_classes_per_batch=config.super_classes_per_batch,
-      batches_per_group=config.batches_per_group,
-      seed=config.seed,
+    jd.super_class_batches,
+    train.labels,
+    train.super_labels,
+    classes_per_batch=config.classes_per_batch,
+    samples_per_class=config.samples_per_class,
+    super_classes_per_batch=config.super_classes_per_batch,
+    batches_per_group=config.batches_per_group,
+    seed=config.seed,
   )
 
 
 SAMPLERS: Mapping[str, SamplerSpec] = {
-    # P classes x K images, the classes at random (FastAP, RaMBO, ROADMAP).
-    "m_per_class": SamplerSpec(make=_m_per_class, whole_classes=True),
-    # P classes x K images from a few super-classes: hard batches (FastAP on SOP, Sec. 4.2).
-    "super_class": SamplerSpec(make=_super_class, whole_classes=True, super_classes=True),
-    # Images at random, whatever their class.
-    "random": SamplerSpec(make=_random, whole_classes=False),
+  # P classes x K images, the classes at random (FastAP, RaMBO, ROADMAP).
+  "m_per_class": SamplerSpec(make=_m_per_class, whole_classes=True),
+  # P classes x K images from a few super-classes: hard batches (FastAP on SOP, Sec. 4.2).
+  "super_class": SamplerSpec(make=_super_class, whole_classes=True, super_classes=True),
+  # Images at random, whatever their class.
+  "random": SamplerSpec(make=_random, whole_classes=False),
 }
 
 
@@ -340,16 +338,16 @@ def make_sampler(config: Config, train: jd.LabeledImages) -> BatchesFn:
   sampler = spec.make(config, train)
   if spec.whole_classes and train.num_classes < config.classes_per_batch:
     raise config_lib.ConfigError(
-        f"config.batch_size / config.samples_per_class = {config.classes_per_batch} classes per "
-        f"batch, but the train split of {config.dataset} has only {train.num_classes} classes; "
-        f"lower batch_size to at most {train.num_classes * config.samples_per_class} or raise "
-        "samples_per_class."
+      f"config.batch_size / config.samples_per_class = {config.classes_per_batch} classes per "
+      f"batch, but the train split of {config.dataset} has only {train.num_classes} classes; "
+      f"lower batch_size to at most {train.num_classes * config.samples_per_class} or raise "
+      "samples_per_class."
     )
   try:
     sampler(epoch=0)
   except ValueError as e:  # jaxrank.data's samplers say what the split lacks.
     raise config_lib.ConfigError(
-        f"config cannot be sampled from the train split of {config.dataset}: {e}"
+      f"config cannot be sampled from the train split of {config.dataset}: {e}"
     ) from e
   return sampler
 
@@ -371,25 +369,25 @@ class TrainBatches:
   """
 
   def __init__(
-      self,
-      config: Config,
-      data: jd.LabeledImages,
-      sampler: BatchesFn,
-      position: tuple[int, int],
-      share: tuple[int, int] | None = None,
+    self,
+    config: Config,
+    data: jd.LabeledImages,
+    sampler: BatchesFn,
+    position: tuple[int, int],
+    share: tuple[int, int] | None = None,
   ):
     preprocess = preprocess_fn(config, train=True)
     self._sampler = sampler
     self._sizes: dict[int, int] = {}
     self.position = position
     self._iterator = jd.make_pipeline(
-        data,
-        sampler,
-        preprocess_fn=preprocess,
-        seed=config.seed,
-        start_epoch=position[0],
-        start_batch=position[1],
-        columns=share,
+      data,
+      sampler,
+      preprocess_fn=preprocess,
+      seed=config.seed,
+      start_epoch=position[0],
+      start_batch=position[1],
+      columns=share,
     ).as_numpy_iterator()
 
   def _num_batches(self, epoch: int) -> int:
@@ -408,7 +406,7 @@ class TrainBatches:
 
 
 def eval_batches(
-    config: Config, data: jd.LabeledImages, share: tuple[int, int] | None = None
+  config: Config, data: jd.LabeledImages, share: tuple[int, int] | None = None
 ) -> Iterator[dict[str, np.ndarray]]:
   """Every example of `data` once, in order, in batches of `eval_batch_size` (the last padded).
 
@@ -421,9 +419,9 @@ def eval_batches(
     return iter(())
   rows = jd.sequential_batches(stop - start, batch_size=min(config.eval_batch_size, stop - start))
   ds = jd.make_pipeline(
-      data,
-      np.where(rows >= 0, rows + start, -1),
-      preprocess_fn=preprocess_fn(config, train=False),
-      num_epochs=1,
+    data,
+    np.where(rows >= 0, rows + start, -1),
+    preprocess_fn=preprocess_fn(config, train=False),
+    num_epochs=1,
   )
   return ds.as_numpy_iterator()

@@ -22,29 +22,28 @@ from experiments.job import config as config_lib
 
 # Name -> what it is. Keys of `LOSSES`, in the order `--help` lists them.
 SUMMARIES: Mapping[str, str] = {
-    # Histogram (soft-binning) estimators of AP.
-    "fastap": "FastAP, Cakir et al. 2019 (num_intervals)",
-    "soft_binning_ap": "mAP_Q, Revaud et al. 2019 (num_bins)",
-    # Tie-aware relaxations for hashing (He et al. 2018).
-    "tie_aware_ap": "AP_r, He et al. 2018 (num_bins)",
-    "simplified_tie_aware_ap": "AP_s, He et al. 2018 (num_bins)",
-    "tie_aware_ndcg": "NDCG_r, He et al. 2018 (num_bins)",
-    "simplified_tie_aware_ndcg": "NDCG_s, He et al. 2018 (num_bins)",
-    # Blackbox-differentiated ranks (RaMBO).
-    "blackbox_ap": "RaMBO's AP loss, Rolinek et al. 2020 (interpolation, margin)",
-    "blackbox_recall":
-        "RaMBO's recall loss, Rolinek et al. 2020 (interpolation, margin, weight_fn)",
-    # Smooth ranks (SmoothAP, ROADMAP).
-    "smoothap": "Smooth-AP, Brown et al. 2020 (temperature)",
-    "supap": "SupAP, Ramzi et al. 2021 (temperature, rho, delta)",
-    "calibration": "ROADMAP's calibration loss (alpha, beta)",
-    "roadmap": "(1 - w) SupAP + w calibration, Ramzi et al. 2021 eq. 2 (calibration_weight w)",
-    "supap+calibration": "SupAP + calibration, weight 1 each (ROADMAP's released configs)",
-    "smoothap+calibration": "Smooth-AP + calibration, weight 1 each (ROADMAP's Table 3)",
-    # Pair-based baselines the papers compare against.
-    "contrastive": "contrastive, Hadsell et al. 2006 (pos_margin, neg_margin)",
-    "triplet": "triplet, batch-hard (Hermans et al. 2017) or all triplets (margin, mining)",
-    "multi_similarity": "multi-similarity, Wang et al. 2019 (alpha, beta, base, epsilon)",
+  # Histogram (soft-binning) estimators of AP.
+  "fastap": "FastAP, Cakir et al. 2019 (num_intervals)",
+  "soft_binning_ap": "mAP_Q, Revaud et al. 2019 (num_bins)",
+  # Tie-aware relaxations for hashing (He et al. 2018).
+  "tie_aware_ap": "AP_r, He et al. 2018 (num_bins)",
+  "simplified_tie_aware_ap": "AP_s, He et al. 2018 (num_bins)",
+  "tie_aware_ndcg": "NDCG_r, He et al. 2018 (num_bins)",
+  "simplified_tie_aware_ndcg": "NDCG_s, He et al. 2018 (num_bins)",
+  # Blackbox-differentiated ranks (RaMBO).
+  "blackbox_ap": "RaMBO's AP loss, Rolinek et al. 2020 (interpolation, margin)",
+  "blackbox_recall": "RaMBO's recall loss, Rolinek et al. 2020 (interpolation, margin, weight_fn)",
+  # Smooth ranks (SmoothAP, ROADMAP).
+  "smoothap": "Smooth-AP, Brown et al. 2020 (temperature)",
+  "supap": "SupAP, Ramzi et al. 2021 (temperature, rho, delta)",
+  "calibration": "ROADMAP's calibration loss (alpha, beta)",
+  "roadmap": "(1 - w) SupAP + w calibration, Ramzi et al. 2021 eq. 2 (calibration_weight w)",
+  "supap+calibration": "SupAP + calibration, weight 1 each (ROADMAP's released configs)",
+  "smoothap+calibration": "Smooth-AP + calibration, weight 1 each (ROADMAP's Table 3)",
+  # Pair-based baselines the papers compare against.
+  "contrastive": "contrastive, Hadsell et al. 2006 (pos_margin, neg_margin)",
+  "triplet": "triplet, batch-hard (Hermans et al. 2017) or all triplets (margin, mining)",
+  "multi_similarity": "multi-similarity, Wang et al. 2019 (alpha, beta, base, epsilon)",
 }
 
 
@@ -65,35 +64,35 @@ def _table() -> dict[str, Callable[..., Any]]:
     matters with a fixed learning rate.
     """
     return jaxrank.supap_loss(
-        scores, labels, where=where, max_relevant=max_relevant, reduce_fn=reduce_fn
+      scores, labels, where=where, max_relevant=max_relevant, reduce_fn=reduce_fn
     ) + jaxrank.calibration_loss(scores, labels, where=where, reduce_fn=reduce_fn)
 
   def smoothap_plus_calibration(
-      scores, labels, *, where=None, max_relevant=None, reduce_fn=jnp.mean
+    scores, labels, *, where=None, max_relevant=None, reduce_fn=jnp.mean
   ):
     """SmoothAP + calibration with weight 1 each: ROADMAP's ablation of its two terms (Table 3)."""
     return jaxrank.smoothap_loss(
-        scores, labels, where=where, max_relevant=max_relevant, reduce_fn=reduce_fn
+      scores, labels, where=where, max_relevant=max_relevant, reduce_fn=reduce_fn
     ) + jaxrank.calibration_loss(scores, labels, where=where, reduce_fn=reduce_fn)
 
   table: dict[str, Callable[..., Any]] = {
-      "fastap": jaxrank.fastap_loss,
-      "soft_binning_ap": jaxrank.soft_binning_ap_loss,
-      "tie_aware_ap": jaxrank.tie_aware_ap_loss,
-      "simplified_tie_aware_ap": jaxrank.simplified_tie_aware_ap_loss,
-      "tie_aware_ndcg": jaxrank.tie_aware_ndcg_loss,
-      "simplified_tie_aware_ndcg": jaxrank.simplified_tie_aware_ndcg_loss,
-      "blackbox_ap": jaxrank.blackbox_ap_loss,
-      "blackbox_recall": jaxrank.blackbox_recall_loss,
-      "smoothap": jaxrank.smoothap_loss,
-      "supap": jaxrank.supap_loss,
-      "calibration": jaxrank.calibration_loss,
-      "roadmap": jaxrank.roadmap_loss,
-      "supap+calibration": supap_plus_calibration,
-      "smoothap+calibration": smoothap_plus_calibration,
-      "contrastive": jaxrank.contrastive_loss,
-      "triplet": jaxrank.triplet_loss,
-      "multi_similarity": jaxrank.multi_similarity_loss,
+    "fastap": jaxrank.fastap_loss,
+    "soft_binning_ap": jaxrank.soft_binning_ap_loss,
+    "tie_aware_ap": jaxrank.tie_aware_ap_loss,
+    "simplified_tie_aware_ap": jaxrank.simplified_tie_aware_ap_loss,
+    "tie_aware_ndcg": jaxrank.tie_aware_ndcg_loss,
+    "simplified_tie_aware_ndcg": jaxrank.simplified_tie_aware_ndcg_loss,
+    "blackbox_ap": jaxrank.blackbox_ap_loss,
+    "blackbox_recall": jaxrank.blackbox_recall_loss,
+    "smoothap": jaxrank.smoothap_loss,
+    "supap": jaxrank.supap_loss,
+    "calibration": jaxrank.calibration_loss,
+    "roadmap": jaxrank.roadmap_loss,
+    "supap+calibration": supap_plus_calibration,
+    "smoothap+calibration": smoothap_plus_calibration,
+    "contrastive": jaxrank.contrastive_loss,
+    "triplet": jaxrank.triplet_loss,
+    "multi_similarity": jaxrank.multi_similarity_loss,
   }
   assert list(table) == list(SUMMARIES), "SUMMARIES and the table must name the same losses."
   return table
@@ -106,9 +105,7 @@ def __getattr__(name: str) -> Any:
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def get_loss(
-    name: str, hyperparameters: Mapping[str, object] | None = None
-) -> Callable[..., Any]:
+def get_loss(name: str, hyperparameters: Mapping[str, object] | None = None) -> Callable[..., Any]:
   """The loss called `name` with its hyperparameters fixed; errors say what to change.
 
   Args:
@@ -123,21 +120,21 @@ def get_loss(
   """
   if name not in SUMMARIES:
     raise config_lib.ConfigError(
-        f"config.loss={name!r} is not a known loss; use one of {', '.join(sorted(SUMMARIES))}."
+      f"config.loss={name!r} is not a known loss; use one of {', '.join(sorted(SUMMARIES))}."
     )
   fn = _table()[name]
   hyperparameters = dict(hyperparameters or {})
   signature = inspect.signature(fn)
   allowed = [
-      p.name
-      for p in signature.parameters.values()
-      if p.kind is p.KEYWORD_ONLY and p.name not in ("where", "reduce_fn", "weights")
+    p.name
+    for p in signature.parameters.values()
+    if p.kind is p.KEYWORD_ONLY and p.name not in ("where", "reduce_fn", "weights")
   ]
   unknown = sorted(set(hyperparameters) - set(allowed))
   if unknown:
     raise config_lib.ConfigError(
-        f"config.loss_kwargs has {unknown} which loss {name!r} does not take; its hyperparameters "
-        f"are {allowed or 'none'}."
+      f"config.loss_kwargs has {unknown} which loss {name!r} does not take; its hyperparameters "
+      f"are {allowed or 'none'}."
     )
   return functools.partial(fn, **hyperparameters) if hyperparameters else fn
 
@@ -175,12 +172,12 @@ def check_loss(name: str, hyperparameters: Mapping[str, object] | None = None) -
   except (TypeError, ValueError) as e:
     kwargs, reason = dict(hyperparameters or {}), " ".join(str(e).split())
     raise config_lib.ConfigError(
-        f"config.loss_kwargs={kwargs!r} cannot be used with loss {name!r}: {reason}"
+      f"config.loss_kwargs={kwargs!r} cannot be used with loss {name!r}: {reason}"
     ) from e
 
 
 def check_blocked_loss(
-    name: str, hyperparameters: Mapping[str, object] | None, block_size: int
+  name: str, hyperparameters: Mapping[str, object] | None, block_size: int
 ) -> None:
   """Traces the loss over blocks of `block_size` queries (`jaxrank.blocked_loss`) on a tiny batch.
 
@@ -205,6 +202,6 @@ def check_blocked_loss(
   except ValueError as e:
     reason = " ".join(str(e).split())
     raise config_lib.ConfigError(
-        f"config.loss_block_size cannot be used with loss {name!r}: {reason} (for SupAP and "
-        "calibration, loss='roadmap' is their sum per list, with one mean)."
+      f"config.loss_block_size cannot be used with loss {name!r}: {reason} (for SupAP and "
+      "calibration, loss='roadmap' is their sum per list, with one mean)."
     ) from e

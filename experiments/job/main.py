@@ -76,7 +76,7 @@ def load_config_module(path: str):
   """
   if not os.path.isfile(path):
     raise config_lib.ConfigError(
-        f"--config {path!r} is not a file; configs live in experiments/job/configs/."
+      f"--config {path!r} is not a file; configs live in experiments/job/configs/."
     )
   spec = importlib.util.spec_from_file_location(f"_jaxrank_config_{abs(hash(path))}", path)
   assert spec is not None and spec.loader is not None  # Both are there for a .py file.
@@ -108,7 +108,7 @@ def _parse_overrides(items: Sequence[str]) -> dict[str, tuple[Any, str]]:
 
 
 def apply_overrides(
-    config: config_lib.Config, overrides: Sequence[str] | dict[str, Any]
+  config: config_lib.Config, overrides: Sequence[str] | dict[str, Any]
 ) -> config_lib.Config:
   """`config` with fields replaced: from `{"field": value}` or `["field=value", ...]` strings.
 
@@ -128,8 +128,8 @@ def apply_overrides(
   unknown = sorted(set(given) - set(fields))
   if unknown:
     raise config_lib.ConfigError(
-        f"{unknown} are not fields of the config; the fields are {sorted(fields)} "
-        f"(`python -m {PROG} --help` lists them with their types)."
+      f"{unknown} are not fields of the config; the fields are {sorted(fields)} "
+      f"(`python -m {PROG} --help` lists them with their types)."
     )
   types = config_lib.field_types()
   values = {}
@@ -142,8 +142,8 @@ def apply_overrides(
     if not config_lib.conforms(value, annotation):
       got = f"the string {value!r}" if isinstance(value, str) else repr(value)
       raise config_lib.ConfigError(
-          f"{shown}: {key} must be {config_lib.describe_type(annotation)} (default "
-          f"{_default(fields[key])!r}), got {got}; values are Python literals."
+        f"{shown}: {key} must be {config_lib.describe_type(annotation)} (default "
+        f"{_default(fields[key])!r}), got {got}; values are Python literals."
       )
     values[key] = value
   return dataclasses.replace(config, **values)
@@ -156,11 +156,11 @@ def _default(field: dataclasses.Field) -> Any:
 
 
 def run_sweep(
-    base: config_lib.Config,
-    runs: dict[str, config_lib.Config],
-    workdir: str,
-    *,
-    untrained: bool = True,
+  base: config_lib.Config,
+  runs: dict[str, config_lib.Config],
+  workdir: str,
+  *,
+  untrained: bool = True,
 ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
   """Trains each run in `workdir/<name>`, after checking every one; first, optionally, `base`
   untrained (`num_steps=0`) in `workdir/untrained`, and with `base.raw_pixels_baseline` retrieval
@@ -181,7 +181,7 @@ def run_sweep(
   for reserved in ("untrained", "raw_pixels"):
     if reserved in runs:
       raise config_lib.ConfigError(
-          f"a run of a sweep cannot be called {reserved!r}: that is a baseline's name."
+        f"a run of a sweep cannot be called {reserved!r}: that is a baseline's name."
       )
   baseline = {"untrained": dataclasses.replace(base, num_steps=0)} if untrained else {}
   runs = {**baseline, **runs}
@@ -204,7 +204,7 @@ def run_sweep(
 
 
 def prepare(
-    config_path: str, overrides: Sequence[str] = ()
+  config_path: str, overrides: Sequence[str] = ()
 ) -> tuple[config_lib.Config, dict[str, config_lib.Config] | None]:
   """The config of a file with `--set` overrides, and its sweep's runs (None without a sweep).
 
@@ -224,15 +224,15 @@ def prepare(
     setters = [name for name, changes in sweep.items() if key in changes]
     if setters:
       raise config_lib.ConfigError(
-          f"{given[key][1]}: the sweep of {config_path} sets {key} in its runs "
-          f"{', '.join(setters)}, so this value would be overridden; drop the --set, or change "
-          "get_sweep()."
+        f"{given[key][1]}: the sweep of {config_path} sets {key} in its runs "
+        f"{', '.join(setters)}, so this value would be overridden; drop the --set, or change "
+        "get_sweep()."
       )
   return config, {name: apply_overrides(config, changes) for name, changes in sweep.items()}
 
 
 def run(
-    config_path: str, workdir: str, overrides: Sequence[str] = ()
+  config_path: str, workdir: str, overrides: Sequence[str] = ()
 ) -> dict[str, dict[str, float]]:
   """Runs a config file (its sweep and an untrained baseline, if any); returns the metrics.
 
@@ -268,26 +268,26 @@ def _help_epilog() -> str:
 
 def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
-      prog=f"python -m {PROG}",
-      description=__doc__.split("\n")[0],
-      epilog=_help_epilog(),
-      formatter_class=argparse.RawDescriptionHelpFormatter,
+    prog=f"python -m {PROG}",
+    description=__doc__.split("\n")[0],
+    epilog=_help_epilog(),
+    formatter_class=argparse.RawDescriptionHelpFormatter,
   )
   parser.add_argument("--config", required=True, help="a config file in experiments/job/configs/")
   parser.add_argument("--workdir", required=True, help="where checkpoints, metrics and plots go")
   parser.add_argument(
-      "--set",
-      action="append",
-      default=[],
-      metavar="FIELD=VALUE",
-      help="override a config field (repeatable); a Python literal or a plain string",
+    "--set",
+    action="append",
+    default=[],
+    metavar="FIELD=VALUE",
+    help="override a config field (repeatable); a Python literal or a plain string",
   )
   group = parser.add_argument_group(
-      "several processes (jax.distributed; not needed where JAX detects the cluster: SLURM, "
-      "Open MPI, Cloud TPU)"
+    "several processes (jax.distributed; not needed where JAX detects the cluster: SLURM, "
+    "Open MPI, Cloud TPU)"
   )
   group.add_argument(
-      "--coordinator_address", metavar="HOST:PORT", help="process 0's address, the same in all"
+    "--coordinator_address", metavar="HOST:PORT", help="process 0's address, the same in all"
   )
   group.add_argument("--num_processes", type=int, metavar="N", help="processes in the job")
   group.add_argument("--process_id", type=int, metavar="I", help="this process, 0 to N - 1")
@@ -295,9 +295,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def initialize_distributed(
-    coordinator_address: str | None = None,
-    num_processes: int | None = None,
-    process_id: int | None = None,
+  coordinator_address: str | None = None,
+  num_processes: int | None = None,
+  process_id: int | None = None,
 ) -> None:
   """Joins a `jax.distributed` job if there is one; call it before anything else uses JAX.
 
@@ -322,34 +322,34 @@ def initialize_distributed(
     return
 
   given = {
-      "--coordinator_address": coordinator_address,
-      "--num_processes": num_processes,
-      "--process_id": process_id,
+    "--coordinator_address": coordinator_address,
+    "--num_processes": num_processes,
+    "--process_id": process_id,
   }
   if any(v is not None for v in given.values()):
     missing = [flag for flag, v in given.items() if v is None]
     if missing:
       raise config_lib.ConfigError(
-          f"{', '.join(missing)} missing: --coordinator_address, --num_processes and "
-          "--process_id go together (or give none where JAX detects the cluster)."
+        f"{', '.join(missing)} missing: --coordinator_address, --num_processes and "
+        "--process_id go together (or give none where JAX detects the cluster)."
       )
     assert coordinator_address is not None and num_processes is not None and process_id is not None
     host, _, port = coordinator_address.rpartition(":")
     if not host or not port.isdigit():
       raise config_lib.ConfigError(
-          f"--coordinator_address {coordinator_address!r} must be HOST:PORT, e.g. localhost:12355."
+        f"--coordinator_address {coordinator_address!r} must be HOST:PORT, e.g. localhost:12355."
       )
     if num_processes < 1 or not 0 <= process_id < num_processes:
       raise config_lib.ConfigError(
-          f"--num_processes {num_processes} --process_id {process_id}: the number of processes "
-          "must be positive and the process id between 0 and the number of processes minus 1."
+        f"--num_processes {num_processes} --process_id {process_id}: the number of processes "
+        "must be positive and the process id between 0 and the number of processes minus 1."
       )
   # Read only when the CPU backend starts, so harmless where it has started already.
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   try:
     if coordinator_address is not None:
       jax.distributed.initialize(
-          coordinator_address, num_processes=num_processes, process_id=process_id
+        coordinator_address, num_processes=num_processes, process_id=process_id
       )
     else:
       jax.distributed.initialize()
@@ -359,8 +359,8 @@ def initialize_distributed(
       raise
     if coordinator_address is not None:
       raise config_lib.ConfigError(
-          "--coordinator_address: this process has already run JAX computations, after which "
-          "it cannot join a job; run experiments.job.main as a command of its own."
+        "--coordinator_address: this process has already run JAX computations, after which "
+        "it cannot join a job; run experiments.job.main as a command of its own."
       ) from None
   except ValueError as e:
     # JAX's detection found no cluster, so no coordinator: one process, nothing to join.
@@ -427,8 +427,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     _exit(EXIT_CONFIG_ERROR, f"error: {e}")
   except KeyboardInterrupt as e:  # train.Interrupted says what was saved.
     _exit(
-        EXIT_INTERRUPTED,
-        str(e) or "interrupted; rerun the same command to resume from the last checkpoint.",
+      EXIT_INTERRUPTED,
+      str(e) or "interrupted; rerun the same command to resume from the last checkpoint.",
     )
   except FloatingPointError as e:  # A diverged run: its checkpoints are kept.
     _exit(EXIT_DIVERGED, f"error: {e}")
@@ -440,7 +440,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   print(reporting.format_table(results))
   curves = "curves.png" if len(results) == 1 else "*/curves.png"
   print(
-      f"\nTotal {time.perf_counter() - start:.0f} s; metrics and curves in {args.workdir}/{curves}"
+    f"\nTotal {time.perf_counter() - start:.0f} s; metrics and curves in {args.workdir}/{curves}"
   )
 
 

@@ -49,10 +49,10 @@ def _small_convnet(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.S
 
 # The poolings of a ResNet's last feature map, by `config.pooling`: each builds a fresh pooling.
 POOLINGS: Mapping[str, Callable[[], Callable[[jax.Array], jax.Array]]] = {
-    "average": lambda: models.global_average_pool,  # torchvision's.
-    "max": lambda: models.global_max_pool,  # ROADMAP's Table 4 (Ramzi et al. 2021, sec. 4.4).
-    "average_max": lambda: models.average_max_pool,
-    "gem": lambda: models.GeMPool(p=3.0),  # Revaud et al. 2019: GeM, p = 3 learned.
+  "average": lambda: models.global_average_pool,  # torchvision's.
+  "max": lambda: models.global_max_pool,  # ROADMAP's Table 4 (Ramzi et al. 2021, sec. 4.4).
+  "average_max": lambda: models.average_max_pool,
+  "gem": lambda: models.GeMPool(p=3.0),  # Revaud et al. 2019: GeM, p = 3 learned.
 }
 
 
@@ -68,16 +68,17 @@ def _vit_small(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.Visio
 
 
 MODELS: Mapping[str, ModelSpec] = {
-    "small_convnet": ModelSpec(build=_small_convnet, batch_norm=False),  # LayerNorm.
-    "resnet18": ModelSpec(build=_resnet(models.resnet18), batch_norm=True, pooled=True),
-    "resnet50": ModelSpec(build=_resnet(models.resnet50), batch_norm=True, pooled=True),
-    "resnet101": ModelSpec(build=_resnet(models.resnet101), batch_norm=True, pooled=True),
-    # timm's ViT-S/16 and DeiT-S/16 (LayerNorm, class-token features) at config.image_size.
-    "vit_small": ModelSpec(build=_vit_small, batch_norm=False),
+  "small_convnet": ModelSpec(build=_small_convnet, batch_norm=False),  # LayerNorm.
+  "resnet18": ModelSpec(build=_resnet(models.resnet18), batch_norm=True, pooled=True),
+  "resnet50": ModelSpec(build=_resnet(models.resnet50), batch_norm=True, pooled=True),
+  "resnet101": ModelSpec(build=_resnet(models.resnet101), batch_norm=True, pooled=True),
+  # timm's ViT-S/16 and DeiT-S/16 (LayerNorm, class-token features) at config.image_size.
+  "vit_small": ModelSpec(build=_vit_small, batch_norm=False),
 }
 
 # `config.init_weights` file suffixes read as PyTorch checkpoints (else jaxrank's own .npz).
 PYTORCH_SUFFIXES = (".pth", ".pt", ".safetensors", ".bin")
+
 
 @dataclasses.dataclass(frozen=True)
 class HeadSpec:
@@ -135,7 +136,7 @@ class CentredHashingHead(nnx.Module):
 
   def __init__(self, in_features: int, num_bits: int, *, rngs: nnx.Rngs):
     self.norm = nnx.BatchNorm(
-        in_features, use_scale=False, use_bias=False, momentum=0.9, epsilon=1e-5, rngs=rngs
+      in_features, use_scale=False, use_bias=False, momentum=0.9, epsilon=1e-5, rngs=rngs
     )
     self.hashing = models.HashingHead(in_features, num_bits, rngs=rngs)
 
@@ -145,23 +146,23 @@ class CentredHashingHead(nnx.Module):
 
 
 HEADS: Mapping[str, HeadSpec] = {
-    # L2-normalised embeddings, scored by cosine similarity.
-    "embedding": HeadSpec(
-        build=models.EmbeddingHead,
-        similarity_fn=jaxrank.similarity.cosine,
-        tanh_scaled=False,
-        evaluated_as=lambda outputs: outputs,
-    ),
-    # Relaxed codes tanh(alpha f) of the batch-centred features, trained on the similarity
-    # 1 - 2 d / b of their relaxed Hamming distance (He et al. eq. 10; cosine would ignore how
-    # saturated the codes are), evaluated as binary codes.
-    "hashing": HeadSpec(
-        build=CentredHashingHead,
-        similarity_fn=jaxrank.similarity.hamming,
-        tanh_scaled=True,
-        evaluated_as=jaxrank.hashing.binarize,
-        batch_norm=True,
-    ),
+  # L2-normalised embeddings, scored by cosine similarity.
+  "embedding": HeadSpec(
+    build=models.EmbeddingHead,
+    similarity_fn=jaxrank.similarity.cosine,
+    tanh_scaled=False,
+    evaluated_as=lambda outputs: outputs,
+  ),
+  # Relaxed codes tanh(alpha f) of the batch-centred features, trained on the similarity
+  # 1 - 2 d / b of their relaxed Hamming distance (He et al. eq. 10; cosine would ignore how
+  # saturated the codes are), evaluated as binary codes.
+  "hashing": HeadSpec(
+    build=CentredHashingHead,
+    similarity_fn=jaxrank.similarity.hamming,
+    tanh_scaled=True,
+    evaluated_as=jaxrank.hashing.binarize,
+    batch_norm=True,
+  ),
 }
 
 

@@ -58,12 +58,12 @@ class MetricsWriter:
 
 
 def format_table(
-    rows: dict[str, dict[str, float]],
-    *,
-    ks: Sequence[int] = (1, 2, 4, 8),
-    metrics: Sequence[str] = ("map@r", "map", "tie_aware_map"),
-    column: str = "run",
-    seconds: dict[str, float] | None = None,
+  rows: dict[str, dict[str, float]],
+  *,
+  ks: Sequence[int] = (1, 2, 4, 8),
+  metrics: Sequence[str] = ("map@r", "map", "tie_aware_map"),
+  column: str = "run",
+  seconds: dict[str, float] | None = None,
 ) -> str:
   """A plain-text table of final metrics, one row per named run.
 
@@ -82,7 +82,7 @@ def format_table(
   keys = [f"recall@{k}" for k in ks] + list(metrics)
   if all("seen/map@r" in m for m in rows.values()):
     keys.append("seen/map@r")
-  names = [f"R@{k[len('recall@'):]}" if k.startswith("recall@") else _HEADERS[k] for k in keys]
+  names = [f"R@{k[len('recall@') :]}" if k.startswith("recall@") else _HEADERS[k] for k in keys]
   width = max([len(n) for n in rows] + [len(column)])
   header = f"{column:{width}} " + " ".join(f"{n:>6}" for n in names)
   if seconds is not None:
@@ -132,15 +132,15 @@ def plot_curves(workdir: str, title: str = "") -> str:
 
 
 def plot_sweep(
-    results: dict[str, dict[str, float]],
-    points: dict[str, tuple[Any, str | None]],
-    path: str,
-    *,
-    xlabel: str,
-    title: str,
-    baseline: dict[str, float] | None = None,
-    log_x: bool = False,
-    k: int = 1,
+  results: dict[str, dict[str, float]],
+  points: dict[str, tuple[Any, str | None]],
+  path: str,
+  *,
+  xlabel: str,
+  title: str,
+  baseline: dict[str, float] | None = None,
+  log_x: bool = False,
+  k: int = 1,
 ) -> str:
   """Writes MAP@R (top) and R@k (bottom) against the swept value, the untrained network dashed.
 
@@ -165,8 +165,12 @@ def plot_sweep(
   for ax, key, label in zip(axes, ("map@r", f"recall@{k}"), ("MAP@R", f"R@{k}")):
     for s in series:
       names = [n for n in results if points[n][1] == s]
-      ax.plot([points[n][0] for n in names], [results[n][key] for n in names], marker="o",
-              label=s if s is not None else label)
+      ax.plot(
+        [points[n][0] for n in names],
+        [results[n][key] for n in names],
+        marker="o",
+        label=s if s is not None else label,
+      )
     if baseline is not None:
       ax.axhline(baseline[key], color="grey", linestyle="--", linewidth=1, label="untrained")
     ax.set_ylabel(label)
@@ -196,7 +200,9 @@ def format_text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> s
     The header, a dashed line and a line per row (trailing spaces stripped).
   """
   widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
-  lines = [" | ".join(f"{c:{w}}" for c, w in zip(cells, widths)).rstrip()
-           for cells in [list(header)] + [list(r) for r in rows]]
+  lines = [
+    " | ".join(f"{c:{w}}" for c, w in zip(cells, widths)).rstrip()
+    for cells in [list(header)] + [list(r) for r in rows]
+  ]
   lines.insert(1, "-+-".join("-" * w for w in widths))
   return "\n".join(lines)

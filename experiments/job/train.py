@@ -99,11 +99,11 @@ def learning_rate_schedule(config: config_lib.Config) -> optax.Schedule:
   """Linear warm-up to `learning_rate`, then cosine decay to 1% of it at `num_steps`."""
   warmup = min(config.warmup_steps, max(config.num_steps - 1, 0))
   return optax.warmup_cosine_decay_schedule(
-      init_value=0.0 if warmup else config.learning_rate,
-      peak_value=config.learning_rate,
-      warmup_steps=warmup,
-      decay_steps=max(config.num_steps, warmup + 1),
-      end_value=0.01 * config.learning_rate,
+    init_value=0.0 if warmup else config.learning_rate,
+    peak_value=config.learning_rate,
+    warmup_steps=warmup,
+    decay_steps=max(config.num_steps, warmup + 1),
+    end_value=0.01 * config.learning_rate,
   )
 
 
@@ -114,15 +114,15 @@ def make_optimizer(config: config_lib.Config) -> optax.GradientTransformation:
 
   def labels(params):
     return jax.tree_util.tree_map_with_path(
-        lambda path, _: "head" if path[0].key == "head" else "backbone", params
+      lambda path, _: "head" if path[0].key == "head" else "backbone", params
     )
 
   return optax.multi_transform(
-      {
-          "backbone": optax.adamw(schedule, weight_decay=config.weight_decay),
-          "head": optax.adamw(head_schedule, weight_decay=config.weight_decay),
-      },
-      labels,
+    {
+      "backbone": optax.adamw(schedule, weight_decay=config.weight_decay),
+      "head": optax.adamw(head_schedule, weight_decay=config.weight_decay),
+    },
+    labels,
   )
 
 
@@ -130,7 +130,7 @@ def _tanh_scale(config: config_lib.Config, step: jax.Array) -> jax.Array | None:
   if not networks.HEADS[config.head].tanh_scaled:
     return None
   return jaxrank.hashing.tanh_scale(
-      step, initial=config.tanh_initial, growth=config.tanh_growth, every=config.tanh_every
+    step, initial=config.tanh_initial, growth=config.tanh_growth, every=config.tanh_every
   )
 
 
@@ -158,7 +158,7 @@ def relevant_bound(config: config_lib.Config) -> int | None:
 
 
 def _batch_loss_fn(
-    config: config_lib.Config, mesh: jax.sharding.Mesh | None
+  config: config_lib.Config, mesh: jax.sharding.Mesh | None
 ) -> Callable[[jax.Array, Any], jax.Array]:
   """`fn(embeddings [B, D], (labels [B], memory or None)) -> scalar`: retrieval, then the loss.
 
@@ -175,21 +175,34 @@ def _batch_loss_fn(
   block_size = config.loss_block_size
   if mesh is not None:
     sharded = jaxrank.sharded_loss(
-        list_loss, mesh, "batch", include_self=config.include_self, similarity_fn=similarity_fn,
-        block_size=block_size,
+      list_loss,
+      mesh,
+      "batch",
+      include_self=config.include_self,
+      similarity_fn=similarity_fn,
+      block_size=block_size,
     )
     return lambda embeddings, targets: sharded(embeddings, targets[0])
 
   def whole(embeddings, labels, **gallery):
     scores, relevance, where = jaxrank.batch_retrieval(
-        embeddings, labels, include_self=config.include_self, similarity_fn=similarity_fn,
-        **gallery,
+      embeddings,
+      labels,
+      include_self=config.include_self,
+      similarity_fn=similarity_fn,
+      **gallery,
     )
     return list_loss(scores, relevance, where=where)
 
-  lists_loss = whole if block_size is None else jaxrank.blocked_loss(
-      list_loss, block_size=block_size, include_self=config.include_self,
+  lists_loss = (
+    whole
+    if block_size is None
+    else jaxrank.blocked_loss(
+      list_loss,
+      block_size=block_size,
+      include_self=config.include_self,
       similarity_fn=similarity_fn,
+    )
   )
 
   def loss(embeddings, targets):
@@ -197,8 +210,11 @@ def _batch_loss_fn(
     if memory is None:
       return lists_loss(embeddings, labels)
     return lists_loss(
-        embeddings, labels, gallery_embeddings=memory.embeddings, gallery_labels=memory.labels,
-        gallery_where=memory.where,
+      embeddings,
+      labels,
+      gallery_embeddings=memory.embeddings,
+      gallery_labels=memory.labels,
+      gallery_where=memory.where,
     )
 
   return loss
@@ -230,16 +246,16 @@ def _init_state(config: config_lib.Config, tx: optax.GradientTransformation):
   state = {"params": params, "rest": rest, "opt_state": tx.init(params), "step": jnp.int32(0)}
   if config.memory_batches:
     state["memory"] = jaxrank.memory.init(
-        config.memory_batches * config.batch_size, config.embedding_dim
+      config.memory_batches * config.batch_size, config.embedding_dim
     )
   return _Model(train_graph, eval_graph), state
 
 
 def _make_train_step(
-    config: config_lib.Config,
-    model: _Model,
-    tx: optax.GradientTransformation,
-    mesh: jax.sharding.Mesh | None,
+  config: config_lib.Config,
+  model: _Model,
+  tx: optax.GradientTransformation,
+  mesh: jax.sharding.Mesh | None,
 ):
   batch_loss = _batch_loss_fn(config, mesh)
 
@@ -260,20 +276,20 @@ def _make_train_step(
         return batch_loss(embeddings, (labels, memory)), (embeddings, rest)
 
       (loss, (embeddings, rest)), grads = jax.value_and_grad(objective, has_aux=True)(
-          state["params"]
+        state["params"]
       )
     else:
       embed_params = lambda params, x: embed(params, state["rest"], x, scale)[0]
       loss, grads = jaxrank.chunked_value_and_grad(
-          embed_params, batch_loss, chunk_size=config.chunk_size
+        embed_params, batch_loss, chunk_size=config.chunk_size
       )(state["params"], images, (labels, memory))
       embeddings, rest = None, state["rest"]
     updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
     new = {
-        "params": optax.apply_updates(state["params"], updates),
-        "rest": rest,
-        "opt_state": opt_state,
-        "step": state["step"] + 1,
+      "params": optax.apply_updates(state["params"], updates),
+      "rest": rest,
+      "opt_state": opt_state,
+      "step": state["step"] + 1,
     }
     if memory is not None:
       new["memory"] = jaxrank.memory.push(memory, embeddings, labels)
@@ -295,7 +311,7 @@ def _make_train_step(
     # On the mesh: the state replicated, the batch split; the state stays replicated after a step.
     replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("batch"))
     jitted = jax.jit(
-        step_fn, in_shardings=(replicated, split, split, replicated), out_shardings=replicated
+      step_fn, in_shardings=(replicated, split, split, replicated), out_shardings=replicated
     )
   if not config.check_traced_inputs:
     return jitted
@@ -316,8 +332,8 @@ def _check_finite(name: str, first_bad: jax.Array, saved: int) -> None:
   bad = int(first_bad)
   if bad >= 0:
     raise FloatingPointError(
-        f"{name}: the training loss or the parameters are not finite at step {bad} (NaN or "
-        f"infinite); lower the learning rate. Nothing after step {saved} was saved."
+      f"{name}: the training loss or the parameters are not finite at step {bad} (NaN or "
+      f"infinite); lower the learning rate. Nothing after step {saved} was saved."
     )
 
 
@@ -338,7 +354,7 @@ def _local(tree):
 
 
 def _train_share(
-    config: config_lib.Config, mesh: jax.sharding.Mesh | None
+  config: config_lib.Config, mesh: jax.sharding.Mesh | None
 ) -> tuple[int, int] | None:
   """The columns `start:stop` of each global batch that this process's devices hold (None: all).
 
@@ -353,8 +369,8 @@ def _train_share(
   start, stop = rows[0][0], rows[-1][1]
   if any(a[1] != b[0] for a, b in zip(rows, rows[1:])):
     raise ValueError(
-        f"train_and_evaluate: this process's devices hold the rows {rows} of the batch, which "
-        "are not one contiguous slice; the mesh must order devices by process."
+      f"train_and_evaluate: this process's devices hold the rows {rows} of the batch, which "
+      "are not one contiguous slice; the mesh must order devices by process."
     )
   return start, stop
 
@@ -364,7 +380,7 @@ def _global_batch(mesh: jax.sharding.Mesh | None, local: np.ndarray, batch_size:
   if mesh is None:
     return jnp.asarray(local)
   return jax.make_array_from_process_local_data(
-      NamedSharding(mesh, P("batch")), local, (batch_size, *local.shape[1:])
+    NamedSharding(mesh, P("batch")), local, (batch_size, *local.shape[1:])
   )
 
 
@@ -390,7 +406,7 @@ def _make_embed_fn(config: config_lib.Config, model: _Model):
 
 
 def evaluate(
-    config: config_lib.Config, embed_fn, state, test: jd.LabeledImages
+  config: config_lib.Config, embed_fn, state, test: jd.LabeledImages
 ) -> dict[str, float]:
   """Leave-one-out retrieval metrics of the test split (unseen classes) under the current state.
 
@@ -409,11 +425,11 @@ def evaluate(
     embeddings.append(e[batch["mask"]])
     labels.append(batch["label"][batch["mask"]])
   metrics = jaxrank.evaluate_retrieval(
-      np.concatenate(embeddings),
-      np.concatenate(labels),
-      ks=config.eval_ks,
-      similarity_fn=networks.HEADS[config.head].similarity_fn,
-      mesh=_mesh(config) if count > 1 else None,
+    np.concatenate(embeddings),
+    np.concatenate(labels),
+    ks=config.eval_ks,
+    similarity_fn=networks.HEADS[config.head].similarity_fn,
+    mesh=_mesh(config) if count > 1 else None,
   )
   return cast(dict[str, float], metrics)  # Floats: the default reduce_fn.
 
@@ -445,13 +461,13 @@ def evaluate_raw_pixels(config: config_lib.Config) -> dict[str, float]:
   test_pixels, test_labels = pixels(test_data)
   # Floats: the default reduce_fn.
   metrics = cast(
-      dict[str, float],
-      jaxrank.evaluate_retrieval(test_pixels - mean, test_labels, ks=config.eval_ks),
+    dict[str, float],
+    jaxrank.evaluate_retrieval(test_pixels - mean, test_labels, ks=config.eval_ks),
   )
   if config.eval_seen_classes:
     seen = cast(
-        dict[str, float],
-        jaxrank.evaluate_retrieval(train_pixels - mean, train_labels, ks=config.eval_ks),
+      dict[str, float],
+      jaxrank.evaluate_retrieval(train_pixels - mean, train_labels, ks=config.eval_ks),
     )
     metrics.update({f"seen/{k}": v for k, v in seen.items()})
   return metrics
@@ -470,8 +486,8 @@ def _check_workdir(config: config_lib.Config, workdir: str) -> None:
   if stored != wanted:
     changed = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
     raise config_lib.ConfigError(
-        f"workdir {workdir!r} holds a run of another configuration (it differs in {changed}); "
-        "use a new workdir, or the same configuration to resume that run."
+      f"workdir {workdir!r} holds a run of another configuration (it differs in {changed}); "
+      "use a new workdir, or the same configuration to resume that run."
     )
 
 
@@ -488,8 +504,8 @@ def _claim_workdir(config: config_lib.Config, workdir: str) -> None:
 
 def _checkpoint_manager(config: config_lib.Config, workdir: str) -> ocp.CheckpointManager:
   return ocp.CheckpointManager(
-      os.path.abspath(os.path.join(workdir, "checkpoints")),
-      options=ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints, create=True),
+    os.path.abspath(os.path.join(workdir, "checkpoints")),
+    options=ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints, create=True),
   )
 
 
@@ -526,8 +542,9 @@ class _DropUnretrievedReadErrors(logging.Filter):
 
   def filter(self, record: logging.LogRecord) -> bool:
     message = record.getMessage()
-    unretrieved = message.startswith(("Task exception was never retrieved",
-                                      "Future exception was never retrieved"))
+    unretrieved = message.startswith(
+      ("Task exception was never retrieved", "Future exception was never retrieved")
+    )
     return not (unretrieved and ("OCDBT" in message or "tensorstore" in message.lower()))
 
 
@@ -542,8 +559,10 @@ def _set_aside(manager: ocp.CheckpointManager, step: int, workdir: str, reason: 
       break
     aside = os.path.join(workdir, "unreadable_checkpoints", f"{step}.{k}")
   logger.warning(
-      "The checkpoint %s cannot be read (%s); moved to %s, trying the one before.",
-      path, reason, aside,
+    "The checkpoint %s cannot be read (%s); moved to %s, trying the one before.",
+    path,
+    reason,
+    aside,
   )
   if _is_primary():
     os.makedirs(os.path.dirname(aside), exist_ok=True)
@@ -554,7 +573,7 @@ def _set_aside(manager: ocp.CheckpointManager, step: int, workdir: str, reason: 
 
 
 def _restore_latest(
-    manager: ocp.CheckpointManager, state, workdir: str
+  manager: ocp.CheckpointManager, state, workdir: str
 ) -> tuple[Any, tuple[int, int]]:
   """The newest readable checkpoint's state and data position, or `state` and `(0, 0)` if none.
 
@@ -585,10 +604,10 @@ def _restore_latest(
         restored = _restore(manager, step, state)
       except Exception:  # pylint: disable=broad-exception-caught
         raise CheckpointError(
-            f"The checkpoint {os.path.join(manager.directory, str(step))} can be read but not "
-            f"restored into this run's state ({type(e).__name__}: {' '.join(str(e).split())[:300]}"
-            "). Did the configuration or the code change since it was saved? Resume with the "
-            "code that saved it, or train in a new workdir; the checkpoint is left as it is."
+          f"The checkpoint {os.path.join(manager.directory, str(step))} can be read but not "
+          f"restored into this run's state ({type(e).__name__}: {' '.join(str(e).split())[:300]}"
+          "). Did the configuration or the code change since it was saved? Resume with the "
+          "code that saved it, or train in a new workdir; the checkpoint is left as it is."
         ) from e
     return restored["state"], tuple(restored["data"]["position"])
   return state, (0, 0)
@@ -621,12 +640,12 @@ def _quiet_closed_event_loop_errors() -> None:
 
 def _save(manager: ocp.CheckpointManager, step: int, state, position: tuple[int, int]) -> None:
   manager.save(
-      step,
-      args=ocp.args.Composite(
-          state=ocp.args.StandardSave(state),
-          data=ocp.args.JsonSave({"position": list(position)}),
-      ),
-      force=True,
+    step,
+    args=ocp.args.Composite(
+      state=ocp.args.StandardSave(state),
+      data=ocp.args.JsonSave({"position": list(position)}),
+    ),
+    force=True,
   )
 
 
@@ -644,8 +663,8 @@ class Interrupted(KeyboardInterrupt):
   def __init__(self, name: str, workdir: str, step: int):
     if step:
       message = (
-          f"{name} interrupted: step {step} is saved in {os.path.join(workdir, 'checkpoints')}; "
-          "rerun the same command to resume."
+        f"{name} interrupted: step {step} is saved in {os.path.join(workdir, 'checkpoints')}; "
+        "rerun the same command to resume."
       )
     else:
       message = f"{name} interrupted before its first step; rerun the same command to start it."
@@ -681,7 +700,7 @@ def _deferred_interrupt() -> Iterator[list[bool]]:
 
 
 def check_run(
-    config: config_lib.Config, workdir: str
+  config: config_lib.Config, workdir: str
 ) -> tuple[jd.LabeledImages, jd.LabeledImages, input_pipeline.BatchesFn]:
   """Everything that can fail before a run writes anything: the config, the data, the workdir.
 
@@ -735,10 +754,10 @@ def _train_loop(loop: _Loop, state, step: int, batches, interrupted: list[bool],
       raise Interrupted(loop.name, loop.workdir, saved)
     batch = next(batches)
     state, loss, first_bad = loop.train_step(
-        state,
-        _global_batch(loop.mesh, batch["image"], config.batch_size),
-        _global_batch(loop.mesh, batch["label"], config.batch_size),
-        first_bad,
+      state,
+      _global_batch(loop.mesh, batch["image"], config.batch_size),
+      _global_batch(loop.mesh, batch["label"], config.batch_size),
+      first_bad,
     )
     step += 1
     if step % config.log_every == 0 or step == config.num_steps:
@@ -768,7 +787,7 @@ def _log_step(loop: _Loop, step: int, loss: float, last_log: tuple[float, int]):
 
 
 def train_and_evaluate(
-    config: config_lib.Config, workdir: str, *, name: str | None = None
+  config: config_lib.Config, workdir: str, *, name: str | None = None
 ) -> dict[str, float]:
   """Trains (or resumes training) as `config` says, evaluating periodically; returns final metrics.
 
@@ -850,7 +869,7 @@ def train_and_evaluate(
 
 
 def restore_model(
-    config: config_lib.Config, workdir: str, step: int | None = None
+  config: config_lib.Config, workdir: str, step: int | None = None
 ) -> models.EmbeddingModel:
   """The network of a run's checkpoint (the latest unless `step` is given), in inference mode.
 
@@ -868,8 +887,8 @@ def restore_model(
     step = manager.latest_step() if step is None else step
     if step is None or step not in manager.all_steps():
       raise FileNotFoundError(
-          f"restore_model: {workdir!r} holds no checkpoint"
-          f"{'' if step is None else f' of step {step}'}; it has steps {list(manager.all_steps())}."
+        f"restore_model: {workdir!r} holds no checkpoint"
+        f"{'' if step is None else f' of step {step}'}; it has steps {list(manager.all_steps())}."
       )
     restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(state)))
   finally:
@@ -882,11 +901,11 @@ def _progress_bar(config: config_lib.Config, step: int, name: str, show: bool = 
   from tqdm import auto as tqdm  # pylint: disable=g-import-not-at-top
 
   return tqdm.tqdm(
-      total=config.num_steps,
-      initial=step,
-      desc=name,
-      disable=not (config.progress_bar and show),
-      unit="step",
-      dynamic_ncols=True,
-      leave=False,
+    total=config.num_steps,
+    initial=step,
+    desc=name,
+    disable=not (config.progress_bar and show),
+    unit="step",
+    dynamic_ncols=True,
+    leave=False,
   )

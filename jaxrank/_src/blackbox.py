@@ -67,7 +67,7 @@ def _relevant_bound(labels, where, shape, max_relevant) -> tuple[int | None, boo
 
 
 def _blackbox_list_values(
-    fn, scores, labels, where, segments, interpolation, margin, max_relevant, body
+  fn, scores, labels, where, segments, interpolation, margin, max_relevant, body
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
   """The per-list body shared by the AP and recall losses, on either rank path.
 
@@ -82,7 +82,7 @@ def _blackbox_list_values(
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
   interpolation = ranking.check_interpolation(fn, interpolation)
   checks.check_real(
-      fn, "margin", margin, at_least=0, scalar=False, hint="It is RaMBO's alpha (eq. 14): 0.02."
+    fn, "margin", margin, at_least=0, scalar=False, hint="It is RaMBO's alpha (eq. 14): 0.02."
   )
   checks.check_positive_int(fn, "max_relevant", max_relevant, allow_none=True)
   count, checked = _relevant_bound(labels_in, where_in, scores.shape, max_relevant)
@@ -102,13 +102,13 @@ def _blackbox_list_values(
   num_valid = jnp.sum(where, axis=-1).astype(dtype)
   if interpolation.ndim and interpolation.shape != shifted.shape[:-1]:
     raise ValueError(
-        f"{fn}: interpolation must be a scalar or one value per list {shifted.shape[:-1]}, got "
-        f"shape {interpolation.shape}."
+      f"{fn}: interpolation must be a scalar or one value per list {shifted.shape[:-1]}, got "
+      f"shape {interpolation.shape}."
     )
   interpolation = interpolation.astype(dtype) * jnp.maximum(num_valid, 1)
   num_relevant = jnp.sum(relevant, axis=-1)
   ranks, relevant_ranks = ranking.blackbox_relevant_ranks(
-      shifted, relevant, interpolation, max_relevant=count
+    shifted, relevant, interpolation, max_relevant=count
   )
   values = body(ranks, relevant_ranks, relevant, num_relevant)
   # A list beyond the bound was ranked on its first `count` relevant items only.
@@ -133,15 +133,15 @@ def _recall_values(weight_fn):
 
 
 def blackbox_ap_loss(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    interpolation: jax.typing.ArrayLike = 0.2,
-    margin: float = 0.02,
-    max_relevant: int | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  interpolation: jax.typing.ArrayLike = 0.2,
+  margin: float = 0.02,
+  max_relevant: int | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""RaMBO's Average Precision loss: exact AP, blackbox gradient (Rolinek et al. 2020, eq. 21-22).
 
@@ -235,23 +235,30 @@ def blackbox_ap_loss(
     O(n log n) time (sort) or O(K n) (counting), and O(n) memory.
   """
   values, num_relevant, scores, where = _blackbox_list_values(
-      "blackbox_ap_loss", scores, labels, where, segments, interpolation, margin, max_relevant,
-      _ap_values,
+    "blackbox_ap_loss",
+    scores,
+    labels,
+    where,
+    segments,
+    interpolation,
+    margin,
+    max_relevant,
+    _ap_values,
   )
   return lists.finish(values, scores, where, num_relevant > 0, reduce_fn)
 
 
 def blackbox_recall_loss(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    interpolation: jax.typing.ArrayLike = 0.2,
-    margin: float = 0.02,
-    weight_fn: Callable[[jax.Array], jax.Array] = jnp.log1p,
-    max_relevant: int | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  interpolation: jax.typing.ArrayLike = 0.2,
+  margin: float = 0.02,
+  weight_fn: Callable[[jax.Array], jax.Array] = jnp.log1p,
+  max_relevant: int | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""RaMBO's recall loss: weighted Recall@K losses summed over K (Rolinek et al. 2020, eq. 16-20).
 
@@ -302,7 +309,14 @@ def blackbox_recall_loss(
   fn = "blackbox_recall_loss"
   checks.check_callable(fn, "weight_fn", weight_fn, hint="Pass W, e.g. jnp.log1p.")
   values, num_relevant, scores, where = _blackbox_list_values(
-      fn, scores, labels, where, segments, interpolation, margin, max_relevant,
-      _recall_values(weight_fn),
+    fn,
+    scores,
+    labels,
+    where,
+    segments,
+    interpolation,
+    margin,
+    max_relevant,
+    _recall_values(weight_fn),
   )
   return lists.finish(values, scores, where, num_relevant > 0, reduce_fn)

@@ -66,23 +66,23 @@ def _check_one_mean(fn: str, recorder: _BlockSums, out) -> None:
     return
   if recorder.calls == 0:
     why = (
-        "it never called its reduce_fn as a jaxrank loss does (a loss with its own reduction, "
-        "such as a custom reduce_fn fixed by functools.partial, cannot be computed in blocks)"
+      "it never called its reduce_fn as a jaxrank loss does (a loss with its own reduction, "
+      "such as a custom reduce_fn fixed by functools.partial, cannot be computed in blocks)"
     )
   elif recorder.calls > 1:
     why = (
-        f"it reduced over lists {recorder.calls} times (a sum of losses?): block each term and "
-        "add the blocked losses, or give a loss that adds the per-list values before its one "
-        "reduction (as roadmap_loss does)"
+      f"it reduced over lists {recorder.calls} times (a sum of losses?): block each term and "
+      "add the blocked losses, or give a loss that adds the per-list values before its one "
+      "reduction (as roadmap_loss does)"
     )
   else:
     why = (
-        "it changed the mean after its reduction (1 - mean, a scale, another term): give the "
-        "list-level loss itself"
+      "it changed the mean after its reduction (1 - mean, a scale, another term): give the "
+      "list-level loss itself"
     )
   raise ValueError(
-      f"{fn}: loss_fn must return a mean over lists, the value of the reduce_fn it is given, "
-      f"called once; {why}."
+    f"{fn}: loss_fn must return a mean over lists, the value of the reduce_fn it is given, "
+    f"called once; {why}."
   )
 
 
@@ -111,21 +111,21 @@ class _Lists(NamedTuple):
 
 
 def mean_over_blocks(
-    fn: str,
-    loss_fn: Callable[..., jax.Array],
-    queries: jax.Array,
-    items: jax.Array,
-    *,
-    labels: jax.Array | None,
-    item_labels: jax.Array | None,
-    affinity: jax.Array | None,
-    block_size: int,
-    first: jax.Array | int,
-    include_self: bool,
-    item_where: jax.Array | None,
-    weights: jax.Array | None,
-    similarity_fn: types.SimilarityFn,
-    reduce: lists.Mean,
+  fn: str,
+  loss_fn: Callable[..., jax.Array],
+  queries: jax.Array,
+  items: jax.Array,
+  *,
+  labels: jax.Array | None,
+  item_labels: jax.Array | None,
+  affinity: jax.Array | None,
+  block_size: int,
+  first: jax.Array | int,
+  include_self: bool,
+  item_where: jax.Array | None,
+  weights: jax.Array | None,
+  similarity_fn: types.SimilarityFn,
+  reduce: lists.Mean,
 ) -> jax.Array:
   """`loss_fn` over the lists of `queries [Q, D]` ranking `items [N, D]`, `block_size` queries at a
   time: the loss's mean over all `Q` lists, its two sums taken by `reduce.sum_fn` at the end.
@@ -139,8 +139,16 @@ def mean_over_blocks(
   blocks = _Blocks(fn, loss_fn, int(block_size), bool(include_self), similarity_fn)
   # Inside `shard_map` the items (gathered: the same on every device) join per-device sums.
   items = lists.varying_like(items, queries)
-  data = _Lists(queries, items, jnp.asarray(first, jnp.int32), labels, item_labels, affinity,
-                item_where, weights)
+  data = _Lists(
+    queries,
+    items,
+    jnp.asarray(first, jnp.int32),
+    labels,
+    item_labels,
+    affinity,
+    item_where,
+    weights,
+  )
   numerator, denominator = _block_sums(blocks, data)
   return reduce.divide(reduce.sum_fn(numerator), reduce.sum_fn(denominator))
 
@@ -175,10 +183,12 @@ def _block_sums_bwd(blocks, residuals, cotangents):
     scale = numerator_cotangent
   grad_queries, grad_items = grads
   none = _Lists(*(None,) * len(_Lists._fields))
-  return (none._replace(
+  return (
+    none._replace(
       queries=(scale * grad_queries).astype(grad_queries.dtype),
       items=(scale * grad_items).astype(grad_items.dtype),
-  ),)
+    ),
+  )
 
 
 _block_sums.defvjp(_block_sums_fwd, _block_sums_bwd)
@@ -190,7 +200,7 @@ def _backward_is_linear(blocks: _Blocks, data: _Lists) -> bool:
   shapes; nothing runs."""
   size = min(blocks.block_size, data.queries.shape[0])
   jaxpr = jax.make_jaxpr(
-      lambda d: _block_lists_sums(blocks, d, d.queries[:size], _prepare(blocks, d), 0, 0)
+    lambda d: _block_lists_sums(blocks, d, d.queries[:size], _prepare(blocks, d), 0, 0)
   )(data)
   return not ranking.uses_blackbox_rank(jaxpr)
 
@@ -215,7 +225,7 @@ def _block_lists_sums(blocks, data, block_queries, prepared, start, begin):
     relevance = jax.lax.dynamic_slice_in_dim(data.affinity, start, size)
   else:
     relevance = retrieval.relevance_matrix(
-        jax.lax.dynamic_slice_in_dim(data.labels, start, size), data.item_labels
+      jax.lax.dynamic_slice_in_dim(data.labels, start, size), data.item_labels
     )
   kwargs = {}
   if data.weights is not None:
@@ -256,46 +266,59 @@ def _sweep(blocks: _Blocks, data: _Lists, *, cotangent):
     numerators, denominators = jax.lax.map(values, jnp.arange(num_blocks))
     return (jnp.sum(numerators), jnp.sum(denominators)), None
 
-  prepared, prepared_vjp = jax.vjp(lambda items: _prepare(blocks, data._replace(items=items)),
-                                   data.items)
+  prepared, prepared_vjp = jax.vjp(
+    lambda items: _prepare(blocks, data._replace(items=items)), data.items
+  )
 
   def step(carry, k):
     numerator, denominator, grad_queries, grad_prepared = carry
     start, begin, block_queries = bounds(k)
     (block_numerator, block_denominator), pullback = jax.vjp(
-        lambda q, p: _block_lists_sums(blocks, data, q, p, start, begin), block_queries, prepared
+      lambda q, p: _block_lists_sums(blocks, data, q, p, start, begin), block_queries, prepared
     )
-    block_grad, prepared_grad = pullback((
+    block_grad, prepared_grad = pullback(
+      (
         lists.varying_like(jnp.asarray(cotangent, block_numerator.dtype), block_numerator),
         lists.varying_like(jnp.zeros_like(block_denominator), block_denominator),
-    ))
+      )
+    )
     previous = jax.lax.dynamic_slice_in_dim(grad_queries, start, size)
     grad_queries = jax.lax.dynamic_update_slice_in_dim(
-        grad_queries, previous + block_grad.astype(grad_queries.dtype), start, axis=0
+      grad_queries, previous + block_grad.astype(grad_queries.dtype), start, axis=0
     )
     grad_prepared = jax.tree.map(jnp.add, grad_prepared, prepared_grad)
-    carry = (numerator + block_numerator, denominator + block_denominator, grad_queries,
-             grad_prepared)
+    carry = (
+      numerator + block_numerator,
+      denominator + block_denominator,
+      grad_queries,
+      grad_prepared,
+    )
     return carry, None
 
   dtype = lists.compute_dtype(queries.dtype)
   zeros = lambda shape, dt: lists.varying_like(jnp.zeros(shape, dt), queries)
-  init = (zeros((), dtype), zeros((), dtype), zeros(queries.shape, dtype),
-          jax.tree.map(lambda x: zeros(x.shape, x.dtype), prepared))
+  init = (
+    zeros((), dtype),
+    zeros((), dtype),
+    zeros(queries.shape, dtype),
+    jax.tree.map(lambda x: zeros(x.shape, x.dtype), prepared),
+  )
   (numerator, denominator, grad_queries, grad_prepared), _ = jax.lax.scan(
-      step, init, jnp.arange(num_blocks)
+    step, init, jnp.arange(num_blocks)
   )
   (grad_items,) = prepared_vjp(grad_prepared)
-  return (numerator, denominator), (grad_queries.astype(queries.dtype),
-                                    grad_items.astype(data.items.dtype))
+  return (numerator, denominator), (
+    grad_queries.astype(queries.dtype),
+    grad_items.astype(data.items.dtype),
+  )
 
 
 def blocked_loss(
-    loss_fn: Callable[..., jax.Array],
-    *,
-    block_size: int,
-    include_self: bool = False,
-    similarity_fn: types.SimilarityFn = similarity.cosine,
+  loss_fn: Callable[..., jax.Array],
+  *,
+  block_size: int,
+  include_self: bool = False,
+  similarity_fn: types.SimilarityFn = similarity.cosine,
 ) -> Callable[..., jax.Array]:
   """Wraps a list-level loss into `f(embeddings [B, D], labels [B]) -> scalar`, over query blocks.
 
@@ -370,17 +393,17 @@ def blocked_loss(
   block_size = int(block_size)
 
   def loss(
-      embeddings: jax.typing.ArrayLike,
-      labels: jax.typing.ArrayLike | None = None,
-      *,
-      affinity: jax.typing.ArrayLike | None = None,
-      gallery_embeddings: jax.typing.ArrayLike | None = None,
-      gallery_labels: jax.typing.ArrayLike | None = None,
-      gallery_where: jax.typing.ArrayLike | None = None,
-      weights: jax.typing.ArrayLike | None = None,
+    embeddings: jax.typing.ArrayLike,
+    labels: jax.typing.ArrayLike | None = None,
+    *,
+    affinity: jax.typing.ArrayLike | None = None,
+    gallery_embeddings: jax.typing.ArrayLike | None = None,
+    gallery_labels: jax.typing.ArrayLike | None = None,
+    gallery_where: jax.typing.ArrayLike | None = None,
+    weights: jax.typing.ArrayLike | None = None,
   ) -> jax.Array:
     inputs = retrieval.retrieval_inputs(
-        fn, embeddings, labels, affinity, gallery_embeddings, gallery_labels, gallery_where
+      fn, embeddings, labels, affinity, gallery_embeddings, gallery_labels, gallery_where
     )
     queries, items = inputs.queries, inputs.items
     b, n = queries.shape[0], items.shape[0]
@@ -389,10 +412,20 @@ def blocked_loss(
     if inputs.gallery_where is not None:
       item_where = jnp.concatenate([jnp.ones((b,), bool), inputs.gallery_where])
     return mean_over_blocks(
-        fn, loss_fn, queries, items, labels=inputs.labels, item_labels=inputs.item_labels,
-        affinity=inputs.affinity, block_size=block_size, first=0, include_self=include_self,
-        item_where=item_where, weights=weights, similarity_fn=similarity_fn,
-        reduce=lists.Mean(jnp.sum),
+      fn,
+      loss_fn,
+      queries,
+      items,
+      labels=inputs.labels,
+      item_labels=inputs.item_labels,
+      affinity=inputs.affinity,
+      block_size=block_size,
+      first=0,
+      include_self=include_self,
+      item_where=item_where,
+      weights=weights,
+      similarity_fn=similarity_fn,
+      reduce=lists.Mean(jnp.sum),
     )
 
   return loss

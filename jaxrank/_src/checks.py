@@ -51,10 +51,10 @@ _UNREADABLE = (jax.errors.TracerArrayConversionError, RuntimeError)
 
 
 def check_lists(
-    fn: str,
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    where: jax.typing.ArrayLike | None,
+  fn: str,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  where: jax.typing.ArrayLike | None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Validates list-level inputs and returns them as arrays of the shape of `scores`.
 
@@ -74,23 +74,22 @@ def check_lists(
   scores = jnp.asarray(scores)
   # Inside a trace, arrays that are not tracers are constants the caller closed over.
   traced = isinstance(scores, jax.core.Tracer)
-  captured = [traced and x is not None and not isinstance(x, jax.core.Tracer)
-              for x in (labels, where)]
+  captured = [
+    traced and x is not None and not isinstance(x, jax.core.Tracer) for x in (labels, where)
+  ]
   # Arrays the caller closed over are embedded in the program; compactly (see lists.opaque too).
   labels = jnp.asarray(lists.embedded_compactly(labels, scores))
   where = lists.embedded_compactly(where, scores)
   if not jnp.issubdtype(scores.dtype, jnp.floating):
     raise TypeError(
-        f"{fn}: scores must be a floating-point array, got dtype {scores.dtype}; "
-        "cast them, e.g. scores.astype(jnp.float32)."
+      f"{fn}: scores must be a floating-point array, got dtype {scores.dtype}; "
+      "cast them, e.g. scores.astype(jnp.float32)."
     )
   if scores.ndim < 1:
     raise ValueError(
-        f"{fn}: scores must have at least one axis (the list axis, last), got a scalar."
+      f"{fn}: scores must have at least one axis (the list axis, last), got a scalar."
     )
-  if not (
-      jnp.issubdtype(labels.dtype, jnp.number) or jnp.issubdtype(labels.dtype, jnp.bool_)
-  ):
+  if not (jnp.issubdtype(labels.dtype, jnp.number) or jnp.issubdtype(labels.dtype, jnp.bool_)):
     raise TypeError(f"{fn}: labels must be numeric or boolean, got dtype {labels.dtype}.")
   try:
     broadcast = np.broadcast_shapes(labels.shape, scores.shape) == scores.shape
@@ -98,8 +97,8 @@ def check_lists(
     broadcast = False
   if not broadcast:
     raise ValueError(
-        f"{fn}: labels have shape {labels.shape} but scores have shape {scores.shape}; "
-        "they must be equal or broadcast to it (one label per score, the list on the last axis)."
+      f"{fn}: labels have shape {labels.shape} but scores have shape {scores.shape}; "
+      "they must be equal or broadcast to it (one label per score, the list on the last axis)."
     )
   # Labels shared by several lists (`[n]` for scores `[L, n]`) broadcast, as rax allows.
   labels = jnp.broadcast_to(labels, scores.shape)
@@ -122,33 +121,33 @@ def check_segments(fn: str, segments: Any, shape: Sequence[int]) -> jax.Array:
   kind = _dtype(segments)
   if not np.issubdtype(kind, np.integer):
     raise TypeError(
-        f"{fn}: segments must be integer ids (the items of a row with equal ids form one list), "
-        f"got dtype {kind}; cast them, e.g. segments.astype(jnp.int32)."
+      f"{fn}: segments must be integer ids (the items of a row with equal ids form one list), "
+      f"got dtype {kind}; cast them, e.g. segments.astype(jnp.int32)."
     )
   got = tuple(np.shape(segments))
   if got != tuple(shape):
     raise ValueError(
-        f"{fn}: segments have shape {got} but scores have shape {tuple(shape)}; give one "
-        "segment id per score, in the scores' shape."
+      f"{fn}: segments have shape {got} but scores have shape {tuple(shape)}; give one "
+      "segment id per score, in the scores' shape."
     )
   return jnp.asarray(segments)
 
 
 _KINDS = {
-    "floating": ("floating-point", (jnp.floating,)),
-    "numeric": ("numeric (integer or floating-point)", (jnp.integer, jnp.floating)),
+  "floating": ("floating-point", (jnp.floating,)),
+  "numeric": ("numeric (integer or floating-point)", (jnp.integer, jnp.floating)),
 }
 
 
 def check_array(
-    fn: str,
-    name: str,
-    x: Any,
-    *,
-    kind: str = "floating",
-    ndim: int | None = None,
-    min_ndim: int | None = None,
-    layout: str = "",
+  fn: str,
+  name: str,
+  x: Any,
+  *,
+  kind: str = "floating",
+  ndim: int | None = None,
+  min_ndim: int | None = None,
+  layout: str = "",
 ) -> None:
   """Checks the dtype and the number of axes of an array argument, reading nothing else.
 
@@ -173,8 +172,8 @@ def check_array(
   dtype = _dtype(x)
   if not any(jnp.issubdtype(dtype, base) for base in bases):
     raise TypeError(
-        f"{fn}: {name} must be a {words} array, got dtype {dtype}; cast it, e.g. "
-        f"{name}.astype(jnp.float32)."
+      f"{fn}: {name} must be a {words} array, got dtype {dtype}; cast it, e.g. "
+      f"{name}.astype(jnp.float32)."
     )
   shape = tuple(np.shape(x))
   suffix = f" {layout}" if layout else ""
@@ -182,18 +181,18 @@ def check_array(
     raise ValueError(f"{fn}: {name} must have {_axes(ndim)}{suffix}, got shape {shape}.")
   if min_ndim is not None and len(shape) < min_ndim:
     raise ValueError(
-        f"{fn}: {name} must have at least {_axes(min_ndim)}{suffix}, got shape {shape}."
+      f"{fn}: {name} must have at least {_axes(min_ndim)}{suffix}, got shape {shape}."
     )
 
 
 def check_floating(
-    fn: str,
-    name: str,
-    x: jax.typing.ArrayLike,
-    *,
-    ndim: int | None = None,
-    min_ndim: int | None = None,
-    layout: str = "",
+  fn: str,
+  name: str,
+  x: jax.typing.ArrayLike,
+  *,
+  ndim: int | None = None,
+  min_ndim: int | None = None,
+  layout: str = "",
 ) -> jax.Array:
   """`check_array(kind="floating")`, then returns `jnp.asarray(x)`."""
   check_array(fn, name, x, kind="floating", ndim=ndim, min_ndim=min_ndim, layout=layout)
@@ -201,13 +200,13 @@ def check_floating(
 
 
 def check_mask(
-    fn: str,
-    name: str,
-    mask: jax.typing.ArrayLike | None,
-    shape: Sequence[int],
-    *,
-    like: str = "scores",
-    broadcast: bool = True,
+  fn: str,
+  name: str,
+  mask: jax.typing.ArrayLike | None,
+  shape: Sequence[int],
+  *,
+  like: str = "scores",
+  broadcast: bool = True,
 ) -> jax.Array:
   """Validates a boolean mask and returns it with shape `shape` (all True when `mask` is None).
 
@@ -233,33 +232,33 @@ def check_mask(
   mask = jnp.asarray(mask)
   if mask.dtype != jnp.bool_:
     raise TypeError(
-        f"{fn}: {name} must be a boolean mask, got dtype {mask.dtype}; pass a bool array, "
-        f"e.g. {name} != 0."
+      f"{fn}: {name} must be a boolean mask, got dtype {mask.dtype}; pass a bool array, "
+      f"e.g. {name} != 0."
     )
   if not broadcast:
     if mask.shape != shape:
       raise ValueError(
-          f"{fn}: {name} must be a boolean mask shaped like the {like} {shape}, got shape "
-          f"{mask.shape}."
+        f"{fn}: {name} must be a boolean mask shaped like the {like} {shape}, got shape "
+        f"{mask.shape}."
       )
     return mask
   try:
     return jnp.broadcast_to(mask, shape)
   except ValueError:
     raise ValueError(
-        f"{fn}: {name} has shape {mask.shape}, which does not broadcast to the {like}' shape "
-        f"{shape}; give one flag per item."
+      f"{fn}: {name} has shape {mask.shape}, which does not broadcast to the {like}' shape "
+      f"{shape}; give one flag per item."
     ) from None
 
 
 def check_int_labels(
-    fn: str,
-    name: str,
-    labels: Any,
-    *,
-    layout: str = "[N]",
-    allow_bool: bool = False,
-    allow_empty: bool = True,
+  fn: str,
+  name: str,
+  labels: Any,
+  *,
+  layout: str = "[N]",
+  allow_bool: bool = False,
+  allow_empty: bool = True,
 ) -> None:
   """Checks a 1-D array of integer class labels, one per example.
 
@@ -281,26 +280,26 @@ def check_int_labels(
   shape = tuple(np.shape(labels))
   if len(shape) != 1:
     raise ValueError(
-        f"{fn}: {name} must be a 1-D array of class labels {layout}, got shape {shape}."
+      f"{fn}: {name} must be a 1-D array of class labels {layout}, got shape {shape}."
     )
   if not allow_empty and shape[0] == 0:
     raise ValueError(f"{fn}: {name} must hold at least one class label {layout}, got none.")
   dtype = _dtype(labels)
   if not (np.issubdtype(dtype, np.integer) or (allow_bool and dtype == np.bool_)):
     raise TypeError(
-        f"{fn}: {name} must be integers (class labels), got dtype {dtype}; map the classes to "
-        f"integers first, e.g. np.unique({name}, return_inverse=True)[1]."
+      f"{fn}: {name} must be integers (class labels), got dtype {dtype}; map the classes to "
+      f"integers first, e.g. np.unique({name}, return_inverse=True)[1]."
     )
 
 
 def check_shape(
-    fn: str,
-    name: str,
-    x: Any,
-    expected: Sequence[int | None],
-    *,
-    layout: str = "",
-    hint: str = "",
+  fn: str,
+  name: str,
+  x: Any,
+  expected: Sequence[int | None],
+  *,
+  layout: str = "",
+  hint: str = "",
 ) -> None:
   """Raises `ValueError` unless `x` has the expected shape.
 
@@ -316,7 +315,7 @@ def check_shape(
     sizes = ["_" if e is None else str(e) for e in expected]
     layout = f"({sizes[0]},)" if len(sizes) == 1 else f"({', '.join(sizes)})"
   raise ValueError(
-      f"{fn}: {name} must be shaped {layout}, got shape {shape}.{' ' + hint if hint else ''}"
+    f"{fn}: {name} must be shaped {layout}, got shape {shape}.{' ' + hint if hint else ''}"
   )
 
 
@@ -324,8 +323,8 @@ def check_callable(fn: str, name: str, value: Any, *, hint: str = "") -> None:
   """Raises `TypeError` unless `value` is callable; `hint` (what to pass) is appended."""
   if not callable(value):
     raise TypeError(
-        f"{fn}: {name} must be a function, got {type(value).__name__} {value!r}."
-        f"{' ' + hint if hint else ''}"
+      f"{fn}: {name} must be a function, got {type(value).__name__} {value!r}."
+      f"{' ' + hint if hint else ''}"
     )
 
 
@@ -355,7 +354,7 @@ def check_int_at_least(fn: str, name: str, value: Any, minimum: int) -> None:
 
 
 def check_item_weights(
-    fn: str, weights: jax.typing.ArrayLike, where: jax.Array, dtype: Any
+  fn: str, weights: jax.typing.ArrayLike, where: jax.Array, dtype: Any
 ) -> jax.Array:
   """Validates per-item weights and returns them broadcast to the shape of `where`, in `dtype`.
 
@@ -373,8 +372,8 @@ def check_item_weights(
       raise ValueError
   except ValueError:
     raise ValueError(
-        f"{fn}: item_weights have shape {weights.shape}, which does not broadcast to the scores' "
-        f"shape {tuple(where.shape)}: item_weights are per item, one per score."
+      f"{fn}: item_weights have shape {weights.shape}, which does not broadcast to the scores' "
+      f"shape {tuple(where.shape)}: item_weights are per item, one per score."
     ) from None
   weights = jnp.broadcast_to(weights, where.shape)
   bad = where & ~(weights >= 0)  # NaN fails `>= 0` too.
@@ -385,19 +384,18 @@ def check_item_weights(
     except _UNREADABLE:
       got = f"{int(jnp.sum(bad))} negative or NaN valid weights"
     raise ValueError(
-        f"{fn}: item_weights must be non-negative, got {got}; mask the item out with where "
-        "instead."
+      f"{fn}: item_weights must be non-negative, got {got}; mask the item out with where instead."
     )
   return weights.astype(dtype)
 
 
 def check_list_weights(
-    fn: str,
-    weights: jax.typing.ArrayLike | None,
-    scores_shape: tuple[int, ...],
-    dtype: Any,
-    *,
-    segmented: bool = False,
+  fn: str,
+  weights: jax.typing.ArrayLike | None,
+  scores_shape: tuple[int, ...],
+  dtype: Any,
+  *,
+  segmented: bool = False,
 ) -> jax.Array | None:
   """Validates per-list weights and returns them broadcast to the lists' shape in `dtype`.
 
@@ -421,14 +419,14 @@ def check_list_weights(
   except ValueError:
     if segmented:
       raise ValueError(
-          f"{fn}: weights have shape {weights.shape}, which does not broadcast to the scores' "
-          f"shape {lists}: with segments, weights are per segment, given at its items (read at "
-          "its first valid item); weights[..., None] weighs every segment of a row alike."
+        f"{fn}: weights have shape {weights.shape}, which does not broadcast to the scores' "
+        f"shape {lists}: with segments, weights are per segment, given at its items (read at "
+        "its first valid item); weights[..., None] weighs every segment of a row alike."
       ) from None
     raise ValueError(
-        f"{fn}: weights have shape {weights.shape}, which does not broadcast to the lists' shape "
-        f"{lists} (the scores' shape {tuple(scores_shape)} without its last axis): weights are "
-        "per list, one per query, not per item."
+      f"{fn}: weights have shape {weights.shape}, which does not broadcast to the lists' shape "
+      f"{lists} (the scores' shape {tuple(scores_shape)} without its last axis): weights are "
+      "per list, one per query, not per item."
     ) from None
   bad = ~(weights >= 0)  # NaN fails `>= 0` too.
   traced = f"{fn}: weights must be non-negative (and not NaN)."
@@ -438,14 +436,14 @@ def check_list_weights(
     except _UNREADABLE:
       got = f"{int(jnp.sum(bad))} negative or NaN weights"
     raise ValueError(
-        f"{fn}: weights must be non-negative, got {got}; they weigh each list's loss in the "
-        "reduction (e.g. class_balancing_weights)."
+      f"{fn}: weights must be non-negative, got {got}; they weigh each list's loss in the "
+      "reduction (e.g. class_balancing_weights)."
     )
   return jnp.broadcast_to(weights.astype(dtype), lists)
 
 
 _TRACED_CHECKS: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "jaxrank_traced_checks", default=False
+  "jaxrank_traced_checks", default=False
 )
 
 
@@ -511,20 +509,18 @@ def check_graded_labels(fn: str, labels: jax.Array, where: jax.Array) -> None:
       got = f"{np.asarray(labels)[np.asarray(bad)].flat[0]} at a valid item"
     except _UNREADABLE:
       got = f"{int(jnp.sum(bad))} negative valid labels"
-    raise ValueError(
-        f"{fn}: graded labels must be >= 0 (the gain is 2**label - 1), got {got}{fix}"
-    )
+    raise ValueError(f"{fn}: graded labels must be >= 0 (the gain is 2**label - 1), got {got}{fix}")
 
 
 def check_in_range(
-    fn: str,
-    name: str,
-    values: jax.Array,
-    where: jax.Array,
-    low: float,
-    high: float,
-    *,
-    hint: str = "",
+  fn: str,
+  name: str,
+  values: jax.Array,
+  where: jax.Array,
+  low: float,
+  high: float,
+  *,
+  hint: str = "",
 ) -> None:
   """Raises `ValueError` when a valid value is known to lie outside `[low, high]`.
 
@@ -546,51 +542,51 @@ def check_in_range(
     except _UNREADABLE:  # Known mask, traced values (under grad).
       got = f"{int(jnp.sum(bad))} valid values outside it"
     raise ValueError(
-        f"{fn}: {name} must lie in [{low:g}, {high:g}] (up to rounding), got {got}.{hint}"
+      f"{fn}: {name} must lie in [{low:g}, {high:g}] (up to rounding), got {got}.{hint}"
     )
 
 
 @overload
 def check_real(
-    fn: str,
-    name: str,
-    value: Any,
-    *,
-    above: float | None = ...,
-    at_least: float | None = ...,
-    at_most: float | None = ...,
-    hint: str = ...,
-    scalar: Literal[True] = ...,
-    static: Literal[True],
+  fn: str,
+  name: str,
+  value: Any,
+  *,
+  above: float | None = ...,
+  at_least: float | None = ...,
+  at_most: float | None = ...,
+  hint: str = ...,
+  scalar: Literal[True] = ...,
+  static: Literal[True],
 ) -> float: ...
 
 
 @overload
 def check_real(
-    fn: str,
-    name: str,
-    value: Any,
-    *,
-    above: float | None = ...,
-    at_least: float | None = ...,
-    at_most: float | None = ...,
-    hint: str = ...,
-    scalar: bool = ...,
-    static: bool = ...,
+  fn: str,
+  name: str,
+  value: Any,
+  *,
+  above: float | None = ...,
+  at_least: float | None = ...,
+  at_most: float | None = ...,
+  hint: str = ...,
+  scalar: bool = ...,
+  static: bool = ...,
 ) -> float | None: ...
 
 
 def check_real(
-    fn: str,
-    name: str,
-    value: Any,
-    *,
-    above: float | None = None,
-    at_least: float | None = None,
-    at_most: float | None = None,
-    hint: str = "",
-    scalar: bool = True,
-    static: bool = False,
+  fn: str,
+  name: str,
+  value: Any,
+  *,
+  above: float | None = None,
+  at_least: float | None = None,
+  at_most: float | None = None,
+  hint: str = "",
+  scalar: bool = True,
+  static: bool = False,
 ) -> float | None:
   """Validates a real hyperparameter (a Python number or a 0-d array) and returns it.
 
@@ -615,8 +611,8 @@ def check_real(
   except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
     if static:
       raise TypeError(
-          f"{fn}: {name} must be known at trace time (a Python number), got a traced value; "
-          "pass it as a static argument, or close over it instead of passing it through jit."
+        f"{fn}: {name} must be known at trace time (a Python number), got a traced value; "
+        "pass it as a static argument, or close over it instead of passing it through jit."
       ) from None
     _check_traced_real(fn, name, value, above, at_least, at_most, hint)
     return None
@@ -644,20 +640,20 @@ def _check_traced_real(fn, name, value, above, at_least, at_most, hint):
   """`check_real`'s bounds on a traced value, as a `checkify.check` inside `traced_checks`."""
   value = jnp.asarray(value)
   for bound, ok, text in (
-      (above, lambda b: value > b, f"> {above}"),
-      (at_least, lambda b: value >= b, f">= {at_least}"),
-      (at_most, lambda b: value <= b, f"<= {at_most}"),
+    (above, lambda b: value > b, f"> {above}"),
+    (at_least, lambda b: value >= b, f">= {at_least}"),
+    (at_most, lambda b: value <= b, f"<= {at_most}"),
   ):
     if bound is not None:
       known_any(~ok(bound), f"{fn}: {name} must be {text}.{' ' + hint if hint else ''}")
 
 
 def check_same_layout(
-    fn: str,
-    path: str | os.PathLike,
-    target: str,
-    file_shapes: Mapping[str, tuple[int, ...]],
-    model_shapes: Mapping[str, tuple[int, ...]],
+  fn: str,
+  path: str | os.PathLike,
+  target: str,
+  file_shapes: Mapping[str, tuple[int, ...]],
+  model_shapes: Mapping[str, tuple[int, ...]],
 ) -> None:
   """Raises one `ValueError` naming the missing, unexpected and mismatched keys, if any.
 
@@ -671,19 +667,23 @@ def check_same_layout(
   missing = sorted(model_shapes.keys() - file_shapes.keys())
   unexpected = sorted(file_shapes.keys() - model_shapes.keys())
   mismatched = [
-      f"{key} (file {tuple(file_shapes[key])}, model {tuple(model_shapes[key])})"
-      for key in sorted(model_shapes.keys() & file_shapes.keys())
-      if tuple(file_shapes[key]) != tuple(model_shapes[key])
+    f"{key} (file {tuple(file_shapes[key])}, model {tuple(model_shapes[key])})"
+    for key in sorted(model_shapes.keys() & file_shapes.keys())
+    if tuple(file_shapes[key]) != tuple(model_shapes[key])
   ]
   problems = [
-      f"{what} {_first_few(items)}"
-      for what, items in (("missing keys", missing), ("unexpected keys", unexpected),
-                          ("shape mismatches", mismatched))
-      if items
+    f"{what} {_first_few(items)}"
+    for what, items in (
+      ("missing keys", missing),
+      ("unexpected keys", unexpected),
+      ("shape mismatches", mismatched),
+    )
+    if items
   ]
   if problems:
     raise ValueError(
-        f"{fn}: {os.fspath(path)!r} does not match the {target}: {'; '.join(problems)}.")
+      f"{fn}: {os.fspath(path)!r} does not match the {target}: {'; '.join(problems)}."
+    )
 
 
 def _first_few(items: list[str]) -> str:

@@ -31,10 +31,10 @@ def _split(tree: types.PyTree, num_chunks: int) -> types.PyTree:
 
 
 def chunked_value_and_grad(
-    embed_fn: Callable[[types.PyTree, types.PyTree], jax.Array],
-    loss_fn: Callable[[jax.Array, types.PyTree], jax.Array],
-    *,
-    chunk_size: int,
+  embed_fn: Callable[[types.PyTree, types.PyTree], jax.Array],
+  loss_fn: Callable[[jax.Array, types.PyTree], jax.Array],
+  *,
+  chunk_size: int,
 ) -> Callable[[types.PyTree, types.PyTree, types.PyTree], tuple[jax.Array, types.PyTree]]:
   """Returns `f(params, inputs, labels) -> (loss, grad_params)` computed in chunks of the batch.
 
@@ -96,8 +96,8 @@ def chunked_value_and_grad(
     batch = _check_inputs(fn, inputs)
     if batch % chunk_size:
       raise ValueError(
-          f"{fn}: the batch of {batch} is not a multiple of chunk_size "
-          f"{chunk_size}; pick a chunk size that divides it."
+        f"{fn}: the batch of {batch} is not a multiple of chunk_size "
+        f"{chunk_size}; pick a chunk size that divides it."
       )
     chunks = _split(inputs, batch // chunk_size)
 
@@ -107,7 +107,7 @@ def chunked_value_and_grad(
     # Stage 2: the loss and its gradient with respect to the embeddings.
     loss, grad_embeddings = jax.value_and_grad(loss_fn)(embeddings, labels)
     grad_chunks = grad_embeddings.reshape(
-        batch // chunk_size, chunk_size, *grad_embeddings.shape[1:]
+      batch // chunk_size, chunk_size, *grad_embeddings.shape[1:]
     )
 
     # Stage 3: embed each chunk again and pull its slice of the gradient back into the parameters.
@@ -129,24 +129,24 @@ def _check_inputs(fn: str, inputs: types.PyTree) -> int:
   leaves = jax.tree.leaves(inputs)
   if not leaves or any(jnp.ndim(x) == 0 for x in leaves):
     raise ValueError(
-        f"{fn}: inputs must be an array or a pytree of arrays with the batch on the leading "
-        f"axis, got shapes {[jnp.shape(x) for x in leaves]}."
+      f"{fn}: inputs must be an array or a pytree of arrays with the batch on the leading "
+      f"axis, got shapes {[jnp.shape(x) for x in leaves]}."
     )
   sizes = {jnp.shape(x)[0] for x in leaves}
   if len(sizes) != 1:
     raise ValueError(
-        f"{fn}: inputs disagree on the batch size: {sorted(sizes)}; give every input the same "
-        "leading (batch) axis."
+      f"{fn}: inputs disagree on the batch size: {sorted(sizes)}; give every input the same "
+      "leading (batch) axis."
     )
   (batch,) = sizes
   return batch
 
 
 def host_chunked_value_and_grad(
-    embed_fn: Callable[[types.PyTree, types.PyTree], jax.Array],
-    loss_fn: Callable[[jax.Array, types.PyTree], jax.Array],
-    *,
-    chunk_size: int,
+  embed_fn: Callable[[types.PyTree, types.PyTree], jax.Array],
+  loss_fn: Callable[[jax.Array, types.PyTree], jax.Array],
+  *,
+  chunk_size: int,
 ) -> Callable[[types.PyTree, types.PyTree, types.PyTree], tuple[jax.Array, types.PyTree]]:
   """Like `chunked_value_and_grad`, but the loop over chunks runs in Python, between jitted stages.
 
@@ -215,7 +215,7 @@ def host_chunked_value_and_grad(
   def value_and_grad(params, inputs, labels):
     batch = _check_inputs(fn, inputs)
     starts = range(0, batch, chunk_size)
-    chunks = [jax.tree.map(lambda x, s=s: x[s:s + chunk_size], inputs) for s in starts]
+    chunks = [jax.tree.map(lambda x, s=s: x[s : s + chunk_size], inputs) for s in starts]
     # Stage 1: embeddings only, one compiled call per chunk.
     embeddings = jnp.concatenate([embed_stage(params, chunk) for chunk in chunks])
     # Stage 2: the loss and its gradient with respect to all embeddings.
@@ -223,7 +223,7 @@ def host_chunked_value_and_grad(
     # Stage 3: each chunk's vector-Jacobian product, added into one gradient buffer.
     grads = jax.tree.map(jnp.zeros_like, params)
     for start, chunk in zip(starts, chunks):
-      grads = backward_stage(grads, params, chunk, grad_embeddings[start:start + chunk_size])
+      grads = backward_stage(grads, params, chunk, grad_embeddings[start : start + chunk_size])
     return loss, grads
 
   return value_and_grad

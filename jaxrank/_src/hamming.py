@@ -61,7 +61,7 @@ from jaxrank._src import tie_aware
 
 
 def _check_distances(
-    fn, distances, labels, where, segments, num_bits
+  fn, distances, labels, where, segments, num_bits
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Checked `(distances as floats, labels, where)`, as the lists of the segments with
   `segments` (`jaxrank._src.segmented`); raises for non-integer distances if it can."""
@@ -72,13 +72,15 @@ def _check_distances(
     distances = distances.astype(jnp.result_type(float))
   distances, labels, where = checks.check_lists(fn, distances, labels, where)
   labels = labels.astype(lists.compute_dtype(distances.dtype))
-  bad = where & ~jnp.isnan(distances) & (
-      (distances != jnp.round(distances)) | (distances < 0) | (distances > num_bits)
+  bad = (
+    where
+    & ~jnp.isnan(distances)
+    & ((distances != jnp.round(distances)) | (distances < 0) | (distances > num_bits))
   )
   message = (
-      f"{fn}: distances must be integers in [0, num_bits] = [0, {num_bits}] at valid items; "
-      "for relaxed (real-valued) distances use the losses, e.g. tie_aware_ap_loss(1 - 2 * d / "
-      "num_bits, ..., num_bins=num_bits + 1)."
+    f"{fn}: distances must be integers in [0, num_bits] = [0, {num_bits}] at valid items; "
+    "for relaxed (real-valued) distances use the losses, e.g. tie_aware_ap_loss(1 - 2 * d / "
+    "num_bits, ..., num_bins=num_bits + 1)."
   )
   # Traced (under jit): checked only inside `traced_checks` (see the module docstring).
   if checks.known_any(bad, message):
@@ -88,13 +90,13 @@ def _check_distances(
 
 
 def hamming_tie_aware_ap_metric(
-    distances: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    num_bits: int,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  distances: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  num_bits: int,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Tie-aware AP of integer Hamming distances by counting (He et al. 2018, Prop. 1, eq. 6).
 
@@ -136,26 +138,26 @@ def hamming_tie_aware_ap_metric(
   fn = "hamming_tie_aware_ap_metric"
   distances, labels, where = _check_distances(fn, distances, labels, where, segments, num_bits)
   values, valid = histogram.binned_ap_estimates(
-      distances,
-      labels,
-      where,
-      estimator=tie_aware.tie_aware_ap_estimate,
-      to_values=histogram.identity,
-      num_centres=num_bits + 1,
-      first_centre=0.0,
-      last_centre=float(num_bits),
+    distances,
+    labels,
+    where,
+    estimator=tie_aware.tie_aware_ap_estimate,
+    to_values=histogram.identity,
+    num_centres=num_bits + 1,
+    first_centre=0.0,
+    last_centre=float(num_bits),
   )
   return lists.safe_reduce(values, valid, reduce_fn)
 
 
 def hamming_tie_aware_ndcg_metric(
-    distances: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    num_bits: int,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  distances: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  num_bits: int,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Tie-aware NDCG of integer Hamming distances by counting (He et al. 2018, Prop. 1, eq. 7).
 
@@ -201,13 +203,13 @@ def hamming_tie_aware_ndcg_metric(
   distances, labels, where = _check_distances(fn, distances, labels, where, segments, num_bits)
   checks.check_graded_labels(fn, labels, where)
   values, valid = tie_aware.binned_ndcg_estimates(
-      distances,
-      labels,
-      where,
-      estimator=tie_aware.tie_aware_dcg_estimate,
-      num_centres=num_bits + 1,
-      first_centre=0.0,
-      last_centre=float(num_bits),
+    distances,
+    labels,
+    where,
+    estimator=tie_aware.tie_aware_dcg_estimate,
+    num_centres=num_bits + 1,
+    first_centre=0.0,
+    last_centre=float(num_bits),
   )
   return lists.safe_reduce(values, valid, reduce_fn)
 
@@ -217,7 +219,7 @@ def hamming_tie_aware_ndcg_metric(
 
 
 def relaxed_hamming_distance(
-    codes_a: jax.typing.ArrayLike, codes_b: jax.typing.ArrayLike
+  codes_a: jax.typing.ArrayLike, codes_b: jax.typing.ArrayLike
 ) -> jax.Array:
   r"""Hamming distances `(b - \phi_i^\top \phi_j) / 2` between two sets of codes (eq. 1 and 10).
 
@@ -251,15 +253,16 @@ def relaxed_hamming_distance(
   codes_a, codes_b = jnp.asarray(codes_a), jnp.asarray(codes_b)
   if codes_a.shape[-1] != codes_b.shape[-1]:
     raise ValueError(
-        f"{fn}: codes have different lengths: codes_a {codes_a.shape} and codes_b "
-        f"{codes_b.shape} (the last axis is the number of bits b)."
+      f"{fn}: codes have different lengths: codes_a {codes_a.shape} and codes_b "
+      f"{codes_b.shape} (the last axis is the number of bits b)."
     )
   dtype = lists.compute_dtype(jnp.result_type(codes_a, codes_b))
   if not jnp.issubdtype(dtype, jnp.floating):
     dtype = jnp.result_type(float)
   dots = jnp.matmul(
-      codes_a.astype(dtype), jnp.swapaxes(codes_b, -1, -2).astype(dtype),
-      preferred_element_type=dtype,
+    codes_a.astype(dtype),
+    jnp.swapaxes(codes_b, -1, -2).astype(dtype),
+    preferred_element_type=dtype,
   )
   return (codes_a.shape[-1] - dots) / 2
 
@@ -288,11 +291,11 @@ def binarize(codes: jax.typing.ArrayLike) -> jax.Array:
 
 
 def tanh_scale(
-    step: jax.typing.ArrayLike,
-    *,
-    initial: float = 1.0,
-    growth: float = 2.0,
-    every: int,
+  step: jax.typing.ArrayLike,
+  *,
+  initial: float = 1.0,
+  growth: float = 2.0,
+  every: int,
 ) -> jax.Array:
   r"""The scale `\alpha` of the relaxed codes `\tanh(\alpha f)` at a step: grown in stages.
 

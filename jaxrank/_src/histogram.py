@@ -100,7 +100,7 @@ class SoftHistograms(NamedTuple):
 
 
 def soft_histograms(
-    values, relevance, where, *, num_centres, first_centre, last_centre, dtype
+  values, relevance, where, *, num_centres, first_centre, last_centre, dtype
 ) -> SoftHistograms:
   r"""Triangular soft binning of each list into uniformly spaced bins, best bin first.
 
@@ -150,17 +150,23 @@ def soft_histograms(
   ([1.25, 0.75, 0.0], [1.25, 0.75, 1.0])
   """
   return _soft_histograms(
-      values, relevance, where, num_centres=num_centres, first_centre=first_centre,
-      last_centre=last_centre, dtype=dtype, platform=platforms.forced(),
+    values,
+    relevance,
+    where,
+    num_centres=num_centres,
+    first_centre=first_centre,
+    last_centre=last_centre,
+    dtype=dtype,
+    platform=platforms.forced(),
   )
 
 
 @functools.partial(
-    jax.jit,
-    static_argnames=("num_centres", "first_centre", "last_centre", "dtype", "platform"),
+  jax.jit,
+  static_argnames=("num_centres", "first_centre", "last_centre", "dtype", "platform"),
 )
 def _soft_histograms(
-    values, relevance, where, *, num_centres, first_centre, last_centre, dtype, platform
+  values, relevance, where, *, num_centres, first_centre, last_centre, dtype, platform
 ):
   """`soft_histograms`, its compiled programs keyed by `platform` (`platforms.forced()`)."""
   values = values.astype(dtype)
@@ -182,7 +188,7 @@ def _soft_histograms(
     return _in_row_blocks(dense, GPU_ROWS_PER_BLOCK)(v, r, w)
 
   hist = platforms.by_platform(
-      values, relevance, where, cpu=scattered, gpu=gpu, accelerator=dense, platform=platform
+    values, relevance, where, cpu=scattered, gpu=gpu, accelerator=dense, platform=platform
   )
   return SoftHistograms(relevant=hist[..., 1], total=hist[..., 0])
 
@@ -256,7 +262,7 @@ def _to_bins(lower, lower_total, lower_relevant, upper_total, upper_relevant, nu
   index = jnp.arange(rows, dtype=jnp.int32)[:, None] * num_centres + lower.reshape(rows, n)
   parts = jnp.stack([lower_total, lower_relevant, upper_total, upper_relevant], axis=-1)
   sums = jax.ops.segment_sum(
-      parts.reshape(rows * n, 4), index.reshape(-1), num_segments=rows * num_centres
+    parts.reshape(rows * n, 4), index.reshape(-1), num_segments=rows * num_centres
   ).reshape(batch + (num_centres, 4))
   moved = jnp.concatenate([jnp.zeros_like(sums[..., :1, 2:]), sums[..., :-1, 2:]], axis=-2)
   return sums[..., :2] + moved
@@ -277,8 +283,12 @@ def _binned(values, relevance, where, num_centres, first_centre, last_centre):
 def _split_into_bins(lower, frac, valid, relevance, num_centres):
   """Each item's weight and relevance split between bins `k` (`1 - f`) and `k + 1` (`f`)."""
   return _to_bins(
-      lower, (1 - frac) * valid, (1 - frac) * relevance, frac * valid, frac * relevance,
-      num_centres,
+    lower,
+    (1 - frac) * valid,
+    (1 - frac) * relevance,
+    frac * valid,
+    frac * relevance,
+    num_centres,
   )
 
 
@@ -296,12 +306,12 @@ def _binned_jvp(num_centres, first_centre, last_centre, primals, tangents):
   dfrac = jnp.where(where & inside, dvalues * scale, jnp.zeros_like(dvalues))
   drelevance = jnp.where(where, drelevance, jnp.zeros_like(drelevance))
   dhist = _to_bins(
-      lower,
-      -dfrac * valid,
-      (1 - frac) * drelevance - dfrac * relevance,
-      dfrac * valid,
-      frac * drelevance + dfrac * relevance,
-      num_centres,
+    lower,
+    -dfrac * valid,
+    (1 - frac) * drelevance - dfrac * relevance,
+    dfrac * valid,
+    frac * drelevance + dfrac * relevance,
+    num_centres,
   )
   return hist, dhist
 
@@ -393,7 +403,7 @@ def identity(scores):
 
 
 def binned_ap_estimates(
-    scores, labels, where, *, estimator, to_values, num_centres, first_centre, last_centre
+  scores, labels, where, *, estimator, to_values, num_centres, first_centre, last_centre
 ):
   """Per-list AP estimates `[...]` and whether each list has a relevant valid item.
 
@@ -402,20 +412,40 @@ def binned_ap_estimates(
   `estimator(histograms, num_relevant)`. Inputs are checked by the caller.
   """
   return _binned_ap_estimates(
-      scores, labels, where, estimator=estimator, to_values=to_values, num_centres=num_centres,
-      first_centre=first_centre, last_centre=last_centre, platform=platforms.forced(),
+    scores,
+    labels,
+    where,
+    estimator=estimator,
+    to_values=to_values,
+    num_centres=num_centres,
+    first_centre=first_centre,
+    last_centre=last_centre,
+    platform=platforms.forced(),
   )
 
 
 @functools.partial(
-    jax.jit,
-    static_argnames=(
-        "estimator", "to_values", "num_centres", "first_centre", "last_centre", "platform"
-    ),
+  jax.jit,
+  static_argnames=(
+    "estimator",
+    "to_values",
+    "num_centres",
+    "first_centre",
+    "last_centre",
+    "platform",
+  ),
 )
 def _binned_ap_estimates(
-    scores, labels, where, *, estimator, to_values, num_centres, first_centre, last_centre,
-    platform,
+  scores,
+  labels,
+  where,
+  *,
+  estimator,
+  to_values,
+  num_centres,
+  first_centre,
+  last_centre,
+  platform,
 ):
   """`binned_ap_estimates`, its compiled programs keyed by `platform` (`platforms.forced()`)."""
   dtype = lists.compute_dtype(scores.dtype)
@@ -424,14 +454,14 @@ def _binned_ap_estimates(
   # Lists without a relevant item are binned as zeros: zero gradient even if they hold a NaN.
   safe = lists.counted_scores(scores, where, num_relevant > 0)
   hist = _soft_histograms(
-      to_values(safe.astype(dtype)),
-      relevant.astype(dtype),
-      where,
-      num_centres=num_centres,
-      first_centre=first_centre,
-      last_centre=last_centre,
-      dtype=dtype,
-      platform=platform,
+    to_values(safe.astype(dtype)),
+    relevant.astype(dtype),
+    where,
+    num_centres=num_centres,
+    first_centre=first_centre,
+    last_centre=last_centre,
+    dtype=dtype,
+    platform=platform,
   )
   values = estimator(hist, num_relevant)
   return lists.nan_if_any(values, scores, where), num_relevant > 0
@@ -446,17 +476,17 @@ def check_similarities(fn: str, scores: jax.Array, where: jax.Array) -> None:
   `checks.check_in_range`.
   """
   checks.check_in_range(
-      fn,
-      "scores",
-      scores,
-      where,
-      -1.0,
-      1.0,
-      hint=(
-          "Histogram losses bin similarities such as cosines; map other scores into [-1, 1] "
-          "first, e.g. (2 * s - lo - hi) / (hi - lo) for scores in [lo, hi], or jnp.tanh(s) for "
-          "unbounded ones such as logits."
-      ),
+    fn,
+    "scores",
+    scores,
+    where,
+    -1.0,
+    1.0,
+    hint=(
+      "Histogram losses bin similarities such as cosines; map other scores into [-1, 1] "
+      "first, e.g. (2 * s - lo - hi) / (hi - lo) for scores in [lo, hi], or jnp.tanh(s) for "
+      "unbounded ones such as logits."
+    ),
   )
 
 
@@ -466,20 +496,21 @@ def _binned_ap_loss(fn, scores, labels, where, segments, weights, reduce_fn, **b
   check_similarities(fn, scores, where)
   dtype = lists.compute_dtype(scores.dtype)
   weights = checks.check_list_weights(
-      fn, weights, scores.shape, dtype, segmented=segments is not None)
+    fn, weights, scores.shape, dtype, segmented=segments is not None
+  )
   scores, where, labels = segmented.as_lists(fn, segments, scores, where, labels)
   values, valid = binned_ap_estimates(scores, labels, where, estimator=_histogram_ap, **binning)
   return lists.safe_reduce(1 - values, valid, reduce_fn, weights=weights)
 
 
 def fastap_loss(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    num_intervals: int = 10,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  num_intervals: int = 10,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""1 - FastAP (Cakir et al. 2019), the histogram approximation of AP on squared distances.
 
@@ -544,29 +575,29 @@ def fastap_loss(
   fn = "fastap_loss"
   checks.check_int_at_least(fn, "num_intervals", num_intervals, 2)
   return _binned_ap_loss(
-      fn,
-      scores,
-      labels,
-      where,
-      segments,
-      None,
-      reduce_fn,
-      to_values=_squared_distance,
-      num_centres=num_intervals + 1,
-      first_centre=0.0,
-      last_centre=4.0,
+    fn,
+    scores,
+    labels,
+    where,
+    segments,
+    None,
+    reduce_fn,
+    to_values=_squared_distance,
+    num_centres=num_intervals + 1,
+    first_centre=0.0,
+    last_centre=4.0,
   )
 
 
 def soft_binning_ap_loss(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    weights: jax.typing.ArrayLike | None = None,
-    num_bins: int = 20,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  weights: jax.typing.ArrayLike | None = None,
+  num_bins: int = 20,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""1 - mAP_Q (Revaud et al. 2019), the quantized AP of similarities soft-binned on `[-1, 1]`.
 
@@ -652,24 +683,24 @@ def soft_binning_ap_loss(
   fn = "soft_binning_ap_loss"
   checks.check_int_at_least(fn, "num_bins", num_bins, 2)
   return _binned_ap_loss(
-      fn,
-      scores,
-      labels,
-      where,
-      segments,
-      weights,
-      reduce_fn,
-      to_values=identity,
-      num_centres=num_bins,
-      first_centre=1.0,
-      last_centre=-1.0,
+    fn,
+    scores,
+    labels,
+    where,
+    segments,
+    weights,
+    reduce_fn,
+    to_values=identity,
+    num_centres=num_bins,
+    first_centre=1.0,
+    last_centre=-1.0,
   )
 
 
 def class_balancing_weights(
-    labels: jax.typing.ArrayLike,
-    *,
-    where: jax.typing.ArrayLike | None = None,
+  labels: jax.typing.ArrayLike,
+  *,
+  where: jax.typing.ArrayLike | None = None,
 ) -> jax.Array:
   r"""Per-query weights that make every class of a batch count equally (Revaud et al. 2019, 4.2).
 

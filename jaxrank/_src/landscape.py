@@ -52,8 +52,8 @@ def _check_common(fn_name: str, name: str, fn: Any, batch_size: Any, args: Any) 
   checks.check_positive_int(fn_name, "batch_size", batch_size, allow_none=True)
   if not isinstance(args, tuple):
     raise TypeError(
-        f"{fn_name}: args must be a tuple of the extra arguments of {name} (arrays or pytrees), "
-        f"got {type(args).__name__}; write args=(labels,) for one argument."
+      f"{fn_name}: args must be a tuple of the extra arguments of {name} (arrays or pytrees), "
+      f"got {type(args).__name__}; write args=(labels,) for one argument."
     )
 
 
@@ -61,15 +61,15 @@ def _check_direction(fn_name: str, name: str, direction: Any, x: Any) -> None:
   # jaxlib ships no stub for PyTreeDef (a C++ type), so mypy does not see its __ne__.
   if jax.tree.structure(direction) != jax.tree.structure(x):  # type: ignore[operator]
     raise ValueError(
-        f"{fn_name}: {name} must have the pytree structure of the point, got "
-        f"{jax.tree.structure(direction)} for {jax.tree.structure(x)}; build it with "
-        "random_direction(key, point) or direction_between(start, end)."
+      f"{fn_name}: {name} must have the pytree structure of the point, got "
+      f"{jax.tree.structure(direction)} for {jax.tree.structure(x)}; build it with "
+      "random_direction(key, point) or direction_between(start, end)."
     )
   for d, leaf in zip(jax.tree.leaves(direction), jax.tree.leaves(x)):
     if np.shape(d) != np.shape(leaf):
       raise ValueError(
-          f"{fn_name}: {name} has a leaf of shape {np.shape(d)} where the point has "
-          f"{np.shape(leaf)}; a direction has the shapes of the point."
+        f"{fn_name}: {name} has a leaf of shape {np.shape(d)} where the point has "
+        f"{np.shape(leaf)}; a direction has the shapes of the point."
       )
 
 
@@ -103,9 +103,10 @@ def random_direction(key: jax.Array, x: types.PyTree) -> types.PyTree:
   leaves, treedef = jax.tree.flatten(x)
   keys = jax.random.split(key, max(len(leaves), 1))
   out = [
-      jax.random.normal(k, jnp.shape(leaf), jnp.result_type(leaf)) if _floating(leaf)
-      else jnp.zeros_like(leaf)
-      for k, leaf in zip(keys, leaves)
+    jax.random.normal(k, jnp.shape(leaf), jnp.result_type(leaf))
+    if _floating(leaf)
+    else jnp.zeros_like(leaf)
+    for k, leaf in zip(keys, leaves)
   ]
   return jax.tree.unflatten(treedef, out)
 
@@ -197,8 +198,9 @@ def direction_between(start: types.PyTree, end: types.PyTree) -> types.PyTree:
 
 @functools.partial(jax.jit, static_argnames=("fn", "batch_size"))
 def _evaluate(fn, x, directions, coefficients, args, batch_size):
-  return jax.lax.map(lambda c: fn(_move(x, directions, c), *args), coefficients,
-                     batch_size=batch_size)
+  return jax.lax.map(
+    lambda c: fn(_move(x, directions, c), *args), coefficients, batch_size=batch_size
+  )
 
 
 def _check_coordinates(fn_name: str, name: str, values: Any) -> jax.Array:
@@ -206,13 +208,13 @@ def _check_coordinates(fn_name: str, name: str, values: Any) -> jax.Array:
 
 
 def slice_1d(
-    fn: Callable[..., Any],
-    x: types.PyTree,
-    direction: types.PyTree,
-    alphas: jax.typing.ArrayLike,
-    *,
-    args: tuple = (),
-    batch_size: int | None = 128,
+  fn: Callable[..., Any],
+  x: types.PyTree,
+  direction: types.PyTree,
+  alphas: jax.typing.ArrayLike,
+  *,
+  args: tuple = (),
+  batch_size: int | None = 128,
 ) -> Any:
   r"""`fn` along a line: `fn(x + alphas[i] * direction, *args)` for every `i`.
 
@@ -250,14 +252,14 @@ def slice_1d(
 
 
 def slice_2d(
-    fn: Callable[..., Any],
-    x: types.PyTree,
-    directions: tuple[types.PyTree, types.PyTree],
-    alphas: jax.typing.ArrayLike,
-    betas: jax.typing.ArrayLike,
-    *,
-    args: tuple = (),
-    batch_size: int | None = 128,
+  fn: Callable[..., Any],
+  x: types.PyTree,
+  directions: tuple[types.PyTree, types.PyTree],
+  alphas: jax.typing.ArrayLike,
+  betas: jax.typing.ArrayLike,
+  *,
+  args: tuple = (),
+  batch_size: int | None = 128,
 ) -> Any:
   r"""`fn` on a plane: `fn(x + alphas[i] * d1 + betas[j] * d2, *args)` on the grid `[A, B]`.
 
@@ -302,8 +304,9 @@ def slice_2d(
 def _average_ranks(x: jax.Array) -> jax.Array:
   """1-based ranks of `x [..., n]` in ascending order, tied values sharing their mean rank."""
   sorted_x = jnp.sort(x, axis=-1)
-  search = jnp.vectorize(lambda s, v, side: jnp.searchsorted(s, v, side=side),
-                         signature="(n),(n)->(n)", excluded={2})
+  search = jnp.vectorize(
+    lambda s, v, side: jnp.searchsorted(s, v, side=side), signature="(n),(n)->(n)", excluded={2}
+  )
   below = search(sorted_x, x, "left")
   not_above = search(sorted_x, x, "right")
   return (below + not_above + 1).astype(x.dtype) / 2
@@ -322,7 +325,8 @@ def _check_pair(fn: str, x: Any, y: Any) -> tuple[jax.Array, jax.Array]:
   x, y = jnp.asarray(x), jnp.asarray(y)
   if x.shape != y.shape:
     raise ValueError(
-        f"{fn}: x and y must have the same shape [..., n], got {x.shape} and {y.shape}.")
+      f"{fn}: x and y must have the same shape [..., n], got {x.shape} and {y.shape}."
+    )
   dtype = jnp.promote_types(jnp.result_type(x, y), jnp.float32)
   return x.astype(dtype), y.astype(dtype)
 
@@ -356,7 +360,7 @@ def spearman_correlation(x: jax.typing.ArrayLike, y: jax.typing.ArrayLike) -> ja
 
 
 def kendall_correlation(
-    x: jax.typing.ArrayLike, y: jax.typing.ArrayLike, *, batch_size: int = 256
+  x: jax.typing.ArrayLike, y: jax.typing.ArrayLike, *, batch_size: int = 256
 ) -> jax.Array:
   r"""Kendall's tau-b of `x` and `y` along the last axis (`scipy.stats.kendalltau`'s default).
 
@@ -404,10 +408,20 @@ def _kendall(x, y, *, batch_size):
 
 
 @functools.partial(
-    jax.jit, static_argnames=("loss_fn", "reference_fn", "direction_fn", "num_points", "batch_size")
+  jax.jit, static_argnames=("loss_fn", "reference_fn", "direction_fn", "num_points", "batch_size")
 )
-def _tracking(loss_fn, reference_fn, x, key, scale, loss_args, reference_args, direction_fn,
-              num_points, batch_size):
+def _tracking(
+  loss_fn,
+  reference_fn,
+  x,
+  key,
+  scale,
+  loss_args,
+  reference_args,
+  direction_fn,
+  num_points,
+  batch_size,
+):
   keys = jax.random.split(key, num_points)
   scales = jnp.broadcast_to(jnp.asarray(scale), (num_points,))
 
@@ -420,27 +434,27 @@ def _tracking(loss_fn, reference_fn, x, key, scale, loss_args, reference_args, d
   loss, reference = loss.astype(jnp.float32), reference.astype(jnp.float32)
   difference = loss - reference
   return {
-      "loss": loss,
-      "reference": reference,
-      "spearman": _pearson(_average_ranks(loss), _average_ranks(reference)),
-      "kendall": _kendall(loss, reference, batch_size=256),
-      "error": jnp.mean(jnp.abs(difference)),
-      "bias": jnp.mean(difference),
+    "loss": loss,
+    "reference": reference,
+    "spearman": _pearson(_average_ranks(loss), _average_ranks(reference)),
+    "kendall": _kendall(loss, reference, batch_size=256),
+    "error": jnp.mean(jnp.abs(difference)),
+    "bias": jnp.mean(difference),
   }
 
 
 def surrogate_tracking(
-    loss_fn: Callable[..., jax.Array],
-    reference_fn: Callable[..., jax.Array],
-    x: types.PyTree,
-    key: jax.Array,
-    *,
-    scale: jax.typing.ArrayLike,
-    num_points: int,
-    loss_args: tuple = (),
-    reference_args: tuple = (),
-    direction_fn: DirectionFn = random_direction,
-    batch_size: int | None = 128,
+  loss_fn: Callable[..., jax.Array],
+  reference_fn: Callable[..., jax.Array],
+  x: types.PyTree,
+  key: jax.Array,
+  *,
+  scale: jax.typing.ArrayLike,
+  num_points: int,
+  loss_args: tuple = (),
+  reference_args: tuple = (),
+  direction_fn: DirectionFn = random_direction,
+  batch_size: int | None = 128,
 ) -> dict[str, jax.Array]:
   r"""How well a loss tracks an exact one over random perturbations of `x`.
 
@@ -490,17 +504,28 @@ def surrogate_tracking(
   name = "surrogate_tracking"
   _check_common(name, "loss_fn", loss_fn, batch_size, loss_args)
   _check_common(name, "reference_fn", reference_fn, batch_size, reference_args)
-  checks.check_callable(name, "direction_fn", direction_fn,
-                        hint="Pass direction_fn(key, x), e.g. random_direction.")
+  checks.check_callable(
+    name, "direction_fn", direction_fn, hint="Pass direction_fn(key, x), e.g. random_direction."
+  )
   checks.check_int_at_least(name, "num_points", num_points, 2)
   checks.check_real(name, "scale", scale, at_least=0, scalar=False)
   if np.ndim(scale) not in (0, 1) or (np.ndim(scale) == 1 and np.shape(scale)[0] != num_points):
     raise ValueError(
-        f"{name}: scale must be a scalar or shaped [num_points] = [{num_points}], got shape "
-        f"{np.shape(scale)}."
+      f"{name}: scale must be a scalar or shaped [num_points] = [{num_points}], got shape "
+      f"{np.shape(scale)}."
     )
-  return _tracking(loss_fn, reference_fn, x, key, scale, loss_args, reference_args, direction_fn,
-                   num_points, batch_size)
+  return _tracking(
+    loss_fn,
+    reference_fn,
+    x,
+    key,
+    scale,
+    loss_args,
+    reference_args,
+    direction_fn,
+    num_points,
+    batch_size,
+  )
 
 
 def _list_gradient(loss_fn, scores, args):
@@ -523,11 +548,11 @@ def _check_lists_fn(fn_name, scores, where):
 
 
 def descent_directions(
-    loss_fn: Callable[..., jax.Array],
-    scores: jax.typing.ArrayLike,
-    *,
-    args: tuple = (),
-    where: jax.typing.ArrayLike | None = None,
+  loss_fn: Callable[..., jax.Array],
+  scores: jax.typing.ArrayLike,
+  *,
+  args: tuple = (),
+  where: jax.typing.ArrayLike | None = None,
 ) -> jax.Array:
   r"""Each list's unit descent direction of a loss: `-grad / ||grad||` per list, in the scores.
 
@@ -565,8 +590,9 @@ def descent_directions(
 
 
 @functools.partial(jax.jit, static_argnames=("loss_fn", "reference_fn", "batch_size"))
-def _gradient_cosine(loss_fn, reference_fn, scores, step, where, loss_args, reference_args,
-                     batch_size):
+def _gradient_cosine(
+  loss_fn, reference_fn, scores, step, where, loss_args, reference_args, batch_size
+):
   n = scores.shape[-1]
   step = jnp.asarray(step, scores.dtype)
   gradient = jnp.where(where, _list_gradient(loss_fn, scores, loss_args), 0)
@@ -586,26 +612,27 @@ def _gradient_cosine(loss_fn, reference_fn, scores, step, where, loss_args, refe
   count = jnp.sum(defined)
   total = jnp.sqrt(jnp.sum(gradient**2) * jnp.sum(finite**2))
   return {
-      "cosine": cosine,
-      "defined": defined,
-      "mean_cosine": jnp.sum(cosine) / jnp.maximum(count, 1),
-      "overall_cosine": jnp.where(
-          total > 0, jnp.sum(gradient * finite) / jnp.where(total > 0, total, 1), 0),
-      "gradient": gradient,
-      "finite_difference": finite,
+    "cosine": cosine,
+    "defined": defined,
+    "mean_cosine": jnp.sum(cosine) / jnp.maximum(count, 1),
+    "overall_cosine": jnp.where(
+      total > 0, jnp.sum(gradient * finite) / jnp.where(total > 0, total, 1), 0
+    ),
+    "gradient": gradient,
+    "finite_difference": finite,
   }
 
 
 def gradient_cosine(
-    loss_fn: Callable[..., jax.Array],
-    reference_fn: Callable[..., jax.Array],
-    scores: jax.typing.ArrayLike,
-    *,
-    step: jax.typing.ArrayLike,
-    loss_args: tuple = (),
-    reference_args: tuple = (),
-    where: jax.typing.ArrayLike | None = None,
-    batch_size: int | None = 128,
+  loss_fn: Callable[..., jax.Array],
+  reference_fn: Callable[..., jax.Array],
+  scores: jax.typing.ArrayLike,
+  *,
+  step: jax.typing.ArrayLike,
+  loss_args: tuple = (),
+  reference_args: tuple = (),
+  where: jax.typing.ArrayLike | None = None,
+  batch_size: int | None = 128,
 ) -> dict[str, jax.Array]:
   r"""The cosine between a loss's gradient and the exact loss's finite differences, per list.
 
@@ -660,8 +687,9 @@ def gradient_cosine(
   _check_common(name, "reference_fn", reference_fn, batch_size, reference_args)
   checks.check_real(name, "step", step, above=0)
   scores, where = _check_lists_fn(name, scores, where)
-  return _gradient_cosine(loss_fn, reference_fn, scores, step, where, loss_args, reference_args,
-                          batch_size)
+  return _gradient_cosine(
+    loss_fn, reference_fn, scores, step, where, loss_args, reference_args, batch_size
+  )
 
 
 @functools.partial(jax.jit, static_argnames=("fn", "axis", "batch_size"))
@@ -672,13 +700,13 @@ def _batch_gap(fn, data, batches, args, axis, batch_size):
 
 
 def batch_gap(
-    fn: Callable[..., jax.Array],
-    data: types.PyTree,
-    batches: jax.typing.ArrayLike,
-    *,
-    axis: int = 0,
-    args: tuple = (),
-    batch_size: int | None = None,
+  fn: Callable[..., jax.Array],
+  data: types.PyTree,
+  batches: jax.typing.ArrayLike,
+  *,
+  axis: int = 0,
+  args: tuple = (),
+  batch_size: int | None = None,
 ) -> dict[str, jax.Array]:
   r"""The decomposability gap of any function of a batch: mean over batches minus the whole.
 
@@ -725,15 +753,15 @@ def batch_gap(
   checks.check_array(name, "batches", batches, kind="numeric", ndim=2, layout="[K, B]")
   if not jnp.issubdtype(jnp.result_type(batches), jnp.integer):
     raise TypeError(
-        f"{name}: batches must be integer item indices [K, B], got dtype "
-        f"{jnp.result_type(batches)}; e.g. jax.random.permutation(key, N).reshape(K, -1)."
+      f"{name}: batches must be integer item indices [K, B], got dtype "
+      f"{jnp.result_type(batches)}; e.g. jax.random.permutation(key, N).reshape(K, -1)."
     )
   if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
     raise TypeError(f"{name}: axis must be an int (the item axis of every leaf), got {axis!r}.")
   sizes = {np.shape(leaf)[axis] for leaf in jax.tree.leaves(data) if np.ndim(leaf) > 0}
   if len(sizes) != 1:
     raise ValueError(
-        f"{name}: every leaf of data must have the same number of items along axis {axis}, "
-        f"got {sorted(sizes)}."
+      f"{name}: every leaf of data must have the same number of items along axis {axis}, "
+      f"got {sorted(sizes)}."
     )
   return _batch_gap(fn, data, jnp.asarray(batches), args, axis, batch_size)

@@ -12,14 +12,14 @@ import numpy as np
 
 
 def plot_slice_2d(
-    ax: Any,
-    alphas: Any,
-    betas: Any,
-    values: Any,
-    *,
-    title: str | None = None,
-    cmap: str = "viridis",
-    colorbar: bool = True,
+  ax: Any,
+  alphas: Any,
+  betas: Any,
+  values: Any,
+  *,
+  title: str | None = None,
+  cmap: str = "viridis",
+  colorbar: bool = True,
 ) -> Any:
   """Draws a `slice_2d` result as a heat map, `alphas` along x and `betas` along y.
 
@@ -49,12 +49,13 @@ def plot_slice_2d(
   alphas, betas, values = np.asarray(alphas), np.asarray(betas), np.asarray(values)
   if values.shape != alphas.shape + betas.shape:
     raise ValueError(
-        f"plot_slice_2d: values must be shaped [A, B] = {alphas.shape + betas.shape} (as "
-        f"slice_2d returns them), got {values.shape}."
+      f"plot_slice_2d: values must be shaped [A, B] = {alphas.shape + betas.shape} (as "
+      f"slice_2d returns them), got {values.shape}."
     )
   extent = (alphas[0], alphas[-1], betas[0], betas[-1])
-  image = ax.imshow(values.T, origin="lower", extent=extent, cmap=cmap, interpolation="nearest",
-                    aspect="auto")
+  image = ax.imshow(
+    values.T, origin="lower", extent=extent, cmap=cmap, interpolation="nearest", aspect="auto"
+  )
   if title is not None:
     ax.set_title(title)
   if colorbar:
@@ -63,12 +64,12 @@ def plot_slice_2d(
 
 
 def plot_tracking(
-    ax: Any,
-    result: dict[str, Any],
-    *,
-    label: str | None = None,
-    color: Any = None,
-    diagonal: bool = True,
+  ax: Any,
+  result: dict[str, Any],
+  *,
+  label: str | None = None,
+  color: Any = None,
+  diagonal: bool = True,
 ) -> Any:
   """Draws a `surrogate_tracking` result: the surrogate loss against the exact one, per point.
 
@@ -96,10 +97,13 @@ def plot_tracking(
   >>> plt.close(fig)
   """
   loss, reference = np.asarray(result["loss"]), np.asarray(result["reference"])
-  stats = (f"Spearman {float(result['spearman']):.2f}, Kendall {float(result['kendall']):.2f}, "
-           f"error {float(result['error']):.3f}")
-  points = ax.scatter(reference, loss, s=6, alpha=0.6, color=color,
-                      label=f"{label} ({stats})" if label else stats)
+  stats = (
+    f"Spearman {float(result['spearman']):.2f}, Kendall {float(result['kendall']):.2f}, "
+    f"error {float(result['error']):.3f}"
+  )
+  points = ax.scatter(
+    reference, loss, s=6, alpha=0.6, color=color, label=f"{label} ({stats})" if label else stats
+  )
   if diagonal:
     low = float(min(loss.min(), reference.min()))
     high = float(max(loss.max(), reference.max()))

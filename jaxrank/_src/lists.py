@@ -81,11 +81,11 @@ def embedded_compactly(x: Any, scores: jax.Array) -> Any:
 
 
 def safe_reduce(
-    values: jax.Array,
-    valid: jax.Array,
-    reduce_fn: types.ReduceFn,
-    *,
-    weights: jax.Array | None = None,
+  values: jax.Array,
+  valid: jax.Array,
+  reduce_fn: types.ReduceFn,
+  *,
+  weights: jax.Array | None = None,
 ) -> jax.Array:
   """Reduces per-list values over the lists where `valid` holds.
 
@@ -130,12 +130,12 @@ class Mean:
     self.sum_fn = sum_fn
 
   def __call__(
-      self, values: jax.Array, where: jax.Array, weights: jax.Array | None = None
+    self, values: jax.Array, where: jax.Array, weights: jax.Array | None = None
   ) -> jax.Array:
     return self.divide(*self.sums(values, where, weights))
 
   def sums(
-      self, values: jax.Array, where: jax.Array, weights: jax.Array | None = None
+    self, values: jax.Array, where: jax.Array, weights: jax.Array | None = None
   ) -> tuple[jax.Array, jax.Array]:
     """The mean's numerator and denominator, each taken by `sum_fn`: the sum of the valid
     (weighted) values, and the number of valid lists (the sum of their weights)."""
@@ -205,13 +205,13 @@ def _varying_axes(x: jax.Array) -> frozenset:
 
 
 def finish(
-    values: jax.Array,
-    scores: jax.Array,
-    where: jax.Array,
-    valid_lists: jax.Array,
-    reduce_fn: types.ReduceFn,
-    *,
-    weights: jax.Array | None = None,
+  values: jax.Array,
+  scores: jax.Array,
+  where: jax.Array,
+  valid_lists: jax.Array,
+  reduce_fn: types.ReduceFn,
+  *,
+  weights: jax.Array | None = None,
 ) -> jax.Array:
   """The last step of every metric and loss: NaN for lists with a valid NaN score, then the
   reduction over `valid_lists` (`safe_reduce`, weighted by the per-list `weights` if given)."""

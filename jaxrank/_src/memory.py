@@ -27,12 +27,12 @@ class MemoryState(NamedTuple):
 
 
 def init(
-    size: int,
-    embedding_dim: int,
-    *,
-    dtype: jax.typing.DTypeLike = jnp.float32,
-    label_shape: tuple[int, ...] = (),
-    label_dtype: jax.typing.DTypeLike = jnp.int32,
+  size: int,
+  embedding_dim: int,
+  *,
+  dtype: jax.typing.DTypeLike = jnp.float32,
+  label_shape: tuple[int, ...] = (),
+  label_dtype: jax.typing.DTypeLike = jnp.int32,
 ) -> MemoryState:
   """An empty memory of `size` items.
 
@@ -51,22 +51,22 @@ def init(
   checks.check_positive_int(fn, "embedding_dim", embedding_dim)
   if isinstance(label_shape, (str, bytes)) or not hasattr(label_shape, "__iter__"):
     raise TypeError(
-        f"{fn}: label_shape must be a tuple of ints, got {label_shape!r}; use () for class "
-        "labels and (C,) for multi-hot labels."
+      f"{fn}: label_shape must be a tuple of ints, got {label_shape!r}; use () for class "
+      "labels and (C,) for multi-hot labels."
     )
   label_shape = tuple(label_shape)
   for entry in label_shape:
     checks.check_positive_int(fn, "each entry of label_shape", entry)
   return MemoryState(
-      embeddings=jnp.zeros((size, embedding_dim), dtype),
-      labels=jnp.zeros((size, *label_shape), label_dtype),
-      where=jnp.zeros((size,), bool),
-      position=jnp.zeros((), jnp.int32),
+    embeddings=jnp.zeros((size, embedding_dim), dtype),
+    labels=jnp.zeros((size, *label_shape), label_dtype),
+    where=jnp.zeros((size,), bool),
+    position=jnp.zeros((), jnp.int32),
   )
 
 
 def push(
-    state: MemoryState, embeddings: jax.typing.ArrayLike, labels: jax.typing.ArrayLike
+  state: MemoryState, embeddings: jax.typing.ArrayLike, labels: jax.typing.ArrayLike
 ) -> MemoryState:
   """Stores a batch in the memory, overwriting the oldest items once it is full.
 
@@ -89,8 +89,8 @@ def push(
   b = embeddings.shape[0]
   if b > size:
     raise ValueError(
-        f"{fn}: a batch of {b} items does not fit a memory of {size}; push it in parts, or "
-        "init a larger memory."
+      f"{fn}: a batch of {b} items does not fit a memory of {size}; push it in parts, or "
+      "init a larger memory."
     )
   label_shape = state.labels.shape[1:]
   hint = "Give one label per embedding, each shaped like the memory's labels."
@@ -98,8 +98,8 @@ def push(
   slots = (state.position + jnp.arange(b, dtype=jnp.int32)) % size
   stored = jax.lax.stop_gradient(embeddings).astype(state.embeddings.dtype)
   return MemoryState(
-      embeddings=state.embeddings.at[slots].set(stored),
-      labels=state.labels.at[slots].set(labels.astype(state.labels.dtype)),
-      where=state.where.at[slots].set(True),
-      position=(state.position + b) % size,
+    embeddings=state.embeddings.at[slots].set(stored),
+    labels=state.labels.at[slots].set(labels.astype(state.labels.dtype)),
+    where=state.where.at[slots].set(True),
+    position=(state.position + b) % size,
   )

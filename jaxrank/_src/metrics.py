@@ -62,9 +62,10 @@ def retrieved_items(scores: jax.Array, where: jax.Array) -> jax.Array:
 
 
 def _sorted_relevant(
-    fn, scores, labels, where, segments
-) -> tuple[jax.Array, jax.Array, jnp.dtype, jax.Array, ranking.RelevantItemStatistics, jax.Array,
-           jax.Array]:
+  fn, scores, labels, where, segments
+) -> tuple[
+  jax.Array, jax.Array, jnp.dtype, jax.Array, ranking.RelevantItemStatistics, jax.Array, jax.Array
+]:
   """Sorts lists into tie groups and returns what the rank metrics need, in sorted order.
 
   Only the retrieved items (`retrieved_items`) are ranked: `relevant` and `stats` are those of the
@@ -112,13 +113,13 @@ def recall_at_k_from_statistics(stats, relevant, k, dtype):
 
 
 def ap_metric(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    topn: int | None = None,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  topn: int | None = None,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Average Precision of each list, ties ranked pessimistically.
 
@@ -158,19 +159,19 @@ def ap_metric(
   """
   checks.check_positive_int("ap_metric", "topn", topn, allow_none=True)
   scores, where, dtype, relevant, stats, num_rel, _ = _sorted_relevant(
-      "ap_metric", scores, labels, where, segments
+    "ap_metric", scores, labels, where, segments
   )
   values = ap_from_statistics(stats, relevant, num_rel, dtype, topn=topn)
   return lists.finish(values, scores, where, num_rel > 0, reduce_fn)
 
 
 def tie_aware_ap_metric(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Tie-aware Average Precision: the mean of AP over every ordering of tied items.
 
@@ -206,19 +207,19 @@ def tie_aware_ap_metric(
   0.75
   """
   scores, where, dtype, relevant, stats, num_rel, _ = _sorted_relevant(
-      "tie_aware_ap_metric", scores, labels, where, segments
+    "tie_aware_ap_metric", scores, labels, where, segments
   )
   values = tie_aware_ap_from_statistics(stats, relevant, num_rel, dtype)
   return lists.finish(values, scores, where, num_rel > 0, reduce_fn)
 
 
 def map_at_r_metric(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""MAP@R (Musgrave et al. 2020): AP truncated at R, the number of relevant items of the list.
 
@@ -248,20 +249,20 @@ def map_at_r_metric(
   0.5
   """
   scores, where, dtype, relevant, stats, num_rel, _ = _sorted_relevant(
-      "map_at_r_metric", scores, labels, where, segments
+    "map_at_r_metric", scores, labels, where, segments
   )
   values = map_at_r_from_statistics(stats, relevant, num_rel, dtype)
   return lists.finish(values, scores, where, num_rel > 0, reduce_fn)
 
 
 def recall_at_k_metric(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    topn: int,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  topn: int,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Recall@k as reported in metric learning: 1 if a relevant item is in the top `topn`, else 0.
 
@@ -292,20 +293,20 @@ def recall_at_k_metric(
   """
   checks.check_positive_int("recall_at_k_metric", "topn", topn)
   scores, where, dtype, relevant, stats, num_rel, _ = _sorted_relevant(
-      "recall_at_k_metric", scores, labels, where, segments
+    "recall_at_k_metric", scores, labels, where, segments
   )
   values = recall_at_k_from_statistics(stats, relevant, topn, dtype)
   return lists.finish(values, scores, where, num_rel > 0, reduce_fn)
 
 
 def relevant_fraction_at_k_metric(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    topn: int,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  topn: int,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""The fraction of a list's relevant items that are in its top `topn`: IR's recall@k.
 
@@ -340,7 +341,7 @@ def relevant_fraction_at_k_metric(
   """
   checks.check_positive_int("relevant_fraction_at_k_metric", "topn", topn)
   scores, where, dtype, relevant, stats, num_rel, _ = _sorted_relevant(
-      "relevant_fraction_at_k_metric", scores, labels, where, segments
+    "relevant_fraction_at_k_metric", scores, labels, where, segments
   )
   hits = jnp.sum(relevant & (stats.rank <= topn), axis=-1).astype(dtype)
   values = hits / jnp.maximum(num_rel, 1).astype(dtype)
@@ -348,13 +349,13 @@ def relevant_fraction_at_k_metric(
 
 
 def mrr_metric(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    topn: int | None = None,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  topn: int | None = None,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Reciprocal rank of the first relevant item (its mean over lists is the MRR).
 
@@ -386,7 +387,7 @@ def mrr_metric(
   """
   checks.check_positive_int("mrr_metric", "topn", topn, allow_none=True)
   scores, where, dtype, relevant, stats, num_rel, _ = _sorted_relevant(
-      "mrr_metric", scores, labels, where, segments
+    "mrr_metric", scores, labels, where, segments
   )
   if topn is not None:
     relevant = relevant & (stats.rank <= topn)
@@ -396,13 +397,13 @@ def mrr_metric(
 
 
 def precision_at_k_metric(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    topn: int,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  topn: int,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Precision@k: the fraction of relevant items among the top `topn` (`k`), as in rax.
 
@@ -435,7 +436,7 @@ def precision_at_k_metric(
   """
   checks.check_positive_int("precision_at_k_metric", "topn", topn)
   scores, where, dtype, relevant, stats, num_rel, num_retrieved = _sorted_relevant(
-      "precision_at_k_metric", scores, labels, where, segments
+    "precision_at_k_metric", scores, labels, where, segments
   )
   hits = jnp.sum(relevant & (stats.rank <= topn), axis=-1).astype(dtype)
   values = hits / jnp.maximum(jnp.minimum(num_retrieved, topn), 1).astype(dtype)
@@ -443,7 +444,7 @@ def precision_at_k_metric(
 
 
 def _dcg(
-    fn, scores, labels, where, segments, topn, item_weights, tie_aware
+  fn, scores, labels, where, segments, topn, item_weights, tie_aware
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
   """DCG `[...]` of the retrieved items and DCG `[...]` of the ideal order of the valid items."""
   checks.check_positive_int(fn, "topn", topn, allow_none=True)
@@ -472,20 +473,21 @@ def _dcg(
 
 def _ndcg(fn, scores, labels, where, segments, topn, item_weights, reduce_fn, tie_aware):
   scores, where, dcg, ideal = _dcg(
-      fn, scores, labels, where, segments, topn, item_weights, tie_aware)
+    fn, scores, labels, where, segments, topn, item_weights, tie_aware
+  )
   values = dcg / jnp.where(ideal > 0, ideal, 1)
   return lists.finish(values, scores, where, ideal > 0, reduce_fn)
 
 
 def dcg_metric(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    topn: int | None = None,
-    item_weights: jax.typing.ArrayLike | None = None,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  topn: int | None = None,
+  item_weights: jax.typing.ArrayLike | None = None,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Discounted Cumulative Gain with graded labels, ties ranked pessimistically.
 
@@ -522,19 +524,20 @@ def dcg_metric(
   1.8928
   """
   scores, where, dcg, ideal = _dcg(
-      "dcg_metric", scores, labels, where, segments, topn, item_weights, False)
+    "dcg_metric", scores, labels, where, segments, topn, item_weights, False
+  )
   return lists.finish(dcg, scores, where, ideal > 0, reduce_fn)
 
 
 def ndcg_metric(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    topn: int | None = None,
-    item_weights: jax.typing.ArrayLike | None = None,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  topn: int | None = None,
+  item_weights: jax.typing.ArrayLike | None = None,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Normalised Discounted Cumulative Gain with graded labels, ties ranked pessimistically.
 
@@ -570,18 +573,19 @@ def ndcg_metric(
   >>> round(float(ndcg_metric(jnp.array([0.9, 0.8]), jnp.array([0, 1]))), 4)
   0.6309
   """
-  return _ndcg("ndcg_metric", scores, labels, where, segments, topn, item_weights, reduce_fn,
-               tie_aware=False)
+  return _ndcg(
+    "ndcg_metric", scores, labels, where, segments, topn, item_weights, reduce_fn, tie_aware=False
+  )
 
 
 def tie_aware_ndcg_metric(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    topn: int | None = None,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  topn: int | None = None,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Tie-aware NDCG: the mean of NDCG over every ordering of tied items.
 
@@ -617,17 +621,18 @@ def tie_aware_ndcg_metric(
   >>> round(float(tie_aware_ndcg_metric(jnp.array([0.5, 0.5]), jnp.array([0, 1]))), 4)
   0.8155
   """
-  return _ndcg("tie_aware_ndcg_metric", scores, labels, where, segments, topn, None, reduce_fn,
-               tie_aware=True)
+  return _ndcg(
+    "tie_aware_ndcg_metric", scores, labels, where, segments, topn, None, reduce_fn, tie_aware=True
+  )
 
 
 def opa_metric(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""Ordered Pair Accuracy: the fraction of the pairs with different labels in the right order.
 
@@ -665,7 +670,7 @@ def opa_metric(
   dtype = lists.compute_dtype(scores.dtype)
   labels = labels.astype(dtype)
   ordered = (
-      where[..., :, None] & where[..., None, :] & (labels[..., :, None] > labels[..., None, :])
+    where[..., :, None] & where[..., None, :] & (labels[..., :, None] > labels[..., None, :])
   )
   correct = ordered & (scores[..., :, None] > scores[..., None, :])
   num_pairs = jnp.sum(ordered, axis=(-2, -1))

@@ -56,14 +56,15 @@ from jaxrank._src import segmented
 
 
 def _prepare(
-    fn, scores, labels, where, segments, weights
+  fn, scores, labels, where, segments, weights
 ) -> tuple[jax.Array, jax.Array, jax.Array, jnp.dtype, jax.Array | None]:
   """Checked lists (those of the segments with `segments`, `jaxrank._src.segmented`), the relevant
   and other valid items, the accumulation dtype and the weights."""
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
   dtype = lists.compute_dtype(scores.dtype)
   weights = checks.check_list_weights(
-      fn, weights, scores.shape, dtype, segmented=segments is not None)
+    fn, weights, scores.shape, dtype, segmented=segments is not None
+  )
   scores, where, labels = segmented.as_lists(fn, segments, scores, where, labels)
   relevant = labels >= 1  # A boolean mask: one compilation whatever the labels' dtype.
   return scores, relevant, where, dtype, weights
@@ -82,8 +83,9 @@ def _last_axis_reduce(operands, inits, combine):
 
 
 def _sums(*operands):
-  return _last_axis_reduce(operands, (0,) * len(operands),
-                           lambda a, b: tuple(x + y for x, y in zip(a, b)))
+  return _last_axis_reduce(
+    operands, (0,) * len(operands), lambda a, b: tuple(x + y for x, y in zip(a, b))
+  )
 
 
 def contrastive_lists(scores, relevant, where, pos_margin, neg_margin):
@@ -92,7 +94,7 @@ def contrastive_lists(scores, relevant, where, pos_margin, neg_margin):
   Also ROADMAP's calibration loss (`smooth_rank.calibration_loss`), which is this loss.
   """
   return _contrastive_lists(
-      scores, relevant, where, pos_margin, neg_margin, platform=platforms.forced()
+    scores, relevant, where, pos_margin, neg_margin, platform=platforms.forced()
   )
 
 
@@ -110,9 +112,14 @@ def _contrastive_lists(scores, relevant, where, pos_margin, neg_margin, *, platf
     return pos + neg
 
   values = platforms.by_platform(
-      s, relevant, other, pos_margin, neg_margin, cpu=cpu,
-      accelerator=lambda s, *args: _contrastive_one_pass(s, *_varying(args, s)),
-      platform=platform,
+    s,
+    relevant,
+    other,
+    pos_margin,
+    neg_margin,
+    cpu=cpu,
+    accelerator=lambda s, *args: _contrastive_one_pass(s, *_varying(args, s)),
+    platform=platform,
   )
   return values, valid
 
@@ -128,29 +135,46 @@ def _contrastive_fwd(s, relevant, other, pos_margin, neg_margin):
   below = relevant & (s < pos_margin)  # The hinges' active pairs.
   above = other & (s > neg_margin)
   pos_sum, pos_count, pos_active, neg_sum, neg_count, neg_active = _sums(
-      jnp.where(below, pos_margin - s, zero), relevant.astype(jnp.int32),
-      below.astype(jnp.int32), jnp.where(above, s - neg_margin, zero), other.astype(jnp.int32),
-      above.astype(jnp.int32),
+    jnp.where(below, pos_margin - s, zero),
+    relevant.astype(jnp.int32),
+    below.astype(jnp.int32),
+    jnp.where(above, s - neg_margin, zero),
+    other.astype(jnp.int32),
+    above.astype(jnp.int32),
   )
   pos_count = jnp.maximum(pos_count, 1).astype(s.dtype)
   neg_count = jnp.maximum(neg_count, 1).astype(s.dtype)
   values = pos_sum / pos_count + neg_sum / neg_count
   pos_active = pos_active.astype(s.dtype) / pos_count
   neg_active = neg_active.astype(s.dtype) / neg_count
-  return values, (s, relevant, other, pos_margin, neg_margin, pos_count, neg_count, pos_active,
-                  neg_active)
+  return values, (
+    s,
+    relevant,
+    other,
+    pos_margin,
+    neg_margin,
+    pos_count,
+    neg_count,
+    pos_active,
+    neg_active,
+  )
 
 
 def _contrastive_bwd(residuals, g):
   s, relevant, other, pos_margin, neg_margin, pos_count, neg_count, pos_active, neg_active = (
-      residuals
+    residuals
   )
   zero = jnp.zeros((), s.dtype)
   ds = jnp.where(relevant & (s < pos_margin), -(g / pos_count)[..., None], zero) + jnp.where(
-      other & (s > neg_margin), (g / neg_count)[..., None], zero
+    other & (s > neg_margin), (g / neg_count)[..., None], zero
   )
-  return (ds, None, None, _summed_to(g * pos_active, pos_margin),
-          _summed_to(-g * neg_active, neg_margin))
+  return (
+    ds,
+    None,
+    None,
+    _summed_to(g * pos_active, pos_margin),
+    _summed_to(-g * neg_active, neg_margin),
+  )
 
 
 _contrastive_one_pass.defvjp(_contrastive_fwd, _contrastive_bwd)
@@ -173,15 +197,15 @@ def _summed_to(x, like):
 
 
 def contrastive_loss(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    pos_margin: jax.typing.ArrayLike = 1.0,
-    neg_margin: jax.typing.ArrayLike = 0.0,
-    weights: jax.typing.ArrayLike | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  pos_margin: jax.typing.ArrayLike = 1.0,
+  neg_margin: jax.typing.ArrayLike = 0.0,
+  weights: jax.typing.ArrayLike | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""The contrastive loss (Hadsell et al. 2006) on similarities, averaged per query.
 
@@ -242,7 +266,7 @@ def contrastive_loss(
   checks.check_real(fn, "neg_margin", neg_margin)
   scores, relevant, where, dtype, weights = _prepare(fn, scores, labels, where, segments, weights)
   values, valid = contrastive_lists(
-      scores, relevant, where, jnp.asarray(pos_margin, dtype), jnp.asarray(neg_margin, dtype)
+    scores, relevant, where, jnp.asarray(pos_margin, dtype), jnp.asarray(neg_margin, dtype)
   )
   return lists.finish(values, scores, where, valid, reduce_fn, weights=weights)
 
@@ -269,9 +293,14 @@ def _triplet_lists_jit(scores, relevant, where, margin, *, platform):
     return jnp.where(valid, jax.nn.relu(hardest_neg - hardest_pos + margin), 0)
 
   values = platforms.by_platform(
-      s, relevant, other, valid, margin, cpu=cpu,
-      accelerator=lambda s, *args: _batch_hard_one_pass(s, *_varying(args, s)),
-      platform=platform,
+    s,
+    relevant,
+    other,
+    valid,
+    margin,
+    cpu=cpu,
+    accelerator=lambda s, *args: _batch_hard_one_pass(s, *_varying(args, s)),
+    platform=platform,
   )
   return values, valid
 
@@ -280,8 +309,9 @@ def _hardest(s, relevant, other):
   """The least similar relevant and the most similar other score of each list, in one pass."""
   inf = jnp.asarray(jnp.inf, s.dtype)
   return _last_axis_reduce(
-      (jnp.where(relevant, s, inf), jnp.where(other, s, -inf)), (jnp.inf, -jnp.inf),
-      lambda a, b: (jnp.minimum(a[0], b[0]), jnp.maximum(a[1], b[1])),
+    (jnp.where(relevant, s, inf), jnp.where(other, s, -inf)),
+    (jnp.inf, -jnp.inf),
+    lambda a, b: (jnp.minimum(a[0], b[0]), jnp.maximum(a[1], b[1])),
   )
 
 
@@ -319,15 +349,15 @@ _batch_hard_one_pass.defvjp(_batch_hard_fwd, _batch_hard_bwd)
 
 
 def triplet_loss(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    margin: jax.typing.ArrayLike = 0.05,
-    mining: str = "hard",
-    weights: jax.typing.ArrayLike | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  margin: jax.typing.ArrayLike = 0.05,
+  mining: str = "hard",
+  weights: jax.typing.ArrayLike | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""The triplet loss with batch-hard mining (Hermans et al. 2017), or over all triplets.
 
@@ -426,7 +456,8 @@ def _all_triplet_lists(scores, relevant, where, margin):
   # The negatives in ascending order (the other items first, at -inf), with their running sums
   # from the top: `above[k]` is the sum of the sorted negatives from position k on.
   keys, negatives = jax.lax.sort(
-      (jnp.where(other, s, -jnp.inf), jnp.where(other, s, 0)), num_keys=1)
+    (jnp.where(other, s, -jnp.inf), jnp.where(other, s, 0)), num_keys=1
+  )
   above = jnp.flip(jnp.cumsum(jnp.flip(negatives, -1), -1), -1)
   above = jnp.concatenate([above, jnp.zeros_like(above[..., :1])], axis=-1)
   # A triplet (p, j) has a non-zero loss where s_j > s_p - m: the negatives past the first key
@@ -434,7 +465,8 @@ def _all_triplet_lists(scores, relevant, where, margin):
   threshold = jax.lax.stop_gradient(s - margin)
   rows = keys.reshape(-1, keys.shape[-1])
   first = jax.vmap(functools.partial(jnp.searchsorted, side="right"))(
-      rows, threshold.reshape(rows.shape)).reshape(s.shape)
+    rows, threshold.reshape(rows.shape)
+  ).reshape(s.shape)
   count = jnp.where(relevant, s.shape[-1] - first, 0)
   losses = jnp.take_along_axis(above, first, axis=-1) - count.astype(dtype) * (s - margin)
   total = jnp.sum(jnp.where(relevant, losses, 0), axis=-1)
@@ -455,13 +487,13 @@ def _log1p_sum_exp(x, mask):
 
 def _multi_similarity_lists(scores, relevant, where, alpha, beta, base, epsilon, *, mine):
   return _multi_similarity_lists_jit(
-      scores, relevant, where, alpha, beta, base, epsilon, mine=mine, platform=platforms.forced()
+    scores, relevant, where, alpha, beta, base, epsilon, mine=mine, platform=platforms.forced()
   )
 
 
 @functools.partial(jax.jit, static_argnames=("mine", "platform"))
 def _multi_similarity_lists_jit(
-    scores, relevant, where, alpha, beta, base, epsilon, *, mine, platform
+  scores, relevant, where, alpha, beta, base, epsilon, *, mine, platform
 ):
   dtype = lists.compute_dtype(scores.dtype)
   other = where & ~relevant
@@ -489,8 +521,16 @@ def _multi_similarity_lists_jit(
     return _multi_similarity_one_pass(s, *_varying((relevant, other, alpha, beta, base), s))
 
   values = platforms.by_platform(
-      s, relevant, other, alpha, beta, base, epsilon, cpu=cpu, accelerator=accelerator,
-      platform=platform,
+    s,
+    relevant,
+    other,
+    alpha,
+    beta,
+    base,
+    epsilon,
+    cpu=cpu,
+    accelerator=accelerator,
+    platform=platform,
   )
   return values, valid
 
@@ -511,25 +551,50 @@ def _multi_similarity_fwd(s, relevant, other, alpha, beta, base):
   x_pos, x_neg = _ms_exponents(s, alpha, beta, base)
   # The shifts for stability, at least 0 (the 1 of log(1 + ...)), as `_log1p_sum_exp`.
   top_pos, top_neg = _last_axis_reduce(
-      (jnp.where(relevant, x_pos, zero), jnp.where(other, x_neg, zero)), (0, 0),
-      lambda a, b: (jnp.maximum(a[0], b[0]), jnp.maximum(a[1], b[1])),
+    (jnp.where(relevant, x_pos, zero), jnp.where(other, x_neg, zero)),
+    (0, 0),
+    lambda a, b: (jnp.maximum(a[0], b[0]), jnp.maximum(a[1], b[1])),
   )
   sum_pos, sum_neg = _sums(
-      jnp.where(relevant, jnp.exp(x_pos - top_pos[..., None]), zero),
-      jnp.where(other, jnp.exp(x_neg - top_neg[..., None]), zero),
+    jnp.where(relevant, jnp.exp(x_pos - top_pos[..., None]), zero),
+    jnp.where(other, jnp.exp(x_neg - top_neg[..., None]), zero),
   )
   norm_pos = jnp.exp(-top_pos) + sum_pos
   norm_neg = jnp.exp(-top_neg) + sum_neg
   log_pos = top_pos + jnp.log(norm_pos)
   log_neg = top_neg + jnp.log(norm_neg)
   values = log_pos / alpha + log_neg / beta
-  return values, (s, relevant, other, alpha, beta, base, top_pos, top_neg, norm_pos, norm_neg,
-                  log_pos, log_neg)
+  return values, (
+    s,
+    relevant,
+    other,
+    alpha,
+    beta,
+    base,
+    top_pos,
+    top_neg,
+    norm_pos,
+    norm_neg,
+    log_pos,
+    log_neg,
+  )
 
 
 def _multi_similarity_bwd(residuals, g):
-  (s, relevant, other, alpha, beta, base, top_pos, top_neg, norm_pos, norm_neg, log_pos,
-   log_neg) = residuals
+  (
+    s,
+    relevant,
+    other,
+    alpha,
+    beta,
+    base,
+    top_pos,
+    top_neg,
+    norm_pos,
+    norm_neg,
+    log_pos,
+    log_neg,
+  ) = residuals
   zero = jnp.zeros((), s.dtype)
   x_pos, x_neg = _ms_exponents(s, alpha, beta, base)
   # The softmax weights of the two terms: d pos / d s = -w_pos, d neg / d s = w_neg.
@@ -539,31 +604,35 @@ def _multi_similarity_bwd(residuals, g):
   # The hyperparameters' (pos = log_pos / alpha, neg = log_neg / beta): reductions XLA drops
   # when they are not asked for.
   centred = jnp.where(relevant | other, s - base, zero)
-  pos_moment, neg_moment, pos_mass, neg_mass = _sums(
-      w_pos * centred, w_neg * centred, w_pos, w_neg
-  )
+  pos_moment, neg_moment, pos_mass, neg_mass = _sums(w_pos * centred, w_neg * centred, w_pos, w_neg)
   d_alpha = g * (-log_pos / alpha**2 - pos_moment / alpha)
   d_beta = g * (-log_neg / beta**2 + neg_moment / beta)
   d_base = g * (pos_mass - neg_mass)
-  return (ds, None, None, _summed_to(d_alpha, alpha), _summed_to(d_beta, beta),
-          _summed_to(d_base, base))
+  return (
+    ds,
+    None,
+    None,
+    _summed_to(d_alpha, alpha),
+    _summed_to(d_beta, beta),
+    _summed_to(d_base, base),
+  )
 
 
 _multi_similarity_one_pass.defvjp(_multi_similarity_fwd, _multi_similarity_bwd)
 
 
 def multi_similarity_loss(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    alpha: jax.typing.ArrayLike = 2.0,
-    beta: jax.typing.ArrayLike = 50.0,
-    base: jax.typing.ArrayLike = 0.5,
-    epsilon: float | None = None,
-    weights: jax.typing.ArrayLike | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  alpha: jax.typing.ArrayLike = 2.0,
+  beta: jax.typing.ArrayLike = 50.0,
+  base: jax.typing.ArrayLike = 0.5,
+  epsilon: float | None = None,
+  weights: jax.typing.ArrayLike | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""The multi-similarity loss (Wang et al. 2019), optionally with its pair mining.
 
@@ -630,13 +699,13 @@ def multi_similarity_loss(
     checks.check_real(fn, "epsilon", epsilon, at_least=0, hint="None disables the mining (0.1).")
   scores, relevant, where, dtype, weights = _prepare(fn, scores, labels, where, segments, weights)
   values, valid = _multi_similarity_lists(
-      scores,
-      relevant,
-      where,
-      jnp.asarray(alpha, dtype),
-      jnp.asarray(beta, dtype),
-      jnp.asarray(base, dtype),
-      jnp.asarray(0 if epsilon is None else epsilon, dtype),
-      mine=epsilon is not None,
+    scores,
+    relevant,
+    where,
+    jnp.asarray(alpha, dtype),
+    jnp.asarray(beta, dtype),
+    jnp.asarray(base, dtype),
+    jnp.asarray(0 if epsilon is None else epsilon, dtype),
+    mine=epsilon is not None,
   )
   return lists.finish(values, scores, where, valid, reduce_fn, weights=weights)

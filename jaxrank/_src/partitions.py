@@ -19,13 +19,13 @@ from jaxrank import types
 
 
 def over_batches(
-    fn: Callable[..., Any],
-    data: types.PyTree,
-    batches: jax.Array,
-    *,
-    axis: int = 0,
-    args: tuple = (),
-    batch_size: int | None = None,
+  fn: Callable[..., Any],
+  data: types.PyTree,
+  batches: jax.Array,
+  *,
+  axis: int = 0,
+  args: tuple = (),
+  batch_size: int | None = None,
 ) -> Any:
   """`fn(data restricted to batches[k], *args)` for each `k`, stacked on a new leading axis.
 
@@ -45,6 +45,7 @@ def over_batches(
   Returns:
     `fn`'s output with a leading axis of size `K`.
   """
+
   def one(index):
     return fn(jax.tree.map(lambda leaf: jnp.take(leaf, index, axis=axis), data), *args)
 

@@ -31,7 +31,7 @@ PLATFORMS = (CPU, ACCELERATOR)
 GPU = "gpu"
 
 _FORCED: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "jaxrank_forced_platform", default=None
+  "jaxrank_forced_platform", default=None
 )
 
 
@@ -46,7 +46,8 @@ def forced_platform(platform: str) -> Iterator[None]:
   """
   if platform not in (*PLATFORMS, GPU):
     raise ValueError(
-        f"forced_platform: platform must be one of {(*PLATFORMS, GPU)}, got {platform!r}.")
+      f"forced_platform: platform must be one of {(*PLATFORMS, GPU)}, got {platform!r}."
+    )
   token = _FORCED.set(platform)
   try:
     yield
@@ -60,8 +61,11 @@ def forced() -> str | None:
 
 
 def by_platform(
-    *args: Any, cpu: Callable[..., Any], accelerator: Callable[..., Any],
-    gpu: Callable[..., Any] | None = None, platform: str | None = None,
+  *args: Any,
+  cpu: Callable[..., Any],
+  accelerator: Callable[..., Any],
+  gpu: Callable[..., Any] | None = None,
+  platform: str | None = None,
 ) -> Any:
   """`cpu(*args)` on a CPU, `accelerator(*args)` on a GPU or TPU, chosen when lowered.
 

@@ -75,16 +75,16 @@ def tie_groups(scores: jax.Array, labels: jax.Array, where: jax.Array) -> TieGro
   neg = -scores
   neg = jnp.where(neg == 0, jnp.zeros_like(neg), neg)  # -0.0 and 0.0 sort as one key.
   invalid_s, neg_s, labels_s, order = platforms.by_platform(
-      invalid, neg, labels, cpu=_cpu_group_sort, accelerator=_xla_group_sort
+    invalid, neg, labels, cpu=_cpu_group_sort, accelerator=_xla_group_sort
   )
   differs = (neg_s[..., 1:] != neg_s[..., :-1]) | (invalid_s[..., 1:] != invalid_s[..., :-1])
   start, end = run_bounds(differs)
   return TieGroups(
-      order=order,
-      valid=invalid_s == 0,
-      labels=labels_s,
-      num_above=start,
-      group_size=end - start + 1,
+    order=order,
+    valid=invalid_s == 0,
+    labels=labels_s,
+    num_above=start,
+    group_size=end - start + 1,
   )
 
 
@@ -102,7 +102,10 @@ def _cpu_group_sort(invalid, neg, labels):
   shape = jax.ShapeDtypeStruct(neg.shape, jnp.int32)
   keys = (lax.stop_gradient(invalid), lax.stop_gradient(neg), lax.stop_gradient(labels))
   (order,) = host_callback(
-      lambda *keys: (numpy_group_order(*keys),), (shape,), *keys, vmap_method="broadcast_all",
+    lambda *keys: (numpy_group_order(*keys),),
+    (shape,),
+    *keys,
+    vmap_method="broadcast_all",
   )
   # Inside shard_map the order varies as its inputs do; the callback does not record it.
   for x in (invalid, neg, labels):
@@ -188,7 +191,7 @@ def run_bounds(differs: jax.Array) -> tuple[jax.Array, jax.Array]:
   edge = jnp.ones(differs.shape[:-1] + (1,), dtype=bool)
   start = lax.cummax(jnp.where(jnp.concatenate([edge, differs], axis=-1), iota, 0), axis=axis)
   end = lax.cummin(
-      jnp.where(jnp.concatenate([differs, edge], axis=-1), iota, n - 1), axis=axis, reverse=True
+    jnp.where(jnp.concatenate([differs, edge], axis=-1), iota, n - 1), axis=axis, reverse=True
   )
   return start, end
 
@@ -249,14 +252,14 @@ class RelevantItemStatistics(NamedTuple):
 
 
 def relevant_item_statistics(
-    num_above: jax.Array,
-    num_tied: jax.Array,
-    relevant_above: jax.Array,
-    relevant_tied: jax.Array,
-    tie_position: jax.Array,
-    *,
-    list_size: int,
-    dtype: jnp.dtype,
+  num_above: jax.Array,
+  num_tied: jax.Array,
+  relevant_above: jax.Array,
+  relevant_tied: jax.Array,
+  tie_position: jax.Array,
+  *,
+  list_size: int,
+  dtype: jnp.dtype,
 ) -> RelevantItemStatistics:
   """Ranks and precisions of relevant items from counts of the items around them.
 
@@ -305,20 +308,20 @@ def relevant_item_statistics(
 
 
 def list_relevant_statistics(
-    groups: TieGroups, relevant: jax.Array, dtype: jnp.dtype
+  groups: TieGroups, relevant: jax.Array, dtype: jnp.dtype
 ) -> RelevantItemStatistics:
   """`relevant_item_statistics` for every position of sorted lists (`relevant` in sorted order)."""
   rel = relevant.astype(jnp.int32)
   relevant_above, relevant_tied = segment_totals(groups, rel)
   tie_position = jnp.cumsum(rel, axis=rel.ndim - 1) - relevant_above
   return relevant_item_statistics(
-      groups.num_above,
-      groups.group_size,
-      relevant_above,
-      relevant_tied,
-      tie_position,
-      list_size=relevant.shape[-1],
-      dtype=dtype,
+    groups.num_above,
+    groups.group_size,
+    relevant_above,
+    relevant_tied,
+    tie_position,
+    list_size=relevant.shape[-1],
+    dtype=dtype,
   )
 
 
@@ -357,7 +360,7 @@ class Counts(NamedTuple):
 
 
 def count_above_and_tied(
-    scores: jax.Array, thresholds: jax.Array, *, host_callback: bool = True
+  scores: jax.Array, thresholds: jax.Array, *, host_callback: bool = True
 ) -> Counts:
   """For each threshold, the scores of its list strictly above it and equal to it.
 
@@ -385,9 +388,7 @@ def count_above_and_tied(
   else:
     cpu = _cpu_sorted_counts if host_callback else xla_sorted_counts
     accelerator = xla_sorted_counts
-  ordered, above, tied = platforms.by_platform(
-      scores, thresholds, cpu=cpu, accelerator=accelerator
-  )
+  ordered, above, tied = platforms.by_platform(scores, thresholds, cpu=cpu, accelerator=accelerator)
   empty = jnp.isnan(ordered)
   return Counts(ordered, jnp.where(empty, 0, above), jnp.where(empty, 0, tied))
 
@@ -414,8 +415,8 @@ def _compare_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Array
     return thresholds, *_compare_tile(scores, thresholds)
   tiles = c // COMPARE_TILE
   above, tied = lax.map(
-      lambda tile: _compare_tile(*tile),
-      (scores.reshape(tiles, COMPARE_TILE, -1), thresholds.reshape(tiles, COMPARE_TILE, -1)),
+    lambda tile: _compare_tile(*tile),
+    (scores.reshape(tiles, COMPARE_TILE, -1), thresholds.reshape(tiles, COMPARE_TILE, -1)),
   )
   return thresholds, above.reshape(thresholds.shape), tied.reshape(thresholds.shape)
 
@@ -504,10 +505,10 @@ _WIDE_DTYPES = (np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.uint64))
 
 
 def host_callback(
-    fn: Callable[..., Any],
-    result_shape_dtypes: tuple[jax.ShapeDtypeStruct, ...],
-    *args: jax.Array,
-    vmap_method: str,
+  fn: Callable[..., Any],
+  result_shape_dtypes: tuple[jax.ShapeDtypeStruct, ...],
+  *args: jax.Array,
+  vmap_method: str,
 ) -> tuple[jax.Array, ...]:
   """`jax.pure_callback(fn, result_shape_dtypes, *args)`, with 64-bit values passed bit for bit.
 
@@ -534,26 +535,26 @@ def host_callback(
 
   def host(*words):
     values = [
-        np.ascontiguousarray(w).view(dtype)[..., 0] if wide else np.asarray(w)
-        for w, dtype, wide in zip(words, arg_dtypes, wide_args)
+      np.ascontiguousarray(w).view(dtype)[..., 0] if wide else np.asarray(w)
+      for w, dtype, wide in zip(words, arg_dtypes, wide_args)
     ]
     results = fn(*values)
     return tuple(
-        np.ascontiguousarray(r, spec.dtype).view(np.uint32).reshape(np.shape(r) + (2,))
-        if wide else r
-        for r, spec, wide in zip(results, result_shape_dtypes, wide_results)
+      np.ascontiguousarray(r, spec.dtype).view(np.uint32).reshape(np.shape(r) + (2,)) if wide else r
+      for r, spec, wide in zip(results, result_shape_dtypes, wide_results)
     )
 
-  words = [lax.bitcast_convert_type(x, jnp.uint32) if wide else x
-           for x, wide in zip(args, wide_args)]
+  words = [
+    lax.bitcast_convert_type(x, jnp.uint32) if wide else x for x, wide in zip(args, wide_args)
+  ]
   word_shapes = tuple(
-      jax.ShapeDtypeStruct(r.shape + (2,), jnp.uint32) if wide else r
-      for r, wide in zip(result_shape_dtypes, wide_results)
+    jax.ShapeDtypeStruct(r.shape + (2,), jnp.uint32) if wide else r
+    for r, wide in zip(result_shape_dtypes, wide_results)
   )
   out = jax.pure_callback(host, word_shapes, *words, vmap_method=vmap_method)
   return tuple(
-      lax.bitcast_convert_type(o, r.dtype) if wide else o
-      for o, r, wide in zip(out, result_shape_dtypes, wide_results)
+    lax.bitcast_convert_type(o, r.dtype) if wide else o
+    for o, r, wide in zip(out, result_shape_dtypes, wide_results)
   )
 
 
@@ -686,7 +687,7 @@ def _numpy_descending_ranks(scores: np.ndarray) -> np.ndarray:
 def _cpu_descending_ranks(scores: jax.Array) -> jax.Array:
   shape = jax.ShapeDtypeStruct(scores.shape, scores.dtype)
   (ranks,) = host_callback(
-      lambda s: (numpy_descending_ranks(s),), (shape,), scores, vmap_method="expand_dims"
+    lambda s: (numpy_descending_ranks(s),), (shape,), scores, vmap_method="expand_dims"
   )
   # Inside shard_map the ranks vary over the scores' mesh axes; the callback does not record it.
   return lists.varying_like(ranks, scores)
@@ -719,8 +720,7 @@ def descending_ranks_branch(branch: str) -> Iterator[None]:
   """
   if branch not in DESCENDING_RANKS_BRANCHES:
     raise ValueError(
-        f"descending_ranks_branch: branch must be one of {DESCENDING_RANKS_BRANCHES}, got "
-        f"{branch!r}."
+      f"descending_ranks_branch: branch must be one of {DESCENDING_RANKS_BRANCHES}, got {branch!r}."
     )
   with platforms.forced_platform(_BRANCH_PLATFORMS[branch]):
     yield
@@ -813,8 +813,9 @@ def order_keys(scores: jax.Array) -> jax.Array:
 def _ahead(keys: jax.Array, item_keys: jax.Array, indices: jax.Array) -> jax.Array:
   """`[..., K, n]` int32: whether each item `j` of `keys [..., n]` is ranked above the item at each
   of `indices [..., K]` whose key is `item_keys [..., K]` (ties by position)."""
-  position = lax.broadcasted_iota(indices.dtype, (1,) * (indices.ndim - 1) + (1, keys.shape[-1]),
-                                  indices.ndim)
+  position = lax.broadcasted_iota(
+    indices.dtype, (1,) * (indices.ndim - 1) + (1, keys.shape[-1]), indices.ndim
+  )
   earlier = (position < indices[..., :, None]).astype(keys.dtype)
   return (keys[..., None, :] < item_keys[..., :, None] + earlier).astype(jnp.int32)
 
@@ -840,23 +841,26 @@ def _counted_gradient(scores, indices, valid, interpolation, cotangent):
   item_scores = jnp.take_along_axis(scores, indices, axis=-1)
   # Algorithm 1 moves only the selected items: y + lambda g, with g zero elsewhere. The same
   # arithmetic as `blackbox_ranks` on those items, so the same perturbed scores.
-  moved = item_scores + interpolation[..., None] * jnp.where(valid, cotangent,
-                                                             jnp.zeros_like(cotangent))
+  moved = item_scores + interpolation[..., None] * jnp.where(
+    valid, cotangent, jnp.zeros_like(cotangent)
+  )
   before = jnp.take_along_axis(keys, indices, axis=-1)
   after = order_keys(moved)
   valid_int = valid.astype(jnp.int32)
   # [k, j]: +1 where item j was below item k and is above it after the move, -1 the other way.
   crossed = (_ahead(keys, after, indices) - _ahead(keys, before, indices)) * valid_int[..., None]
-  position = lax.broadcasted_iota(indices.dtype, (1,) * (indices.ndim - 1) + (1, scores.shape[-1]),
-                                  indices.ndim)
+  position = lax.broadcasted_iota(
+    indices.dtype, (1,) * (indices.ndim - 1) + (1, scores.shape[-1]), indices.ndim
+  )
   at = (position == indices[..., :, None]).astype(jnp.int32) * valid_int[..., None]  # [k, j]
   selected = jnp.sum(at, axis=-2)  # [..., n]: whether j is one of the (moved) items.
   # An item that did not move changes rank by the moved items that crossed it.
   still = -jnp.sum(crossed, axis=-2)
   # A moved item: by the items that did not move that it crossed, and by the moved ones.
-  among = (_ahead_among(after, after, indices) - _ahead_among(before, before, indices))
-  moved_delta = (jnp.sum(crossed * (1 - selected[..., None, :]), axis=-1)
-                 + jnp.sum(among * valid_int[..., None, :], axis=-1))
+  among = _ahead_among(after, after, indices) - _ahead_among(before, before, indices)
+  moved_delta = jnp.sum(crossed * (1 - selected[..., None, :]), axis=-1) + jnp.sum(
+    among * valid_int[..., None, :], axis=-1
+  )
   delta = jnp.where(selected > 0, jnp.sum(at * moved_delta[..., :, None], axis=-2), still)
   # As `blackbox_ranks`: -(rk(y) - rk(y + lambda g)) / lambda, the difference exact in the float
   # dtype.
@@ -881,8 +885,9 @@ def _slot_value(values: jax.Array, index: jax.Array) -> jax.Array:
   over each list, whose one nonzero term makes it exact (a zero may lose its sign, which no order
   key sees); no gather, which a TPU serialises. O(n)."""
   position = _list_position(values.shape[-1], values.ndim)
-  return jnp.sum(jnp.where(position == index[..., None], values, jnp.zeros((), values.dtype)),
-                 axis=-1)
+  return jnp.sum(
+    jnp.where(position == index[..., None], values, jnp.zeros((), values.dtype)), axis=-1
+  )
 
 
 def _slot_ahead(keys: jax.Array, item_key: jax.Array, index: jax.Array) -> jax.Array:
@@ -925,8 +930,10 @@ def _slot_ranks(keys, indices) -> tuple[list, list]:
   """The ranks `[...]` int32 of the items at each of `indices` and their order keys: one plus the
   items above each, O(K n)."""
   item_keys = [_slot_value(keys, index) for index in indices]
-  ranks = [1 + jnp.sum(_slot_ahead(keys, key, index), axis=-1, dtype=jnp.int32)
-           for key, index in zip(item_keys, indices)]
+  ranks = [
+    1 + jnp.sum(_slot_ahead(keys, key, index), axis=-1, dtype=jnp.int32)
+    for key, index in zip(item_keys, indices)
+  ]
   return ranks, item_keys
 
 
@@ -934,9 +941,13 @@ def _slot_crossings(keys, indices, valids, befores, afters) -> list:
   """Per slot, `[..., n]` int32: +1 where item `j` was below the slot's item (key `befores[k]`)
   and is above it after the move (key `afters[k]`), -1 the other way, 0 for an empty slot."""
   return [
-      jnp.where(valid[..., None], _slot_ahead(keys, after, index).astype(jnp.int32)
-                - _slot_ahead(keys, before, index).astype(jnp.int32), 0)
-      for index, valid, before, after in zip(indices, valids, befores, afters)
+    jnp.where(
+      valid[..., None],
+      _slot_ahead(keys, after, index).astype(jnp.int32)
+      - _slot_ahead(keys, before, index).astype(jnp.int32),
+      0,
+    )
+    for index, valid, before, after in zip(indices, valids, befores, afters)
   ]
 
 
@@ -951,8 +962,9 @@ def _slot_counted_gradient(scores, indices, valids, interpolation, cotangents):
   for index, valid, cotangent in zip(indices, valids, cotangents):
     # Algorithm 1 moves only the selected items: y + lambda g, with g zero elsewhere. The same
     # arithmetic as `blackbox_ranks` on those items, so the same perturbed scores.
-    moved = _slot_value(scores, index) + interpolation * jnp.where(valid, cotangent,
-                                                         jnp.zeros_like(cotangent))
+    moved = _slot_value(scores, index) + interpolation * jnp.where(
+      valid, cotangent, jnp.zeros_like(cotangent)
+    )
     befores.append(_slot_value(keys, index))
     afters.append(order_keys(moved))
     ats.append((position == index[..., None]) & valid[..., None])
@@ -961,16 +973,19 @@ def _slot_counted_gradient(scores, indices, valids, interpolation, cotangents):
   # An item that did not move changes rank by the moved items that crossed it. This elementwise
   # pass counts the crossings again from the keys behind a barrier: XLA would otherwise write them
   # (`2 K` boolean `[..., n]` arrays) in the pass of the sums below, to read them back here.
-  still = -functools.reduce(jnp.add, _slot_crossings(
-      *lax.optimization_barrier((keys, indices, valids, befores, afters))))
+  still = -functools.reduce(
+    jnp.add, _slot_crossings(*lax.optimization_barrier((keys, indices, valids, befores, afters)))
+  )
   # A moved item: by the items that did not move that it crossed, and by the moved ones.
   moved_delta = []
   for k, index in enumerate(indices):
     among = sum(
-        (_slot_above(afters[k], index, afters[m], indices[m]).astype(jnp.int32)
-         - _slot_above(befores[k], index, befores[m], indices[m]).astype(jnp.int32))
-        * valids[m].astype(jnp.int32)
-        for m in range(len(indices))
+      (
+        _slot_above(afters[k], index, afters[m], indices[m]).astype(jnp.int32)
+        - _slot_above(befores[k], index, befores[m], indices[m]).astype(jnp.int32)
+      )
+      * valids[m].astype(jnp.int32)
+      for m in range(len(indices))
     )
     moved_delta.append(jnp.sum(jnp.where(selected, 0, crossed[k]), axis=-1) + among)
   delta = jnp.where(selected, _slot_spread(indices, valids, moved_delta, n), still)
@@ -986,29 +1001,41 @@ def _slots(x: jax.Array) -> list:
 
 def _ranks_at_on(scores, indices, platform):
   return platforms.by_platform(
-      scores, indices,
-      cpu=_ranks_at,
-      accelerator=lambda s, i: jnp.stack(
-          _slot_ranks(order_keys(s), _slots(i))[0], axis=-1).astype(s.dtype),
-      platform=platform,
+    scores,
+    indices,
+    cpu=_ranks_at,
+    accelerator=lambda s, i: jnp.stack(_slot_ranks(order_keys(s), _slots(i))[0], axis=-1).astype(
+      s.dtype
+    ),
+    platform=platform,
   )
 
 
 def _counted_gradient_on(scores, indices, valid, interpolation, cotangent, platform):
   def accelerator(scores, indices, valid, interpolation, cotangent):
-    return _slot_counted_gradient(scores, _slots(indices), _slots(valid), interpolation,
-                                  _slots(cotangent))
+    return _slot_counted_gradient(
+      scores, _slots(indices), _slots(valid), interpolation, _slots(cotangent)
+    )
 
   return platforms.by_platform(
-      scores, indices, valid, interpolation, cotangent,
-      cpu=_counted_gradient, accelerator=accelerator, platform=platform,
+    scores,
+    indices,
+    valid,
+    interpolation,
+    cotangent,
+    cpu=_counted_gradient,
+    accelerator=accelerator,
+    platform=platform,
   )
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
 def _blackbox_ranks_at(
-    scores: jax.Array, indices: jax.Array, valid: jax.Array, interpolation: jax.Array,
-    platform: str | None
+  scores: jax.Array,
+  indices: jax.Array,
+  valid: jax.Array,
+  interpolation: jax.Array,
+  platform: str | None,
 ) -> jax.Array:
   return _ranks_at_on(scores, indices, platform)
 
@@ -1027,7 +1054,7 @@ _blackbox_ranks_at.defvjp(_blackbox_ranks_at_fwd, _blackbox_ranks_at_bwd)
 
 
 def blackbox_ranks_at(
-    scores: jax.Array, indices: jax.Array, valid: jax.Array, interpolation: jax.Array
+  scores: jax.Array, indices: jax.Array, valid: jax.Array, interpolation: jax.Array
 ) -> jax.Array:
   r"""`blackbox_ranks(scores, interpolation)` at a few items, by counting: no sort, O(K n) per list.
 
@@ -1092,8 +1119,11 @@ def _sorted_relevant_ranks(scores, relevant, branch):
   order_ranks = ranks.astype(jnp.int32) - 1
   axis = scores.ndim - 1
   in_order = jnp.put_along_axis(
-      jnp.zeros(scores.shape, jnp.int32), order_ranks, relevant.astype(jnp.int32), axis=axis,
-      inplace=False,
+    jnp.zeros(scores.shape, jnp.int32),
+    order_ranks,
+    relevant.astype(jnp.int32),
+    axis=axis,
+    inplace=False,
   )
   relevant_ranks = jnp.take_along_axis(jnp.cumsum(in_order, axis=axis), order_ranks, axis=axis)
   return ranks, relevant_ranks.astype(scores.dtype)
@@ -1111,14 +1141,19 @@ def _accelerator_counted_relevant_ranks(scores, relevant, count):
   indices, valids = _first_relevant_slots(relevant, count)
   ranks, item_keys = _slot_ranks(order_keys(scores), indices)
   among = [  # The rank among the valid slots' items, O(K^2) per list.
-      1 + sum((_slot_above(key, index, other_key, other_index) & other_valid).astype(jnp.int32)
-              for other_key, other_index, other_valid in zip(item_keys, indices, valids))
-      for key, index in zip(item_keys, indices)
+    1
+    + sum(
+      (_slot_above(key, index, other_key, other_index) & other_valid).astype(jnp.int32)
+      for other_key, other_index, other_valid in zip(item_keys, indices, valids)
+    )
+    for key, index in zip(item_keys, indices)
   ]
   n = scores.shape[-1]
   as_scores = lambda values: [v.astype(scores.dtype) for v in values]  # noqa: E731
-  return (_slot_spread(indices, valids, as_scores(ranks), n),
-          _slot_spread(indices, valids, as_scores(among), n))
+  return (
+    _slot_spread(indices, valids, as_scores(ranks), n),
+    _slot_spread(indices, valids, as_scores(among), n),
+  )
 
 
 def _cpu_counted_relevant_gradient(scores, relevant, interpolation, g, count):
@@ -1139,10 +1174,11 @@ def _relevant_ranks_on(scores, relevant, count, branch):
   if count is None:
     return _sorted_relevant_ranks(scores, relevant, branch)
   return platforms.by_platform(
-      scores, relevant,
-      cpu=functools.partial(_cpu_counted_relevant_ranks, count=count),
-      accelerator=functools.partial(_accelerator_counted_relevant_ranks, count=count),
-      platform=_BRANCH_PLATFORMS.get(branch),
+    scores,
+    relevant,
+    cpu=functools.partial(_cpu_counted_relevant_ranks, count=count),
+    accelerator=functools.partial(_accelerator_counted_relevant_ranks, count=count),
+    platform=_BRANCH_PLATFORMS.get(branch),
   )
 
 
@@ -1166,10 +1202,13 @@ def _blackbox_relevant_ranks_bwd(count, branch, residuals, cotangents):
     grad = -(ranks - perturbed) / interpolation[..., None]
   else:
     grad = platforms.by_platform(
-        scores, relevant, interpolation, g,
-        cpu=functools.partial(_cpu_counted_relevant_gradient, count=count),
-        accelerator=functools.partial(_accelerator_counted_relevant_gradient, count=count),
-        platform=_BRANCH_PLATFORMS.get(branch),
+      scores,
+      relevant,
+      interpolation,
+      g,
+      cpu=functools.partial(_cpu_counted_relevant_gradient, count=count),
+      accelerator=functools.partial(_accelerator_counted_relevant_gradient, count=count),
+      platform=_BRANCH_PLATFORMS.get(branch),
     )
   return grad, None, None
 
@@ -1178,8 +1217,11 @@ _blackbox_relevant_ranks.defvjp(_blackbox_relevant_ranks_fwd, _blackbox_relevant
 
 
 def blackbox_relevant_ranks(
-    scores: jax.Array, relevant: jax.Array, interpolation: jax.Array, *,
-    max_relevant: int | None = None
+  scores: jax.Array,
+  relevant: jax.Array,
+  interpolation: jax.Array,
+  *,
+  max_relevant: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
   r"""The blackbox ranks of the relevant items of lists, and their ranks among relevant items.
 
@@ -1210,9 +1252,7 @@ def blackbox_relevant_ranks(
   Returns:
     `(ranks, relevant_ranks)`, each `[..., n]` in `scores`' dtype, meaningful where `relevant`.
   """
-  return _blackbox_relevant_ranks(
-      scores, relevant, interpolation, max_relevant, forced_branch()
-  )
+  return _blackbox_relevant_ranks(scores, relevant, interpolation, max_relevant, forced_branch())
 
 
 def check_interpolation(fn: str, interpolation: jax.typing.ArrayLike) -> jax.Array:
@@ -1281,13 +1321,13 @@ def blackbox_ranks(scores: jax.typing.ArrayLike, interpolation: jax.typing.Array
   Array([-2.,  1.,  1.], dtype=float32)
   """
   scores = checks.check_floating(
-      "blackbox_ranks", "scores", scores, min_ndim=1, layout="[..., n] (the list, last)"
+    "blackbox_ranks", "scores", scores, min_ndim=1, layout="[..., n] (the list, last)"
   )
   interpolation = check_interpolation("blackbox_ranks", interpolation)
   if interpolation.ndim and interpolation.shape != scores.shape[:-1]:
     raise ValueError(
-        f"blackbox_ranks: interpolation must be a scalar or one value per list "
-        f"{scores.shape[:-1]}, got shape {interpolation.shape}."
+      f"blackbox_ranks: interpolation must be a scalar or one value per list "
+      f"{scores.shape[:-1]}, got shape {interpolation.shape}."
     )
   interpolation = jnp.broadcast_to(interpolation.astype(scores.dtype), scores.shape[:-1])
   return _blackbox_ranks(scores, interpolation, forced_branch())

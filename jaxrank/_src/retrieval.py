@@ -34,8 +34,8 @@ def check_labels(fn: str, labels: jax.typing.ArrayLike) -> jax.Array:
   labels = jnp.asarray(labels)
   if labels.ndim not in (1, 2):
     raise ValueError(
-        f"{fn}: labels must be integer class labels [B] or multi-hot labels [B, C], got shape "
-        f"{labels.shape}; pass a [B, B] affinity matrix as affinity= instead."
+      f"{fn}: labels must be integer class labels [B] or multi-hot labels [B, C], got shape "
+      f"{labels.shape}; pass a [B, B] affinity matrix as affinity= instead."
     )
   if labels.ndim == 1:
     checks.check_int_labels(fn, "labels", labels, layout="[B]")
@@ -55,15 +55,15 @@ def relevance_matrix(labels: jax.Array, targets: jax.Array) -> jax.Array:
 
 
 def batch_retrieval(
-    embeddings: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike | None = None,
-    *,
-    affinity: jax.typing.ArrayLike | None = None,
-    include_self: bool = False,
-    gallery_embeddings: jax.typing.ArrayLike | None = None,
-    gallery_labels: jax.typing.ArrayLike | None = None,
-    gallery_where: jax.typing.ArrayLike | None = None,
-    similarity_fn: types.SimilarityFn = similarity.cosine,
+  embeddings: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike | None = None,
+  *,
+  affinity: jax.typing.ArrayLike | None = None,
+  include_self: bool = False,
+  gallery_embeddings: jax.typing.ArrayLike | None = None,
+  gallery_labels: jax.typing.ArrayLike | None = None,
+  gallery_where: jax.typing.ArrayLike | None = None,
+  similarity_fn: types.SimilarityFn = similarity.cosine,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Every item of a batch as a query ranking the batch (and a gallery): the lists of the losses.
 
@@ -110,7 +110,7 @@ def batch_retrieval(
   """
   fn = "batch_retrieval"
   inputs = retrieval_inputs(
-      fn, embeddings, labels, affinity, gallery_embeddings, gallery_labels, gallery_where
+    fn, embeddings, labels, affinity, gallery_embeddings, gallery_labels, gallery_where
   )
   b, n = inputs.queries.shape[0], inputs.items.shape[0]
   if inputs.affinity is not None:
@@ -143,7 +143,7 @@ class RetrievalInputs(NamedTuple):
 
 
 def retrieval_inputs(
-    fn, embeddings, labels, affinity, gallery_embeddings, gallery_labels, gallery_where
+  fn, embeddings, labels, affinity, gallery_embeddings, gallery_labels, gallery_where
 ) -> RetrievalInputs:
   """The checked inputs of in-batch retrieval (`batch_retrieval`, `blocked_loss`); errors name
   `fn`."""
@@ -154,11 +154,15 @@ def retrieval_inputs(
   if gallery_embeddings is not None:
     d = embeddings.shape[1]
     gallery_embeddings = checks.check_floating(
-        fn, "gallery_embeddings", gallery_embeddings, ndim=2, layout=f"[M, {d}]"
+      fn, "gallery_embeddings", gallery_embeddings, ndim=2, layout=f"[M, {d}]"
     )
     checks.check_shape(
-        fn, "gallery_embeddings", gallery_embeddings, (None, d), layout=f"[M, {d}]",
-        hint=f"like the embeddings {embeddings.shape}.",
+      fn,
+      "gallery_embeddings",
+      gallery_embeddings,
+      (None, d),
+      layout=f"[M, {d}]",
+      hint=f"like the embeddings {embeddings.shape}.",
     )
     m = gallery_embeddings.shape[0]
     items = jnp.concatenate([embeddings, gallery_embeddings.astype(embeddings.dtype)], axis=0)
@@ -166,7 +170,7 @@ def retrieval_inputs(
     raise ValueError(f"{fn}: gallery_labels/gallery_where given without gallery_embeddings.")
   if gallery_where is not None:
     gallery_where = checks.check_mask(
-        fn, "gallery_where", gallery_where, (m,), like="gallery", broadcast=False
+      fn, "gallery_where", gallery_where, (m,), like="gallery", broadcast=False
     )
   if (labels is None) == (affinity is None):
     raise ValueError(f"{fn}: give exactly one of labels ([B] or [B, C]) and affinity ([B, B + M]).")
@@ -174,7 +178,7 @@ def retrieval_inputs(
     relevance = jnp.asarray(affinity)
     if relevance.shape != (b, b + m):
       raise ValueError(
-          f"{fn}: affinity must be [B, B + M] = {(b, b + m)}, got shape {relevance.shape}."
+        f"{fn}: affinity must be [B, B + M] = {(b, b + m)}, got shape {relevance.shape}."
       )
     return RetrievalInputs(embeddings, items, None, None, relevance, gallery_where)
   labels, targets = _batch_labels(fn, labels, gallery_labels, b, m)
@@ -190,8 +194,7 @@ def _batch_labels(fn, labels, gallery_labels, b, m):
     raise ValueError(f"{fn}: gallery_embeddings need gallery_labels.")
   if gallery_labels is not None and jnp.shape(gallery_labels)[:1] != (m,):
     raise ValueError(
-        f"{fn}: gallery_labels have shape {jnp.shape(gallery_labels)} but the gallery has "
-        f"{m} rows."
+      f"{fn}: gallery_labels have shape {jnp.shape(gallery_labels)} but the gallery has {m} rows."
     )
   labels = check_labels(fn, labels)
   targets = labels
@@ -199,8 +202,8 @@ def _batch_labels(fn, labels, gallery_labels, b, m):
     gallery_labels = jnp.asarray(gallery_labels)
     if gallery_labels.ndim != labels.ndim or gallery_labels.shape[1:] != labels.shape[1:]:
       raise ValueError(
-          f"{fn}: gallery_labels have shape {gallery_labels.shape}, which does not match "
-          f"labels of shape {labels.shape} (same kind of labels, one row per gallery item)."
+        f"{fn}: gallery_labels have shape {gallery_labels.shape}, which does not match "
+        f"labels of shape {labels.shape} (same kind of labels, one row per gallery item)."
       )
     targets = jnp.concatenate([labels, gallery_labels.astype(labels.dtype)], axis=0)
   return labels, targets
@@ -226,7 +229,7 @@ def _relevant_scores(scores, relevant_index, relevant_ok):
 
 @functools.partial(jax.jit, static_argnames=("ks", "similarity_fn", "branch"))
 def _evaluate_chunk(
-    queries, self_index, relevant_index, relevant_ok, prepared, *, ks, similarity_fn, branch
+  queries, self_index, relevant_index, relevant_ok, prepared, *, ks, similarity_fn, branch
 ):
   """Per-query metrics of one chunk of queries against the whole (prepared) gallery.
 
@@ -241,11 +244,15 @@ def _evaluate_chunk(
   scores = similarity.score_prepared(similarity_fn, queries, prepared)
   dtype = lists.compute_dtype(scores.dtype)
   counts, poisoned = platforms.by_platform(
-      scores.astype(dtype), self_index, relevant_index, relevant_ok,
-      cpu=_chunk_counts_cpu, accelerator=_chunk_counts_accelerator,
+    scores.astype(dtype),
+    self_index,
+    relevant_index,
+    relevant_ok,
+    cpu=_chunk_counts_cpu,
+    accelerator=_chunk_counts_accelerator,
   )
   return _metrics_from_counts(
-      counts, relevant_ok, poisoned, list_size=scores.shape[1], ks=ks, dtype=dtype
+    counts, relevant_ok, poisoned, list_size=scores.shape[1], ks=ks, dtype=dtype
   )
 
 
@@ -292,17 +299,22 @@ def _metrics_from_counts(counts, relevant_ok, poisoned, *, list_size, ks, dtype)
   """
   relevant_above, relevant_tied, tie_position = ranking.relevant_ties(counts.thresholds)
   stats = ranking.relevant_item_statistics(
-      counts.above, counts.tied, relevant_above, relevant_tied, tie_position, list_size=list_size,
-      dtype=dtype,
+    counts.above,
+    counts.tied,
+    relevant_above,
+    relevant_tied,
+    tie_position,
+    list_size=list_size,
+    dtype=dtype,
   )
   num_rel = jnp.sum(relevant_ok, axis=-1)
   # The counts may come in another order than the slots: their filled ones are those not NaN (a
   # valid NaN score makes the query NaN whatever this says).
   relevant_ok = ~jnp.isnan(counts.thresholds)
   out = {
-      "map@r": metrics.map_at_r_from_statistics(stats, relevant_ok, num_rel, dtype),
-      "map": metrics.ap_from_statistics(stats, relevant_ok, num_rel, dtype),
-      "tie_aware_map": metrics.tie_aware_ap_from_statistics(stats, relevant_ok, num_rel, dtype),
+    "map@r": metrics.map_at_r_from_statistics(stats, relevant_ok, num_rel, dtype),
+    "map": metrics.ap_from_statistics(stats, relevant_ok, num_rel, dtype),
+    "tie_aware_map": metrics.tie_aware_ap_from_statistics(stats, relevant_ok, num_rel, dtype),
   }
   for k in ks:
     out[f"recall@{k}"] = metrics.recall_at_k_from_statistics(stats, relevant_ok, k, dtype)
@@ -318,8 +330,18 @@ _prepare_items = jax.jit(similarity.prepare_items, static_argnums=(0, 2))
 
 
 def _sharded_step(
-    take, queries, prepared, gallery_ids, self_ids, relevant_index, relevant_ok, *,
-    axes, list_size, ks, similarity_fn,
+  take,
+  queries,
+  prepared,
+  gallery_ids,
+  self_ids,
+  relevant_index,
+  relevant_ok,
+  *,
+  axes,
+  list_size,
+  ks,
+  similarity_fn,
 ):
   """One chunk of queries on one device, inside `shard_map` over every axis of the mesh.
 
@@ -351,23 +373,37 @@ def _sharded_step(
   above, tied = (jax.lax.psum(x, axes) for x in (counts.above, counts.tied))
   poisoned = jax.lax.psum(poisoned.astype(jnp.int32), axes) > 0
   return _metrics_from_counts(
-      counts._replace(above=above, tied=tied), relevant_ok, poisoned, list_size=list_size,
-      ks=ks, dtype=dtype,
+    counts._replace(above=above, tied=tied),
+    relevant_ok,
+    poisoned,
+    list_size=list_size,
+    ks=ks,
+    dtype=dtype,
   )
 
 
 @functools.partial(jax.jit, static_argnames=("mesh", "list_size", "ks", "similarity_fn"))
 def _sharded_step_jit(
-    take, queries, prepared, gallery_ids, self_ids, relevant_index, relevant_ok, *, mesh,
-    list_size, ks, similarity_fn,
+  take,
+  queries,
+  prepared,
+  gallery_ids,
+  self_ids,
+  relevant_index,
+  relevant_ok,
+  *,
+  mesh,
+  list_size,
+  ks,
+  similarity_fn,
 ):
   axes = tuple(mesh.axis_names)
   body = functools.partial(
-      _sharded_step, axes=axes, list_size=list_size, ks=ks, similarity_fn=similarity_fn
+    _sharded_step, axes=axes, list_size=list_size, ks=ks, similarity_fn=similarity_fn
   )
   split, same = P(axes), P()
   return jax.shard_map(
-      body, mesh=mesh, in_specs=(split,) * 4 + (same,) * 3, out_specs=same, check_vma=False
+    body, mesh=mesh, in_specs=(split,) * 4 + (same,) * 3, out_specs=same, check_vma=False
   )(take, queries, prepared, gallery_ids, self_ids, relevant_index, relevant_ok)
 
 
@@ -376,8 +412,11 @@ def _prepare_sharded(gallery, *, mesh, similarity_fn, query_dtype):
   """`similarity.prepare_items` on each device's rows, where they lie."""
   split = P(tuple(mesh.axis_names))
   return jax.shard_map(
-      lambda rows: similarity.prepare_items(similarity_fn, rows, query_dtype),
-      mesh=mesh, in_specs=split, out_specs=split, check_vma=False,
+    lambda rows: similarity.prepare_items(similarity_fn, rows, query_dtype),
+    mesh=mesh,
+    in_specs=split,
+    out_specs=split,
+    check_vma=False,
   )(gallery)
 
 
@@ -396,8 +435,8 @@ def _layout(mesh, counts):
   me = jax.process_index()
   first = int(np.sum(counts[:me]))
   mine = [
-      (d, first + k * step[me], int(np.clip(counts[me] - k * step[me], 0, step[me])))
-      for k, d in enumerate(per_process[me])
+    (d, first + k * step[me], int(np.clip(counts[me] - k * step[me], 0, step[me])))
+    for k, d in enumerate(per_process[me])
   ]
   return mine, max(step.values())
 
@@ -445,22 +484,31 @@ def _job_sizes(fn, mesh, queries, gallery):
   missing = sorted(set(range(jax.process_count())) - {d.process_index for d in mesh.devices.flat})
   if missing:
     raise ValueError(
-        f"{fn}: the mesh has no device of process(es) {missing}; build it over jax.devices() "
-        "(every device of the job), e.g. jax.make_mesh((jax.device_count(),), ('batch',))."
+      f"{fn}: the mesh has no device of process(es) {missing}; build it over jax.devices() "
+      "(every device of the job), e.g. jax.make_mesh((jax.device_count(),), ('batch',))."
     )
   sizes = np.array([[queries.shape[0], gallery.shape[0], queries.shape[1]]], np.int64)
   sizes = _allgather_rows(sizes, np.ones(jax.process_count(), np.int64))
   if np.any(sizes[:, 2] != sizes[0, 2]):
     raise ValueError(
-        f"{fn}: the processes' embeddings differ in dimension ({sizes[:, 2].tolist()}); give "
-        "every process rows of the same [., D]."
+      f"{fn}: the processes' embeddings differ in dimension ({sizes[:, 2].tolist()}); give "
+      "every process rows of the same [., D]."
     )
   return sizes
 
 
 def _evaluate_sharded(
-    fn, mesh, queries, q_labels, gallery, g_labels, leave_one_out, *, ks, chunk_size,
-    similarity_fn,
+  fn,
+  mesh,
+  queries,
+  q_labels,
+  gallery,
+  g_labels,
+  leave_one_out,
+  *,
+  ks,
+  chunk_size,
+  similarity_fn,
 ):
   """Per-query values `[Q]` and relevant counts of the job's whole query set, on every process."""
   sizes = _job_sizes(fn, mesh, queries, gallery)
@@ -468,8 +516,8 @@ def _evaluate_sharded(
   # Every process learns every label (4 bytes an item, against 4 D for an embedding), and so
   # the relevant items of every chunk, as in one process.
   all_q_labels = _allgather_rows(q_labels.astype(np.int64), sizes[:, 0])
-  all_g_labels = all_q_labels if leave_one_out else (
-      _allgather_rows(g_labels.astype(np.int64), sizes[:, 1])
+  all_g_labels = (
+    all_q_labels if leave_one_out else (_allgather_rows(g_labels.astype(np.int64), sizes[:, 1]))
   )
   relevance = _ClassRelevance(all_q_labels, all_g_labels, leave_one_out)
   query_array, q_layout = _put_rows(mesh, sizes[:, 0], queries, 0)
@@ -481,23 +529,33 @@ def _evaluate_sharded(
   ids = np.arange(g_first, g_first + len(gallery), dtype=np.int32)
   gallery_ids, _ = _put_rows(mesh, sizes[:, 1], ids, -1)
   prepared = _prepare_sharded(
-      gallery_array, mesh=mesh, similarity_fn=similarity_fn, query_dtype=queries.dtype
+    gallery_array, mesh=mesh, similarity_fn=similarity_fn, query_dtype=queries.dtype
   )
   results = []
   for rows in _chunks(num_queries, chunk_size):
     # Which slot of which of this process's devices holds each query of the chunk (-1: none).
-    take = {d: np.where((rows >= start) & (rows < start + held), rows - start, -1)
-            for d, start, held in q_layout}
+    take = {
+      d: np.where((rows >= start) & (rows < start + held), rows - start, -1)
+      for d, start, held in q_layout
+    }
     same = [_replicated(mesh, x) for x in relevance(rows)]  # Self ids, relevant items.
     results.append(
-        _sharded_step_jit(
-            _put(mesh, {d: t.astype(np.int32) for d, t in take.items()}), query_array, prepared,
-            gallery_ids, *same, mesh=mesh, list_size=n, ks=ks, similarity_fn=similarity_fn,
-        )
+      _sharded_step_jit(
+        _put(mesh, {d: t.astype(np.int32) for d, t in take.items()}),
+        query_array,
+        prepared,
+        gallery_ids,
+        *same,
+        mesh=mesh,
+        list_size=n,
+        ks=ks,
+        similarity_fn=similarity_fn,
+      )
     )
   # Replicated results: every process reads its own copy.
-  return _per_query(jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), results), ks,
-                    num_queries)
+  return _per_query(
+    jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), results), ks, num_queries
+  )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -520,7 +578,7 @@ def _per_query(results, ks, num_queries):
   num_relevant = np.concatenate([num_rel for _, num_rel in results])[:num_queries]
   keys = [f"recall@{k}" for k in ks] + ["map@r", "map", "tie_aware_map"]
   per_query = {
-      key: np.concatenate([values[key] for values, _ in results])[:num_queries] for key in keys
+    key: np.concatenate([values[key] for values, _ in results])[:num_queries] for key in keys
   }
   return per_query, num_relevant
 
@@ -534,7 +592,7 @@ class _ClassRelevance:
   def __init__(self, q_labels, g_labels, leave_one_out):
     self.order = np.argsort(g_labels, kind="stable").astype(np.int32)
     self.classes, self.starts, self.counts = np.unique(
-        g_labels[self.order], return_index=True, return_counts=True
+      g_labels[self.order], return_index=True, return_counts=True
     )
     self.q_labels, self.leave_one_out = q_labels, leave_one_out
     self.slots = np.arange(int(self.counts.max()))
@@ -584,11 +642,16 @@ def _evaluate_local(queries, gallery, relevance, *, ks, chunk_size, similarity_f
   for rows in _chunks(num_queries, chunk_size):
     self_ids, relevant_index, relevant_ok = relevance(rows)
     results.append(
-        _evaluate_chunk(
-            jnp.asarray(queries[np.maximum(rows, 0)]), jnp.asarray(self_ids),
-            jnp.asarray(relevant_index), jnp.asarray(relevant_ok), prepared, ks=ks,
-            similarity_fn=similarity_fn, branch=branch,
-        )
+      _evaluate_chunk(
+        jnp.asarray(queries[np.maximum(rows, 0)]),
+        jnp.asarray(self_ids),
+        jnp.asarray(relevant_index),
+        jnp.asarray(relevant_ok),
+        prepared,
+        ks=ks,
+        similarity_fn=similarity_fn,
+        branch=branch,
+      )
     )
   return _per_query(jax.device_get(results), ks, num_queries)
 
@@ -605,8 +668,8 @@ def _as_embeddings(fn, name, x):
   if not np.all(np.isfinite(converted)):
     if np.all(np.isfinite(x)):
       raise ValueError(
-          f"{fn}: {name} overflow float32 (largest magnitude {np.max(np.abs(x)):.3g}); rescale "
-          "them, or enable jax_enable_x64 to evaluate in float64."
+        f"{fn}: {name} overflow float32 (largest magnitude {np.max(np.abs(x)):.3g}); rescale "
+        "them, or enable jax_enable_x64 to evaluate in float64."
       )
     raise ValueError(f"{fn}: {name} contain NaN or infinite values.")
   return converted
@@ -619,7 +682,7 @@ def _as_labels(fn, name, y, n):
     if not (np.issubdtype(y.dtype, np.integer) or y.dtype == np.bool_):
       raise TypeError(f"{fn}: multi-hot {name} must be integers or booleans, got {y.dtype}.")
     checks.check_shape(
-        fn, name, y, (n, None), layout=f"[{n}, C]", hint="One row of labels per embedding."
+      fn, name, y, (n, None), layout=f"[{n}, C]", hint="One row of labels per embedding."
     )
     return y.astype(np.int32)
   checks.check_int_labels(fn, name, y, layout=f"[{n}]")
@@ -644,15 +707,19 @@ def _as_affinity(fn, affinity, shape, leave_one_out):
   affinity = np.asarray(affinity)
   if not any(jnp.issubdtype(affinity.dtype, t) for t in (jnp.integer, jnp.floating, jnp.bool_)):
     raise TypeError(
-        f"{fn}: affinity must be a numeric or boolean array, got dtype {affinity.dtype}; cast "
-        "it, e.g. affinity.astype(np.float32)."
+      f"{fn}: affinity must be a numeric or boolean array, got dtype {affinity.dtype}; cast "
+      "it, e.g. affinity.astype(np.float32)."
     )
   q, n = shape
   layout = f"[Q, Q] = [{q}, {q}]" if leave_one_out else f"[Q, N] = [{q}, {n}]"
   checks.check_shape(
-      fn, "affinity", affinity, shape, layout=layout,
-      hint="One row per query, one column per "
-      + ("query (no gallery: the query set is the gallery)." if leave_one_out else "gallery item."),
+    fn,
+    "affinity",
+    affinity,
+    shape,
+    layout=layout,
+    hint="One row per query, one column per "
+    + ("query (no gallery: the query set is the gallery)." if leave_one_out else "gallery item."),
   )
   return affinity
 
@@ -672,8 +739,8 @@ def _affinity_relevant(fn, affinity, rows, leave_one_out):
     if nan.any():
       i, j = np.argwhere(nan)[0]
       raise ValueError(
-          f"{fn}: affinity contains NaN (first at [{rows[i]}, {j}]); give every relevance a "
-          "number (>= 1 relevant, else not)."
+        f"{fn}: affinity contains NaN (first at [{rows[i]}, {j}]); give every relevance a "
+        "number (>= 1 relevant, else not)."
       )
   relevant = block >= 1
   if diagonal is not None:
@@ -682,17 +749,17 @@ def _affinity_relevant(fn, affinity, rows, leave_one_out):
 
 
 def evaluate_retrieval(
-    query_embeddings: jax.typing.ArrayLike,
-    query_labels: jax.typing.ArrayLike | None = None,
-    gallery_embeddings: jax.typing.ArrayLike | None = None,
-    gallery_labels: jax.typing.ArrayLike | None = None,
-    *,
-    affinity: jax.typing.ArrayLike | None = None,
-    ks: Sequence[int] = (1, 2, 4, 8),
-    chunk_size: int = 1024,
-    similarity_fn: types.SimilarityFn = similarity.cosine,
-    reduce_fn: types.ReduceFn | None = np.mean,
-    mesh: jax.sharding.Mesh | None = None,
+  query_embeddings: jax.typing.ArrayLike,
+  query_labels: jax.typing.ArrayLike | None = None,
+  gallery_embeddings: jax.typing.ArrayLike | None = None,
+  gallery_labels: jax.typing.ArrayLike | None = None,
+  *,
+  affinity: jax.typing.ArrayLike | None = None,
+  ks: Sequence[int] = (1, 2, 4, 8),
+  chunk_size: int = 1024,
+  similarity_fn: types.SimilarityFn = similarity.cosine,
+  reduce_fn: types.ReduceFn | None = np.mean,
+  mesh: jax.sharding.Mesh | None = None,
 ) -> dict[str, float] | dict[str, np.ndarray]:
   """Retrieval metrics of a whole test set, computed in query chunks of bounded memory.
 
@@ -840,11 +907,11 @@ def evaluate_retrieval(
     checks.check_callable(fn, "reduce_fn", reduce_fn, hint="e.g. np.mean, or None per query.")
   if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
     raise TypeError(
-        f"{fn}: mesh must be a jax.sharding.Mesh (e.g. jax.make_mesh((jax.device_count(),), "
-        f"('batch',))) or None, got {type(mesh).__name__}."
+      f"{fn}: mesh must be a jax.sharding.Mesh (e.g. jax.make_mesh((jax.device_count(),), "
+      f"('batch',))) or None, got {type(mesh).__name__}."
     )
   queries, gallery, q_labels, g_labels = _evaluation_inputs(
-      fn, query_embeddings, query_labels, gallery_embeddings, gallery_labels, affinity
+    fn, query_embeddings, query_labels, gallery_embeddings, gallery_labels, affinity
   )
   leave_one_out = gallery is None
   gallery = queries if leave_one_out else gallery
@@ -852,11 +919,11 @@ def evaluate_retrieval(
   if mesh is not None:
     if affinity is not None or q_labels.ndim != 1:
       raise ValueError(
-          f"{fn}: with mesh=, relevance must come from integer class labels [Q] (and [N]); "
-          "multi-hot labels and affinity= are evaluated in one process only (mesh=None)."
+        f"{fn}: with mesh=, relevance must come from integer class labels [Q] (and [N]); "
+        "multi-hot labels and affinity= are evaluated in one process only (mesh=None)."
       )
     per_query, num_relevant = _evaluate_sharded(
-        fn, mesh, queries, q_labels, gallery, g_labels, leave_one_out, **kwargs
+      fn, mesh, queries, q_labels, gallery, g_labels, leave_one_out, **kwargs
     )
     return _reduce_queries(per_query, num_relevant, reduce_fn)
   num_queries, n = queries.shape[0], gallery.shape[0]
@@ -876,20 +943,20 @@ def evaluate_retrieval(
   return _reduce_queries(per_query, num_relevant, reduce_fn)
 
 
-def _evaluation_inputs(fn, query_embeddings, query_labels, gallery_embeddings, gallery_labels,
-                       affinity):
+def _evaluation_inputs(
+  fn, query_embeddings, query_labels, gallery_embeddings, gallery_labels, affinity
+):
   """The checked host arrays `(queries, gallery, query_labels, gallery_labels)`: the gallery
   `None` for leave-one-out (then the gallery labels are the query labels), the labels `None`
   with `affinity`."""
   queries = _as_embeddings(fn, "query_embeddings", query_embeddings)
   if affinity is not None and (query_labels is not None or gallery_labels is not None):
     raise ValueError(
-        f"{fn}: give either labels (query_labels, gallery_labels) or affinity=, not both."
+      f"{fn}: give either labels (query_labels, gallery_labels) or affinity=, not both."
     )
   if affinity is None and query_labels is None:
     raise ValueError(
-        f"{fn}: give query_labels ([Q] or [Q, C]) or affinity= ([Q, N], or [Q, Q] without a "
-        "gallery)."
+      f"{fn}: give query_labels ([Q] or [Q, C]) or affinity= ([Q, N], or [Q, Q] without a gallery)."
     )
   q_labels = None
   if affinity is None:
@@ -901,8 +968,8 @@ def _evaluation_inputs(fn, query_embeddings, query_labels, gallery_embeddings, g
   gallery = _as_embeddings(fn, "gallery_embeddings", gallery_embeddings)
   if gallery.shape[1] != queries.shape[1]:
     raise ValueError(
-        f"{fn}: gallery_embeddings {gallery.shape} and query_embeddings {queries.shape} differ "
-        "in dimension."
+      f"{fn}: gallery_embeddings {gallery.shape} and query_embeddings {queries.shape} differ "
+      "in dimension."
     )
   if affinity is not None:
     return queries, gallery, None, None
@@ -911,9 +978,9 @@ def _evaluation_inputs(fn, query_embeddings, query_labels, gallery_embeddings, g
   g_labels = _as_labels(fn, "gallery_labels", gallery_labels, gallery.shape[0])
   if g_labels.ndim != q_labels.ndim or g_labels.shape[1:] != q_labels.shape[1:]:
     raise ValueError(
-        f"{fn}: gallery_labels have shape {g_labels.shape}, which does not match "
-        f"query_labels of shape {q_labels.shape} (same kind of labels, one row per gallery "
-        "item)."
+      f"{fn}: gallery_labels have shape {g_labels.shape}, which does not match "
+      f"query_labels of shape {q_labels.shape} (same kind of labels, one row per gallery "
+      "item)."
     )
   return queries, gallery, q_labels, g_labels
 
@@ -923,7 +990,7 @@ def _reduce_queries(per_query, num_relevant, reduce_fn):
   counted = num_relevant > 0
   # As the list metrics: a query without a relevant item gives 0, even with a NaN score.
   per_query = {
-      key: np.where(counted, values.astype(np.float64), 0.0) for key, values in per_query.items()
+    key: np.where(counted, values.astype(np.float64), 0.0) for key, values in per_query.items()
   }
   if reduce_fn is None:
     return per_query | {"num_relevant": num_relevant.astype(np.int32)}

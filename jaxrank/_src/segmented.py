@@ -55,8 +55,11 @@ from jaxrank._src import lists
 
 
 def as_lists(
-    fn: str, segments: jax.typing.ArrayLike | None, scores: jax.Array, where: jax.Array,
-    *per_item: jax.Array,
+  fn: str,
+  segments: jax.typing.ArrayLike | None,
+  scores: jax.Array,
+  where: jax.Array,
+  *per_item: jax.Array,
 ) -> tuple[jax.Array, ...]:
   """The segments of packed rows as lists (module docstring, *How*), or the inputs unchanged.
 

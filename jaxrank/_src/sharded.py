@@ -78,7 +78,7 @@ from jaxrank._src import similarity
 
 
 def _check_batch(
-    fn: str, embeddings: jax.typing.ArrayLike, labels: jax.typing.ArrayLike, batch: str
+  fn: str, embeddings: jax.typing.ArrayLike, labels: jax.typing.ArrayLike, batch: str
 ) -> tuple[jax.Array, jax.Array]:
   """Floating embeddings `[batch, D]` and labels `[batch]` or `[batch, C]` with the same batch."""
   embeddings = checks.check_floating(fn, "embeddings", embeddings, ndim=2, layout=f"[{batch}, D]")
@@ -90,12 +90,12 @@ def _check_batch(
 
 
 def sharded_batch_retrieval(
-    embeddings: jax.Array,
-    labels: jax.Array,
-    *,
-    axis_name: str,
-    include_self: bool = False,
-    similarity_fn: types.SimilarityFn = similarity.cosine,
+  embeddings: jax.Array,
+  labels: jax.Array,
+  *,
+  axis_name: str,
+  include_self: bool = False,
+  similarity_fn: types.SimilarityFn = similarity.cosine,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """`batch_retrieval` for this device's queries against the whole batch; inside `shard_map`.
 
@@ -137,13 +137,13 @@ def sharded_mean(axis_name: str) -> types.ReduceFn:
 
 
 def sharded_loss(
-    loss_fn: Callable[..., jax.Array],
-    mesh: jax.sharding.Mesh,
-    axis_name: str,
-    *,
-    include_self: bool = False,
-    similarity_fn: types.SimilarityFn = similarity.cosine,
-    block_size: int | None = None,
+  loss_fn: Callable[..., jax.Array],
+  mesh: jax.sharding.Mesh,
+  axis_name: str,
+  *,
+  include_self: bool = False,
+  similarity_fn: types.SimilarityFn = similarity.cosine,
+  block_size: int | None = None,
 ) -> Callable[[jax.Array, jax.Array], jax.Array]:
   """Wraps a list-level loss into `f(embeddings [B, D], labels [B]) -> scalar`, over devices.
 
@@ -179,30 +179,38 @@ def sharded_loss(
   checks.check_callable(fn, "loss_fn", loss_fn, hint="Pass a list-level loss, e.g. smoothap_loss.")
   if axis_name not in mesh.axis_names:
     raise ValueError(
-        f"{fn}: the mesh has no axis {axis_name!r}; its axes are {tuple(mesh.axis_names)}."
+      f"{fn}: the mesh has no axis {axis_name!r}; its axes are {tuple(mesh.axis_names)}."
     )
   checks.check_positive_int(fn, "block_size", block_size, allow_none=True)
   num_devices = mesh.shape[axis_name]
 
   def local_blocked(embeddings, labels):
     return blocked.mean_over_blocks(
-        fn, loss_fn, embeddings, jax.lax.all_gather(embeddings, axis_name, tiled=True),
-        labels=labels, item_labels=jax.lax.all_gather(labels, axis_name, tiled=True),
-        affinity=None, block_size=block_size,
-        first=jax.lax.axis_index(axis_name) * embeddings.shape[0], include_self=include_self,
-        item_where=None, weights=None, similarity_fn=similarity_fn,
-        reduce=sharded_mean(axis_name),
+      fn,
+      loss_fn,
+      embeddings,
+      jax.lax.all_gather(embeddings, axis_name, tiled=True),
+      labels=labels,
+      item_labels=jax.lax.all_gather(labels, axis_name, tiled=True),
+      affinity=None,
+      block_size=block_size,
+      first=jax.lax.axis_index(axis_name) * embeddings.shape[0],
+      include_self=include_self,
+      item_where=None,
+      weights=None,
+      similarity_fn=similarity_fn,
+      reduce=sharded_mean(axis_name),
     )
 
   def local(embeddings, labels):
     if block_size is not None:
       return local_blocked(embeddings, labels)
     scores, relevance, where = sharded_batch_retrieval(
-        embeddings,
-        labels,
-        axis_name=axis_name,
-        include_self=include_self,
-        similarity_fn=similarity_fn,
+      embeddings,
+      labels,
+      axis_name=axis_name,
+      include_self=include_self,
+      similarity_fn=similarity_fn,
     )
     return loss_fn(scores, relevance, where=where, reduce_fn=sharded_mean(axis_name))
 
@@ -210,14 +218,14 @@ def sharded_loss(
     embeddings, labels = _check_batch(fn, embeddings, labels, "B")
     if embeddings.shape[0] % num_devices:
       raise ValueError(
-          f"{fn}: a batch of {embeddings.shape[0]} cannot be split evenly over the "
-          f"{num_devices} devices of mesh axis {axis_name!r}; use a batch size that is a multiple "
-          f"of {num_devices}."
+        f"{fn}: a batch of {embeddings.shape[0]} cannot be split evenly over the "
+        f"{num_devices} devices of mesh axis {axis_name!r}; use a batch size that is a multiple "
+        f"of {num_devices}."
       )
     batch = jax.NamedSharding(mesh, P(axis_name))
     embeddings, labels = jax.device_put((embeddings, labels), batch)
-    return jax.shard_map(
-        local, mesh=mesh, in_specs=(P(axis_name), P(axis_name)), out_specs=P()
-    )(embeddings, labels)
+    return jax.shard_map(local, mesh=mesh, in_specs=(P(axis_name), P(axis_name)), out_specs=P())(
+      embeddings, labels
+    )
 
   return loss

@@ -72,7 +72,7 @@ UNROLL_BLOCKS = 8
 
 def _plain_dots(queries: jax.Array, items: jax.Array) -> jax.Array:
   return jax.lax.dot_general(
-      queries, items, (((1,), (1,)), ((), ())), preferred_element_type=queries.dtype
+    queries, items, (((1,), (1,)), ((), ())), preferred_element_type=queries.dtype
   )
 
 
@@ -82,9 +82,10 @@ def _in_blocks(queries: jax.Array, items: jax.Array, finish: Callable | None = N
   block finished as it is written (`_blocked_products`); on an accelerator from one product,
   finished in its output fusion (`_one_product`). The module docstring says why."""
   return platforms.by_platform(
-      queries, items,
-      cpu=lambda q, x: _blocked_products(q, x, finish),
-      accelerator=lambda q, x: _one_product(q, x, finish),
+    queries,
+    items,
+    cpu=lambda q, x: _blocked_products(q, x, finish),
+    accelerator=lambda q, x: _one_product(q, x, finish),
   )
 
 
@@ -98,9 +99,7 @@ def _one_product(queries: jax.Array, items: jax.Array, finish: Callable | None) 
   return dots if finish is None else finish(dots, 0)
 
 
-def _blocked_products(
-    queries: jax.Array, items: jax.Array, finish: Callable | None
-) -> jax.Array:
+def _blocked_products(queries: jax.Array, items: jax.Array, finish: Callable | None) -> jax.Array:
   """The CPU's form of `_in_blocks`: each entry from a `[Q, ITEM_BLOCK]` product."""
   num_items = items.shape[0]
 
@@ -140,7 +139,7 @@ def _blocked_dots(queries: jax.Array, items: jax.Array) -> jax.Array:
 def _blocked_dots_jvp(primals, tangents):
   (queries, items), (d_queries, d_items) = primals, tangents
   return _blocked_dots(queries, items), (
-      _plain_dots(d_queries, items) + _plain_dots(queries, d_items)
+    _plain_dots(d_queries, items) + _plain_dots(queries, d_items)
   )
 
 
@@ -170,7 +169,7 @@ def _scaled_cosines_jvp(primals, tangents):
   d_unit_q = (dq - unit_q * d_norms_q[:, None]) / norms_q[:, None]
   d_unit_x = (dx - unit_x * d_norms_x[:, None]) / norms_x[:, None]
   return _scaled_cosines(q, norms_q, x, norms_x), (
-      _plain_dots(d_unit_q, unit_x) + _plain_dots(unit_q, d_unit_x)
+    _plain_dots(d_unit_q, unit_x) + _plain_dots(unit_q, d_unit_x)
   )
 
 
@@ -210,7 +209,7 @@ def squares_of(x: jax.Array) -> jax.Array:
   bits = jnp.dtype(f"int{info.bits}")
   mask = ~((1 << ((info.nmant + 1) // 2)) - 1)
   high = jax.lax.bitcast_convert_type(
-      jax.lax.bitcast_convert_type(x, bits) & jnp.asarray(mask, bits), x.dtype
+    jax.lax.bitcast_convert_type(x, bits) & jnp.asarray(mask, bits), x.dtype
   )
   low = x - high
   return (high * high + (2 * high) * low) + low * low
@@ -230,7 +229,7 @@ def squared_norms(x: jax.Array) -> jax.Array:
   both (it needs no fixed order, and differentiating the tree of additions and the bit masks made
   the programs larger and slower to compile)."""
   return platforms.by_platform(
-      x, cpu=lambda v: row_sums(squares_of(v)), accelerator=lambda v: jnp.sum(v * v, axis=-1)
+    x, cpu=lambda v: row_sums(squares_of(v)), accelerator=lambda v: jnp.sum(v * v, axis=-1)
   )
 
 
@@ -427,10 +426,10 @@ class _Rule(NamedTuple):
 
 
 _RULES: dict[types.SimilarityFn, _Rule] = {
-    cosine: _Rule(_cosine_items, _cosine_scores),
-    dot_product: _Rule(_cast_items, _dot_product_scores),
-    negative_squared_euclidean: _Rule(_euclidean_items, _euclidean_scores),
-    hamming: _Rule(_cast_items, _hamming_scores),
+  cosine: _Rule(_cosine_items, _cosine_scores),
+  dot_product: _Rule(_cast_items, _dot_product_scores),
+  negative_squared_euclidean: _Rule(_euclidean_items, _euclidean_scores),
+  hamming: _Rule(_cast_items, _hamming_scores),
 }
 
 

@@ -140,11 +140,11 @@ def sigmoid_step(x: jax.typing.ArrayLike, *, temperature: jax.typing.ArrayLike =
 
 
 def supap_negative_step(
-    x: jax.typing.ArrayLike,
-    *,
-    temperature: jax.typing.ArrayLike = 0.01,
-    rho: jax.typing.ArrayLike = 100.0,
-    delta: jax.typing.ArrayLike = 0.05,
+  x: jax.typing.ArrayLike,
+  *,
+  temperature: jax.typing.ArrayLike = 0.01,
+  rho: jax.typing.ArrayLike = 100.0,
+  delta: jax.typing.ArrayLike = 0.05,
 ) -> jax.Array:
   r"""SupAP's step `H^-` between a relevant item and a non-relevant one (Ramzi et al. 2021, eq. 4).
 
@@ -242,8 +242,9 @@ def _add_at_items(grad: jax.Array, items: jax.Array, values: jax.Array, platform
     at = items[:, :, None] == jnp.arange(grad.shape[1], dtype=items.dtype)
     return grad + jnp.sum(jnp.where(at, values[:, :, None], 0), axis=1)
 
-  return platforms.by_platform(grad, items, values, cpu=cpu, accelerator=accelerator,
-                               platform=platform)
+  return platforms.by_platform(
+    grad, items, values, cpu=cpu, accelerator=accelerator, platform=platform
+  )
 
 
 def _chunk_pairs(scores, relevant, other, items, platform):
@@ -275,8 +276,7 @@ def _scores_at(scores: jax.Array, items: jax.Array, platform) -> jax.Array:
     at = items[:, :, None] == jnp.arange(scores.shape[1], dtype=items.dtype)
     return jnp.sum(jnp.where(at, scores[:, None, :], 0), axis=-1)
 
-  return platforms.by_platform(scores, items, cpu=cpu, accelerator=accelerator,
-                               platform=platform)
+  return platforms.by_platform(scores, items, cpu=cpu, accelerator=accelerator, platform=platform)
 
 
 def _steps(positive_step, negative_step, diff, params):
@@ -311,11 +311,13 @@ def _item_finder(relevant, chunk, width, platform):
   if platform == platforms.CPU:
     return from_slots
   return lambda c, after: platforms.by_platform(
-      c, after, cpu=from_slots, accelerator=one_by_one, platform=platform)
+    c, after, cpu=from_slots, accelerator=one_by_one, platform=platform
+  )
 
 
-def _forward_loop(positive_step, negative_step, chunk, platform, width, num_steps,
-                  scores, relevant, other, params):
+def _forward_loop(
+  positive_step, negative_step, chunk, platform, width, num_steps, scores, relevant, other, params
+):
   """The sums of precisions `[B]`, and what the backward pass reads of each of the `width` slots
   of a list (its item, rank^+ and rank^-, each `[B, width]`), in `num_steps` steps of `chunk`
   relevant items of every list."""
@@ -334,11 +336,11 @@ def _forward_loop(positive_step, negative_step, chunk, platform, width, num_step
     total = total + jnp.sum(jnp.where(in_slot, above_pos / rank, 0), axis=-1)
     start = c * chunk
     return (
-        items[:, -1],
-        total,
-        lax.dynamic_update_slice_in_dim(slots, items, start, axis=1),
-        lax.dynamic_update_slice_in_dim(rank_pos, above_pos, start, axis=1),
-        lax.dynamic_update_slice_in_dim(rank_neg, above_neg, start, axis=1),
+      items[:, -1],
+      total,
+      lax.dynamic_update_slice_in_dim(slots, items, start, axis=1),
+      lax.dynamic_update_slice_in_dim(rank_pos, above_pos, start, axis=1),
+      lax.dynamic_update_slice_in_dim(rank_neg, above_neg, start, axis=1),
     )
 
   # The per-slot arrays are written only where the loop runs; the precisions are summed as it goes.
@@ -346,11 +348,11 @@ def _forward_loop(positive_step, negative_step, chunk, platform, width, num_step
     return lists.varying_like(x, scores)
 
   init = (
-      varying(jnp.full((num_lists,), -1, jnp.int32)),
-      varying(jnp.zeros((num_lists,), scores.dtype)),
-      varying(jnp.full((num_lists, width), n, jnp.int32)),
-      varying(jnp.zeros((num_lists, width), scores.dtype)),
-      varying(jnp.zeros((num_lists, width), scores.dtype)),
+    varying(jnp.full((num_lists,), -1, jnp.int32)),
+    varying(jnp.zeros((num_lists,), scores.dtype)),
+    varying(jnp.full((num_lists, width), n, jnp.int32)),
+    varying(jnp.zeros((num_lists, width), scores.dtype)),
+    varying(jnp.zeros((num_lists, width), scores.dtype)),
   )
   _, total, slots, rank_pos, rank_neg = lax.fori_loop(0, num_steps, body, init)
   return total, slots, rank_pos, rank_neg
@@ -364,15 +366,28 @@ def _free_params(positive_step, negative_step, params):
 
   def steps_of_free(diff, free):
     merged = jax.tree.map(
-        lambda p, d, f: f if d else p, params, inexact, free, is_leaf=lambda x: x is None
+      lambda p, d, f: f if d else p, params, inexact, free, is_leaf=lambda x: x is None
     )
     return _steps(positive_step, negative_step, diff, merged)
 
   return free, steps_of_free
 
 
-def _backward_loop(positive_step, negative_step, chunk, platform, num_steps,
-                   scores, relevant, other, params, slots, rank_pos, rank_neg, cotangent):
+def _backward_loop(
+  positive_step,
+  negative_step,
+  chunk,
+  platform,
+  num_steps,
+  scores,
+  relevant,
+  other,
+  params,
+  slots,
+  rank_pos,
+  rank_neg,
+  cotangent,
+):
   """The cotangents of the scores `[B, n]` and of the floating hyperparameters, in the steps of
   the forward loop, from the slots it kept."""
   n = scores.shape[1]
@@ -454,12 +469,26 @@ def _one_shot_forward(positive_step, negative_step, count, scores, relevant, oth
     total = total + jnp.where(in_slot, above_pos / rank, 0)
     ranks_pos.append(above_pos)
     ranks_neg.append(above_neg)
-  return (total, jnp.stack(items, axis=1), jnp.stack(ranks_pos, axis=1),
-          jnp.stack(ranks_neg, axis=1))
+  return (
+    total,
+    jnp.stack(items, axis=1),
+    jnp.stack(ranks_pos, axis=1),
+    jnp.stack(ranks_neg, axis=1),
+  )
 
 
-def _one_shot_backward(positive_step, negative_step, scores, relevant, other, params, slots,
-                       rank_pos, rank_neg, cotangent):
+def _one_shot_backward(
+  positive_step,
+  negative_step,
+  scores,
+  relevant,
+  other,
+  params,
+  slots,
+  rank_pos,
+  rank_neg,
+  cotangent,
+):
   """The accelerators' backward pass with a bound, from the `[B, count]` slots: one pass for the
   slots' own cotangents (sums over the list), one for the scores' `[B, n]` cotangent."""
   n = scores.shape[1]
@@ -472,8 +501,9 @@ def _one_shot_backward(positive_step, negative_step, scores, relevant, other, pa
   in_slot = slots < n
   # With rank = rank^+ + rank^-: d(rank^+ / rank) / d rank^+ = rank^- / rank^2 and
   # d(rank^+ / rank) / d rank^- = -rank^+ / rank^2.
-  scale = jnp.where(in_slot, cotangent[:, None] / jnp.square(
-      jnp.where(in_slot, rank_pos + rank_neg, 1)), 0)
+  scale = jnp.where(
+    in_slot, cotangent[:, None] / jnp.square(jnp.where(in_slot, rank_pos + rank_neg, 1)), 0
+  )
   grad, grad_free = 0, jax.tree.map(jnp.zeros_like, free)
   for k in range(slots.shape[1]):
     diff, at, pos_pairs = _slot_pairs(scores, relevant, slots[:, k])
@@ -498,14 +528,16 @@ def _general_steps(relevant, chunk):
   return (most + chunk - 1) // chunk
 
 
-def _precision_sums_fwd(positive_step, negative_step, chunk, count, platform,
-                        scores, relevant, other, params):
+def _precision_sums_fwd(
+  positive_step, negative_step, chunk, count, platform, scores, relevant, other, params
+):
   n = scores.shape[1]
   args = (scores, relevant, other, params)
   if count is None:  # Until the list with the most relevant items is done.
     width, num_steps = -(-n // chunk) * chunk, _general_steps(relevant, chunk)
     total, *slots = _forward_loop(
-        positive_step, negative_step, chunk, platform, width, num_steps, *args)
+      positive_step, negative_step, chunk, platform, width, num_steps, *args
+    )
     return total, (*args, *slots)
   # A static trip count and `[B, count]` slots (rounded up to whole steps on CPU).
   num_steps = -(-count // chunk)
@@ -513,18 +545,19 @@ def _precision_sums_fwd(positive_step, negative_step, chunk, count, platform,
 
   def cpu(*args):
     return _forward_loop(
-        positive_step, negative_step, chunk, platforms.CPU, width, num_steps, *args)
+      positive_step, negative_step, chunk, platforms.CPU, width, num_steps, *args
+    )
 
   def accelerator(*args):
     if count > _ONE_SHOT_SLOTS:
       total, *slots = _forward_loop(
-          positive_step, negative_step, chunk, platforms.ACCELERATOR, width, num_steps, *args)
+        positive_step, negative_step, chunk, platforms.ACCELERATOR, width, num_steps, *args
+      )
       return (total, *slots)
     total, *slots = _one_shot_forward(positive_step, negative_step, count, *args)
     return (total, *_pad_slots(slots, width, n))
 
-  total, *slots = platforms.by_platform(*args, cpu=cpu, accelerator=accelerator,
-                                        platform=platform)
+  total, *slots = platforms.by_platform(*args, cpu=cpu, accelerator=accelerator, platform=platform)
   return total, (*args, *slots)
 
 
@@ -537,40 +570,85 @@ def _pad_slots(slots, width, n):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3, 4))
-def _precision_sums(positive_step, negative_step, chunk, count, platform,
-                    scores, relevant, other, params):
+def _precision_sums(
+  positive_step, negative_step, chunk, count, platform, scores, relevant, other, params
+):
   """`[B]`: for each list, the sum over its relevant items `k` of `rank^+(k) / rank(k)`; with a
   bound `count`, over its first `count` relevant items only."""
-  out, _ = _precision_sums_fwd(positive_step, negative_step, chunk, count, platform,
-                               scores, relevant, other, params)
+  out, _ = _precision_sums_fwd(
+    positive_step, negative_step, chunk, count, platform, scores, relevant, other, params
+  )
   return out
 
 
-def _precision_sums_bwd(positive_step, negative_step, chunk, count, platform, residuals,
-                        cotangent):
+def _precision_sums_bwd(positive_step, negative_step, chunk, count, platform, residuals, cotangent):
   scores, relevant, other, params, slots, rank_pos, rank_neg = residuals
   if count is None:
     grad, grad_free = _backward_loop(
-        positive_step, negative_step, chunk, platform, _general_steps(relevant, chunk), scores,
-        relevant, other, params, slots, rank_pos, rank_neg, cotangent)
+      positive_step,
+      negative_step,
+      chunk,
+      platform,
+      _general_steps(relevant, chunk),
+      scores,
+      relevant,
+      other,
+      params,
+      slots,
+      rank_pos,
+      rank_neg,
+      cotangent,
+    )
     return grad, None, None, grad_free
 
   def cpu(*args):
     return _backward_loop(
-        positive_step, negative_step, chunk, platforms.CPU, -(-count // chunk), *args)
+      positive_step, negative_step, chunk, platforms.CPU, -(-count // chunk), *args
+    )
 
   def accelerator(scores, relevant, other, params, slots, rank_pos, rank_neg, cotangent):
     if count > _ONE_SHOT_SLOTS:
       return _backward_loop(
-          positive_step, negative_step, chunk, platforms.ACCELERATOR, -(-count // chunk), scores,
-          relevant, other, params, slots, rank_pos, rank_neg, cotangent)
+        positive_step,
+        negative_step,
+        chunk,
+        platforms.ACCELERATOR,
+        -(-count // chunk),
+        scores,
+        relevant,
+        other,
+        params,
+        slots,
+        rank_pos,
+        rank_neg,
+        cotangent,
+      )
     return _one_shot_backward(
-        positive_step, negative_step, scores, relevant, other, params, slots[:, :count],
-        rank_pos[:, :count], rank_neg[:, :count], cotangent)
+      positive_step,
+      negative_step,
+      scores,
+      relevant,
+      other,
+      params,
+      slots[:, :count],
+      rank_pos[:, :count],
+      rank_neg[:, :count],
+      cotangent,
+    )
 
   grad, grad_free = platforms.by_platform(
-      scores, relevant, other, params, slots, rank_pos, rank_neg, cotangent, cpu=cpu,
-      accelerator=accelerator, platform=platform)
+    scores,
+    relevant,
+    other,
+    params,
+    slots,
+    rank_pos,
+    rank_neg,
+    cotangent,
+    cpu=cpu,
+    accelerator=accelerator,
+    platform=platform,
+  )
   return grad, None, None, grad_free
 
 
@@ -583,8 +661,9 @@ def _chunk_for(chunk_size: int | None, num_lists: int, n: int) -> int:
   return max(1, min(chunk_size, n))
 
 
-def _smooth_ap_lists(scores, relevant, where, params, *, positive_step, negative_step, chunk,
-                     count, platform):
+def _smooth_ap_lists(
+  scores, relevant, where, params, *, positive_step, negative_step, chunk, count, platform
+):
   """Per-list smoothed AP `[...]` (0 without a relevant item) and the mask of lists with one."""
   dtype = lists.compute_dtype(scores.dtype)
   other = where & ~relevant
@@ -602,15 +681,15 @@ def _smooth_ap_lists(scores, relevant, where, params, *, positive_step, negative
   flat = lists.counted_scores(scores, where, num_relevant > 0)
   flat = flat.astype(dtype).reshape(num_lists, n)
   sums = _precision_sums(
-      positive_step,
-      negative_step,
-      chunk,
-      count,
-      platform,
-      flat,
-      relevant.reshape(num_lists, n),
-      other.reshape(num_lists, n),
-      params,
+    positive_step,
+    negative_step,
+    chunk,
+    count,
+    platform,
+    flat,
+    relevant.reshape(num_lists, n),
+    other.reshape(num_lists, n),
+    params,
   )
   ap = sums.reshape(list_shape) / jnp.maximum(num_relevant, 1).astype(dtype)
   if count is not None:  # A list beyond the bound was summed over its first `count` items only.
@@ -621,8 +700,8 @@ def _smooth_ap_lists(scores, relevant, where, params, *, positive_step, negative
 # Compiled once per shape for a given pair of step functions (static, hashed by identity): the
 # built-in steps are module-level functions whose hyperparameters are arguments.
 _smooth_ap_lists_jit = jax.jit(
-    _smooth_ap_lists,
-    static_argnames=("positive_step", "negative_step", "chunk", "count", "platform"),
+  _smooth_ap_lists,
+  static_argnames=("positive_step", "negative_step", "chunk", "count", "platform"),
 )
 
 
@@ -646,7 +725,7 @@ def _closure_convert(step_fn, example):
 
 
 def _smooth_ap(
-    fn, scores, labels, where, segments, positive, negative, chunk_size, max_relevant
+  fn, scores, labels, where, segments, positive, negative, chunk_size, max_relevant
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
   """Per-list smoothed AP `[...]`, the mask of lists with a relevant item, and the checked
   `(scores, labels, where)`: those of the segments' lists with `segments` (`segmented.as_lists`).
@@ -678,18 +757,18 @@ def _smooth_ap(
   positive_fn, positive_params = explicit(positive)
   negative_fn, negative_params = (None, ()) if negative is None else explicit(negative)
   converted = (positive_fn is not positive[0]) or (
-      negative is not None and negative_fn is not negative[0]
+    negative is not None and negative_fn is not negative[0]
   )
   ap, valid = (_smooth_ap_lists if converted else _smooth_ap_lists_jit)(
-      scores,
-      labels >= 1,  # A boolean mask: one compilation whatever the labels' dtype.
-      where,
-      (positive_params, negative_params),
-      positive_step=positive_fn,
-      negative_step=negative_fn,
-      chunk=chunk,
-      count=None if max_relevant is None else min(max_relevant, n),
-      platform=platforms.forced(),
+    scores,
+    labels >= 1,  # A boolean mask: one compilation whatever the labels' dtype.
+    where,
+    (positive_params, negative_params),
+    positive_step=positive_fn,
+    negative_step=negative_fn,
+    chunk=chunk,
+    count=None if max_relevant is None else min(max_relevant, n),
+    platform=platforms.forced(),
   )
   return ap, valid, scores, labels, where
 
@@ -699,16 +778,16 @@ def _smooth_ap(
 
 
 def smooth_rank_ap_loss(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    positive_step_fn: types.StepFn,
-    negative_step_fn: types.StepFn,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    chunk_size: int | None = None,
-    max_relevant: int | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  positive_step_fn: types.StepFn,
+  negative_step_fn: types.StepFn,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  chunk_size: int | None = None,
+  max_relevant: int | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""`1 - AP` with ranks smoothed by the given step functions: the mechanism of every loss here.
 
@@ -792,19 +871,21 @@ def smooth_rank_ap_loss(
   positive = (positive_step_fn, None)
   negative = None if negative_step_fn is positive_step_fn else (negative_step_fn, None)
   ap, valid, scores, _, where = _smooth_ap(
-      fn, scores, labels, where, segments, positive, negative, chunk_size, max_relevant)
+    fn, scores, labels, where, segments, positive, negative, chunk_size, max_relevant
+  )
   return lists.finish(1 - ap, scores, where, valid, reduce_fn)
 
 
 def _check_temperature(fn, temperature):
   checks.check_real(
-      fn, "temperature", temperature, above=0, hint="It is the sigmoid's temperature (0.01)."
+    fn, "temperature", temperature, above=0, hint="It is the sigmoid's temperature (0.01)."
   )
 
 
 def _check_supap(fn, temperature, rho, delta):
   checks.check_real(
-      fn, "temperature", temperature, above=0, hint="It is the sigmoid's temperature (0.01).")
+    fn, "temperature", temperature, above=0, hint="It is the sigmoid's temperature (0.01)."
+  )
   checks.check_real(fn, "rho", rho, at_least=0, hint="It is the slope after delta (ROADMAP: 100).")
   checks.check_real(fn, "delta", delta, at_least=0, hint="The linear part starts there (0.05).")
 
@@ -814,21 +895,21 @@ def _check_calibration(fn, alpha, beta):
   b = checks.check_real(fn, "beta", beta)
   if a is not None and b is not None and a < b:
     raise ValueError(
-        f"{fn}: alpha ({a}) must be >= beta ({b}): relevant scores are pushed above alpha and the "
-        "others below beta (ROADMAP: alpha=0.9, beta=0.6)."
+      f"{fn}: alpha ({a}) must be >= beta ({b}): relevant scores are pushed above alpha and the "
+      "others below beta (ROADMAP: alpha=0.9, beta=0.6)."
     )
 
 
 def smoothap_loss(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    temperature: jax.typing.ArrayLike = 0.01,
-    chunk_size: int | None = None,
-    max_relevant: int | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  temperature: jax.typing.ArrayLike = 0.01,
+  chunk_size: int | None = None,
+  max_relevant: int | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""The Smooth-AP loss (Brown et al. 2020): every step of the ranks is a sigmoid.
 
@@ -880,30 +961,32 @@ def smoothap_loss(
   _check_temperature(fn, temperature)
   step = (_sigmoid, (temperature,))
   ap, valid, scores, _, where = _smooth_ap(
-      fn, scores, labels, where, segments, step, None, chunk_size, max_relevant)
+    fn, scores, labels, where, segments, step, None, chunk_size, max_relevant
+  )
   return lists.finish(1 - ap, scores, where, valid, reduce_fn)
 
 
 def _supap(
-    fn, scores, labels, where, segments, temperature, rho, delta, chunk_size, max_relevant
+  fn, scores, labels, where, segments, temperature, rho, delta, chunk_size, max_relevant
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
   negative = (_supap_negative, (temperature, rho, delta))
   return _smooth_ap(
-      fn, scores, labels, where, segments, (_heaviside, ()), negative, chunk_size, max_relevant)
+    fn, scores, labels, where, segments, (_heaviside, ()), negative, chunk_size, max_relevant
+  )
 
 
 def supap_loss(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    temperature: jax.typing.ArrayLike = 0.01,
-    rho: jax.typing.ArrayLike = 100.0,
-    delta: jax.typing.ArrayLike = 0.05,
-    chunk_size: int | None = None,
-    max_relevant: int | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  temperature: jax.typing.ArrayLike = 0.01,
+  rho: jax.typing.ArrayLike = 100.0,
+  delta: jax.typing.ArrayLike = 0.05,
+  chunk_size: int | None = None,
+  max_relevant: int | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""The SupAP loss (Ramzi et al. 2021, eq. 3-5): exact rank among positives, `H^-` for the rest.
 
@@ -957,7 +1040,8 @@ def supap_loss(
   fn = "supap_loss"
   _check_supap(fn, temperature, rho, delta)
   ap, valid, scores, _, where = _supap(
-      fn, scores, labels, where, segments, temperature, rho, delta, chunk_size, max_relevant)
+    fn, scores, labels, where, segments, temperature, rho, delta, chunk_size, max_relevant
+  )
   return lists.finish(1 - ap, scores, where, valid, reduce_fn)
 
 
@@ -966,14 +1050,14 @@ def _calibration(scores, labels, where, alpha, beta):
 
 
 def calibration_loss(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    alpha: jax.typing.ArrayLike = 0.9,
-    beta: jax.typing.ArrayLike = 0.6,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  alpha: jax.typing.ArrayLike = 0.9,
+  beta: jax.typing.ArrayLike = 0.6,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""The calibration loss of ROADMAP (Ramzi et al. 2021, eq. 7): absolute thresholds on the scores.
 
@@ -1026,20 +1110,20 @@ def calibration_loss(
 
 
 def roadmap_loss(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    calibration_weight: jax.typing.ArrayLike = 0.5,
-    temperature: jax.typing.ArrayLike = 0.01,
-    rho: jax.typing.ArrayLike = 100.0,
-    delta: jax.typing.ArrayLike = 0.05,
-    alpha: jax.typing.ArrayLike = 0.9,
-    beta: jax.typing.ArrayLike = 0.6,
-    chunk_size: int | None = None,
-    max_relevant: int | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  calibration_weight: jax.typing.ArrayLike = 0.5,
+  temperature: jax.typing.ArrayLike = 0.01,
+  rho: jax.typing.ArrayLike = 100.0,
+  delta: jax.typing.ArrayLike = 0.05,
+  alpha: jax.typing.ArrayLike = 0.9,
+  beta: jax.typing.ArrayLike = 0.6,
+  chunk_size: int | None = None,
+  max_relevant: int | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""The ROADMAP loss (Ramzi et al. 2021, eq. 2): SupAP plus the calibration loss.
 
@@ -1086,25 +1170,32 @@ def roadmap_loss(
   0.0
   """
   fn = "roadmap_loss"
-  checks.check_real(fn, "calibration_weight", calibration_weight, at_least=0, at_most=1,
-                    hint="It weighs the calibration loss.")
+  checks.check_real(
+    fn,
+    "calibration_weight",
+    calibration_weight,
+    at_least=0,
+    at_most=1,
+    hint="It weighs the calibration loss.",
+  )
   _check_supap(fn, temperature, rho, delta)
   _check_calibration(fn, alpha, beta)
   ap, valid, scores, labels, where = _supap(
-      fn, scores, labels, where, segments, temperature, rho, delta, chunk_size, max_relevant)
+    fn, scores, labels, where, segments, temperature, rho, delta, chunk_size, max_relevant
+  )
   calibration, _ = _calibration(scores, labels, where, alpha, beta)
   values = (1 - calibration_weight) * (1 - ap) + calibration_weight * calibration
   return lists.finish(values, scores, where, valid, reduce_fn)
 
 
 def decomposability_gap(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    num_batches: int,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  num_batches: int,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""The decomposability gap of AP (Ramzi et al. 2021, eq. 6): mean batch AP minus global AP.
 
@@ -1153,8 +1244,8 @@ def decomposability_gap(
   n = scores.shape[-1]
   if n % num_batches:
     raise ValueError(
-        f"{fn}: num_batches={num_batches} does not divide the list size {n}; batches must be "
-        "equal (eq. 6 assumes N / B = K batches of B items)."
+      f"{fn}: num_batches={num_batches} does not divide the list size {n}; batches must be "
+      "equal (eq. 6 assumes N / B = K batches of B items)."
     )
   gap, defined = _gap(scores, labels >= 1, where, num_batches=num_batches)
   return lists.finish(gap, scores, where, defined, reduce_fn)
@@ -1172,7 +1263,7 @@ def _gap(scores, relevant, where, *, num_batches):
 
   # [K, ...] per batch, all batches at once (the memory of one copy of the lists).
   batch_ap, batch_defined = partitions.over_batches(
-      batch_ap, (scores, labels, where), batches, axis=-1, batch_size=num_batches
+    batch_ap, (scores, labels, where), batches, axis=-1, batch_size=num_batches
   )
   count = jnp.sum(batch_defined, axis=0)
   total = jnp.sum(jnp.where(batch_defined, batch_ap, 0), axis=0)

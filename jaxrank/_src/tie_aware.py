@@ -158,7 +158,7 @@ def tie_aware_ap_estimate(hist: histogram.SoftHistograms, num_relevant: jax.Arra
 
 
 def _simplified_tie_aware_ap_estimate(
-    hist: histogram.SoftHistograms, num_relevant: jax.Array
+  hist: histogram.SoftHistograms, num_relevant: jax.Array
 ) -> jax.Array:
   """AP_s, eq. 62: `(1/N+) sum_d c+_d (C+_{d-1} + C+_d + 1) / (C_{d-1} + C_d + 1)`."""
   p, n = hist.relevant, hist.total
@@ -192,7 +192,7 @@ def _simplified_tie_aware_dcg_estimate(hist: histogram.SoftHistograms) -> jax.Ar
 
 
 def binned_ndcg_estimates(
-    scores, labels, where, *, estimator, num_centres, first_centre, last_centre
+  scores, labels, where, *, estimator, num_centres, first_centre, last_centre
 ):
   """Per-list NDCG estimates `[...]` and whether each list has a positive ideal DCG.
 
@@ -202,17 +202,23 @@ def binned_ndcg_estimates(
   the caller; a valid NaN score makes its list NaN.
   """
   return _binned_ndcg_estimates(
-      scores, labels, where, estimator=estimator, num_centres=num_centres,
-      first_centre=first_centre, last_centre=last_centre, platform=platforms.forced(),
+    scores,
+    labels,
+    where,
+    estimator=estimator,
+    num_centres=num_centres,
+    first_centre=first_centre,
+    last_centre=last_centre,
+    platform=platforms.forced(),
   )
 
 
 @functools.partial(
-    jax.jit,
-    static_argnames=("estimator", "num_centres", "first_centre", "last_centre", "platform"),
+  jax.jit,
+  static_argnames=("estimator", "num_centres", "first_centre", "last_centre", "platform"),
 )
 def _binned_ndcg_estimates(
-    scores, labels, where, *, estimator, num_centres, first_centre, last_centre, platform
+  scores, labels, where, *, estimator, num_centres, first_centre, last_centre, platform
 ):
   """`binned_ndcg_estimates`, its compiled programs keyed by the forced platform (`platform`,
   which `histogram.soft_histograms` reads when traced)."""
@@ -224,13 +230,13 @@ def _binned_ndcg_estimates(
   # Lists left out (ideal DCG 0) are binned as zeros: zero gradient even if they hold a NaN.
   safe = lists.counted_scores(scores, where, defined)
   hist = histogram.soft_histograms(
-      safe.astype(dtype),
-      gains,
-      where,
-      num_centres=num_centres,
-      first_centre=first_centre,
-      last_centre=last_centre,
-      dtype=dtype,
+    safe.astype(dtype),
+    gains,
+    where,
+    num_centres=num_centres,
+    first_centre=first_centre,
+    last_centre=last_centre,
+    dtype=dtype,
   )
   values = estimator(hist) / jnp.where(defined, ideal, jnp.ones_like(ideal))
   return lists.nan_if_any(values, scores, where), defined
@@ -251,14 +257,14 @@ def _ap_loss(fn, estimator, scores, labels, where, segments, num_bins, reduce_fn
   """`1 - estimator` on similarity histograms, reduced over the lists with a relevant item."""
   scores, labels, where = _checked(fn, scores, labels, where, segments, num_bins)
   values, valid = histogram.binned_ap_estimates(
-      scores,
-      labels,
-      where,
-      estimator=estimator,
-      to_values=histogram.identity,
-      num_centres=num_bins,
-      first_centre=1.0,
-      last_centre=-1.0,
+    scores,
+    labels,
+    where,
+    estimator=estimator,
+    to_values=histogram.identity,
+    num_centres=num_bins,
+    first_centre=1.0,
+    last_centre=-1.0,
   )
   return lists.safe_reduce(1 - values, valid, reduce_fn)
 
@@ -268,13 +274,13 @@ def _ndcg_loss(fn, estimator, scores, labels, where, segments, num_bins, reduce_
   scores, labels, where = _checked(fn, scores, labels, where, segments, num_bins)
   checks.check_graded_labels(fn, labels, where)
   values, valid = binned_ndcg_estimates(
-      scores,
-      labels,
-      where,
-      estimator=estimator,
-      num_centres=num_bins,
-      first_centre=1.0,
-      last_centre=-1.0,
+    scores,
+    labels,
+    where,
+    estimator=estimator,
+    num_centres=num_bins,
+    first_centre=1.0,
+    last_centre=-1.0,
   )
   return lists.safe_reduce(1 - values, valid, reduce_fn)
 
@@ -284,13 +290,13 @@ def _ndcg_loss(fn, estimator, scores, labels, where, segments, num_bins, reduce_
 
 
 def tie_aware_ap_loss(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    num_bins: int = 20,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  num_bins: int = 20,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""1 - AP_r, the continuous relaxation of tie-aware AP (He et al. 2018, Prop. 2, eq. 11 and 26).
 
@@ -339,19 +345,25 @@ def tie_aware_ap_loss(
   0.0833
   """
   return _ap_loss(
-      "tie_aware_ap_loss", tie_aware_ap_estimate, scores, labels, where, segments, num_bins,
-      reduce_fn,
+    "tie_aware_ap_loss",
+    tie_aware_ap_estimate,
+    scores,
+    labels,
+    where,
+    segments,
+    num_bins,
+    reduce_fn,
   )
 
 
 def simplified_tie_aware_ap_loss(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    num_bins: int = 20,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  num_bins: int = 20,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""1 - AP_s, the simplified relaxation of tie-aware AP (He et al. 2018, App. F.1, eq. 62).
 
@@ -394,25 +406,25 @@ def simplified_tie_aware_ap_loss(
   0.1
   """
   return _ap_loss(
-      "simplified_tie_aware_ap_loss",
-      _simplified_tie_aware_ap_estimate,
-      scores,
-      labels,
-      where,
-      segments,
-      num_bins,
-      reduce_fn,
+    "simplified_tie_aware_ap_loss",
+    _simplified_tie_aware_ap_estimate,
+    scores,
+    labels,
+    where,
+    segments,
+    num_bins,
+    reduce_fn,
   )
 
 
 def tie_aware_ndcg_loss(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    num_bins: int = 20,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  num_bins: int = 20,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""1 - NDCG_r, the continuous relaxation of tie-aware NDCG (He et al. 2018, Prop. 2, eq. 12).
 
@@ -463,19 +475,25 @@ def tie_aware_ndcg_loss(
   0.018
   """
   return _ndcg_loss(
-      "tie_aware_ndcg_loss", tie_aware_dcg_estimate, scores, labels, where, segments, num_bins,
-      reduce_fn,
+    "tie_aware_ndcg_loss",
+    tie_aware_dcg_estimate,
+    scores,
+    labels,
+    where,
+    segments,
+    num_bins,
+    reduce_fn,
   )
 
 
 def simplified_tie_aware_ndcg_loss(
-    scores: jax.typing.ArrayLike,
-    labels: jax.typing.ArrayLike,
-    *,
-    where: jax.typing.ArrayLike | None = None,
-    segments: jax.typing.ArrayLike | None = None,
-    num_bins: int = 20,
-    reduce_fn: types.ReduceFn = jnp.mean,
+  scores: jax.typing.ArrayLike,
+  labels: jax.typing.ArrayLike,
+  *,
+  where: jax.typing.ArrayLike | None = None,
+  segments: jax.typing.ArrayLike | None = None,
+  num_bins: int = 20,
+  reduce_fn: types.ReduceFn = jnp.mean,
 ) -> jax.Array:
   r"""1 - NDCG_s, the simplified lower-bound relaxation of tie-aware NDCG (He et al., App. F.2).
 
@@ -521,12 +539,12 @@ def simplified_tie_aware_ndcg_loss(
   0.0214
   """
   return _ndcg_loss(
-      "simplified_tie_aware_ndcg_loss",
-      _simplified_tie_aware_dcg_estimate,
-      scores,
-      labels,
-      where,
-      segments,
-      num_bins,
-      reduce_fn,
+    "simplified_tie_aware_ndcg_loss",
+    _simplified_tie_aware_dcg_estimate,
+    scores,
+    labels,
+    where,
+    segments,
+    num_bins,
+    reduce_fn,
   )

@@ -75,22 +75,22 @@ class LabeledImages:
   def __post_init__(self):
     if self.image_format not in _FORMATS:
       raise ValueError(
-          f"LabeledImages: image_format must be one of {_FORMATS}, got {self.image_format!r}."
+        f"LabeledImages: image_format must be one of {_FORMATS}, got {self.image_format!r}."
       )
     n = len(self.labels)
     if np.ndim(self.labels) != 1 or len(self.images) != n:
       raise ValueError(
-          f"LabeledImages: labels must be [N] and images [N, ...], got {np.shape(self.labels)} "
-          f"and {np.shape(self.images)}."
+        f"LabeledImages: labels must be [N] and images [N, ...], got {np.shape(self.labels)} "
+        f"and {np.shape(self.images)}."
       )
     if self.super_labels is not None and np.shape(self.super_labels) != (n,):
       raise ValueError(
-          f"LabeledImages: super_labels must be [N] = [{n}], got {np.shape(self.super_labels)}."
+        f"LabeledImages: super_labels must be [N] = [{n}], got {np.shape(self.super_labels)}."
       )
     if self.image_format != "array" and np.ndim(self.images) != 1:
       raise ValueError(
-          f"LabeledImages: {self.image_format} images must be a 1-D array [N], got shape "
-          f"{np.shape(self.images)}."
+        f"LabeledImages: {self.image_format} images must be a 1-D array [N], got shape "
+        f"{np.shape(self.images)}."
       )
 
   @property
@@ -105,10 +105,10 @@ class LabeledImages:
 def select(data: LabeledImages, indices: np.ndarray) -> LabeledImages:
   """The examples at `indices` (an int array or a boolean mask `[N]`)."""
   return LabeledImages(
-      images=data.images[indices],
-      labels=data.labels[indices],
-      super_labels=None if data.super_labels is None else data.super_labels[indices],
-      image_format=data.image_format,
+    images=data.images[indices],
+    labels=data.labels[indices],
+    super_labels=None if data.super_labels is None else data.super_labels[indices],
+    image_format=data.image_format,
   )
 
 
@@ -161,12 +161,12 @@ def load_digits(split: str = "train") -> LabeledImages:
 
 
 def _load_tfds(
-    fn: str,
-    name: str,
-    data_dir: str | os.PathLike | None,
-    tfds_splits: Sequence[str],
-    label_key: str,
-    super_key: str | None,
+  fn: str,
+  name: str,
+  data_dir: str | os.PathLike | None,
+  tfds_splits: Sequence[str],
+  label_key: str,
+  super_key: str | None,
 ) -> LabeledImages:
   """Reads the encoded images and labels of some tfds splits, concatenated in split order."""
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
@@ -183,11 +183,11 @@ def _load_tfds(
       ds = builder.as_dataset(split=split, decoders=decoders, shuffle_files=False)
     except AssertionError as e:  # What tfds raises when the data set was not prepared.
       raise FileNotFoundError(
-          f"{fn}: no prepared {name!r} in data_dir={data_dir!r} ({e}). jaxrank never downloads: "
-          f"prepare {name} once (see docs/guide/real_data.rst), for instance with "
-          f"tfds.builder({name!r}, data_dir=...).download_and_prepare(download_config="
-          "tfds.download.DownloadConfig(manual_dir=...)) on the archives you downloaded, then "
-          "pass that data_dir."
+        f"{fn}: no prepared {name!r} in data_dir={data_dir!r} ({e}). jaxrank never downloads: "
+        f"prepare {name} once (see docs/guide/real_data.rst), for instance with "
+        f"tfds.builder({name!r}, data_dir=...).download_and_prepare(download_config="
+        "tfds.download.DownloadConfig(manual_dir=...)) on the archives you downloaded, then "
+        "pass that data_dir."
       ) from e
     for batch in ds.batch(1024).as_numpy_iterator():
       images.extend(batch["image"].tolist())
@@ -199,15 +199,15 @@ def _load_tfds(
   encoded = np.empty(len(images), dtype=object)
   encoded[:] = images
   return LabeledImages(
-      images=encoded,
-      labels=np.concatenate(labels).astype(np.int32),
-      super_labels=None if super_key is None else np.concatenate(supers).astype(np.int32),
-      image_format="encoded",
+    images=encoded,
+    labels=np.concatenate(labels).astype(np.int32),
+    super_labels=None if super_key is None else np.concatenate(supers).astype(np.int32),
+    image_format="encoded",
   )
 
 
 def load_stanford_online_products(
-    data_dir: str | os.PathLike | None = None, split: str = "train"
+  data_dir: str | os.PathLike | None = None, split: str = "train"
 ) -> LabeledImages:
   """Stanford Online Products (Oh Song et al. 2016) from a prepared tfds `data_dir`.
 
@@ -234,9 +234,7 @@ def load_stanford_online_products(
   return _load_tfds(fn, "stanford_online_products", data_dir, [split], "class_id", "super_class_id")
 
 
-def _load_class_half(
-    fn: str, name: str, data_dir, split: str, num_classes: int
-) -> LabeledImages:
+def _load_class_half(fn: str, name: str, data_dir, split: str, num_classes: int) -> LabeledImages:
   _check_split(fn, split)
   data = _load_tfds(fn, name, data_dir, ["train", "test"], "label", None)
   half = np.arange(num_classes // 2)
@@ -309,10 +307,10 @@ def unreadable_images(paths: Sequence[str] | np.ndarray) -> list[str]:
 
 
 def load_image_folder(
-    directory: str | os.PathLike,
-    *,
-    super_classes: bool = False,
-    unreadable: Literal["raise", "skip"] = "raise",
+  directory: str | os.PathLike,
+  *,
+  super_classes: bool = False,
+  unreadable: Literal["raise", "skip"] = "raise",
 ) -> LabeledImages:
   """Every image under `directory`, labelled by the folder that holds it: `class/image` trees.
 
@@ -360,16 +358,16 @@ def load_image_folder(
     if (parents == "").any():
       flat = class_keys[parents == ""][0]
       raise ValueError(
-          f"{fn}: super_classes=True needs directory/super_class/class/image files, but class "
-          f"{flat!r} lies directly in {root!r}."
+        f"{fn}: super_classes=True needs directory/super_class/class/image files, but class "
+        f"{flat!r} lies directly in {root!r}."
       )
     _, super_labels = np.unique(parents, return_inverse=True)
     super_labels = super_labels.astype(np.int32)
   return LabeledImages(
-      images=paths,
-      labels=labels.astype(np.int32),
-      super_labels=super_labels,
-      image_format="path",
+    images=paths,
+    labels=labels.astype(np.int32),
+    super_labels=super_labels,
+    image_format="path",
   )
 
 
@@ -384,34 +382,39 @@ def _image_files(fn: str, root: str) -> tuple[np.ndarray, np.ndarray]:
         continue
       if rel == ".":
         raise ValueError(
-            f"{fn}: {name!r} lies directly in {root!r}; images must be in class folders "
-            "(directory/class/image)."
+          f"{fn}: {name!r} lies directly in {root!r}; images must be in class folders "
+          "(directory/class/image)."
         )
       paths.append(os.path.join(folder, name))
       class_keys.append(rel)
   if not paths:
     raise ValueError(
-        f"{fn}: no image files ({', '.join(IMAGE_EXTENSIONS)}) under {root!r}; expected "
-        "directory/class/image files."
+      f"{fn}: no image files ({', '.join(IMAGE_EXTENSIONS)}) under {root!r}; expected "
+      "directory/class/image files."
     )
   order = np.argsort(paths, kind="stable")
   return np.asarray(paths, dtype=str)[order], np.asarray(class_keys, dtype=str)[order]
 
 
-def _readable(fn: str, root: str, paths: np.ndarray, class_keys: np.ndarray,
-              unreadable: str) -> tuple[np.ndarray, np.ndarray]:
+def _readable(
+  fn: str, root: str, paths: np.ndarray, class_keys: np.ndarray, unreadable: str
+) -> tuple[np.ndarray, np.ndarray]:
   """`paths` and `class_keys` without the files that cannot be decoded, or a `ValueError`."""
   bad = unreadable_images(paths)
   if bad:
     if unreadable == "raise":
       raise ValueError(
-          f"{fn}: {len(bad)} of {len(paths)} files under {root!r} cannot be decoded as images "
-          f"(first: {bad[:5]}); delete or replace them, or pass unreadable='skip' to leave them "
-          "out."
+        f"{fn}: {len(bad)} of {len(paths)} files under {root!r} cannot be decoded as images "
+        f"(first: {bad[:5]}); delete or replace them, or pass unreadable='skip' to leave them "
+        "out."
       )
     _log.warning(
-        "%s: skipped %d of %d files under %r that cannot be decoded as images (first: %s).",
-        fn, len(bad), len(paths), root, bad[:5],
+      "%s: skipped %d of %d files under %r that cannot be decoded as images (first: %s).",
+      fn,
+      len(bad),
+      len(paths),
+      root,
+      bad[:5],
     )
     keep = ~np.isin(paths, bad)
     paths, class_keys = paths[keep], class_keys[keep]

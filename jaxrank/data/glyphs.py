@@ -30,74 +30,89 @@ _FORMAT_VERSION = 1
 
 # Typefaces with a Unicode cmap: DejaVu and STIX General, four styles each.
 _UNICODE_FACES = (
-    "DejaVuSans.ttf",
-    "DejaVuSans-Bold.ttf",
-    "DejaVuSans-Oblique.ttf",
-    "DejaVuSans-BoldOblique.ttf",
-    "DejaVuSansMono.ttf",
-    "DejaVuSansMono-Bold.ttf",
-    "DejaVuSansMono-Oblique.ttf",
-    "DejaVuSansMono-BoldOblique.ttf",
-    "DejaVuSerif.ttf",
-    "DejaVuSerif-Bold.ttf",
-    "DejaVuSerif-Italic.ttf",
-    "DejaVuSerif-BoldItalic.ttf",
-    "STIXGeneral.ttf",
-    "STIXGeneralBol.ttf",
-    "STIXGeneralItalic.ttf",
-    "STIXGeneralBolIta.ttf",
+  "DejaVuSans.ttf",
+  "DejaVuSans-Bold.ttf",
+  "DejaVuSans-Oblique.ttf",
+  "DejaVuSans-BoldOblique.ttf",
+  "DejaVuSansMono.ttf",
+  "DejaVuSansMono-Bold.ttf",
+  "DejaVuSansMono-Oblique.ttf",
+  "DejaVuSansMono-BoldOblique.ttf",
+  "DejaVuSerif.ttf",
+  "DejaVuSerif-Bold.ttf",
+  "DejaVuSerif-Italic.ttf",
+  "DejaVuSerif-BoldItalic.ttf",
+  "STIXGeneral.ttf",
+  "STIXGeneralBol.ttf",
+  "STIXGeneralItalic.ttf",
+  "STIXGeneralBolIta.ttf",
 )
 # Computer Modern (BaKoMa) maps TeX's encoding, not Unicode: only its ASCII letters and digits
 # are the characters their code points name.
 _TEX_FACES = ("cmr10.ttf", "cmss10.ttf", "cmtt10.ttf", "cmti10.ttf", "cmb10.ttf")
-_ASCII_ALNUM = frozenset(
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-)
+_ASCII_ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 
 # Scripts whose letters form one super-class whichever block they sit in (Latin-1, Latin
 # Extended-A/B, Latin Extended Additional, ...): the first word of the character's Unicode name.
-_SCRIPTS = frozenset({
-    "LATIN", "GREEK", "CYRILLIC", "ARMENIAN", "GEORGIAN", "HEBREW", "ARABIC", "COPTIC",
-    "LAO", "THAI", "NKO", "OGHAM", "TIFINAGH", "CHEROKEE", "RUNIC", "GOTHIC", "OLD",
-})
+_SCRIPTS = frozenset(
+  {
+    "LATIN",
+    "GREEK",
+    "CYRILLIC",
+    "ARMENIAN",
+    "GEORGIAN",
+    "HEBREW",
+    "ARABIC",
+    "COPTIC",
+    "LAO",
+    "THAI",
+    "NKO",
+    "OGHAM",
+    "TIFINAGH",
+    "CHEROKEE",
+    "RUNIC",
+    "GOTHIC",
+    "OLD",
+  }
+)
 
 # The Unicode blocks of everything else (start, end inclusive, name) in the ranges these typefaces
 # cover; characters outside them form the super-class "Other".
 _BLOCKS = (
-    (0x0000, 0x007F, "Basic Latin"),
-    (0x0080, 0x00FF, "Latin-1 Supplement"),
-    (0x0100, 0x024F, "Latin Extended"),
-    (0x0250, 0x02AF, "IPA Extensions"),
-    (0x02B0, 0x02FF, "Spacing Modifier Letters"),
-    (0x0370, 0x03FF, "Greek and Coptic"),
-    (0x0400, 0x052F, "Cyrillic"),
-    (0x1D00, 0x1DBF, "Phonetic Extensions"),
-    (0x1E00, 0x1EFF, "Latin Extended Additional"),
-    (0x1F00, 0x1FFF, "Greek Extended"),
-    (0x2000, 0x206F, "General Punctuation"),
-    (0x2070, 0x209F, "Superscripts and Subscripts"),
-    (0x20A0, 0x20CF, "Currency Symbols"),
-    (0x2100, 0x214F, "Letterlike Symbols"),
-    (0x2150, 0x218F, "Number Forms"),
-    (0x2190, 0x21FF, "Arrows"),
-    (0x2200, 0x22FF, "Mathematical Operators"),
-    (0x2300, 0x23FF, "Miscellaneous Technical"),
-    (0x2400, 0x245F, "Control Pictures and OCR"),
-    (0x2460, 0x24FF, "Enclosed Alphanumerics"),
-    (0x2500, 0x257F, "Box Drawing"),
-    (0x2580, 0x259F, "Block Elements"),
-    (0x25A0, 0x25FF, "Geometric Shapes"),
-    (0x2600, 0x26FF, "Miscellaneous Symbols"),
-    (0x2700, 0x27BF, "Dingbats"),
-    (0x27C0, 0x27FF, "Miscellaneous Mathematical Symbols-A and Arrows-A"),
-    (0x2800, 0x28FF, "Braille Patterns"),
-    (0x2900, 0x297F, "Supplemental Arrows-B"),
-    (0x2980, 0x29FF, "Miscellaneous Mathematical Symbols-B"),
-    (0x2A00, 0x2AFF, "Supplemental Mathematical Operators"),
-    (0x2B00, 0x2BFF, "Miscellaneous Symbols and Arrows"),
-    (0x2C60, 0x2C7F, "Latin Extended-C"),
-    (0xA720, 0xA7FF, "Latin Extended-D"),
-    (0xFB00, 0xFB4F, "Alphabetic Presentation Forms"),
+  (0x0000, 0x007F, "Basic Latin"),
+  (0x0080, 0x00FF, "Latin-1 Supplement"),
+  (0x0100, 0x024F, "Latin Extended"),
+  (0x0250, 0x02AF, "IPA Extensions"),
+  (0x02B0, 0x02FF, "Spacing Modifier Letters"),
+  (0x0370, 0x03FF, "Greek and Coptic"),
+  (0x0400, 0x052F, "Cyrillic"),
+  (0x1D00, 0x1DBF, "Phonetic Extensions"),
+  (0x1E00, 0x1EFF, "Latin Extended Additional"),
+  (0x1F00, 0x1FFF, "Greek Extended"),
+  (0x2000, 0x206F, "General Punctuation"),
+  (0x2070, 0x209F, "Superscripts and Subscripts"),
+  (0x20A0, 0x20CF, "Currency Symbols"),
+  (0x2100, 0x214F, "Letterlike Symbols"),
+  (0x2150, 0x218F, "Number Forms"),
+  (0x2190, 0x21FF, "Arrows"),
+  (0x2200, 0x22FF, "Mathematical Operators"),
+  (0x2300, 0x23FF, "Miscellaneous Technical"),
+  (0x2400, 0x245F, "Control Pictures and OCR"),
+  (0x2460, 0x24FF, "Enclosed Alphanumerics"),
+  (0x2500, 0x257F, "Box Drawing"),
+  (0x2580, 0x259F, "Block Elements"),
+  (0x25A0, 0x25FF, "Geometric Shapes"),
+  (0x2600, 0x26FF, "Miscellaneous Symbols"),
+  (0x2700, 0x27BF, "Dingbats"),
+  (0x27C0, 0x27FF, "Miscellaneous Mathematical Symbols-A and Arrows-A"),
+  (0x2800, 0x28FF, "Braille Patterns"),
+  (0x2900, 0x297F, "Supplemental Arrows-B"),
+  (0x2980, 0x29FF, "Miscellaneous Mathematical Symbols-B"),
+  (0x2A00, 0x2AFF, "Supplemental Mathematical Operators"),
+  (0x2B00, 0x2BFF, "Miscellaneous Symbols and Arrows"),
+  (0x2C60, 0x2C7F, "Latin Extended-C"),
+  (0xA720, 0xA7FF, "Latin Extended-D"),
+  (0xFB00, 0xFB4F, "Alphabetic Presentation Forms"),
 )
 # A super-class with fewer characters joins "Other": each split needs some of every super-class.
 _MIN_SUPER_CLASS = 4
@@ -128,9 +143,9 @@ def _faces(font_dir: str) -> list[tuple[str, frozenset[int]]]:
   missing = [f for f in names if not os.path.isfile(os.path.join(font_dir, f))]
   if missing:
     raise FileNotFoundError(
-        f"load_glyphs: the typefaces {missing} are not in {font_dir!r}. They ship with matplotlib "
-        "(mpl-data/fonts/ttf): install the `train` extra (pip install 'jaxrank[train]') or pass "
-        "font_dir= a folder holding them."
+      f"load_glyphs: the typefaces {missing} are not in {font_dir!r}. They ship with matplotlib "
+      "(mpl-data/fonts/ttf): install the `train` extra (pip install 'jaxrank[train]') or pass "
+      "font_dir= a folder holding them."
     )
   faces = []
   for name in names:
@@ -163,7 +178,7 @@ def super_class_name(ch: str) -> str:
 
 
 def _render_faces(
-    faces: Sequence[tuple[str, frozenset[int]]], candidates: Sequence[int], side: int
+  faces: Sequence[tuple[str, frozenset[int]]], candidates: Sequence[int], side: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Draws each candidate in each typeface that claims it, on a `side x side` canvas.
 
@@ -202,7 +217,7 @@ def _render_faces(
 
 
 def _classes(
-    faces: Sequence[tuple[str, frozenset[int]]], min_typefaces: int, side: int
+  faces: Sequence[tuple[str, frozenset[int]]], min_typefaces: int, side: int
 ) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray, np.ndarray]:
   """The characters drawn by >= min_typefaces faces, their super-classes and drawings.
 
@@ -212,7 +227,7 @@ def _classes(
   for _, face_points in faces:
     covered[list(face_points)] += 1
   candidates = np.asarray(
-      [p for p in np.flatnonzero(covered >= min_typefaces) if _drawable(chr(p))], np.int64
+    [p for p in np.flatnonzero(covered >= min_typefaces) if _drawable(chr(p))], np.int64
   )
   glyphs, face_ids, char_ids = _render_faces(faces, candidates.tolist(), side)
   keep = np.bincount(char_ids, minlength=len(candidates)) >= min_typefaces
@@ -248,7 +263,7 @@ def _grey_morphology(x: np.ndarray, grow: bool) -> np.ndarray:
 
 
 def _augment(
-    base: np.ndarray, image_size: int, strength: float, noise: float, rng: np.random.Generator
+  base: np.ndarray, image_size: int, strength: float, noise: float, rng: np.random.Generator
 ) -> np.ndarray:
   """Random stroke weight, affine warp and noise of `base [N, S, S]` (`S = 2 image_size`).
 
@@ -315,13 +330,13 @@ def _cache_key(**params) -> str:
 
 
 def _generate(
-    min_typefaces: int,
-    image_size: int,
-    copies: int,
-    strength: float,
-    noise: float,
-    seed: int,
-    font_dir: str,
+  min_typefaces: int,
+  image_size: int,
+  copies: int,
+  strength: float,
+  noise: float,
+  seed: int,
+  font_dir: str,
 ) -> dict[str, dict[str, np.ndarray]]:
   """Both splits' arrays (uint8 images), from one drawing of every character."""
   faces = _faces(font_dir)
@@ -335,14 +350,14 @@ def _generate(
     mine = train_classes[classes] == (split == "train")
     rng = np.random.default_rng([seed, i])
     images = np.concatenate(
-        [_augment(glyphs[mine], image_size, strength, noise, rng) for _ in range(copies)]
+      [_augment(glyphs[mine], image_size, strength, noise, rng) for _ in range(copies)]
     )
     c = np.tile(classes[mine], copies)
     out[split] = {
-        "images": images[..., None],
-        "labels": points.astype(np.int32)[c],
-        "super_labels": super_ids[c],
-        "typefaces": np.tile(face_ids[mine], copies),
+      "images": images[..., None],
+      "labels": points.astype(np.int32)[c],
+      "super_labels": super_ids[c],
+      "typefaces": np.tile(face_ids[mine], copies),
     }
   return out
 
@@ -365,16 +380,16 @@ def _save(path: str, arrays: dict[str, np.ndarray]) -> None:
 
 
 def load_glyphs(
-    split: str = "train",
-    *,
-    min_typefaces: int = 12,
-    image_size: int = 32,
-    copies: int = 1,
-    strength: float = 1.0,
-    noise: float = 0.1,
-    seed: int = 0,
-    cache_dir: str | os.PathLike | None = None,
-    font_dir: str | os.PathLike | None = None,
+  split: str = "train",
+  *,
+  min_typefaces: int = 12,
+  image_size: int = 32,
+  copies: int = 1,
+  strength: float = 1.0,
+  noise: float = 0.1,
+  seed: int = 0,
+  cache_dir: str | os.PathLike | None = None,
+  font_dir: str | os.PathLike | None = None,
 ) -> LabeledImages:
   """Unicode characters drawn in matplotlib's typefaces, augmented, split by class.
 
@@ -435,29 +450,29 @@ def load_glyphs(
   if split not in ("train", "test"):
     raise ValueError(f"{fn}: split must be 'train' or 'test', got {split!r}.")
   for name, value, low in (
-      ("min_typefaces", min_typefaces, 1),
-      ("image_size", image_size, 8),
-      ("copies", copies, 1),
-      ("seed", seed, 0),
+    ("min_typefaces", min_typefaces, 1),
+    ("image_size", image_size, 8),
+    ("copies", copies, 1),
+    ("seed", seed, 0),
   ):
     checks.check_int_at_least(fn, name, value, low)
   if min_typefaces > len(_UNICODE_FACES) + len(_TEX_FACES):
     raise ValueError(
-        f"{fn}: min_typefaces must be at most {len(_UNICODE_FACES) + len(_TEX_FACES)} (the "
-        f"typefaces there are), got {min_typefaces}."
+      f"{fn}: min_typefaces must be at most {len(_UNICODE_FACES) + len(_TEX_FACES)} (the "
+      f"typefaces there are), got {min_typefaces}."
     )
   strength = checks.check_real(fn, "strength", strength, at_least=0.0, at_most=2.0, static=True)
   noise = checks.check_real(fn, "noise", noise, at_least=0.0, at_most=1.0, static=True)
   font_dir = os.fspath(font_dir) if font_dir is not None else _font_dir()
   cache_dir = os.fspath(cache_dir) if cache_dir is not None else _default_cache_dir()
   params = {
-      "min_typefaces": min_typefaces,
-      "image_size": image_size,
-      "copies": copies,
-      "strength": strength,
-      "noise": noise,
-      "seed": seed,
-      "font_dir": os.path.abspath(font_dir),
+    "min_typefaces": min_typefaces,
+    "image_size": image_size,
+    "copies": copies,
+    "strength": strength,
+    "noise": noise,
+    "seed": seed,
+    "font_dir": os.path.abspath(font_dir),
   }
   key = _cache_key(**params)
   path = os.path.join(cache_dir, f"glyphs-{split}-{key}.npz")
@@ -470,8 +485,8 @@ def load_glyphs(
       _save(os.path.join(cache_dir, f"glyphs-{name}-{key}.npz"), split_arrays)
     arrays = both[split]
   return LabeledImages(
-      images=arrays["images"].astype(np.float32) / np.float32(255.0),
-      labels=arrays["labels"],
-      super_labels=arrays["super_labels"],
-      image_format="array",
+    images=arrays["images"].astype(np.float32) / np.float32(255.0),
+    labels=arrays["labels"],
+    super_labels=arrays["super_labels"],
+    image_format="array",
   )

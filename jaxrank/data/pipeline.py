@@ -45,33 +45,33 @@ def _checked(fn: str, indices, num_examples: int, batch_size: int | None, epoch:
   indices = np.asarray(indices)
   if indices.ndim != 2 or indices.shape[0] == 0 or not np.issubdtype(indices.dtype, np.integer):
     raise ValueError(
-        f"{fn}: the batches of epoch {epoch} must be a non-empty integer array [num_batches, B], "
-        f"got {indices.dtype} {indices.shape}."
+      f"{fn}: the batches of epoch {epoch} must be a non-empty integer array [num_batches, B], "
+      f"got {indices.dtype} {indices.shape}."
     )
   if batch_size is not None and indices.shape[1] != batch_size:
     raise ValueError(
-        f"{fn}: epoch {epoch} has batches of {indices.shape[1]} but epoch 0 had {batch_size}; a "
-        "pipeline's batches keep one shape."
+      f"{fn}: epoch {epoch} has batches of {indices.shape[1]} but epoch 0 had {batch_size}; a "
+      "pipeline's batches keep one shape."
     )
   if indices.max() >= num_examples or indices.min() < -1:
     raise ValueError(
-        f"{fn}: the batches of epoch {epoch} hold indices outside [-1, {num_examples}) for a "
-        f"data set of {num_examples} examples."
+      f"{fn}: the batches of epoch {epoch} hold indices outside [-1, {num_examples}) for a "
+      f"data set of {num_examples} examples."
     )
   return indices.astype(np.int64)
 
 
 def make_pipeline(
-    data: datasets.LabeledImages,
-    batches: Batches,
-    *,
-    preprocess_fn: PreprocessFn | None = None,
-    seed: int = 0,
-    num_epochs: int | None = None,
-    start_epoch: int = 0,
-    start_batch: int = 0,
-    columns: tuple[int, int] | None = None,
-    num_parallel_calls: int = tf.data.AUTOTUNE,
+  data: datasets.LabeledImages,
+  batches: Batches,
+  *,
+  preprocess_fn: PreprocessFn | None = None,
+  seed: int = 0,
+  num_epochs: int | None = None,
+  start_epoch: int = 0,
+  start_batch: int = 0,
+  columns: tuple[int, int] | None = None,
+  num_parallel_calls: int = tf.data.AUTOTUNE,
 ) -> tf.data.Dataset:
   """A tf.data pipeline of the batches a sampler chooses, read, decoded and preprocessed.
 
@@ -122,20 +122,31 @@ def make_pipeline(
   first = _checked(fn, sampler(epoch=start_epoch), data.num_examples, None, start_epoch)
   if start_batch >= first.shape[0]:
     raise ValueError(
-        f"{fn}: start_batch {start_batch} is past the end of epoch {start_epoch}, which has "
-        f"{first.shape[0]} batches."
+      f"{fn}: start_batch {start_batch} is past the end of epoch {start_epoch}, which has "
+      f"{first.shape[0]} batches."
     )
   begin, end = _checked_columns(fn, columns, first.shape[1])
   generate = functools.partial(
-      _examples, data, sampler, first, start_epoch=start_epoch, start_batch=start_batch,
-      num_epochs=num_epochs, columns=(begin, end), seed=seed)
+    _examples,
+    data,
+    sampler,
+    first,
+    start_epoch=start_epoch,
+    start_batch=start_batch,
+    num_epochs=num_epochs,
+    columns=(begin, end),
+    seed=seed,
+  )
   ds = tf.data.Dataset.from_generator(generate, output_signature=_signature(data, end - begin))
   if data.image_format == "array" and preprocess_fn is None:
     drop_seed = lambda example: {k: v for k, v in example.items() if k != _SEED}
     return ds.map(drop_seed).prefetch(tf.data.AUTOTUNE)
   ds = ds.unbatch()
-  ds = ds.map(functools.partial(_load, data.image_format, preprocess_fn),
-              num_parallel_calls=num_parallel_calls, deterministic=True)
+  ds = ds.map(
+    functools.partial(_load, data.image_format, preprocess_fn),
+    num_parallel_calls=num_parallel_calls,
+    deterministic=True,
+  )
   return ds.batch(end - begin, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
@@ -143,27 +154,30 @@ def _checked_columns(fn: str, columns: tuple[int, int] | None, width: int) -> tu
   """`columns` checked against the sampler's batch size `width`; None is every column."""
   if columns is None:
     return 0, width
-  if (not isinstance(columns, tuple) or len(columns) != 2
-      or not all(isinstance(c, int) and not isinstance(c, bool) for c in columns)):
+  if (
+    not isinstance(columns, tuple)
+    or len(columns) != 2
+    or not all(isinstance(c, int) and not isinstance(c, bool) for c in columns)
+  ):
     raise TypeError(f"{fn}: columns must be a tuple (start, stop) of two ints, got {columns!r}.")
   if not 0 <= columns[0] < columns[1] <= width:
     raise ValueError(
-        f"{fn}: columns {columns} must satisfy 0 <= start < stop <= {width} (the sampler's batch "
-        "size)."
+      f"{fn}: columns {columns} must satisfy 0 <= start < stop <= {width} (the sampler's batch "
+      "size)."
     )
   return columns
 
 
 def _examples(
-    data: datasets.LabeledImages,
-    sampler: Callable[..., np.ndarray],
-    first: np.ndarray,
-    *,
-    start_epoch: int,
-    start_batch: int,
-    num_epochs: int | None,
-    columns: tuple[int, int],
-    seed: int,
+  data: datasets.LabeledImages,
+  sampler: Callable[..., np.ndarray],
+  first: np.ndarray,
+  *,
+  start_epoch: int,
+  start_batch: int,
+  num_epochs: int | None,
+  columns: tuple[int, int],
+  seed: int,
 ) -> Iterator[dict[str, np.ndarray]]:
   """The undecoded batches of `make_pipeline`, each with the augmentation seed of its examples.
 
@@ -186,11 +200,11 @@ def _examples(
       # The seed of each example's place in the whole batch, whichever columns are read.
       positions = (epoch << 32) + b * width + np.arange(begin, end, dtype=np.int64)
       out = {
-          "image": images[safe],
-          "label": np.where(valid, labels[safe], -1).astype(np.int32),
-          "index": row,
-          "mask": valid,
-          _SEED: np.stack([np.full(end - begin, seed, np.int64), positions], axis=1),
+        "image": images[safe],
+        "label": np.where(valid, labels[safe], -1).astype(np.int32),
+        "index": row,
+        "mask": valid,
+        _SEED: np.stack([np.full(end - begin, seed, np.int64), positions], axis=1),
       }
       if supers is not None:
         out["super_label"] = np.where(valid, supers[safe], -1).astype(np.int32)
@@ -200,24 +214,24 @@ def _examples(
 def _signature(data: datasets.LabeledImages, batch_size: int) -> dict[str, tf.TensorSpec]:
   """The `output_signature` of `_examples`' batches of `batch_size`."""
   if data.image_format == "array":
-    image_spec = tf.TensorSpec((batch_size, *data.images.shape[1:]),
-                               tf.as_dtype(data.images.dtype))
+    image_spec = tf.TensorSpec((batch_size, *data.images.shape[1:]), tf.as_dtype(data.images.dtype))
   else:
     image_spec = tf.TensorSpec((batch_size,), tf.string)
   spec = {
-      "image": image_spec,
-      "label": tf.TensorSpec((batch_size,), tf.int32),
-      "index": tf.TensorSpec((batch_size,), tf.int64),
-      "mask": tf.TensorSpec((batch_size,), tf.bool),
-      _SEED: tf.TensorSpec((batch_size, 2), tf.int64),
+    "image": image_spec,
+    "label": tf.TensorSpec((batch_size,), tf.int32),
+    "index": tf.TensorSpec((batch_size,), tf.int64),
+    "mask": tf.TensorSpec((batch_size,), tf.bool),
+    _SEED: tf.TensorSpec((batch_size, 2), tf.int64),
   }
   if data.super_labels is not None:
     spec["super_label"] = tf.TensorSpec((batch_size,), tf.int32)
   return spec
 
 
-def _load(image_format: str, preprocess_fn: PreprocessFn | None,
-          example: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+def _load(
+  image_format: str, preprocess_fn: PreprocessFn | None, example: dict[str, tf.Tensor]
+) -> dict[str, tf.Tensor]:
   """One example read (a path), decoded (bytes) and preprocessed, its augmentation seed dropped."""
   example = dict(example)
   example_seed = example.pop(_SEED)

@@ -44,13 +44,13 @@ def decode_image(encoded: tf.Tensor, channels: int = 3) -> tf.Tensor:
 def _check_sizes(fn: str, resize_size: int, crop_size: int) -> None:
   if crop_size < 1 or resize_size < crop_size:
     raise ValueError(
-        f"{fn}: crop_size={crop_size} must be positive and at most resize_size={resize_size}; "
-        "raise resize_size or lower crop_size."
+      f"{fn}: crop_size={crop_size} must be positive and at most resize_size={resize_size}; "
+      "raise resize_size or lower crop_size."
     )
 
 
 def normalize(
-    image: tf.Tensor, mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD
+  image: tf.Tensor, mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD
 ) -> tf.Tensor:
   """`(image - mean) / std` per channel, for a float image in [0, 1].
 
@@ -60,8 +60,8 @@ def normalize(
   channels = image.shape[-1]
   if channels is not None and (len(mean) != channels or len(std) != channels):
     raise ValueError(
-        f"normalize: the image has {channels} channels but mean and std have {len(mean)} and "
-        f"{len(std)} values; pass one mean and one std per channel."
+      f"normalize: the image has {channels} channels but mean and std have {len(mean)} and "
+      f"{len(std)} values; pass one mean and one std per channel."
     )
   return (image - tf.constant(mean, tf.float32)) / tf.constant(std, tf.float32)
 
@@ -85,13 +85,13 @@ def _crop_and_resize(image: tf.Tensor, top, left, side, crop_size: int) -> tf.Te
 
 
 def train_preprocess(
-    image: tf.Tensor,
-    seed: tf.Tensor,
-    *,
-    resize_size: int = 256,
-    crop_size: int = 224,
-    mean: Sequence[float] = IMAGENET_MEAN,
-    std: Sequence[float] = IMAGENET_STD,
+  image: tf.Tensor,
+  seed: tf.Tensor,
+  *,
+  resize_size: int = 256,
+  crop_size: int = 224,
+  mean: Sequence[float] = IMAGENET_MEAN,
+  std: Sequence[float] = IMAGENET_STD,
 ) -> tf.Tensor:
   """Training augmentation: resize the shorter side, random square crop, random flip, normalise.
 
@@ -123,13 +123,13 @@ def train_preprocess(
 
 
 def eval_preprocess(
-    image: tf.Tensor,
-    seed: tf.Tensor | None = None,
-    *,
-    resize_size: int = 256,
-    crop_size: int = 224,
-    mean: Sequence[float] = IMAGENET_MEAN,
-    std: Sequence[float] = IMAGENET_STD,
+  image: tf.Tensor,
+  seed: tf.Tensor | None = None,
+  *,
+  resize_size: int = 256,
+  crop_size: int = 224,
+  mean: Sequence[float] = IMAGENET_MEAN,
+  std: Sequence[float] = IMAGENET_STD,
 ) -> tf.Tensor:
   """Evaluation preprocessing: resize the shorter side, central square crop, normalise.
 

@@ -71,20 +71,20 @@ def _members(labels: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
 
 
 def _usable(
-    fn: str,
-    members: list[np.ndarray],
-    *,
-    samples_per_class: int,
-    classes_needed: int,
-    skip_small_classes: bool,
-    where: str = "",
+  fn: str,
+  members: list[np.ndarray],
+  *,
+  samples_per_class: int,
+  classes_needed: int,
+  skip_small_classes: bool,
+  where: str = "",
 ) -> np.ndarray:
   """Positions (into `members`) of the classes that can give groups of K, or a clear error."""
   sizes = np.array([len(m) for m in members])
   if sizes.max() < samples_per_class:
     raise ValueError(
-        f"{fn}: samples_per_class={samples_per_class} but the largest class{where} has only "
-        f"{sizes.max()} examples; lower samples_per_class to at most {sizes.max()}."
+      f"{fn}: samples_per_class={samples_per_class} but the largest class{where} has only "
+      f"{sizes.max()} examples; lower samples_per_class to at most {sizes.max()}."
     )
   usable = np.arange(len(sizes))
   if skip_small_classes:
@@ -97,7 +97,7 @@ def _usable(
       detail = f"there are only {len(usable)} classes{where}"
       advice = "lower classes_per_batch"
     raise ValueError(
-        f"{fn}: {classes_needed} classes are needed per batch{where} but {detail}; {advice}."
+      f"{fn}: {classes_needed} classes are needed per batch{where} but {detail}; {advice}."
     )
   return usable
 
@@ -130,12 +130,12 @@ def _group(rng: np.random.Generator, members: np.ndarray, k: int) -> np.ndarray:
 
 
 def _pack_groups(
-    rng: np.random.Generator,
-    members: list[np.ndarray],
-    usable: np.ndarray,
-    *,
-    classes_per_batch: int,
-    samples_per_class: int,
+  rng: np.random.Generator,
+  members: list[np.ndarray],
+  usable: np.ndarray,
+  *,
+  classes_per_batch: int,
+  samples_per_class: int,
 ) -> np.ndarray:
   """One pass over the usable classes: groups of K packed P distinct classes a batch.
 
@@ -170,13 +170,13 @@ def _pack_groups(
 
 
 def m_per_class_batches(
-    labels: np.ndarray,
-    *,
-    classes_per_batch: int,
-    samples_per_class: int,
-    seed: int = 0,
-    epoch: int = 0,
-    skip_small_classes: bool = False,
+  labels: np.ndarray,
+  *,
+  classes_per_batch: int,
+  samples_per_class: int,
+  seed: int = 0,
+  epoch: int = 0,
+  skip_small_classes: bool = False,
 ) -> np.ndarray:
   """One epoch of P x K batches: `classes_per_batch` classes, `samples_per_class` images each.
 
@@ -218,32 +218,32 @@ def m_per_class_batches(
   labels = _check_labels(fn, labels)
   _, members = _members(labels)
   usable = _usable(
-      fn,
-      members,
-      samples_per_class=samples_per_class,
-      classes_needed=classes_per_batch,
-      skip_small_classes=skip_small_classes,
+    fn,
+    members,
+    samples_per_class=samples_per_class,
+    classes_needed=classes_per_batch,
+    skip_small_classes=skip_small_classes,
   )
   return _pack_groups(
-      rng,
-      members,
-      usable,
-      classes_per_batch=classes_per_batch,
-      samples_per_class=samples_per_class,
+    rng,
+    members,
+    usable,
+    classes_per_batch=classes_per_batch,
+    samples_per_class=samples_per_class,
   )
 
 
 def super_class_batches(
-    labels: np.ndarray,
-    super_labels: np.ndarray,
-    *,
-    classes_per_batch: int,
-    samples_per_class: int,
-    super_classes_per_batch: int = 2,
-    batches_per_group: int = 5,
-    seed: int = 0,
-    epoch: int = 0,
-    skip_small_classes: bool = False,
+  labels: np.ndarray,
+  super_labels: np.ndarray,
+  *,
+  classes_per_batch: int,
+  samples_per_class: int,
+  super_classes_per_batch: int = 2,
+  batches_per_group: int = 5,
+  seed: int = 0,
+  epoch: int = 0,
+  skip_small_classes: bool = False,
 ) -> np.ndarray:
   """One epoch of category-based "hard" batches (FastAP sec. 4.2 and App. A; RaMBO App. A).
 
@@ -292,31 +292,37 @@ def super_class_batches(
   fn = "super_class_batches"
   p, k, s = classes_per_batch, samples_per_class, super_classes_per_batch
   _check_counts(
-      fn,
-      classes_per_batch=p,
-      samples_per_class=k,
-      super_classes_per_batch=s,
-      batches_per_group=batches_per_group,
+    fn,
+    classes_per_batch=p,
+    samples_per_class=k,
+    super_classes_per_batch=s,
+    batches_per_group=batches_per_group,
   )
   rng = _rng(fn, seed, epoch)
   labels = _check_labels(fn, labels)
   super_labels = _check_labels(fn, super_labels, "super_labels")
   checks.check_shape(
-      fn, "super_labels", super_labels, labels.shape, hint="Give one super-class per label."
+    fn, "super_labels", super_labels, labels.shape, hint="Give one super-class per label."
   )
   supers = _checked_super_classes(fn, labels, super_labels, p, s)
   members_of, usable_of = _super_class_members(
-      fn, labels, super_labels, supers, samples_per_class=k, classes_needed=p // s,
-      skip_small_classes=skip_small_classes)
+    fn,
+    labels,
+    super_labels,
+    supers,
+    samples_per_class=k,
+    classes_needed=p // s,
+    skip_small_classes=skip_small_classes,
+  )
   queues: list[list[np.ndarray]] = [[] for _ in supers]
 
   def next_part(g: int) -> np.ndarray:
     """The next `P / S` groups of super-class `g`, from a fresh packing of it when used up."""
     if not queues[g]:
       queues[g] = list(
-          _pack_groups(
-              rng, members_of[g], usable_of[g], classes_per_batch=p // s, samples_per_class=k
-          )
+        _pack_groups(
+          rng, members_of[g], usable_of[g], classes_per_batch=p // s, samples_per_class=k
+        )
       )
     return queues[g].pop(0)
 
@@ -329,41 +335,41 @@ def super_class_batches(
 
 
 def _checked_super_classes(
-    fn: str, labels: np.ndarray, super_labels: np.ndarray, p: int, s: int
+  fn: str, labels: np.ndarray, super_labels: np.ndarray, p: int, s: int
 ) -> np.ndarray:
   """The super-classes (sorted), after checking P against S and every class in one of them."""
   if p % s:
     raise ValueError(
-        f"{fn}: classes_per_batch={p} must be a multiple of super_classes_per_batch={s}, so that "
-        "each super-class gives the same number of classes; use classes_per_batch="
-        f"{p - p % s or s}."
+      f"{fn}: classes_per_batch={p} must be a multiple of super_classes_per_batch={s}, so that "
+      "each super-class gives the same number of classes; use classes_per_batch="
+      f"{p - p % s or s}."
     )
   pairs = np.unique(np.stack([labels, super_labels], axis=1), axis=0)
   split_classes = np.unique(pairs[:, 0], return_counts=True)
   if (split_classes[1] > 1).any():
     bad = split_classes[0][split_classes[1] > 1][:5].tolist()
     raise ValueError(
-        f"{fn}: every class must lie in exactly one super-class, but classes {bad} have images in "
-        "several; check that super_labels match labels."
+      f"{fn}: every class must lie in exactly one super-class, but classes {bad} have images in "
+      "several; check that super_labels match labels."
     )
   supers = np.unique(super_labels)
   if len(supers) < s:
     raise ValueError(
-        f"{fn}: super_classes_per_batch={s} but the data has only {len(supers)} super-classes; "
-        f"lower super_classes_per_batch to at most {len(supers)}."
+      f"{fn}: super_classes_per_batch={s} but the data has only {len(supers)} super-classes; "
+      f"lower super_classes_per_batch to at most {len(supers)}."
     )
   return supers
 
 
 def _super_class_members(
-    fn: str,
-    labels: np.ndarray,
-    super_labels: np.ndarray,
-    supers: np.ndarray,
-    *,
-    samples_per_class: int,
-    classes_needed: int,
-    skip_small_classes: bool,
+  fn: str,
+  labels: np.ndarray,
+  super_labels: np.ndarray,
+  supers: np.ndarray,
+  *,
+  samples_per_class: int,
+  classes_needed: int,
+  skip_small_classes: bool,
 ) -> tuple[list[list[np.ndarray]], list[np.ndarray]]:
   """For each super-class, the dataset indices of each of its classes and which classes are usable.
 
@@ -377,17 +383,17 @@ def _super_class_members(
     members = [in_g[m] for m in members]
     try:
       usable = _usable(
-          fn,
-          members,
-          samples_per_class=samples_per_class,
-          classes_needed=classes_needed,
-          skip_small_classes=skip_small_classes,
-          where=f" of super-class {g}",
+        fn,
+        members,
+        samples_per_class=samples_per_class,
+        classes_needed=classes_needed,
+        skip_small_classes=skip_small_classes,
+        where=f" of super-class {g}",
       )
     except ValueError as e:
       raise ValueError(
-          f"{e} Each batch takes classes_per_batch / super_classes_per_batch = {classes_needed} "
-          "classes from each of its super-classes."
+        f"{e} Each batch takes classes_per_batch / super_classes_per_batch = {classes_needed} "
+        "classes from each of its super-classes."
       ) from None
     members_of.append(members)
     usable_of.append(usable)
@@ -395,7 +401,7 @@ def _super_class_members(
 
 
 def random_batches(
-    num_examples: int, *, batch_size: int, seed: int = 0, epoch: int = 0
+  num_examples: int, *, batch_size: int, seed: int = 0, epoch: int = 0
 ) -> np.ndarray:
   """One epoch of plain random batches: a shuffle of the dataset, cut into batches.
 
@@ -419,8 +425,8 @@ def random_batches(
   rng = _rng(fn, seed, epoch)
   if batch_size > num_examples:
     raise ValueError(
-        f"{fn}: batch_size={batch_size} is larger than the dataset ({num_examples} examples); "
-        f"lower batch_size to at most {num_examples}."
+      f"{fn}: batch_size={batch_size} is larger than the dataset ({num_examples} examples); "
+      f"lower batch_size to at most {num_examples}."
     )
   perm = rng.permutation(num_examples)
   num_batches = num_examples // batch_size
@@ -447,4 +453,3 @@ def sequential_batches(num_examples: int, *, batch_size: int) -> np.ndarray:
   indices = np.full(num_batches * batch_size, -1, dtype=np.int64)
   indices[:num_examples] = np.arange(num_examples)
   return indices.reshape(num_batches, batch_size)
-

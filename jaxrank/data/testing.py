@@ -27,9 +27,9 @@ import tensorflow as tf
 
 _NUM_CLASSES = {"stanford_online_products": 22634, "caltech_birds2011": 200, "cars196": 196}
 _LABEL_KEY = {
-    "stanford_online_products": "class_id",
-    "caltech_birds2011": "label",
-    "cars196": "label",
+  "stanford_online_products": "class_id",
+  "caltech_birds2011": "label",
+  "cars196": "label",
 }
 
 
@@ -49,20 +49,20 @@ def fake_labels(name: str, split: str, *, classes_per_split: int, images_per_cla
     classes = np.unique(np.linspace(0, _NUM_CLASSES[name] - 1, classes_per_split).astype(int))
     return np.repeat(classes, images_per_class), None
   raise ValueError(
-      f"fake_labels: no fake data for builder {name!r}; known: {sorted(_NUM_CLASSES)}."
+    f"fake_labels: no fake data for builder {name!r}; known: {sorted(_NUM_CLASSES)}."
   )
 
 
 def _fake_as_dataset(
-    self,
-    split,
-    decoders=None,
-    read_config=None,
-    shuffle_files=False,
-    *,
-    classes_per_split: int,
-    images_per_class: int,
-    image_size: tuple[int, int],
+  self,
+  split,
+  decoders=None,
+  read_config=None,
+  shuffle_files=False,
+  *,
+  classes_per_split: int,
+  images_per_class: int,
+  image_size: tuple[int, int],
 ):
   """Stands in for `FileReaderBuilder._as_dataset`; tfds's features encode and decode examples."""
   del read_config, shuffle_files
@@ -73,7 +73,7 @@ def _fake_as_dataset(
     features = decoders.extract_features(features)
     decoders = decoders.decoders
   labels, supers = fake_labels(
-      self.name, str(split), classes_per_split=classes_per_split, images_per_class=images_per_class
+    self.name, str(split), classes_per_split=classes_per_split, images_per_class=images_per_class
   )
   rng = np.random.default_rng(len(labels) + (0 if str(split) == "train" else 1))
   h, w = image_size
@@ -93,7 +93,7 @@ def _fake_as_dataset(
         raise ValueError(f"mock_retrieval_data: no fake value for feature {key!r} of {self.name}.")
     examples.append(features.encode_example(example))
   specs = tf.nest.map_structure(
-      lambda s: tf.TensorSpec(s.shape, s.dtype), features.get_serialized_info()
+    lambda s: tf.TensorSpec(s.shape, s.dtype), features.get_serialized_info()
   )
   ds = tf.data.Dataset.from_generator(lambda: iter(examples), output_signature=specs)
   return ds.map(functools.partial(features.decode_example, decoders=decoders))
@@ -101,10 +101,10 @@ def _fake_as_dataset(
 
 @contextlib.contextmanager
 def mock_retrieval_data(
-    *,
-    classes_per_split: int = 8,
-    images_per_class: int = 4,
-    image_size: tuple[int, int] = (24, 32),
+  *,
+  classes_per_split: int = 8,
+  images_per_class: int = 4,
+  image_size: tuple[int, int] = (24, 32),
 ) -> Iterator[None]:
   """Within the block, the tfds builders read fake retrieval data and never touch disk or network.
 
@@ -121,10 +121,10 @@ def mock_retrieval_data(
 
   height, width = image_size
   fake = functools.partial(
-      _fake_as_dataset,
-      classes_per_split=classes_per_split,
-      images_per_class=images_per_class,
-      image_size=(height, width),
+    _fake_as_dataset,
+    classes_per_split=classes_per_split,
+    images_per_class=images_per_class,
+    image_size=(height, width),
   )
 
   def as_dataset_fn(self, split, decoders=None, read_config=None, shuffle_files=False):

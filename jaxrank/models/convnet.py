@@ -47,15 +47,18 @@ class SmallConvNet(nnx.Module):
     features = tuple(int(f) for f in features)
     if in_channels < 1 or not features or min(features) < 1:
       raise ValueError(
-          "SmallConvNet: in_channels and every entry of features must be positive, with at least "
-          f"one stage, got in_channels={in_channels} and features={features}.")
+        "SmallConvNet: in_channels and every entry of features must be positive, with at least "
+        f"one stage, got in_channels={in_channels} and features={features}."
+      )
     self.in_channels = in_channels
     self.out_features = features[-1]
     channels = (in_channels,) + features
-    self.convs = nnx.List([
+    self.convs = nnx.List(
+      [
         nnx.Conv(c_in, c_out, kernel_size=(3, 3), padding="SAME", kernel_init=HE_INIT, rngs=rngs)
         for c_in, c_out in zip(channels[:-1], channels[1:])
-    ])
+      ]
+    )
     self.norms = nnx.List([nnx.LayerNorm(c, rngs=rngs) for c in features])
 
   def __call__(self, x: jax.typing.ArrayLike) -> jax.Array:

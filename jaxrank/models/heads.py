@@ -136,8 +136,9 @@ class EmbeddingModel(nnx.Module):
     self.backbone = backbone
     self.head = head
 
-  def __call__(self, x: jax.typing.ArrayLike, *, scale: jax.typing.ArrayLike | None = None
-               ) -> jax.Array:
+  def __call__(
+    self, x: jax.typing.ArrayLike, *, scale: jax.typing.ArrayLike | None = None
+  ) -> jax.Array:
     """Returns `head(backbone(x))`, with `scale=scale` passed to the head unless it is None.
 
     Args:

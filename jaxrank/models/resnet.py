@@ -18,8 +18,15 @@ def _conv(c_in: int, c_out: int, kernel: int, stride: int, rngs: nnx.Rngs) -> nn
   # converted weights give the same outputs.
   pad = (kernel - 1) // 2
   return nnx.Conv(
-      c_in, c_out, kernel_size=(kernel, kernel), strides=(stride, stride),
-      padding=((pad, pad), (pad, pad)), use_bias=False, kernel_init=RESNET_INIT, rngs=rngs)
+    c_in,
+    c_out,
+    kernel_size=(kernel, kernel),
+    strides=(stride, stride),
+    padding=((pad, pad), (pad, pad)),
+    use_bias=False,
+    kernel_init=RESNET_INIT,
+    rngs=rngs,
+  )
 
 
 def _batch_norm(features: int, rngs: nnx.Rngs) -> nnx.BatchNorm:
@@ -140,19 +147,20 @@ class ResNet(nnx.Module):
   """
 
   def __init__(
-      self,
-      stage_sizes: Sequence[int],
-      *,
-      bottleneck: bool,
-      in_channels: int = 3,
-      pool: Callable[[jax.Array], jax.Array] | None = None,
-      rngs: nnx.Rngs,
+    self,
+    stage_sizes: Sequence[int],
+    *,
+    bottleneck: bool,
+    in_channels: int = 3,
+    pool: Callable[[jax.Array], jax.Array] | None = None,
+    rngs: nnx.Rngs,
   ):
     stage_sizes = tuple(int(s) for s in stage_sizes)
     if len(stage_sizes) != 4 or min(stage_sizes) < 1 or in_channels < 1:
       raise ValueError(
-          "ResNet: stage_sizes must be four positive block counts and in_channels positive, got "
-          f"stage_sizes={stage_sizes} and in_channels={in_channels}.")
+        "ResNet: stage_sizes must be four positive block counts and in_channels positive, got "
+        f"stage_sizes={stage_sizes} and in_channels={in_channels}."
+      )
     block = _Bottleneck if bottleneck else _BasicBlock
     self.in_channels = in_channels
     self.conv1 = _conv(in_channels, 64, 7, 2, rngs)
@@ -189,8 +197,9 @@ class ResNet(nnx.Module):
     return self.pool(h)
 
 
-def resnet18(*, in_channels: int = 3, pool: Callable[[jax.Array], jax.Array] | None = None,
-             rngs: nnx.Rngs) -> ResNet:
+def resnet18(
+  *, in_channels: int = 3, pool: Callable[[jax.Array], jax.Array] | None = None, rngs: nnx.Rngs
+) -> ResNet:
   """ResNet-18: basic blocks `(2, 2, 2, 2)`, 512 features, 11.2M parameters; see `ResNet`.
 
   >>> from flax import nnx
@@ -200,14 +209,16 @@ def resnet18(*, in_channels: int = 3, pool: Callable[[jax.Array], jax.Array] | N
   return ResNet((2, 2, 2, 2), bottleneck=False, in_channels=in_channels, pool=pool, rngs=rngs)
 
 
-def resnet50(*, in_channels: int = 3, pool: Callable[[jax.Array], jax.Array] | None = None,
-             rngs: nnx.Rngs) -> ResNet:
+def resnet50(
+  *, in_channels: int = 3, pool: Callable[[jax.Array], jax.Array] | None = None, rngs: nnx.Rngs
+) -> ResNet:
   """ResNet-50: bottleneck blocks `(3, 4, 6, 3)`, 2048 features, 23.5M parameters; see `ResNet`."""
   return ResNet((3, 4, 6, 3), bottleneck=True, in_channels=in_channels, pool=pool, rngs=rngs)
 
 
-def resnet101(*, in_channels: int = 3, pool: Callable[[jax.Array], jax.Array] | None = None,
-              rngs: nnx.Rngs) -> ResNet:
-  """ResNet-101: bottleneck blocks `(3, 4, 23, 3)`, 2048 features, 42.5M parameters; see `ResNet`.
-  """
+def resnet101(
+  *, in_channels: int = 3, pool: Callable[[jax.Array], jax.Array] | None = None, rngs: nnx.Rngs
+) -> ResNet:
+  """ResNet-101: bottleneck blocks `(3, 4, 23, 3)`, 2048 features, 42.5M parameters; see
+  `ResNet`."""
   return ResNet((3, 4, 23, 3), bottleneck=True, in_channels=in_channels, pool=pool, rngs=rngs)

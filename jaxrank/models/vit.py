@@ -21,8 +21,14 @@ class _PatchEmbed(nnx.Module):
 
   def __init__(self, in_channels: int, patch_size: int, dim: int, rngs: nnx.Rngs):
     self.proj = nnx.Conv(
-        in_channels, dim, kernel_size=(patch_size, patch_size),
-        strides=(patch_size, patch_size), padding="VALID", kernel_init=_vit_init, rngs=rngs)
+      in_channels,
+      dim,
+      kernel_size=(patch_size, patch_size),
+      strides=(patch_size, patch_size),
+      padding="VALID",
+      kernel_init=_vit_init,
+      rngs=rngs,
+    )
 
   def __call__(self, x: jax.Array) -> jax.Array:
     x = self.proj(x)  # [N, H / P, W / P, D]
@@ -47,7 +53,6 @@ class _Attention(nnx.Module):
 
 
 class _Mlp(nnx.Module):
-
   def __init__(self, dim: int, hidden: int, rngs: nnx.Rngs):
     self.fc1 = _vit_linear(dim, hidden, rngs)
     self.fc2 = _vit_linear(hidden, dim, rngs)
@@ -117,24 +122,29 @@ class VisionTransformer(nnx.Module):
   """
 
   def __init__(
-      self,
-      *,
-      image_size: int = 224,
-      patch_size: int = 16,
-      dim: int = 384,
-      depth: int = 12,
-      num_heads: int = 6,
-      mlp_ratio: float = 4.0,
-      in_channels: int = 3,
-      rngs: nnx.Rngs,
+    self,
+    *,
+    image_size: int = 224,
+    patch_size: int = 16,
+    dim: int = 384,
+    depth: int = 12,
+    num_heads: int = 6,
+    mlp_ratio: float = 4.0,
+    in_channels: int = 3,
+    rngs: nnx.Rngs,
   ):
-    if (min(image_size, patch_size, dim, depth, num_heads, in_channels) < 1
-        or image_size % patch_size or dim % num_heads or not mlp_ratio > 0):
+    if (
+      min(image_size, patch_size, dim, depth, num_heads, in_channels) < 1
+      or image_size % patch_size
+      or dim % num_heads
+      or not mlp_ratio > 0
+    ):
       raise ValueError(
-          "VisionTransformer: sizes must be positive, image_size a multiple of patch_size and dim "
-          f"of num_heads, got image_size={image_size}, patch_size={patch_size}, dim={dim}, "
-          f"depth={depth}, num_heads={num_heads}, mlp_ratio={mlp_ratio}, "
-          f"in_channels={in_channels}.")
+        "VisionTransformer: sizes must be positive, image_size a multiple of patch_size and dim "
+        f"of num_heads, got image_size={image_size}, patch_size={patch_size}, dim={dim}, "
+        f"depth={depth}, num_heads={num_heads}, mlp_ratio={mlp_ratio}, "
+        f"in_channels={in_channels}."
+      )
     self.in_channels = in_channels
     self.image_size = image_size
     self.out_features = dim
@@ -142,8 +152,7 @@ class VisionTransformer(nnx.Module):
     self.patch_embed = _PatchEmbed(in_channels, patch_size, dim, rngs)
     self.cls_token = nnx.Param(1e-6 * jax.random.normal(rngs.params(), (1, 1, dim)))
     self.pos_embed = nnx.Param(_vit_init(rngs.params(), (1, num_patches + 1, dim)))
-    self.blocks = nnx.List([
-        _EncoderBlock(dim, num_heads, mlp_ratio, rngs) for _ in range(depth)])
+    self.blocks = nnx.List([_EncoderBlock(dim, num_heads, mlp_ratio, rngs) for _ in range(depth)])
     self.norm = nnx.LayerNorm(dim, epsilon=1e-6, rngs=rngs)
 
   def __call__(self, x: jax.typing.ArrayLike) -> jax.Array:
@@ -159,9 +168,10 @@ class VisionTransformer(nnx.Module):
     check_images("VisionTransformer", x, self.in_channels)
     if x.shape[1:3] != (self.image_size, self.image_size):
       raise ValueError(
-          f"VisionTransformer: x must be [N, {self.image_size}, {self.image_size}, "
-          f"{self.in_channels}] images (the size of the position embeddings), got shape "
-          f"{x.shape}; resize the images or build the model with image_size={x.shape[1]}.")
+        f"VisionTransformer: x must be [N, {self.image_size}, {self.image_size}, "
+        f"{self.in_channels}] images (the size of the position embeddings), got shape "
+        f"{x.shape}; resize the images or build the model with image_size={x.shape[1]}."
+      )
     tokens = self.patch_embed(x)
     cls = jnp.broadcast_to(self.cls_token[...], (x.shape[0], 1, tokens.shape[-1]))
     tokens = jnp.concatenate([cls.astype(tokens.dtype), tokens], axis=1) + self.pos_embed[...]
@@ -170,12 +180,18 @@ class VisionTransformer(nnx.Module):
     return self.norm(tokens)[:, 0]
 
 
-def vit_small(*, image_size: int = 224, in_channels: int = 3, rngs: nnx.Rngs
-              ) -> VisionTransformer:
+def vit_small(*, image_size: int = 224, in_channels: int = 3, rngs: nnx.Rngs) -> VisionTransformer:
   """ViT-S/16 and DeiT-S/16: patches 16, width 384, 12 blocks of 6 heads, 21.7M parameters.
 
   See `VisionTransformer`; the checkpoints of timm's `vit_small_patch16_224` and
   `deit_small_patch16_224` load into it (`jaxrank.convert.load_pytorch_weights`).
   """
-  return VisionTransformer(image_size=image_size, patch_size=16, dim=384, depth=12, num_heads=6,
-                           in_channels=in_channels, rngs=rngs)
+  return VisionTransformer(
+    image_size=image_size,
+    patch_size=16,
+    dim=384,
+    depth=12,
+    num_heads=6,
+    in_channels=in_channels,
+    rngs=rngs,
+  )

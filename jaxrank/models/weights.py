@@ -105,8 +105,9 @@ def load_weights(model: nnx.Module, path: str | os.PathLike) -> None:
   """
   if not os.path.isfile(path):
     raise FileNotFoundError(
-        f"load_weights: no weights file at {os.fspath(path)!r}; pass a local .npz file written by "
-        "save_weights (or converted from another library).")
+      f"load_weights: no weights file at {os.fspath(path)!r}; pass a local .npz file written by "
+      "save_weights (or converted from another library)."
+    )
   data = np.load(path, allow_pickle=False)
   if not isinstance(data, np.lib.npyio.NpzFile):
     raise ValueError(f"load_weights: {os.fspath(path)!r} is not an .npz archive.")
@@ -114,11 +115,14 @@ def load_weights(model: nnx.Module, path: str | os.PathLike) -> None:
     arrays = {key: data[key] for key in data.files}
   variables = _flat_variables(model)
   check_same_layout(
-      "load_weights", path, "model", {key: value.shape for key, value in arrays.items()},
-      {key: tuple(variable.shape) for key, (_, variable) in variables.items()})
+    "load_weights",
+    path,
+    "model",
+    {key: value.shape for key, value in arrays.items()},
+    {key: tuple(variable.shape) for key, (_, variable) in variables.items()},
+  )
   flat = [
-      (path, jnp.asarray(arrays[key], dtype=variable.dtype))
-      for key, (path, variable) in variables.items()
+    (path, jnp.asarray(arrays[key], dtype=variable.dtype))
+    for key, (path, variable) in variables.items()
   ]
   nnx.update(model, nnx.from_flat_state(flat))
-

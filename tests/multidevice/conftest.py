@@ -9,8 +9,8 @@ def pytest_configure(config):
   del config
   if jax.device_count() < 8:
     raise RuntimeError(
-        f"tests/multidevice needs 8 devices, found {jax.device_count()}: run them as "
-        "XLA_FLAGS=--xla_force_host_platform_device_count=8 pytest tests/multidevice"
+      f"tests/multidevice needs 8 devices, found {jax.device_count()}: run them as "
+      "XLA_FLAGS=--xla_force_host_platform_device_count=8 pytest tests/multidevice"
     )
 
 

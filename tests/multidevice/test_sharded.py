@@ -26,23 +26,24 @@ def data(batch=32, dim=6, seed=0):
 
 # One loss of each family (histogram, blackbox, smooth rank) and an exact metric.
 LOSSES = {
-    "fastap": jaxrank.fastap_loss,
-    "soft_binning_ap": jaxrank.soft_binning_ap_loss,
-    "smoothap": functools.partial(jaxrank.smoothap_loss, temperature=0.05),
-    "supap": jaxrank.supap_loss,
-    "roadmap": jaxrank.roadmap_loss,
-    "blackbox_ap": jaxrank.blackbox_ap_loss,
-    "blackbox_recall": functools.partial(jaxrank.blackbox_recall_loss, interpolation=1.0),
-    # 3 relevant items per list without the query (counting), 4 with it (more: the sort).
-    "blackbox_ap_counting": functools.partial(jaxrank.blackbox_ap_loss, max_relevant=3),
-    "ap_metric": jaxrank.ap_metric,
+  "fastap": jaxrank.fastap_loss,
+  "soft_binning_ap": jaxrank.soft_binning_ap_loss,
+  "smoothap": functools.partial(jaxrank.smoothap_loss, temperature=0.05),
+  "supap": jaxrank.supap_loss,
+  "roadmap": jaxrank.roadmap_loss,
+  "blackbox_ap": jaxrank.blackbox_ap_loss,
+  "blackbox_recall": functools.partial(jaxrank.blackbox_recall_loss, interpolation=1.0),
+  # 3 relevant items per list without the query (counting), 4 with it (more: the sort).
+  "blackbox_ap_counting": functools.partial(jaxrank.blackbox_ap_loss, max_relevant=3),
+  "ap_metric": jaxrank.ap_metric,
 }
 
 
 def single_device(loss_fn, include_self=False):
   def loss(embeddings, labels):
     scores, relevance, where = jaxrank.batch_retrieval(
-        embeddings, labels, include_self=include_self)
+      embeddings, labels, include_self=include_self
+    )
     return loss_fn(scores, relevance, where=where)
 
   return loss
@@ -61,7 +62,7 @@ def test_sharded_loss_and_gradient_equal_single_device(mesh, name, include_self)
 
 
 @pytest.mark.parametrize(
-    "similarity_fn", [jaxrank.similarity.dot_product, jaxrank.similarity.negative_squared_euclidean]
+  "similarity_fn", [jaxrank.similarity.dot_product, jaxrank.similarity.negative_squared_euclidean]
 )
 def test_sharded_loss_takes_the_similarity_rule(mesh, similarity_fn):
   embeddings, labels = data()
@@ -85,13 +86,18 @@ def test_sharded_loss_over_more_items_than_one_block(mesh):
   loss_fn = functools.partial(jaxrank.smoothap_loss, temperature=0.05)
   want, want_grad = jax.value_and_grad(single_device(loss_fn))(embeddings, labels)
   got, grad = jax.jit(jax.value_and_grad(jaxrank.sharded_loss(loss_fn, mesh, AXIS)))(
-      embeddings, labels
+    embeddings, labels
   )
   np.testing.assert_allclose(got, want, rtol=1e-5)
   np.testing.assert_allclose(grad, want_grad, rtol=1e-5, atol=1e-6)
-  scores = jax.jit(jax.shard_map(
+  scores = jax.jit(
+    jax.shard_map(
       lambda e, y: jaxrank.sharded_batch_retrieval(e, y, axis_name=AXIS)[0],
-      mesh=mesh, in_specs=(P(AXIS), P(AXIS)), out_specs=P(AXIS)))(embeddings, labels)
+      mesh=mesh,
+      in_specs=(P(AXIS), P(AXIS)),
+      out_specs=P(AXIS),
+    )
+  )(embeddings, labels)
   np.testing.assert_array_equal(scores, jaxrank.batch_retrieval(embeddings, labels)[0])
 
 
@@ -102,7 +108,7 @@ def test_sharded_lists_are_the_rows_of_batch_retrieval(mesh):
     return jaxrank.sharded_batch_retrieval(e, y, axis_name=AXIS)
 
   got = jax.shard_map(local, mesh=mesh, in_specs=(P(AXIS), P(AXIS)), out_specs=P(AXIS))(
-      embeddings, labels
+    embeddings, labels
   )
   want = jaxrank.batch_retrieval(embeddings, labels)
   for a, b in zip(got, want):
@@ -124,7 +130,6 @@ def test_uneven_batch_is_a_clear_error(mesh):
 
 
 class MLP(nnx.Module):
-
   def __init__(self, rngs):
     self.hidden = nnx.Linear(6, 16, rngs=rngs)
     self.out = nnx.Linear(16, 4, rngs=rngs)
@@ -142,20 +147,21 @@ def test_data_parallel_chunked_train_step_equals_single_device(mesh):
 
   def local_loss(e, y):
     scores, relevance, where = jaxrank.sharded_batch_retrieval(e, y, axis_name=AXIS)
-    return jaxrank.blackbox_ap_loss(scores, relevance, where=where,
-                                    reduce_fn=jaxrank.sharded_mean(AXIS))
+    return jaxrank.blackbox_ap_loss(
+      scores, relevance, where=where, reduce_fn=jaxrank.sharded_mean(AXIS)
+    )
 
   step = jax.jit(
-      jax.shard_map(
-          jaxrank.chunked_value_and_grad(embed, local_loss, chunk_size=4),
-          mesh=mesh,
-          in_specs=(P(), P(AXIS), P(AXIS)),
-          out_specs=(P(), P()),
-      )
+    jax.shard_map(
+      jaxrank.chunked_value_and_grad(embed, local_loss, chunk_size=4),
+      mesh=mesh,
+      in_specs=(P(), P(AXIS), P(AXIS)),
+      out_specs=(P(), P()),
+    )
   )
   value, grads = step(params, x, labels)
   want_value, want_grads = jax.value_and_grad(
-      lambda p: single_device(jaxrank.blackbox_ap_loss)(embed(p, x), labels)
+    lambda p: single_device(jaxrank.blackbox_ap_loss)(embed(p, x), labels)
   )(params)
   np.testing.assert_allclose(value, want_value, rtol=1e-5)
   for got, want in zip(jax.tree.leaves(grads), jax.tree.leaves(want_grads)):
@@ -163,8 +169,8 @@ def test_data_parallel_chunked_train_step_equals_single_device(mesh):
 
 
 @pytest.mark.parametrize(
-    "loss_fn", [jaxrank.soft_binning_ap_loss, jaxrank.contrastive_loss],
-    ids=["map_q", "contrastive"])
+  "loss_fn", [jaxrank.soft_binning_ap_loss, jaxrank.contrastive_loss], ids=["map_q", "contrastive"]
+)
 def test_sharded_mean_of_weighted_lists_equals_the_weighted_mean(mesh, loss_fn):
   """Per-list weights: sum(w * loss) / sum(w) over every device's valid lists, as jnp.mean gives
   on one device (not a weighted sum over the count of lists)."""
@@ -178,8 +184,10 @@ def test_sharded_mean_of_weighted_lists_equals_the_weighted_mean(mesh, loss_fn):
 
   want, want_grad = jax.value_and_grad(loss)(scores, relevance, where, weights, jnp.mean)
   sharded = jax.shard_map(
-      functools.partial(loss, reduce_fn=jaxrank.sharded_mean(AXIS)), mesh=mesh,
-      in_specs=(P(AXIS),) * 4, out_specs=P(),
+    functools.partial(loss, reduce_fn=jaxrank.sharded_mean(AXIS)),
+    mesh=mesh,
+    in_specs=(P(AXIS),) * 4,
+    out_specs=P(),
   )
   got, grad = jax.jit(jax.value_and_grad(sharded))(scores, relevance, where, weights)
   np.testing.assert_allclose(got, want, rtol=1e-5)

@@ -27,7 +27,7 @@ def data(batch=40, dim=6, seed=0):
 def single_device(loss_fn, include_self=False):
   def loss(embeddings, labels):
     scores, relevance, where = jaxrank.batch_retrieval(
-        embeddings, labels, include_self=include_self
+      embeddings, labels, include_self=include_self
     )
     return loss_fn(scores, relevance, where=where)
 
@@ -35,11 +35,13 @@ def single_device(loss_fn, include_self=False):
 
 
 @pytest.mark.parametrize(
-    "loss_fn, include_self",
-    [(jaxrank.fastap_loss, False),
-     (functools.partial(jaxrank.smoothap_loss, temperature=0.05), True),
-     (jaxrank.blackbox_ap_loss, False)],
-    ids=["fastap", "smoothap_include_self", "blackbox_ap"],
+  "loss_fn, include_self",
+  [
+    (jaxrank.fastap_loss, False),
+    (functools.partial(jaxrank.smoothap_loss, temperature=0.05), True),
+    (jaxrank.blackbox_ap_loss, False),
+  ],
+  ids=["fastap", "smoothap_include_self", "blackbox_ap"],
 )
 def test_sharded_blocked_equals_single_device(mesh, loss_fn, include_self):
   """5 queries per device in blocks of 3 (rows 0-2 and 2-4: the last block overlaps)."""
@@ -53,7 +55,6 @@ def test_sharded_blocked_equals_single_device(mesh, loss_fn, include_self):
 
 
 class MLP(nnx.Module):
-
   def __init__(self, rngs):
     self.hidden = nnx.Linear(6, 16, rngs=rngs)
     self.out = nnx.Linear(16, 4, rngs=rngs)
@@ -72,7 +73,7 @@ def test_chunked_backbone_with_sharded_blocked_loss(mesh):
   step = jax.jit(jaxrank.chunked_value_and_grad(embed, loss, chunk_size=16))
   value, grads = step(params, x, labels)
   want_value, want_grads = jax.value_and_grad(
-      lambda p: single_device(jaxrank.supap_loss)(embed(p, x), labels)
+    lambda p: single_device(jaxrank.supap_loss)(embed(p, x), labels)
   )(params)
   np.testing.assert_allclose(value, want_value, rtol=1e-5)
   for got, want in zip(jax.tree.leaves(grads), jax.tree.leaves(want_grads)):
@@ -84,8 +85,9 @@ def test_bad_block_size_and_a_sum_of_losses_are_clear_errors(mesh):
     jaxrank.sharded_loss(jaxrank.fastap_loss, mesh, AXIS, block_size=0)
 
   def two_means(scores, labels, *, where, reduce_fn):
-    return (jaxrank.supap_loss(scores, labels, where=where, reduce_fn=reduce_fn)
-            + jaxrank.calibration_loss(scores, labels, where=where, reduce_fn=reduce_fn))
+    return jaxrank.supap_loss(
+      scores, labels, where=where, reduce_fn=reduce_fn
+    ) + jaxrank.calibration_loss(scores, labels, where=where, reduce_fn=reduce_fn)
 
   embeddings, labels = data()
   with pytest.raises(ValueError, match="sharded_loss: loss_fn must return a mean over lists"):

@@ -13,23 +13,22 @@ from experiments.job import train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY = main_lib.load_config_module(
-    str(ROOT / "experiments" / "job" / "configs" / "tiny.py")).get_config()
+  str(ROOT / "experiments" / "job" / "configs" / "tiny.py")
+).get_config()
 
 
 @pytest.mark.parametrize(
-    "overrides",
-    [
-        {"loss": "fastap"},
-        {"loss": "blackbox_ap"},
-        {"loss": "tie_aware_ap", "head": "hashing", "loss_kwargs": {"num_bins": 9}},
-    ],
-    ids=["fastap", "blackbox_ap", "hashing"],
+  "overrides",
+  [
+    {"loss": "fastap"},
+    {"loss": "blackbox_ap"},
+    {"loss": "tie_aware_ap", "head": "hashing", "loss_kwargs": {"num_bins": 9}},
+  ],
+  ids=["fastap", "blackbox_ap", "hashing"],
 )
 def test_sharded_training_equals_single_device(tmp_path, overrides):
   # 5 classes x 8 images: a batch of 40 splits into 8 device slices of 5.
-  config = dataclasses.replace(
-      TINY, batch_size=40, samples_per_class=8, num_steps=3, **overrides
-  )
+  config = dataclasses.replace(TINY, batch_size=40, samples_per_class=8, num_steps=3, **overrides)
   single = train.train_and_evaluate(config, str(tmp_path / "single"))
   sharded_config = dataclasses.replace(config, shard=True)
   sharded = train.train_and_evaluate(sharded_config, str(tmp_path / "sharded"))

@@ -44,9 +44,9 @@ def initialize() -> None:
 
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(
-      os.environ["JAXRANK_TEST_COORDINATOR"],
-      num_processes=int(os.environ["JAXRANK_TEST_NUM_PROCESSES"]),
-      process_id=int(os.environ["JAXRANK_TEST_PROCESS_ID"]),
+    os.environ["JAXRANK_TEST_COORDINATOR"],
+    num_processes=int(os.environ["JAXRANK_TEST_NUM_PROCESSES"]),
+    process_id=int(os.environ["JAXRANK_TEST_PROCESS_ID"]),
   )
 
 
@@ -71,14 +71,14 @@ def _report(what: str, finished: Sequence[Finished]) -> str:
 
 
 def run(
-    argv: Sequence[str] | Callable[[int], Sequence[str]],
-    *,
-    num_processes: int = 2,
-    devices_per_process: int = 2,
-    timeout: float = 240.0,
-    env: dict[str, str] | None = None,
-    cwd: str | os.PathLike | None = None,
-    expect_failure: bool = False,
+  argv: Sequence[str] | Callable[[int], Sequence[str]],
+  *,
+  num_processes: int = 2,
+  devices_per_process: int = 2,
+  timeout: float = 240.0,
+  env: dict[str, str] | None = None,
+  cwd: str | os.PathLike | None = None,
+  expect_failure: bool = False,
 ) -> list[Finished]:
   """Runs `python *argv` as `num_processes` processes of one job and waits for all of them.
 
@@ -108,14 +108,14 @@ def run(
     log = tempfile.TemporaryFile(mode="w+", prefix=f"process{i}-")  # noqa: SIM115
     logs.append(log)
     children.append(
-        subprocess.Popen(
-            [sys.executable, *args],
-            env={**base, "JAXRANK_TEST_PROCESS_ID": str(i)},
-            cwd=cwd or REPO,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # Its own process group: killed with its children.
-        )
+      subprocess.Popen(
+        [sys.executable, *args],
+        env={**base, "JAXRANK_TEST_PROCESS_ID": str(i)},
+        cwd=cwd or REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # Its own process group: killed with its children.
+      )
     )
   kill_all = functools.partial(_kill_all, children)
   collect = functools.partial(_collect, children, logs)
@@ -144,19 +144,18 @@ def run(
   return finished
 
 
-def _environment(num_processes: int, devices_per_process: int,
-                 env: dict[str, str] | None) -> dict[str, str]:
+def _environment(
+  num_processes: int, devices_per_process: int, env: dict[str, str] | None
+) -> dict[str, str]:
   """Every child's environment but its process id: simulated devices, the coordinator, the path."""
   base = dict(os.environ)
   base.pop("XLA_FLAGS", None)
   base.update(
-      XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_per_process}",
-      JAXRANK_TEST_COORDINATOR=f"127.0.0.1:{free_port()}",
-      JAXRANK_TEST_NUM_PROCESSES=str(num_processes),
-      TF_CPP_MIN_LOG_LEVEL="2",
-      PYTHONPATH=os.pathsep.join(
-          filter(None, [str(REPO), str(HERE), base.get("PYTHONPATH", "")])
-      ),
+    XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_per_process}",
+    JAXRANK_TEST_COORDINATOR=f"127.0.0.1:{free_port()}",
+    JAXRANK_TEST_NUM_PROCESSES=str(num_processes),
+    TF_CPP_MIN_LOG_LEVEL="2",
+    PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), str(HERE), base.get("PYTHONPATH", "")])),
   )
   base.update(env or {})
   return base

@@ -102,14 +102,14 @@ def test_two_processes_train_as_one_and_resume_after_being_killed(tmp_path):
   assert reference["step"] == 4
 
   cache = {
-      "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "compilation_cache"),
-      "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "compilation_cache"),
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
   }
   killed = launcher.run(
-      ["-c", _TRAIN, TINY, str(tmp_path / "two"), json.dumps(OVERRIDES), str(KILL_AFTER_STEP)],
-      timeout=150,
-      env=cache,
-      expect_failure=True,
+    ["-c", _TRAIN, TINY, str(tmp_path / "two"), json.dumps(OVERRIDES), str(KILL_AFTER_STEP)],
+    timeout=150,
+    env=cache,
+    expect_failure=True,
   )
   assert killed[0].returncode == -9, killed[0].output  # SIGKILL, as planned.
   assert "killing process 0 after step 3" in killed[0].output
@@ -139,7 +139,7 @@ def test_two_processes_train_as_one_and_resume_after_being_killed(tmp_path):
 
 
 def test_each_process_reads_its_slice_of_the_global_batch_with_the_same_augmentation(
-    monkeypatch,
+  monkeypatch,
 ):
   # The augmentation's per-example seed stands in for the image, so that equal images mean
   # equal seeds; the slices of two processes must make up the one-process batch, across an epoch.
@@ -150,8 +150,8 @@ def test_each_process_reads_its_slice_of_the_global_batch_with_the_same_augmenta
   start = (0, sampler(epoch=0).shape[0] - 2)
   whole = input_pipeline.TrainBatches(config, data, sampler, start)
   shares = [
-      input_pipeline.TrainBatches(config, data, sampler, start, share)
-      for share in [(0, 12), (12, 20)]
+    input_pipeline.TrainBatches(config, data, sampler, start, share)
+    for share in [(0, 12), (12, 20)]
   ]
   for _ in range(4):
     expected = next(whole)
@@ -165,27 +165,25 @@ def test_each_process_reads_its_slice_of_the_global_batch_with_the_same_augmenta
 def test_without_a_cluster_or_flags_the_command_runs_alone_at_once():
   # JAX's cluster detection finds nothing here (the environment of SLURM and Open MPI removed) and
   # says so without connecting anywhere.
-  env = {
-      k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "JAX_COORD"))
-  }
+  env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "JAX_COORD"))}
   script = (
-      "from experiments.job import main; main.initialize_distributed(); import jax; "
-      "print(jax.process_count(), jax.config.jax_cpu_collectives_implementation)"
+    "from experiments.job import main; main.initialize_distributed(); import jax; "
+    "print(jax.process_count(), jax.config.jax_cpu_collectives_implementation)"
   )
   done = subprocess.run(
-      [sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
+    [sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
   )
   assert done.returncode == 0, done.stderr
   assert done.stdout.split() == ["1", "gloo"]
 
 
 @pytest.mark.parametrize(
-    "flags, message",
-    [
-        (("localhost:1234", 2, None), "--process_id missing"),
-        (("localhost", 2, 0), "must be HOST:PORT"),
-        (("localhost:1234", 2, 2), "between 0 and the number of processes minus 1"),
-    ],
+  "flags, message",
+  [
+    (("localhost:1234", 2, None), "--process_id missing"),
+    (("localhost", 2, 0), "must be HOST:PORT"),
+    (("localhost:1234", 2, 2), "between 0 and the number of processes minus 1"),
+  ],
 )
 def test_launch_flags_are_checked_before_joining(flags, message):
   with pytest.raises(config_lib.ConfigError, match=message):
@@ -196,17 +194,17 @@ def test_a_process_that_has_used_jax_stays_alone_or_refuses_the_flags():
   # JAX can join a job only before its first computation: afterwards the detection is skipped (one
   # process, as when `main()` is called from Python), and explicit flags are a ConfigError.
   script = (
-      "import jax.numpy as jnp; jnp.ones(2).block_until_ready()\n"
-      "from experiments.job import config, main\n"
-      "main.initialize_distributed()\n"
-      "try:\n"
-      "  main.initialize_distributed('localhost:1234', 2, 0)\n"
-      "except config.ConfigError as e:\n"
-      "  print('refused:', e)\n"
-      "import jax; print(jax.process_count())\n"
+    "import jax.numpy as jnp; jnp.ones(2).block_until_ready()\n"
+    "from experiments.job import config, main\n"
+    "main.initialize_distributed()\n"
+    "try:\n"
+    "  main.initialize_distributed('localhost:1234', 2, 0)\n"
+    "except config.ConfigError as e:\n"
+    "  print('refused:', e)\n"
+    "import jax; print(jax.process_count())\n"
   )
   done = subprocess.run(
-      [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
+    [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
   )
   assert done.returncode == 0, done.stderr
   assert "refused: --coordinator_address: this process has already run JAX" in done.stdout

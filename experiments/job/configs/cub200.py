@@ -17,21 +17,21 @@ from experiments.job import config as config_lib
 
 def get_config() -> config_lib.Config:
   return config_lib.Config(
-      dataset="cub200",
-      data_dir=None,  # Set with --set data_dir=...
-      image_size=224,
-      resize_size=256,
-      model="resnet50",
-      freeze_batchnorm=True,
-      embedding_dim=512,
-      batch_size=128,
-      samples_per_class=4,
-      loss="roadmap",
-      num_steps=10_000,
-      learning_rate=1e-5,
-      warmup_steps=500,
-      weight_decay=4e-4,
-      head_lr_multiplier=10.0,
-      eval_every=1000,
-      checkpoint_every=500,
+    dataset="cub200",
+    data_dir=None,  # Set with --set data_dir=...
+    image_size=224,
+    resize_size=256,
+    model="resnet50",
+    freeze_batchnorm=True,
+    embedding_dim=512,
+    batch_size=128,
+    samples_per_class=4,
+    loss="roadmap",
+    num_steps=10_000,
+    learning_rate=1e-5,
+    warmup_steps=500,
+    weight_decay=4e-4,
+    head_lr_multiplier=10.0,
+    eval_every=1000,
+    checkpoint_every=500,
   )

@@ -30,28 +30,28 @@ from experiments.job import config as config_lib
 
 def get_config() -> config_lib.Config:
   return config_lib.Config(
-      dataset="digits",
-      model="small_convnet",
-      model_features=(64, 128),
-      embedding_dim=256,
-      batch_size=60,
-      samples_per_class=12,
-      num_steps=300,
-      learning_rate=1e-4,
-      head_lr_multiplier=1.0,
-      warmup_steps=20,
-      eval_every=100,
-      checkpoint_every=100,
-      eval_seen_classes=True,
+    dataset="digits",
+    model="small_convnet",
+    model_features=(64, 128),
+    embedding_dim=256,
+    batch_size=60,
+    samples_per_class=12,
+    num_steps=300,
+    learning_rate=1e-4,
+    head_lr_multiplier=1.0,
+    warmup_steps=20,
+    eval_every=100,
+    checkpoint_every=100,
+    eval_seen_classes=True,
   )
 
 
 def get_sweep() -> dict[str, dict]:
   return {
-      "fastap_40bins": {"loss": "fastap", "loss_kwargs": {"num_intervals": 40}},
-      "soft_binning_ap": {"loss": "soft_binning_ap"},
-      "blackbox_ap": {"loss": "blackbox_ap"},
-      "smoothap": {"loss": "smoothap"},
-      "supap": {"loss": "supap"},
-      "roadmap": {"loss": "roadmap"},
+    "fastap_40bins": {"loss": "fastap", "loss_kwargs": {"num_intervals": 40}},
+    "soft_binning_ap": {"loss": "soft_binning_ap"},
+    "blackbox_ap": {"loss": "blackbox_ap"},
+    "smoothap": {"loss": "smoothap"},
+    "supap": {"loss": "supap"},
+    "roadmap": {"loss": "roadmap"},
   }

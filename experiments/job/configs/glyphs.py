@@ -28,31 +28,31 @@ from experiments.job import config as config_lib
 
 def get_config() -> config_lib.Config:
   return config_lib.Config(
-      dataset="glyphs",
-      model="small_convnet",
-      model_features=(32, 64),
-      embedding_dim=128,
-      batch_size=64,
-      samples_per_class=4,
-      num_steps=300,
-      learning_rate=3e-3,
-      head_lr_multiplier=1.0,
-      warmup_steps=20,
-      eval_every=300,
-      checkpoint_every=300,
-      raw_pixels_baseline=True,
+    dataset="glyphs",
+    model="small_convnet",
+    model_features=(32, 64),
+    embedding_dim=128,
+    batch_size=64,
+    samples_per_class=4,
+    num_steps=300,
+    learning_rate=3e-3,
+    head_lr_multiplier=1.0,
+    warmup_steps=20,
+    eval_every=300,
+    checkpoint_every=300,
+    raw_pixels_baseline=True,
   )
 
 
 def get_sweep() -> dict[str, dict]:
   return {
-      "fastap_40bins": {"loss": "fastap", "loss_kwargs": {"num_intervals": 40}},
-      "soft_binning_ap": {"loss": "soft_binning_ap"},
-      "blackbox_ap": {"loss": "blackbox_ap"},
-      "smoothap": {"loss": "smoothap"},
-      "supap": {"loss": "supap"},
-      "roadmap": {"loss": "roadmap"},
-      "contrastive": {"loss": "contrastive"},
-      "triplet": {"loss": "triplet"},
-      "multi_similarity": {"loss": "multi_similarity"},
+    "fastap_40bins": {"loss": "fastap", "loss_kwargs": {"num_intervals": 40}},
+    "soft_binning_ap": {"loss": "soft_binning_ap"},
+    "blackbox_ap": {"loss": "blackbox_ap"},
+    "smoothap": {"loss": "smoothap"},
+    "supap": {"loss": "supap"},
+    "roadmap": {"loss": "roadmap"},
+    "contrastive": {"loss": "contrastive"},
+    "triplet": {"loss": "triplet"},
+    "multi_similarity": {"loss": "multi_similarity"},
   }

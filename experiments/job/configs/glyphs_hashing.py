@@ -32,24 +32,24 @@ BITS = (16, 32, 64)
 
 def get_config() -> config_lib.Config:
   return config_lib.Config(
-      dataset="glyphs",
-      model="small_convnet",
-      model_features=(32, 64),
-      head="hashing",
-      embedding_dim=32,
-      tanh_initial=1.0,
-      tanh_growth=2.0,
-      tanh_every=100,
-      loss="tie_aware_ap",
-      loss_kwargs={"num_bins": 33},
-      batch_size=64,
-      samples_per_class=4,
-      num_steps=300,
-      learning_rate=3e-3,
-      head_lr_multiplier=1.0,
-      warmup_steps=20,
-      eval_every=300,
-      checkpoint_every=300,
+    dataset="glyphs",
+    model="small_convnet",
+    model_features=(32, 64),
+    head="hashing",
+    embedding_dim=32,
+    tanh_initial=1.0,
+    tanh_growth=2.0,
+    tanh_every=100,
+    loss="tie_aware_ap",
+    loss_kwargs={"num_bins": 33},
+    batch_size=64,
+    samples_per_class=4,
+    num_steps=300,
+    learning_rate=3e-3,
+    head_lr_multiplier=1.0,
+    warmup_steps=20,
+    eval_every=300,
+    checkpoint_every=300,
   )
 
 
@@ -57,13 +57,19 @@ def get_sweep() -> dict[str, dict]:
   sweep = {}
   for b in BITS:
     sweep[f"ap_r_{b}bits"] = {
-        "embedding_dim": b, "loss": "tie_aware_ap", "loss_kwargs": {"num_bins": b + 1}
+      "embedding_dim": b,
+      "loss": "tie_aware_ap",
+      "loss_kwargs": {"num_bins": b + 1},
     }
     sweep[f"ap_s_{b}bits"] = {
-        "embedding_dim": b, "loss": "simplified_tie_aware_ap", "loss_kwargs": {"num_bins": b + 1}
+      "embedding_dim": b,
+      "loss": "simplified_tie_aware_ap",
+      "loss_kwargs": {"num_bins": b + 1},
     }
     sweep[f"fastap_{b}bits"] = {
-        "embedding_dim": b, "loss": "fastap", "loss_kwargs": {"num_intervals": b}
+      "embedding_dim": b,
+      "loss": "fastap",
+      "loss_kwargs": {"num_intervals": b},
     }
     sweep[f"smoothap_{b}bits"] = {"embedding_dim": b, "loss": "smoothap", "loss_kwargs": {}}
   return sweep
