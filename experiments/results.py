@@ -657,7 +657,7 @@ def write(path: str, text: str) -> None:
   os.replace(tmp, path)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
   names = [e.name for e in EXPERIMENTS]
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument(
@@ -690,7 +690,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     action="store_true",
     help="reuse finished runs in the workdirs instead of deleting them first",
   )
-  args = parser.parse_args(argv)
+  return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  args = _parser().parse_args(argv)
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
 
   output = os.path.join(ROOT, args.output)

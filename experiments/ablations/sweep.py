@@ -110,29 +110,7 @@ def main(
     point: a run's config -> `(x, series)` on the plot (see `plot`).
     log_x: logarithmic x axis.
   """
-  parser = argparse.ArgumentParser(description=doc.split("\n")[0])
-  parser.add_argument("--config", default=DEFAULT_CONFIG, help="config file (default: %(default)s)")
-  parser.add_argument("--workdir", default=f"runs/ablate_{what}", help="default: %(default)s")
-  parser.add_argument(
-    "--set",
-    action="append",
-    default=[],
-    metavar="FIELD=VALUE",
-    help="override a field of the base config (repeatable)",
-  )
-  parser.add_argument(
-    "--values",
-    nargs="+",
-    type=main_lib.parse_value,
-    default=list(values),
-    help=f"the values swept (default: {' '.join(_cli(v) for v in values)})",
-  )
-  parser.add_argument(
-    "--untrained",
-    action=argparse.BooleanOptionalAction,
-    default=True,
-    help="also evaluate the untrained network (default: %(default)s)",
-  )
+  parser = _parser(what, doc, values)
   args = parser.parse_args(argv)
   start = time.perf_counter()
   try:
@@ -179,6 +157,34 @@ def main(
   )
   print(f"\nTotal {time.perf_counter() - start:.0f} s; plot in {path}")
   return results
+
+
+def _parser(what: str, doc: str, values: Sequence[Any]) -> argparse.ArgumentParser:
+  """The ablation script's arguments (`main`)."""
+  parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+  parser.add_argument("--config", default=DEFAULT_CONFIG, help="config file (default: %(default)s)")
+  parser.add_argument("--workdir", default=f"runs/ablate_{what}", help="default: %(default)s")
+  parser.add_argument(
+    "--set",
+    action="append",
+    default=[],
+    metavar="FIELD=VALUE",
+    help="override a field of the base config (repeatable)",
+  )
+  parser.add_argument(
+    "--values",
+    nargs="+",
+    type=main_lib.parse_value,
+    default=list(values),
+    help=f"the values swept (default: {' '.join(_cli(v) for v in values)})",
+  )
+  parser.add_argument(
+    "--untrained",
+    action=argparse.BooleanOptionalAction,
+    default=True,
+    help="also evaluate the untrained network (default: %(default)s)",
+  )
+  return parser
 
 
 def _cli(value: Any) -> str:

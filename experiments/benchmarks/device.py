@@ -331,23 +331,8 @@ def pml_section(batches: list[int], seconds: float) -> list[dict]:
 
       step = jax.jit(jax.value_and_grad(loss))
       jax_time = timed(step, jnp.asarray(embeddings), jnp.asarray(labels), seconds=seconds)
-      e_t = torch.from_numpy(embeddings).cuda()
-      y_t = torch.from_numpy(labels).cuda()
-
-      def torch_step(pml_loss, e_t, y_t):
-        e = e_t.clone().requires_grad_(True)
-        pml_loss(e, y_t).backward()
-        torch.cuda.synchronize()
-
-      torch_step(pml_loss, e_t, y_t)
-      torch_step(pml_loss, e_t, y_t)
-      times: list[float] = []
-      start = time.perf_counter()
-      while len(times) < 5 or (time.perf_counter() - start < seconds and len(times) < 50):
-        begin = time.perf_counter()
-        torch_step(pml_loss, e_t, y_t)
-        times.append(time.perf_counter() - begin)
-      pml_time = float(np.median(times))
+      pml_time = _torch_timed(pml_loss, embeddings, labels, seconds)
+      torch.cuda.empty_cache()  # The step's tensors, freed when `_torch_timed` returned.
       rows.append(
         {
           "loss": name,
@@ -362,9 +347,30 @@ def pml_section(batches: list[int], seconds: float) -> list[dict]:
         f" ({pml_time / jax_time:.1f}x)",
         flush=True,
       )
-      del e_t, y_t
-      torch.cuda.empty_cache()
   return rows
+
+
+def _torch_timed(pml_loss, embeddings, labels, seconds: float) -> float:
+  """Median seconds of `pml_loss(e, labels).backward()` on the GPU, CUDA-synchronised, after two
+  warm-up calls (`timed`'s counts)."""
+  import torch
+
+  e_t, y_t = torch.from_numpy(embeddings).cuda(), torch.from_numpy(labels).cuda()
+
+  def step():
+    e = e_t.clone().requires_grad_(True)
+    pml_loss(e, y_t).backward()
+    torch.cuda.synchronize()
+
+  step()
+  step()
+  times: list[float] = []
+  start = time.perf_counter()
+  while len(times) < 5 or (time.perf_counter() - start < seconds and len(times) < 50):
+    begin = time.perf_counter()
+    step()
+    times.append(time.perf_counter() - begin)
+  return float(np.median(times))
 
 
 def _ms(seconds: float) -> str:
@@ -451,33 +457,45 @@ def docs_tables(results: dict) -> dict[str, dict]:
     }
   tables.update(_steps_tables(results.get("steps", []), device))
   if results.get("blocked"):
-    tables["device_blocked"] = {
-      "title": (
-        f"{device}: `blocked_loss` (block {results['blocked'][0]['block']:,}) "
-        "against the unblocked step, D = 512; median time"
-      ),
-      "columns": [
-        "loss",
-        "B",
-        "unblocked",
-        "blocked",
-        "blocked / unblocked",
-        "unblocked temporaries",
-        "blocked temporaries",
-      ],
-      "rows": [
-        [
-          r["loss"],
-          f"{r['batch']:,}",
-          _ms(r["unblocked"]) if r.get("unblocked") else "not run",
-          _ms(r["blocked"]) if r.get("blocked") else "out of memory",
-          f"{r['ratio']:.2f}x" if "ratio" in r else "-",
-          _size(r["unblocked temporaries"]) if "unblocked temporaries" in r else "-",
-          _size(r["blocked temporaries"]) if "blocked temporaries" in r else "-",
-        ]
-        for r in results["blocked"]
-      ],
-    }
+    tables["device_blocked"] = _blocked_table(results["blocked"], device)
+  tables.update(_evaluation_and_pml_tables(results, device))
+  return tables
+
+
+def _blocked_table(blocked: list[dict], device: str) -> dict:
+  """The blocked section's table."""
+  return {
+    "title": (
+      f"{device}: `blocked_loss` (block {blocked[0]['block']:,}) "
+      "against the unblocked step, D = 512; median time"
+    ),
+    "columns": [
+      "loss",
+      "B",
+      "unblocked",
+      "blocked",
+      "blocked / unblocked",
+      "unblocked temporaries",
+      "blocked temporaries",
+    ],
+    "rows": [
+      [
+        r["loss"],
+        f"{r['batch']:,}",
+        _ms(r["unblocked"]) if r.get("unblocked") else "not run",
+        _ms(r["blocked"]) if r.get("blocked") else "out of memory",
+        f"{r['ratio']:.2f}x" if "ratio" in r else "-",
+        _size(r["unblocked temporaries"]) if "unblocked temporaries" in r else "-",
+        _size(r["blocked temporaries"]) if "blocked temporaries" in r else "-",
+      ]
+      for r in blocked
+    ],
+  }
+
+
+def _evaluation_and_pml_tables(results: dict, device: str) -> dict[str, dict]:
+  """The evaluation and pytorch-metric-learning sections' tables, where the record has them."""
+  tables = {}
   if results.get("evaluation"):
     tables["device_evaluation"] = {
       "title": (
@@ -586,7 +604,7 @@ def write_docs(paths: list[str], forms: Sequence[str] = (), directory=None) -> l
   return written
 
 
-def main(argv=None) -> None:
+def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
   parser.add_argument("--batch", type=int, nargs="+", default=[4096, 16384])
@@ -629,7 +647,11 @@ def main(argv=None) -> None:
     default=[],
     help="with --docs-from: one table comparing these records' steps",
   )
-  args = parser.parse_args(argv)
+  return parser
+
+
+def main(argv=None) -> None:
+  args = _parser().parse_args(argv)
   if args.docs_from or args.docs_forms:
     for path in write_docs(args.docs_from, args.docs_forms):
       print(path)
