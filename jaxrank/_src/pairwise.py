@@ -396,7 +396,7 @@ def triplet_loss(
   `sharded_loss` take it as any other loss); `reduce_fn=None` gives each list's mean, `jnp.sum`
   the sum over all triplets. With every triplet at zero loss the loss is 0. Cost O(n log n) per
   list (a sort of the negatives and their running sums; each positive's non-zero triplets are
-  those past a threshold), not O(|P| |N|). Unlike batch-hard mining it gives every positive and
+  those past a threshold), not O(P N) in the numbers of positives and negatives. Unlike batch-hard mining it gives every positive and
   negative within the margin a gradient, which lets a network whose embeddings start in a narrow
   cone spread them (the fair comparison's batch-hard triplet row did not train from there).
 
