@@ -387,16 +387,16 @@ def triplet_loss(
   and `triplet_loss(*batch_retrieval(embeddings, labels), margin=m, reduce_fn=mean_of_nonzero)`
   equals the default-reducer loss in value and gradient (the count is piecewise constant).
 
-  **All triplets** (`mining="all"`): pytorch-metric-learning's default `TripletMarginLoss`
-  (no miner, `AvgNonZeroReducer`), on similarities. Every (positive `p`, negative `j`) pair of a
-  list is a triplet with the query, of loss `[s_j - s_p + m]_+`; the loss is their mean over the
-  triplets with a non-zero loss, taken over the whole batch. Per list that is the mean over its
-  non-zero triplets, and the default `jnp.mean` weighs each list by its number of non-zero
-  triplets (times `weights`, if given: a weighted mean over lists, so `blocked_loss` and
-  `sharded_loss` take it as any other loss); `reduce_fn=None` gives each list's mean, `jnp.sum`
-  the sum over all triplets. With every triplet at zero loss the loss is 0. Cost O(n log n) per
-  list (a sort of the negatives and their running sums; each positive's non-zero triplets are
-  those past a threshold), not O(P N) in the numbers of positives and negatives. Unlike batch-hard mining it gives every positive and
+  **All triplets** (`mining="all"`): pytorch-metric-learning's default `TripletMarginLoss` (no
+  miner, `AvgNonZeroReducer`), on similarities. Every (positive `p`, negative `j`) pair of a list is
+  a triplet with the query, of loss `[s_j - s_p + m]_+`; the loss is their mean over the triplets
+  with a non-zero loss, taken over the whole batch. Per list that is the mean over its non-zero
+  triplets, and the default `jnp.mean` weighs each list by its number of non-zero triplets (times
+  `weights`, if given: a weighted mean over lists, so `blocked_loss` and `sharded_loss` take it as
+  any other loss); `reduce_fn=None` gives each list's mean, `jnp.sum` the sum over all triplets.
+  With every triplet at zero loss the loss is 0. Cost O(n log n) per list (a sort of the negatives
+  and their running sums; each positive's non-zero triplets are those past a threshold), not O(P N)
+  in the numbers of positives and negatives. Unlike batch-hard mining it gives every positive and
   negative within the margin a gradient, which lets a network whose embeddings start in a narrow
   cone spread them (the fair comparison's batch-hard triplet row did not train from there).
 
