@@ -47,7 +47,7 @@ ALLOWED = {
   # (experiments/benchmarks/blocked.py, 176 of them). comparison.rst and rax.rst hold none by
   # this definition (their result numbers are in prose, without a unit) and are checked like
   # the rest.
-  "docs/guide/scale.rst": 331,
+  "docs/guide/scale.rst": 338,
   # Its tables are generated; what remains is prose: the history of what each change cut (issue
   # 27's cosine derivative, the accelerator forms), the accelerator goals (3x, 4x, 1 GB) beside
   # the cells they are met by, and one-off measurements without a command of their own.

@@ -57,12 +57,13 @@ def chunked_value_and_grad(
     leading axis, `labels` is passed to `loss_fn` as is. It returns `(loss, grad_params)`.
 
   **Speed on CPU.** XLA's CPU backend computes the weight gradients of convolutions inside a loop
-  body about 15x slower than outside one (measured with jax 0.10.2: the loop gets a non-canonical
-  convolution layout), so on CPU a chunked step of a convolutional network is much slower than an
-  unchunked one (`experiments/benchmarks/chunked.py`). Unrolling the loop restores the speed but
-  lets XLA keep every chunk's activations alive, which defeats the purpose; GPUs and TPUs do not
-  have this problem, and dense layers are not affected. Outside `jit`, `host_chunked_value_and_grad`
-  computes the same result with the loop in Python and is about as fast as the unchunked step.
+  body much slower than outside one (the loop gets a non-canonical convolution layout; the
+  measurement is in docs/guide/scale.rst, "Large batches"), so on CPU a chunked step of a
+  convolutional network is much slower than an unchunked one (`experiments/benchmarks/chunked.py`).
+  Unrolling the loop restores the speed but lets XLA keep every chunk's activations alive, which
+  defeats the purpose; GPUs and TPUs do not have this problem, and dense layers are not affected.
+  Outside `jit`, `host_chunked_value_and_grad` computes the same result with the loop in Python and
+  is about as fast as the unchunked step.
 
   **BatchNorm.** Each chunk is normalised with its own batch statistics, so a network in training
   mode gives different embeddings (and gradients) in chunks than on the whole batch, and running

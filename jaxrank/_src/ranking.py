@@ -332,15 +332,10 @@ COMPARE_UP_TO = 32
 """Relevant items per list up to which the counts compare every item with every relevant score.
 
 Comparing is O(n R) per list for R relevant items; beyond, the counts come from one sort of each
-list (O(n log n) whatever R). On CPU comparing is the fastest way for small R (one vectorised
-compare-and-add per item and relevant score): measured on 2 CPU cores, 256 lists of 10,000
-scores, it takes 3 ms at R = 12, 7 ms at R = 32, 36 ms at R = 256 and 97 ms at R = 1,024; numpy's
-sort and search take 4 to 30 ms across those R. On a TPU or GPU comparing is one fused pass over
-the scores (the `[c, R, n]` comparison is never written), where a sort is many: by the TPU v5e
-compiler's estimate, for 1,024 lists of 60,000 scores, 0.33 ms up to R = 64 against 4.5 ms for
-XLA's sort; by count of vector operations (4 per item and relevant score against about 3 per item
-and stage of a bitonic sort of 2^16 items, 136 stages), comparing does a quarter of the sort's
-work at R = 32 and as much near R = 100.
+list (O(n log n) whatever R). For small R comparing is the faster way on every platform: on CPU
+one vectorised compare-and-add per item and relevant score, on a TPU or GPU one fused pass over
+the scores (the `[c, R, n]` comparison is never written) where a sort is many passes. The
+measurements that chose this bound: docs/guide/scale.rst, "Evaluation at scale".
 """
 
 
@@ -396,9 +391,8 @@ def count_above_and_tied(
 COMPARE_TILE = 128
 """Lists counted at once by the CPU's comparing loop: a chunk of more lists is counted in tiles of
 this many (`lax.map`), so that each tile's `[R, 128]` thresholds and accumulators stay in the
-core's first cache level. Measured on 2 CPU cores, 1,024 lists of 20,000 scores and 11
-thresholds: 47 ms of CPU time in tiles of 128 (47 in tiles of 64, 82 of 256) against 80 ms at
-once."""
+core's first cache level (the tile that measured fastest: docs/guide/scale.rst, "Evaluation at
+scale")."""
 
 
 def _compare_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Array, ...]:
@@ -406,9 +400,9 @@ def _compare_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Array
   accumulators, the thresholds in their order (the CPU's path), in tiles of `COMPARE_TILE`
   lists when `c` is a multiple of it.
 
-  Each step is one vectorised compare-and-add; on CPU this runs about 50x faster than
-  `jnp.sum(scores[:, :, None] > thresholds[:, None, :], axis=1)`, whose XLA reduction is not
-  vectorised, and it never materialises the `[c, n, R]` comparison.
+  Each step is one vectorised compare-and-add; on CPU it vectorises where XLA's reduction of
+  `jnp.sum(scores[:, :, None] > thresholds[:, None, :], axis=1)` does not, and it never
+  materialises the `[c, n, R]` comparison.
   """
   c = scores.shape[0]
   if scores.ndim != 2 or c <= COMPARE_TILE or c % COMPARE_TILE:
@@ -465,10 +459,10 @@ def xla_sorted_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Arr
 
 
 def numpy_sorted_counts(scores: np.ndarray, thresholds: np.ndarray) -> tuple[np.ndarray, ...]:
-  """`xla_sorted_counts` in numpy (about 10x faster on CPU), the lists split over the cores.
+  """`xla_sorted_counts` in numpy (faster than XLA's on CPU), the lists split over the cores.
 
   The thresholds are searched in increasing order of their negation, which lets numpy's binary
-  search start from the previous answer (10x faster than searching them unsorted).
+  search start from the previous answer (faster than searching them unsorted).
   """
   scores, thresholds = np.asarray(scores), np.asarray(thresholds)
   lead = np.broadcast_shapes(scores.shape[:-1], thresholds.shape[:-1])
@@ -610,7 +604,7 @@ def _float32_keys(values: np.ndarray) -> np.ndarray:
 
 
 def numpy_descending_ranks(scores: np.ndarray) -> np.ndarray:
-  """`descending_ranks` in numpy, for the CPU path (about 10x faster than XLA's CPU sort).
+  """`descending_ranks` in numpy, for the CPU path (faster than XLA's CPU sort).
 
   float32 keys become order-preserving 32-bit integers, packed above the 32-bit position into one
   uint64 whose plain (unstable) sort gives the stable order. Other dtypes use a stable argsort.
@@ -745,7 +739,7 @@ def descending_ranks(scores: jax.Array) -> jax.Array:
   """Ranks `[..., n]` along the last axis: 1 = highest score, ties by position; not differentiable.
 
   One sort of each list. On CPU the sort runs in numpy through `jax.pure_callback` (XLA's CPU sort
-  is about 10x slower); on other platforms it is XLA's sort (`descending_ranks_branch` forces
+  is slower); on other platforms it is XLA's sort (`descending_ranks_branch` forces
   either, for tests). Both give identical ranks for every input: `0.0` and `-0.0` are the same
   score, `+inf` ranks first and `-inf` after every finite score, and NaN scores rank last (after
   `-inf`), in the order of the list. Works under `jit` and `vmap`.

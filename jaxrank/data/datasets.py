@@ -288,8 +288,8 @@ def load_cars196(data_dir: str | os.PathLike | None = None, split: str = "train"
 def unreadable_images(paths: Sequence[str] | np.ndarray) -> list[str]:
   """The paths among `paths` that TensorFlow cannot read and decode as an image.
 
-  Every file is decoded once, with the decoder the pipeline uses, in a parallel tf.data pass
-  (about 1 ms a 256-pixel JPEG per core), so a file accepted here will not fail in training.
+  Every file is decoded once, with the decoder the pipeline uses, in a parallel tf.data pass, so
+  a file accepted here will not fail in training.
   """
   if not len(paths):
     return []

@@ -410,11 +410,11 @@ def load_glyphs(
   characters merged into "Other". The split is class-disjoint and fixed (independent of `seed`):
   half of each super-class's characters train (rounded down), the others test.
 
-  With the defaults (both splits generated together on first use, in about 15 to 30 s of CPU
-  on a 2-core machine, then read from the cache in 0.1 s; 16 MB per split): train 1,155 classes,
-  15,848 images, 26 super-classes; test 1,165 classes, 15,864 images, the same 26 super-classes.
-  With `min_typefaces=16, image_size=16, strength=0.5` (the training job's `dataset="glyphs"`):
-  359 classes and 5,879 images in train, 359 and 5,919 in test, 9 super-classes, in about 4 s.
+  With the defaults (both splits generated together on first use, then read from the cache;
+  16 MB per split): train 1,155 classes, 15,848 images, 26 super-classes; test 1,165 classes,
+  15,864 images, the same 26 super-classes. With `min_typefaces=16, image_size=16, strength=0.5`
+  (the training job's `dataset="glyphs"`): 359 classes and 5,879 images in train, 359 and 5,919
+  in test, 9 super-classes.
 
   Images are cached in `cache_dir` (default `$XDG_CACHE_HOME/jaxrank/glyphs`, else
   `~/.cache/jaxrank/glyphs`) in one file per split and parameters, written atomically; the same
