@@ -333,6 +333,7 @@ def train_and_evaluate(
     ConfigError: a configuration that cannot run, or a workdir that holds a run of another
       configuration, before anything is written.
     Interrupted: Ctrl-C (SIGINT) during training, after the state was saved.
+    checkpoints.CheckpointError: the newest readable checkpoint does not fit this run's state.
   """
   input_pipeline.hide_gpus_from_tensorflow()
   name = name or os.path.basename(os.path.normpath(workdir))
