@@ -20,11 +20,13 @@ from flax import nnx
 import jaxrank
 import jaxrank.data as jd
 from experiments.job import check
+from experiments.job import checkpoints
 from experiments.job import input_pipeline
 from experiments.job import losses as losses_lib
 from experiments.job import main as main_lib
 from experiments.job import networks
 from experiments.job import reporting
+from experiments.job import step as step_lib
 from experiments.job import train
 from jaxrank import models
 
@@ -327,7 +329,7 @@ def test_the_sampler_bound_reaches_the_losses_that_take_it(overrides, bound, mon
   (unless `loss_kwargs` sets it), the others never see it."""
   from experiments.job import losses  # pylint: disable=g-import-not-at-top
 
-  assert train.relevant_bound(dataclasses.replace(TINY, **overrides)) == bound
+  assert step_lib.relevant_bound(dataclasses.replace(TINY, **overrides)) == bound
   seen = []
 
   def recording(name, kwargs=None):
@@ -337,13 +339,13 @@ def test_the_sampler_bound_reaches_the_losses_that_take_it(overrides, bound, mon
   monkeypatch.setattr(losses, "get_loss", recording)
   for name in ("smoothap", "blackbox_ap", "supap+calibration", "fastap"):
     config = dataclasses.replace(TINY, loss=name, **overrides)
-    train._batch_loss_fn(config, None)  # pylint: disable=protected-access
+    step_lib._batch_loss_fn(config, None)  # pylint: disable=protected-access
     takes = name != "fastap"
     assert losses.takes_relevant_bound(name) == takes
     want = {"max_relevant": bound} if takes and bound is not None else {}
     assert seen.pop() == (name, want), name
   config = dataclasses.replace(TINY, loss="smoothap", loss_kwargs={"max_relevant": 50}, **overrides)
-  train._batch_loss_fn(config, None)  # pylint: disable=protected-access
+  step_lib._batch_loss_fn(config, None)  # pylint: disable=protected-access
   assert seen.pop() == ("smoothap", {"max_relevant": 50})
 
 
@@ -658,7 +660,7 @@ def test_entry_points_hide_gpus_from_tensorflow_before_running(monkeypatch):
 def test_a_diverged_step_between_logs_is_never_checkpointed(tmp_path, monkeypatch):
   """The loss turns NaN at step 3, logged only at step 5: the check of every step stops the run
   before the checkpoint of step 4, which would otherwise hold NaN parameters to resume from."""
-  make_step = train._make_train_step
+  make_step = step_lib.make_train_step
 
   def poisoning(*args):
     step_fn = make_step(*args)
@@ -672,7 +674,7 @@ def test_a_diverged_step_between_logs_is_never_checkpointed(tmp_path, monkeypatc
 
     return step
 
-  monkeypatch.setattr(train, "_make_train_step", poisoning)
+  monkeypatch.setattr(step_lib, "make_train_step", poisoning)
   config = dataclasses.replace(TINY, log_every=5, checkpoint_every=2, keep_checkpoints=5)
   with pytest.raises(FloatingPointError, match="not finite at step 3.*Nothing after step 2"):
     train.train_and_evaluate(config, str(tmp_path))
@@ -690,7 +692,7 @@ def _saved_steps(tmp_path, steps=(1, 2)):
   state = {"params": {"w": jnp.arange(6.0).reshape(2, 3)}, "step": jnp.int32(0)}
   manager = _manager(tmp_path / "checkpoints")
   for step in steps:
-    train._save(manager, step, {**state, "step": jnp.int32(step)}, (step, 0))
+    checkpoints.save(manager, step, {**state, "step": jnp.int32(step)}, (step, 0))
   manager.wait_until_finished()
   manager.close()
   return state
@@ -716,7 +718,7 @@ def test_an_unreadable_checkpoint_is_moved_aside_never_deleted(tmp_path, damage,
   earlier.mkdir(parents=True)
   (earlier / "keep").write_text("an earlier copy")
   manager = _manager(tmp_path / "checkpoints")
-  restored, position = train._restore_latest(manager, state, str(tmp_path))
+  restored, position = checkpoints.restore_latest(manager, state, str(tmp_path))
   manager.close()
   assert int(restored["step"]) == 1 and position == (1, 0)
   assert (earlier / "keep").read_text() == "an earlier copy"
@@ -729,8 +731,10 @@ def test_a_readable_checkpoint_that_does_not_fit_is_left_and_the_error_says_why(
   _saved_steps(tmp_path)
   changed = {"params": {"w": jnp.zeros((2, 3)), "b": jnp.zeros(3)}, "step": jnp.int32(0)}
   manager = _manager(tmp_path / "checkpoints")
-  with pytest.raises(train.CheckpointError, match="can be read but not restored.*configuration"):
-    train._restore_latest(manager, changed, str(tmp_path))
+  with pytest.raises(
+    checkpoints.CheckpointError, match="can be read but not restored.*configuration"
+  ):
+    checkpoints.restore_latest(manager, changed, str(tmp_path))
   manager.close()
   assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["1", "2"]
   assert not (tmp_path / "unreadable_checkpoints").exists()
@@ -741,7 +745,7 @@ def test_a_failure_that_is_not_the_checkpoints_moves_nothing(tmp_path, monkeypat
   """A restore that fails once (an I/O hiccup) is tried again; one that keeps failing while the
   files read (a bug) is raised, from the original error; neither moves the checkpoint."""
   state = _saved_steps(tmp_path)
-  restore = train._restore
+  restore = checkpoints._restore
   calls = []
 
   def flaky(manager, step, target=None):
@@ -750,15 +754,17 @@ def test_a_failure_that_is_not_the_checkpoints_moves_nothing(tmp_path, monkeypat
       raise OSError("Input/output error")
     return restore(manager, step, target)
 
-  monkeypatch.setattr(train, "_restore", flaky)
+  monkeypatch.setattr(checkpoints, "_restore", flaky)
   manager = _manager(tmp_path / "checkpoints")
   try:
     if failures == 1:
-      restored, _ = train._restore_latest(manager, state, str(tmp_path))
+      restored, _ = checkpoints.restore_latest(manager, state, str(tmp_path))
       assert int(restored["step"]) == 2
     else:
-      with pytest.raises(train.CheckpointError, match="OSError: Input/output error") as raised:
-        train._restore_latest(manager, state, str(tmp_path))
+      with pytest.raises(
+        checkpoints.CheckpointError, match="OSError: Input/output error"
+      ) as raised:
+        checkpoints.restore_latest(manager, state, str(tmp_path))
       assert isinstance(raised.value.__cause__, OSError)
   finally:
     manager.close()
@@ -780,7 +786,7 @@ def test_checked_steps_stop_at_a_traced_value_check_that_fails(tmp_path, monkeyp
 
   config = dataclasses.replace(TINY, num_steps=2, check_traced_inputs=True)
   train.train_and_evaluate(config, str(tmp_path / "clean"))  # In range: it runs through.
-  monkeypatch.setattr(train, "_batch_loss_fn", doubled_scores)
+  monkeypatch.setattr(step_lib, "_batch_loss_fn", doubled_scores)
   with pytest.raises(Exception, match=r"fastap_loss: scores must lie in \[-1, 1\]"):
     train.train_and_evaluate(config, str(tmp_path / "doubled"))
   unchecked = dataclasses.replace(config, check_traced_inputs=False)
@@ -809,7 +815,7 @@ def test_evaluation_retrieves_with_binary_codes_of_the_network_in_inference_mode
   statistics), with the Hamming similarity: `evaluate` equals `evaluate_retrieval` on those codes,
   not on the relaxed codes it trains on nor on the codes of the network in training mode."""
   config = HASHING
-  model, state = train._init_state(config, train.make_optimizer(config))
+  model, state = step_lib.init_state(config, step_lib.make_optimizer(config))
   # Running statistics of a few training-mode passes (momentum 0.9), away from the initial ones
   # and from a batch's own.
   net = nnx.merge(model.train_graph, state["params"], state["rest"], copy=True)
@@ -864,13 +870,13 @@ def test_the_step_minimises_the_configured_loss_of_the_network_at_its_step(confi
   """The step's loss is the configured loss on the batch's lists: the network in training mode
   at the tanh scale of the state's step (hashing), the head's similarity, the query in its own
   list when `include_self`. Each alternative gives another value here."""
-  model, state = train._init_state(config, train.make_optimizer(config))
+  model, state = step_lib.init_state(config, step_lib.make_optimizer(config))
   state = {**state, "step": jnp.int32(2)}
   images, labels = _first_batch(config)
-  step = train._make_train_step(config, model, train.make_optimizer(config), None)
+  step = step_lib.make_train_step(config, model, step_lib.make_optimizer(config), None)
   _, loss, first_bad = step(state, images, labels, jnp.int32(-1))
   assert int(first_bad) == -1
-  scale = train._tanh_scale(config, jnp.int32(2))
+  scale = step_lib.tanh_scale(config, jnp.int32(2))
   kwargs = dict(scale=scale, include_self=config.include_self)
   want = _step_loss_reference(config, model, state, images, labels, **kwargs)
   assert float(loss) == pytest.approx(want, rel=1e-5)
@@ -898,10 +904,10 @@ def _blow_up() -> optax.GradientTransformation:
 
 def test_the_divergence_check_reads_the_updated_parameters_and_keeps_the_first_bad_step():
   config = TINY
-  model, state = train._init_state(config, train.make_optimizer(config))
+  model, state = step_lib.init_state(config, step_lib.make_optimizer(config))
   images, labels = _first_batch(config)
-  good = train._make_train_step(config, model, train.make_optimizer(config), None)
-  bad = train._make_train_step(config, model, _blow_up(), None)
+  good = step_lib.make_train_step(config, model, step_lib.make_optimizer(config), None)
+  bad = step_lib.make_train_step(config, model, _blow_up(), None)
   state, loss, first_bad = good(state, images, labels, jnp.int32(-1))
   assert np.isfinite(float(loss)) and int(first_bad) == -1
   state, loss, first_bad = bad(state, images, labels, first_bad)  # Step 2.
@@ -910,13 +916,13 @@ def test_the_divergence_check_reads_the_updated_parameters_and_keeps_the_first_b
   _, loss, first_bad = good(state, images, labels, first_bad)  # Step 3: NaN loss too.
   assert not np.isfinite(float(loss)) and int(first_bad) == 2  # Still the first one.
   with pytest.raises(FloatingPointError, match="not finite at step 2.*Nothing after step 1"):
-    train._check_finite("run", first_bad, 1)
+    step_lib.check_finite("run", first_bad, 1)
 
 
 def test_the_seed_sets_the_initial_network():
-  tx = train.make_optimizer(TINY)
+  tx = step_lib.make_optimizer(TINY)
   params = {
-    s: _leaves_of(train._init_state(dataclasses.replace(TINY, seed=s), tx)[1]["params"])
+    s: _leaves_of(step_lib.init_state(dataclasses.replace(TINY, seed=s), tx)[1]["params"])
     for s in (0, 1)
   }
   for seed, leaves in params.items():
@@ -935,8 +941,8 @@ def test_the_head_learns_head_lr_multiplier_times_faster_than_the_backbone():
   `head_lr_multiplier` times as far as the backbone's, and every leaf of the model is in one of
   the two groups."""
   config = dataclasses.replace(TINY, warmup_steps=0, weight_decay=0.0, head_lr_multiplier=10.0)
-  tx = train.make_optimizer(config)
-  _, state = train._init_state(config, tx)
+  tx = step_lib.make_optimizer(config)
+  _, state = step_lib.init_state(config, tx)
   params = state["params"]
   grads = jax.tree.map(jnp.ones_like, params)
   updates, _ = tx.update(grads, tx.init(params), params)

@@ -45,12 +45,12 @@ _TRAIN = """
 import launcher
 launcher.initialize()
 import json, os, signal, sys, time
-from experiments.job import main, train
+from experiments.job import main, step, train
 
 path, workdir, overrides, kill_after = sys.argv[1:3] + [json.loads(sys.argv[3]), int(sys.argv[4])]
 config, _ = main.prepare(path, overrides)
 if kill_after:
-  make_step = train._make_train_step
+  make_step = step.make_train_step
 
   def make_killing_step(*args):
     step_fn = make_step(*args)
@@ -70,7 +70,7 @@ if kill_after:
 
     return killing_step
 
-  train._make_train_step = make_killing_step
+  step.make_train_step = make_killing_step
 metrics = train.train_and_evaluate(config, workdir, name="mp")
 print("RESULT", json.dumps(metrics), flush=True)
 """

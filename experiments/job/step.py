@@ -1,0 +1,332 @@
+"""One training step of the job and what builds it, for `train.train_and_evaluate`.
+
+`learning_rate_schedule` and `make_optimizer` (AdamW, warm-up then cosine decay, the embedding
+layer's learning rate `head_lr_multiplier` times larger); `mesh` (with `shard=True`, the axis
+`"batch"` over every device of every process); the batch loss (`jaxrank.batch_retrieval` with the
+head's similarity, then the configured loss, blocked, chunked or sharded on request, with the
+sampler's `relevant_bound` for the losses that take one); `init_state` (the model's graph
+definitions and the training state, a pytree of arrays saved and restored as a whole);
+`make_train_step` (the jitted step, which also records the first step whose loss or parameters
+are not finite, for `check_finite`); and the placement of the state and the batches across
+processes (`replicate`, `local`, `train_share`, `global_batch`, `is_primary`). It imports nothing
+of `train` or `checkpoints`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.experimental import checkify
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import jaxrank
+from experiments.job import config as config_lib
+from experiments.job import input_pipeline
+from experiments.job import losses
+from experiments.job import networks
+
+# ---------------------------------------------------------------------------------------------
+# Optimiser, loss.
+
+
+def learning_rate_schedule(config: config_lib.Config) -> optax.Schedule:
+  """Linear warm-up to `learning_rate`, then cosine decay to 1% of it at `num_steps`."""
+  warmup = min(config.warmup_steps, max(config.num_steps - 1, 0))
+  return optax.warmup_cosine_decay_schedule(
+    init_value=0.0 if warmup else config.learning_rate,
+    peak_value=config.learning_rate,
+    warmup_steps=warmup,
+    decay_steps=max(config.num_steps, warmup + 1),
+    end_value=0.01 * config.learning_rate,
+  )
+
+
+def make_optimizer(config: config_lib.Config) -> optax.GradientTransformation:
+  """AdamW with the schedule; the head's learning rate is `head_lr_multiplier` times larger."""
+  schedule = learning_rate_schedule(config)
+  head_schedule = lambda step: config.head_lr_multiplier * schedule(step)
+
+  def labels(params):
+    return jax.tree_util.tree_map_with_path(
+      lambda path, _: "head" if path[0].key == "head" else "backbone", params
+    )
+
+  return optax.multi_transform(
+    {
+      "backbone": optax.adamw(schedule, weight_decay=config.weight_decay),
+      "head": optax.adamw(head_schedule, weight_decay=config.weight_decay),
+    },
+    labels,
+  )
+
+
+def tanh_scale(config: config_lib.Config, step: jax.Array) -> jax.Array | None:
+  """The scale `alpha` of the relaxed codes `tanh(alpha f)` at `step`; None for other heads."""
+  if not networks.HEADS[config.head].tanh_scaled:
+    return None
+  return jaxrank.hashing.tanh_scale(
+    step, initial=config.tanh_initial, growth=config.tanh_growth, every=config.tanh_every
+  )
+
+
+def mesh(config: config_lib.Config) -> jax.sharding.Mesh | None:
+  """With `shard=True`, the mesh `("batch",)` over every device of every process; else None."""
+  if not config.shard:
+    return None
+  return jax.make_mesh((jax.device_count(),), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
+
+
+def relevant_bound(config: config_lib.Config) -> int | None:
+  """The most relevant items a list of a training batch can hold, when the sampler fixes it.
+
+  A sampler of whole classes (`SamplerSpec.whole_classes`) gives each class of a batch exactly
+  `K = samples_per_class` images, so a query's list holds `K - 1` relevant items (`K` with
+  `include_self`), plus at most `K` for each of the `memory_batches` past batches in the gallery.
+  Other samplers fix nothing: None. Passed as `max_relevant` to the losses that take it, which then
+  run a loop or a count of that many items instead of a sort or a data-dependent loop (a list
+  beyond the bound would give NaN: the sampler rules it out).
+  """
+  if not input_pipeline.SAMPLERS[config.sampler].whole_classes:
+    return None
+  k = config.samples_per_class
+  return (k if config.include_self else k - 1) + config.memory_batches * k
+
+
+def _batch_loss_fn(
+  config: config_lib.Config, mesh: jax.sharding.Mesh | None
+) -> Callable[[jax.Array, Any], jax.Array]:
+  """`fn(embeddings [B, D], (labels [B], memory or None)) -> scalar`: retrieval, then the loss.
+
+  A loss that takes `max_relevant` gets the sampler's bound (`relevant_bound`) unless
+  `config.loss_kwargs` sets one. With `loss_block_size`, the lists are scored and the loss taken
+  that many queries at a time (`jaxrank.blocked_loss`, or `sharded_loss(block_size=)`).
+  """
+  kwargs = dict(config.loss_kwargs)
+  bound = relevant_bound(config)
+  if bound is not None and losses.takes_relevant_bound(config.loss):
+    kwargs.setdefault("max_relevant", bound)
+  list_loss = losses.get_loss(config.loss, kwargs)
+  similarity_fn = networks.HEADS[config.head].similarity_fn
+  block_size = config.loss_block_size
+  if mesh is not None:
+    sharded = jaxrank.sharded_loss(
+      list_loss,
+      mesh,
+      "batch",
+      include_self=config.include_self,
+      similarity_fn=similarity_fn,
+      block_size=block_size,
+    )
+    return lambda embeddings, targets: sharded(embeddings, targets[0])
+
+  def whole(embeddings, labels, **gallery):
+    scores, relevance, where = jaxrank.batch_retrieval(
+      embeddings,
+      labels,
+      include_self=config.include_self,
+      similarity_fn=similarity_fn,
+      **gallery,
+    )
+    return list_loss(scores, relevance, where=where)
+
+  lists_loss = (
+    whole
+    if block_size is None
+    else jaxrank.blocked_loss(
+      list_loss,
+      block_size=block_size,
+      include_self=config.include_self,
+      similarity_fn=similarity_fn,
+    )
+  )
+
+  def loss(embeddings, targets):
+    labels, memory = targets
+    if memory is None:
+      return lists_loss(embeddings, labels)
+    return lists_loss(
+      embeddings,
+      labels,
+      gallery_embeddings=memory.embeddings,
+      gallery_labels=memory.labels,
+      gallery_where=memory.where,
+    )
+
+  return loss
+
+
+# ---------------------------------------------------------------------------------------------
+# The training state: a pytree of arrays, saved and restored as a whole.
+
+
+@dataclasses.dataclass
+class Model:
+  """The model split for pure functions: graph definitions for training and inference."""
+
+  train_graph: Any
+  eval_graph: Any
+
+
+def init_state(config: config_lib.Config, tx: optax.GradientTransformation):
+  """The model's graph definitions and the initial training state (a pytree of arrays)."""
+  in_channels = input_pipeline.DATASETS[config.dataset].in_channels
+  model = networks.make_model(config, in_channels, nnx.Rngs(config.seed))
+  model.eval()
+  # nnx.split's overloads return a variadic tuple, which mypy cannot unpack into three names.
+  eval_graph, params, rest = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]
+  model.train()
+  if config.freeze_batchnorm:
+    model.backbone.eval()
+  train_graph, _, _ = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]
+  state = {"params": params, "rest": rest, "opt_state": tx.init(params), "step": jnp.int32(0)}
+  if config.memory_batches:
+    state["memory"] = jaxrank.memory.init(
+      config.memory_batches * config.batch_size, config.embedding_dim
+    )
+  return Model(train_graph, eval_graph), state
+
+
+def make_train_step(
+  config: config_lib.Config,
+  model: Model,
+  tx: optax.GradientTransformation,
+  mesh: jax.sharding.Mesh | None,
+):
+  batch_loss = _batch_loss_fn(config, mesh)
+
+  def embed(params, rest, images, scale):
+    # Fresh variables (copy=True): a BatchNorm in training mode updates its statistics inside
+    # value_and_grad, which NNX refuses for variables made at the outer (jit) level.
+    net = nnx.merge(model.train_graph, params, rest, copy=True)
+    embeddings = net(images, scale=scale)
+    return embeddings, nnx.state(net, nnx.Not(nnx.Param))
+
+  def step_fn(state, images, labels, first_bad):
+    scale = tanh_scale(config, state["step"])
+    memory = state.get("memory")
+    if config.chunk_size is None:
+
+      def objective(params):
+        embeddings, rest = embed(params, state["rest"], images, scale)
+        return batch_loss(embeddings, (labels, memory)), (embeddings, rest)
+
+      (loss, (embeddings, rest)), grads = jax.value_and_grad(objective, has_aux=True)(
+        state["params"]
+      )
+    else:
+      embed_params = lambda params, x: embed(params, state["rest"], x, scale)[0]
+      loss, grads = jaxrank.chunked_value_and_grad(
+        embed_params, batch_loss, chunk_size=config.chunk_size
+      )(state["params"], images, (labels, memory))
+      embeddings, rest = None, state["rest"]
+    updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+    new = {
+      "params": optax.apply_updates(state["params"], updates),
+      "rest": rest,
+      "opt_state": opt_state,
+      "step": state["step"] + 1,
+    }
+    if memory is not None:
+      new["memory"] = jaxrank.memory.push(memory, embeddings, labels)
+    # The first step whose loss or updated parameters are not finite (-1: none yet), checked
+    # here on every step at the cost of one reduction, read on the host only before saving and
+    # on logging steps (`check_finite`).
+    finite = jnp.isfinite(loss)
+    for leaf in jax.tree.leaves(new["params"]):
+      finite &= jnp.all(jnp.isfinite(leaf))
+    first_bad = jnp.where((first_bad < 0) & ~finite, new["step"], first_bad)
+    return new, loss, first_bad
+
+  if config.check_traced_inputs:
+    step_fn = checkify.checkify(step_fn, errors=checkify.user_checks)
+  # No buffer donation: an asynchronous checkpoint save may still be reading the previous state.
+  if mesh is None:
+    jitted = jax.jit(step_fn)
+  else:
+    # On the mesh: the state replicated, the batch split; the state stays replicated after a step.
+    replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("batch"))
+    jitted = jax.jit(
+      step_fn, in_shardings=(replicated, split, split, replicated), out_shardings=replicated
+    )
+  if not config.check_traced_inputs:
+    return jitted
+
+  def checked_step(*args):
+    with jaxrank.traced_checks():  # Read when the step is traced, on its first call.
+      error, out = jitted(*args)
+    error.throw()
+    return out
+
+  return checked_step
+
+
+def check_finite(name: str, first_bad: jax.Array, saved: int) -> None:
+  """Raises if a step so far gave a non-finite loss or parameters (`first_bad >= 0`): before
+  every save (so that a diverged state is never checkpointed, and so never resumed) and on
+  logging steps."""
+  bad = int(first_bad)
+  if bad >= 0:
+    raise FloatingPointError(
+      f"{name}: the training loss or the parameters are not finite at step {bad} (NaN or "
+      f"infinite); lower the learning rate. Nothing after step {saved} was saved."
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Placement across processes.
+
+
+def replicate(state, mesh: jax.sharding.Mesh | None):
+  """The state on every device of the mesh (each process holds the same values), or as it is."""
+  if mesh is None:
+    return state
+  return jax.device_put(state, NamedSharding(mesh, P()))
+
+
+def local(tree):
+  """A replicated (or single-device) pytree as arrays on one device of this process."""
+  return jax.tree.map(lambda x: x.addressable_data(0), tree)
+
+
+def train_share(
+  config: config_lib.Config, mesh: jax.sharding.Mesh | None
+) -> tuple[int, int] | None:
+  """The columns `start:stop` of each global batch that this process's devices hold (None: all).
+
+  `jax.make_array_from_process_local_data` takes, from each process, the rows of the global batch
+  that its devices hold, in order; with the mesh that `mesh` makes they are one contiguous slice.
+  """
+  if mesh is None or jax.process_count() == 1:
+    return None
+  held = NamedSharding(mesh, P("batch")).addressable_devices_indices_map((config.batch_size,))
+  # The stub allows None for a device without a shard; every addressable device has one here.
+  rows = sorted((index[0].start or 0, index[0].stop) for index in held.values())  # type: ignore[index]
+  start, stop = rows[0][0], rows[-1][1]
+  if any(a[1] != b[0] for a, b in zip(rows, rows[1:])):
+    raise ValueError(
+      f"train_and_evaluate: this process's devices hold the rows {rows} of the batch, which "
+      "are not one contiguous slice; the mesh must order devices by process."
+    )
+  return start, stop
+
+
+def global_batch(mesh: jax.sharding.Mesh | None, local: np.ndarray, batch_size: int):
+  """This process's slice of a batch, as the global array split over the mesh's devices."""
+  if mesh is None:
+    return jnp.asarray(local)
+  return jax.make_array_from_process_local_data(
+    NamedSharding(mesh, P("batch")), local, (batch_size, *local.shape[1:])
+  )
+
+
+def is_primary() -> bool:
+  """Whether this is the process that writes files and prints (process 0; the only one alone)."""
+  return jax.process_index() == 0
