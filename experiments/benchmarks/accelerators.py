@@ -7,8 +7,9 @@ CUDA plugin at the installed JAX's version; `make .venv-accel` makes it):
     .venv-accel/bin/python -m experiments.benchmarks.accelerators --batch 1024 --skip-largest
     .venv-accel/bin/python -m experiments.benchmarks.accelerators --targets v5e --losses FastAP
 
-`--docs` also writes each table to docs/_generated/accelerators_<table>.json (`v5e_4096`,
-`h100_16384`, `sharded`, `evaluation`, ...), which docs/guide/benchmarks.rst shows.
+`--docs` also writes each table it made to docs/_generated/accelerators_<table>.json (`v5e_4096`,
+`h100_16384`, `sharded`, `evaluation`, ...), which docs/guide/benchmarks.rst shows; `--skip-steps`,
+`--skip-sharded` and `--skip-evaluation` leave tables out, so that one command rewrites one table.
 
 XLA compiles for accelerators it does not have: libtpu gives compile-only TPU devices of a
 topology (`jax.experimental.topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2")`,
@@ -387,6 +388,7 @@ def main(argv=None):
     action="store_true",
     help="leave out the largest-batch column (many compilations)",
   )
+  parser.add_argument("--skip-steps", action="store_true", help="leave out the per-target tables")
   parser.add_argument("--skip-sharded", action="store_true")
   parser.add_argument("--skip-evaluation", action="store_true")
   parser.add_argument(
@@ -413,7 +415,7 @@ def main(argv=None):
 
   print(f"jax {jax.__version__}; compile-only targets: {', '.join(args.targets)}", flush=True)
   tables = {}
-  for target in args.targets:
+  for target in () if args.skip_steps else args.targets:
     for i, batch in enumerate(args.batch):
       tables[f"{target}_{batch}"] = target_table(
         target, batch, args.dim, args.losses, largest=not args.skip_largest and i == 0
