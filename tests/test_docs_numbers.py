@@ -52,11 +52,6 @@ ALLOWED = {
   # 27's cosine derivative, the accelerator forms), the accelerator goals (3x, 4x, 1 GB) beside
   # the cells they are met by, and one-off measurements without a command of their own.
   "docs/guide/benchmarks.rst": 63,
-  # The hashing result table (seeds 0 / 1): `experiments.results --only glyphs_hashing` writes
-  # experiments/RESULTS.md, not yet a data file.
-  "docs/guide/hashing.rst": 26,
-  # The ablations' R@1 of seeds 0 / 1 in the claims table (experiments.results, as above).
-  "docs/guide/ablations.rst": 6,
   # experiments.compare_released's table of value and gradient differences and the bug sizes.
   "docs/guide/released_code.rst": 42,
   # The glyphs' generation time, the SOP loaders' memory, the data pipeline's timings.
