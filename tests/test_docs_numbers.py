@@ -54,10 +54,6 @@ ALLOWED = {
   "docs/guide/benchmarks.rst": 63,
   # experiments.compare_released's table of value and gradient differences and the bug sizes.
   "docs/guide/released_code.rst": 42,
-  # The glyphs' generation time, the SOP loaders' memory, the data pipeline's timings.
-  "docs/guide/real_data.rst": 7,
-  # The backbone step table (experiments.benchmarks.backbone).
-  "docs/guide/pretrained.rst": 4,
 }
 
 
