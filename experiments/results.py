@@ -683,7 +683,7 @@ def write(path: str, text: str) -> None:
 # The guide's data files: an experiment's table as a page shows it, from its section.
 
 DOCS_SOURCE = "measured"
-RECORD_SOURCE = f"measured: written from the runs' record in {DEFAULT_OUTPUT} (--tables-only)"
+RECORD_SOURCE = f"measured: written from the runs' record, {DEFAULT_OUTPUT}"
 
 
 def printed_table(output: str) -> tuple[list[str], list[list[str]]]:

@@ -48,10 +48,11 @@ ALLOWED = {
   # this definition (their result numbers are in prose, without a unit) and are checked like
   # the rest.
   "docs/guide/scale.rst": 338,
-  # Its tables are generated; what remains is prose: the history of what each change cut (issue
-  # 27's cosine derivative, the accelerator forms), the accelerator goals (3x, 4x, 1 GB) beside
-  # the cells they are met by, and one-off measurements without a command of their own.
-  "docs/guide/benchmarks.rst": 63,
+  # One number, not ours: "RaMBO's Table 6 reports 0.33 s", the paper's published time for the
+  # list the blackbox benchmark sorts, quoted beside that benchmark's table; no command here
+  # measures it. (The history of what each change cut and the one-off timings are transcribed
+  # data files, speed_history, speed_one_off and accelerators_history; the goals are words.)
+  "docs/guide/benchmarks.rst": 1,
 }
 
 
