@@ -41,6 +41,7 @@ import os
 import tempfile
 import time
 from collections.abc import Sequence
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -113,6 +114,7 @@ def sop_rows(
     classes_per_split=192, images_per_class=4, image_size=(image_size[0], image_size[1])
   ):
     sop = jd.load_stanford_online_products(split="train")
+  assert sop.super_labels is not None  # SOP has super-classes.
   hard = functools.partial(
     jd.super_class_batches,
     sop.labels,
@@ -159,7 +161,7 @@ def sampler_rows() -> list[tuple[str, float, int]]:
 
 
 # The glyphs' table: (row, load_glyphs's arguments) of each setting timed.
-GLYPHS = (
+GLYPHS: tuple[tuple[str, dict[str, Any]], ...] = (
   ("defaults: 32 x 32, min_typefaces=12", {}),
   (
     "the training job's: 16 x 16, min_typefaces=16, strength=0.5",
