@@ -27,8 +27,9 @@ relative to the largest value or gradient entry, unless a row's settings name a 
 (the released code's own epsilon). Rows marked "differs" are deliberate differences or bugs of the
 released code, with their cause; the rows "... x factor" show a bug with its factor accounted for.
 
-Measured with the command above: the table it printed, with the commits and versions it ran on,
-is in the user guide, docs/guide/released_code.rst.
+With `--docs` it also writes the table to docs/_generated/released_code.json, with the clones'
+commits and the versions it ran on under it, which the user guide shows
+(docs/guide/released_code.rst).
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ import argparse
 import contextlib
 import dataclasses
 import importlib
+import importlib.metadata
 import os
+import subprocess
 import sys
 import types
 from collections.abc import Callable, Iterator, Sequence
@@ -764,6 +767,60 @@ def run(
   return rows
 
 
+def clone_commit(path: str) -> str:
+  """The short hash of a clone's checked-out commit, or `(not a git clone)`."""
+  done = subprocess.run(
+    ["git", "-C", path, "rev-parse", "--short=7", "HEAD"],
+    capture_output=True,
+    text=True,
+    check=False,
+  )
+  return done.stdout.strip() if done.returncode == 0 else "(not a git clone)"
+
+
+def docs_notes(paths: dict[str, str | None]) -> list[str]:
+  """The lines under the guide's table: what "equal" means, the clones' commits, the versions."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+
+  commits = [
+    f"{REPOSITORIES[flag]} {clone_commit(path)}"
+    for flag, path in paths.items()
+    if flag in REPOSITORIES and path and os.path.isdir(path)
+  ]
+  versions = [f"torch {torch.__version__.split('+')[0]} (CPU)", f"jax {jax.__version__}"]
+  try:
+    versions.append(
+      f"pytorch-metric-learning {importlib.metadata.version('pytorch-metric-learning')}"
+    )
+  except importlib.metadata.PackageNotFoundError:
+    pass
+  tolerances = " or ".join(
+    f"{mantissa}e{int(exponent)} ({dtype})"
+    for dtype, (mantissa, exponent) in ((d, f"{t:.0e}".split("e")) for d, t in TOLERANCE.items())
+  )
+  return [
+    f"equal: both differences within {tolerances} relative to the largest value or gradient "
+    "entry, unless the settings name a looser bound (the released code's own epsilon).",
+    f"Commits: {', '.join(commits)}; {', '.join(versions)}.",
+  ]
+
+
+def write_docs(rows: Sequence[Row], paths: dict[str, str | None], directory=None):
+  """Writes the table to docs/_generated/released_code.json (experiments/docs_data.py)."""
+  from experiments import docs_data  # pylint: disable=g-import-not-at-top
+
+  return docs_data.write_table(
+    "released_code",
+    title="jaxrank beside the released code on identical inputs: the largest difference of the "
+    "values and of the gradients",
+    columns=HEADER,
+    rows=[row.cells() for row in rows],
+    notes=docs_notes(paths),
+    directory=directory,
+  )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   for flag, repo in REPOSITORIES.items():
@@ -773,14 +830,20 @@ def main(argv: Sequence[str] | None = None) -> int:
       metavar="DIR",
       help=f"a local clone of github.com/{repo}",
     )
+  parser.add_argument(
+    "--docs", action="store_true", help="also write the table to docs/_generated/released_code.json"
+  )
   args = parser.parse_args(argv)
-  rows = run(vars(args))
+  paths = {flag: getattr(args, flag) for flag in REPOSITORIES}
+  rows = run(paths)
   print(
     "He et al. 2018 (github.com/kunhe/TALR) is MATLAB, not run here; see "
     "tests/test_hashing.py::test_tanh_scale_is_the_released_schedule."
   )
   if rows:
     print(format_rows(rows))
+    if args.docs:
+      print("wrote", write_docs(rows, paths))
   return 0
 
 

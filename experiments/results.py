@@ -21,8 +21,17 @@ date it carries, from the tables of that day: the numbers are regenerated, the r
 that a reader sees whether it still holds. With `--only`, the sections of the other experiments are
 kept as the existing document has them.
 
-The runner (`run_command`, `run_experiment`) and the writer (`format_section`, `format_document`)
-are separate functions, so that the writer can be tested on canned tables without training.
+An experiment whose table a guide page shows (`docs_columns`: the hashing and ablations pages)
+also gets its data file, docs/_generated/results_<name>.json (experiments/docs_data.py), written
+from its section: each run's row with the seeds' values side by side, the date and machine of
+the runs and the command that reruns them. `--tables-only` writes these files from the document as
+it is, running nothing:
+
+    python -m experiments.results --tables-only
+
+The runner (`run_command`, `run_experiment`) and the writer (`format_section`, `format_document`,
+`write_docs_table`) are separate functions, so that the writer can be tested on canned tables
+without training.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import importlib.metadata
 import inspect
 import logging
 import os
+import pathlib
 import re
 import shlex
 import shutil
@@ -41,6 +51,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+
+from experiments import docs_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_WORKDIR = "runs/results"
@@ -63,6 +75,8 @@ class Experiment:
     history: what was tried before the experiment took its present form (prose, optional).
     fails_with: for a command that stops with an error on its default data (and that is its
       result), a piece of the expected error message; empty when the command should succeed.
+    docs_columns: the columns of its printed table that a guide page shows, each cell the seeds'
+      values (`docs/_generated/results_<name>.json`, `write_docs_table`); empty: no data file.
   """
 
   name: str
@@ -74,6 +88,7 @@ class Experiment:
   written: str
   history: str = ""
   fails_with: str = ""
+  docs_columns: tuple[str, ...] = ()
 
   def as_expected(self, run: Run) -> bool:
     """Whether a run of this experiment ended as it should: with 0, or with the expected error."""
@@ -161,6 +176,7 @@ EXPERIMENTS = (
     title="FastAP's number of histogram bins L (Cakir et al. 2019, Fig. 4b)",
     module="experiments.ablations.fastap_bins",
     args=(),
+    docs_columns=("R@1", "MAP@R"),
     claim="""
             Cakir et al. (2019, Sec. 5.3 "Distance Quantization", Fig. 4b: ResNet-18, batch 256, R@1
             on Stanford Online Products, In-Shop and VehicleID) find that more bins, a closer
@@ -201,6 +217,7 @@ EXPERIMENTS = (
     title="FastAP's batch size (Cakir et al. 2019, Fig. 4a)",
     module="experiments.ablations.batch_size",
     args=("--set", 'loss_kwargs={"num_intervals": 40}'),  # FastAP as the main job trains it.
+    docs_columns=("R@1", "MAP@R"),
     claim="""
             Cakir et al. (2019, Sec. 5.3 "Batch Size", Fig. 4a: FastAP, ResNet-18, R@1 on Stanford
             Online Products, In-Shop and VehicleID) find that R@1 improves monotonically with the
@@ -241,6 +258,7 @@ EXPERIMENTS = (
       "32,4,150",
       "64,4,75",
     ),
+    docs_columns=("R@1", "MAP@R"),
     claim="""
             The batch-size claim of the previous section (R@1 improves monotonically with the
             batch size), as the paper measures it: its networks train a number of epochs
@@ -271,6 +289,7 @@ EXPERIMENTS = (
     "Table 5)",
     module="experiments.ablations.hard_sampling",
     args=("--set", 'loss_kwargs={"num_intervals": 40}'),  # FastAP as the main job trains it.
+    docs_columns=("R@1", "MAP@R"),
     claim="""
             FastAP (Cakir et al. 2019, Sec. 4.2 and App. A-B.1) draws "hard" batches: two
             categories (super-classes, e.g. SOP's 'bicycle' and 'chair') per batch and classes from
@@ -310,6 +329,7 @@ EXPERIMENTS = (
     title="RaMBO's score margin and batch memory (Rolinek et al. 2020, Table 7)",
     module="experiments.ablations.blackbox_margin_memory",
     args=(),
+    docs_columns=("R@1", "MAP@R"),
     claim="""
             RaMBO's AP loss (Rolinek et al. 2020) shifts positive scores down and negative scores up
             by a margin alpha / 2 (Sec. 4.4) and appends the embeddings of the last tau batches to
@@ -352,6 +372,7 @@ EXPERIMENTS = (
     title="ROADMAP's weight lambda between SupAP and calibration (Ramzi et al. 2021, Fig. 4a)",
     module="experiments.ablations.roadmap_lambda",
     args=(),
+    docs_columns=("R@1", "MAP@R"),
     claim="""
             ROADMAP (Ramzi et al. 2021, eq. 2) trains `(1 - lambda) L_SupAP + lambda L_calibr`.
             Their Fig. 4a (iNaturalist, batch 224, Sec. 4.3) shows that the combination "is always
@@ -386,6 +407,7 @@ EXPERIMENTS = (
     title="Hashing: tie-aware AP against plain AP surrogates (He et al. 2018, Tables 1-2)",
     module="experiments.job.main",
     args=("--config", "experiments/job/configs/glyphs_hashing.py"),
+    docs_columns=("mAP_T", "R@1"),
     claim="""
             He et al. (2018, Tables 1-2: CIFAR-10, NUS-WIDE, LabelMe and ImageNet100 at 12 to 64
             bits) train binary codes better by optimising tie-aware AP through its relaxations AP_r
@@ -657,6 +679,129 @@ def write(path: str, text: str) -> None:
   os.replace(tmp, path)
 
 
+# ---------------------------------------------------------------------------------------------
+# The guide's data files: an experiment's table as a page shows it, from its section.
+
+DOCS_SOURCE = "measured"
+RECORD_SOURCE = f"measured: written from the runs' record, {DEFAULT_OUTPUT}"
+
+
+def printed_table(output: str) -> tuple[list[str], list[list[str]]]:
+  """The header and rows of the table a job or an ablation prints.
+
+  That table is a header line, a line of dashes, then one line per run (its name, without spaces,
+  and its values), up to a blank line; the lines before and after it are left out.
+  """
+  lines = output.splitlines()
+  rule = next(
+    (i for i, line in enumerate(lines) if i and line.strip() and set(line.strip()) == {"-"}), None
+  )
+  if rule is None:
+    raise ValueError(f"no table (a header, a line of dashes, rows) in {output[:200]!r}")
+  rows = []
+  for line in lines[rule + 1 :]:
+    if not line.strip():
+      break
+    rows.append(line.split())
+  return lines[rule - 1].split(), rows
+
+
+def section_runs(section: str) -> dict[int, str]:
+  """Each seed's printed output in a section of the document (`format_section`), by seed.
+
+  A seed whose command failed is left out: its output is an error, not a table.
+  """
+  pattern = r"^### Seed (\d+) \((?P<status>[^)]*)\)\n\n```\n(?P<output>.*?)\n```"
+  return {
+    int(m.group(1)): m.group("output")
+    for m in re.finditer(pattern, section, flags=re.MULTILINE | re.DOTALL)
+    if "exit status" not in m.group("status")
+  }
+
+
+def seeds_table(columns: Sequence[str], outputs: Mapping[int, str]) -> tuple[list, list]:
+  """The header and rows of the seeds' printed tables side by side: `columns` of each run.
+
+  Args:
+    columns: the printed columns to show (`R@1`, ...).
+    outputs: seed -> what its command printed, in the order the cells give them.
+
+  Returns:
+    The header (the runs' column, then each column with the seeds) and one row per run of the
+    first seed's table, each cell the seeds' values joined by ` / ` (`-` where a seed has no such
+    run).
+  """
+  parsed = {seed: printed_table(output) for seed, output in outputs.items()}
+  for seed, (header, _) in parsed.items():
+    missing = [c for c in columns if c not in header]
+    if missing:
+      raise ValueError(f"seed {seed}'s table has no column {missing}: {header}")
+  tables = [
+    {row[0]: dict(zip(header, row, strict=False)) for row in rows}
+    for header, rows in parsed.values()
+  ]
+  first_header, _ = next(iter(parsed.values()))
+  seeds = " / ".join(str(seed) for seed in outputs)
+  names = list(tables[0])
+  return [first_header[0], *(f"{c} (seeds {seeds})" for c in columns)], [
+    [name, *(" / ".join(t.get(name, {}).get(c, "-") for t in tables) for c in columns)]
+    for name in names
+  ]
+
+
+def write_docs_table(
+  experiment: Experiment, section: str, *, source: str = DOCS_SOURCE, directory=None
+) -> pathlib.Path | None:
+  """Writes the table a guide page shows of `experiment`, `docs/_generated/results_<name>.json`.
+
+  Its seeds' columns `experiment.docs_columns` side by side (`seeds_table`), with the date,
+  machine and wall times its section records and the command that reruns them. Nothing is
+  written for an experiment without `docs_columns`, or when a seed failed.
+
+  Args:
+    experiment: the experiment.
+    section: its section of the document (`format_section`).
+    source: `"measured"` when this call ran the commands; `RECORD_SOURCE` when the section
+      comes from the document.
+    directory: where to write (default: docs/_generated).
+
+  Returns:
+    The data file's path, or None when nothing was written.
+  """
+  runs = section_runs(section)
+  seeds = [int(s) for s in re.findall(r"^### Seed (\d+) ", section, flags=re.MULTILINE)]
+  if not experiment.docs_columns or not runs or sorted(runs) != sorted(seeds):
+    return None
+  run_on = re.search(r"^Run on (\d{4}-\d\d-\d\d), (.*?)\.?$", section, flags=re.MULTILINE)
+  if run_on is None:
+    raise ValueError(f"{experiment.name}: its section says not when and where it ran")
+  columns, rows = seeds_table(experiment.docs_columns, runs)
+  times = re.findall(r"^### Seed (\d+) \((\d+ s)\)", section, flags=re.MULTILINE)
+  argv = [".venv/bin/python", "-m", "experiments.results", "--only", experiment.name]
+  if seeds != [0, 1]:
+    argv += ["--seeds", *map(str, seeds)]
+  return docs_data.write_table(
+    f"results_{experiment.name}",
+    title=f"{experiment.title}: the test split (classes unseen in training)",
+    columns=columns,
+    rows=rows,
+    command=shlex.join(argv),
+    source=source,
+    notes=[
+      "Wall time: " + ", ".join(f"seed {seed} {seconds}" for seed, seconds in times) + ".",
+      f"{DEFAULT_OUTPUT} has every column of each seed's table and the reading of them.",
+    ],
+    date=run_on.group(1),
+    machine_name=run_on.group(2),
+    directory=directory,
+  )
+
+
+def _log_written(path: pathlib.Path | None) -> None:
+  if path is not None:
+    logging.info("wrote %s", path)
+
+
 def _parser() -> argparse.ArgumentParser:
   names = [e.name for e in EXPERIMENTS]
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -690,6 +835,12 @@ def _parser() -> argparse.ArgumentParser:
     action="store_true",
     help="reuse finished runs in the workdirs instead of deleting them first",
   )
+  parser.add_argument(
+    "--tables-only",
+    action="store_true",
+    help="run nothing: write the guide's data files (docs/_generated/results_<name>.json) from "
+    "the document's sections as they are",
+  )
   return parser
 
 
@@ -707,6 +858,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   for experiment in EXPERIMENTS:
     if args.only and experiment.name not in args.only:
       continue
+    if args.tables_only:
+      if experiment.name in sections:
+        _log_written(write_docs_table(experiment, sections[experiment.name], source=RECORD_SOURCE))
+      continue
     runs = run_experiment(experiment, args.seeds, args.workdir, resume=args.resume)
     failed += [(experiment.name, r.seed) for r in runs if not experiment.as_expected(r)]
     sections[experiment.name] = format_section(
@@ -718,6 +873,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     write(output, format_document(sections))
     logging.info("wrote %s", output)
+    _log_written(write_docs_table(experiment, sections[experiment.name]))
   if failed:
     logging.error(
       "runs that did not end as expected (name, seed): %s; their sections say how they ended.",

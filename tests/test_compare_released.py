@@ -6,6 +6,8 @@ stands in for one: imported as the script imports theirs, compared, and formatte
 
 from __future__ import annotations
 
+import json
+import pathlib
 import textwrap
 
 import jax.numpy as jnp
@@ -15,6 +17,7 @@ import torch  # The dev extra installs it.
 
 from experiments import compare_released
 
+_GENERATED = pathlib.Path(__file__).resolve().parent.parent / "docs" / "_generated"
 _CUDA, _MASKED_FILL, _HEAVISIDE = torch.Tensor.cuda, torch.Tensor.masked_fill_, torch.heaviside
 
 # A released-looking package whose __init__ imports something not installed, and a loss that calls
@@ -166,3 +169,39 @@ def test_main_without_clones_names_every_repository(capsys):
   for repo in compare_released.REPOSITORIES.values():
     assert f"clone https://github.com/{repo}" in out
   assert "MATLAB" in out and "test_tanh_scale_is_the_released_schedule" in out
+
+
+def test_main_with_docs_writes_the_guide_s_table(released, tmp_path, monkeypatch, capsys):
+  from experiments import docs_data  # pylint: disable=g-import-not-at-top
+
+  def fake_comparison(root):
+    del root
+    return [
+      compare_released.compare(
+        "fake",
+        "soft_ap_like_loss",
+        "ours",
+        "n=5",
+        x=np.eye(2, 5) * 0.3,
+        dtype="float64",
+        their_fn=lambda t: released.soft_ap_like_loss(t, torch.ones_like(t)),
+        our_fn=lambda t: _ours(1.0)(t, jnp.ones_like(t)),
+      )
+    ]
+
+  monkeypatch.setattr(compare_released, "COMPARISONS", {"fastap": fake_comparison})
+  out = tmp_path / "generated"
+  monkeypatch.setattr(docs_data, "DIRECTORY", out)
+  assert compare_released.main(["--fastap", str(tmp_path), "--docs"]) == 0
+  assert "wrote" in capsys.readouterr().out
+  data = json.loads((out / "released_code.json").read_text())
+  assert data["columns"] == list(compare_released.HEADER)
+  [row] = data["rows"]
+  assert row[:5] == ["fake", "soft_ap_like_loss", "ours", "n=5", "float64"] and row[-1] == "equal"
+  assert data["notes"][0].startswith("equal: both differences within 2e-5 (float32) or 1e-9")
+  assert data["notes"][1].startswith(
+    "Commits: kunhe/FastAP-metric-learning (not a git clone); torch "
+  )
+  # The guide's table has the columns and notes that a rerun writes, so that it replaces them.
+  shown = json.loads((_GENERATED / "released_code.json").read_text())
+  assert shown["columns"] == data["columns"] and shown["notes"][0] == data["notes"][0]

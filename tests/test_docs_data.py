@@ -225,3 +225,79 @@ def test_loss_benchmark_rows_and_figure():
   ]
   figure = losses.docs_figure("fastap", "FastAPLoss", measured)
   assert [len(axis.lines) for axis in figure.axes] == [2, 2]
+
+
+def test_backbone_benchmark_writes_its_table(monkeypatch, tmp_path):
+  from experiments.benchmarks import backbone  # pylint: disable=g-import-not-at-top
+
+  monkeypatch.setattr(backbone, "bench_jax", lambda x, steps: 20.0)
+  monkeypatch.setattr(backbone, "bench_torch", lambda x, steps: 8.0)
+  monkeypatch.setattr(docs_data, "DIRECTORY", tmp_path)
+  argv = ["--batch", "2", "--size", "8", "--steps", "1", "--docs"]
+  monkeypatch.setattr("sys.orig_argv", ["python", "-m", "experiments.benchmarks.backbone", *argv])
+  backbone.main(argv)
+  data = json.loads((tmp_path / "backbone_steps.json").read_text())
+  assert data["columns"] == ["implementation", "s/step", "images/s"]
+  assert data["rows"] == [
+    ["jaxrank (JAX)", "20.00", "0.1"],
+    ["torchvision (PyTorch)", "8.00", "0.2"],
+  ]
+  assert data["notes"] == ["ratio jaxrank / torchvision (images/s): 0.40"]
+  assert data["title"].startswith("ResNet-50 forward+backward, random weights, batch 2, 8x8, CPU")
+  assert data["command"] == ".venv/bin/python -m experiments.benchmarks.backbone " + " ".join(argv)
+  shown = json.loads((REPO / "docs" / "_generated" / "backbone_steps.json").read_text())
+  assert shown["columns"] == data["columns"]  # A rerun replaces the guide's table.
+
+
+def test_data_benchmark_writes_its_two_tables(monkeypatch, tmp_path):
+  from experiments.benchmarks import data  # pylint: disable=g-import-not-at-top
+
+  # The pipelines canned (their timings need batches of SOP-sized images); the glyphs generated,
+  # at a tiny setting: the ASCII letters and digits that every typeface draws, 8 x 8.
+  monkeypatch.setattr(data, "digits_rows", lambda batches, warmup: [("digits, P x K", 74428.4, 60)])
+  monkeypatch.setattr(
+    data, "sop_rows", lambda *a: ([("mock SOP, hard, JPEG (8x8)", 254.2, 128)], ["CPU time: x"])
+  )
+  monkeypatch.setattr(data, "sampler_rows", lambda: [])
+  monkeypatch.setattr(data, "GLYPHS", (("tiny", {"image_size": 8, "min_typefaces": 21}),))
+  monkeypatch.setattr(docs_data, "DIRECTORY", tmp_path)
+  monkeypatch.setattr("sys.orig_argv", ["python", "-m", "experiments.benchmarks.data", "--docs"])
+  data.main(["--docs"])
+  pipelines = json.loads((tmp_path / "data_pipelines.json").read_text())
+  assert pipelines["columns"] == ["pipeline", "batch", "images/s"]
+  assert pipelines["rows"] == [
+    ["digits, P x K", "60", "74,428"],
+    ["mock SOP, hard, JPEG (8x8)", "128", "254"],
+  ]
+  assert pipelines["notes"] == ["CPU time: x"]
+  glyphs = json.loads((tmp_path / "data_glyphs.json").read_text())
+  assert glyphs["columns"] == [
+    "glyphs",
+    "classes, train + test",
+    "images, train + test",
+    "generation, CPU time",
+  ]
+  [[name, classes, images, seconds]] = glyphs["rows"]
+  assert name == "tiny" and re.fullmatch(r"\d+ \+ \d+", classes), classes
+  assert re.fullmatch(r"[\d,]+ \+ [\d,]+", images) and seconds.endswith(" s")
+  # The guide's tables have the columns that a rerun writes (so that it replaces them).
+  for name in ("data_pipelines", "data_glyphs"):
+    shown = json.loads((REPO / "docs" / "_generated" / f"{name}.json").read_text())
+    assert shown["columns"] == json.loads((tmp_path / f"{name}.json").read_text())["columns"]
+
+
+def test_data_benchmark_measures_rate_and_cpu_time():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarks import data  # pylint: disable=g-import-not-at-top
+
+  ds = tf.data.Dataset.from_tensors({"label": np.zeros(4, np.int32)}).repeat()
+  rate, size, ms = data.images_per_second(ds, batches=3, warmup=1)
+  assert rate > 0 and size == 4 and ms >= 0
+  jpeg = tf.io.encode_jpeg(tf.zeros([6, 8, 3], tf.uint8)).numpy()
+  images = np.empty(2, dtype=object)
+  images[:] = [jpeg, jpeg]
+  encoded = jd.LabeledImages(images, np.arange(2), np.zeros(2, int), image_format="encoded")
+  assert data.decode_ms(encoded) >= 0

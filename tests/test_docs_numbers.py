@@ -48,21 +48,11 @@ ALLOWED = {
   # this definition (their result numbers are in prose, without a unit) and are checked like
   # the rest.
   "docs/guide/scale.rst": 338,
-  # Its tables are generated; what remains is prose: the history of what each change cut (issue
-  # 27's cosine derivative, the accelerator forms), the accelerator goals (3x, 4x, 1 GB) beside
-  # the cells they are met by, and one-off measurements without a command of their own.
-  "docs/guide/benchmarks.rst": 63,
-  # The hashing result table (seeds 0 / 1): `experiments.results --only glyphs_hashing` writes
-  # experiments/RESULTS.md, not yet a data file.
-  "docs/guide/hashing.rst": 26,
-  # The ablations' R@1 of seeds 0 / 1 in the claims table (experiments.results, as above).
-  "docs/guide/ablations.rst": 6,
-  # experiments.compare_released's table of value and gradient differences and the bug sizes.
-  "docs/guide/released_code.rst": 42,
-  # The glyphs' generation time, the SOP loaders' memory, the data pipeline's timings.
-  "docs/guide/real_data.rst": 7,
-  # The backbone step table (experiments.benchmarks.backbone).
-  "docs/guide/pretrained.rst": 4,
+  # One number, not ours: "RaMBO's Table 6 reports 0.33 s", the paper's published time for the
+  # list the blackbox benchmark sorts, quoted beside that benchmark's table; no command here
+  # measures it. (The history of what each change cut and the one-off timings are transcribed
+  # data files, speed_history, speed_one_off and accelerators_history; the goals are words.)
+  "docs/guide/benchmarks.rst": 1,
 }
 
 

@@ -390,6 +390,73 @@ def test_results_runner_captures_the_table_or_the_error():
   assert bad.output.endswith("ValueError: no super-classes;\nuse another data set")
 
 
+_PRINTED = """Test split (classes unseen in training), experiments/job/configs/glyphs.py seed={}:
+
+bins          R@1    R@2  MAP@R   time
+--------------------------------------
+untrained   0.20{}  0.283  0.039     5s
+L=5         0.18{}  0.261  0.045    14s
+
+Total 91 s; plot in runs/results/fastap_bins/seed{}/fastap_bins.png"""
+
+
+def test_results_write_the_guide_s_table_of_the_seeds(tmp_path):
+  bins = next(e for e in results_lib.EXPERIMENTS if e.name == "fastap_bins")
+  assert results_lib.printed_table(_PRINTED.format(0, 3, 5, 0)) == (
+    ["bins", "R@1", "R@2", "MAP@R", "time"],
+    [["untrained", "0.203", "0.283", "0.039", "5s"], ["L=5", "0.185", "0.261", "0.045", "14s"]],
+  )
+  runs = [
+    results_lib.Run(
+      s, f"python -m x --set seed={s}", 0, _PRINTED.format(s, 3 + s, 5 + s, s), 90.0 + s
+    )
+    for s in (0, 1)
+  ]
+  section = results_lib.format_section(
+    bins, runs, date="2026-11-23", machine_name="Some CPU, 2 cores", package_versions={"jax": "1"}
+  )
+  path = results_lib.write_docs_table(bins, section, directory=tmp_path)
+  data = json.loads(path.read_text())
+  assert path.name == "results_fastap_bins.json"
+  assert data["columns"] == ["bins", "R@1 (seeds 0 / 1)", "MAP@R (seeds 0 / 1)"]
+  assert data["rows"] == [
+    ["untrained", "0.203 / 0.204", "0.039 / 0.039"],
+    ["L=5", "0.185 / 0.186", "0.045 / 0.045"],
+  ]
+  assert data["command"] == ".venv/bin/python -m experiments.results --only fastap_bins"
+  assert (data["date"], data["machine"]) == ("2026-11-23", "Some CPU, 2 cores; jax 1")
+  assert data["notes"][0] == "Wall time: seed 0 90 s, seed 1 91 s."
+  # A failed seed writes nothing; nor does an experiment that no page shows.
+  failed = results_lib.format_section(
+    bins,
+    [runs[0], dataclasses.replace(runs[1], returncode=1, output="ValueError: x")],
+    date="2026-11-23",
+    machine_name="m",
+    package_versions={},
+  )
+  assert results_lib.write_docs_table(bins, failed, directory=tmp_path / "failed") is None
+  main = next(e for e in results_lib.EXPERIMENTS if e.name == "main")
+  assert results_lib.write_docs_table(main, section, directory=tmp_path / "main") is None
+  assert not (tmp_path / "failed").exists() and not (tmp_path / "main").exists()
+
+
+def test_results_tables_only_writes_the_data_files_from_the_document(tmp_path, monkeypatch):
+  from experiments import docs_data  # pylint: disable=g-import-not-at-top
+
+  monkeypatch.setattr(docs_data, "DIRECTORY", tmp_path)
+  assert results_lib.main(["--tables-only", "--only", "glyphs_hashing", "roadmap_lambda"]) == 0
+  assert sorted(p.name for p in tmp_path.iterdir()) == [
+    "results_glyphs_hashing.json",
+    "results_roadmap_lambda.json",
+  ]
+  data = json.loads((tmp_path / "results_glyphs_hashing.json").read_text())
+  assert data["source"] == results_lib.RECORD_SOURCE
+  assert data["columns"] == ["run", "mAP_T (seeds 0 / 1)", "R@1 (seeds 0 / 1)"]
+  # The document's tables, as the guide shows them (docs/_generated holds the same file).
+  shown = json.loads((ROOT / "docs/_generated/results_glyphs_hashing.json").read_text())
+  assert data == shown
+
+
 @pytest.mark.parametrize(
   "path",
   [

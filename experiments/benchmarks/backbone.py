@@ -3,9 +3,10 @@
 Both networks have random weights (nothing is downloaded), train-mode BatchNorm, `[32, 224, 224,
 3]` random images and the gradient of the sum of the features with respect to every parameter;
 JAX's step is jitted and compiled before timing, PyTorch's runs eagerly after one warm-up step.
-Each is timed over `--steps` steps and the median step gives images/s. Prints one table.
+Each is timed over `--steps` steps and the median step gives images/s. Prints one table; `--docs`
+also writes it to docs/_generated/backbone_steps.json, which docs/guide/pretrained.rst shows.
 
-    python -m experiments.benchmarks.backbone --steps 3
+    .venv/bin/python -m experiments.benchmarks.backbone --steps 3 --docs
 """
 
 from __future__ import annotations
@@ -56,29 +57,44 @@ def bench_torch(x: np.ndarray, steps: int) -> float:
   return _median_seconds(step, steps)
 
 
-def main() -> None:
+def table_lines(rows: list[tuple[str, float]], batch: int, size: int, steps: int) -> list[str]:
+  """The table as Markdown lines: a title, the rows (seconds a step, images/s), the ratio."""
+  import torch  # pylint: disable=g-import-not-at-top
+
+  lines = [
+    f"ResNet-50 forward+backward, random weights, batch {batch}, {size}x{size}, CPU; median of "
+    f"{steps} timed steps; jax {jax.__version__}, torch {torch.__version__.split('+')[0]} "
+    f"({torch.get_num_threads()} threads)",
+    "| implementation | s/step | images/s |",
+    "| --- | --- | --- |",
+    *(f"| {name} | {seconds:.2f} | {batch / seconds:.1f} |" for name, seconds in rows),
+  ]
+  return [*lines, f"ratio jaxrank / torchvision (images/s): {rows[1][1] / rows[0][1]:.2f}"]
+
+
+def main(argv: list[str] | None = None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--steps", type=int, default=3)
   parser.add_argument("--batch", type=int, default=32)
   parser.add_argument("--size", type=int, default=224)
-  args = parser.parse_args()
+  parser.add_argument(
+    "--docs",
+    action="store_true",
+    help="also write the table to docs/_generated/backbone_steps.json",
+  )
+  args = parser.parse_args(argv)
   x = np.random.default_rng(0).normal(size=(args.batch, args.size, args.size, 3))
   x = x.astype(np.float32)
-  import torch  # pylint: disable=g-import-not-at-top
-
   rows = [
     ("jaxrank (JAX)", bench_jax(x, args.steps)),
     ("torchvision (PyTorch)", bench_torch(x, args.steps)),
   ]
-  print(
-    f"ResNet-50 forward+backward, batch {args.batch}, {args.size}x{args.size}, CPU, "
-    f"{args.steps} timed steps, jax {jax.__version__}, torch {torch.__version__} "
-    f"({torch.get_num_threads()} threads)"
-  )
-  print(f"{'implementation':<24} {'s/step':>8} {'images/s':>9}")
-  for name, seconds in rows:
-    print(f"{name:<24} {seconds:8.2f} {args.batch / seconds:9.1f}")
-  print(f"ratio jaxrank / torchvision (images/s): {rows[1][1] / rows[0][1]:.2f}")
+  lines = table_lines(rows, args.batch, args.size, args.steps)
+  print("\n".join(lines))
+  if args.docs:
+    from experiments import docs_data  # pylint: disable=g-import-not-at-top
+
+    print("wrote", docs_data.write_table("backbone_steps", **docs_data.markdown_table(lines)))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Command:
 
-    .venv/bin/python -m experiments.benchmarks.data                 # 1-2 minutes on 2 cores
+    .venv/bin/python -m experiments.benchmarks.data --docs          # 1-2 minutes on 2 cores
     .venv/bin/python -m experiments.benchmarks.data --batches 20    # a quicker look
 
 Rows (all iterate `make_pipeline(...).as_numpy_iterator()`, as a training loop would; no training):
@@ -19,10 +19,17 @@ Rows (all iterate `make_pipeline(...).as_numpy_iterator()`, as a training loop w
 * sampler only: one epoch of `m_per_class_batches` / `super_class_batches` for SOP-sized labels
   (59,551 images in 11,318 classes of 2-12, 12 super-classes), indices per second.
 
-Times exclude the first `--warmup` batches (tf.data start-up, autotuning).
+Times exclude the first `--warmup` batches (tf.data start-up, autotuning). Under the table, the
+process's CPU time an image of the mock SOP rows (every thread, so independent of how many cores
+other jobs leave) and of decoding their JPEGs alone.
 
-What it measured on the 2-core development machine, and what that means for real training, is in
-docs/guide/real_data.rst, section "Input throughput".
+A second table times `load_glyphs` generating both splits into an empty cache, at its defaults and
+at the training job's settings (CPU time; `--skip-glyphs` leaves it out, `--skip-pipelines`
+the first).
+
+`--docs` also writes the tables to docs/_generated/data_pipelines.json and data_glyphs.json, which
+docs/guide/real_data.rst shows (section "Input throughput", and the glyphs at the top), with what
+the numbers mean for real training.
 """
 
 from __future__ import annotations
@@ -31,7 +38,10 @@ import argparse
 import functools
 import itertools
 import os
+import tempfile
 import time
+from collections.abc import Sequence
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -43,18 +53,27 @@ from experiments.job import input_pipeline  # noqa: E402
 from jaxrank.data import testing  # noqa: E402
 
 
-def images_per_second(ds: tf.data.Dataset, batches: int, warmup: int) -> tuple[float, int]:
+def images_per_second(ds: tf.data.Dataset, batches: int, warmup: int) -> tuple[float, int, float]:
+  """Images per second of iterating `ds`, its batch size, and the CPU milliseconds an image."""
   it = ds.as_numpy_iterator()
   for _ in itertools.islice(it, warmup):
     pass
-  start = time.perf_counter()
+  start, cpu = time.perf_counter(), time.process_time()
   batch = None
   for batch in itertools.islice(it, batches):  # noqa: B007  (the last batch's size, below)
     pass
-  elapsed = time.perf_counter() - start
+  elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
   assert batch is not None, "batches must be at least 1"
   size = len(batch["label"])
-  return batches * size / elapsed, size
+  return batches * size / elapsed, size, 1000 * cpu / (batches * size)
+
+
+def decode_ms(data: jd.LabeledImages) -> float:
+  """CPU milliseconds an image of decoding `data`'s encoded images alone (`tf.io.decode_image`)."""
+  cpu = time.process_time()
+  for encoded in data.images:
+    tf.io.decode_image(encoded, channels=3)
+  return 1000 * (time.process_time() - cpu) / data.num_examples
 
 
 def to_jpeg(data: jd.LabeledImages) -> jd.LabeledImages:
@@ -70,31 +89,32 @@ def sop_sized_labels(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
   return np.repeat(np.arange(11_318), sizes), np.repeat(rng.integers(0, 12, size=11_318), sizes)
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--batches", type=int, default=40, help="timed batches of the SOP rows")
-  parser.add_argument("--warmup", type=int, default=3)
-  parser.add_argument("--image-size", type=int, nargs=2, default=(300, 400), metavar=("H", "W"))
-  args = parser.parse_args()
-  input_pipeline.hide_gpus_from_tensorflow()
-  rows = []
-
+def digits_rows(batches: int, warmup: int) -> list[tuple[str, float, int]]:
+  """The digits rows: (name, images/s, batch)."""
   digits = jd.load_digits("train")
   sampler = functools.partial(
     jd.m_per_class_batches, digits.labels, classes_per_batch=5, samples_per_class=12, seed=0
   )
-  ds = jd.make_pipeline(digits, sampler)
-  rows.append(("digits, P x K", *images_per_second(ds, 50 * args.batches, args.warmup)))
   augment = functools.partial(
     jd.train_preprocess, resize_size=10, crop_size=8, mean=(0.5,), std=(0.5,)
   )
-  ds = jd.make_pipeline(digits, sampler, preprocess_fn=augment)
-  rows.append(("digits, P x K, augmented", *images_per_second(ds, 5 * args.batches, args.warmup)))
+  rows = []
+  for name, preprocess, count in (("", None, 50), (", augmented", augment, 5)):
+    ds = jd.make_pipeline(digits, sampler, preprocess_fn=preprocess)
+    rate, size, _ = images_per_second(ds, count * batches, warmup)
+    rows.append((f"digits, P x K{name}", rate, size))
+  return rows
 
+
+def sop_rows(
+  batches: int, warmup: int, image_size: Sequence[int]
+) -> tuple[list[tuple[str, float, int]], list[str]]:
+  """The mock SOP rows (name, images/s, batch), and the notes of their CPU time an image."""
   with testing.mock_retrieval_data(
-    classes_per_split=192, images_per_class=4, image_size=tuple(args.image_size)
+    classes_per_split=192, images_per_class=4, image_size=(image_size[0], image_size[1])
   ):
     sop = jd.load_stanford_online_products(split="train")
+  assert sop.super_labels is not None  # SOP has super-classes.
   hard = functools.partial(
     jd.super_class_batches,
     sop.labels,
@@ -104,13 +124,25 @@ def main():
     batches_per_group=10,
     seed=0,
   )
-  size = "x".join(map(str, args.image_size))
-  for name, data in (("PNG", sop), ("JPEG", to_jpeg(sop))):
+  size = "x".join(map(str, image_size))
+  rows, cpu = [], []
+  jpeg = to_jpeg(sop)
+  for name, data in (("PNG", sop), ("JPEG", jpeg)):
     ds = jd.make_pipeline(data, hard, preprocess_fn=jd.train_preprocess)
-    rate = images_per_second(ds, args.batches, args.warmup)
-    rows.append((f"mock SOP, hard, {name} ({size})", *rate))
+    rate, batch, ms = images_per_second(ds, batches, warmup)
+    rows.append((f"mock SOP, hard, {name} ({size})", rate, batch))
+    cpu.append(f"{name} {ms:.1f} ms")
+  note = (
+    f"CPU time an image of the mock SOP rows (every thread of the process): {', '.join(cpu)}; "
+    f"decoding a {size} JPEG alone: {decode_ms(jpeg):.1f} ms."
+  )
+  return rows, [note]
 
+
+def sampler_rows() -> list[tuple[str, float, int]]:
+  """One epoch of each sampler for SOP-sized labels: (name, indices/s, batch)."""
   labels, supers = sop_sized_labels()
+  rows = []
   for name, fn in (
     ("m-per-class", functools.partial(jd.m_per_class_batches, labels, classes_per_batch=32)),
     (
@@ -122,12 +154,83 @@ def main():
   ):
     start = time.perf_counter()
     b = fn(samples_per_class=4, seed=0, epoch=0)
-    rate = b.size / (time.perf_counter() - start)
-    rows.append((f"sampler only, {name}, SOP size", rate, b.shape[1]))
+    rows.append(
+      (f"sampler only, {name}, SOP size", b.size / (time.perf_counter() - start), b.shape[1])
+    )
+  return rows
 
-  print(f"{'pipeline':36} {'batch':>6} {'images/s':>12}")
-  for name, rate, batch in rows:
-    print(f"{name:36} {batch:6d} {rate:12,.0f}")
+
+# The glyphs' table: (row, load_glyphs's arguments) of each setting timed.
+GLYPHS: tuple[tuple[str, dict[str, Any]], ...] = (
+  ("defaults: 32 x 32, min_typefaces=12", {}),
+  (
+    "the training job's: 16 x 16, min_typefaces=16, strength=0.5",
+    {"image_size": 16, "min_typefaces": 16, "strength": 0.5},
+  ),
+)
+
+
+def glyphs_lines() -> list[str]:
+  """The glyphs' table as Markdown lines: classes, images and CPU time of generating both splits."""
+  lines = [
+    "load_glyphs: both splits generated into an empty cache (the first call), then read from it",
+    "| glyphs | classes, train + test | images, train + test | generation, CPU time |",
+    "| --- | --- | --- | --- |",
+  ]
+  for name, kwargs in GLYPHS:
+    with tempfile.TemporaryDirectory() as cache:
+      cpu = time.process_time()
+      train = jd.load_glyphs("train", cache_dir=cache, **kwargs)
+      seconds = time.process_time() - cpu
+      test = jd.load_glyphs("test", cache_dir=cache, **kwargs)
+    classes = [len(np.unique(d.labels)) for d in (train, test)]
+    lines.append(
+      f"| {name} | {classes[0]:,} + {classes[1]:,} | {train.num_examples:,} + "
+      f"{test.num_examples:,} | {seconds:.1f} s |"
+    )
+  return lines
+
+
+def pipelines_lines(args: argparse.Namespace) -> list[str]:
+  """The pipelines' table as Markdown lines (module docstring), its notes under it."""
+  sop, notes = sop_rows(args.batches, args.warmup, args.image_size)
+  rows = [*digits_rows(args.batches, args.warmup), *sop, *sampler_rows()]
+  return [
+    f"jaxrank.data pipelines, images/s of make_pipeline(...).as_numpy_iterator() after "
+    f"{args.warmup} warm-up batches: {args.batches} timed batches of the SOP rows, 50 and 5 times "
+    f"as many of the digits'; TF {tf.__version__}",
+    "| pipeline | batch | images/s |",
+    "| --- | --- | --- |",
+    *(f"| {name} | {batch} | {rate:,.0f} |" for name, rate, batch in rows),
+    *notes,
+  ]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--batches", type=int, default=40, help="timed batches of the SOP rows")
+  parser.add_argument("--warmup", type=int, default=3)
+  parser.add_argument("--image-size", type=int, nargs=2, default=(300, 400), metavar=("H", "W"))
+  parser.add_argument("--skip-pipelines", action="store_true", help="only the glyphs' table")
+  parser.add_argument("--skip-glyphs", action="store_true", help="leave out the glyphs' table")
+  parser.add_argument(
+    "--docs",
+    action="store_true",
+    help="also write the tables to docs/_generated/data_pipelines.json and data_glyphs.json",
+  )
+  args = parser.parse_args(argv)
+  input_pipeline.hide_gpus_from_tensorflow()
+  tables = {}
+  if not args.skip_pipelines:
+    tables["data_pipelines"] = pipelines_lines(args)
+  if not args.skip_glyphs:
+    tables["data_glyphs"] = glyphs_lines()
+  print("\n\n".join("\n".join(lines) for lines in tables.values()))
+  if args.docs:
+    from experiments import docs_data  # pylint: disable=g-import-not-at-top
+
+    for name, lines in tables.items():
+      print("wrote", docs_data.write_table(name, **docs_data.markdown_table(lines)))
 
 
 if __name__ == "__main__":
