@@ -20,7 +20,8 @@ schema (`docs/conf.py`'s `GeneratedTable` reads it):
 
 The benchmarks print their tables as Markdown lines (a title, `| a | b |`, `| --- |`, rows, notes);
 `markdown_table` reads those lines back into columns, rows and notes, so a script writes the table
-it prints.
+it prints (`write_markdown_tables` writes each of a run's tables; `add_docs_argument` is the
+scripts' `--docs` flag).
 
     .venv/bin/python -m experiments.docs_data --check    # every data file is well formed
 
@@ -39,7 +40,7 @@ import pathlib
 import platform
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 DIRECTORY = pathlib.Path(__file__).resolve().parent.parent / "docs" / "_generated"
@@ -177,6 +178,31 @@ def write_table(
   path = directory / f"{name}.json"
   path.write_text(dumps(data))
   return path
+
+
+def write_markdown_tables(
+  tables: Mapping[str, Sequence[str]], directory: pathlib.Path | str | None = None
+) -> list[pathlib.Path]:
+  """Writes each printed table, `{NAME: its Markdown lines}`, as docs/_generated/NAME.json.
+
+  The command, machine and date are the running command's (`write_table`); each path written is
+  printed and returned.
+  """
+  paths = []
+  for name, lines in tables.items():
+    paths.append(write_table(name, **markdown_table(lines), directory=directory))
+    print("wrote", paths[-1])
+  return paths
+
+
+def add_docs_argument(parser: argparse.ArgumentParser, names: str) -> None:
+  """A benchmark's `--docs` flag: also write the tables it prints, `names` (a pattern such as
+  `chunked_<table>`), to docs/_generated."""
+  parser.add_argument(
+    "--docs",
+    action="store_true",
+    help=f"also write the tables printed to docs/_generated/{names}.json",
+  )
 
 
 def dumps(data: dict) -> str:

@@ -58,6 +58,7 @@ import time
 
 import numpy as np
 
+from experiments import docs_data
 from experiments.benchmarks import speed
 
 H100_CONFIG = pathlib.Path(__file__).with_name("h100.txtpb")
@@ -397,11 +398,7 @@ def main(argv=None):
     help="write every analysis at the first --batch to FILE as JSON records "
     "(steps, sharded steps, a small evaluation chunk) instead of the tables",
   )
-  parser.add_argument(
-    "--docs",
-    action="store_true",
-    help="also write each table to docs/_generated/accelerators_<table>.json",
-  )
+  docs_data.add_docs_argument(parser, "accelerators_<table>")
   args = parser.parse_args(argv)
   set_environment()
   import jax
@@ -426,12 +423,7 @@ def main(argv=None):
     tables["evaluation"] = evaluation_table(args.targets, args.dim)
   print("\n".join(line for lines in tables.values() for line in ["", *lines]))
   if args.docs:
-    from experiments import docs_data  # pylint: disable=g-import-not-at-top
-
-    for name, lines in tables.items():
-      print(
-        "wrote", docs_data.write_table(f"accelerators_{name}", **docs_data.markdown_table(lines))
-      )
+    docs_data.write_markdown_tables({f"accelerators_{n}": lines for n, lines in tables.items()})
   return 0
 
 

@@ -7,7 +7,7 @@ Commands:
     .venv/bin/python -m experiments.benchmarks.blocked --time-batches 16384 --losses FastAP
     # Compile only (nothing runs), on this CPU and for an H100 (its own virtual environment, see
     # experiments/benchmarks/accelerators.py): every loss's step at B = 65,536, D = 512.
-    .venv-accel/bin/python -m experiments.benchmarks.blocked --memory-batch 65536 --targets cpu h100
+    .venv-accel/bin/python -m experiments.benchmarks.blocked --memory-batch 65536 --targets h100 cpu
 
 The step is `jax.jit(jax.value_and_grad(f))` with respect to `[B, D]` embeddings, `f` either
 `loss(*batch_retrieval(e, y))` (`unblocked`) or `blocked_loss(loss, block_size=...)(e, y)`
@@ -21,7 +21,10 @@ bounded forms as the training job runs them, and the pair baselines), 4 items pe
   called alternately in the same process (so that a change of load on the shared machine hits
   both alike), and `blocked / unblocked` the ratio of the medians.
 
-Measured tables and the command lines: docs/guide/scale.rst, section "Whole-data-set batches".
+Tables: one of temporaries and times for each of `--time-batches` (`blocked_time_<B>`), and with
+`--memory-batch` the compiled steps' temporaries, two columns for each of `--targets`
+(`blocked_memory_<B>`). `--docs` also writes them to docs/_generated/<table>.json, which
+docs/guide/scale.rst, section "Whole-data-set batches", shows with the command that measured each.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import time
 
 import numpy as np
 
+from experiments import docs_data
 from experiments.benchmarks import accelerators
 from experiments.benchmarks import speed
 
@@ -69,65 +73,76 @@ def _gb(x: float | None) -> str:
   return f"{x / 2**20:,.0f} MB" if x < 2**30 else f"{x / 2**30:.2f} GB"
 
 
-def time_table(batches: list[int], dim: int, block: int, names: list[str], repeats: int):
-  """CPU: temporaries and median step time, blocked against unblocked, for each batch."""
+def _timed_pair(programs, e, y, repeats: int) -> list[float]:
+  """The median times of the two compiled steps, called alternately after one warm-up each."""
   import jax
+
+  for program in programs:  # Warm-up.
+    jax.block_until_ready(program(e, y))
+  times: list[list[float]] = [[], []]
+  for _ in range(repeats):
+    for i, program in enumerate(programs):
+      start = time.perf_counter()
+      jax.block_until_ready(program(e, y))
+      times[i].append(time.perf_counter() - start)
+  return [float(np.median(t)) for t in times]
+
+
+def time_table(batch: int, dim: int, block: int, names: list[str], repeats: int) -> list[str]:
+  """CPU: temporaries and median step time, blocked against unblocked, at `batch`."""
   import jax.numpy as jnp
 
   lines = [
-    f"CPU, D = {dim}, block {block}: temporaries and step time (median of {repeats})",
-    "| loss | B | unblocked temporaries | blocked temporaries | unblocked | blocked | "
+    f"CPU, B = {batch:,}, D = {dim}, blocks of {block:,}: temporaries and step time "
+    f"(median of {repeats})",
+    "| loss | unblocked temporaries | blocked temporaries | unblocked | blocked | "
     "blocked / unblocked |",
-    "| --- | --- | --- | --- | --- | --- | --- |",
+    "| --- | --- | --- | --- | --- | --- |",
   ]
-  for batch in batches:
-    e, y = speed.make_batch(batch, dim)
-    e, y = jnp.asarray(e), jnp.asarray(y)
-    for name in names:
-      whole, blocked = steps(name, block)
-      programs = [compiled(whole, batch, dim), compiled(blocked, batch, dim)]
-      temps = [p.memory_analysis().temp_size_in_bytes for p in programs]
-      for program in programs:  # Warm-up.
-        jax.block_until_ready(program(e, y))
-      times: list[list[float]] = [[], []]
-      for _ in range(repeats):
-        for i, program in enumerate(programs):
-          start = time.perf_counter()
-          jax.block_until_ready(program(e, y))
-          times[i].append(time.perf_counter() - start)
-      medians = [float(np.median(t)) for t in times]
-      lines.append(
-        f"| {name} | {batch:,} | {_gb(temps[0])} | {_gb(temps[1])} | {medians[0]:.2f} s | "
-        f"{medians[1]:.2f} s | {medians[1] / medians[0]:.2f}x |"
-      )
-      print(lines[-1], file=sys.stderr, flush=True)
-      del programs
+  e, y = speed.make_batch(batch, dim)
+  e, y = jnp.asarray(e), jnp.asarray(y)
+  for name in names:
+    whole, blocked = steps(name, block)
+    programs = [compiled(whole, batch, dim), compiled(blocked, batch, dim)]
+    temps = [p.memory_analysis().temp_size_in_bytes for p in programs]
+    medians = _timed_pair(programs, e, y, repeats)
+    lines.append(
+      f"| {name} | {_gb(temps[0])} | {_gb(temps[1])} | {medians[0]:.2f} s | "
+      f"{medians[1]:.2f} s | {medians[1] / medians[0]:.2f}x |"
+    )
+    print(lines[-1], file=sys.stderr, flush=True)
+    del programs
   return lines
+
+
+TARGETS = {"cpu": "CPU", "h100": "H100"}
 
 
 def memory_table(
   batch: int, dim: int, block: int, names: list[str], targets: list[str], unblocked_batch: int
-):
-  """Compile only: the blocked step's temporaries at `batch` on each target, beside the unblocked
-  step's at `unblocked_batch`."""
-  lines = [
-    f"Compiled steps, D = {dim}, block {block}: temporaries (memory analysis, nothing run)",
-    "| target | loss | unblocked, B = "
-    + f"{unblocked_batch:,}"
-    + " | blocked, B = "
-    + f"{batch:,} |",
-    "| --- | --- | --- | --- |",
+) -> list[str]:
+  """Compile only: each loss's blocked step's temporaries at `batch` beside the unblocked step's at
+  `unblocked_batch`, two columns for each target."""
+  columns = [
+    f"{TARGETS[t]}, {form}, B = {b:,}"
+    for t in targets
+    for form, b in (("unblocked", unblocked_batch), ("blocked", batch))
   ]
-  for target in targets:
-    device = None if target == "cpu" else accelerators.devices(target)[0]
-    for name in names:
-      whole, blocked = steps(name, block)
-      row = (
-        f"| {target} | {name} | {_gb(_temporaries(whole, unblocked_batch, dim, device))} | "
-        f"{_gb(_temporaries(blocked, batch, dim, device))} |"
-      )
-      lines.append(row)
-      print(row, file=sys.stderr, flush=True)
+  lines = [
+    f"Compiled steps, D = {dim}, blocks of {block:,}: temporaries (nothing run)",
+    "| loss | " + " | ".join(columns) + " |",
+    "|" + " --- |" * (len(columns) + 1),
+  ]
+  devices = {t: None if t == "cpu" else accelerators.devices(t)[0] for t in targets}
+  for name in names:
+    whole, blocked = steps(name, block)
+    cells = [
+      _gb(_temporaries(loss, b, dim, devices[t]))
+      for t in targets
+      for loss, b in ((whole, unblocked_batch), (blocked, batch))
+    ]
+    lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    print(lines[-1], file=sys.stderr, flush=True)
   return lines
 
 
@@ -141,24 +156,28 @@ def main(argv=None):
     default=16384,
     help="the unblocked step's batch in the memory table",
   )
-  parser.add_argument("--targets", nargs="+", choices=["cpu", "h100"], default=["cpu"])
+  parser.add_argument("--targets", nargs="+", choices=list(TARGETS), default=["cpu"])
   parser.add_argument("--dim", type=int, default=512)
   parser.add_argument("--block", type=int, default=1024)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument(
     "--losses", nargs="+", choices=list(accelerators.LOSSES), default=list(accelerators.LOSSES)
   )
+  docs_data.add_docs_argument(parser, "blocked_time_<B>, blocked_memory_<B>")
   args = parser.parse_args(argv)
   if "h100" in args.targets:
     accelerators.set_environment()
-  lines = []
-  if args.time_batches:
-    lines += time_table(args.time_batches, args.dim, args.block, args.losses, args.repeats)
+  tables = {
+    f"blocked_time_{batch}": time_table(batch, args.dim, args.block, args.losses, args.repeats)
+    for batch in args.time_batches
+  }
   if args.memory_batch:
-    lines += [""] + memory_table(
+    tables[f"blocked_memory_{args.memory_batch}"] = memory_table(
       args.memory_batch, args.dim, args.block, args.losses, args.targets, args.unblocked_batch
     )
-  print("\n".join(lines))
+  print("\n\n".join("\n".join(lines) for lines in tables.values()))
+  if args.docs:
+    docs_data.write_markdown_tables(tables)
 
 
 if __name__ == "__main__":

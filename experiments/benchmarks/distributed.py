@@ -4,6 +4,7 @@ Command:
 
     .venv/bin/python -m experiments.benchmarks.distributed     # B = 4096, D = 512; 60,502 evaluated
     .venv/bin/python -m experiments.benchmarks.distributed --batch 512 --num-eval 4000 --repeats 1
+    .venv/bin/python -m experiments.benchmarks.distributed --measurements fastap --docs
 
 Each measurement runs as N processes on localhost (N = 1, 2, 4), one simulated CPU device each,
 joined by `jax.distributed` with gloo collectives (a free port per job; a job that outlives
@@ -21,18 +22,20 @@ does not import from `tests/`.
   share of the rows (uneven when N does not divide the count) with `mesh=` over all devices, which
   splits the gallery over the devices. Every metric it returns is printed.
 
-Columns, per process (the largest over the job's processes): time, for the losses the median over
-`--repeats` steps after one warm-up (compilation apart), for `evaluate` the median over
-`--eval-repeats` whole calls (the first includes compilation); for the losses, XLA's account of
-the compiled step (`memory_analysis()`: temporaries plus arguments plus outputs, exact and free of
-allocator noise); the RSS once the data is made, and the peak RSS of the whole process
-(`getrusage`, the runtime's ~0.2 GB and the data included). The value column is
-the loss (or every metric of `evaluate_retrieval`) as each process computed it: one value when the
-processes agree, and it must be the same for every N (up to the last float32 digits for the losses,
-whose mean is a sum over devices in another order).
+One table per measurement (`distributed_<measurement>_<B>`, `distributed_evaluate_<N>`; `--docs`
+also writes each to docs/_generated/<table>.json, which docs/guide/scale.rst shows), a row per
+process count. Columns, per process (the largest over the job's processes): time, for the losses
+the median over `--repeats` steps after one warm-up (compilation apart), for `evaluate` the
+median over `--eval-repeats` whole calls (the first includes compilation); for the losses, XLA's
+account of the compiled step (`memory_analysis()`: temporaries plus arguments plus outputs, exact
+and free of allocator noise); the RSS once the data is made, and the peak RSS of the whole process
+(`getrusage`, the runtime's ~0.2 GB and the data included). The last column is the loss (or every
+metric of `evaluate_retrieval`) as each process computed it: one value when the processes agree,
+and it must be the same for every N (up to the last float32 digits for the losses, whose mean is a
+sum over devices in another order).
 
 On one machine the processes share its cores, so time cannot fall with N; what must fall is the
-memory of each process. Measured on the 2-core development machine: see docs/guide/scale.rst.
+memory of each process.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments import docs_data
 from experiments.benchmarks import evaluate
 
 MEASUREMENTS = ("smoothap", "fastap", "evaluate")
@@ -136,7 +140,7 @@ def loss_worker(args: argparse.Namespace) -> dict:
     "xla_mb": xla_mb,
     "setup_mb": setup_mb,
     "peak_mb": peak_rss_mb(),
-    "value": f"loss {float(value):.7f}",
+    "value": f"{float(value):.7f}",
     "grad_sq_norm_local": local_norm,
   }
 
@@ -188,7 +192,7 @@ def evaluate_worker(args: argparse.Namespace) -> dict:
     "xla_mb": None,
     "setup_mb": setup_mb,
     "peak_mb": peak_rss_mb(),
-    "value": " ".join(f"{k} {v:.6f}" for k, v in result.items()),
+    "value": ", ".join(f"{k} {v:.6f}" for k, v in result.items()),
   }
 
 
@@ -271,32 +275,51 @@ def summary(what: str, n: int, results: list[dict]) -> dict:
   }
 
 
-def format_table(rows: list[dict], args: argparse.Namespace) -> str:
-  head = (
-    f"B = {args.batch}, D = {args.dim} (loss steps, median of {args.repeats}); "
-    f"evaluate_retrieval on {args.num_eval:,} x {args.dim} (median of {args.eval_repeats}); "
-    "one CPU device per process; per-process figures are the largest over the processes."
-  )
-  lines = [
-    head,
-    "",
-    (
-      "| measurement | processes | time (s) | compile (s) | XLA step memory (MB) "
-      "| RSS with the data (MB) | peak RSS (MB) | value (every process) |"
-    ),
-    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
-  ]
-  for r in rows:
-    compile_s = "" if r["compile_s"] is None else f"{r['compile_s']:.1f}"
-    xla = "" if r["xla_mb"] is None else f"{r['xla_mb']:.0f}"
-    lines.append(
-      f"| {r['what']} | {r['processes']} | {r['time_s']:.2f} | {compile_s} | {xla} "
-      f"| {r['setup_mb']:.0f} | {r['peak_mb']:.0f} | {r['value']} |"
+def _table_name(what: str, args: argparse.Namespace) -> str:
+  """`distributed_<measurement>_<B>` for a loss, `distributed_evaluate_<N>` for the evaluation."""
+  return f"distributed_{what}_{args.num_eval if what == 'evaluate' else args.batch}"
+
+
+def _title(what: str, args: argparse.Namespace) -> str:
+  if what == "evaluate":
+    return (
+      f"evaluate_retrieval, leave-one-out on {args.num_eval:,} x {args.dim} SOP-shaped "
+      f"embeddings, each process passing its rows; median of {args.eval_repeats} calls (the "
+      "first includes compilation); one CPU device per process, per-process figures the largest "
+      "over the processes"
     )
-  return "\n".join(lines)
+  return (
+    f"{what}: forward and backward of jaxrank.sharded_loss, B = {args.batch}, D = {args.dim}; "
+    f"median of {args.repeats} steps; one CPU device per process, per-process figures the "
+    "largest over the processes"
+  )
 
 
-def main() -> None:
+def tables(rows: list[dict], args: argparse.Namespace) -> dict[str, list[str]]:
+  """One Markdown table per measurement, a row per process count (`_table_name`: the data file's
+  name with `--docs`); the value column holds every value the processes computed."""
+  found: dict[str, list[str]] = {}
+  for r in rows:
+    name = _table_name(r["what"], args)
+    evaluation = r["what"] == "evaluate"
+    if name not in found:
+      found[name] = [
+        _title(r["what"], args),
+        "| processes | time |"
+        + ("" if evaluation else " compile | XLA step memory per process |")
+        + " RSS with the data | peak RSS per process | "
+        + ("metrics |" if evaluation else "loss |"),
+        "|" + " --- |" * (5 if evaluation else 7),
+      ]
+    step = "" if evaluation else f" {r['compile_s']:.1f} s | {r['xla_mb']:.0f} MB |"
+    found[name].append(
+      f"| {r['processes']} | {r['time_s']:.3g} s |{step} {r['setup_mb']:.0f} MB "
+      f"| {r['peak_mb']:.0f} MB | {r['value']} |"
+    )
+  return found
+
+
+def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--batch", type=int, default=4096)
   parser.add_argument("--dim", type=int, default=512)
@@ -307,8 +330,9 @@ def main() -> None:
   parser.add_argument("--measurements", nargs="+", choices=MEASUREMENTS, default=list(MEASUREMENTS))
   parser.add_argument("--timeout", type=float, default=600.0, help="seconds per job")
   parser.add_argument("--json", help="also write the rows to this file")
+  docs_data.add_docs_argument(parser, "distributed_<measurement>_<B or N>")
   parser.add_argument("--worker", choices=MEASUREMENTS, help=argparse.SUPPRESS)
-  args = parser.parse_args()
+  args = parser.parse_args(argv)
   if args.worker:
     print(_MARK + json.dumps(worker(args)), flush=True)
     return
@@ -324,10 +348,13 @@ def main() -> None:
       results = run_job([*common, "--worker", what], n, args.timeout)
       rows.append(summary(what, n, results))
       print(f"{what} on {n} processes: {time.perf_counter() - start:.0f} s", file=sys.stderr)
-  print(format_table(rows, args))
+  printed = tables(rows, args)
+  print("\n\n".join("\n".join(lines) for lines in printed.values()))
   if args.json:
     with open(args.json, "w") as f:
       json.dump(rows, f, indent=1)
+  if args.docs:
+    docs_data.write_markdown_tables(printed)
 
 
 if __name__ == "__main__":

@@ -32,8 +32,9 @@ Python, the runtime and the data included) is its own:
 Time is the median over `--repeats` runs of the whole call (the first run includes compilation);
 `/ floor` is the ratio to the fastest `xla_product` row's median, each row run on the same data.
 `--sides` leaves sides out (faiss needs the `bench` extra). Every side uses every core of the
-machine. Measured numbers and the machine they come from: docs/guide/scale.rst, "Evaluation at
-scale".
+machine. One table per data set, `evaluate_<data>_<N>` (`evaluate_sop_60502`,
+`evaluate_large_classes_12000`); `--docs` also writes each to docs/_generated/<table>.json, which
+docs/guide/scale.rst, "Evaluation at scale", shows with the command and the machine.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ import sys
 import time
 
 import numpy as np
+
+from experiments import docs_data
 
 KS = (1, 2, 4, 8)
 
@@ -192,43 +195,73 @@ def run_side(args, data: str, side: str, chunk_size: int) -> dict:
   return json.loads(out.strip().splitlines()[-1])
 
 
-def table(args, data: str) -> None:
-  """Runs every side on one data set, each in its own process, and prints their rows: the
-  product at every chunk of `--floor-chunks`, faiss, jaxrank at every chunk of `--chunk-size`."""
-  runs = []  # (label, side, row)
-  for side in args.sides:
-    chunks = {"xla_product": args.floor_chunks, "jaxrank": args.chunk_size}.get(side, [0])
-    for chunk in chunks:
-      label = side if side == "faiss" else f"{side}, chunk {chunk}"
-      runs.append((label, side, run_side(args, data, side, chunk)))
-  shape = (
-    f"{args.num:,} x {args.dim} floats"
-    if data == "sop"
-    else (f"{args.num_codes:,} x {args.bits}-bit codes in 10 classes")
+def table_name(args, data: str) -> str:
+  """`evaluate_<data>_<N>`: the data file of the table with `--docs`."""
+  return f"evaluate_{data}_{args.num if data == 'sop' else args.num_codes}"
+
+
+def _shape(args, data: str) -> str:
+  """The table's first column header: the data set."""
+  if data == "sop":
+    return f"SOP-shaped: {args.num:,} x {args.num:,}, D = {args.dim}, classes of 2-12"
+  return (
+    f"Few large classes: {args.num_codes:,} binary {args.bits}-bit codes in 10 classes (about "
+    f"{args.num_codes // 10:,} relevant items per query), Hamming similarity"
   )
-  print(f"{data}: {shape}, leave-one-out, median of {args.repeats}")
-  medians = {label: float(np.median(row["times"])) for label, _, row in runs}
-  floors = [label for label, side, _ in runs if side == "xla_product"]
-  base = min(medians[label] for label in floors) if floors else float("nan")
-  print(f"{'':24} {'time s':>8} {'/ floor':>8} {'peak MB':>8}  metrics")
-  for label, side, row in runs:
-    median = medians[label]
-    result = row["result"]
-    metrics = "" if side == "xla_product" else " ".join(f"{k}={v:.4f}" for k, v in result.items())
-    fastest = " (the floor)" if floors and median == base and side == "xla_product" else ""
-    print(
-      f"{label:24} {median:8.2f} {median / base:8.2f} {row['peak_mb']:8.0f}  {metrics}{fastest}"
+
+
+def _label(side: str, chunk: int, floor: bool) -> str:
+  if side == "faiss":
+    return "faiss IndexFlatIP, top-9"
+  if side == "xla_product":
+    return f"XLA's plain product, chunks of {chunk:,}" + (" (the floor)" if floor else "")
+  default = " (the default)" if chunk == default_chunk_size() else ""
+  return f"jaxrank.evaluate_retrieval, chunk {chunk:,}{default}"
+
+
+def _recall_notes(results: dict[str, dict]) -> list[str]:
+  """Where faiss's Recall@k and jaxrank's differ on `sop` (on the codes faiss breaks ties its
+  own way)."""
+  return [
+    f"WARNING: recall@{k} differs: faiss {a:.5f}, jaxrank {b:.5f}"
+    for k in KS
+    for a, b in [(results["faiss"][f"recall@{k}"], results["jaxrank"][f"recall@{k}"])]
+    if abs(a - b) > 1e-3
+  ]
+
+
+def table(args, data: str) -> list[str]:
+  """Runs every side on one data set, each in its own process: the Markdown table of their rows,
+  the product at every chunk of `--floor-chunks`, faiss, jaxrank at each of `--chunk-size`."""
+  runs = []  # (side, chunk, row)
+  for side in args.sides:
+    for chunk in {"xla_product": args.floor_chunks, "jaxrank": args.chunk_size}.get(side, [0]):
+      runs.append((side, chunk, run_side(args, data, side, chunk)))
+  medians = [float(np.median(row["times"])) for _, _, row in runs]
+  floors = [m for (side, _, _), m in zip(runs, medians) if side == "xla_product"]
+  base = min(floors) if floors else None
+  lines = [
+    f"{data}: leave-one-out over the whole set, each row a process of its own; the floor is the "
+    "fastest of XLA's plain products of chunks of queries against the set",
+    f"| {_shape(args, data)} | time (median of {args.repeats}) | / floor | peak RSS | metrics |",
+    "| --- | --- | --- | --- | --- |",
+  ]
+  for (side, chunk, row), median in zip(runs, medians):
+    label = _label(side, chunk, floor=side == "xla_product" and median == base)
+    ratio = "" if base is None else f"{median / base:.2f}"
+    metrics = row["result"] if side != "xla_product" else {}
+    lines.append(
+      f"| {label} | {median:.3g} s | {ratio} | {row['peak_mb']:,.0f} MB | "
+      + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+      + " |"
     )
-  results = {side: row["result"] for _, side, row in runs if side != "xla_product"}
-  if data == "sop" and len(results) == 2:  # faiss breaks ties its own way on the codes.
-    for k in KS:
-      a, b = results["faiss"][f"recall@{k}"], results["jaxrank"][f"recall@{k}"]
-      if abs(a - b) > 1e-3:
-        print(f"WARNING: recall@{k} differs: faiss {a:.5f}, jaxrank {b:.5f}")
-  print()
+  results = {side: row["result"] for side, _, row in runs if side != "xla_product"}
+  if data == "sop" and {"faiss", "jaxrank"} <= set(results):
+    lines += _recall_notes(results)
+  return lines
 
 
-def main() -> None:
+def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--data", choices=list(DATA), nargs="+", default=list(DATA))
   parser.add_argument("--num", type=int, default=60502)
@@ -251,16 +284,19 @@ def main() -> None:
     default=None,
     help="jaxrank's chunk_size, each timed (default: the library's default)",
   )
+  docs_data.add_docs_argument(parser, "evaluate_<data>_<N>")
   parser.add_argument("--side", choices=list(SIDES), help=argparse.SUPPRESS)
-  args = parser.parse_args()
+  args = parser.parse_args(argv)
   if args.chunk_size is None:
     args.chunk_size = [default_chunk_size()]
   if args.side:
     args.data = args.data[0] if isinstance(args.data, list) else args.data
     child(args)
     return
-  for data in args.data:
-    table(args, data)
+  tables = {table_name(args, data): table(args, data) for data in args.data}
+  print("\n\n".join("\n".join(lines) for lines in tables.values()))
+  if args.docs:
+    docs_data.write_markdown_tables(tables)
 
 
 if __name__ == "__main__":

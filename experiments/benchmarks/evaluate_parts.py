@@ -15,7 +15,8 @@ whole process, so that a part using both cores shows it):
 * `count, two loops`: the same lists counted by two independent loops of half the tiles each in
   one program, to see whether XLA:CPU runs them side by side (it did not: slower).
 
-Measured numbers: docs/guide/scale.rst, "Evaluation at scale".
+`--docs` also writes the table to docs/_generated/evaluate_parts.json, which docs/guide/scale.rst,
+"Evaluation at scale", shows.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import statistics
 import time
 
 import numpy as np
+
+from experiments import docs_data
 
 
 def _timed(fn, args, repeats: int) -> tuple[float, float]:
@@ -47,6 +50,7 @@ def main(argv=None):
   parser.add_argument("--relevant", type=int, default=11)
   parser.add_argument("--dim", type=int, default=512)
   parser.add_argument("--repeats", type=int, default=7)
+  docs_data.add_docs_argument(parser, "evaluate_parts")
   args = parser.parse_args(argv)
 
   import jax
@@ -79,18 +83,23 @@ def main(argv=None):
     "count": (jax.jit(lambda s, t: ranking.count_above_and_tied(s, t)[1:]), (scores, thresholds)),
     "count, two loops": (jax.jit(two_loops), (scores, thresholds)),
   }
-  print(
-    f"one chunk: {c} queries x {n:,} items, D = {args.dim}, {r} relevant; median of {args.repeats}"
-  )
-  print("| part | wall | CPU time |")
-  print("| --- | --- | --- |")
+  lines = [
+    f"one chunk: {c} queries x {n:,} items, D = {args.dim}, {r} relevant; median of {args.repeats}",
+    "| part | wall | CPU time |",
+    "| --- | --- | --- |",
+  ]
+  walls = {}
   for name, (fn, fn_args) in rows.items():
-    wall, cpu = _timed(fn, fn_args, args.repeats)
-    print(f"| {name} | {wall * 1e3:.0f} ms | {cpu * 1e3:.0f} ms |")
+    walls[name], cpu = _timed(fn, fn_args, args.repeats)
+    lines.append(f"| {name} | {walls[name] * 1e3:.0f} ms | {cpu * 1e3:.0f} ms |")
+  lines.append(f"count / product (wall): {walls['count'] / walls['product']:.2f}x")
+  print("\n".join(lines))
   if c % (2 * ranking.COMPARE_TILE) == 0:
     one = rows["count"][0](scores, thresholds)
     two = rows["count, two loops"][0](scores, thresholds)
     assert all(bool(jnp.array_equal(a, b)) for a, b in zip(one, two))
+  if args.docs:
+    docs_data.write_markdown_tables({"evaluate_parts": lines})
 
 
 if __name__ == "__main__":
