@@ -21,6 +21,7 @@ import jaxrank
 import jaxrank.data as jd
 from experiments.job import check
 from experiments.job import checkpoints
+from experiments.job import evaluation
 from experiments.job import input_pipeline
 from experiments.job import losses as losses_lib
 from experiments.job import main as main_lib
@@ -827,7 +828,7 @@ def test_evaluation_retrieves_with_binary_codes_of_the_network_in_inference_mode
   scale = jaxrank.hashing.tanh_scale(
     3, initial=config.tanh_initial, growth=config.tanh_growth, every=config.tanh_every
   )
-  embed_fn = train._make_embed_fn(config, model)
+  embed_fn = evaluation.make_embed_fn(config, model)
   _, test_data = input_pipeline.load_data(config)
   batches = list(input_pipeline.eval_batches(config, test_data))  # The split, as evaluated.
   images = np.concatenate([b["image"][b["mask"]] for b in batches])
@@ -841,7 +842,7 @@ def test_evaluation_retrieves_with_binary_codes_of_the_network_in_inference_mode
   training_mode = np.asarray(jaxrank.hashing.binarize(net(images, scale=scale)))
   assert np.mean(training_mode != codes) > 0.05  # The two modes give other codes here.
 
-  got = train.evaluate(config, embed_fn, state, test_data)
+  got = evaluation.evaluate(config, embed_fn, state, test_data)
   ks = dict(ks=config.eval_ks, similarity_fn=jaxrank.similarity.hamming)
   assert got == pytest.approx(jaxrank.evaluate_retrieval(codes, labels, **ks), abs=1e-6)
   for other in (relaxed, training_mode):  # The metrics tell the codes apart.

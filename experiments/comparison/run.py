@@ -35,6 +35,7 @@ from typing import Any
 from experiments.comparison import pretrain
 from experiments.comparison import protocol
 from experiments.job import config as config_lib
+from experiments.job import evaluation
 from experiments.job import input_pipeline
 from experiments.job import main as main_lib
 from experiments.job import train
@@ -214,7 +215,7 @@ def run_comparison(
   )
   bases = {"pretrained": protocol.base_config(size, backbone), "scratch": scratch}
   settings = {s: run_setting(store, bases[s], s, losses, size) for s in protocol.SETTINGS}
-  raw = store.result("raw_pixels", scratch, lambda c, d: train.evaluate_raw_pixels(c))
+  raw = store.result("raw_pixels", scratch, lambda c, d: evaluation.evaluate_raw_pixels(c))
   done = {}
   for ablation in ablations:
     chosen = protocol.trial_config(

@@ -85,7 +85,7 @@ class Config:
   eval_ks: tuple[int, ...] = (1, 2, 4, 8)
   eval_seen_classes: bool = False  # Also evaluate on the train split (metrics named "seen/...").
   # A sweep's table also gets a row "raw_pixels": retrieval on the images themselves (see
-  # train.evaluate_raw_pixels), what an embedding must beat to have learned beyond the pixels.
+  # evaluation.evaluate_raw_pixels), what an embedding must beat to have learned beyond the pixels.
   raw_pixels_baseline: bool = False
   checkpoint_every: int = 100
   keep_checkpoints: int = 3

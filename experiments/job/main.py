@@ -164,7 +164,7 @@ def run_sweep(
 ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
   """Trains each run in `workdir/<name>`, after checking every one; first, optionally, `base`
   untrained (`num_steps=0`) in `workdir/untrained`, and with `base.raw_pixels_baseline` retrieval
-  on the raw pixels (`train.evaluate_raw_pixels`, the row "raw_pixels"; nothing written).
+  on the raw pixels (`evaluation.evaluate_raw_pixels`, the row "raw_pixels"; nothing written).
 
   Every run (the baseline included) goes through `train.check_run` before the first one starts,
   so that a config error in the last run of a sweep fails before anything is written.
@@ -176,6 +176,7 @@ def run_sweep(
   Raises:
     ConfigError: a run that cannot run, before any training.
   """
+  from experiments.job import evaluation  # pylint: disable=g-import-not-at-top
   from experiments.job import train  # pylint: disable=g-import-not-at-top
 
   for reserved in ("untrained", "raw_pixels"):
@@ -198,7 +199,7 @@ def run_sweep(
     logger.info("%s: %.1f s", name, seconds[name])
     if name == "untrained" and base.raw_pixels_baseline:
       start = time.perf_counter()
-      results["raw_pixels"] = train.evaluate_raw_pixels(base)
+      results["raw_pixels"] = evaluation.evaluate_raw_pixels(base)
       seconds["raw_pixels"] = time.perf_counter() - start
   return results, seconds
 

@@ -2,7 +2,8 @@
 
 `train_and_evaluate(config, workdir)` is the whole job, Flax-examples style: a `Config`
 (`experiments/job/config.py`) in, a workdir out, the final retrieval metrics returned. This module
-holds the evaluation, the loop and its interruption; the optimiser, the training state and step
+holds the loop and its interruption; the evaluation comes from
+`experiments/job/evaluation.py`, the optimiser, the training state and step
 come from `experiments/job/step.py`, the workdir's checks and the checkpoints from
 `experiments/job/checkpoints.py`, the data from `experiments/job/input_pipeline.py`, the network
 from `experiments/job/networks.py`, the loss from `experiments/job/losses.py`, and what is written
@@ -42,14 +43,6 @@ process, each of which gets the metrics of the whole split. Only process 0 write
 `config.json`, `metrics.jsonl` and `curves.png`, and shows the progress bar. Ctrl-C is not
 deferred there (the processes could not agree on when to stop): a killed job resumes from its last
 checkpoint, and ends where an uninterrupted one does.
-
-Evaluation embeds the test split (unseen classes) with the network in inference mode and computes
-`jaxrank.evaluate_retrieval` (leave-one-out). A hashing model (`head="hashing"`) trains on relaxed
-codes `tanh(alpha f)` of batch-centred features (`networks.CentredHashingHead`) with the
-similarity `1 - 2 d / b` of their relaxed Hamming distance (`jaxrank.similarity.hamming`; He et
-al. 2018, eq. 10) and is evaluated on the binary codes `sign(f)` with the same similarity, whose
-many ties `tie_aware_map` accounts for. Each head's scoring rule and evaluation transform are
-entries of its record in `networks.HEADS`.
 """
 
 from __future__ import annotations
@@ -61,22 +54,20 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, cast, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from flax import nnx
 
-import jaxrank
 import jaxrank.data as jd
 from experiments.job import check
 from experiments.job import checkpoints
 from experiments.job import config as config_lib
+from experiments.job import evaluation
 from experiments.job import input_pipeline
-from experiments.job import networks
 from experiments.job import reporting
 from experiments.job import step as step_lib
 from jaxrank import models
@@ -85,7 +76,7 @@ from jaxrank import models
 logger = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------
-# Evaluation.
+# The job.
 
 
 class _NoWriter:
@@ -93,85 +84,6 @@ class _NoWriter:
 
   def write(self, record: dict[str, Any]) -> None:
     del record
-
-
-def _make_embed_fn(config: config_lib.Config, model: step_lib.Model):
-  @jax.jit
-  def embed(params, rest, images, step):
-    outputs = nnx.merge(model.eval_graph, params, rest)(
-      images, scale=step_lib.tanh_scale(config, step)
-    )
-    return networks.HEADS[config.head].evaluated_as(outputs)
-
-  return embed
-
-
-def evaluate(
-  config: config_lib.Config, embed_fn, state, test: jd.LabeledImages
-) -> dict[str, float]:
-  """Leave-one-out retrieval metrics of the test split (unseen classes) under the current state.
-
-  In a job of several processes each embeds a contiguous share of the split (on one of its
-  devices, from its copy of the replicated state) and `jaxrank.evaluate_retrieval` splits the
-  evaluation over the devices of every process (`mesh=`): no process holds the whole split's
-  embeddings, and every process returns the metrics of the whole split.
-  """
-  count, index = jax.process_count(), jax.process_index()
-  share = (index * test.num_examples // count, (index + 1) * test.num_examples // count)
-  params, rest, step = step_lib.local((state["params"], state["rest"], state["step"]))
-  embeddings = [np.zeros((0, config.embedding_dim), np.float32)]
-  labels = [np.zeros((0,), np.int32)]
-  for batch in input_pipeline.eval_batches(config, test, share):
-    e = np.asarray(embed_fn(params, rest, batch["image"], step))
-    embeddings.append(e[batch["mask"]])
-    labels.append(batch["label"][batch["mask"]])
-  metrics = jaxrank.evaluate_retrieval(
-    np.concatenate(embeddings),
-    np.concatenate(labels),
-    ks=config.eval_ks,
-    similarity_fn=networks.HEADS[config.head].similarity_fn,
-    mesh=step_lib.mesh(config) if count > 1 else None,
-  )
-  return cast(dict[str, float], metrics)  # Floats: the default reduce_fn.
-
-
-def evaluate_raw_pixels(config: config_lib.Config) -> dict[str, float]:
-  """Leave-one-out retrieval on the test split's pixels: the baseline of no learning at all.
-
-  Each image as the network sees it at evaluation (`input_pipeline.eval_batches`), flattened,
-  minus the mean image of the train split, compared by cosine similarity; the metrics of
-  `evaluate`, and with `eval_seen_classes` the same on the train split ("seen/..."). Every
-  process computes them alone (meant for small images: it holds a split's pixels in memory).
-  """
-  train_data, test_data = input_pipeline.load_data(config)
-
-  def pixels(data: jd.LabeledImages) -> tuple[np.ndarray, np.ndarray]:
-    rows, labels = [], []
-    for batch in input_pipeline.eval_batches(config, data):
-      mask = batch["mask"]
-      rows.append(np.asarray(batch["image"][mask], np.float32).reshape(int(mask.sum()), -1))
-      labels.append(batch["label"][mask])
-    return np.concatenate(rows), np.concatenate(labels)
-
-  train_pixels, train_labels = pixels(train_data)
-  mean = train_pixels.mean(axis=0)
-  test_pixels, test_labels = pixels(test_data)
-  # Floats: the default reduce_fn.
-  metrics = cast(
-    dict[str, float],
-    jaxrank.evaluate_retrieval(test_pixels - mean, test_labels, ks=config.eval_ks),
-  )
-  if config.eval_seen_classes:
-    seen = cast(
-      dict[str, float],
-      jaxrank.evaluate_retrieval(train_pixels - mean, train_labels, ks=config.eval_ks),
-    )
-    metrics.update({f"seen/{k}": v for k, v in seen.items()})
-  return metrics
-
-
-# ---------------------------------------------------------------------------------------------
-# The job.
 
 
 class Interrupted(KeyboardInterrupt):
@@ -346,14 +258,14 @@ def train_and_evaluate(
   model, state = step_lib.init_state(config, tx)
   state = step_lib.replicate(state, mesh)
   train_step = step_lib.make_train_step(config, model, tx, mesh)
-  embed_fn = _make_embed_fn(config, model)
+  embed_fn = evaluation.make_embed_fn(config, model)
   share = step_lib.train_share(config, mesh)
   primary = step_lib.is_primary()
 
   def run_eval(state, step):
-    metrics = evaluate(config, embed_fn, state, test_data)
+    metrics = evaluation.evaluate(config, embed_fn, state, test_data)
     if config.eval_seen_classes:
-      seen = evaluate(config, embed_fn, state, train_data)
+      seen = evaluation.evaluate(config, embed_fn, state, train_data)
       metrics.update({f"seen/{k}": v for k, v in seen.items()})
     writer.write({"step": step, **metrics})
     return metrics

@@ -1,0 +1,113 @@
+"""Evaluation of the job: leave-one-out retrieval on the test split (classes unseen in training).
+
+`make_embed_fn` (the network in inference mode, its head's evaluation transform: binary codes
+for a hashing head), `evaluate` (the test split embedded under the current state, then
+`jaxrank.evaluate_retrieval`, split over the devices of every process in a job of several), and
+`evaluate_raw_pixels` (the baseline of no learning at all). It imports nothing of `train` or
+`checkpoints`.
+
+Evaluation embeds the test split (unseen classes) with the network in inference mode and computes
+`jaxrank.evaluate_retrieval` (leave-one-out). A hashing model (`head="hashing"`) trains on relaxed
+codes `tanh(alpha f)` of batch-centred features (`networks.CentredHashingHead`) with the
+similarity `1 - 2 d / b` of their relaxed Hamming distance (`jaxrank.similarity.hamming`; He et
+al. 2018, eq. 10) and is evaluated on the binary codes `sign(f)` with the same similarity, whose
+many ties `tie_aware_map` accounts for. Each head's scoring rule and evaluation transform are
+entries of its record in `networks.HEADS`.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import jax
+import numpy as np
+from flax import nnx
+
+import jaxrank
+import jaxrank.data as jd
+from experiments.job import config as config_lib
+from experiments.job import input_pipeline
+from experiments.job import networks
+from experiments.job import step as step_lib
+
+
+def make_embed_fn(config: config_lib.Config, model: step_lib.Model):
+  """The jitted embedding of a batch: `embed(params, rest, images, step) -> [batch, dim]`.
+
+  The network in inference mode (`model.eval_graph`) at the step's `tanh` scale, then its head's
+  evaluation transform (`networks.HEADS[config.head].evaluated_as`: the binary codes `sign(f)` of
+  a hashing head, the embeddings themselves otherwise).
+  """
+
+  @jax.jit
+  def embed(params, rest, images, step):
+    outputs = nnx.merge(model.eval_graph, params, rest)(
+      images, scale=step_lib.tanh_scale(config, step)
+    )
+    return networks.HEADS[config.head].evaluated_as(outputs)
+
+  return embed
+
+
+def evaluate(
+  config: config_lib.Config, embed_fn, state, test: jd.LabeledImages
+) -> dict[str, float]:
+  """Leave-one-out retrieval metrics of the test split (unseen classes) under the current state.
+
+  In a job of several processes each embeds a contiguous share of the split (on one of its
+  devices, from its copy of the replicated state) and `jaxrank.evaluate_retrieval` splits the
+  evaluation over the devices of every process (`mesh=`): no process holds the whole split's
+  embeddings, and every process returns the metrics of the whole split.
+  """
+  count, index = jax.process_count(), jax.process_index()
+  share = (index * test.num_examples // count, (index + 1) * test.num_examples // count)
+  params, rest, step = step_lib.local((state["params"], state["rest"], state["step"]))
+  embeddings = [np.zeros((0, config.embedding_dim), np.float32)]
+  labels = [np.zeros((0,), np.int32)]
+  for batch in input_pipeline.eval_batches(config, test, share):
+    e = np.asarray(embed_fn(params, rest, batch["image"], step))
+    embeddings.append(e[batch["mask"]])
+    labels.append(batch["label"][batch["mask"]])
+  metrics = jaxrank.evaluate_retrieval(
+    np.concatenate(embeddings),
+    np.concatenate(labels),
+    ks=config.eval_ks,
+    similarity_fn=networks.HEADS[config.head].similarity_fn,
+    mesh=step_lib.mesh(config) if count > 1 else None,
+  )
+  return cast(dict[str, float], metrics)  # Floats: the default reduce_fn.
+
+
+def evaluate_raw_pixels(config: config_lib.Config) -> dict[str, float]:
+  """Leave-one-out retrieval on the test split's pixels: the baseline of no learning at all.
+
+  Each image as the network sees it at evaluation (`input_pipeline.eval_batches`), flattened,
+  minus the mean image of the train split, compared by cosine similarity; the metrics of
+  `evaluate`, and with `eval_seen_classes` the same on the train split ("seen/..."). Every
+  process computes them alone (meant for small images: it holds a split's pixels in memory).
+  """
+  train_data, test_data = input_pipeline.load_data(config)
+
+  def pixels(data: jd.LabeledImages) -> tuple[np.ndarray, np.ndarray]:
+    rows, labels = [], []
+    for batch in input_pipeline.eval_batches(config, data):
+      mask = batch["mask"]
+      rows.append(np.asarray(batch["image"][mask], np.float32).reshape(int(mask.sum()), -1))
+      labels.append(batch["label"][mask])
+    return np.concatenate(rows), np.concatenate(labels)
+
+  train_pixels, train_labels = pixels(train_data)
+  mean = train_pixels.mean(axis=0)
+  test_pixels, test_labels = pixels(test_data)
+  # Floats: the default reduce_fn.
+  metrics = cast(
+    dict[str, float],
+    jaxrank.evaluate_retrieval(test_pixels - mean, test_labels, ks=config.eval_ks),
+  )
+  if config.eval_seen_classes:
+    seen = cast(
+      dict[str, float],
+      jaxrank.evaluate_retrieval(train_pixels - mean, train_labels, ks=config.eval_ks),
+    )
+    metrics.update({f"seen/{k}": v for k, v in seen.items()})
+  return metrics
