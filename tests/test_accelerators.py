@@ -27,7 +27,8 @@ import pytest
 
 from experiments.benchmarks import accelerators
 
-# Module-scoped fixtures: `make test` keeps this module's tests on one pytest-xdist worker.
+# Its expensive fixtures are session-scoped and its tests kept on one pytest-xdist worker (`make
+# test`): a module-scoped fixture is set up again whenever the worker returns to the module.
 pytestmark = pytest.mark.xdist_group("test_accelerators")
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -61,7 +62,7 @@ EVALUATION = Bounds(bytes=40.0, estimate=40.0, squares=None, h100=None)
 EVALUATION_TEMPORARIES = 2 * 64 * 4096 * 4
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def analyses() -> dict[tuple[str, str, str], dict]:
   """(target, kind, step) -> the compiled program's analysis, from one subprocess."""
   assert PYTHON.exists(), (

@@ -31,7 +31,8 @@ from experiments.job import config as config_lib
 from experiments.job import losses
 from experiments.job import main as main_lib
 
-# Module-scoped fixtures: `make test` keeps this module's tests on one pytest-xdist worker.
+# Its expensive fixtures are session-scoped and its tests kept on one pytest-xdist worker (`make
+# test`): a module-scoped fixture is set up again whenever the worker returns to the module.
 pytestmark = pytest.mark.xdist_group("test_cli")
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -237,7 +238,7 @@ def _steps(checkpoints: pathlib.Path) -> list[int]:
   return sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit())
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def interrupted(tmp_path_factory):
   """A workdir of a run stopped by Ctrl-C after its third step; `(workdir, its stderr lines)`."""
   workdir = tmp_path_factory.mktemp("interrupted") / "run"

@@ -37,7 +37,8 @@ from experiments.job import main as main_lib
 from experiments.job import train
 from experiments.job.configs import glyphs
 
-# Module-scoped fixtures: `make test` keeps this module's tests on one pytest-xdist worker.
+# Its expensive fixtures are session-scoped and its tests kept on one pytest-xdist worker (`make
+# test`): a module-scoped fixture is set up again whenever the worker returns to the module.
 pytestmark = pytest.mark.xdist_group("test_comparison")
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -74,7 +75,7 @@ def _command(workdir: pathlib.Path, output: pathlib.Path) -> dict:
     return {**json.load(f), "stdout": done.stdout}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def smoke(tmp_path_factory):
   """Both calls' outputs and the document, which held another section before."""
   root = tmp_path_factory.mktemp("comparison")

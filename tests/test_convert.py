@@ -24,7 +24,8 @@ from flax import nnx
 from jaxrank import convert
 from jaxrank import models
 
-# Module-scoped fixtures: `make test` keeps this module's tests on one pytest-xdist worker.
+# Its expensive fixtures are session-scoped and its tests kept on one pytest-xdist worker (`make
+# test`): a module-scoped fixture is set up again whenever the worker returns to the module.
 pytestmark = pytest.mark.xdist_group("test_convert")
 
 forward = nnx.jit(lambda model, x: model(x))
@@ -187,7 +188,7 @@ def test_vit_at_another_image_size(tmp_path):
 # Files that do not match.
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def resnet18_state():
   torch.manual_seed(0)
   return randomise(torchvision.models.resnet18(weights=None), seed=5).state_dict()

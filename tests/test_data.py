@@ -28,7 +28,8 @@ from jaxrank.data import preprocess  # noqa: E402
 from jaxrank.data import samplers  # noqa: E402
 from jaxrank.data import testing  # noqa: E402
 
-# Module-scoped fixtures: `make test` keeps this module's tests on one pytest-xdist worker.
+# Its expensive fixtures are session-scoped and its tests kept on one pytest-xdist worker (`make
+# test`): a module-scoped fixture is set up again whenever the worker returns to the module.
 pytestmark = pytest.mark.xdist_group("test_data")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -313,7 +314,7 @@ def test_sampler_arguments_use_the_shared_checks():
 # Pipelines.
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def digits():
   return jd.load_digits("train"), jd.load_digits("test")
 

@@ -10,19 +10,20 @@ import pytest
 
 from jaxrank.data import glyphs
 
-# Module-scoped fixtures: `make test` keeps this module's tests on one pytest-xdist worker.
+# Its expensive fixtures are session-scoped and its tests kept on one pytest-xdist worker (`make
+# test`): a module-scoped fixture is set up again whenever the worker returns to the module.
 pytestmark = pytest.mark.xdist_group("test_glyphs")
 
 # Few classes (the characters 20 of the 21 typefaces draw), small images: generated in ~1 s.
 SMALL = {"min_typefaces": 20, "image_size": 16}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cache(tmp_path_factory):
   return str(tmp_path_factory.mktemp("glyphs"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def splits(cache):
   return glyphs.load_glyphs("train", cache_dir=cache, **SMALL), glyphs.load_glyphs(
     "test", cache_dir=cache, **SMALL

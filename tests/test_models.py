@@ -18,7 +18,8 @@ from flax import nnx
 from jaxrank import hashing
 from jaxrank import models
 
-# Module-scoped fixtures: `make test` keeps this module's tests on one pytest-xdist worker.
+# Its expensive fixtures are session-scoped and its tests kept on one pytest-xdist worker (`make
+# test`): a module-scoped fixture is set up again whenever the worker returns to the module.
 pytestmark = pytest.mark.xdist_group("test_models")
 
 IMAGES = (2, 32, 32, 3)
@@ -45,7 +46,7 @@ def variables(model):
   return {path: np.asarray(v[...]) for path, v in nnx.to_flat_state(nnx.state(model))}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def resnet18():
   return models.resnet18(rngs=nnx.Rngs(0))
 

@@ -26,7 +26,8 @@ import nbformat
 import pytest
 from jupyter_client.manager import KernelManager
 
-# Module-scoped fixtures: `make test` keeps this module's tests on one pytest-xdist worker.
+# Its expensive fixtures are session-scoped and its tests kept on one pytest-xdist worker (`make
+# test`): a module-scoped fixture is set up again whenever the worker returns to the module.
 pytestmark = pytest.mark.xdist_group("test_notebooks")
 
 NOTEBOOKS_DIR = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
@@ -71,7 +72,7 @@ def _execute(path: pathlib.Path, workdir: pathlib.Path):
   return process, executed
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def executions(request, tmp_path_factory):
   """Notebook name -> a future of `_execute`, for each notebook whose execution test is selected."""
   test = "test_notebook_executes_and_its_claims_hold"

@@ -23,7 +23,7 @@ SCRIPT = REPO / "experiments" / "quickstart.py"
 PAGE = REPO / "docs" / "quickstart.md"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def run(tmp_path_factory):
   out = tmp_path_factory.mktemp("quickstart")
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
