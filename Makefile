@@ -50,7 +50,8 @@ $(ACCEL_STAMP): pyproject.toml
 # step for a TPU and an H100 in .venv-accel. Most of the suite's time is XLA:CPU compiling small
 # programs that then run for microseconds: `--xla_backend_optimization_level=0` (LLVM without its
 # optimisations) ran test_histogram and test_smooth_rank in 493 s instead of 583 s (and under a
-# higher load); the suite passes with it, and the benchmarks and the default run keep XLA's default.
+# higher load); the suite passes with it, and the benchmarks, the notebooks (they run longer
+# programs, which it slows down) and the default run keep XLA's default.
 TEST_XLA_FLAGS := --xla_backend_optimization_level=0
 test: $(STAMP) $(ACCEL_STAMP)
 	XLA_FLAGS="$(TEST_XLA_FLAGS)" $(PY) -m pytest -q -n 2 --dist loadgroup tests jaxrank \
