@@ -132,21 +132,26 @@ def test_their_code_failing_is_reported(released):
   assert row.verdict.startswith("not run: ") and np.isnan(row.value_diff)
 
 
+def _fake_rows(released):
+  """One row comparing the fake released module's loss with ours, as a comparison returns."""
+  return [
+    compare_released.compare(
+      "fake",
+      "soft_ap_like_loss",
+      "ours",
+      "n=5",
+      x=np.eye(2, 5) * 0.3,
+      dtype="float64",
+      their_fn=lambda t: released.soft_ap_like_loss(t, torch.ones_like(t)),
+      our_fn=lambda t: _ours(1.0)(t, jnp.ones_like(t)),
+    )
+  ]
+
+
 def test_run_skips_missing_clones_and_prints_one_table(released, tmp_path, capsys):
   def fake_comparison(root):
     assert root == str(tmp_path)
-    return [
-      compare_released.compare(
-        "fake",
-        "soft_ap_like_loss",
-        "ours",
-        "n=5",
-        x=np.eye(2, 5) * 0.3,
-        dtype="float64",
-        their_fn=lambda t: released.soft_ap_like_loss(t, torch.ones_like(t)),
-        our_fn=lambda t: _ours(1.0)(t, jnp.ones_like(t)),
-      )
-    ]
+    return _fake_rows(released)
 
   rows = compare_released.run(
     {"fake": str(tmp_path), "roadmap": None},
@@ -176,18 +181,7 @@ def test_main_with_docs_writes_the_guide_s_table(released, tmp_path, monkeypatch
 
   def fake_comparison(root):
     del root
-    return [
-      compare_released.compare(
-        "fake",
-        "soft_ap_like_loss",
-        "ours",
-        "n=5",
-        x=np.eye(2, 5) * 0.3,
-        dtype="float64",
-        their_fn=lambda t: released.soft_ap_like_loss(t, torch.ones_like(t)),
-        our_fn=lambda t: _ours(1.0)(t, jnp.ones_like(t)),
-      )
-    ]
+    return _fake_rows(released)
 
   monkeypatch.setattr(compare_released, "COMPARISONS", {"fastap": fake_comparison})
   out = tmp_path / "generated"
