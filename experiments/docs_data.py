@@ -23,7 +23,8 @@ The benchmarks print their tables as Markdown lines (a title, `| a | b |`, `| --
 it prints (`write_markdown_tables` writes each of a run's tables; `add_docs_argument` is the
 scripts' `--docs` flag).
 
-    .venv/bin/python -m experiments.docs_data --check    # every data file is well formed
+    .venv/bin/python -m experiments.docs_data --check     # every data file is well formed
+    .venv/bin/python -m experiments.docs_data --commands  # what wrote each, to rerun it
 
 `remote_resources` is the documentation build's offline check (docs/conf.py, `check_offline`):
 the scripts and stylesheets a built page loads from another site, which must be none.
@@ -249,11 +250,19 @@ def remote_resources(page: str) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--check", action="store_true", help="check every data file's schema")
+  parser.add_argument(
+    "--commands",
+    action="store_true",
+    help="list each data file's date, machine and the command that wrote it (to rerun them)",
+  )
   args = parser.parse_args(argv)
-  if args.check:
-    for path in sorted(DIRECTORY.glob("*.json")):
-      check(json.loads(path.read_text()), path.name)
+  for path in sorted(DIRECTORY.glob("*.json")):
+    data = json.loads(path.read_text())
+    if args.check:
+      check(data, path.name)
       print(f"{path.name}: ok")
+    if args.commands:
+      print(f"{path.stem} ({data['date']}, {data['machine']}):\n  {data['command']}")
   return 0
 
 

@@ -158,3 +158,26 @@ def test_evaluation_chunk_stays_within_its_bounds(analyses, target):
     floor = analyses["v5e", "step", "floor"]
     assert a["bytes"] <= EVALUATION.bytes * floor["bytes"], a["bytes"] / floor["bytes"]
     assert a["estimate"] is not None and a["loops"] == 0, a
+
+
+def test_compare_up_to_traces_the_other_form_and_restores_the_bound():
+  """The evaluation table's forms: the bound holds while the programs are traced, no program
+  traced with the other bound is reused, and the shipped bound is back afterwards."""
+  import jax
+  import jax.numpy as jnp
+
+  from jaxrank._src import ranking
+
+  count = jax.jit(ranking.count_above_and_tied)
+  args = (jnp.zeros((4, 8)), jnp.zeros((4, 2)))
+  shipped = count.lower(*args).as_text()
+  with accelerators.compare_up_to(0):
+    assert ranking.COMPARE_UP_TO == 0
+    sorted_form = count.lower(*args).as_text()
+  with accelerators.compare_up_to(None):
+    assert ranking.COMPARE_UP_TO == 32
+  assert ranking.COMPARE_UP_TO == 32
+  # On the CPU the sorted form sorts in numpy through a host callback; the comparing loop does not.
+  assert "callback" not in shipped
+  assert "callback" in sorted_form
+  assert count.lower(*args).as_text() == shipped

@@ -77,3 +77,19 @@ def test_breakdown_is_printed_by_default_and_can_be_skipped(monkeypatch, capsys)
   )
   speed.main()
   assert calls == ["loss"]
+  calls.clear()
+  monkeypatch.setattr("sys.argv", ["speed", "--skip-steps", "--skip-breakdown", "--skip-cost"])
+  speed.main()
+  assert calls == ["compile"]
+
+
+def test_breakdown_notes_one_pass_and_the_sorts():
+  """The breakdown's notes time one pass over the scores against the floor and, for the blackbox
+  losses, numpy's host sort against XLA's CPU sort of the same lists."""
+  lines = speed.breakdown_table(32, 8, 1, ["blackbox AP"])
+  one_pass = next(line for line in lines if line.startswith("one pass over"))
+  assert re.fullmatch(r"one pass over .*: \d+\.\d{3} s, \d+% of the floor", one_pass), one_pass
+  sorts = lines[-1]
+  assert re.search(
+    r"numpy.*: \d+\.\d\d s; XLA's CPU sort .*: \d+\.\d\d s, \d+\.\dx numpy's$", sorts
+  )

@@ -9,6 +9,7 @@ the guide's `.. generated-table::` directives use, with the columns of the guide
 from __future__ import annotations
 
 import json
+import pathlib
 
 import pytest
 
@@ -174,13 +175,86 @@ def test_evaluate_writes_a_table_per_data_set(monkeypatch, written):
   assert sop["columns"][1:] == guide[1:]  # The first names the data set's size.
 
 
-def test_evaluate_parts_writes_its_table(written):
+def test_evaluate_parts_writes_its_tables(written):
   evaluate_parts.main(
     ["--chunk", "256", "--items", "300", "--dim", "8", "--relevant", "4", "--repeats", "1"]
-    + ["--docs"]
+    + ["--lists", "8", "--list-items", "200", "--ladder", "3", "40", "--docs"]
   )
+  assert written.names() == ["evaluate_counts_by_relevant", "evaluate_parts"]
   parts = written("evaluate_parts")
   assert parts["title"] == "one chunk: 256 queries x 300 items, D = 8, 4 relevant; median of 1"
-  assert [row[0] for row in parts["rows"]] == ["product", "count", "count, two loops"]
+  assert [row[0] for row in parts["rows"]] == [
+    "product",
+    "product in blocks",
+    "count",
+    "count, two loops",
+  ]
   assert parts["notes"][0].startswith("count / product (wall): ")
+  assert parts["notes"][1].startswith("product in blocks / product (wall): ")
   same_columns_as_the_guide(parts, "evaluate_parts")
+  counts = written("evaluate_counts_by_relevant")
+  assert counts["title"].startswith("Counting ranks by R relevant items per list: 8 lists of 200")
+  assert [row[0] for row in counts["rows"]] == ["3", "40"]
+  assert all(cell.endswith(" ms") for row in counts["rows"] for cell in row[1:])
+  same_columns_as_the_guide(counts, "evaluate_counts_by_relevant")
+
+
+def test_whole_batch_writes_the_jobs_steps_and_the_loss_alone(monkeypatch, written):
+  from experiments.benchmarks import whole_batch
+
+  records = [
+    {"step": 1, "loss": 0.9971, "learning_rate": 1e-4, "images_per_second": 37.7},
+    {"step": 2, "loss": 0.9968, "learning_rate": 2e-4, "images_per_second": 38.2},
+    {"step": 2, "recall@1": 0.19, "map@r": 0.01},
+  ]
+
+  def run_job(workdir, steps):
+    assert steps == 2
+    lines = "".join(json.dumps(r) + "\n" for r in records)
+    pathlib.Path(workdir, "metrics.jsonl").write_text(lines)
+    return 310.0, 1.4e9
+
+  alone = {"unblocked": (4.4, 1.1e9), "blocks of 512": (4.9, 1.0e8)}
+  monkeypatch.setattr(whole_batch, "run_job", run_job)
+  monkeypatch.setattr(whole_batch, "loss_alone", lambda *args: alone)
+  whole_batch.main(["--steps", "2", "--docs"])
+  data = written("glyphs_whole_steps")
+  assert data["rows"] == [["1 (with compilation)", "156 s", "38"], ["2", "154 s", "38"]]
+  assert data["title"].startswith("FastAP on batches of 5,876 glyph images")
+  assert data["notes"][0] == (
+    "2 steps, 310 s in all with the data, compilation and the evaluation; "
+    "peak RSS of the job's process 1.40 GB."
+  )
+  assert "blocks of 512 4.90 s and 95 MB of temporaries" in data["notes"][1]
+  assert data["notes"][2] == "The loss went from 0.9971 to 0.9968; R@1 at step 2: 0.190."
+  same_columns_as_the_guide(data, "glyphs_whole_steps")
+
+
+def test_whole_batch_job_command_and_missing_records():
+  from experiments.benchmarks import whole_batch
+
+  command = whole_batch.job_command("/tmp/w", 3)
+  assert command[1:] == [
+    "-m",
+    "experiments.job.main",
+    "--config",
+    whole_batch.CONFIG,
+    "--workdir",
+    "/tmp/w",
+    "--set",
+    "num_steps=3",
+    "--set",
+    "eval_every=3",
+    "--set",
+    "log_every=1",
+  ]
+  with pytest.raises(ValueError, match="no step or no evaluation"):
+    whole_batch.job_rows([{"step": 1, "loss": 1.0, "images_per_second": 3.0}], 6)
+
+
+def test_whole_batch_loss_alone_times_both_forms():
+  from experiments.benchmarks import whole_batch
+
+  alone = whole_batch.loss_alone(64, 8, 16, 1)
+  assert list(alone) == ["unblocked", "blocks of 16"]
+  assert all(t > 0 and temporaries >= 0 for t, temporaries in alone.values())

@@ -535,40 +535,43 @@ COUNTING_HYPERPARAMETERS = [(0.2, 0.02), (4.0, 0.0), (1.0, 0.3)]
 
 @pytest.mark.parametrize("loss_fn", LOSSES, ids=["ap", "recall"])
 def test_counting_path_equals_the_sort_path(loss_fn, rank_branch):
+  def f(s, y, w, k, interpolation, margin, reduce_fn):
+    loss = loss_fn(
+      s,
+      y,
+      where=w,
+      interpolation=interpolation,
+      margin=margin,
+      reduce_fn=reduce_fn,
+      max_relevant=k,
+    )
+    return jnp.sum(loss)
+
+  # Labels traced: the bound `k` as given (`None`: the sort). One compilation for every case and
+  # hyperparameter (the cases share a shape; the hyperparameters are traced arguments).
+  traced = jax.jit(jax.value_and_grad(f), static_argnames=("k", "reduce_fn"))
   moved = {interpolation: 0.0 for interpolation, _ in COUNTING_HYPERPARAMETERS}
-  for scores, labels, where in counting_cases():
+  for case, (scores, labels, where) in enumerate(counting_cases()):
     most = int(np.max(np.sum(where & (labels >= 1), axis=-1)))
     for reduce_fn in (None, jnp.mean):
-
-      def f(s, k, interpolation, margin, y=labels, reduce_fn=reduce_fn, where=where):
-        return jnp.sum(
-          loss_fn(
-            s,
-            y,
-            where=where,
-            interpolation=interpolation,
-            margin=margin,
-            reduce_fn=reduce_fn,
-            max_relevant=k,
-          )
-        )
-
-      traced = jax.jit(
+      # Labels concrete (captured): the bound read from them when not given.
+      concrete = jax.jit(
         jax.value_and_grad(
-          lambda s, y, k, interpolation, margin: f(s, k, interpolation, margin, y)
+          lambda s, k, i, m, y=labels, w=where, r=reduce_fn: f(s, y, w, k, i, m, r)
         ),
-        static_argnums=2,
+        static_argnums=1,
       )
-      concrete = jax.jit(jax.value_and_grad(f), static_argnums=1)
-      for hyperparameters in COUNTING_HYPERPARAMETERS:
+      for h, hyperparameters in enumerate(COUNTING_HYPERPARAMETERS):
         interpolation, margin = map(np.float32, hyperparameters)
-        # The sort: labels traced, no bound.
-        want = traced(scores, labels, None, interpolation, margin)
+        args = (interpolation, margin, reduce_fn)
+        want = traced(scores, labels, where, None, *args)  # The sort.
         for k in (most, most + 3, 100):
-          assert_same_path(traced(scores, labels, k, interpolation, margin), want)
-        for k in (None, most):  # Concrete labels: the bound read from them.
-          assert_same_path(jax.value_and_grad(f)(scores, k, interpolation, margin), want)
+          assert_same_path(traced(scores, labels, where, k, *args), want)
+        for k in (None, most):
           assert_same_path(concrete(scores, k, interpolation, margin), want)
+          if case == h == 0:  # Eager, concrete labels: once (it traces anew on every call).
+            eager = jax.value_and_grad(f)(scores, labels, where, k, *args)
+            assert_same_path(eager, want)
         moved[hyperparameters[0]] = max(moved[hyperparameters[0]], float(np.abs(want[1]).max()))
   # Not trivial cases (interpolation = 0.2 rarely moves these short lists).
   assert all(moved[interpolation] > 0 for interpolation in moved if interpolation >= 1), moved
@@ -584,8 +587,13 @@ def test_counting_path_on_random_tied_lists_and_under_vmap(loss_fn):
 
   step = jax.value_and_grad(f)  # Eager: concrete labels, the bound read from them or given.
   sort_step = jax.jit(functools.partial(step, k=None))  # Traced labels: the sort.
+  # Under vmap the labels are traced: the bound as given, or the sort.
+  mapped_step = jax.jit(
+    lambda s, y, w, k: jax.vmap(jax.value_and_grad(functools.partial(per_list, k=k)))(s, y, w),
+    static_argnums=3,
+  )
   rng = np.random.default_rng(12)
-  shape = (4, 14)  # One shape, so that the steps compile once.
+  shape = (4, 14)  # One shape, so that the steps compile once (mapped_step once per bound).
   for trial in range(6):
     scores = awkward_scores(rng, shape, ties=trial % 2 == 0)
     scores[:2] = np.where(np.isnan(scores[:2]), 0.5, scores[:2])  # Two lists without NaN.
@@ -596,11 +604,8 @@ def test_counting_path_on_random_tied_lists_and_under_vmap(loss_fn):
     want = sort_step(scores, labels, where)
     assert_same_path(step(scores, labels, where, k), want)
     assert_same_path(step(scores, labels, where, None), want)
-    mapped = jax.vmap(jax.value_and_grad(functools.partial(per_list, k=k)))(scores, labels, where)
-    single = jax.vmap(jax.value_and_grad(functools.partial(per_list, k=None)))(
-      scores, labels, where
-    )
-    assert_same_path(mapped, single)
+    single = mapped_step(scores, labels, where, None)
+    assert_same_path(mapped_step(scores, labels, where, k), single)
 
 
 @pytest.mark.parametrize("loss_fn", LOSSES, ids=["ap", "recall"])

@@ -301,3 +301,24 @@ def test_data_benchmark_measures_rate_and_cpu_time():
   images[:] = [jpeg, jpeg]
   encoded = jd.LabeledImages(images, np.arange(2), np.zeros(2, int), image_format="encoded")
   assert data.decode_ms(encoded) >= 0
+
+
+def test_commands_lists_what_wrote_each_data_file(monkeypatch, tmp_path, capsys):
+  monkeypatch.setattr(docs_data, "DIRECTORY", tmp_path)
+  for name in ("b", "a"):
+    docs_data.write_table(
+      name,
+      title="T",
+      columns=["x"],
+      rows=[["1"]],
+      command=f"python -m experiments.benchmarks.{name} --docs",
+      date="2026-11-27",
+      machine_name="a CPU",
+    )
+  assert docs_data.main(["--commands"]) == 0
+  assert capsys.readouterr().out.splitlines() == [
+    "a (2026-11-27, a CPU):",
+    "  python -m experiments.benchmarks.a --docs",
+    "b (2026-11-27, a CPU):",
+    "  python -m experiments.benchmarks.b --docs",
+  ]

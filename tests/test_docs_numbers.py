@@ -46,8 +46,7 @@ LIST_ENTRY = re.compile(r"^\s*(?:\* )?- ")
 ALLOWED = {
   # One number, not ours: "RaMBO's Table 6 reports 0.33 s", the paper's published time for the
   # list the blackbox benchmark sorts, quoted beside that benchmark's table; no command here
-  # measures it. (The history of what each change cut and the one-off timings are transcribed
-  # data files, speed_history, speed_one_off and accelerators_history; the goals are words.)
+  # measures it. (The goals are words.)
   "docs/guide/benchmarks.rst": 1,
 }
 

@@ -10,13 +10,23 @@ whole process, so that a part using both cores shows it):
 
 * `product`: XLA's `q @ x.T` of the chunk against every item, reduced to each row's largest score
   (the floor of `experiments/benchmarks/evaluate.py`, for one chunk);
+* `product in blocks`: the same scores as `jaxrank.similarity.dot_product` computes them, each
+  from a product with a block of `similarity.ITEM_BLOCK` (1,024) items, so that no score depends on
+  how the items are split over devices (the CPU's form; docs/guide/scale.rst, "Several
+  processes"); the blocks' cost is `product in blocks / product`;
 * `count`: the CPU's comparing loop (`ranking.count_above_and_tied` on `[chunk, items]` scores
   and `[chunk, relevant]` thresholds), which gives MAP@R and mAP their ranks;
 * `count, two loops`: the same lists counted by two independent loops of half the tiles each in
   one program, to see whether XLA:CPU runs them side by side (it did not: slower).
 
-`--docs` also writes the table to docs/_generated/evaluate_parts.json, which docs/guide/scale.rst,
-"Evaluation at scale", shows.
+A second table, `evaluate_counts_by_relevant`, times the ways of counting ranks by the number R of
+relevant items per list (`--lists` lists of `--list-items` scores, R from `--ladder`): the CPU's
+comparing loop (`ranking._compare_counts`, O(n R) per list), numpy's sort and binary search through
+the host callback (the CPU's path beyond `ranking.COMPARE_UP_TO`) and XLA's (the accelerators'):
+the measurement that chose `COMPARE_UP_TO`. `--skip-ladder` leaves it out.
+
+`--docs` also writes the tables to docs/_generated/evaluate_parts.json and
+evaluate_counts_by_relevant.json, which docs/guide/scale.rst, "Evaluation at scale", shows.
 """
 
 from __future__ import annotations
@@ -43,6 +53,38 @@ def _timed(fn, args, repeats: int) -> tuple[float, float]:
   return statistics.median(walls), statistics.median(cpus)
 
 
+def counts_table(lists: int, items: int, ladder: list[int], repeats: int) -> list[str]:
+  """Median wall time of each way of counting ranks, by relevant items per list."""
+  import jax
+  import jax.numpy as jnp
+
+  from jaxrank._src import ranking
+
+  ways = {
+    "comparing (CPU loop)": ranking._compare_counts,  # pylint: disable=protected-access
+    "numpy sort, binary search": ranking._cpu_sorted_counts,  # pylint: disable=protected-access
+    "XLA sort, binary search": ranking.xla_sorted_counts,
+  }
+  lines = [
+    f"Counting ranks by R relevant items per list: {lists} lists of {items:,} scores; "
+    f"median of {repeats}",
+    "| R | " + " | ".join(ways) + " |",
+    "| --- |" + " --- |" * len(ways),
+  ]
+  rng = np.random.default_rng(0)
+  scores = jnp.asarray(rng.standard_normal((lists, items)).astype(np.float32))
+  for r in ladder:
+    thresholds = scores[:, :r]  # Relevant items' scores are among the list's.
+    cells = []
+    for way in ways.values():
+      wall, _ = _timed(jax.jit(way), (scores, thresholds), repeats)
+      cells.append(f"{wall * 1e3:.1f} ms")
+    lines.append(f"| {r:,} | " + " | ".join(cells) + " |")
+    print(lines[-1], flush=True)
+  lines.append(f"ranking.COMPARE_UP_TO = {ranking.COMPARE_UP_TO}: the loop counts up to it.")
+  return lines
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--chunk", type=int, default=1024)
@@ -50,13 +92,18 @@ def main(argv=None):
   parser.add_argument("--relevant", type=int, default=11)
   parser.add_argument("--dim", type=int, default=512)
   parser.add_argument("--repeats", type=int, default=7)
-  docs_data.add_docs_argument(parser, "evaluate_parts")
+  parser.add_argument("--lists", type=int, default=256, help="lists of the second table")
+  parser.add_argument("--list-items", type=int, default=10_000, help="scores per list there")
+  parser.add_argument("--ladder", type=int, nargs="+", default=[12, 32, 64, 256, 1024])
+  parser.add_argument("--skip-ladder", action="store_true", help="leave out the second table")
+  docs_data.add_docs_argument(parser, "{evaluate_parts,evaluate_counts_by_relevant}")
   args = parser.parse_args(argv)
 
   import jax
   import jax.numpy as jnp
   from jax import lax
 
+  import jaxrank
   from jaxrank._src import ranking
 
   rng = np.random.default_rng(0)
@@ -80,6 +127,10 @@ def main(argv=None):
 
   rows = {
     "product": (jax.jit(lambda q, x: jnp.max(q @ x.T, axis=1)), (queries, items)),
+    "product in blocks": (
+      jax.jit(lambda q, x: jnp.max(jaxrank.similarity.dot_product(q, x), axis=1)),
+      (queries, items),
+    ),
     "count": (jax.jit(lambda s, t: ranking.count_above_and_tied(s, t)[1:]), (scores, thresholds)),
     "count, two loops": (jax.jit(two_loops), (scores, thresholds)),
   }
@@ -93,13 +144,22 @@ def main(argv=None):
     walls[name], cpu = _timed(fn, fn_args, args.repeats)
     lines.append(f"| {name} | {walls[name] * 1e3:.0f} ms | {cpu * 1e3:.0f} ms |")
   lines.append(f"count / product (wall): {walls['count'] / walls['product']:.2f}x")
+  lines.append(
+    f"product in blocks / product (wall): {walls['product in blocks'] / walls['product']:.2f}x"
+  )
   print("\n".join(lines))
   if c % (2 * ranking.COMPARE_TILE) == 0:
     one = rows["count"][0](scores, thresholds)
     two = rows["count, two loops"][0](scores, thresholds)
     assert all(bool(jnp.array_equal(a, b)) for a, b in zip(one, two))
+  tables = {"evaluate_parts": lines}
+  if not args.skip_ladder:
+    tables["evaluate_counts_by_relevant"] = counts_table(
+      args.lists, args.list_items, args.ladder, args.repeats
+    )
+    print("\n".join(["", *tables["evaluate_counts_by_relevant"]]))
   if args.docs:
-    docs_data.write_markdown_tables({"evaluate_parts": lines})
+    docs_data.write_markdown_tables(tables)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,11 @@ Command:
     .venv/bin/python -m experiments.benchmarks.speed --losses FastAP SmoothAP --skip-breakdown
     .venv/bin/python -m experiments.benchmarks.speed --skip-breakdown --skip-compile-table \\
         --skip-cost
+    .venv/bin/python -m experiments.benchmarks.speed --skip-steps --skip-breakdown --skip-cost
 
 `--docs` also writes each table to docs/_generated/speed_<table>.json (steps, breakdown, cost,
-compile), which docs/guide/benchmarks.rst shows with this machine's description and the date.
+compile; a `--skip-` flag leaves one out, so that each can have a command of its own), which
+docs/guide/benchmarks.rst shows with this machine's description and the date.
 
 Table 1, one row per loss: the step is `jax.jit(jax.value_and_grad(f))` with
 `f(e) = loss(*batch_retrieval(e, labels))` on `[B, D]` random unit embeddings (4 per class); the
@@ -346,20 +348,34 @@ def breakdown_table(batch: int, dim: int, repeats: int, names: list[str]) -> lis
       f"{t['step']:.2f} s | {(t['scores'] + t['lists']) / t['floor']:.1f}x |"
     )
     print(lines[-1], flush=True)
+  # One pass over the scores, read and written: what each further elementwise pass of a loss costs
+  # when XLA:CPU does not fuse it.
+  one_pass = timed(lambda s: s + 1.0, scores)
+  passes = [(one_pass(), floor()) for _ in range(repeats)]
+  lines.append(
+    f"one pass over the [B, B] float32 scores, read and written: "
+    f"{float(np.median([p for p, _ in passes])):.3f} s, "
+    f"{float(np.median([p / f for p, f in passes])):.0%} of the floor"
+  )
+  print(lines[-1], flush=True)
   if any(name in ("blackbox AP", "blackbox recall") for name in names):
     # The blackbox losses rank each list on the host (CPU), forward and backward: one such sort,
     # timed on the library's private sort itself (a benchmark of the implementation, as tests are).
     from jaxrank._src import ranking
 
     host = np.asarray(scores)
-    sorts = []
+    xla_sort = timed(ranking.xla_descending_ranks, scores)
+    sorts, xla_sorts = [], []
     for _ in range(repeats):
       start = time.perf_counter()
       ranking.numpy_descending_ranks(host)
       sorts.append(time.perf_counter() - start)
+      xla_sorts.append(xla_sort())
+    numpy_s, xla_s = float(np.median(sorts)), float(np.median(xla_sorts))
     lines.append(
       f"blackbox: one host sort of the {batch} lists (numpy, both cores), as forward and "
-      f"backward each run: {float(np.median(sorts)):.2f} s"
+      f"backward each run: {numpy_s:.2f} s; XLA's CPU sort of the same lists "
+      f"(`ranking.xla_descending_ranks`): {xla_s:.2f} s, {xla_s / numpy_s:.1f}x numpy's"
     )
     print(lines[-1], flush=True)
   return lines
@@ -460,6 +476,7 @@ def main():
   parser.add_argument("--dim", type=int, default=512)
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--losses", nargs="+", choices=list(LOSSES), default=list(LOSSES))
+  parser.add_argument("--skip-steps", action="store_true", help="leave out the first table")
   parser.add_argument("--skip-compile-table", action="store_true")
   parser.add_argument("--skip-breakdown", action="store_true")
   parser.add_argument("--skip-cost", action="store_true")
@@ -472,7 +489,9 @@ def main():
   import jax
 
   print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
-  tables = {"steps": loss_table(args.batch, args.dim, args.repeats, args.losses)}
+  tables = {}
+  if not args.skip_steps:
+    tables["steps"] = loss_table(args.batch, args.dim, args.repeats, args.losses)
   if not args.skip_breakdown:
     tables["breakdown"] = breakdown_table(args.batch, args.dim, args.repeats, args.losses)
   if not args.skip_cost:
