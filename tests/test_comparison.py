@@ -404,3 +404,37 @@ def test_regenerating_either_writer_keeps_the_other_section(tmp_path):
   assert f"- {report.TITLE} (`{report.NAME}`)" in path.read_text()
   report.write_section(out, str(path))
   assert "new" in results.read_sections(path.read_text())[name]
+
+
+def test_docs_tables_and_figure_come_from_the_section(tmp_path):
+  section = report.format_section(
+    _canned_output(), date="2026-11-25", machine_name="a CPU", package_versions={"jax": "0.1"}
+  )
+  paths = report.write_docs(section, source="measured", directory=tmp_path)
+  assert [p.name for p in paths] == ["comparison_pretrained.json", "comparison_scratch.json"]
+  assert (tmp_path / "comparison_pretrained.png").is_file()  # The intervals, both settings.
+  for setting in protocol.SETTINGS:
+    data = json.loads((tmp_path / f"comparison_{setting}.json").read_text())
+    assert data["title"].startswith(f"Test classes, {report.SETTING_TITLES[setting]}")
+    assert data["columns"][:4] == ["#", "run", "seeds", "R@1 mean [95% CI]"]
+    assert [row[1] for row in data["rows"]] == ["untrained", *protocol.LOSSES, "raw_pixels"]
+    assert (data["date"], data["machine"]) == ("2026-11-25", "a CPU")
+    assert data["command"] == report.DOCS_COMMAND
+    assert data["notes"][0].startswith("Each AP loss against the best baseline")
+  with pytest.raises(ValueError, match="says not when and where"):
+    report.write_docs("### Test classes, from scratch\n", source="measured", directory=tmp_path)
+
+
+def test_tables_only_writes_the_docs_from_the_document_and_runs_nothing(monkeypatch, tmp_path):
+  from experiments import docs_data  # pylint: disable=g-import-not-at-top
+  from experiments.comparison import main as comparison_main  # pylint: disable=g-import-not-at-top
+
+  document = tmp_path / "RESULTS.md"
+  report.write_section(_canned_output(), str(document))
+  monkeypatch.setattr(docs_data, "DIRECTORY", tmp_path / "generated")
+  (tmp_path / "generated").mkdir()
+  comparison_main.main(["--tables-only", "--output", str(document)])
+  data = json.loads((tmp_path / "generated" / "comparison_scratch.json").read_text())
+  assert data["source"] == results.RECORD_SOURCE
+  seeds = {row[1]: row[2] for row in data["rows"]}
+  assert seeds["triplet"] == "2/3" and seeds["fastap"] == "3/3"  # A diverged seed counted out.

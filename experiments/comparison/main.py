@@ -14,7 +14,10 @@ it on the test classes, and re-reads the papers' five ablations over the same se
 pretrained regime (`protocol.py` has the sizes, search spaces and values; `run.py` the order). It
 writes the section `comparison` of experiments/RESULTS.md (`--output` elsewhere): the search
 spaces, trials and chosen values, the tables of means with 95% intervals and the pairs that differ
-significantly (`stats.py`), and whether each claim holds (`report.py`).
+significantly (`stats.py`), and whether each claim holds (`report.py`). With `--docs` it also
+writes the test classes' tables of both settings and a figure of their intervals to
+docs/_generated/comparison_<setting>.json (docs/guide/comparison.rst shows them); `--tables-only`
+writes those from the document's section as it is, running nothing.
 
 Rerunning the command reuses every finished run (and the backbone) and resumes an interrupted one
 from its checkpoint; `--only NAME ...` runs some losses and ablations (an ablation brings its
@@ -55,6 +58,17 @@ def _parser() -> argparse.ArgumentParser:
     help="run only these losses and ablations (default: every one)",
   )
   parser.add_argument(
+    "--docs",
+    action="store_true",
+    help="also write the test classes' tables and the figure of their intervals to "
+    "docs/_generated/comparison_<setting>.json (docs/guide/comparison.rst shows them)",
+  )
+  parser.add_argument(
+    "--tables-only",
+    action="store_true",
+    help="run nothing: write those files from the document's comparison section as it is",
+  )
+  parser.add_argument(
     "--output",
     default=DEFAULT_OUTPUT,
     help="the document whose comparison section is written, relative to the "
@@ -86,9 +100,19 @@ def main(argv: Sequence[str] | None = None) -> None:
       f"{PROG}: error: --only {' '.join(unknown)}: not a loss or ablation of the "
       f"comparison; use some of {', '.join(sorted(known))}.\n",
     )
-  main_lib.import_tensorflow_quietly()
   from experiments import results
   from experiments.comparison import report
+
+  document = os.path.join(results.ROOT, args.output)
+  if args.tables_only:
+    with open(document) as f:
+      section = results.read_sections(f.read()).get(report.NAME)
+    if section is None:
+      _parser().exit(main_lib.EXIT_CONFIG_ERROR, f"{PROG}: error: {document} has no comparison.\n")
+    for path in report.write_docs(section, source=results.RECORD_SOURCE):
+      print("wrote", path)
+    return
+  main_lib.import_tensorflow_quietly()
   from experiments.comparison import run
   from experiments.job import input_pipeline
 
@@ -106,8 +130,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     _parser().exit(main_lib.EXIT_INTERRUPTED, f"{PROG}: {e or 'interrupted'}\n")
   with open(os.path.join(args.workdir, "comparison.json"), "w") as f:
     json.dump(out, f, indent=1)
-  section = report.write_section(out, os.path.join(results.ROOT, args.output))
+  section = report.write_section(out, document)
   print(section)
+  if args.docs:
+    for path in report.write_docs(section, source="measured"):
+      print("wrote", path)
 
 
 if __name__ == "__main__":

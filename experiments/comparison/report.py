@@ -13,9 +13,11 @@ import datetime
 import inspect
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from experiments import docs_data
 from experiments import results
 from experiments.comparison import protocol
 from experiments.comparison import stats
@@ -295,3 +297,103 @@ def write_section(out: Mapping[str, Any], path: str) -> str:
   )
   results.write(path, results.format_document(sections))
   return sections[NAME]
+
+
+DOCS_COMMAND = "python -m experiments.comparison.main --workdir runs/comparison --docs"
+_ESTIMATE = re.compile(r"^([\d.]+) \[([\d.]+), ([\d.]+)\]$")
+
+
+def setting_tables(section: str) -> dict[str, list[str]]:
+  """Each setting's table of test-class seeds in the section, as Markdown lines: a title, the
+  table, the main claim's reading under it."""
+  tables = {}
+  for setting, title in SETTING_TITLES.items():
+    heading = f"### Test classes, {title}"
+    if heading not in section:
+      continue
+    body = section.split(heading, 1)[1].split("\n### ", 1)[0].strip().splitlines()
+    # The section's separator `|---|---|` as the docs' Markdown reader expects it, `| --- |`.
+    table = [
+      re.sub(r"-+", "---", line).replace("|", "| ").replace("---", "--- ").strip()
+      if re.fullmatch(r"\|(-+\|)+", line)
+      else line
+      for line in body
+      if line.startswith("|")
+    ]
+    rest = [line for line in body if line.strip() and not line.startswith("|")]
+    tables[setting] = [
+      f"Test classes, {title}: mean and 95% t-interval over the seeds; 'better than': the rows "
+      "it beats by Welch's t-test at 0.05",
+      *table,
+      *rest,
+    ]
+  return tables
+
+
+def intervals_figure(tables: Mapping[str, Sequence[str]]):
+  """Each run's R@1 with its 95% interval, one panel per setting (matplotlib figure)."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  figure, axes = plt.subplots(
+    1, len(tables), figsize=(5 * len(tables), 4), sharey=True, squeeze=False
+  )
+  pixels = None
+  for axis, (setting, lines) in zip(axes[0], tables.items()):
+    parsed = docs_data.markdown_table(lines)
+    names: list[str] = []
+    means: list[float] = []
+    errors: list[list[float]] = [[], []]
+    for row in parsed["rows"]:
+      found = _ESTIMATE.match(row[3])
+      if found is None:  # The raw pixels: one value, no interval.
+        if row[1] == "raw_pixels":
+          pixels = axis.axvline(float(row[3]), color="grey", linestyle="--", label="raw pixels")
+        continue
+      mean, low, high = map(float, found.groups())
+      names.append(row[1])
+      means.append(mean)
+      errors[0].append(mean - low)
+      errors[1].append(high - mean)
+    positions = list(range(len(names)))[::-1]
+    axis.errorbar(means, positions, xerr=errors, fmt="o", capsize=3)
+    axis.set_yticks(positions, names)
+    axis.set_xlabel("R@1 on the test classes (95% interval)")
+    axis.set_title(setting)
+    axis.grid(axis="x", alpha=0.3)
+  if pixels is not None:  # Below the panels, where it hides no row.
+    figure.legend(handles=[pixels], loc="lower center", frameon=False)
+    figure.tight_layout(rect=(0, 0.06, 1, 1))
+  else:
+    figure.tight_layout()
+  return figure
+
+
+def write_docs(section: str, *, source: str, directory=None) -> list:
+  """Writes docs/_generated/comparison_<setting>.json for each setting of the section, the first
+  with the figure of the intervals; the date and machine are the section's ("Run on ...")."""
+
+  run_on = re.search(r"^Run on (\d{4}-\d\d-\d\d), (.*?); ", section, flags=re.MULTILINE)
+  if run_on is None:
+    raise ValueError("the comparison's section says not when and where it ran")
+  tables = setting_tables(section)
+  if not tables:
+    raise ValueError("the comparison's section holds no table of test classes")
+  figure = intervals_figure(tables)
+  paths = []
+  for i, (setting, lines) in enumerate(tables.items()):
+    paths.append(
+      docs_data.write_table(
+        f"comparison_{setting}",
+        **docs_data.markdown_table(lines),
+        command=DOCS_COMMAND,
+        source=source,
+        figure=figure if i == 0 else None,
+        date=run_on.group(1),
+        machine_name=run_on.group(2),
+        directory=directory,
+      )
+    )
+  return paths
