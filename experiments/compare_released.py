@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments import docs_data
 from experiments.job import reporting
 
 # flag -> (the clone's directory name on GitHub, what the flag points at).
@@ -808,7 +809,6 @@ def docs_notes(paths: dict[str, str | None]) -> list[str]:
 
 def write_docs(rows: Sequence[Row], paths: dict[str, str | None], directory=None):
   """Writes the table to docs/_generated/released_code.json (experiments/docs_data.py)."""
-  from experiments import docs_data  # pylint: disable=g-import-not-at-top
 
   return docs_data.write_table(
     "released_code",

@@ -7,11 +7,11 @@ and rerunning the command on another machine updates the page with that machine'
 may also draw a figure of the same numbers (`figure=`, a PNG written beside the data file), shown
 above the table.
 
-A file written from a run's printed output rather than by the run itself says so in its `source`
-(`"transcribed from the run of 2026-11-22 ..."`); `"measured"` means the command wrote it, and
-`"measured: written from the run's JSON record (FILE)"` that the command wrote FILE on another
-machine and a script here turned it into the table (`experiments/benchmarks/device.py`). The
-schema (`docs/conf.py`'s `GeneratedTable` reads it):
+Its `source` is `"measured"`, the command wrote it, or `"measured: written from the run's JSON
+record (FILE)"`, the command wrote FILE on another machine and a script here turned it into the
+table (`experiments/benchmarks/device.py`); nothing else is allowed (`check`): a number copied by
+hand from a run's output goes stale unseen. The schema (`docs/conf.py`'s `GeneratedTable` reads
+it):
 
     {"title": str, "command": str, "machine": str, "date": "YYYY-MM-DD", "source": str,
      "columns": [str, ...], "rows": [[str, ...], ...],
@@ -47,9 +47,14 @@ from typing import Any
 DIRECTORY = pathlib.Path(__file__).resolve().parent.parent / "docs" / "_generated"
 KEYS = ("title", "command", "machine", "date", "source", "columns", "rows")
 
+# The one-minute load average when this module was imported: a benchmark imports it as it starts,
+# so that its table tells the load it started under, not the load its own processes made.
+LOAD_AT_START = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
 
 def machine() -> str:
-  """The CPU model, cores, memory and load: `AMD EPYC 7B13, 2 cores, 24 GiB, load 0.5`."""
+  """The CPU model, cores, memory and load: `AMD EPYC 7B13, 2 cores, 24 GiB, load 0.5 as it
+  started` (`LOAD_AT_START`: a command that writes a table imports this module at its top)."""
   model = None
   try:
     with open("/proc/cpuinfo") as f:
@@ -64,8 +69,8 @@ def machine() -> str:
     parts.append(f"{pages * page_size / 2**30:.0f} GiB")
   except (ValueError, OSError, AttributeError):
     pass
-  if hasattr(os, "getloadavg"):
-    parts.append(f"load {os.getloadavg()[0]:.1f} as it started")
+  if LOAD_AT_START is not None:
+    parts.append(f"load {LOAD_AT_START:.1f} as it started")
   return ", ".join(parts)
 
 
@@ -97,6 +102,11 @@ def check(data: dict, name: str = "data") -> None:
       )
   if not data["rows"]:
     raise ValueError(f"{name}: no rows")
+  if not (data["source"] == "measured" or data["source"].startswith("measured: written from ")):
+    raise ValueError(
+      f"{name}: source {data['source']!r}: a table must be written by the command that measured "
+      "it (`measured`), not copied"
+    )
   if not all(isinstance(line, str) for line in data.get("notes", [])):
     raise ValueError(f"{name}: notes must be a list of strings")
 

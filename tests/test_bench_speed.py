@@ -27,9 +27,11 @@ def test_loss_and_breakdown_tables_have_a_row_per_loss(capsys):
 
 
 def test_cost_table_has_ratios_and_a_largest_batch_per_loss():
-  lines = speed.cost_table(32, 8, LOSSES)
+  # Each row searches its largest batch by compiling many steps: a loss without a loop and one with.
+  names = ["FastAP", "SmoothAP"]
+  lines = speed.cost_table(32, 8, names)
   rows = _rows(lines)
-  assert [row.split(" | ")[0] for row in rows] == [f"| {name}" for name in LOSSES]
+  assert [row.split(" | ")[0] for row in rows] == [f"| {name}" for name in names]
   for row in rows:
     assert len(re.findall(r"\d+\.\d+x \|", row)) == 3, row  # flops, bytes, temporaries.
     best, used, loops = re.search(r"\| (\d+) \((\d+\.\d) GB\) \| (\d+) \|$", row).groups()
@@ -93,3 +95,23 @@ def test_breakdown_notes_one_pass_and_the_sorts():
   assert re.search(
     r"numpy.*: \d+\.\d\d s; XLA's CPU sort .*: \d+\.\d\d s, \d+\.\dx numpy's$", sorts
   )
+
+
+def test_compile_table_gives_every_list_level_function_its_required_arguments():
+  """The compile table calls every list-level function of `jaxrank.__all__` with `REQUIRED`'s
+  keywords: a new function with a required keyword must be given one there."""
+  import inspect  # pylint: disable=g-import-not-at-top
+
+  import jaxrank  # pylint: disable=g-import-not-at-top
+
+  for name in jaxrank.__all__:
+    fn = getattr(jaxrank, name)
+    params = inspect.signature(fn).parameters if inspect.isfunction(fn) else {}
+    if not {"labels", "where", "reduce_fn"} <= set(params) or name == "smooth_rank_ap_loss":
+      continue
+    required = {
+      p
+      for p, v in params.items()
+      if v.kind == v.KEYWORD_ONLY and v.default is inspect.Parameter.empty
+    }
+    assert required <= set(speed.REQUIRED.get(name, {})), (name, required)

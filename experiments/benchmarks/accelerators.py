@@ -374,9 +374,9 @@ def evaluation_table(targets: list[str], dim: int) -> list[str]:
     for form, bound in EVALUATION_FORMS.items():
       with compare_up_to(bound):
         a = analyse(compile_evaluation_chunk(devices(target)[0], dim))
-      bound = ">= " if a.loops else ""
-      estimate = "n/a" if a.estimate is None else f"{bound}{a.estimate * 1e3:.2f} ms"
-      gb = "n/a" if a.bytes is None else f"{bound}{a.bytes / 1e9:.2f}"
+      at_least = ">= " if a.loops else ""
+      estimate = "n/a" if a.estimate is None else f"{at_least}{a.estimate * 1e3:.2f} ms"
+      gb = "n/a" if a.bytes is None else f"{at_least}{a.bytes / 1e9:.2f}"
       lines.append(
         f"| {target} | {form} | {estimate} | {gb} | {_mb(a.temporaries)} | {a.loops} "
         f"| {a.callbacks} |"

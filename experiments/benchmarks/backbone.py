@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from experiments import docs_data
 from jaxrank import models
 
 
@@ -92,8 +93,6 @@ def main(argv: list[str] | None = None) -> None:
   lines = table_lines(rows, args.batch, args.size, args.steps)
   print("\n".join(lines))
   if args.docs:
-    from experiments import docs_data  # pylint: disable=g-import-not-at-top
-
     print("wrote", docs_data.write_table("backbone_steps", **docs_data.markdown_table(lines)))
 
 

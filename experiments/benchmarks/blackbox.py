@@ -32,6 +32,8 @@ import time
 
 import numpy as np
 
+from experiments import docs_data
+
 
 def make_list(n: int, seed: int = 0):
   rng = np.random.default_rng(seed)
@@ -152,8 +154,6 @@ def main():
     print(f"{side:10} {row['time']:8.3f} {row['time'] / base:6.2f} {row['loss']:8.5f}")
   if args.docs:
     import torch  # pylint: disable=g-import-not-at-top
-
-    from experiments import docs_data  # pylint: disable=g-import-not-at-top
 
     names = {
       "torch": f"PyTorch {torch.__version__.split('+')[0]}, same algorithm (two argsort)",

@@ -49,6 +49,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import jaxrank.data as jd  # noqa: E402
+from experiments import docs_data
 from experiments.job import input_pipeline  # noqa: E402
 from jaxrank.data import testing  # noqa: E402
 
@@ -227,8 +228,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     tables["data_glyphs"] = glyphs_lines()
   print("\n\n".join("\n".join(lines) for lines in tables.values()))
   if args.docs:
-    from experiments import docs_data  # pylint: disable=g-import-not-at-top
-
     for name, lines in tables.items():
       print("wrote", docs_data.write_table(name, **docs_data.markdown_table(lines)))
 

@@ -85,20 +85,8 @@ def counts_table(lists: int, items: int, ladder: list[int], repeats: int) -> lis
   return lines
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--chunk", type=int, default=1024)
-  parser.add_argument("--items", type=int, default=60_000)
-  parser.add_argument("--relevant", type=int, default=11)
-  parser.add_argument("--dim", type=int, default=512)
-  parser.add_argument("--repeats", type=int, default=7)
-  parser.add_argument("--lists", type=int, default=256, help="lists of the second table")
-  parser.add_argument("--list-items", type=int, default=10_000, help="scores per list there")
-  parser.add_argument("--ladder", type=int, nargs="+", default=[12, 32, 64, 256, 1024])
-  parser.add_argument("--skip-ladder", action="store_true", help="leave out the second table")
-  docs_data.add_docs_argument(parser, "{evaluate_parts,evaluate_counts_by_relevant}")
-  args = parser.parse_args(argv)
-
+def parts_table(c: int, n: int, r: int, dim: int, repeats: int) -> list[str]:
+  """The first table: each part of one chunk timed alone (the module docstring's rows)."""
   import jax
   import jax.numpy as jnp
   from jax import lax
@@ -107,11 +95,10 @@ def main(argv=None):
   from jaxrank._src import ranking
 
   rng = np.random.default_rng(0)
-  c, n, r = args.chunk, args.items, args.relevant
   scores = jnp.asarray(rng.standard_normal((c, n)).astype(np.float32))
   thresholds = jnp.asarray(rng.standard_normal((c, r)).astype(np.float32))
-  queries = jnp.asarray(rng.standard_normal((c, args.dim)).astype(np.float32))
-  items = jnp.asarray(rng.standard_normal((n, args.dim)).astype(np.float32))
+  queries = jnp.asarray(rng.standard_normal((c, dim)).astype(np.float32))
+  items = jnp.asarray(rng.standard_normal((n, dim)).astype(np.float32))
 
   def two_loops(s, t):
     tile = ranking.COMPARE_TILE
@@ -135,24 +122,42 @@ def main(argv=None):
     "count, two loops": (jax.jit(two_loops), (scores, thresholds)),
   }
   lines = [
-    f"one chunk: {c} queries x {n:,} items, D = {args.dim}, {r} relevant; median of {args.repeats}",
+    f"one chunk: {c} queries x {n:,} items, D = {dim}, {r} relevant; median of {repeats}",
     "| part | wall | CPU time |",
     "| --- | --- | --- |",
   ]
   walls = {}
   for name, (fn, fn_args) in rows.items():
-    walls[name], cpu = _timed(fn, fn_args, args.repeats)
+    walls[name], cpu = _timed(fn, fn_args, repeats)
     lines.append(f"| {name} | {walls[name] * 1e3:.0f} ms | {cpu * 1e3:.0f} ms |")
   lines.append(f"count / product (wall): {walls['count'] / walls['product']:.2f}x")
   lines.append(
     f"product in blocks / product (wall): {walls['product in blocks'] / walls['product']:.2f}x"
   )
-  print("\n".join(lines))
   if c % (2 * ranking.COMPARE_TILE) == 0:
     one = rows["count"][0](scores, thresholds)
     two = rows["count, two loops"][0](scores, thresholds)
     assert all(bool(jnp.array_equal(a, b)) for a, b in zip(one, two))
-  tables = {"evaluate_parts": lines}
+  return lines
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--chunk", type=int, default=1024)
+  parser.add_argument("--items", type=int, default=60_000)
+  parser.add_argument("--relevant", type=int, default=11)
+  parser.add_argument("--dim", type=int, default=512)
+  parser.add_argument("--repeats", type=int, default=7)
+  parser.add_argument("--lists", type=int, default=256, help="lists of the second table")
+  parser.add_argument("--list-items", type=int, default=10_000, help="scores per list there")
+  parser.add_argument("--ladder", type=int, nargs="+", default=[12, 32, 64, 256, 1024])
+  parser.add_argument("--skip-ladder", action="store_true", help="leave out the second table")
+  docs_data.add_docs_argument(parser, "{evaluate_parts,evaluate_counts_by_relevant}")
+  args = parser.parse_args(argv)
+  tables = {
+    "evaluate_parts": parts_table(args.chunk, args.items, args.relevant, args.dim, args.repeats)
+  }
+  print("\n".join(tables["evaluate_parts"]))
   if not args.skip_ladder:
     tables["evaluate_counts_by_relevant"] = counts_table(
       args.lists, args.list_items, args.ladder, args.repeats

@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from experiments import docs_data
+
 DIM = 512
 PER_CLASS = 4
 
@@ -185,6 +187,11 @@ TITLES = {
 }
 
 
+def _speed_up(ratio: float) -> str:
+  """`5.6x`, `72x`, `546x`: two significant digits, never in exponent notation."""
+  return f"{ratio:.1f}x" if ratio < 10 else f"{ratio:.0f}x"
+
+
 def docs_rows(measured) -> list[list[str]]:
   """The guide's rows: B, the two times, the speed-up, the two memories and their ratio."""
   rows = []
@@ -199,7 +206,7 @@ def docs_rows(measured) -> list[list[str]]:
           str(batch),
           f"{j['time']:.3g} s",
           f"{p['time']:.3g} s",
-          f"{p['time'] / j['time']:.2g}x",
+          _speed_up(p["time"] / j["time"]),
           f"{j['memory_mb']:,.0f} MB",
           f"{p['memory_mb']:,.0f} MB",
           f"{j['memory_mb'] / p['memory_mb']:.2f}",
@@ -237,7 +244,6 @@ def docs_figure(loss_name: str, baseline: str, measured):
 
 
 def write_docs(loss_name: str, baseline: str, measured, repeats: int) -> None:
-  from experiments import docs_data  # pylint: disable=g-import-not-at-top
 
   path = docs_data.write_table(
     f"losses_{loss_name}",

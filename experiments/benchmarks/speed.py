@@ -81,6 +81,8 @@ import time
 
 import numpy as np
 
+from experiments import docs_data
+
 PER_CLASS = 4
 
 LOSSES = {
@@ -119,6 +121,7 @@ REQUIRED = {
   "hamming_tie_aware_ndcg_metric": {"num_bits": 64},
   "precision_at_k_metric": {"topn": 4},
   "recall_at_k_metric": {"topn": 4},
+  "relevant_fraction_at_k_metric": {"topn": 4},
 }
 
 
@@ -348,16 +351,24 @@ def breakdown_table(batch: int, dim: int, repeats: int, names: list[str]) -> lis
       f"{t['step']:.2f} s | {(t['scores'] + t['lists']) / t['floor']:.1f}x |"
     )
     print(lines[-1], flush=True)
+  for note in _breakdown_notes(scores, floor, timed, repeats, batch, names):
+    lines.append(note)
+    print(note, flush=True)
+  return lines
+
+
+def _breakdown_notes(scores, floor, timed, repeats: int, batch: int, names) -> list[str]:
+  """The breakdown's notes: one pass over the scores against the floor, and for the blackbox
+  losses numpy's host sort of the lists against XLA's CPU sort of them."""
   # One pass over the scores, read and written: what each further elementwise pass of a loss costs
   # when XLA:CPU does not fuse it.
   one_pass = timed(lambda s: s + 1.0, scores)
   passes = [(one_pass(), floor()) for _ in range(repeats)]
-  lines.append(
+  notes = [
     f"one pass over the [B, B] float32 scores, read and written: "
     f"{float(np.median([p for p, _ in passes])):.3f} s, "
     f"{float(np.median([p / f for p, f in passes])):.0%} of the floor"
-  )
-  print(lines[-1], flush=True)
+  ]
   if any(name in ("blackbox AP", "blackbox recall") for name in names):
     # The blackbox losses rank each list on the host (CPU), forward and backward: one such sort,
     # timed on the library's private sort itself (a benchmark of the implementation, as tests are).
@@ -372,13 +383,12 @@ def breakdown_table(batch: int, dim: int, repeats: int, names: list[str]) -> lis
       sorts.append(time.perf_counter() - start)
       xla_sorts.append(xla_sort())
     numpy_s, xla_s = float(np.median(sorts)), float(np.median(xla_sorts))
-    lines.append(
+    notes.append(
       f"blackbox: one host sort of the {batch} lists (numpy, both cores), as forward and "
       f"backward each run: {numpy_s:.2f} s; XLA's CPU sort of the same lists "
       f"(`ranking.xla_descending_ranks`): {xla_s:.2f} s, {xla_s / numpy_s:.1f}x numpy's"
     )
-    print(lines[-1], flush=True)
-  return lines
+  return notes
 
 
 def cost_table(batch: int, dim: int, names: list[str]) -> list[str]:
@@ -500,8 +510,6 @@ def main():
     tables["compile"] = compile_table(args.batch)
   print("\n\n".join(["", *("\n".join(lines) for lines in tables.values())]))
   if args.docs:
-    from experiments import docs_data  # pylint: disable=g-import-not-at-top
-
     for name, lines in tables.items():
       print("wrote", docs_data.write_table(f"speed_{name}", **docs_data.markdown_table(lines)))
 

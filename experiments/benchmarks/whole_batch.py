@@ -102,8 +102,8 @@ def loss_alone(batch: int, dim: int, block: int, repeats: int) -> dict[str, tupl
 
   loss_fn = functools.partial(jaxrank.fastap_loss, **load_config().loss_kwargs)
   rng = np.random.default_rng(0)
-  e = rng.standard_normal((batch, dim)).astype(np.float32)
-  e = jnp.asarray(e / np.linalg.norm(e, axis=1, keepdims=True))
+  unit = rng.standard_normal((batch, dim)).astype(np.float32)
+  e = jnp.asarray(unit / np.linalg.norm(unit, axis=1, keepdims=True))
   y = jnp.asarray(rng.integers(0, batch // 16, size=batch))
 
   def unblocked(e, y):
@@ -120,7 +120,9 @@ def loss_alone(batch: int, dim: int, block: int, repeats: int) -> dict[str, tupl
       start = time.perf_counter()
       jax.block_until_ready(step(e, y))
       times.append(time.perf_counter() - start)
-    out[name] = (float(np.median(times)), float(step.memory_analysis().temp_size_in_bytes))
+    memory = step.memory_analysis()
+    assert memory is not None  # The CPU's compiler gives it.
+    out[name] = (float(np.median(times)), float(memory.temp_size_in_bytes))
   return out
 
 
