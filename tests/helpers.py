@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -42,11 +43,17 @@ def assert_binned_loss_input_errors(fn, *, where_match=None, bins="num_bins"):
 
 def metrics_of_lists(scores, relevance, where, ks):
   """evaluate_retrieval's metrics from the list-level metrics on `batch_retrieval` lists."""
-  out = {
-    f"recall@{k}": float(jaxrank.recall_at_k_metric(scores, relevance, where=where, topn=k))
-    for k in ks
+  return {
+    name: float(value) for name, value in _metrics_of_lists(scores, relevance, where, ks).items()
   }
-  out["map@r"] = float(jaxrank.map_at_r_metric(scores, relevance, where=where))
-  out["map"] = float(jaxrank.ap_metric(scores, relevance, where=where))
-  out["tie_aware_map"] = float(jaxrank.tie_aware_ap_metric(scores, relevance, where=where))
+
+
+@functools.partial(jax.jit, static_argnums=3)  # One program, not each metric's ops one by one.
+def _metrics_of_lists(scores, relevance, where, ks):
+  out = {
+    f"recall@{k}": jaxrank.recall_at_k_metric(scores, relevance, where=where, topn=k) for k in ks
+  }
+  out["map@r"] = jaxrank.map_at_r_metric(scores, relevance, where=where)
+  out["map"] = jaxrank.ap_metric(scores, relevance, where=where)
+  out["tie_aware_map"] = jaxrank.tie_aware_ap_metric(scores, relevance, where=where)
   return out

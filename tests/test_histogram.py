@@ -58,7 +58,20 @@ TOL64 = dict(rtol=1e-10, atol=1e-12)
 TOL32 = dict(rtol=2e-5, atol=2e-6)
 
 
-@pytest.fixture(autouse=True, params=(*platforms.PLATFORMS, platforms.GPU))
+FORMS = (*platforms.PLATFORMS, platforms.GPU)
+# What a test checks does not depend on the binning's form (a reference, argument checks, an
+# outside comparison that the forms' agreement carries to the others): the CPU's form only.
+any_form = pytest.mark.forms(platforms.CPU)
+
+
+def pytest_generate_tests(metafunc):
+  """Every test runs on each form of the binning (`platform`, below), or on the forms its
+  `forms` mark names."""
+  marker = metafunc.definition.get_closest_marker("forms")
+  metafunc.parametrize("platform", marker.args if marker else FORMS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
 def platform(request, monkeypatch):
   """Runs every test once on each form of the binning (`platforms.by_platform`): the CPU's
   scatter-add, the TPU's per-bin reductions, and the GPUs' per-bin reductions in blocks of lists
@@ -119,6 +132,7 @@ def _embeddings(seed, b=12, d=4, num_classes=3):
 # 0. The references themselves, by hand.
 
 
+@any_form
 def test_reference_hand_values():
   # Distances 0.4, 1.2, 2.0, 3.6 on centres 0..4:
   # h+ = (.6, .4, 1, 0, 0), h = (.6, 1.2, 1.2, .4, .6).
@@ -227,11 +241,12 @@ def test_soft_histograms_derivative(first, last, num_centres, x64):
   assert np.all(dv[~beyond & where] != 0)
 
 
+@pytest.mark.forms(platforms.GPU)  # For its blocks of 3 lists; the test forces each form itself.
 @pytest.mark.parametrize("num_centres", [5, 11, histogram.UNROLL_BINS + 3])
 def test_forms_agree_at_the_kinks(num_centres, x64):
   # Items exactly on the centres (where the weight's slope jumps), on and beyond the ends
   # (clipped), masked (NaN) and in between: the accelerators' histograms and their derivatives in
-  # both modes equal the CPU's, up to the order of the sums (the autouse fixture is overridden).
+  # both modes equal the CPU's, up to the order of the sums (each form forced in turn).
   rng = np.random.default_rng(3)
   shape = (5, 2 * num_centres)  # Blocks of 3 lists and a padded one under the GPU form.
   position = rng.integers(-1, num_centres + 1, shape) + np.where(
@@ -557,6 +572,7 @@ def test_weighted_reductions(x64):
   assert float(fn(weights=np.zeros(BATCH))) == 0.0
 
 
+@any_form
 def test_class_balancing_weights_match_reference(x64):
   rng = np.random.default_rng(18)
   labels = rng.integers(0, 4, 15)
@@ -580,6 +596,7 @@ def test_class_balancing_weights_match_reference(x64):
   )
 
 
+@any_form
 def test_class_balancing_weights_default_dtype():
   got = histogram.class_balancing_weights(np.array([0, 0, 1], np.int32))
   assert got.dtype == jnp.float32
@@ -643,11 +660,13 @@ def test_degenerate_lists(case, lst, x64):
 # 8. Errors.
 
 
+@any_form
 @pytest.mark.parametrize("fn", LOSSES, ids=LOSS_IDS)
 def test_input_errors(fn):
   helpers.assert_binned_loss_input_errors(fn, bins=next(iter(_bins(fn, 0))))
 
 
+@any_form
 def test_weights_errors():
   scores, labels = jnp.zeros((2, 3)), jnp.ones((2, 3), jnp.int32)
   with pytest.raises(ValueError, match=r"weights.*(\(2, 3\).*\(2,\)|\(2,\).*\(2, 3\))"):
@@ -661,6 +680,7 @@ def test_weights_errors():
       histogram.soft_binning_ap_loss(scores, labels, weights=bad)
 
 
+@any_form
 def test_class_balancing_weights_errors():
   with pytest.raises(ValueError, match="shape"):
     histogram.class_balancing_weights(jnp.ones((3, 2), jnp.int32))
@@ -679,6 +699,7 @@ def test_class_balancing_weights_errors():
 # 9. pytorch-metric-learning's FastAPLoss, when installed.
 
 
+@any_form
 def test_fastap_matches_pytorch_metric_learning(x64):
   # torch and pytorch-metric-learning are in the dev extra: this comparison runs in CI, never skips.
   import torch  # pylint: disable=g-import-not-at-top

@@ -240,6 +240,7 @@ def test_surrogate_tracking_with_filter_normalized_directions():
 
 
 def _finite_difference_loop(reference_fn, scores, labels, h):
+  reference_fn = jax.jit(reference_fn)  # One compilation for the loop's 2 n calls.
   s = np.asarray(scores, np.float64)
   g = np.zeros_like(s)
   for i in range(s.shape[-1]):
@@ -368,8 +369,9 @@ def test_batch_gap_of_embeddings_equals_a_loop(batch_size):
   lab = jnp.asarray(rng.integers(0, 3, 30), jnp.int32)
   batches = jax.random.permutation(jax.random.key(0), 30).reshape(5, 6)
   out = landscape.batch_gap(_in_batch_map, (emb, lab), batches, batch_size=batch_size)
-  values = [float(_in_batch_map((emb[b], lab[b]))) for b in np.asarray(batches)]
-  whole = float(_in_batch_map((emb, lab)))
+  in_batch_map = jax.jit(_in_batch_map)  # The loop's reference, compiled once per shape.
+  values = [float(in_batch_map((emb[b], lab[b]))) for b in np.asarray(batches)]
+  whole = float(in_batch_map((emb, lab)))
   np.testing.assert_allclose(out["batch_values"], values, atol=1e-6)
   np.testing.assert_allclose(out["whole"], whole, atol=1e-6)
   np.testing.assert_allclose(out["gap"], np.mean(values) - whole, atol=1e-6)
