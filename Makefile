@@ -42,10 +42,11 @@ $(ACCEL_STAMP): pyproject.toml
 
 # Two pytest runs: the multi-device tests need 8 simulated CPU devices, set before JAX starts.
 # The first runs in two workers (pytest-xdist: CI has 2 cores, and most tests are single-threaded
-# tracing and compiling; the tests are dealt out one by one, but a module with an expensive
-# fixture stays on one worker, `pytestmark = pytest.mark.xdist_group(...)`, and the fixture is
-# session-scoped: a worker runs other modules' tests in between, and a module-scoped fixture was
-# set up again each time it came back, the notebooks executed twice) and lists its 15
+# tracing and compiling; each test file's tests stay on one worker, tests/conftest.py, so that the
+# programs they share compile once; a module with an expensive fixture names its group,
+# `pytestmark = pytest.mark.xdist_group(...)`, and the fixture is session-scoped: a worker runs
+# other modules' tests in between, and a module-scoped fixture was set up again each time it came
+# back, the notebooks executed twice) and lists its 15
 # slowest tests, to keep CI well under 30 minutes; its tests/test_accelerators.py compiles every
 # step for a TPU and an H100 in .venv-accel. Most of the suite's time is XLA:CPU compiling small
 # programs that then run for microseconds: `--xla_backend_optimization_level=0` (LLVM without its
