@@ -111,7 +111,7 @@ ALLOWED_IMPORTS = {
   "job": set(),
   "ablations": {"job"},
   "benchmarks": {"job", "docs_data"},
-  "comparison": {"job", "ablations", "results"},
+  "comparison": {"job", "ablations", "results", "docs_data"},
 }
 
 

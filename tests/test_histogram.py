@@ -73,8 +73,8 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(autouse=True)
 def platform(request, monkeypatch):
-  """Runs every test once on each form of the binning (`platforms.by_platform`): the CPU's
-  scatter-add, the TPU's per-bin reductions, and the GPUs' per-bin reductions in blocks of lists
+  """Runs every test once on each form of the binning (`platforms.by_platform`; a test's `forms`
+  mark names fewer): the CPU's scatter-add, the TPU's per-bin reductions, and the GPUs' per-bin reductions in blocks of lists
   (which large lists take on a GPU; smaller ones take the CPU's form), all on this CPU. The GPUs'
   blocks are of 3 lists here, for every size, so that most tests' lists span several blocks and a
   padded last one (read when a function is traced: always so under this form, whose traces are
