@@ -73,13 +73,13 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(autouse=True)
 def platform(request, monkeypatch):
-  """Runs every test once on each form of the binning (`platforms.by_platform`; a test's `forms`
-  mark names fewer): the CPU's scatter-add, the TPU's per-bin reductions, and the GPUs' per-bin reductions in blocks of lists
-  (which large lists take on a GPU; smaller ones take the CPU's form), all on this CPU. The GPUs'
-  blocks are of 3 lists here, for every size, so that most tests' lists span several blocks and a
-  padded last one (read when a function is traced: always so under this form, whose traces are
-  keyed by the platform). Functions the test jits are traced inside, so they
-  take the form too. Yields the platform's name."""
+  """Runs every test once on each form of the binning (`platforms.by_platform`; a test's
+  `forms` mark names fewer): the CPU's scatter-add, the TPU's per-bin reductions, and the GPUs'
+  per-bin reductions in blocks of lists (which large lists take on a GPU; smaller ones take the
+  CPU's form), all on this CPU. The GPUs' blocks are of 3 lists here, for every size, so that most
+  tests' lists span several blocks and a padded last one (read when a function is traced: always
+  so under this form, whose traces are keyed by the platform). Functions the test jits are traced
+  inside, so they take the form too. Yields the platform's name."""
   if request.param == platforms.GPU:
     monkeypatch.setattr(histogram, "GPU_ROWS_PER_BLOCK", 3)
     monkeypatch.setattr(histogram, "GPU_SCATTER_UP_TO", 0)
