@@ -39,6 +39,7 @@ import json
 import os
 import pathlib
 import platform
+import re
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
@@ -115,7 +116,8 @@ def markdown_table(lines: Sequence[str]) -> dict:
   """`{"title", "columns", "rows", "notes"}` of a table printed as Markdown lines.
 
   The lines before the first `| ... |` line form the title, that line the columns, the `| --- |`
-  line is skipped, the following `| ... |` lines are the rows and the lines after them the notes.
+  line (any dashes: `|---|---|` too) is skipped, the following `| ... |` lines are the rows and
+  the lines after them the notes.
   """
 
   def cells(line: str) -> list[str]:
@@ -125,9 +127,8 @@ def markdown_table(lines: Sequence[str]) -> dict:
   if len(table) < 3:
     raise ValueError(f"no Markdown table (header, `| --- |`, rows) in {list(lines)[:3]}")
   first, last = table[0], table[-1]
-  if table != list(range(first, last + 1)) or set(lines[first + 1].replace("|", "").split()) != {
-    "---"
-  }:
+  separator = lines[first + 1].strip()
+  if table != list(range(first, last + 1)) or not re.fullmatch(r"\|(\s*-+\s*\|)+", separator):
     raise ValueError(f"not one Markdown table with a `| --- |` line: {lines[first : last + 1]}")
   return {
     "title": " ".join(line.strip() for line in lines[:first] if line.strip()),

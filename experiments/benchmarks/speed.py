@@ -78,6 +78,7 @@ import inspect
 import re
 import resource
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -441,11 +442,23 @@ def cost_table(batch: int, dim: int, names: list[str]) -> list[str]:
   return lines
 
 
+def list_level_functions() -> list[tuple[str, Callable]]:
+  """`(name, function)` of every list-level function of `jaxrank.__all__` (it takes `labels`,
+  `where` and `reduce_fn`) but `smooth_rank_ap_loss`, supap_loss's body (covered by it)."""
+  import jaxrank
+
+  found = []
+  for name in jaxrank.__all__:
+    fn = getattr(jaxrank, name)
+    params = inspect.signature(fn).parameters if inspect.isfunction(fn) else {}
+    if {"labels", "where", "reduce_fn"} <= set(params) and name != "smooth_rank_ap_loss":
+      found.append((name, fn))
+  return found
+
+
 def compile_table(batch: int) -> list[str]:
   import jax
   import jax.numpy as jnp
-
-  import jaxrank
 
   rng = np.random.default_rng(0)
   labels = np.arange(batch)[:, None] // PER_CLASS == np.arange(batch)[None, :] // PER_CLASS
@@ -470,11 +483,7 @@ def compile_table(batch: int) -> list[str]:
     print(lines[-1], flush=True)
 
   row("(constants only)", lambda s, y, where: jnp.sum(jnp.where(where, s * y, 0)), scores, False)
-  for name in jaxrank.__all__:
-    fn = getattr(jaxrank, name)
-    params = inspect.signature(fn).parameters if inspect.isfunction(fn) else {}
-    if not {"labels", "where", "reduce_fn"} <= set(params) or name == "smooth_rank_ap_loss":
-      continue  # smooth_rank_ap_loss is supap_loss's body (covered by it).
+  for name, fn in list_level_functions():
     fn = functools.partial(fn, **REQUIRED.get(name, {}))
     row(name, fn, distances if name.startswith("hamming_") else scores, name.endswith("_loss"))
   return lines

@@ -312,14 +312,7 @@ def setting_tables(section: str) -> dict[str, list[str]]:
     if heading not in section:
       continue
     body = section.split(heading, 1)[1].split("\n### ", 1)[0].strip().splitlines()
-    # The section's separator `|---|---|` as the docs' Markdown reader expects it, `| --- |`.
-    table = [
-      re.sub(r"-+", "---", line).replace("|", "| ").replace("---", "--- ").strip()
-      if re.fullmatch(r"\|(-+\|)+", line)
-      else line
-      for line in body
-      if line.startswith("|")
-    ]
+    table = [line for line in body if line.startswith("|")]
     rest = [line for line in body if line.strip() and not line.startswith("|")]
     tables[setting] = [
       f"Test classes, {title}: mean and 95% t-interval over the seeds; 'better than': the rows "
