@@ -287,6 +287,31 @@ def test_the_blackbox_gradient_takes_the_true_cotangent(max_relevant):
   assert not np.allclose(3.0 * once, got, rtol=1e-3)  # Not linear in the cotangent.
 
 
+def test_the_blackbox_gradient_of_the_loss_itself_takes_one_sweep(monkeypatch):
+  """`jax.value_and_grad(f)` (the training step) takes each blackbox block's gradient in the
+  forward sweep, with the value: the CPU's numpy sorts (counted) run twice per block, the ranks
+  and their perturbed ranks, as in the unblocked step (the pass that finds the mean's denominator
+  sorts nothing: XLA removes the loss's work there); the gradient of `3 * f` recomputes each
+  block (two sorts more). Both equal the unblocked ones."""
+  embeddings, *_ = data()
+  labels = jnp.arange(B) % 7
+  sorts = []
+  numpy_ranks = ranking.numpy_descending_ranks
+  counted = lambda scores: sorts.append(1) or numpy_ranks(scores)
+  monkeypatch.setattr(ranking, "numpy_descending_ranks", counted)
+  loss_fn = jaxrank.blackbox_ap_loss
+  blocked = jaxrank.blocked_loss(loss_fn, block_size=BLOCK)
+  num_blocks = -(-B // BLOCK)
+  for scale, sorts_per_block in [(1.0, 2), (3.0, 4)]:
+    sorts.clear()
+    step = jax.value_and_grad(lambda e: scale * blocked(e, labels))  # noqa: B023
+    got = jax.block_until_ready(jax.jit(step)(embeddings))
+    assert len(sorts) == sorts_per_block * num_blocks, (scale, len(sorts))
+    want = jax.value_and_grad(lambda e: scale * unblocked(loss_fn)(e, labels))  # noqa: B023
+    for g, w in zip(got, jax.jit(want)(embeddings)):
+      np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
 def test_the_blackbox_is_found_in_a_loss_whose_jit_was_traced_before():
   """A user's loss that calls its own jitted function, traced before with the same shapes: the
   blocked loss runs none of its Python then (JAX's trace cache), yet finds the blackbox rank in

@@ -13,10 +13,14 @@ gradient with respect to the embeddings (`[B, D]` and `[B + M, D]`) is carried f
 the backward pass then scales it by the cotangent of the mean. Nothing is computed twice, so the
 time is about the unblocked step's. This is exact when the loss's backward is linear in its
 cotangent, as a derivative is. RaMBO's blackbox ranks are not (Algorithm 1 moves the scores by
-`interpolation` times the cotangent, which depends on the number of lists in the mean): for a loss
-that uses them (found in the block's jaxpr, `ranking.uses_blackbox_rank`) the forward pass
-computes the values only and the backward pass goes over the blocks again, each block's scores
-recomputed and differentiated with the true cotangent (rematerialisation: one more forward pass).
+`interpolation` times the cotangent, which depends on the number of lists in the mean). For a loss
+that uses them (found in the block's jaxpr, `ranking.uses_blackbox_rank`) the forward pass takes
+each block's gradient with the cotangent that differentiating the mean itself gives its numerator
+(`1 / the mean's denominator`, found first by a pass over the blocks that XLA reduces to the
+lists' validity: the losses' work feeds nothing there and is removed), and the backward pass uses
+it when the true cotangent is exactly that one (`jax.grad` of the loss, the training step's case).
+Any other cotangent (a weighted sum of losses, a scaled loss) takes one more pass over the blocks,
+each block's scores recomputed and differentiated with the true cotangent (rematerialisation).
 
 Memory: the temporaries of one block's loss and of its gradient, O(block (B + M)) (times the
 loss's own factor: bins, relevant items), plus O((B + M) D) for the embeddings and their gradient,
@@ -94,6 +98,7 @@ class _Blocks(NamedTuple):
   block_size: int
   include_self: bool
   similarity_fn: types.SimilarityFn
+  reduce: lists.Mean
 
 
 class _Lists(NamedTuple):
@@ -136,7 +141,7 @@ def mean_over_blocks(
   None). Gradients flow to `queries` and `items` (and, through them, to whatever computed them:
   an all-gather's transpose adds every device's part); the rest is data.
   """
-  blocks = _Blocks(fn, loss_fn, int(block_size), bool(include_self), similarity_fn)
+  blocks = _Blocks(fn, loss_fn, int(block_size), bool(include_self), similarity_fn, reduce)
   # Inside `shard_map` the items (gathered: the same on every device) join per-device sums.
   items = lists.varying_like(items, queries)
   data = _Lists(
@@ -161,26 +166,32 @@ def _block_sums(blocks: _Blocks, data: _Lists) -> tuple[jax.Array, jax.Array]:
 
 
 def _block_sums_fwd(blocks, data):
-  """One sweep that takes each block's gradient with it, when the loss's backward is linear in
-  its cotangent (then the gradient for cotangent 1, scaled in `_block_sums_bwd`, is exact);
-  otherwise the values only, and `_block_sums_bwd` sweeps again with the true cotangent."""
+  """One sweep that takes each block's gradient with it. When the loss's backward is linear in its
+  cotangent the gradient for cotangent 1 is scaled in `_block_sums_bwd` (exact); otherwise it is
+  taken for the cotangent that differentiating the mean gives the numerator, and kept for
+  `_block_sums_bwd` with the arrays to sweep again if the true cotangent is another."""
   if _backward_is_linear(blocks, data):
     sums, grads = _sweep(blocks, data, cotangent=1.0)
-    return sums, (grads, None)
-  sums, _ = _sweep(blocks, data, cotangent=None)
-  return sums, (None, data)
+    return sums, (grads, None, None)
+  expected = _mean_cotangent(blocks, data)
+  sums, grads = _sweep(blocks, data, cotangent=expected)
+  return sums, (grads, data, expected)
 
 
 def _block_sums_bwd(blocks, residuals, cotangents):
   """The numerator's gradient times its cotangent (the denominator, the count of valid lists or
   the sum of their weights, depends on no embedding)."""
-  grads, data = residuals
+  grads, data, expected = residuals
   numerator_cotangent, _ = cotangents
-  if grads is None:  # Each block again, its backward given the true cotangent.
-    _, grads = _sweep(blocks, data, cotangent=numerator_cotangent)
-    scale = jnp.ones_like(numerator_cotangent)
-  else:
+  if data is None:
     scale = numerator_cotangent
+  else:  # The gradient for the expected cotangent, or each block again with the true one.
+    grads = jax.lax.cond(
+      jnp.all(numerator_cotangent == expected),
+      lambda: grads,
+      lambda: _sweep(blocks, data, cotangent=numerator_cotangent)[1],
+    )
+    scale = jnp.ones_like(numerator_cotangent)
   grad_queries, grad_items = grads
   none = _Lists(*(None,) * len(_Lists._fields))
   return (
@@ -203,6 +214,18 @@ def _backward_is_linear(blocks: _Blocks, data: _Lists) -> bool:
     lambda d: _block_lists_sums(blocks, d, d.queries[:size], _prepare(blocks, d), 0, 0)
   )(data)
   return not ranking.uses_blackbox_rank(jaxpr)
+
+
+def _mean_cotangent(blocks: _Blocks, data: _Lists) -> jax.Array:
+  """The cotangent of the numerator when the mean (`blocks.reduce` of the two sums) is
+  differentiated with cotangent 1: `1 / denominator` by the same operations as JAX's transpose
+  of the division, so that it equals the true one bit for bit. The denominator comes from a
+  sweep whose numerators are unused: under `jit` XLA removes the scores and the losses' work,
+  which feed nothing else, and keeps the lists' validity (a whole forward pass when run eagerly)."""
+  (_, denominator), _ = _sweep(blocks, data, cotangent=None)
+  reduce = blocks.reduce
+  mean = lambda numerator: reduce.divide(reduce.sum_fn(numerator), reduce.sum_fn(denominator))
+  return jax.grad(mean)(jnp.zeros_like(denominator))
 
 
 def _prepare(blocks: _Blocks, data: _Lists):
@@ -323,16 +346,16 @@ def blocked_loss(
   """Wraps a list-level loss into `f(embeddings [B, D], labels [B]) -> scalar`, over query blocks.
 
   `f(embeddings, labels, ...)` equals `loss_fn(*batch_retrieval(embeddings, labels, ...))`, value
-  and gradient, for every jaxrank loss, but computes it `block_size` queries at a time: no more
-  than `[block_size, B + M]` scores exist at once. Each block's gradient is taken as soon as its
-  value, in one pass over the blocks (for the blackbox losses, whose backward is not linear in its
-  cotangent, the backward pass recomputes each block instead: one more forward pass; see
-  `jaxrank/_src/blocked.py`). It takes what `batch_retrieval`
-  takes: labels `[B]`, multi-hot labels `[B, C]` or `affinity=` `[B, B + M]` (read one block of
-  rows at a time), a gallery (`gallery_embeddings [M, D]`, `gallery_labels`, `gallery_where
-  [M]`: a memory bank, say), and per-list `weights [B]` for the losses that take them
-  (`soft_binning_ap_loss`, the pair losses). Self-inclusion as in `batch_retrieval`: by default
-  the query is left out of its own list; `include_self=True` keeps it as its own positive.
+  and gradient, for every jaxrank loss, but computes it `block_size` queries at a time: no more than
+  `[block_size, B + M]` scores exist at once. Each block's gradient is taken as soon as its value,
+  in one pass over the blocks (the blackbox losses, whose backward is not linear in its cotangent,
+  take it for the cotangent that `jax.grad` of `f` gives, and recompute each block in the backward
+  pass for any other, as for `jax.grad` of `3 * f`; see `jaxrank/_src/blocked.py`). It takes what
+  `batch_retrieval` takes: labels `[B]`, multi-hot labels `[B, C]` or `affinity=` `[B, B + M]` (read
+  one block of rows at a time), a gallery (`gallery_embeddings [M, D]`, `gallery_labels`,
+  `gallery_where [M]`: a memory bank, say), and per-list `weights [B]` for the losses that take them
+  (`soft_binning_ap_loss`, the pair losses). Self-inclusion as in `batch_retrieval`: by default the
+  query is left out of its own list; `include_self=True` keeps it as its own positive.
 
   The value is the loss's mean over the valid lists of every block: for each block the loss is
   called with a `reduce_fn` that keeps the two sums of its mean (valid values and their count, or
@@ -373,8 +396,8 @@ def blocked_loss(
     `f(embeddings, labels=None, *, affinity=None, gallery_embeddings=None, gallery_labels=None,
     gallery_where=None, weights=None) -> scalar`, jittable and differentiable with respect to
     the embeddings (and the gallery). Memory O(block_size (B + M) + (B + M) D) beside what the
-    loss needs per list; time about that of the unblocked loss and its gradient (plus one forward
-    pass for the blackbox losses).
+    loss needs per list; time about that of the unblocked loss and its gradient (for the blackbox
+    losses differentiated with another cotangent than `jax.grad(f)`'s, plus one pass).
 
   >>> import jax, jax.numpy as jnp
   >>> import jaxrank

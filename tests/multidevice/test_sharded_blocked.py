@@ -12,6 +12,7 @@ import pytest
 from flax import nnx
 
 import jaxrank
+from jaxrank._src import ranking
 
 AXIS = "batch"  # The axis of conftest.py's `mesh` fixture.
 
@@ -92,3 +93,24 @@ def test_bad_block_size_and_a_sum_of_losses_are_clear_errors(mesh):
   embeddings, labels = data()
   with pytest.raises(ValueError, match="sharded_loss: loss_fn must return a mean over lists"):
     jaxrank.sharded_loss(two_means, mesh, AXIS, block_size=2)(embeddings, labels)
+
+
+def test_sharded_blackbox_gradient_of_the_loss_takes_one_sweep(mesh, monkeypatch):
+  """The blackbox's one-sweep gradient holds on every device: with `jax.value_and_grad` of the
+  loss itself each device sorts each of its blocks twice (ranks and perturbed ranks, the CPU's
+  numpy sorts counted), as the unblocked step; with another cotangent, twice more."""
+  embeddings, labels = data()
+  sorts = []
+  numpy_ranks = ranking.numpy_descending_ranks
+  counted = lambda scores: sorts.append(1) or numpy_ranks(scores)
+  monkeypatch.setattr(ranking, "numpy_descending_ranks", counted)
+  loss_fn = jaxrank.blackbox_ap_loss
+  sharded = jaxrank.sharded_loss(loss_fn, mesh, AXIS, block_size=3)  # 2 blocks per device.
+  for scale, sorts_per_block in [(1.0, 2), (3.0, 4)]:
+    sorts.clear()
+    got = jax.jit(jax.value_and_grad(lambda e: scale * sharded(e, labels)))(embeddings)  # noqa: B023
+    jax.block_until_ready(got)
+    assert len(sorts) == mesh.size * 2 * sorts_per_block, (scale, len(sorts))
+    want = jax.value_and_grad(lambda e: scale * single_device(loss_fn)(e, labels))(embeddings)  # noqa: B023
+    for g, w in zip(got, want):
+      np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
