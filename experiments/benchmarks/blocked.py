@@ -4,7 +4,7 @@ Commands:
 
     # CPU: temporaries and step time, blocked against unblocked, in the same process.
     .venv/bin/python -m experiments.benchmarks.blocked --time-batches 4096
-    .venv/bin/python -m experiments.benchmarks.blocked --time-batches 16384 --losses FastAP
+    .venv/bin/python -m experiments.benchmarks.blocked --time-batches 16384 --repeats 2
     # Compile only (nothing runs), on this CPU and for an H100 (its own virtual environment, see
     # experiments/benchmarks/accelerators.py): every loss's step at B = 65,536, D = 512.
     .venv-accel/bin/python -m experiments.benchmarks.blocked --memory-batch 65536 --targets h100 cpu
