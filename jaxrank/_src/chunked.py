@@ -84,7 +84,7 @@ def chunked_value_and_grad(
   >>> x, y = jnp.ones((16, 8)).at[::2].set(-1.0), jnp.arange(16) % 2
   >>> step = jax.jit(jaxrank.chunked_value_and_grad(embed, loss, chunk_size=4))
   >>> value, grads = step(params, x, y)
-  >>> full_value, full_grads = jax.value_and_grad(lambda p: loss(embed(p, x), y))(params)
+  >>> full_value, full_grads = jax.jit(jax.value_and_grad(lambda p: loss(embed(p, x), y)))(params)
   >>> bool(jnp.allclose(value, full_value))
   True
   """
@@ -193,7 +193,7 @@ def host_chunked_value_and_grad(
   >>> x, y = jnp.ones((14, 8)).at[::2].set(-1.0), jnp.arange(14) % 2
   >>> step = jaxrank.host_chunked_value_and_grad(embed, loss, chunk_size=4)  # chunks 4, 4, 4, 2
   >>> value, grads = step(params, x, y)
-  >>> full_value, full_grads = jax.value_and_grad(lambda p: loss(embed(p, x), y))(params)
+  >>> full_value, full_grads = jax.jit(jax.value_and_grad(lambda p: loss(embed(p, x), y)))(params)
   >>> bool(jnp.allclose(value, full_value))
   True
   """
