@@ -258,7 +258,7 @@ def test_sharded_loss_checks_its_inputs():
   embeddings, labels = jax.random.normal(jax.random.key(0), (4, 2)), jnp.arange(4) % 2
   scores, relevance, where = jaxrank.batch_retrieval(embeddings, labels)
   want = jaxrank.smoothap_loss(scores, relevance, where=where)
-  np.testing.assert_allclose(loss(embeddings, labels), want, rtol=1e-6)
+  np.testing.assert_allclose(jax.jit(loss)(embeddings, labels), want, rtol=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------

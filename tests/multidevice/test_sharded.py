@@ -107,7 +107,7 @@ def test_sharded_lists_are_the_rows_of_batch_retrieval(mesh):
   def local(e, y):
     return jaxrank.sharded_batch_retrieval(e, y, axis_name=AXIS)
 
-  got = jax.shard_map(local, mesh=mesh, in_specs=(P(AXIS), P(AXIS)), out_specs=P(AXIS))(
+  got = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(AXIS), P(AXIS)), out_specs=P(AXIS)))(
     embeddings, labels
   )
   want = jaxrank.batch_retrieval(embeddings, labels)
@@ -119,7 +119,7 @@ def test_a_device_without_valid_lists_agrees_with_the_others(mesh):
   embeddings, labels = data()
   labels = labels.at[:4].set(jnp.arange(100, 104))  # Device 0's queries have no positive.
   want = single_device(jaxrank.blackbox_ap_loss)(embeddings, labels)
-  got = jaxrank.sharded_loss(jaxrank.blackbox_ap_loss, mesh, AXIS)(embeddings, labels)
+  got = jax.jit(jaxrank.sharded_loss(jaxrank.blackbox_ap_loss, mesh, AXIS))(embeddings, labels)
   np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
