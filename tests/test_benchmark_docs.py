@@ -153,13 +153,14 @@ def test_distributed_writes_a_table_per_measurement(monkeypatch, written):
 
 def test_evaluate_writes_a_table_per_data_set(monkeypatch, written):
   def run_side(args, data, side, chunk_size):
-    result = None if side == "xla_product" else {"recall@1": 0.85, "map": 0.55}
+    result = 1.0 if side in ("xla_product", "scores") else {"recall@1": 0.85, "map": 0.55}
     return {"times": [chunk_size / 256], "peak_mb": 1500.0, "result": result}
 
   monkeypatch.setattr(evaluate, "run_side", run_side)
   monkeypatch.setattr(evaluate, "default_chunk_size", lambda: 1024)
   evaluate.main(
-    ["--num", "600", "--num-codes", "300", "--repeats", "2", "--sides", "xla_product", "jaxrank"]
+    ["--num", "600", "--num-codes", "300", "--repeats", "3"]
+    + ["--sides", "xla_product", "scores", "jaxrank"]
     + ["--floor-chunks", "256", "512", "--chunk-size", "1024", "--docs"]
   )
   assert written.names() == ["evaluate_large_classes_300", "evaluate_sop_600"]
@@ -168,6 +169,8 @@ def test_evaluate_writes_a_table_per_data_set(monkeypatch, written):
   assert sop["rows"] == [
     ["XLA's plain product, chunks of 256 (the floor)", "1 s", "1.00", "1,500 MB", ""],
     ["XLA's plain product, chunks of 512", "2 s", "2.00", "1,500 MB", ""],
+    ["jaxrank's scores alone (in blocks of 1,024 items), chunks of 1,024"]
+    + ["4 s", "4.00", "1,500 MB", ""],
     ["jaxrank.evaluate_retrieval, chunk 1,024 (the default)", "4 s", "4.00", "1,500 MB"]
     + ["recall@1 0.8500, map 0.5500"],
   ]
@@ -187,10 +190,13 @@ def test_evaluate_parts_writes_its_tables(written):
     "product",
     "product in blocks",
     "count",
-    "count, two loops",
+    "whole chunk",
   ]
-  assert parts["notes"][0].startswith("count / product (wall): ")
-  assert parts["notes"][1].startswith("product in blocks / product (wall): ")
+  assert [note.split(":")[0] for note in parts["notes"]] == [
+    "count / product (wall)",
+    "product in blocks / product (wall)",
+    "whole chunk / product (wall)",
+  ]
   same_columns_as_the_guide(parts, "evaluate_parts")
   counts = written("evaluate_counts_by_relevant")
   assert counts["title"].startswith("Counting ranks by R relevant items per list: 8 lists of 200")

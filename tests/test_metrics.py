@@ -464,3 +464,21 @@ def test_item_weights_errors():
     where = jnp.array([True, False, True])
     fn(scores, labels, where=where, item_weights=jnp.array([1.0, -1.0, 1.0]))
     jax.jit(lambda w: fn(scores, labels, item_weights=w))(jnp.array([1.0, -1.0, 1.0]))
+
+
+@pytest.mark.parametrize("width", [12, 40])  # Written out, and a loop (beyond COMPARE_UP_TO).
+def test_sum_in_order_ignores_where_the_zeros_are_and_is_accurate(width):
+  """`evaluate_retrieval`'s sums over relevant slots: the same bits with empty slots anywhere,
+  eagerly and compiled, and within a few roundings of the exact sum however many terms."""
+  from jaxrank._src import metrics as metrics_src
+
+  rng = np.random.default_rng(width)
+  values = rng.uniform(0, 1, (6, width)).astype(np.float32)
+  packed = np.pad(values, ((0, 0), (0, 9)))
+  spread = np.zeros((6, width + 9), np.float32)
+  for row, columns in enumerate(np.sort(rng.permutation(width + 9)[:width]) for _ in range(6)):
+    spread[row, columns] = values[row]
+  want = metrics_src.sum_in_order(jnp.asarray(packed))
+  np.testing.assert_array_equal(jax.jit(metrics_src.sum_in_order)(spread), want)
+  np.testing.assert_array_equal(metrics_src.sum_in_order(jnp.asarray(spread)), want)
+  np.testing.assert_allclose(want, values.astype(np.float64).sum(-1), rtol=2.5e-7)

@@ -683,6 +683,23 @@ def test_count_above_and_tied_matches_brute_force(num_thresholds, branch):
   assert got.above.dtype == got.tied.dtype == jnp.int32
 
 
+@pytest.mark.parametrize("c, n", [(1, 5), (7, 16), (9, 37), (4, 200)])
+def test_compare_counts_counts_every_list_and_item(c, n):
+  """The CPU's comparing loop takes lists in tiles of `COMPARE_LISTS` (the last overlapping its
+  neighbour) and items `COMPARE_LANES` at a time (the last few after the loop, or alone when a
+  list is shorter than a step), and counts each list's NaN scores."""
+  assert 1 < ranking.COMPARE_LISTS < 7 and 5 < ranking.COMPARE_LANES <= 16  # What the cases cross.
+  rng = np.random.default_rng(c * n)
+  values = np.array([v for v in ALPHABET if not np.isnan(v)] + [np.nan], np.float32)
+  scores = rng.choice(values, (c, n)).astype(np.float32)
+  thresholds = rng.choice(values, (c, 3)).astype(np.float32)
+  ordered, above, tied, nans = jax.jit(ranking.compare_counts)(scores, thresholds)
+  np.testing.assert_array_equal(ordered, thresholds)
+  np.testing.assert_array_equal(above, np.sum(scores[:, None, :] > thresholds[:, :, None], -1))
+  np.testing.assert_array_equal(tied, np.sum(scores[:, None, :] == thresholds[:, :, None], -1))
+  np.testing.assert_array_equal(nans, np.sum(np.isnan(scores), -1))
+
+
 def test_numpy_sorted_counts_under_vmap_and_on_many_lists():
   """The callback takes leading batch axes (vmap) and splits many lists over the cores."""
   rng = np.random.default_rng(0)

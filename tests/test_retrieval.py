@@ -260,7 +260,7 @@ def _on(platform):
 @pytest.mark.parametrize("platform", [None, *platforms.PLATFORMS])
 @pytest.mark.parametrize("n, chunk_size", [(900, 384), (300, 1000)])
 def test_evaluate_leave_one_out_equals_brute_force(n, chunk_size, platform):
-  """384 queries per chunk: the CPU counts them in tiles of `ranking.COMPARE_TILE`."""
+  """384 queries per chunk, and 300 in a chunk of 1,000 (a chunk of fewer queries)."""
   x, labels = _clustered(0, n, num_classes=n // 6)
   ks = (1, 2, 4, 8, 16)
   with _on(platform):

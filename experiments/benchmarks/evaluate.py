@@ -15,7 +15,7 @@ Two data sets, each leave-one-out over the whole set, generated from a fixed see
   bits in 10 classes of about 1,200 items); `jaxrank.similarity.hamming`. Every query has about
   1,200 relevant items, far beyond `ranking.COMPARE_UP_TO`: the counts come from sorts.
 
-Three sides, each run in its own process so that its peak memory (max RSS, the whole process:
+Four sides, each run in its own process so that its peak memory (max RSS, the whole process:
 Python, the runtime and the data included) is its own:
 
 * `xla_product`: XLA's plain `q @ x.T` of chunks of queries against the whole set, reduced to each
@@ -25,6 +25,10 @@ Python, the runtime and the data included) is its own:
 * `faiss`: `IndexFlatIP` exact inner-product search of every query for its top 9 (itself
   included, then dropped), giving Recall@1/2/4/8 only: faiss cannot give MAP@R or mAP without
   the full ranking (on the codes it breaks ties its own way, so its Recall@k differs there);
+* `scores`: jaxrank's own scores of the same chunks (the rule with the items prepared once, each
+  entry from a product over 1,024 item rows, so that a score never depends on how the items are
+  split: `jaxrank.similarity`), reduced to each row's largest: the product `evaluate_retrieval`
+  computes, at each chunk of `--chunk-size`, whose ratio to the floor is the blocks' cost;
 * `jaxrank`: `evaluate_retrieval(x, labels)` with each `chunk_size` of `--chunk-size` (default:
   the library's default), giving Recall@1/2/4/8, MAP@R, mAP over the full ranking and tie-aware
   mAP.
@@ -148,6 +152,28 @@ def run_xla_product(x, labels, repeats, chunk_size, rule):
   return _timed(repeats, run)
 
 
+def run_scores(x, labels, repeats, chunk_size, rule):
+  """jaxrank's own scores of every chunk of `chunk_size` queries against the whole set, reduced to
+  each row's largest: the rule with its items prepared once, each entry from a product over
+  1,024 item rows (`jaxrank.similarity`), the product `evaluate_retrieval` computes."""
+  del labels
+  import jax
+  import jax.numpy as jnp
+
+  from jaxrank._src import similarity
+
+  fn = getattr(similarity, rule)
+  gallery = jnp.asarray(x)
+  prepared = similarity.prepare_items(fn, gallery, gallery.dtype)
+  product = jax.jit(lambda q, p: jnp.max(similarity.score_prepared(fn, q, p), axis=1))
+
+  def run():
+    out = [product(gallery[i : i + chunk_size], prepared) for i in range(0, len(x), chunk_size)]
+    return float(jnp.concatenate(jax.block_until_ready(out)).sum())
+
+  return _timed(repeats, run)
+
+
 def run_faiss(x, labels, repeats, chunk_size, rule):
   del chunk_size, rule
   import faiss
@@ -166,7 +192,12 @@ def run_faiss(x, labels, repeats, chunk_size, rule):
   return _timed(repeats, run)
 
 
-SIDES = {"xla_product": run_xla_product, "faiss": run_faiss, "jaxrank": run_jaxrank}
+SIDES = {
+  "xla_product": run_xla_product,
+  "faiss": run_faiss,
+  "scores": run_scores,
+  "jaxrank": run_jaxrank,
+}
 
 
 def child(args) -> None:
@@ -215,6 +246,11 @@ def _label(side: str, chunk: int, floor: bool) -> str:
     return "faiss IndexFlatIP, top-9"
   if side == "xla_product":
     return f"XLA's plain product, chunks of {chunk:,}" + (" (the floor)" if floor else "")
+  if side == "scores":
+    from jaxrank._src import similarity
+
+    block = similarity.ITEM_BLOCK
+    return f"jaxrank's scores alone (in blocks of {block:,} items), chunks of {chunk:,}"
   default = " (the default)" if chunk == default_chunk_size() else ""
   return f"jaxrank.evaluate_retrieval, chunk {chunk:,}{default}"
 
@@ -235,7 +271,12 @@ def table(args, data: str) -> list[str]:
   the product at every chunk of `--floor-chunks`, faiss, jaxrank at each of `--chunk-size`."""
   runs = []  # (side, chunk, row)
   for side in args.sides:
-    for chunk in {"xla_product": args.floor_chunks, "jaxrank": args.chunk_size}.get(side, [0]):
+    chunks = {
+      "xla_product": args.floor_chunks,
+      "scores": args.chunk_size,
+      "jaxrank": args.chunk_size,
+    }
+    for chunk in chunks.get(side, [0]):
       runs.append((side, chunk, run_side(args, data, side, chunk)))
   medians = [float(np.median(row["times"])) for _, _, row in runs]
   floors = [m for (side, _, _), m in zip(runs, medians) if side == "xla_product"]
@@ -249,13 +290,13 @@ def table(args, data: str) -> list[str]:
   for (side, chunk, row), median in zip(runs, medians):
     label = _label(side, chunk, floor=side == "xla_product" and median == base)
     ratio = "" if base is None else f"{median / base:.2f}"
-    metrics = row["result"] if side != "xla_product" else {}
+    metrics = row["result"] if side in ("faiss", "jaxrank") else {}
     lines.append(
       f"| {label} | {median:.3g} s | {ratio} | {row['peak_mb']:,.0f} MB | "
       + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
       + " |"
     )
-  results = {side: row["result"] for side, _, row in runs if side != "xla_product"}
+  results = {side: row["result"] for side, _, row in runs if side in ("faiss", "jaxrank")}
   if data == "sop" and {"faiss", "jaxrank"} <= set(results):
     lines += _recall_notes(results)
   return lines

@@ -1,4 +1,4 @@
-"""Benchmark: the two parts of one `evaluate_retrieval` chunk on CPU, each timed alone.
+"""Benchmark: the parts of one `evaluate_retrieval` chunk on CPU, each timed alone, and the chunk.
 
 Command:
 
@@ -14,10 +14,11 @@ whole process, so that a part using both cores shows it):
   from a product with a block of `similarity.ITEM_BLOCK` (1,024) items, so that no score depends on
   how the items are split over devices (the CPU's form; docs/guide/scale.rst, "Several
   processes"); the blocks' cost is `product in blocks / product`;
-* `count`: the CPU's comparing loop (`ranking.count_above_and_tied` on `[chunk, items]` scores
-  and `[chunk, relevant]` thresholds), which gives MAP@R and mAP their ranks;
-* `count, two loops`: the same lists counted by two independent loops of half the tiles each in
-  one program, to see whether XLA:CPU runs them side by side (it did not: slower).
+* `count`: the CPU's comparing loop (`ranking.compare_counts` on `[chunk, items]` scores and
+  `[chunk, relevant]` thresholds), which gives MAP@R and mAP their ranks;
+* `whole chunk`: what `evaluate_retrieval` runs for each chunk of queries on the CPU (the product
+  in blocks, the query's own item left out, the relevant items' scores gathered, the counts and
+  the metrics), with `dot_product` and random relevant items.
 
 A second table, `evaluate_counts_by_relevant`, times the ways of counting ranks by the number R of
 relevant items per list (`--lists` lists of `--list-items` scores, R from `--ladder`): the CPU's
@@ -86,40 +87,42 @@ def counts_table(lists: int, items: int, ladder: list[int], repeats: int) -> lis
 
 
 def parts_table(c: int, n: int, r: int, dim: int, repeats: int) -> list[str]:
-  """The first table: each part of one chunk timed alone (the module docstring's rows)."""
+  """The first table: each part of one chunk timed alone, and the whole chunk (the module
+  docstring's rows)."""
   import jax
   import jax.numpy as jnp
-  from jax import lax
 
   import jaxrank
   from jaxrank._src import ranking
+  from jaxrank._src import retrieval
+  from jaxrank._src import similarity
 
   rng = np.random.default_rng(0)
   scores = jnp.asarray(rng.standard_normal((c, n)).astype(np.float32))
   thresholds = jnp.asarray(rng.standard_normal((c, r)).astype(np.float32))
   queries = jnp.asarray(rng.standard_normal((c, dim)).astype(np.float32))
   items = jnp.asarray(rng.standard_normal((n, dim)).astype(np.float32))
+  dots = jaxrank.similarity.dot_product
+  prepared = similarity.prepare_items(dots, items, queries.dtype)
+  chunk_args = (
+    queries,
+    jnp.asarray(rng.integers(0, n, c).astype(np.int32)),  # Leave-one-out: each query's own item.
+    jnp.asarray(rng.integers(0, n, (c, r)).astype(np.int32)),
+    jnp.ones((c, r), bool),
+    prepared,
+  )
 
-  def two_loops(s, t):
-    tile = ranking.COMPARE_TILE
-    half = c // tile // 2 * tile
-    out = [
-      lax.map(
-        lambda pair: ranking._compare_tile(*pair),  # pylint: disable=protected-access
-        (s[rows].reshape(-1, tile, n), t[rows].reshape(-1, tile, r)),
-      )
-      for rows in (slice(0, half), slice(half, c))
-    ]
-    return tuple(jnp.concatenate([o[i].reshape(-1, r) for o in out]) for i in (0, 1))
+  def chunk(*args):
+    # pylint: disable-next=protected-access
+    return retrieval._evaluate_chunk(
+      *args, ks=(1, 2, 4, 8), similarity_fn=dots, branch=ranking.forced_branch()
+    )
 
   rows = {
     "product": (jax.jit(lambda q, x: jnp.max(q @ x.T, axis=1)), (queries, items)),
-    "product in blocks": (
-      jax.jit(lambda q, x: jnp.max(jaxrank.similarity.dot_product(q, x), axis=1)),
-      (queries, items),
-    ),
-    "count": (jax.jit(lambda s, t: ranking.count_above_and_tied(s, t)[1:]), (scores, thresholds)),
-    "count, two loops": (jax.jit(two_loops), (scores, thresholds)),
+    "product in blocks": (jax.jit(lambda q, x: jnp.max(dots(q, x), axis=1)), (queries, items)),
+    "count": (jax.jit(ranking.compare_counts), (scores, thresholds)),
+    "whole chunk": (chunk, chunk_args),
   }
   lines = [
     f"one chunk: {c} queries x {n:,} items, D = {dim}, {r} relevant; median of {repeats}",
@@ -130,14 +133,8 @@ def parts_table(c: int, n: int, r: int, dim: int, repeats: int) -> list[str]:
   for name, (fn, fn_args) in rows.items():
     walls[name], cpu = _timed(fn, fn_args, repeats)
     lines.append(f"| {name} | {walls[name] * 1e3:.0f} ms | {cpu * 1e3:.0f} ms |")
-  lines.append(f"count / product (wall): {walls['count'] / walls['product']:.2f}x")
-  lines.append(
-    f"product in blocks / product (wall): {walls['product in blocks'] / walls['product']:.2f}x"
-  )
-  if c % (2 * ranking.COMPARE_TILE) == 0:
-    one = rows["count"][0](scores, thresholds)
-    two = rows["count, two loops"][0](scores, thresholds)
-    assert all(bool(jnp.array_equal(a, b)) for a, b in zip(one, two))
+  for name in ("count", "product in blocks", "whole chunk"):
+    lines.append(f"{name} / product (wall): {walls[name] / walls['product']:.2f}x")
   return lines
 
 

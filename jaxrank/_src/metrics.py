@@ -85,26 +85,54 @@ def _sorted_relevant(
 
 # Per-list values from `ranking.RelevantItemStatistics`, shared with `evaluate_retrieval`, which
 # computes the same statistics by counting instead of sorting. `relevant` masks the entries of the
-# last axis that are relevant items; `num_relevant` counts them.
+# last axis that are relevant items; `num_relevant` counts them. `sum_fn` sums the last axis:
+# `evaluate_retrieval` passes `sum_in_order`, so that its metrics are the same bits in every
+# program that computes them (`jnp.sum`'s order of additions is XLA's choice, which differed
+# between the one-process and the sharded chunk's programs).
 
 
-def ap_from_statistics(stats, relevant, num_relevant, dtype, topn=None):
+def _sum(x):
+  return jnp.sum(x, axis=-1)
+
+
+def sum_in_order(x: jax.Array) -> jax.Array:
+  """Sums `[..., R]` over the last axis left to right, compensated (Kahan's summation: the error
+  of a few roundings, not of `R`), skipping zeros: the same bits in any program (a loop, which XLA
+  does not reorder) and whatever the positions of zeros among the entries, so relevant items
+  listed with or without empty slots between them sum alike. O(R) steps over `[...]`."""
+
+  def add(r, state):
+    total, lost = state
+    value = jax.lax.dynamic_index_in_dim(x, r, axis=-1, keepdims=False)
+    corrected = value - lost
+    new_total = total + corrected
+    new_lost = (new_total - total) - corrected
+    skip = value == 0
+    return jnp.where(skip, total, new_total), jnp.where(skip, lost, new_lost)
+
+  zeros = lists.varying_like(jnp.zeros(x.shape[:-1], x.dtype), x)
+  # Written out up to `COMPARE_UP_TO` entries: no loop in the accelerators' evaluation chunk.
+  unroll = x.shape[-1] <= ranking.COMPARE_UP_TO
+  return jax.lax.fori_loop(0, x.shape[-1], add, (zeros, zeros), unroll=unroll or 1)[0]
+
+
+def ap_from_statistics(stats, relevant, num_relevant, dtype, topn=None, sum_fn=_sum):
   precision = stats.hits.astype(dtype) / jnp.maximum(stats.rank, 1).astype(dtype)
   if topn is not None:
     relevant = relevant & (stats.rank <= topn)
-  total = jnp.sum(jnp.where(relevant, precision, 0), axis=-1)
+  total = sum_fn(jnp.where(relevant, precision, 0))
   return total / jnp.maximum(num_relevant, 1).astype(dtype)
 
 
-def tie_aware_ap_from_statistics(stats, relevant, num_relevant, dtype):
-  total = jnp.sum(jnp.where(relevant, stats.expected_precision, 0), axis=-1)
+def tie_aware_ap_from_statistics(stats, relevant, num_relevant, dtype, sum_fn=_sum):
+  total = sum_fn(jnp.where(relevant, stats.expected_precision, 0))
   return total / jnp.maximum(num_relevant, 1).astype(dtype)
 
 
-def map_at_r_from_statistics(stats, relevant, num_relevant, dtype):
+def map_at_r_from_statistics(stats, relevant, num_relevant, dtype, sum_fn=_sum):
   in_top_r = relevant & (stats.rank <= num_relevant[..., None])
   precision = stats.hits.astype(dtype) / jnp.maximum(stats.rank, 1).astype(dtype)
-  total = jnp.sum(jnp.where(in_top_r, precision, 0), axis=-1)
+  total = sum_fn(jnp.where(in_top_r, precision, 0))
   return total / jnp.maximum(num_relevant, 1).astype(dtype)
 
 

@@ -388,47 +388,87 @@ def count_above_and_tied(
   return Counts(ordered, jnp.where(empty, 0, above), jnp.where(empty, 0, tied))
 
 
-COMPARE_TILE = 128
-"""Lists counted at once by the CPU's comparing loop: a chunk of more lists is counted in tiles of
-this many (`lax.map`), so that each tile's `[R, 128]` thresholds and accumulators stay in the
-core's first cache level (the tile that measured fastest: docs/guide/scale.rst, "Evaluation at
-scale")."""
+COMPARE_LISTS = 4
+"""Lists counted together by the CPU's comparing loop (`compare_counts`): their `[lists, R,
+COMPARE_LANES]` accumulators stay in the core's first cache level (the size that measured
+fastest: docs/guide/scale.rst, "Evaluation at scale")."""
+
+COMPARE_LANES = 16
+"""Consecutive items of a list compared at each step of the CPU's comparing loop: a vector's
+worth of float32 scores, read in the scores' own layout."""
+
+COMPARE_UNROLL = 8
+"""Steps of the CPU's comparing loop written out in each iteration of its `fori_loop`."""
 
 
 def _compare_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Array, ...]:
-  """`(thresholds, above, tied)` by comparing: a loop over the `n` items with `[R, c]`
-  accumulators, the thresholds in their order (the CPU's path), in tiles of `COMPARE_TILE`
-  lists when `c` is a multiple of it.
+  """`(thresholds, above, tied)` by comparing (the CPU's path): `compare_counts` without the
+  NaN counts."""
+  return compare_counts(scores, thresholds)[:3]
 
-  Each step is one vectorised compare-and-add; on CPU it vectorises where XLA's reduction of
-  `jnp.sum(scores[:, :, None] > thresholds[:, None, :], axis=1)` does not, and it never
-  materialises the `[c, n, R]` comparison.
+
+def compare_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Array, ...]:
+  """`(thresholds, above, tied, nans)` by comparing, the thresholds in their order, and the NaN
+  scores `[c]` of each list: the CPU's path of `count_above_and_tied` (`[c, n]` scores, `[c, R]`
+  thresholds), which `evaluate_retrieval` also reads the NaN counts from.
+
+  A loop over the lists in tiles of `COMPARE_LISTS` (the last tile overlapping its neighbour,
+  which writes equal counts) and, inside, over their items `COMPARE_LANES` at a time, read from
+  the scores as they lie: each step compares the tile's `[lists, lanes]` scores with its
+  `[lists, R]` thresholds into `[lists, R, lanes]` accumulators (one vectorised compare and add
+  per lane), summed over the lanes once at the end; the items beyond the last whole step are
+  compared after the loop. Nothing `[c, n, R]` is materialised, nor a transposed copy of the
+  scores (which cost a CPU about as much as the loop: docs/guide/scale.rst).
   """
-  c = scores.shape[0]
-  if scores.ndim != 2 or c <= COMPARE_TILE or c % COMPARE_TILE:
-    return thresholds, *_compare_tile(scores, thresholds)
-  tiles = c // COMPARE_TILE
-  above, tied = lax.map(
-    lambda tile: _compare_tile(*tile),
-    (scores.reshape(tiles, COMPARE_TILE, -1), thresholds.reshape(tiles, COMPARE_TILE, -1)),
-  )
-  return thresholds, above.reshape(thresholds.shape), tied.reshape(thresholds.shape)
+  if scores.ndim != 2:  # One axis of lists.
+    flat = compare_counts(
+      scores.reshape(-1, scores.shape[-1]), thresholds.reshape(-1, thresholds.shape[-1])
+    )
+    return (
+      thresholds,
+      flat[1].reshape(thresholds.shape),
+      flat[2].reshape(thresholds.shape),
+      flat[3].reshape(scores.shape[:-1]),
+    )
+  c, num = thresholds.shape
+  size = min(COMPARE_LISTS, c)
+
+  def tile(k, out):
+    start = jnp.minimum(k * size, c - size)
+    counts = _compare_tile(scores, lax.dynamic_slice_in_dim(thresholds, start, size), start)
+    return tuple(lax.dynamic_update_slice_in_dim(o, x, start, 0) for o, x in zip(out, counts))
+
+  zeros = (jnp.zeros((c, num), jnp.int32), jnp.zeros((c, num), jnp.int32), jnp.zeros(c, jnp.int32))
+  out = tuple(lists.varying_like(lists.varying_like(o, thresholds), scores) for o in zeros)
+  return thresholds, *lax.fori_loop(0, -(-c // size), tile, out)
 
 
-def _compare_tile(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """`(above, tied)` of `_compare_counts` on one tile of lists."""
-  scores_t, thresholds_t = scores.T, thresholds.T  # [n, c], [R, c]
+def _compare_tile(scores, keys, start):
+  """`(above [m, R], tied [m, R], nans [m])` of the `m` lists of `scores [c, n]` from `start`,
+  `keys [m, R]` their thresholds."""
+  size, n = keys.shape[0], scores.shape[1]
+  keys = keys[:, :, None]
+  whole = n // COMPARE_LANES
 
-  def step(j, counts):
-    above, tied = counts
-    row = scores_t[j][None, :]
-    above = above + (row > thresholds_t).astype(jnp.int32)
-    return above, tied + (row == thresholds_t).astype(jnp.int32)
+  def step(j, acc):
+    block = lax.dynamic_slice(scores, (start, j * COMPARE_LANES), (size, COMPARE_LANES))
+    above, tied, nans = acc
+    above = above + (block[:, None, :] > keys).astype(jnp.int32)
+    tied = tied + (block[:, None, :] == keys).astype(jnp.int32)
+    return above, tied, nans + jnp.isnan(block).astype(jnp.int32)
 
-  zeros = jnp.zeros(thresholds_t.shape, jnp.int32)
-  zeros = lists.varying_like(lists.varying_like(zeros, thresholds_t), scores_t)
-  above, tied = lax.fori_loop(0, scores_t.shape[0], step, (zeros, zeros), unroll=4)
-  return above.T, tied.T
+  zeros = jnp.zeros((size, keys.shape[1], COMPARE_LANES), jnp.int32)
+  zeros = lists.varying_like(lists.varying_like(zeros, keys), scores)
+  acc = (zeros, zeros, zeros[:, 0])
+  if whole:
+    acc = lax.fori_loop(0, whole, step, acc, unroll=min(COMPARE_UNROLL, whole))
+  above, tied, nans = (x.sum(-1) for x in acc)
+  if n % COMPARE_LANES:  # The last items, fewer than a step's.
+    rest = lax.dynamic_slice(scores, (start, whole * COMPARE_LANES), (size, n % COMPARE_LANES))
+    above = above + jnp.sum(rest[:, None, :] > keys, axis=-1, dtype=jnp.int32)
+    tied = tied + jnp.sum(rest[:, None, :] == keys, axis=-1, dtype=jnp.int32)
+    nans = nans + jnp.sum(jnp.isnan(rest), axis=-1, dtype=jnp.int32)
+  return above, tied, nans
 
 
 def _fused_compare_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.Array, ...]:

@@ -257,15 +257,22 @@ def _evaluate_chunk(
 
 
 def _chunk_counts_cpu(scores, self_index, relevant_index, relevant_ok):
-  """`(counts, poisoned)` of a chunk's scores `[c, N]`, read transposed, `[N, c]`, as the CPU's
-  comparing loop reads them: the scores' last operations, the exclusion and the transposition
-  then make one pass (reading `[c, N]` in several places made three)."""
-  scores_t = scores.T
-  row = jax.lax.broadcasted_iota(jnp.int32, scores_t.shape, 0)
-  scores_t, poisoned = _without_excluded(scores_t, row == self_index[None, :], axis=0)
-  index = jnp.clip(relevant_index, 0, scores_t.shape[0] - 1)
-  rel = jnp.where(relevant_ok, scores_t[index, jnp.arange(index.shape[0])[:, None]], jnp.nan)
-  return ranking.count_above_and_tied(scores_t.T, rel), poisoned
+  """`(counts, poisoned)` of a chunk's scores `[c, N]`, read in their own layout by the CPU's
+  comparing loop, which also counts each list's NaN scores: the query's own item is made NaN by
+  a scatter of `c` entries, so after the product the scores are read once, by the loop (a
+  transposed copy, or a pass for the NaN check, each cost about as much as the loop)."""
+  c, n = scores.shape
+  excluded = self_index >= 0
+  column = jnp.where(excluded, self_index, n)  # Out of bounds: dropped.
+  scores = scores.at[jnp.arange(c), column].set(jnp.nan, mode="drop")
+  rel = _relevant_scores(scores, relevant_index, relevant_ok)
+  if rel.shape[-1] > ranking.COMPARE_UP_TO:  # Sorted: a pass for the NaN check is small beside.
+    nans = jnp.sum(jnp.isnan(scores), axis=-1, dtype=jnp.int32)
+    return ranking.count_above_and_tied(scores, rel), nans > excluded
+  ordered, above, tied, nans = ranking.compare_counts(scores, rel)
+  empty = jnp.isnan(ordered)
+  counts = ranking.Counts(ordered, jnp.where(empty, 0, above), jnp.where(empty, 0, tied))
+  return counts, nans > excluded  # A valid NaN score: more NaN than the one excluded item.
 
 
 def _chunk_counts_accelerator(scores, self_index, relevant_index, relevant_ok):
@@ -311,10 +318,14 @@ def _metrics_from_counts(counts, relevant_ok, poisoned, *, list_size, ks, dtype)
   # The counts may come in another order than the slots: their filled ones are those not NaN (a
   # valid NaN score makes the query NaN whatever this says).
   relevant_ok = ~jnp.isnan(counts.thresholds)
+  # Sums in a fixed order: the same bits in the sharded and the one-process programs.
+  total = metrics.sum_in_order
   out = {
-    "map@r": metrics.map_at_r_from_statistics(stats, relevant_ok, num_rel, dtype),
-    "map": metrics.ap_from_statistics(stats, relevant_ok, num_rel, dtype),
-    "tie_aware_map": metrics.tie_aware_ap_from_statistics(stats, relevant_ok, num_rel, dtype),
+    "map@r": metrics.map_at_r_from_statistics(stats, relevant_ok, num_rel, dtype, sum_fn=total),
+    "map": metrics.ap_from_statistics(stats, relevant_ok, num_rel, dtype, sum_fn=total),
+    "tie_aware_map": metrics.tie_aware_ap_from_statistics(
+      stats, relevant_ok, num_rel, dtype, sum_fn=total
+    ),
   }
   for k in ks:
     out[f"recall@{k}"] = metrics.recall_at_k_from_statistics(stats, relevant_ok, k, dtype)
