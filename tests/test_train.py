@@ -880,7 +880,11 @@ def test_the_step_minimises_the_configured_loss_of_the_network_at_its_step(confi
   scale = step_lib.tanh_scale(config, jnp.int32(2))
   kwargs = dict(scale=scale, include_self=config.include_self)
   want = _step_loss_reference(config, model, state, images, labels, **kwargs)
-  assert float(loss) == pytest.approx(want, rel=1e-5)
+  # The step's forward pass is compiled inside its gradient, so its codes round differently from
+  # the reference's, and the binned tie-aware loss magnifies that: 1.8e-5 apart on an AMD EPYC
+  # at XLA's backend optimisation level 0 (the tests' flag). The alternatives differ by over 1e-2
+  # (the scale of the step before or after: 0.410 and 0.437 against 0.421).
+  assert float(loss) == pytest.approx(want, rel=1e-4)
   if scale is not None:
     assert float(scale) == 4.0  # initial 1, doubled every step.
     wrong = _step_loss_reference(config, model, state, images, labels, **{**kwargs, "scale": 1.0})
