@@ -19,6 +19,7 @@ from experiments.benchmarks import chunked
 from experiments.benchmarks import distributed
 from experiments.benchmarks import evaluate
 from experiments.benchmarks import evaluate_parts
+from jaxrank._src import ranking
 
 GENERATED = docs_data.DIRECTORY
 
@@ -183,7 +184,11 @@ def test_evaluate_parts_writes_its_tables(written):
     ["--chunk", "256", "--items", "300", "--dim", "8", "--relevant", "4", "--repeats", "1"]
     + ["--lists", "8", "--list-items", "200", "--ladder", "3", "40", "--docs"]
   )
-  assert written.names() == ["evaluate_counts_by_relevant", "evaluate_parts"]
+  assert written.names() == [
+    "evaluate_compare_shapes",
+    "evaluate_counts_by_relevant",
+    "evaluate_parts",
+  ]
   parts = written("evaluate_parts")
   assert parts["title"] == "one chunk: 256 queries x 300 items, D = 8, 4 relevant; median of 1"
   assert [row[0] for row in parts["rows"]] == [
@@ -203,6 +208,17 @@ def test_evaluate_parts_writes_its_tables(written):
   assert [row[0] for row in counts["rows"]] == ["3", "40"]
   assert all(cell.endswith(" ms") for row in counts["rows"] for cell in row[1:])
   same_columns_as_the_guide(counts, "evaluate_counts_by_relevant")
+  shapes = written("evaluate_compare_shapes")
+  assert [row[:3] for row in shapes["rows"]] == [
+    [f"{lists}{' (shipped)' if i == 0 else ''}", str(lanes), str(unroll)]
+    for i, (lists, lanes, unroll) in enumerate(evaluate_parts.SHAPES)
+  ]
+  assert evaluate_parts.SHAPES[0] == (
+    ranking.COMPARE_LISTS,
+    ranking.COMPARE_LANES,
+    ranking.COMPARE_UNROLL,
+  )
+  same_columns_as_the_guide(shapes, "evaluate_compare_shapes")
 
 
 def test_whole_batch_writes_the_jobs_steps_and_the_loss_alone(monkeypatch, written):

@@ -26,8 +26,15 @@ comparing loop (`ranking._compare_counts`, O(n R) per list), numpy's sort and bi
 the host callback (the CPU's path beyond `ranking.COMPARE_UP_TO`) and XLA's (the accelerators'):
 the measurement that chose `COMPARE_UP_TO`. `--skip-ladder` leaves it out.
 
-`--docs` also writes the tables to docs/_generated/evaluate_parts.json and
-evaluate_counts_by_relevant.json, which docs/guide/scale.rst, "Evaluation at scale", shows.
+A third table, `evaluate_compare_shapes`, times the comparing loop (`ranking.compare_counts`) on
+the first table's scores at each shape of `SHAPES`: lists counted together
+(`ranking.COMPARE_LISTS`), items per step (`COMPARE_LANES`) and steps written out per iteration
+(`COMPARE_UNROLL`), each checked to count the same: the measurement that chose the shipped shape.
+`--skip-shapes` leaves it out.
+
+`--docs` also writes the tables to docs/_generated/evaluate_parts.json,
+evaluate_counts_by_relevant.json and evaluate_compare_shapes.json, which docs/guide/scale.rst,
+"Evaluation at scale", shows.
 """
 
 from __future__ import annotations
@@ -83,6 +90,43 @@ def counts_table(lists: int, items: int, ladder: list[int], repeats: int) -> lis
     lines.append(f"| {r:,} | " + " | ".join(cells) + " |")
     print(lines[-1], flush=True)
   lines.append(f"ranking.COMPARE_UP_TO = {ranking.COMPARE_UP_TO}: the loop counts up to it.")
+  return lines
+
+
+SHAPES = [(4, 16, 8), (2, 16, 8), (8, 16, 8), (4, 16, 4), (4, 32, 4), (4, 8, 8), (16, 16, 4)]
+"""`(COMPARE_LISTS, COMPARE_LANES, COMPARE_UNROLL)` of the third table, the shipped one first."""
+
+
+def shapes_table(c: int, n: int, r: int, repeats: int) -> list[str]:
+  """The comparing loop at each shape of `SHAPES` (the module constants set for each trace)."""
+  import jax
+  import jax.numpy as jnp
+
+  from jaxrank._src import ranking
+
+  rng = np.random.default_rng(0)
+  scores = jnp.asarray(rng.standard_normal((c, n)).astype(np.float32))
+  thresholds = jnp.asarray(rng.standard_normal((c, r)).astype(np.float32))
+  shipped = (ranking.COMPARE_LISTS, ranking.COMPARE_LANES, ranking.COMPARE_UNROLL)
+  lines = [
+    f"The comparing loop by shape: {c} lists of {n:,} scores, {r} thresholds; median of {repeats}",
+    "| lists | lanes | unroll | wall |",
+    "| --- | --- | --- | --- |",
+  ]
+  want = None
+  try:
+    for shape in SHAPES:
+      ranking.COMPARE_LISTS, ranking.COMPARE_LANES, ranking.COMPARE_UNROLL = shape
+      count = jax.jit(lambda s, t: ranking.compare_counts(s, t))  # A new trace per shape.
+      got = count(scores, thresholds)
+      want = got if want is None else want
+      assert all(bool(jnp.array_equal(a, b)) for a, b in zip(got, want)), shape
+      wall, _ = _timed(count, (scores, thresholds), repeats)
+      mark = " (shipped)" if shape == shipped else ""
+      lines.append(f"| {shape[0]}{mark} | {shape[1]} | {shape[2]} | {wall * 1e3:.0f} ms |")
+      print(lines[-1], flush=True)
+  finally:
+    ranking.COMPARE_LISTS, ranking.COMPARE_LANES, ranking.COMPARE_UNROLL = shipped
   return lines
 
 
@@ -149,7 +193,10 @@ def main(argv=None):
   parser.add_argument("--list-items", type=int, default=10_000, help="scores per list there")
   parser.add_argument("--ladder", type=int, nargs="+", default=[12, 32, 64, 256, 1024])
   parser.add_argument("--skip-ladder", action="store_true", help="leave out the second table")
-  docs_data.add_docs_argument(parser, "{evaluate_parts,evaluate_counts_by_relevant}")
+  parser.add_argument("--skip-shapes", action="store_true", help="leave out the third table")
+  docs_data.add_docs_argument(
+    parser, "{evaluate_parts,evaluate_counts_by_relevant,evaluate_compare_shapes}"
+  )
   args = parser.parse_args(argv)
   tables = {
     "evaluate_parts": parts_table(args.chunk, args.items, args.relevant, args.dim, args.repeats)
@@ -160,6 +207,11 @@ def main(argv=None):
       args.lists, args.list_items, args.ladder, args.repeats
     )
     print("\n".join(["", *tables["evaluate_counts_by_relevant"]]))
+  if not args.skip_shapes:
+    tables["evaluate_compare_shapes"] = shapes_table(
+      args.chunk, args.items, args.relevant, args.repeats
+    )
+    print("\n".join(["", *tables["evaluate_compare_shapes"]]))
   if args.docs:
     docs_data.write_markdown_tables(tables)
 

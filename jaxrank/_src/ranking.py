@@ -389,9 +389,9 @@ def count_above_and_tied(
 
 
 COMPARE_LISTS = 4
-"""Lists counted together by the CPU's comparing loop (`compare_counts`): their `[lists, R,
-COMPARE_LANES]` accumulators stay in the core's first cache level (the size that measured
-fastest: docs/guide/scale.rst, "Evaluation at scale")."""
+"""Lists counted together by the CPU's comparing loop (`compare_counts`), their `[lists, R,
+COMPARE_LANES]` accumulators in the core's first cache level. This and the next two constants are
+the loop's shape, chosen by timing each (docs/guide/scale.rst, "Evaluation at scale")."""
 
 COMPARE_LANES = 16
 """Consecutive items of a list compared at each step of the CPU's comparing loop: a vector's
