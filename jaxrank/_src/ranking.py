@@ -384,8 +384,13 @@ def count_above_and_tied(
     cpu = _cpu_sorted_counts if host_callback else xla_sorted_counts
     accelerator = xla_sorted_counts
   ordered, above, tied = platforms.by_platform(scores, thresholds, cpu=cpu, accelerator=accelerator)
-  empty = jnp.isnan(ordered)
-  return Counts(ordered, jnp.where(empty, 0, above), jnp.where(empty, 0, tied))
+  return counts_of(ordered, above, tied)
+
+
+def counts_of(thresholds: jax.Array, above: jax.Array, tied: jax.Array) -> Counts:
+  """`Counts` of thresholds `[c, R]` and their counts, 0 in the empty (NaN) slots."""
+  empty = jnp.isnan(thresholds)
+  return Counts(thresholds, jnp.where(empty, 0, above), jnp.where(empty, 0, tied))
 
 
 COMPARE_LISTS = 4

@@ -270,9 +270,8 @@ def _chunk_counts_cpu(scores, self_index, relevant_index, relevant_ok):
     nans = jnp.sum(jnp.isnan(scores), axis=-1, dtype=jnp.int32)
     return ranking.count_above_and_tied(scores, rel), nans > excluded
   ordered, above, tied, nans = ranking.compare_counts(scores, rel)
-  empty = jnp.isnan(ordered)
-  counts = ranking.Counts(ordered, jnp.where(empty, 0, above), jnp.where(empty, 0, tied))
-  return counts, nans > excluded  # A valid NaN score: more NaN than the one excluded item.
+  # A valid NaN score: more NaN than the one excluded item.
+  return ranking.counts_of(ordered, above, tied), nans > excluded
 
 
 def _chunk_counts_accelerator(scores, self_index, relevant_index, relevant_ok):
