@@ -3,6 +3,7 @@ hand-computed finite differences, loops over batches; and one compilation per sh
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 
@@ -139,6 +140,27 @@ def test_filter_normalized_direction_norms():
   assert not np.any(d["scale"])
 
 
+def test_directions_compile_one_program_per_structure(caplog):
+  """Eagerly, each leaf's operations would compile on their own: a network's tens of leaves made
+  tens of programs. One program for the structure and shapes; a new key or new values reuse it."""
+  params = _tree()
+  moved = jax.tree.map(lambda p: p * 2 if jnp.issubdtype(p.dtype, jnp.floating) else p, params)
+  keys = [jax.random.key(i) for i in range(3)]
+  jax.clear_caches()
+  with jax.log_compiles(True), caplog.at_level(logging.WARNING):
+    d1 = landscape.filter_normalized_direction(keys[0], params)
+    d2 = landscape.filter_normalized_direction(keys[1], moved)
+    landscape.random_direction(keys[2], params)
+  compiled = [r.getMessage() for r in caplog.records if "Compiling" in r.getMessage()]
+  names = [m.split("Compiling ")[1].split(" ")[0] for m in compiled]
+  assert sorted(names) == ["jit(_filter_normalized_direction)", "jit(_random_direction)"], compiled
+  eager = landscape.filter_normalize(landscape.random_direction(keys[0], params), params)
+  for got, want in zip(jax.tree.leaves(d1), jax.tree.leaves(eager)):
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+  for name in ("conv", "dense"):  # new values in the same program (the biases' are zeros in both)
+    assert not np.array_equal(d1[name]["kernel"], d2[name]["kernel"])
+
+
 def test_filter_normalized_direction_on_an_nnx_model():
   nnx = pytest.importorskip("flax.nnx")
   model = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
@@ -218,6 +240,56 @@ def test_surrogate_tracking_equals_a_loop():
   np.testing.assert_allclose(out["error"], np.mean(np.abs(want_loss - want_ref)), atol=1e-6)
   np.testing.assert_allclose(out["bias"], np.mean(want_loss - want_ref), atol=1e-6)
   assert out["spearman"] > 0.8
+
+
+def test_surrogate_tracking_of_several_surrogates_equals_one_call_each():
+  """A pytree of surrogates: the same points for all, each one's statistics as its own call's."""
+  rng = np.random.default_rng(1)
+  scores = jnp.asarray(rng.uniform(-0.5, 0.5, (3, 10)), jnp.float32)
+  labels = jnp.asarray(rng.random((3, 10)) < 0.4, jnp.int32)
+  smooth = lambda s, y: jaxrank.smoothap_loss(s, y, temperature=0.05)
+  fast = lambda s, y: jaxrank.fastap_loss(s, y)
+  several = lambda s, y: {"smoothap": smooth(s, y), "pair": (fast(s, y), 2 * fast(s, y))}
+  exact = lambda s, y: 1 - jaxrank.ap_metric(s, y)
+  common = dict(scale=jnp.linspace(0.0, 0.5, 16), num_points=16, reference_args=(labels,))
+  key = jax.random.key(2)
+  out = landscape.surrogate_tracking(several, exact, scores, key, loss_args=(labels,), **common)
+  assert set(out) == {"smoothap", "pair"} and len(out["pair"]) == 2
+  doubled = lambda s, y: 2 * fast(s, y)
+  for got, fn in [(out["smoothap"], smooth), (out["pair"][0], fast), (out["pair"][1], doubled)]:
+    want = landscape.surrogate_tracking(fn, exact, scores, key, loss_args=(labels,), **common)
+    assert set(got) == set(want)
+    for name in want:
+      np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-7, err_msg=name)
+  # The pair's members differ by a factor of 2: the same order, so the same correlations.
+  assert float(out["pair"][1]["spearman"]) == pytest.approx(float(out["pair"][0]["spearman"]))
+
+
+@pytest.mark.parametrize(
+  "loss_fn, reference_fn, match",
+  [
+    (lambda s: s, lambda s: jnp.sum(s), "loss_fn must return a scalar or a pytree of scalars"),
+    (lambda s: {"a": jnp.sum(s), "b": s}, jnp.sum, r"got a value of shape \(4,\)"),
+    (jnp.sum, lambda s: s, r"reference_fn must return a scalar, got shape \(4,\)"),
+  ],
+)
+def test_surrogate_tracking_refuses_values_that_are_not_scalars(loss_fn, reference_fn, match):
+  with pytest.raises(ValueError, match=match):
+    landscape.surrogate_tracking(
+      loss_fn, reference_fn, jnp.arange(4.0), jax.random.key(0), scale=0.1, num_points=3
+    )
+
+
+def test_surrogate_tracking_keeps_float64_values():
+  """The docstring's "float32 or wider": float64 losses are not rounded to float32."""
+  with jax.enable_x64(True):
+    x = jnp.linspace(0.0, 1.0, 5, dtype=jnp.float64)
+    out = landscape.surrogate_tracking(
+      lambda s: jnp.sum(s**2), jnp.sum, x, jax.random.key(0), scale=1e-9, num_points=3
+    )
+    assert out["loss"].dtype == jnp.float64 and out["reference"].dtype == jnp.float64
+    # A perturbation of 1e-9 is lost in float32 (the points would all be equal there).
+    assert len(np.unique(np.asarray(out["reference"]))) == 3
 
 
 def test_surrogate_tracking_with_filter_normalized_directions():

@@ -16,7 +16,9 @@ compiled program; pass a loss's real-valued hyperparameters through `args` (e.g.
 `fn = lambda y, labels, t: smoothap_loss(y, labels, temperature=t)` with `args=(labels, t)`;
 `loss_args` and `reference_args` where two functions are compared), not
 in a new closure, which is a new static function and compiles again. Define `fn` once and reuse
-it.
+it. The directions (`random_direction`, `filter_normalize`, `filter_normalized_direction`) are
+compiled too, once per structure and shapes of the point: a network's parameters make one program,
+not one per operation of each leaf.
 
 **Memory.** Points are evaluated by `jax.lax.map(..., batch_size=batch_size)`: `batch_size`
 perturbed copies of `x` (and what `fn` needs for each) exist at once, never one per grid point.
@@ -100,6 +102,13 @@ def random_direction(key: jax.Array, x: types.PyTree) -> types.PyTree:
   >>> d["w"].shape, int(d["step"])
   ((2, 3), 0)
   """
+  return _random_direction(key, x)
+
+
+@jax.jit
+def _random_direction(key, x):
+  # One program per pytree structure and shapes: eagerly each leaf's ops would compile on their own
+  # (a network's parameters: a few ops for each of tens of leaves).
   leaves, treedef = jax.tree.flatten(x)
   keys = jax.random.split(key, max(len(leaves), 1))
   out = [
@@ -140,9 +149,12 @@ def filter_normalize(direction: types.PyTree, params: types.PyTree) -> types.PyT
   >>> jnp.linalg.norm(d["kernel"], axis=0).round(4).tolist(), d["bias"].tolist()
   ([5.0, 1.0], [0.0, 0.0])
   """
-  fn = "filter_normalize"
-  _check_direction(fn, "direction", direction, params)
+  _check_direction("filter_normalize", "direction", direction, params)
+  return _filter_normalize(direction, params)
 
+
+@jax.jit
+def _filter_normalize(direction, params):
   def leaf_normalize(d, p):
     if not _floating(p) or jnp.ndim(p) < 2:
       return jnp.zeros_like(p)
@@ -174,7 +186,12 @@ def filter_normalized_direction(key: jax.Array, params: types.PyTree) -> types.P
   >>> [round(float(v), 4) for v in jnp.linalg.norm(d["kernel"], axis=0)]
   [3.4641, 3.4641]
   """
-  return filter_normalize(random_direction(key, params), params)
+  return _filter_normalized_direction(key, params)
+
+
+@jax.jit
+def _filter_normalized_direction(key, params):
+  return _filter_normalize(_random_direction(key, params), params)
 
 
 def direction_between(start: types.PyTree, end: types.PyTree) -> types.PyTree:
@@ -430,17 +447,31 @@ def _tracking(
     moved = _move(x, (direction_fn(k, x),), s[None])
     return loss_fn(moved, *loss_args), reference_fn(moved, *reference_args)
 
-  loss, reference = jax.lax.map(point, (keys, scales), batch_size=batch_size)
-  loss, reference = loss.astype(jnp.float32), reference.astype(jnp.float32)
-  difference = loss - reference
-  return {
-    "loss": loss,
-    "reference": reference,
-    "spearman": _pearson(_average_ranks(loss), _average_ranks(reference)),
-    "kendall": _kendall(loss, reference, batch_size=256),
-    "error": jnp.mean(jnp.abs(difference)),
-    "bias": jnp.mean(difference),
-  }
+  losses, reference = jax.lax.map(point, (keys, scales), batch_size=batch_size)
+  if reference.shape != (num_points,):
+    raise ValueError(
+      f"surrogate_tracking: reference_fn must return a scalar, got shape {reference.shape[1:]}."
+    )
+
+  def statistics(loss):  # one surrogate's [num_points] values against the reference's
+    if loss.shape != (num_points,):
+      raise ValueError(
+        "surrogate_tracking: loss_fn must return a scalar or a pytree of scalars (one per "
+        f"surrogate), got a value of shape {loss.shape[1:]}."
+      )
+    dtype = jnp.promote_types(jnp.result_type(loss, reference), jnp.float32)
+    loss, ref = loss.astype(dtype), reference.astype(dtype)
+    difference = loss - ref
+    return {
+      "loss": loss,
+      "reference": ref,
+      "spearman": _pearson(_average_ranks(loss), _average_ranks(ref)),
+      "kendall": _kendall(loss, ref, batch_size=256),
+      "error": jnp.mean(jnp.abs(difference)),
+      "bias": jnp.mean(difference),
+    }
+
+  return jax.tree.map(statistics, losses)
 
 
 def surrogate_tracking(
@@ -465,13 +496,19 @@ def surrogate_tracking(
   e.g. with `jaxrank.batch_retrieval`) or a network's parameters (`direction_fn =
   filter_normalized_direction`).
 
+  Several surrogates compare on the same points in one call: `loss_fn` returns a pytree of
+  scalars (e.g. a dict by name), and the result is that pytree with each surrogate's dict of
+  statistics in place of its scalar. Each point is moved, and the reference evaluated, once for
+  all of them (a network's forward pass shared when `loss_fn` computes the embeddings once).
+
   Static: `loss_fn`, `reference_fn`, `direction_fn`, `num_points`, `batch_size`; traced: `x`,
   `key`, `scale`, `loss_args`, `reference_args`. Memory: `batch_size` perturbed copies of `x` at
   once (plus the `O(n)` of the correlations, `n = num_points`); time: `num_points` calls of each
   function and `O(n^2)` for Kendall's tau.
 
   Args:
-    loss_fn: `loss_fn(x, *loss_args) -> scalar`, the surrogate loss.
+    loss_fn: `loss_fn(x, *loss_args) -> scalar`, the surrogate loss; or a pytree of scalars,
+      several surrogates.
     reference_fn: `reference_fn(x, *reference_args) -> scalar`, the exact loss it approximates, e.g.
       `lambda s, l: 1 - jaxrank.ap_metric(s, l)`.
     x: the point perturbed (any pytree of arrays).
@@ -489,7 +526,13 @@ def surrogate_tracking(
     A dict: `"loss"` and `"reference"`, `[num_points]` values (float32 or wider);
     `"spearman"` and `"kendall"`, their rank correlations (`spearman_correlation`,
     `kendall_correlation`; 0 if either is constant); `"error"`, the mean absolute difference
-    `mean |loss - reference|`; `"bias"`, the mean difference `mean(loss - reference)`.
+    `mean |loss - reference|`; `"bias"`, the mean difference `mean(loss - reference)`. For a
+    pytree of surrogates, that pytree of such dicts.
+
+  Raises:
+    ValueError: `scale` neither a scalar nor `[num_points]`, `num_points` below 2; when the
+      functions are traced, `reference_fn` returning more than a scalar or `loss_fn` more than a
+      pytree of scalars.
 
   >>> import jax, jax.numpy as jnp
   >>> import jaxrank
@@ -500,6 +543,12 @@ def surrogate_tracking(
   ...                          loss_args=(labels, 0.001), reference_args=(labels,))
   >>> bool(out["spearman"] > 0.95), bool(out["error"] < 0.01)
   (True, True)
+  >>> both = lambda s, l: {"smoothap": jaxrank.smoothap_loss(s, l),
+  ...                       "fastap": jaxrank.fastap_loss(s, l)}
+  >>> out = surrogate_tracking(both, exact, scores, jax.random.key(0), scale=0.3, num_points=64,
+  ...                          loss_args=(labels,), reference_args=(labels,))
+  >>> sorted(out), out["fastap"]["loss"].shape
+  (['fastap', 'smoothap'], (64,))
   """
   name = "surrogate_tracking"
   _check_common(name, "loss_fn", loss_fn, batch_size, loss_args)
