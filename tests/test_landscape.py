@@ -483,10 +483,13 @@ def test_new_hyperparameter_values_do_not_recompile():
       loss_args=(labels, jnp.float32(t)),
       reference_args=(labels,),
     )
+  # surrogate_tracking compares scalars: the mean over the lists.
+  mean_loss = _Counted(lambda s, y, t: jnp.mean(loss.fn(s, y, t)))
+  mean_exact = _Counted(lambda s, y: jnp.mean(_ap_loss(s, y)))
   for t, s in ((0.01, 0.1), (0.05, 0.3)):
     landscape.surrogate_tracking(
-      loss,
-      exact,
+      mean_loss,
+      mean_exact,
       scores,
       jax.random.key(int(100 * t)),
       scale=jnp.float32(s),
@@ -506,6 +509,7 @@ def test_new_hyperparameter_values_do_not_recompile():
   assert loss.traces == traces  # nothing traced again
   assert gap.traces == 2  # once for the batches' lax.map, once for the whole set; not per call
   assert traces <= 6 and exact.traces <= 4  # each helper traced its functions once
+  assert mean_loss.traces == 1 and mean_exact.traces == 1
 
 
 # Errors: the function's name and the fix.
