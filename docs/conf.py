@@ -56,9 +56,8 @@ REPO = DOCS.parent
 # MyST: `$x$` and `$$...$$` math as the notebooks write it; `:::` fences for directives.
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
 myst_heading_anchors = 3
-# The notebooks are stored without outputs and take minutes to execute, all five
-# (tests/test_notebooks.py runs them): the pages show their code and text, and the figure each one
-# saves (`copy_notebooks`).
+# The notebooks are stored without outputs and take minutes to execute (tests/test_notebooks.py
+# runs them): the pages show their code and text, and the figure each one saves (`copy_notebooks`).
 nb_execution_mode = "off"
 
 # `x` in a docstring is inline code, as in the docstrings' own convention (`inline_code` below).
@@ -187,7 +186,7 @@ def _figure_cell(figure: str, exists: bool, cell_id: str) -> dict:
 def copy_notebooks(app) -> None:
   """Copies each notebook into docs/notebooks/, with its saved figure shown after the cell.
 
-  The notebooks are stored without outputs (tests/test_notebooks.py executes them) and
+  The notebooks are stored without outputs (tests/test_notebooks.py executes them, in minutes) and
   are not executed here (`nb_execution_mode = "off"`). Each saves one figure,
   `FIGURES / "<name>.png"`, committed in notebooks/figures/; the copy holds a Markdown cell
   showing that PNG after the cell that saves it, so the page has the notebook's picture.
