@@ -116,24 +116,31 @@ def sum_in_order(x: jax.Array) -> jax.Array:
   return jax.lax.fori_loop(0, x.shape[-1], add, (zeros, zeros), unroll=unroll or 1)[0]
 
 
+def _precision_at_rank(stats, dtype):
+  return stats.hits.astype(dtype) / jnp.maximum(stats.rank, 1).astype(dtype)
+
+
+def _mean_over_relevant(values, included, num_relevant, dtype, sum_fn):
+  """`values` summed where `included`, divided by the number of relevant items (at least 1)."""
+  return sum_fn(jnp.where(included, values, 0)) / jnp.maximum(num_relevant, 1).astype(dtype)
+
+
 def ap_from_statistics(stats, relevant, num_relevant, dtype, topn=None, sum_fn=_sum):
-  precision = stats.hits.astype(dtype) / jnp.maximum(stats.rank, 1).astype(dtype)
   if topn is not None:
     relevant = relevant & (stats.rank <= topn)
-  total = sum_fn(jnp.where(relevant, precision, 0))
-  return total / jnp.maximum(num_relevant, 1).astype(dtype)
+  precision = _precision_at_rank(stats, dtype)
+  return _mean_over_relevant(precision, relevant, num_relevant, dtype, sum_fn)
 
 
 def tie_aware_ap_from_statistics(stats, relevant, num_relevant, dtype, sum_fn=_sum):
-  total = sum_fn(jnp.where(relevant, stats.expected_precision, 0))
-  return total / jnp.maximum(num_relevant, 1).astype(dtype)
+  precision = stats.expected_precision
+  return _mean_over_relevant(precision, relevant, num_relevant, dtype, sum_fn)
 
 
 def map_at_r_from_statistics(stats, relevant, num_relevant, dtype, sum_fn=_sum):
   in_top_r = relevant & (stats.rank <= num_relevant[..., None])
-  precision = stats.hits.astype(dtype) / jnp.maximum(stats.rank, 1).astype(dtype)
-  total = sum_fn(jnp.where(in_top_r, precision, 0))
-  return total / jnp.maximum(num_relevant, 1).astype(dtype)
+  precision = _precision_at_rank(stats, dtype)
+  return _mean_over_relevant(precision, in_top_r, num_relevant, dtype, sum_fn)
 
 
 def recall_at_k_from_statistics(stats, relevant, k, dtype):
