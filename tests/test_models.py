@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -483,3 +484,137 @@ def test_save_writes_the_exact_path(tmp_path):
   assert os.listdir(tmp_path) == ["weights.bin"]
   with np.load(path) as data:
     assert len(data.files) == len(nnx.to_flat_state(nnx.state(small_model())))
+
+
+# Mixed precision (dtype: the computation's, param_dtype: the parameters').
+
+BF16 = jnp.bfloat16
+
+
+def _tiny_vit(**kwargs):
+  return models.VisionTransformer(image_size=32, dim=24, depth=1, num_heads=2, **kwargs)
+
+
+# Each family at a small size: (name, build(**precision), its input shape).
+FAMILIES = [
+  ("small_convnet", lambda **kw: models.SmallConvNet(3, features=(4, 8), **kw), IMAGES),
+  ("resnet", lambda **kw: models.ResNet((1, 1, 1, 1), bottleneck=True, **kw), IMAGES),
+  ("vit", _tiny_vit, IMAGES),
+]
+
+
+def _params_dtypes(model):
+  return {str(v.dtype) for _, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+
+
+@pytest.mark.parametrize("name, build, shape", FAMILIES, ids=[f[0] for f in FAMILIES])
+def test_bfloat16_backbones_compute_in_bfloat16_on_float32_parameters(name, build, shape):
+  net = build(dtype=BF16, rngs=nnx.Rngs(0))
+  assert _params_dtypes(net) == {"float32"}
+  stats = nnx.to_flat_state(nnx.state(net, nnx.BatchStat))
+  assert {str(v.dtype) for _, v in stats} <= {"float32"}
+  x = images(shape)
+  # Compared in inference mode: batch statistics of 2 images on a 1 x 1 map amplify any rounding.
+  reference = build(rngs=nnx.Rngs(0))
+  net.eval()
+  reference.eval()
+  got, expected = forward(net, x), forward(reference, x)
+  assert got.dtype == BF16 and expected.dtype == jnp.float32
+  net.train()
+  assert forward(net, x).dtype == BF16
+  error = np.linalg.norm(np.asarray(got, np.float32) - expected) / np.linalg.norm(expected)
+  assert 0 < error < 0.05, error  # bfloat16's 8 bits, not float32's 24, and not garbage.
+  # param_dtype stores the parameters in bfloat16; BatchNorm statistics stay float32 (Flax's).
+  stored = build(dtype=BF16, param_dtype=BF16, rngs=nnx.Rngs(0))
+  assert _params_dtypes(stored) == {"bfloat16"}
+  stats = nnx.to_flat_state(nnx.state(stored, nnx.BatchStat))
+  assert {str(v.dtype) for _, v in stats} <= {"float32"}
+  assert forward(stored, x).dtype == BF16
+
+
+@pytest.mark.parametrize("name, build, shape", FAMILIES, ids=[f[0] for f in FAMILIES])
+def test_bfloat16_gradients_reach_float32_parameters(name, build, shape):
+  net = build(dtype=BF16, rngs=nnx.Rngs(0))
+  grads = nnx.grad(lambda m, x: jnp.sum(m(x).astype(jnp.float32) ** 2))(net, images(shape))
+  leaves = jax.tree.leaves(grads)
+  assert leaves and all(g.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(g))) for g in leaves)
+  assert sum(float(jnp.sum(jnp.abs(g))) for g in leaves) > 0
+
+
+@pytest.mark.parametrize("head", [models.EmbeddingHead, models.HashingHead])
+def test_heads_return_float32_whatever_the_computation(head):
+  x = images((3, 5))
+  for dtype, param_dtype in ((None, jnp.float32), (BF16, jnp.float32), (BF16, BF16)):
+    out = head(5, 4, dtype=dtype, param_dtype=param_dtype, rngs=nnx.Rngs(0))(x)
+    assert out.dtype == jnp.float32, (dtype, param_dtype)
+  embeddings = models.EmbeddingHead(5, 4, dtype=BF16, rngs=nnx.Rngs(0))(x)
+  # Normalised in float32: unit norm to float32 accuracy, not bfloat16's.
+  np.testing.assert_allclose(np.linalg.norm(embeddings, axis=-1), 1.0, atol=1e-6)
+
+
+def test_batch_norm_normalises_with_float32_statistics():
+  # A running mean that bfloat16 cannot hold (999.9 is 1000 in bfloat16): Flax's own promotion
+  # casts it to the computation's dtype and would give 0 here instead of (1000 - 999.9) / 0.05.
+  net = models.ResNet((1, 1, 1, 1), bottleneck=False, dtype=BF16, rngs=nnx.Rngs(0))
+  net.eval()
+  bn = net.bn1
+  bn.mean[...] = jnp.full((64,), 999.9)
+  bn.var[...] = jnp.full((64,), 0.0025 - 1e-5)  # Plus BatchNorm's epsilon 1e-5: a std of 0.05.
+  x = jnp.full((1, 2, 2, 64), 1000.0, BF16)  # Exactly representable in bfloat16.
+  out = bn(x)
+  assert out.dtype == BF16
+  np.testing.assert_allclose(np.asarray(out, np.float32), 2.0, rtol=1e-2)
+
+
+def _equations(jaxpr):
+  """Every equation of a jaxpr and of the jaxprs inside it (jit, custom_jvp, ...)."""
+  for eqn in jaxpr.eqns:
+    yield eqn
+    for param in eqn.params.values():
+      for sub in param if isinstance(param, (list, tuple)) else (param,):
+        if isinstance(sub, jax.extend.core.ClosedJaxpr):
+          yield from _equations(sub.jaxpr)
+        elif isinstance(sub, jax.extend.core.Jaxpr):
+          yield from _equations(sub)
+
+
+def test_bfloat16_attention_takes_its_softmax_in_float32():
+  vit = _tiny_vit(dtype=BF16, rngs=nnx.Rngs(0))
+  eqns = list(_equations(jax.make_jaxpr(lambda x: vit(x))(images(IMAGES)).jaxpr))
+  exps = [e for e in eqns if e.primitive.name == "exp"]
+  assert exps  # The softmax's exponential (GELU is exact: erf, no exp).
+  assert all(e.outvars[0].aval.dtype == jnp.float32 for e in exps)
+  dots = [e for e in eqns if e.primitive.name == "dot_general"]
+  assert dots and all(e.invars[0].aval.dtype == BF16 for e in dots)  # Products in bfloat16.
+
+
+def test_gem_pool_computes_in_float32_and_returns_dtype():
+  x = jnp.asarray(np.random.default_rng(0).uniform(0.01, 1, (2, 3, 3, 4)), BF16)
+  got = models.GeMPool(dtype=BF16)(x)
+  assert got.dtype == BF16
+  expected = models.GeMPool()(x.astype(jnp.float32))
+  np.testing.assert_allclose(np.asarray(got, np.float32), expected, rtol=1e-2)
+  assert models.GeMPool(param_dtype=BF16).p.dtype == BF16
+
+
+@pytest.mark.parametrize(
+  "build",
+  [
+    lambda **kw: models.SmallConvNet(1, rngs=nnx.Rngs(0), **kw),
+    lambda **kw: models.resnet18(rngs=nnx.Rngs(0), **kw),
+    lambda **kw: models.vit_small(rngs=nnx.Rngs(0), **kw),
+    lambda **kw: models.EmbeddingHead(3, 2, rngs=nnx.Rngs(0), **kw),
+    lambda **kw: models.HashingHead(3, 2, rngs=nnx.Rngs(0), **kw),
+    lambda **kw: models.GeMPool(**kw),
+  ],
+  ids=["small_convnet", "resnet18", "vit_small", "embedding_head", "hashing_head", "gem"],
+)
+@pytest.mark.parametrize("field", ["dtype", "param_dtype"])
+def test_bad_dtypes_are_refused(build, field):
+  with pytest.raises(ValueError, match=f"{field} must be a floating dtype"):
+    nnx.eval_shape(lambda: build(**{field: jnp.int32}))
+
+
+def test_vit_refuses_an_unknown_attention_implementation():
+  with pytest.raises(ValueError, match="attention_implementation must be one of"):
+    _tiny_vit(attention_implementation="flash", rngs=nnx.Rngs(0))

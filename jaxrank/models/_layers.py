@@ -1,7 +1,21 @@
-"""What the model families share: the initialisers of their kernels, the check of their images."""
+"""What the model families share: kernel initialisers, the check of their images, normalisation
+layers that keep their statistics in float32, and the check of a precision's dtypes.
+
+**Mixed precision** follows Flax: every network takes `dtype`, the dtype of its computation
+(`None`, the default, infers it from the inputs and parameters: float32 for float32 images), and
+`param_dtype`, the dtype its parameters are stored and trained in (float32 by default). With
+`dtype=jnp.bfloat16` and float32 parameters, convolutions, linear layers and attention's products
+run in bfloat16 on float32 parameters cast for each use, and their gradients reach the parameters
+in float32. What needs the range or precision of float32 stays there: normalisation statistics
+(BatchNorm's batch and running statistics, LayerNorm's), the normalisation itself (`x - mean`,
+scaled and shifted, is computed in float32 and then cast to `dtype`), attention's softmax, the
+embeddings' L2 normalisation and the hashing head's `tanh` (heads return float32, so scores and
+losses are float32 whatever the backbone computes in).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -32,6 +46,89 @@ RESNET_INIT = normal_init(2.0, "fan_out")
 # He et al. 2015 for convolutions followed by relu, LeCun for the linear heads.
 HE_INIT = normal_init(2.0, "fan_in")
 LECUN_INIT = normal_init(1.0, "fan_in")
+
+
+@dataclasses.dataclass(frozen=True)
+class Precision:
+  """The `dtype` and `param_dtype` every layer of a network is built with."""
+
+  dtype: jax.typing.DTypeLike | None
+  param_dtype: jax.typing.DTypeLike
+
+
+def check_dtypes(
+  name: str, dtype: jax.typing.DTypeLike | None, param_dtype: jax.typing.DTypeLike
+) -> None:
+  """Raises a `ValueError` naming `name` unless `dtype` (or None) and `param_dtype` are floats."""
+  for field, value in (("dtype", dtype), ("param_dtype", param_dtype)):
+    if value is not None and not jnp.issubdtype(value, jnp.floating):
+      raise ValueError(
+        f"{name}: {field} must be a floating dtype (e.g. jnp.bfloat16 or jnp.float32), got "
+        f"{value!r}."
+      )
+
+
+def _statistics_in_float32(
+  args: tuple[jax.Array | None, ...], *, dtype: jax.typing.DTypeLike | None = None
+) -> tuple[jax.Array | None, ...]:
+  """A Flax normalisation's `promote_dtype`: the input cast to `dtype`, the rest at least float32.
+
+  Flax's own casts its statistics, scale and bias to `dtype` as well, so that with bfloat16 a
+  BatchNorm in inference mode would normalise with bfloat16 running statistics. Here only the
+  input is cast; `x - mean`, the scale and the shift are then computed in float32 (Flax computes
+  batch statistics in float32 either way) and the result cast to `dtype`.
+  """
+  x, *rest = args
+  if dtype is not None and x is not None:
+    x = jnp.asarray(x, dtype)
+  rest = [
+    None if a is None else jnp.asarray(a, jnp.promote_types(jnp.result_type(a), jnp.float32))
+    for a in rest
+  ]
+  return (x, *rest)
+
+
+def batch_norm(
+  features: int,
+  *,
+  dtype: jax.typing.DTypeLike | None,
+  param_dtype: jax.typing.DTypeLike,
+  rngs: nnx.Rngs,
+  use_scale: bool = True,
+  use_bias: bool = True,
+) -> nnx.BatchNorm:
+  """`nnx.BatchNorm` as torchvision's (momentum 0.1 there, 0.9 here; epsilon 1e-5), computing
+  its statistics and normalisation in float32 and returning `dtype`."""
+  return nnx.BatchNorm(
+    features,
+    momentum=0.9,
+    epsilon=1e-5,
+    use_scale=use_scale,
+    use_bias=use_bias,
+    dtype=dtype,
+    param_dtype=param_dtype,
+    promote_dtype=_statistics_in_float32,
+    rngs=rngs,
+  )
+
+
+def layer_norm(
+  features: int,
+  *,
+  epsilon: float,
+  dtype: jax.typing.DTypeLike | None,
+  param_dtype: jax.typing.DTypeLike,
+  rngs: nnx.Rngs,
+) -> nnx.LayerNorm:
+  """`nnx.LayerNorm` computing its statistics and normalisation in float32, returning `dtype`."""
+  return nnx.LayerNorm(
+    features,
+    epsilon=epsilon,
+    dtype=dtype,
+    param_dtype=param_dtype,
+    promote_dtype=_statistics_in_float32,
+    rngs=rngs,
+  )
 
 
 def check_images(name: str, x: jax.Array, in_channels: int) -> None:

@@ -8,8 +8,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxrank.models._layers import check_dtypes
 from jaxrank.models._layers import check_images
 from jaxrank.models._layers import HE_INIT
+from jaxrank.models._layers import layer_norm
 
 
 class SmallConvNet(nnx.Module):
@@ -29,6 +31,9 @@ class SmallConvNet(nnx.Module):
   Args:
     in_channels: the channels `C` of the input images.
     features: the output channels of each stage, at least one stage.
+    dtype: the dtype of the computation (None: inferred from the inputs and parameters); the
+      LayerNorms' statistics and normalisation are float32 whatever it is (`jaxrank.models`).
+    param_dtype: the dtype of the parameters.
     rngs: the random number generators of the initialisation.
 
   Attributes:
@@ -43,7 +48,16 @@ class SmallConvNet(nnx.Module):
   ((5, 64), 64)
   """
 
-  def __init__(self, in_channels: int, *, features: Sequence[int] = (32, 64), rngs: nnx.Rngs):
+  def __init__(
+    self,
+    in_channels: int,
+    *,
+    features: Sequence[int] = (32, 64),
+    dtype: jax.typing.DTypeLike | None = None,
+    param_dtype: jax.typing.DTypeLike = jnp.float32,
+    rngs: nnx.Rngs,
+  ):
+    check_dtypes("SmallConvNet", dtype, param_dtype)
     features = tuple(int(f) for f in features)
     if in_channels < 1 or not features or min(features) < 1:
       raise ValueError(
@@ -55,11 +69,25 @@ class SmallConvNet(nnx.Module):
     channels = (in_channels,) + features
     self.convs = nnx.List(
       [
-        nnx.Conv(c_in, c_out, kernel_size=(3, 3), padding="SAME", kernel_init=HE_INIT, rngs=rngs)
+        nnx.Conv(
+          c_in,
+          c_out,
+          kernel_size=(3, 3),
+          padding="SAME",
+          kernel_init=HE_INIT,
+          dtype=dtype,
+          param_dtype=param_dtype,
+          rngs=rngs,
+        )
         for c_in, c_out in zip(channels[:-1], channels[1:])
       ]
     )
-    self.norms = nnx.List([nnx.LayerNorm(c, rngs=rngs) for c in features])
+    self.norms = nnx.List(
+      [
+        layer_norm(c, epsilon=1e-6, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        for c in features
+      ]
+    )
 
   def __call__(self, x: jax.typing.ArrayLike) -> jax.Array:
     """Returns the features of images.
@@ -68,7 +96,7 @@ class SmallConvNet(nnx.Module):
       x: `[N, H, W, in_channels]` images.
 
     Returns:
-      `[N, out_features]` features (averages of non-negative activations).
+      `[N, out_features]` features (averages of non-negative activations), in `dtype`.
     """
     h = jnp.asarray(x)
     check_images("SmallConvNet", h, self.in_channels)

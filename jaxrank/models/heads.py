@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxrank.models._layers import check_dtypes
 from jaxrank.models._layers import LECUN_INIT
 
 
@@ -18,11 +19,16 @@ class EmbeddingHead(nnx.Module):
   Rows have unit norm, so dot products are cosine similarities (the scores of
   `jaxrank.batch_retrieval`). A zero row of `W x + b` stays zero instead of becoming NaN, and its
   gradient is finite (the norm is taken as `sqrt(max(|h|^2, 1e-24))`, the same value). The linear
-  layer's kernel is LeCun normal (variance `1 / in_features`, untruncated), its bias zero.
+  layer's kernel is LeCun normal (variance `1 / in_features`, untruncated), its bias zero. The
+  linear layer computes in `dtype`; the normalisation, and the embeddings it returns, are float32
+  (or wider), so that the scores and the loss are float32 whatever the backbone computes in.
 
   Args:
     in_features: the size `F` of the input features.
     dim: the size `D` of the embeddings.
+    dtype: the dtype of the linear layer's computation (None: inferred from the inputs and
+      parameters).
+    param_dtype: the dtype of the parameters.
     rngs: the random number generators of the initialisation.
 
   Attributes:
@@ -35,8 +41,24 @@ class EmbeddingHead(nnx.Module):
   [1.0, 1.0, 1.0, 1.0]
   """
 
-  def __init__(self, in_features: int, dim: int, *, rngs: nnx.Rngs):
-    self.linear = nnx.Linear(in_features, dim, kernel_init=LECUN_INIT, rngs=rngs)
+  def __init__(
+    self,
+    in_features: int,
+    dim: int,
+    *,
+    dtype: jax.typing.DTypeLike | None = None,
+    param_dtype: jax.typing.DTypeLike = jnp.float32,
+    rngs: nnx.Rngs,
+  ):
+    check_dtypes("EmbeddingHead", dtype, param_dtype)
+    self.linear = nnx.Linear(
+      in_features,
+      dim,
+      kernel_init=LECUN_INIT,
+      dtype=dtype,
+      param_dtype=param_dtype,
+      rngs=rngs,
+    )
 
   def __call__(self, x: jax.typing.ArrayLike) -> jax.Array:
     """Returns unit embeddings.
@@ -45,12 +67,13 @@ class EmbeddingHead(nnx.Module):
       x: `[N, in_features]` features.
 
     Returns:
-      `[N, dim]` rows of unit L2 norm (zero where `W x + b` is zero).
+      `[N, dim]` rows of unit L2 norm (zero where `W x + b` is zero), float32 (float64 for a
+      float64 computation).
     """
     h = self.linear(jnp.asarray(x))
-    acc = jnp.promote_types(h.dtype, jnp.float32)
-    squared = jnp.sum(jnp.square(h.astype(acc)), axis=-1, keepdims=True)
-    return (h.astype(acc) * jax.lax.rsqrt(jnp.maximum(squared, 1e-24))).astype(h.dtype)
+    h = h.astype(jnp.promote_types(h.dtype, jnp.float32))
+    squared = jnp.sum(jnp.square(h), axis=-1, keepdims=True)
+    return h * jax.lax.rsqrt(jnp.maximum(squared, 1e-24))
 
 
 class HashingHead(nnx.Module):
@@ -75,6 +98,9 @@ class HashingHead(nnx.Module):
   Args:
     in_features: the size `F` of the input features.
     num_bits: the number of bits `b` of the codes.
+    dtype: the dtype of the linear layer's computation (None: inferred from the inputs and
+      parameters).
+    param_dtype: the dtype of the parameters.
     rngs: the random number generators of the initialisation.
 
   Attributes:
@@ -89,8 +115,24 @@ class HashingHead(nnx.Module):
   ((2, 16), True, (2, 16))
   """
 
-  def __init__(self, in_features: int, num_bits: int, *, rngs: nnx.Rngs):
-    self.linear = nnx.Linear(in_features, num_bits, kernel_init=LECUN_INIT, rngs=rngs)
+  def __init__(
+    self,
+    in_features: int,
+    num_bits: int,
+    *,
+    dtype: jax.typing.DTypeLike | None = None,
+    param_dtype: jax.typing.DTypeLike = jnp.float32,
+    rngs: nnx.Rngs,
+  ):
+    check_dtypes("HashingHead", dtype, param_dtype)
+    self.linear = nnx.Linear(
+      in_features,
+      num_bits,
+      kernel_init=LECUN_INIT,
+      dtype=dtype,
+      param_dtype=param_dtype,
+      rngs=rngs,
+    )
 
   def __call__(self, x: jax.typing.ArrayLike, *, scale: jax.typing.ArrayLike = 1.0) -> jax.Array:
     """Returns relaxed codes.
@@ -101,9 +143,10 @@ class HashingHead(nnx.Module):
 
     Returns:
       `[N, num_bits]` codes in `(-1, 1)` (they round to `\\pm 1` in floating point for large
-      `scale * h`).
+      `scale * h`), float32 (float64 for a float64 computation).
     """
-    return jnp.tanh(scale * self.linear(jnp.asarray(x)))
+    h = self.linear(jnp.asarray(x))
+    return jnp.tanh(scale * h.astype(jnp.promote_types(h.dtype, jnp.float32)))
 
 
 class EmbeddingModel(nnx.Module):

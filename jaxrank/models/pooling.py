@@ -6,6 +6,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxrank.models._layers import check_dtypes
+
 
 def global_average_pool(x: jax.typing.ArrayLike) -> jax.Array:
   r"""The mean of each channel over the pixels: torchvision's pooling.
@@ -78,11 +80,15 @@ class GeMPool(nnx.Module):
 
   `p = 1` is the average, `p -> infinity` the maximum. Revaud et al. 2019 (sec. 4) pool their
   ResNet-101 this way, `p = 3` learned with the network. Inputs are clamped at `eps` so that the
-  power and its gradient stay finite; the computation is in at least float32.
+  power and its gradient stay finite; the computation is in at least float32 whatever `dtype`
+  (a bfloat16 power of small activations would lose them).
 
   Args:
     p: the initial exponent, positive.
     eps: the clamp, positive.
+    dtype: the dtype of the output (None: that of the input); the computation is in at least
+      float32 either way.
+    param_dtype: the dtype of `p`.
 
   Attributes:
     p: the exponent, an `nnx.Param` scalar (trained unless the optimiser leaves it out).
@@ -94,11 +100,20 @@ class GeMPool(nnx.Module):
   [[2.5]]
   """
 
-  def __init__(self, p: float = 3.0, *, eps: float = 1e-6):
+  def __init__(
+    self,
+    p: float = 3.0,
+    *,
+    eps: float = 1e-6,
+    dtype: jax.typing.DTypeLike | None = None,
+    param_dtype: jax.typing.DTypeLike = jnp.float32,
+  ):
+    check_dtypes("GeMPool", dtype, param_dtype)
     if not p > 0 or not eps > 0:
       raise ValueError(f"GeMPool: p and eps must be positive, got p={p} and eps={eps}.")
-    self.p = nnx.Param(jnp.asarray(p, jnp.float32))
+    self.p = nnx.Param(jnp.asarray(p, param_dtype))
     self.eps = eps
+    self.dtype = dtype
 
   def __call__(self, x: jax.typing.ArrayLike) -> jax.Array:
     """Returns the generalised means.
@@ -107,10 +122,10 @@ class GeMPool(nnx.Module):
       x: `[N, h, w, C]` feature maps.
 
     Returns:
-      `[N, C]` features, of the dtype of `x`.
+      `[N, C]` features, in `dtype` (None: the dtype of `x`).
     """
     x = jnp.asarray(x)
     acc = jnp.promote_types(x.dtype, jnp.float32)
     p = self.p[...].astype(acc)
     means = jnp.mean(jnp.maximum(x.astype(acc), self.eps) ** p, axis=(1, 2))
-    return (means ** (1.0 / p)).astype(x.dtype)
+    return (means ** (1.0 / p)).astype(x.dtype if self.dtype is None else self.dtype)

@@ -8,12 +8,17 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxrank.models._layers import batch_norm
+from jaxrank.models._layers import check_dtypes
 from jaxrank.models._layers import check_images
+from jaxrank.models._layers import Precision
 from jaxrank.models._layers import RESNET_INIT
 from jaxrank.models.pooling import global_average_pool
 
 
-def _conv(c_in: int, c_out: int, kernel: int, stride: int, rngs: nnx.Rngs) -> nnx.Conv:
+def _conv(
+  c_in: int, c_out: int, kernel: int, stride: int, precision: Precision, rngs: nnx.Rngs
+) -> nnx.Conv:
   # Symmetric padding as in torchvision (Flax's "SAME" pads more at the end for stride 2), so that
   # converted weights give the same outputs.
   pad = (kernel - 1) // 2
@@ -25,13 +30,14 @@ def _conv(c_in: int, c_out: int, kernel: int, stride: int, rngs: nnx.Rngs) -> nn
     padding=((pad, pad), (pad, pad)),
     use_bias=False,
     kernel_init=RESNET_INIT,
+    dtype=precision.dtype,
+    param_dtype=precision.param_dtype,
     rngs=rngs,
   )
 
 
-def _batch_norm(features: int, rngs: nnx.Rngs) -> nnx.BatchNorm:
-  # torchvision's momentum 0.1 is Flax's 0.9 (the weight of the old running average).
-  return nnx.BatchNorm(features, momentum=0.9, epsilon=1e-5, rngs=rngs)
+def _batch_norm(features: int, precision: Precision, rngs: nnx.Rngs) -> nnx.BatchNorm:
+  return batch_norm(features, dtype=precision.dtype, param_dtype=precision.param_dtype, rngs=rngs)
 
 
 class _BasicBlock(nnx.Module):
@@ -39,12 +45,12 @@ class _BasicBlock(nnx.Module):
 
   expansion = 1
 
-  def __init__(self, c_in: int, width: int, stride: int, *, rngs: nnx.Rngs):
-    self.conv1 = _conv(c_in, width, 3, stride, rngs)
-    self.bn1 = _batch_norm(width, rngs)
-    self.conv2 = _conv(width, width, 3, 1, rngs)
-    self.bn2 = _batch_norm(width, rngs)
-    self.downsample = _downsample(c_in, width, stride, rngs)
+  def __init__(self, c_in: int, width: int, stride: int, precision: Precision, rngs: nnx.Rngs):
+    self.conv1 = _conv(c_in, width, 3, stride, precision, rngs)
+    self.bn1 = _batch_norm(width, precision, rngs)
+    self.conv2 = _conv(width, width, 3, 1, precision, rngs)
+    self.bn2 = _batch_norm(width, precision, rngs)
+    self.downsample = _downsample(c_in, width, stride, precision, rngs)
 
   def __call__(self, x: jax.Array) -> jax.Array:
     y = nnx.relu(self.bn1(self.conv1(x)))
@@ -57,14 +63,14 @@ class _Bottleneck(nnx.Module):
 
   expansion = 4
 
-  def __init__(self, c_in: int, width: int, stride: int, *, rngs: nnx.Rngs):
-    self.conv1 = _conv(c_in, width, 1, 1, rngs)
-    self.bn1 = _batch_norm(width, rngs)
-    self.conv2 = _conv(width, width, 3, stride, rngs)
-    self.bn2 = _batch_norm(width, rngs)
-    self.conv3 = _conv(width, width * 4, 1, 1, rngs)
-    self.bn3 = _batch_norm(width * 4, rngs)
-    self.downsample = _downsample(c_in, width * 4, stride, rngs)
+  def __init__(self, c_in: int, width: int, stride: int, precision: Precision, rngs: nnx.Rngs):
+    self.conv1 = _conv(c_in, width, 1, 1, precision, rngs)
+    self.bn1 = _batch_norm(width, precision, rngs)
+    self.conv2 = _conv(width, width, 3, stride, precision, rngs)
+    self.bn2 = _batch_norm(width, precision, rngs)
+    self.conv3 = _conv(width, width * 4, 1, 1, precision, rngs)
+    self.bn3 = _batch_norm(width * 4, precision, rngs)
+    self.downsample = _downsample(c_in, width * 4, stride, precision, rngs)
 
   def __call__(self, x: jax.Array) -> jax.Array:
     y = nnx.relu(self.bn1(self.conv1(x)))
@@ -73,11 +79,15 @@ class _Bottleneck(nnx.Module):
     return nnx.relu(y + _shortcut(self.downsample, x))
 
 
-def _downsample(c_in: int, c_out: int, stride: int, rngs: nnx.Rngs) -> nnx.List | None:
+def _downsample(
+  c_in: int, c_out: int, stride: int, precision: Precision, rngs: nnx.Rngs
+) -> nnx.List | None:
   """The projection shortcut `[1x1 conv, BatchNorm]` when the shape changes, else None."""
   if stride == 1 and c_in == c_out:
     return None
-  return nnx.List([_conv(c_in, c_out, 1, stride, rngs), _batch_norm(c_out, rngs)])
+  return nnx.List(
+    [_conv(c_in, c_out, 1, stride, precision, rngs), _batch_norm(c_out, precision, rngs)]
+  )
 
 
 def _shortcut(downsample: nnx.List | None, x: jax.Array) -> jax.Array:
@@ -106,6 +116,10 @@ class ResNet(nnx.Module):
   `zero_init_residual=False`); to zero it, set `block.bn2.scale[...] = 0` (`bn3` for bottlenecks)
   for every block after construction.
 
+  **Precision.** `dtype=jnp.bfloat16` (with float32 `param_dtype`) runs the convolutions in
+  bfloat16 and keeps every BatchNorm's statistics and normalisation in float32 (`jaxrank.models`);
+  the features come out in `dtype`. A `GeMPool` computes in float32 and returns `dtype`.
+
   **Training and inference modes.** Every BatchNorm (momentum 0.9, epsilon 1e-5) is built in
   training mode (`use_running_average=False`, Flax's default): each call normalises with the
   statistics of its batch, so an example's output depends on the rest of the batch, and updates
@@ -130,6 +144,8 @@ class ResNet(nnx.Module):
     in_channels: the channels `C` of the input images.
     pool: `pool(x [N, h, w, C]) -> [N, C]`, a function (`global_average_pool`,
       `average_max_pool`) or a module with parameters (`GeMPool`).
+    dtype: the dtype of the computation (None: inferred from the inputs and parameters).
+    param_dtype: the dtype of the parameters and BatchNorm statistics.
     rngs: the random number generators of the initialisation.
 
   Attributes:
@@ -153,8 +169,11 @@ class ResNet(nnx.Module):
     bottleneck: bool,
     in_channels: int = 3,
     pool: Callable[[jax.Array], jax.Array] | None = None,
+    dtype: jax.typing.DTypeLike | None = None,
+    param_dtype: jax.typing.DTypeLike = jnp.float32,
     rngs: nnx.Rngs,
   ):
+    check_dtypes("ResNet", dtype, param_dtype)
     stage_sizes = tuple(int(s) for s in stage_sizes)
     if len(stage_sizes) != 4 or min(stage_sizes) < 1 or in_channels < 1:
       raise ValueError(
@@ -162,16 +181,17 @@ class ResNet(nnx.Module):
         f"stage_sizes={stage_sizes} and in_channels={in_channels}."
       )
     block = _Bottleneck if bottleneck else _BasicBlock
+    precision = Precision(dtype, param_dtype)
     self.in_channels = in_channels
-    self.conv1 = _conv(in_channels, 64, 7, 2, rngs)
-    self.bn1 = _batch_norm(64, rngs)
+    self.conv1 = _conv(in_channels, 64, 7, 2, precision, rngs)
+    self.bn1 = _batch_norm(64, precision, rngs)
     c_in = 64
     stages = []
     for i, (num_blocks, width) in enumerate(zip(stage_sizes, (64, 128, 256, 512))):
       blocks = []
       for j in range(num_blocks):
         stride = 2 if i > 0 and j == 0 else 1
-        blocks.append(block(c_in, width, stride, rngs=rngs))
+        blocks.append(block(c_in, width, stride, precision, rngs))
         c_in = width * block.expansion
       stages.append(nnx.List(blocks))
     self.layer1, self.layer2, self.layer3, self.layer4 = stages
@@ -185,7 +205,7 @@ class ResNet(nnx.Module):
       x: `[N, H, W, in_channels]` images (at least `32 x 32` keeps every stage non-empty).
 
     Returns:
-      `[N, out_features]` features (the pooling of non-negative activations).
+      `[N, out_features]` features (the pooling of non-negative activations), in `dtype`.
     """
     images = jnp.asarray(x)
     check_images("ResNet", images, self.in_channels)
@@ -198,7 +218,12 @@ class ResNet(nnx.Module):
 
 
 def resnet18(
-  *, in_channels: int = 3, pool: Callable[[jax.Array], jax.Array] | None = None, rngs: nnx.Rngs
+  *,
+  in_channels: int = 3,
+  pool: Callable[[jax.Array], jax.Array] | None = None,
+  dtype: jax.typing.DTypeLike | None = None,
+  param_dtype: jax.typing.DTypeLike = jnp.float32,
+  rngs: nnx.Rngs,
 ) -> ResNet:
   """ResNet-18: basic blocks `(2, 2, 2, 2)`, 512 features, 11.2M parameters; see `ResNet`.
 
@@ -206,19 +231,53 @@ def resnet18(
   >>> resnet18(rngs=nnx.Rngs(0)).out_features
   512
   """
-  return ResNet((2, 2, 2, 2), bottleneck=False, in_channels=in_channels, pool=pool, rngs=rngs)
+  return ResNet(
+    (2, 2, 2, 2),
+    bottleneck=False,
+    in_channels=in_channels,
+    pool=pool,
+    dtype=dtype,
+    param_dtype=param_dtype,
+    rngs=rngs,
+  )
 
 
 def resnet50(
-  *, in_channels: int = 3, pool: Callable[[jax.Array], jax.Array] | None = None, rngs: nnx.Rngs
+  *,
+  in_channels: int = 3,
+  pool: Callable[[jax.Array], jax.Array] | None = None,
+  dtype: jax.typing.DTypeLike | None = None,
+  param_dtype: jax.typing.DTypeLike = jnp.float32,
+  rngs: nnx.Rngs,
 ) -> ResNet:
   """ResNet-50: bottleneck blocks `(3, 4, 6, 3)`, 2048 features, 23.5M parameters; see `ResNet`."""
-  return ResNet((3, 4, 6, 3), bottleneck=True, in_channels=in_channels, pool=pool, rngs=rngs)
+  return ResNet(
+    (3, 4, 6, 3),
+    bottleneck=True,
+    in_channels=in_channels,
+    pool=pool,
+    dtype=dtype,
+    param_dtype=param_dtype,
+    rngs=rngs,
+  )
 
 
 def resnet101(
-  *, in_channels: int = 3, pool: Callable[[jax.Array], jax.Array] | None = None, rngs: nnx.Rngs
+  *,
+  in_channels: int = 3,
+  pool: Callable[[jax.Array], jax.Array] | None = None,
+  dtype: jax.typing.DTypeLike | None = None,
+  param_dtype: jax.typing.DTypeLike = jnp.float32,
+  rngs: nnx.Rngs,
 ) -> ResNet:
   """ResNet-101: bottleneck blocks `(3, 4, 23, 3)`, 2048 features, 42.5M parameters; see
   `ResNet`."""
-  return ResNet((3, 4, 23, 3), bottleneck=True, in_channels=in_channels, pool=pool, rngs=rngs)
+  return ResNet(
+    (3, 4, 23, 3),
+    bottleneck=True,
+    in_channels=in_channels,
+    pool=pool,
+    dtype=dtype,
+    param_dtype=param_dtype,
+    rngs=rngs,
+  )

@@ -6,20 +6,41 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxrank.models._layers import check_dtypes
 from jaxrank.models._layers import check_images
+from jaxrank.models._layers import layer_norm
+from jaxrank.models._layers import Precision
 
 # timm's initialisation of a ViT's linear layers and patch projection: truncated normal, std 0.02.
 _vit_init = nnx.initializers.truncated_normal(stddev=0.02)
 
+# What `attention_implementation` may name: `jax.nn.dot_product_attention`'s implementations.
+ATTENTION_IMPLEMENTATIONS = (None, "xla", "cudnn")
 
-def _vit_linear(c_in: int, c_out: int, rngs: nnx.Rngs) -> nnx.Linear:
-  return nnx.Linear(c_in, c_out, kernel_init=_vit_init, rngs=rngs)
+
+def _vit_linear(c_in: int, c_out: int, precision: Precision, rngs: nnx.Rngs) -> nnx.Linear:
+  return nnx.Linear(
+    c_in,
+    c_out,
+    kernel_init=_vit_init,
+    dtype=precision.dtype,
+    param_dtype=precision.param_dtype,
+    rngs=rngs,
+  )
+
+
+def _vit_norm(dim: int, precision: Precision, rngs: nnx.Rngs) -> nnx.LayerNorm:
+  return layer_norm(
+    dim, epsilon=1e-6, dtype=precision.dtype, param_dtype=precision.param_dtype, rngs=rngs
+  )
 
 
 class _PatchEmbed(nnx.Module):
   """Non-overlapping `P x P` patches, each projected linearly (a convolution of stride `P`)."""
 
-  def __init__(self, in_channels: int, patch_size: int, dim: int, rngs: nnx.Rngs):
+  def __init__(
+    self, in_channels: int, patch_size: int, dim: int, precision: Precision, rngs: nnx.Rngs
+  ):
     self.proj = nnx.Conv(
       in_channels,
       dim,
@@ -27,6 +48,8 @@ class _PatchEmbed(nnx.Module):
       strides=(patch_size, patch_size),
       padding="VALID",
       kernel_init=_vit_init,
+      dtype=precision.dtype,
+      param_dtype=precision.param_dtype,
       rngs=rngs,
     )
 
@@ -36,26 +59,38 @@ class _PatchEmbed(nnx.Module):
 
 
 class _Attention(nnx.Module):
-  """Multi-head self-attention with one `qkv` projection, as timm's `Attention`."""
+  """Multi-head self-attention with one `qkv` projection, as timm's `Attention`.
 
-  def __init__(self, dim: int, num_heads: int, rngs: nnx.Rngs):
+  `jax.nn.dot_product_attention` computes it: the logits are accumulated and the softmax taken
+  in float32 whatever the dtype of `q, k, v`, and `implementation="cudnn"` runs cuDNN's fused
+  kernel on an NVIDIA GPU.
+  """
+
+  def __init__(
+    self,
+    dim: int,
+    num_heads: int,
+    implementation: str | None,
+    precision: Precision,
+    rngs: nnx.Rngs,
+  ):
     self.num_heads = num_heads
-    self.qkv = _vit_linear(dim, 3 * dim, rngs)
-    self.proj = _vit_linear(dim, dim, rngs)
+    self.implementation = implementation
+    self.qkv = _vit_linear(dim, 3 * dim, precision, rngs)
+    self.proj = _vit_linear(dim, dim, precision, rngs)
 
   def __call__(self, x: jax.Array) -> jax.Array:
     n, t, d = x.shape
     qkv = self.qkv(x).reshape(n, t, 3, self.num_heads, d // self.num_heads)
     q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [N, T, heads, d_head]
-    logits = jnp.einsum("nqhc,nkhc->nhqk", q, k) * (d // self.num_heads) ** -0.5
-    out = jnp.einsum("nhqk,nkhc->nqhc", jax.nn.softmax(logits, axis=-1), v)
+    out = jax.nn.dot_product_attention(q, k, v, implementation=self.implementation)
     return self.proj(out.reshape(n, t, d))
 
 
 class _Mlp(nnx.Module):
-  def __init__(self, dim: int, hidden: int, rngs: nnx.Rngs):
-    self.fc1 = _vit_linear(dim, hidden, rngs)
-    self.fc2 = _vit_linear(hidden, dim, rngs)
+  def __init__(self, dim: int, hidden: int, precision: Precision, rngs: nnx.Rngs):
+    self.fc1 = _vit_linear(dim, hidden, precision, rngs)
+    self.fc2 = _vit_linear(hidden, dim, precision, rngs)
 
   def __call__(self, x: jax.Array) -> jax.Array:
     return self.fc2(jax.nn.gelu(self.fc1(x), approximate=False))
@@ -64,11 +99,19 @@ class _Mlp(nnx.Module):
 class _EncoderBlock(nnx.Module):
   """Pre-norm transformer block: `x + attn(norm1(x))`, then `x + mlp(norm2(x))`."""
 
-  def __init__(self, dim: int, num_heads: int, mlp_ratio: float, rngs: nnx.Rngs):
-    self.norm1 = nnx.LayerNorm(dim, epsilon=1e-6, rngs=rngs)
-    self.attn = _Attention(dim, num_heads, rngs)
-    self.norm2 = nnx.LayerNorm(dim, epsilon=1e-6, rngs=rngs)
-    self.mlp = _Mlp(dim, int(dim * mlp_ratio), rngs)
+  def __init__(
+    self,
+    dim: int,
+    num_heads: int,
+    mlp_ratio: float,
+    attention_implementation: str | None,
+    precision: Precision,
+    rngs: nnx.Rngs,
+  ):
+    self.norm1 = _vit_norm(dim, precision, rngs)
+    self.attn = _Attention(dim, num_heads, attention_implementation, precision, rngs)
+    self.norm2 = _vit_norm(dim, precision, rngs)
+    self.mlp = _Mlp(dim, int(dim * mlp_ratio), precision, rngs)
 
   def __call__(self, x: jax.Array) -> jax.Array:
     x = x + self.attn(self.norm1(x))
@@ -92,6 +135,12 @@ class VisionTransformer(nnx.Module):
   (std 0.02, biases zero), position embeddings truncated normal (std 0.02), the class token normal
   (std 1e-6), LayerNorm scale 1 and bias 0.
 
+  **Precision.** `dtype=jnp.bfloat16` (with float32 `param_dtype`) runs the whole network in
+  bfloat16, the residual stream included (as Flax's and big_vision's ViTs; the class token and
+  position embeddings are cast to it), except what must stay float32 (`jaxrank.models`): the
+  LayerNorms' statistics and normalisation, and attention's logits and softmax
+  (`jax.nn.dot_product_attention`). The features come out in `dtype`.
+
   **Converted weights.** Variables are named after timm's: `patch_embed.proj.weight` is
   `patch_embed/proj/kernel` (`OIHW` to `HWIO`), `blocks.0.attn.qkv.weight` is
   `blocks/0/attn/qkv/kernel` (transposed), `blocks.0.norm1.weight` is `blocks/0/norm1/scale`,
@@ -108,6 +157,11 @@ class VisionTransformer(nnx.Module):
     num_heads: the attention heads, dividing `dim`.
     mlp_ratio: the hidden width of the MLP over `dim`.
     in_channels: the channels `C` of the input images.
+    dtype: the dtype of the computation (None: inferred from the inputs and parameters).
+    param_dtype: the dtype of the parameters.
+    attention_implementation: `jax.nn.dot_product_attention`'s `implementation`: None or
+      `"xla"` (XLA's program, every platform) or `"cudnn"` (cuDNN's fused kernel, NVIDIA GPUs
+      only, bfloat16 or float16 `dtype`).
     rngs: the random number generators of the initialisation.
 
   Attributes:
@@ -131,8 +185,17 @@ class VisionTransformer(nnx.Module):
     num_heads: int = 6,
     mlp_ratio: float = 4.0,
     in_channels: int = 3,
+    dtype: jax.typing.DTypeLike | None = None,
+    param_dtype: jax.typing.DTypeLike = jnp.float32,
+    attention_implementation: str | None = None,
     rngs: nnx.Rngs,
   ):
+    check_dtypes("VisionTransformer", dtype, param_dtype)
+    if attention_implementation not in ATTENTION_IMPLEMENTATIONS:
+      raise ValueError(
+        "VisionTransformer: attention_implementation must be one of "
+        f"{ATTENTION_IMPLEMENTATIONS}, got {attention_implementation!r}."
+      )
     if (
       min(image_size, patch_size, dim, depth, num_heads, in_channels) < 1
       or image_size % patch_size
@@ -145,15 +208,21 @@ class VisionTransformer(nnx.Module):
         f"depth={depth}, num_heads={num_heads}, mlp_ratio={mlp_ratio}, "
         f"in_channels={in_channels}."
       )
+    precision = Precision(dtype, param_dtype)
     self.in_channels = in_channels
     self.image_size = image_size
     self.out_features = dim
     num_patches = (image_size // patch_size) ** 2
-    self.patch_embed = _PatchEmbed(in_channels, patch_size, dim, rngs)
-    self.cls_token = nnx.Param(1e-6 * jax.random.normal(rngs.params(), (1, 1, dim)))
-    self.pos_embed = nnx.Param(_vit_init(rngs.params(), (1, num_patches + 1, dim)))
-    self.blocks = nnx.List([_EncoderBlock(dim, num_heads, mlp_ratio, rngs) for _ in range(depth)])
-    self.norm = nnx.LayerNorm(dim, epsilon=1e-6, rngs=rngs)
+    self.patch_embed = _PatchEmbed(in_channels, patch_size, dim, precision, rngs)
+    self.cls_token = nnx.Param(1e-6 * jax.random.normal(rngs.params(), (1, 1, dim), param_dtype))
+    self.pos_embed = nnx.Param(_vit_init(rngs.params(), (1, num_patches + 1, dim), param_dtype))
+    self.blocks = nnx.List(
+      [
+        _EncoderBlock(dim, num_heads, mlp_ratio, attention_implementation, precision, rngs)
+        for _ in range(depth)
+      ]
+    )
+    self.norm = _vit_norm(dim, precision, rngs)
 
   def __call__(self, x: jax.typing.ArrayLike) -> jax.Array:
     """Returns the features of images: the class token after the last LayerNorm.
@@ -162,7 +231,7 @@ class VisionTransformer(nnx.Module):
       x: `[N, image_size, image_size, in_channels]` images.
 
     Returns:
-      `[N, out_features]` features.
+      `[N, out_features]` features, in `dtype`.
     """
     x = jnp.asarray(x)
     check_images("VisionTransformer", x, self.in_channels)
@@ -172,15 +241,24 @@ class VisionTransformer(nnx.Module):
         f"{self.in_channels}] images (the size of the position embeddings), got shape "
         f"{x.shape}; resize the images or build the model with image_size={x.shape[1]}."
       )
-    tokens = self.patch_embed(x)
+    tokens = self.patch_embed(x)  # In `dtype` (or as inferred from x and the parameters).
     cls = jnp.broadcast_to(self.cls_token[...], (x.shape[0], 1, tokens.shape[-1]))
-    tokens = jnp.concatenate([cls.astype(tokens.dtype), tokens], axis=1) + self.pos_embed[...]
+    tokens = jnp.concatenate([cls.astype(tokens.dtype), tokens], axis=1)
+    tokens = tokens + self.pos_embed[...].astype(tokens.dtype)
     for block in self.blocks:
       tokens = block(tokens)
     return self.norm(tokens)[:, 0]
 
 
-def vit_small(*, image_size: int = 224, in_channels: int = 3, rngs: nnx.Rngs) -> VisionTransformer:
+def vit_small(
+  *,
+  image_size: int = 224,
+  in_channels: int = 3,
+  dtype: jax.typing.DTypeLike | None = None,
+  param_dtype: jax.typing.DTypeLike = jnp.float32,
+  attention_implementation: str | None = None,
+  rngs: nnx.Rngs,
+) -> VisionTransformer:
   """ViT-S/16 and DeiT-S/16: patches 16, width 384, 12 blocks of 6 heads, 21.7M parameters.
 
   See `VisionTransformer`; the checkpoints of timm's `vit_small_patch16_224` and
@@ -193,5 +271,8 @@ def vit_small(*, image_size: int = 224, in_channels: int = 3, rngs: nnx.Rngs) ->
     depth=12,
     num_heads=6,
     in_channels=in_channels,
+    dtype=dtype,
+    param_dtype=param_dtype,
+    attention_implementation=attention_implementation,
     rngs=rngs,
   )
