@@ -185,6 +185,37 @@ def test_vit_at_another_image_size(tmp_path):
     convert.load_pytorch_weights(abstract(lambda: models.vit_small(rngs=nnx.Rngs(0))), pth)
 
 
+@pytest.mark.parametrize(
+  "param_dtype", [jnp.float32, jnp.bfloat16], ids=["f32_params", "bf16_params"]
+)
+def test_converted_weights_load_into_bfloat16_networks(tmp_path, param_dtype):
+  # Mixed precision (float32 parameters, bfloat16 computation) and bfloat16 storage alike.
+  torch.manual_seed(0)
+  resnet = randomise(torchvision.models.resnet18(weights=None), seed=7)
+  resnet.fc = torch.nn.Identity()
+  vit = randomise(
+    timm.create_model("vit_small_patch16_224", pretrained=False, img_size=32, num_classes=0), seed=8
+  )
+  precision = {"dtype": jnp.bfloat16, "param_dtype": param_dtype}
+  cases = [
+    (resnet, lambda: models.resnet18(rngs=nnx.Rngs(0), **precision)),
+    (vit, lambda: models.vit_small(image_size=32, rngs=nnx.Rngs(0), **precision)),
+  ]
+  x = random_images((2, 32, 32, 3), seed=3)
+  for i, (net, build) in enumerate(cases):
+    pth, _ = save_both(net, tmp_path, f"net{i}")
+    model = abstract(build)
+    convert.load_pytorch_weights(model, pth)
+    params = nnx.to_flat_state(nnx.state(model, nnx.Param))
+    assert {v.dtype for _, v in params} == {jnp.dtype(param_dtype)}
+    model.eval()
+    got = forward(model, jnp.asarray(x))
+    assert got.dtype == jnp.bfloat16
+    expected = torch_outputs(net, x)
+    error = np.linalg.norm(np.asarray(got, np.float32) - expected) / np.linalg.norm(expected)
+    assert error < 0.03, (type(net).__name__, error)  # bfloat16's rounding, not float32's.
+
+
 # Files that do not match.
 
 

@@ -21,6 +21,7 @@ import jaxrank
 import jaxrank.data as jd
 from experiments.job import check
 from experiments.job import checkpoints
+from experiments.job import config as config_lib
 from experiments.job import evaluation
 from experiments.job import input_pipeline
 from experiments.job import losses as losses_lib
@@ -958,3 +959,88 @@ def test_the_head_learns_head_lr_multiplier_times_faster_than_the_backbone():
     for leaf in leaves:
       np.testing.assert_allclose(leaf, -multiplier * lr, rtol=1e-4)
   assert set(params.keys()) == {"backbone", "head"}
+
+
+# Mixed precision (config.half_precision).
+
+HALF = dataclasses.replace(TINY, half_precision=True)
+
+
+def test_half_precision_loss_is_the_float32_loss_of_the_bfloat16_networks_embeddings():
+  """The network computes in bfloat16 on float32 parameters; its embeddings come out in float32,
+  and the step's loss is the float32 loss of those embeddings (retrieval, scores and loss in
+  float32), with float32 gradients and updates."""
+  tx = step_lib.make_optimizer(HALF)
+  model, state = step_lib.init_state(HALF, tx)
+  assert {x.dtype for x in jax.tree.leaves(state["params"])} == {jnp.dtype(jnp.float32)}
+  images, labels = _first_batch(HALF)
+  net = nnx.merge(model.train_graph, state["params"], state["rest"], copy=True)
+  assert net.backbone(images).dtype == jnp.bfloat16
+  embeddings = net(images)
+  assert embeddings.dtype == jnp.float32
+  scores, relevance, where = jaxrank.batch_retrieval(embeddings.astype(jnp.float32), labels)
+  want = float(jaxrank.fastap_loss(scores, relevance, where=where))
+  step = step_lib.make_train_step(HALF, model, tx, None)
+  new, loss, first_bad = step(state, images, labels, jnp.int32(-1))
+  assert int(first_bad) == -1 and loss.dtype == jnp.float32
+  assert float(loss) == pytest.approx(want, rel=1e-5)
+  assert {x.dtype for x in jax.tree.leaves(new["params"])} == {jnp.dtype(jnp.float32)}
+  # The float32 network from the same seed gives another loss: the step did compute in bfloat16.
+  model32, state32 = step_lib.init_state(TINY, tx)
+  for a, b in zip(jax.tree.leaves(state32["params"]), jax.tree.leaves(state["params"])):
+    np.testing.assert_array_equal(a, b)
+  full = _step_loss_reference(TINY, model32, state, images, labels, scale=None, include_self=False)
+  assert abs(full - want) > 1e-6
+
+
+def test_a_run_records_its_precision_and_resumes_only_in_it(tmp_path):
+  config = dataclasses.replace(HALF, num_steps=2, eval_every=2)
+  metrics = train.train_and_evaluate(config, str(tmp_path))
+  assert metrics["step"] == 2 and 0 < metrics["map@r"] <= 1
+  assert json.loads((tmp_path / "config.json").read_text())["half_precision"] is True
+  full = dataclasses.replace(config, half_precision=False)
+  with pytest.raises(config_lib.ConfigError, match=r"differs in \['half_precision'\]"):
+    train.train_and_evaluate(full, str(tmp_path))
+  # Without the workdir's config.json, the checkpoint's own record refuses it, in one line.
+  (tmp_path / "config.json").unlink()
+  with pytest.raises(config_lib.ConfigError) as error:
+    train.train_and_evaluate(full, str(tmp_path))
+  message = str(error.value)
+  assert "\n" not in message
+  assert "was trained computing in bfloat16 and this run computes in float32" in message
+  assert "half_precision=True" in message
+  manager = checkpoints.checkpoint_manager(config, str(tmp_path))
+  try:  # In its own precision it resumes.
+    state = step_lib.init_state(config, step_lib.make_optimizer(config))[1]
+    restored, _ = checkpoints.restore_latest(manager, state, str(tmp_path), "bfloat16")
+    assert int(restored["step"]) == 2
+  finally:
+    manager.close()
+
+
+def test_building_and_running_the_step_imports_no_tensorflow():
+  """The GPU machines have no TensorFlow: the job's step (`step.make_train_step`, the function
+  training runs) is built and run with every TensorFlow import made to fail."""
+  script = (
+    "import sys\n"
+    "sys.modules['tensorflow'] = None\n"  # `import tensorflow` now raises ImportError.
+    "sys.modules['tensorflow_datasets'] = None\n"
+    "import dataclasses, jax, numpy as np\n"
+    "from experiments.job import config as config_lib, step\n"
+    "for half in (False, True):\n"
+    "  c = config_lib.Config(dataset='glyphs_tiny', batch_size=8, samples_per_class=4,\n"
+    "                        model_features=(4,), embedding_dim=4, half_precision=half)\n"
+    "  tx = step.make_optimizer(c)\n"
+    "  model, state = step.init_state(c, tx)\n"
+    "  fn = step.make_train_step(c, model, tx, step.mesh(c))\n"
+    "  x = np.random.default_rng(0).random((8, 16, 16, 1), np.float32)\n"
+    "  y = np.repeat(np.arange(2), 4)\n"
+    "  state, loss, bad = fn(state, x, y, jax.numpy.int32(-1))\n"
+    "  assert np.isfinite(float(loss)) and int(bad) == -1\n"
+    "print('ok')\n"
+  )
+  env = {**os.environ, "PYTHONPATH": str(ROOT)}
+  result = subprocess.run(
+    [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+  )
+  assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]

@@ -4,9 +4,11 @@
 writes its `config.json` (process 0); `checkpoint_manager` keeps the last `keep_checkpoints` in
 `<workdir>/checkpoints/<step>/`; `save` writes the state and the data position of a step, and
 `restore_latest` reads back the newest readable one, moving a checkpoint whose files cannot be read
-to `<workdir>/unreadable_checkpoints/` (never deleting it) and raising `CheckpointError` for one
-that reads but does not fit this run's state. Every process calls them (orbax saves and restores
-collectively); only process 0 writes `config.json` or moves a checkpoint.
+to `<workdir>/unreadable_checkpoints/` (never deleting it), raising `CheckpointError` for one
+that reads but does not fit this run's state and `ConfigError` for one trained in another
+precision (each checkpoint records the dtype its network computed in, `config.compute_dtype`).
+Every process calls them (orbax saves and restores collectively); only process 0 writes
+`config.json` or moves a checkpoint.
 """
 
 from __future__ import annotations
@@ -131,9 +133,13 @@ def _set_aside(manager: ocp.CheckpointManager, step: int, workdir: str, reason: 
 
 
 def restore_latest(
-  manager: ocp.CheckpointManager, state, workdir: str
+  manager: ocp.CheckpointManager, state, workdir: str, compute_dtype: str = "float32"
 ) -> tuple[Any, tuple[int, int]]:
   """The newest readable checkpoint's state and data position, or `state` and `(0, 0)` if none.
+
+  A checkpoint saved by a run computing in another dtype than `compute_dtype` (`save`'s record;
+  one saved before the record existed computed in float32) raises `ConfigError`: mixed and full
+  precision are different training runs, and a run resumes only in its own.
 
   When the newest checkpoint does not restore, its files are read once more as saved (without
   this run's structure) to tell why:
@@ -167,8 +173,20 @@ def restore_latest(
           "). Did the configuration or the code change since it was saved? Resume with the "
           "code that saved it, or train in a new workdir; the checkpoint is left as it is."
         ) from e
+    _check_precision(manager, step, restored["data"], compute_dtype)
     return restored["state"], tuple(restored["data"]["position"])
   return state, (0, 0)
+
+
+def _check_precision(manager: ocp.CheckpointManager, step: int, data: dict, wanted: str) -> None:
+  """Raises ConfigError if checkpoint `step` was trained computing in another dtype."""
+  saved = data.get("compute_dtype", "float32")
+  if saved != wanted:
+    raise config_lib.ConfigError(
+      f"the checkpoint {os.path.join(manager.directory, str(step))} was trained computing in "
+      f"{saved} and this run computes in {wanted}; resume it with "
+      f"half_precision={saved == 'bfloat16'}, or train in a new workdir."
+    )
 
 
 def _quiet_closed_event_loop_errors() -> None:
@@ -196,13 +214,20 @@ def _quiet_closed_event_loop_errors() -> None:
   sys.unraisablehook = hook
 
 
-def save(manager: ocp.CheckpointManager, step: int, state, position: tuple[int, int]) -> None:
-  """Saves `state` and the data `position` as the checkpoint of `step` (asynchronously)."""
+def save(
+  manager: ocp.CheckpointManager,
+  step: int,
+  state,
+  position: tuple[int, int],
+  compute_dtype: str = "float32",
+) -> None:
+  """Saves `state`, the data `position` and the network's `compute_dtype` as the checkpoint of
+  `step` (asynchronously)."""
   manager.save(
     step,
     args=ocp.args.Composite(
       state=ocp.args.StandardSave(state),
-      data=ocp.args.JsonSave({"position": list(position)}),
+      data=ocp.args.JsonSave({"position": list(position), "compute_dtype": compute_dtype}),
     ),
     force=True,
   )

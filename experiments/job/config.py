@@ -57,6 +57,11 @@ class Config:
   # checkpoint (.pth, .pt, .safetensors) converted by `jaxrank.convert.load_pytorch_weights`.
   init_weights: str | None = None
   freeze_batchnorm: bool = False  # Train ResNets with BatchNorm in inference mode.
+  # Mixed precision, as Flax's ImageNet example's `half_precision`: the network computes in
+  # bfloat16 on float32 parameters (normalisation statistics, attention's softmax, the embeddings,
+  # the scores and the loss stay float32; see jaxrank.models). bfloat16, not float16, on GPUs and
+  # TPUs alike: its float32 range needs no loss scaling. A run resumes only in its own precision.
+  half_precision: bool = False
   tanh_initial: float = 1.0  # Hashing: alpha = tanh_initial * tanh_growth ** (step // tanh_every).
   tanh_growth: float = 2.0
   tanh_every: int = 1000
@@ -99,6 +104,11 @@ class Config:
   @property
   def classes_per_batch(self) -> int:
     return self.batch_size // self.samples_per_class
+
+
+def compute_dtype(config: Config) -> str:
+  """The dtype the network computes in: "bfloat16" with `half_precision`, else "float32"."""
+  return "bfloat16" if config.half_precision else "float32"
 
 
 # Fields that change nothing a run computes: a rerun may differ in them and still resume.

@@ -11,6 +11,12 @@ for checkpoints; evaluation reads `eval_batches`, one pass in order, padded and 
 
 Entry points call `hide_gpus_from_tensorflow()` first: tf.data runs on the CPU and would otherwise
 take GPU memory that JAX needs.
+
+TensorFlow (and `jaxrank.data`, which imports it) is imported by the functions that load and feed
+data, when they are first called, not with this module: the registries' facts that the training
+step reads (a data set's channels, whether a sampler draws whole classes) then cost no TensorFlow,
+and the step can be built and run where TensorFlow is not installed (the GPU machines of
+`experiments.benchmarks.device`; `tests/test_train.py` checks that building it imports none).
 """
 
 from __future__ import annotations
@@ -23,15 +29,16 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
-import tensorflow as tf
 
-import jaxrank.data as jd
 from experiments.job import config as config_lib
 
 if TYPE_CHECKING:
+  import tensorflow as tf
+
+  import jaxrank.data as jd
   from experiments.job.config import Config
 
-PreprocessFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+PreprocessFn = Callable[["tf.Tensor", "tf.Tensor"], "tf.Tensor"]
 BatchesFn = Callable[..., np.ndarray]  # `sampler(epoch=e) -> [num_batches, B]` example indices.
 
 
@@ -42,6 +49,8 @@ def hide_gpus_from_tensorflow() -> None:
   devices their list cannot change, and then this logs a warning if GPUs are still visible.
   Calling it again is harmless.
   """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   try:
     tf.config.set_visible_devices([], "GPU")
   except RuntimeError:  # TensorFlow's devices are already initialised.
@@ -83,16 +92,22 @@ class DatasetSpec:
 
 
 def _load_digits(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
   del config  # Nothing to choose: digits 0-4 train, 5-9 test.
   return jd.load_digits("train"), jd.load_digits("test")
 
 
 def _load_glyphs(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
   del config  # One fixed data set, augmentation seed 0: GLYPHS_PARAMS.
   return jd.load_glyphs("train", **GLYPHS_PARAMS), jd.load_glyphs("test", **GLYPHS_PARAMS)
 
 
 def _load_glyphs_tiny(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
   del config  # GLYPHS_TINY_PARAMS.
   return jd.load_glyphs("train", **GLYPHS_TINY_PARAMS), jd.load_glyphs("test", **GLYPHS_TINY_PARAMS)
 
@@ -115,16 +130,22 @@ GLYPHS_PARAMS: GlyphsParams = {"min_typefaces": 16, "image_size": 16, "strength"
 GLYPHS_TINY_PARAMS: GlyphsParams = {**GLYPHS_PARAMS, "min_typefaces": 20}
 
 
-def _tfds_splits(load: Callable[..., jd.LabeledImages]):
-  """`load(config)` reading the train and test splits of a tfds builder from `config.data_dir`."""
+def _tfds_splits(loader: str):
+  """`load(config)` reading the train and test splits of a tfds builder from `config.data_dir`,
+  with the loader of `jaxrank.data` named `loader`."""
 
   def load_splits(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+    import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
+    load = getattr(jd, loader)
     return load(config.data_dir, split="train"), load(config.data_dir, split="test")
 
   return load_splits
 
 
 def _load_image_folder(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
   assert config.data_dir is not None  # check.check_config rejects a None one for this data set.
   train_dir, test_dir = (os.path.join(config.data_dir, s) for s in ("train", "test"))
   for d in (train_dir, test_dir):
@@ -147,6 +168,8 @@ def _as_they_are(config: Config, train: bool) -> None:
 
 def _photographs(config: Config, train: bool) -> PreprocessFn:
   """Decoded photographs: resized to `resize_size`, cropped to `image_size`, normalised."""
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
   fn = jd.train_preprocess if train else jd.eval_preprocess
   return functools.partial(fn, resize_size=config.resize_size, crop_size=config.image_size)
 
@@ -183,12 +206,10 @@ DATASETS: Mapping[str, DatasetSpec] = {
     super_classes="dataset='glyphs_tiny'",
   ),
   # Photographs from tfds builders prepared in data_dir; every loader decodes RGB.
-  "cub200": DatasetSpec(load=_tfds_splits(jd.load_cub200), in_channels=3, preprocess=_photographs),
-  "cars196": DatasetSpec(
-    load=_tfds_splits(jd.load_cars196), in_channels=3, preprocess=_photographs
-  ),
+  "cub200": DatasetSpec(load=_tfds_splits("load_cub200"), in_channels=3, preprocess=_photographs),
+  "cars196": DatasetSpec(load=_tfds_splits("load_cars196"), in_channels=3, preprocess=_photographs),
   "sop": DatasetSpec(
-    load=_tfds_splits(jd.load_stanford_online_products),
+    load=_tfds_splits("load_stanford_online_products"),
     in_channels=3,
     preprocess=_photographs,
     super_classes="dataset='sop'",
@@ -256,6 +277,8 @@ def validation_split(
       "training classes; choose a fraction that leaves classes on both sides."
     )
   rest = np.setdiff1d(classes, held)
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
   return jd.select_classes(train, rest), jd.select_classes(train, held)
 
 
@@ -284,12 +307,16 @@ class SamplerSpec:
 
 
 def _random(config: Config, train: jd.LabeledImages) -> BatchesFn:
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
   return functools.partial(
     jd.random_batches, train.num_examples, batch_size=config.batch_size, seed=config.seed
   )
 
 
 def _m_per_class(config: Config, train: jd.LabeledImages) -> BatchesFn:
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
   return functools.partial(
     jd.m_per_class_batches,
     train.labels,
@@ -300,6 +327,8 @@ def _m_per_class(config: Config, train: jd.LabeledImages) -> BatchesFn:
 
 
 def _super_class(config: Config, train: jd.LabeledImages) -> BatchesFn:
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
   if train.super_labels is None:
     raise config_lib.ConfigError(
       f"config.sampler={config.sampler!r} needs super-classes, which {config.dataset} does not "
@@ -376,6 +405,8 @@ class TrainBatches:
     position: tuple[int, int],
     share: tuple[int, int] | None = None,
   ):
+    import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
     preprocess = preprocess_fn(config, train=True)
     self._sampler = sampler
     self._sizes: dict[int, int] = {}
@@ -414,6 +445,8 @@ def eval_batches(
   evaluation); none when `start == stop`. Each batch is a dict of numpy arrays; `mask [B]` is
   False on the padding.
   """
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
   start, stop = (0, data.num_examples) if share is None else share
   if stop <= start:
     return iter(())

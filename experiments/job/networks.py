@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 
 import jaxrank
@@ -43,28 +44,42 @@ class ModelSpec:
   pooled: bool = False
 
 
+def dtype(config: Config) -> jax.typing.DTypeLike | None:
+  """The `dtype` the networks are built with: bfloat16 with `config.half_precision`, else None
+  (Flax's default: float32 from float32 images and parameters). Parameters stay float32."""
+  return jnp.bfloat16 if config.half_precision else None
+
+
 def _small_convnet(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.SmallConvNet:
-  return models.SmallConvNet(in_channels, features=config.model_features, rngs=rngs)
+  return models.SmallConvNet(
+    in_channels, features=config.model_features, dtype=dtype(config), rngs=rngs
+  )
 
 
 # The poolings of a ResNet's last feature map, by `config.pooling`: each builds a fresh pooling.
-POOLINGS: Mapping[str, Callable[[], Callable[[jax.Array], jax.Array]]] = {
-  "average": lambda: models.global_average_pool,  # torchvision's.
-  "max": lambda: models.global_max_pool,  # ROADMAP's Table 4 (Ramzi et al. 2021, sec. 4.4).
-  "average_max": lambda: models.average_max_pool,
-  "gem": lambda: models.GeMPool(p=3.0),  # Revaud et al. 2019: GeM, p = 3 learned.
+# A pooling is built for the network's dtype (`GeMPool` returns it; the others keep their input's).
+POOLINGS: Mapping[str, Callable[[Config], Callable[[jax.Array], jax.Array]]] = {
+  "average": lambda config: models.global_average_pool,  # torchvision's.
+  "max": lambda config: models.global_max_pool,  # ROADMAP's Table 4 (Ramzi et al. 2021, sec. 4.4).
+  "average_max": lambda config: models.average_max_pool,
+  # Revaud et al. 2019: GeM, p = 3 learned.
+  "gem": lambda config: models.GeMPool(p=3.0, dtype=dtype(config)),
 }
 
 
 def _resnet(factory: Callable[..., models.ResNet]) -> Callable[[Config, int, nnx.Rngs], nnx.Module]:
   def build(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.ResNet:
-    return factory(in_channels=in_channels, pool=POOLINGS[config.pooling](), rngs=rngs)
+    return factory(
+      in_channels=in_channels, pool=POOLINGS[config.pooling](config), dtype=dtype(config), rngs=rngs
+    )
 
   return build
 
 
 def _vit_small(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.VisionTransformer:
-  return models.vit_small(image_size=config.image_size, in_channels=in_channels, rngs=rngs)
+  return models.vit_small(
+    image_size=config.image_size, in_channels=in_channels, dtype=dtype(config), rngs=rngs
+  )
 
 
 MODELS: Mapping[str, ModelSpec] = {
@@ -85,7 +100,7 @@ class HeadSpec:
   """A head: an entry of `HEADS`, with how its outputs are scored and evaluated.
 
   Attributes:
-    build: `build(in_features, embedding_dim, rngs=rngs) -> head`.
+    build: `build(in_features, embedding_dim, dtype=dtype, rngs=rngs) -> head`.
     similarity_fn: the scoring rule of training and evaluation (`jaxrank.similarity`).
     tanh_scaled: whether the head takes the growing scale of `jaxrank.hashing.tanh_scale`
       (`config.tanh_*`).
@@ -127,6 +142,8 @@ class CentredHashingHead(nnx.Module):
   Args:
     in_features: the size `F` of the input features.
     num_bits: the number of bits `b` of the codes.
+    dtype: the dtype of the computation (None: inferred), as `jaxrank.models.HashingHead`'s; the
+      normalisation is float32 whatever it is, and the codes are float32.
     rngs: the random number generators of the initialisation.
 
   Attributes:
@@ -134,11 +151,26 @@ class CentredHashingHead(nnx.Module):
     hashing: the `jaxrank.models.HashingHead(in_features, num_bits)`.
   """
 
-  def __init__(self, in_features: int, num_bits: int, *, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    in_features: int,
+    num_bits: int,
+    *,
+    dtype: jax.typing.DTypeLike | None = None,
+    rngs: nnx.Rngs,
+  ):
+    # Normalised in float32 (the input's dtype otherwise: no `dtype` given to it), then the
+    # hashing head's linear layer computes in `dtype`.
     self.norm = nnx.BatchNorm(
-      in_features, use_scale=False, use_bias=False, momentum=0.9, epsilon=1e-5, rngs=rngs
+      in_features,
+      use_scale=False,
+      use_bias=False,
+      momentum=0.9,
+      epsilon=1e-5,
+      dtype=jnp.float32,
+      rngs=rngs,
     )
-    self.hashing = models.HashingHead(in_features, num_bits, rngs=rngs)
+    self.hashing = models.HashingHead(in_features, num_bits, dtype=dtype, rngs=rngs)
 
   def __call__(self, x: jax.Array, *, scale: jax.typing.ArrayLike = 1.0) -> jax.Array:
     """Returns `[N, num_bits]` relaxed codes of `[N, in_features]` features, in `(-1, 1)`."""
@@ -176,5 +208,5 @@ def make_model(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.Embed
       models.load_weights(backbone, config.init_weights)
   # Every backbone has out_features (ModelSpec.build), which nnx.Module cannot declare.
   features = backbone.out_features  # type: ignore[attr-defined]
-  head = HEADS[config.head].build(features, config.embedding_dim, rngs=rngs)
+  head = HEADS[config.head].build(features, config.embedding_dim, dtype=dtype(config), rngs=rngs)
   return models.EmbeddingModel(backbone, head)

@@ -181,7 +181,9 @@ def _train_loop(loop: _Loop, state, step: int, batches, interrupted: list[bool],
     if interrupted:
       if step > saved:
         step_lib.check_finite(loop.name, first_bad, saved)
-        checkpoints.save(loop.manager, step, state, batches.position)
+        checkpoints.save(
+          loop.manager, step, state, batches.position, config_lib.compute_dtype(config)
+        )
         saved = step
       loop.manager.wait_until_finished()
       raise Interrupted(loop.name, loop.workdir, saved)
@@ -199,7 +201,9 @@ def _train_loop(loop: _Loop, state, step: int, batches, interrupted: list[bool],
     loop.progress.update(1)
     if step % config.checkpoint_every == 0 or step == config.num_steps:
       step_lib.check_finite(loop.name, first_bad, saved)
-      checkpoints.save(loop.manager, step, state, batches.position)
+      checkpoints.save(
+        loop.manager, step, state, batches.position, config_lib.compute_dtype(config)
+      )
       saved = step
     if step % config.eval_every == 0 or step == config.num_steps:
       step_lib.check_finite(loop.name, first_bad, saved)
@@ -275,7 +279,9 @@ def train_and_evaluate(
   try:
     # From here on, a first Ctrl-C stops the run at the next step boundary, after saving.
     with _deferred_interrupt() as interrupted:
-      state, position = checkpoints.restore_latest(manager, state, workdir)
+      state, position = checkpoints.restore_latest(
+        manager, state, workdir, config_lib.compute_dtype(config)
+      )
       step = int(state["step"])
       if step and primary:
         logger.info("%s: resuming from step %d (%s).", name, step, workdir)
