@@ -876,7 +876,7 @@ def test_the_step_minimises_the_configured_loss_of_the_network_at_its_step(confi
   state = {**state, "step": jnp.int32(2)}
   images, labels = _first_batch(config)
   step = step_lib.make_train_step(config, model, step_lib.make_optimizer(config), None)
-  _, loss, first_bad = step(state, images, labels, jnp.int32(-1))
+  _, loss, first_bad = step(jax.tree.map(jnp.copy, state), images, labels, jnp.int32(-1))
   assert int(first_bad) == -1
   scale = step_lib.tanh_scale(config, jnp.int32(2))
   kwargs = dict(scale=scale, include_self=config.include_self)
@@ -981,7 +981,7 @@ def test_half_precision_loss_is_the_float32_loss_of_the_bfloat16_networks_embedd
   scores, relevance, where = jaxrank.batch_retrieval(embeddings.astype(jnp.float32), labels)
   want = float(jaxrank.fastap_loss(scores, relevance, where=where))
   step = step_lib.make_train_step(HALF, model, tx, None)
-  new, loss, first_bad = step(state, images, labels, jnp.int32(-1))
+  new, loss, first_bad = step(jax.tree.map(jnp.copy, state), images, labels, jnp.int32(-1))
   assert int(first_bad) == -1 and loss.dtype == jnp.float32
   assert float(loss) == pytest.approx(want, rel=1e-5)
   assert {x.dtype for x in jax.tree.leaves(new["params"])} == {jnp.dtype(jnp.float32)}
@@ -1044,3 +1044,33 @@ def test_building_and_running_the_step_imports_no_tensorflow():
     [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
   )
   assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+def test_the_step_donates_its_state_and_a_checkpoint_saved_before_keeps_its_values(tmp_path):
+  """The step writes the new state into the buffers of the one it is given; orbax copies the
+  arrays to the host before `save` returns, so the checkpoint saved before donating steps (and
+  written while they run) restores the values it was given."""
+  tx = step_lib.make_optimizer(TINY)
+  model, state = step_lib.init_state(TINY, tx)
+  images, labels = _first_batch(TINY)
+  step = step_lib.make_train_step(TINY, model, tx, None)
+  given = state
+  state, _, first_bad = step(given, images, labels, jnp.int32(-1))
+  assert all(x.is_deleted() for x in jax.tree.leaves(given))  # Donated.
+  saved = jax.tree.map(np.array, state)
+  manager = checkpoints.checkpoint_manager(TINY, str(tmp_path))
+  try:
+    # (On the CPU, orbax's host copies may be views of the arrays: JAX then copies instead of
+    # donating those. On a GPU or TPU the copy to the host is a transfer, and they are donated.)
+    checkpoints.save(manager, 1, state, (0, 1))
+    new, _, _ = step(state, images, labels, first_bad)
+    for _ in range(3):
+      new, _, _ = step(new, images, labels, first_bad)
+    manager.wait_until_finished()
+    restored, position = checkpoints.restore_latest(manager, saved, str(tmp_path))
+  finally:
+    manager.close()
+  assert position == (0, 1)
+  for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(saved)):
+    np.testing.assert_array_equal(a, b)
+  assert int(new["step"]) == 5

@@ -6,9 +6,10 @@ layer's learning rate `head_lr_multiplier` times larger); `mesh` (with `shard=Tr
 head's similarity, then the configured loss, blocked, chunked or sharded on request, with the
 sampler's `relevant_bound` for the losses that take one); `init_state` (the model's graph
 definitions and the training state, a pytree of arrays saved and restored as a whole);
-`make_train_step` (the jitted step, which also records the first step whose loss or parameters
-are not finite, for `check_finite`); and the placement of the state and the batches across
-processes (`replicate`, `local`, `train_share`, `global_batch`, `is_primary`). It imports nothing
+`make_train_step` (the jitted step, which donates the state it is given and also records the
+first step whose loss or parameters are not finite, for `check_finite`); and the placement of the
+state and the batches across processes (`replicate`, `local`, `train_share`, `global_batch`,
+`is_primary`). It imports nothing
 of `train` or `checkpoints`.
 """
 
@@ -200,6 +201,25 @@ def make_train_step(
   tx: optax.GradientTransformation,
   mesh: jax.sharding.Mesh | None,
 ):
+  """The jitted training step `step(state, images, labels, first_bad) -> (state, loss, first_bad)`.
+
+  One optimiser step on the configured loss of the batch's embeddings (the network in training
+  mode, at the tanh scale of `state["step"]` for a hashing head; chunked with `chunk_size`), the
+  memory pushed when there is one. `state` is donated: its buffers hold the new state afterwards,
+  and the caller must use only the state returned (keep a copy, `jax.tree.map(jnp.copy, state)`,
+  to use the old one again). With `config.half_precision` the network computes in bfloat16; the
+  embeddings, the loss, the gradients and the state are float32 either way.
+
+  Args:
+    config: the run's configuration.
+    model: the graph definitions of `init_state`.
+    tx: the optimiser of `make_optimizer`.
+    mesh: the mesh of `mesh(config)`, or None on one device.
+
+  Returns:
+    The step: `images [B, H, W, C]` float32, `labels [B]` int, `first_bad` an int32 scalar (-1
+    until a step's loss or parameters are not finite, then that step).
+  """
   batch_loss = _batch_loss_fn(config, mesh)
 
   def embed(params, rest, images, scale):
@@ -247,14 +267,21 @@ def make_train_step(
 
   if config.check_traced_inputs:
     step_fn = checkify.checkify(step_fn, errors=checkify.user_checks)
-  # No buffer donation: an asynchronous checkpoint save may still be reading the previous state.
+  # The state is donated: the new state is written into its buffers (parameters, optimiser
+  # moments, statistics, memory), which the caller must not use again. An asynchronous checkpoint
+  # of it is safe: orbax copies every array to the host before `save` returns (its default, with
+  # no limit on the bytes in flight from the device), and only writes files in the background
+  # (`tests/test_train.py`: a checkpoint saved before donating steps restores the saved values).
   if mesh is None:
-    jitted = jax.jit(step_fn)
+    jitted = jax.jit(step_fn, donate_argnums=0)
   else:
     # On the mesh: the state replicated, the batch split; the state stays replicated after a step.
     replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("batch"))
     jitted = jax.jit(
-      step_fn, in_shardings=(replicated, split, split, replicated), out_shardings=replicated
+      step_fn,
+      in_shardings=(replicated, split, split, replicated),
+      out_shardings=replicated,
+      donate_argnums=0,
     )
   if not config.check_traced_inputs:
     return jitted
