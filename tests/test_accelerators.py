@@ -100,6 +100,13 @@ def test_every_step_was_compiled(analyses):
   assert {s for t, k, s in analyses if k == "sharded"} == set(STEPS[1:])
 
 
+@pytest.mark.parametrize("target", ["v5e", "h100"])
+def test_the_jobs_step_compiles_in_both_precisions_and_bfloat16_needs_less(analyses, target):
+  full, half = (analyses[target, "train", f"resnet18 {p}"] for p in ("float32", "bfloat16"))
+  assert 0 < half["temporaries"] < full["temporaries"]
+  assert half["footprint"] < full["footprint"]
+
+
 def test_no_host_callback_in_any_accelerator_program(analyses):
   with_callbacks = sorted(key for key, a in analyses.items() if a["callbacks"])
   assert not with_callbacks

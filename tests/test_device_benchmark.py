@@ -69,3 +69,40 @@ def test_sections_and_the_guide_tables_from_their_record(tmp_path, capsys):
   table = json.loads((tmp_path / "docs" / "device_forms.json").read_text())
   assert [r[:2] for r in table["rows"]] == [["one", "32"], ["two", "32"]]
   assert table["columns"][2:4] == [f"{n} / floor" for n in LOSSES]
+
+
+def test_the_training_step_section_times_the_jobs_step_and_writes_its_table(tmp_path, capsys):
+  """The `train` section runs the job's own step (float32 and mixed precision) and, off a GPU,
+  says why the torch and cuDNN rows are skipped; its record gives the guide's table."""
+  record = tmp_path / "train.json"
+  device.main(
+    [
+      "--sections",
+      "train",
+      "--train-models",
+      "resnet18",
+      "--train-batch",
+      "8",
+      "--train-image-size",
+      "32",
+      "--seconds",
+      "0",
+      "--json",
+      str(record),
+    ]
+  )
+  out = capsys.readouterr().out
+  assert "train resnet18 torch: skipped" in out
+  results = json.loads(record.read_text())
+  rows = results["train"]
+  assert [(r["model"], r["precision"]) for r in rows] == [
+    ("resnet18", "float32"),
+    ("resnet18", "bfloat16"),
+  ]
+  assert all(r["time"] > 0 and r["images_per_second"] == 8 / r["time"] for r in rows)
+  assert all(r["vs_torch_autocast"] is None for r in rows)  # No torch row on the CPU.
+  (path,) = device.write_docs([str(record)], directory=tmp_path / "docs")
+  data = json.loads(path.read_text())
+  docs_data.check(data, path.stem)
+  assert path.stem == "device_train" and [r[2] for r in data["rows"]] == ["float32", "bfloat16"]
+  assert "B = 8, 32 x 32" in data["title"]

@@ -8,8 +8,10 @@ CUDA plugin at the installed JAX's version; `make .venv-accel` makes it):
     .venv-accel/bin/python -m experiments.benchmarks.accelerators --targets v5e --losses FastAP
 
 `--docs` also writes each table it made to docs/_generated/accelerators_<table>.json (`v5e_4096`,
-`h100_16384`, `sharded`, `evaluation`, ...), which docs/guide/benchmarks.rst shows; `--skip-steps`,
-`--skip-sharded` and `--skip-evaluation` leave tables out, so that one command rewrites one table.
+`h100_16384`, `sharded`, `evaluation`, `train`, ...), which docs/guide/benchmarks.rst and
+training.rst show; `--skip-steps`, `--skip-sharded`, `--skip-evaluation` and `--skip-train` leave
+tables out, so that one command rewrites one table (the training steps' alone, about 20 minutes
+on 2 cores: `--skip-steps --skip-sharded --skip-evaluation --docs`).
 
 XLA compiles for accelerators it does not have: libtpu gives compile-only TPU devices of a
 topology (`jax.experimental.topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2")`,
@@ -41,7 +43,12 @@ that the training job passes, rows "(counting)" and "(bounded)"), the baselines,
 the v5e's 4 chips (`jaxrank.sharded_loss` over a mesh of the 4 devices; per-chip temporaries against
 the one-chip step's), and one evaluation chunk (`evaluate_retrieval`'s per-chunk program: 1,024
 queries against a 60,000-item gallery, 11 relevant items per query, SOP's shape). Ratios are to the
-floor at the same batch. Measured tables: docs/guide/benchmarks.rst, "Accelerators".
+floor at the same batch. A last table compiles the training job's own step
+(`experiments.job.step.make_train_step`: backbone, embedding head, in-batch FastAP, AdamW) for
+ResNet-50 and ViT-S/16 at B = 256 and 224 x 224, in float32 and in mixed precision
+(`half_precision`), with the state donated as the job runs it and without (the memory both
+ways). Measured tables: docs/guide/benchmarks.rst, "Accelerators"; the training steps' in
+docs/guide/training.rst.
 """
 
 from __future__ import annotations
@@ -240,6 +247,103 @@ def compile_evaluation_chunk(
   ).compile()
 
 
+# The training job's own step (`experiments.job.step.make_train_step`, the function a run calls):
+# each backbone with the embedding head (D = 512), in-batch FastAP and AdamW, B = 256 photographs
+# of 224 x 224 (64 classes x 4), in float32 and in mixed precision (`half_precision`).
+TRAIN_MODELS = ("resnet50", "vit_small")
+TRAIN_BATCH, TRAIN_IMAGE_SIZE = 256, 224
+
+
+def train_step_config(model: str, half_precision: bool, batch: int, image_size: int):
+  """The job's `Config` of a training step of `model` on photographs (`image_folder`, RGB)."""
+  from experiments.job import config as config_lib
+
+  return config_lib.Config(
+    dataset="image_folder",
+    model=model,
+    image_size=image_size,
+    batch_size=batch,
+    samples_per_class=4,
+    embedding_dim=512,
+    loss="fastap",
+    half_precision=half_precision,
+  )
+
+
+def compile_train_step(config, device, *, donate: bool = True):
+  """The job's jitted step for `config`, compiled for `device` on abstract arguments: the state
+  (built abstractly, nothing initialised), `[B, S, S, C]` float32 images, labels and the
+  divergence counter. `donate=False` compiles the same function without donating the state."""
+  import jax
+  import jax.numpy as jnp
+
+  from experiments.job import input_pipeline
+  from experiments.job import step as step_lib
+
+  tx = step_lib.make_optimizer(config)
+  graphs = {}
+
+  def build():
+    graphs["model"], state = step_lib.init_state(config, tx)
+    return state
+
+  sharding = jax.sharding.SingleDeviceSharding(device)
+
+  def spec(shape, dtype):
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+
+  state = jax.tree.map(lambda s: spec(s.shape, s.dtype), jax.eval_shape(build))
+  channels = input_pipeline.DATASETS[config.dataset].in_channels
+  size, batch = config.image_size, config.batch_size
+  step = step_lib.make_train_step(config, graphs["model"], tx, None)
+  if not donate:
+    step = jax.jit(step.__wrapped__)
+  return step.lower(
+    state,
+    spec((batch, size, size, channels), jnp.float32),
+    spec((batch,), jnp.int32),
+    spec((), jnp.int32),
+  ).compile()
+
+
+def train_steps_table(targets: list[str], models: list[str], batch: int, image_size: int):
+  """The job's step of each backbone in float32 and mixed precision, compiled for each target:
+  estimate, flops, bytes, temporaries, and the step's memory with the state donated (as the job
+  runs it) and without."""
+  lines = [
+    f"The training job's step (experiments.job.step.make_train_step): backbone + embedding head "
+    f"(D = 512) + in-batch FastAP + AdamW, B = {batch}, {image_size} x {image_size} images, "
+    "compiled for each target; memory = arguments + outputs + temporaries - donated",
+    "| target | backbone | precision | estimate | estimate / float32 | GFLOP | GB accessed | "
+    "temporaries | memory, state donated | memory, not donated |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+  ]
+  for target in targets:
+    device = devices(target)[0]
+    for model in models:
+      full = None
+      for half in (False, True):
+        start = time.perf_counter()
+        config = train_step_config(model, half, batch, image_size)
+        a = analyse(compile_train_step(config, device))
+        kept = analyse(compile_train_step(config, device, donate=False))
+        full = a if not half else full
+        estimate = "n/a" if a.estimate is None else f"{a.estimate * 1e3:.1f} ms"
+        flops = "n/a" if a.flops is None else f"{a.flops / 1e9:,.0f}"
+        gb = "n/a" if a.bytes is None else f"{a.bytes / 1e9:.1f}"
+        lines.append(
+          f"| {target} | {model} | {'bfloat16' if half else 'float32'} | {estimate} | "
+          f"{_ratio(a.estimate, full.estimate if half else a.estimate)} | {flops} | {gb} | "
+          f"{_mb(a.temporaries)} | {_mb(a.footprint)} | {_mb(kept.footprint)} |"
+        )
+        print(lines[-1], f"({time.perf_counter() - start:.0f} s)", flush=True)
+  lines.append(
+    "bfloat16: `half_precision=True`, the network computing in bfloat16 on float32 parameters; "
+    "n/a: the H100's compiler gives no cost analysis."
+  )
+  return lines
+
+
 def footprint_at(loss, dim: int, device, batch: int) -> float:
   """Bytes of the step at `batch` by the memory analysis; `inf` if the compiler refuses it."""
   try:
@@ -396,10 +500,13 @@ def records(
   names: list[str],
   *,
   evaluation: tuple[int, int, int] = (EVAL_CHUNK, EVAL_GALLERY, EVAL_RELEVANT),
+  train: tuple[str, int, int] | None = None,
 ) -> list[dict]:
   """Every analysis at one batch, as plain records (for `--json` and the compile-only test):
-  `{"target", "kind" ("step", "sharded" on the v5e's chips, or "evaluation"), "step", ...}` with
-  the fields of `Analysis`; the floor is the step named "floor"."""
+  `{"target", "kind" ("step", "sharded" on the v5e's chips, "evaluation", or "train"), "step",
+  ...}` with the fields of `Analysis`; the floor is the step named "floor". `train=(model, batch,
+  image_size)` adds the training job's step of that backbone in float32 and mixed precision
+  (steps "<model> float32" and "<model> bfloat16")."""
   out = []
   for target in targets:
     device = devices(target)[0]
@@ -414,6 +521,12 @@ def records(
     out.append(
       {"target": target, "kind": "evaluation", "step": "evaluation chunk", **dataclasses.asdict(a)}
     )
+    if train is not None:
+      model, train_batch, size = train
+      for half in (False, True):
+        a = analyse(compile_train_step(train_step_config(model, half, train_batch, size), device))
+        name = f"{model} {'bfloat16' if half else 'float32'}"
+        out.append({"target": target, "kind": "train", "step": name, **dataclasses.asdict(a)})
   return out
 
 
@@ -432,6 +545,12 @@ def main(argv=None):
   parser.add_argument("--skip-sharded", action="store_true")
   parser.add_argument("--skip-evaluation", action="store_true")
   parser.add_argument(
+    "--skip-train",
+    action="store_true",
+    help="leave out the training job's steps (ResNet-50 and ViT-S/16 at B = 256, 224 x 224)",
+  )
+  parser.add_argument("--train-models", nargs="+", default=list(TRAIN_MODELS))
+  parser.add_argument(
     "--json",
     metavar="FILE",
     help="write every analysis at the first --batch to FILE as JSON records "
@@ -444,7 +563,12 @@ def main(argv=None):
 
   if args.json:
     found = records(
-      args.targets, args.batch[0], args.dim, args.losses, evaluation=(64, 4096, EVAL_RELEVANT)
+      args.targets,
+      args.batch[0],
+      args.dim,
+      args.losses,
+      evaluation=(64, 4096, EVAL_RELEVANT),
+      train=("resnet18", 8, 32),
     )
     pathlib.Path(args.json).write_text(json.dumps(found, indent=1))
     return 0
@@ -460,6 +584,10 @@ def main(argv=None):
     tables["sharded"] = sharded_table(args.batch[0], args.dim, args.losses)
   if not args.skip_evaluation:
     tables["evaluation"] = evaluation_table(args.targets, args.dim)
+  if not args.skip_train:
+    tables["train"] = train_steps_table(
+      args.targets, args.train_models, TRAIN_BATCH, TRAIN_IMAGE_SIZE
+    )
   print("\n".join(line for lines in tables.values() for line in ["", *lines]))
   if args.docs:
     docs_data.write_markdown_tables({f"accelerators_{n}": lines for n, lines in tables.items()})

@@ -55,6 +55,12 @@ accelerator. Sections, in the order they run:
 * `pml`: where `pytorch_metric_learning` imports and torch sees a GPU: its FastAPLoss and
   SmoothAPLoss steps on the GPU beside jaxrank's (`losses.py`'s protocol, CUDA-synchronised
   timing).
+* `train`: the training job's own step (`experiments.job.step.make_train_step`) for ResNet-50
+  and ViT-S/16 at `--train-image-size` (224), B = `--train-batch` (256), in float32 and
+  bfloat16 mixed precision, beside torchvision / timm + pytorch-metric-learning in float32 and
+  under `torch.autocast(bfloat16)` on the same card: images/s and the ratio to torch autocast's
+  (`train_step.py`). The GPU machines have no TensorFlow and need none for it; carry
+  pytorch-metric-learning's wheel for the torch rows (`pip install --no-deps <wheel>` first).
 
 Measured numbers, with the card that gave them: docs/guide/benchmarks.rst, "On a GPU".
 """
@@ -74,8 +80,9 @@ import numpy as np
 
 from experiments.benchmarks import accelerators
 from experiments.benchmarks import speed
+from experiments.benchmarks import train_step
 
-SECTIONS = ("check", "steps", "blocked", "evaluation", "pml")
+SECTIONS = ("check", "steps", "blocked", "evaluation", "pml", "train")
 BLOCK = 1024
 # The rows of the blocked section: one of each kind of loss (histogram, smooth rank bounded and
 # not, blackbox by counting and by sorts).
@@ -459,7 +466,32 @@ def docs_tables(results: dict) -> dict[str, dict]:
   if results.get("blocked"):
     tables["device_blocked"] = _blocked_table(results["blocked"], device)
   tables.update(_evaluation_and_pml_tables(results, device))
+  if results.get("train"):
+    tables["device_train"] = _train_table(results["train"], device, results)
   return tables
+
+
+def _train_table(rows: list[dict], device: str, results: dict) -> dict:
+  """The train section's table: the job's step beside torch's, images/s and the ratio."""
+  batch, size = results.get("train batch", 256), results.get("train image size", 224)
+  return {
+    "title": (
+      f"{device}: the training job's step (backbone + embedding head D = 512 + in-batch FastAP "
+      f"+ AdamW), B = {batch}, {size} x {size} images on the device; median time"
+    ),
+    "columns": ["backbone", "implementation", "precision", "time", "images/s", "/ torch autocast"],
+    "rows": [
+      [
+        r["model"],
+        r["implementation"],
+        r["precision"],
+        _ms(r["time"]),
+        f"{r['images_per_second']:,.0f}",
+        "-" if r["vs_torch_autocast"] is None else f"{r['vs_torch_autocast']:.2f}x",
+      ]
+      for r in rows
+    ],
+  }
 
 
 def _blocked_table(blocked: list[dict], device: str) -> dict:
@@ -621,6 +653,11 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument("--evaluation-items", type=int, default=60_502)
   parser.add_argument("--pml-batch", type=int, nargs="+", default=[1024, 4096, 16384])
   parser.add_argument(
+    "--train-models", nargs="+", choices=train_step.CHOICES, default=list(train_step.MODELS)
+  )
+  parser.add_argument("--train-batch", type=int, default=accelerators.TRAIN_BATCH)
+  parser.add_argument("--train-image-size", type=int, default=accelerators.TRAIN_IMAGE_SIZE)
+  parser.add_argument(
     "--seconds",
     type=float,
     default=1.0,
@@ -700,6 +737,11 @@ def run_sections(args, results: dict) -> None:
       results[section] = evaluation_section(args.evaluation_items, repeats=3)
     elif section == "pml":
       results[section] = pml_section(args.pml_batch, args.seconds)
+    elif section == "train":
+      results["train batch"], results["train image size"] = args.train_batch, args.train_image_size
+      results[section] = train_step.train_section(
+        args.train_models, args.train_batch, args.train_image_size, args.seconds
+      )
     if args.json:
       with open(args.json, "w") as f:
         json.dump(results, f, indent=1)
