@@ -106,3 +106,25 @@ def test_the_training_step_section_times_the_jobs_step_and_writes_its_table(tmp_
   docs_data.check(data, path.stem)
   assert path.stem == "device_train" and [r[2] for r in data["rows"]] == ["float32", "bfloat16"]
   assert "B = 8, 32 x 32" in data["title"]
+
+
+def test_the_precision_table_compares_each_run_in_both_precisions():
+  """`experiments.benchmarks.precision`'s table from runs' metrics (no training here)."""
+  from experiments.benchmarks import precision
+
+  def metrics(r1):
+    return {"recall@1": r1, "map@r": r1 / 2}
+
+  results = {
+    (0, "float32"): {"untrained": metrics(0.2), "fastap": metrics(0.50)},
+    (0, "bfloat16"): {"untrained": metrics(0.2), "fastap": metrics(0.53)},
+    (1, "float32"): {"untrained": metrics(0.2), "fastap": metrics(0.60)},
+    (1, "bfloat16"): {"untrained": metrics(0.2), "fastap": metrics(0.58)},
+  }
+  lines = precision.table(results, [0, 1])
+  data = docs_data.markdown_table(lines)
+  assert [r[0] for r in data["rows"]] == ["untrained", "fastap"]
+  assert data["rows"][1][1:5] == ["0.550", "0.555", "+0.005", "+0.030"]
+  assert "0.005 R@1, within the goal of 0.02" in lines[-1]
+  results[1, "bfloat16"]["fastap"] = metrics(0.40)
+  assert "NOT within" in precision.table(results, [0, 1])[-1]

@@ -267,22 +267,7 @@ def make_train_step(
 
   if config.check_traced_inputs:
     step_fn = checkify.checkify(step_fn, errors=checkify.user_checks)
-  # The state is donated: the new state is written into its buffers (parameters, optimiser
-  # moments, statistics, memory), which the caller must not use again. An asynchronous checkpoint
-  # of it is safe: orbax copies every array to the host before `save` returns (its default, with
-  # no limit on the bytes in flight from the device), and only writes files in the background
-  # (`tests/test_train.py`: a checkpoint saved before donating steps restores the saved values).
-  if mesh is None:
-    jitted = jax.jit(step_fn, donate_argnums=0)
-  else:
-    # On the mesh: the state replicated, the batch split; the state stays replicated after a step.
-    replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("batch"))
-    jitted = jax.jit(
-      step_fn,
-      in_shardings=(replicated, split, split, replicated),
-      out_shardings=replicated,
-      donate_argnums=0,
-    )
+  jitted = _jit(step_fn, mesh)
   if not config.check_traced_inputs:
     return jitted
 
@@ -293,6 +278,27 @@ def make_train_step(
     return out
 
   return checked_step
+
+
+def _jit(step_fn, mesh: jax.sharding.Mesh | None):
+  """`step_fn` jitted with its state (the first argument) donated; on a mesh, the state
+  replicated and the batch split (the state stays replicated after a step).
+
+  Donated, the state's buffers (parameters, optimiser moments, statistics, memory) receive the
+  new state, and the caller must not use the old one again. An asynchronous checkpoint of it is
+  safe: orbax copies every array to the host before `save` returns (its default, with no limit
+  on the bytes in flight from the device) and only writes the files in the background
+  (`tests/test_train.py`: a checkpoint saved before donating steps restores the saved values).
+  """
+  if mesh is None:
+    return jax.jit(step_fn, donate_argnums=0)
+  replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("batch"))
+  return jax.jit(
+    step_fn,
+    in_shardings=(replicated, split, split, replicated),
+    out_shardings=replicated,
+    donate_argnums=0,
+  )
 
 
 def check_finite(name: str, first_bad: jax.Array, saved: int) -> None:
