@@ -789,3 +789,34 @@ def test_evaluate_chunk_for_accelerators_holds_no_callback_nor_sort_of_the_lists
   else:
     assert sorts_of_lists
     assert callback.search(texts[platforms.CPU])  # The CPU sorts in numpy, through the host.
+
+
+def test_evaluate_retrieval_under_x64():
+  """With `jax_enable_x64` (in a process of its own: the flag is global), the CPU's comparing
+  loop kept its counts int32 and `evaluate_retrieval` gives the float32 run's metrics (it raised
+  a TypeError on every input: int32 and int64 tiles)."""
+  import os
+  import subprocess
+  import sys
+
+  script = (
+    "import json, jax, numpy as np, jaxrank\n"
+    "rng = np.random.default_rng(0)\n"
+    "e, y = rng.normal(size=(40, 8)).astype(np.float32), rng.integers(0, 5, 40)\n"
+    "before = jaxrank.evaluate_retrieval(e, y)\n"
+    "jax.config.update('jax_enable_x64', True)\n"
+    "after = [jaxrank.evaluate_retrieval(x, y) for x in (e, e.astype(np.float64))]\n"
+    "print(json.dumps([before, *after]))\n"
+  )
+  env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}
+  done = subprocess.run(
+    [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+  )
+  assert done.returncode == 0, done.stderr[-3000:]
+  import json
+
+  before, *after = json.loads(done.stdout)
+  for metrics in after:
+    assert metrics.keys() == before.keys()
+    for key in before:
+      assert metrics[key] == pytest.approx(before[key], abs=1e-6), key

@@ -467,7 +467,7 @@ def _compare_tile(scores, keys, start):
   acc = (zeros, zeros, zeros[:, 0])
   if whole:
     acc = lax.fori_loop(0, whole, step, acc, unroll=min(COMPARE_UNROLL, whole))
-  above, tied, nans = (x.sum(-1) for x in acc)
+  above, tied, nans = (x.sum(-1, dtype=jnp.int32) for x in acc)  # int32 under x64 too.
   if n % COMPARE_LANES:  # The last items, fewer than a step's.
     rest = lax.dynamic_slice(scores, (start, whole * COMPARE_LANES), (size, n % COMPARE_LANES))
     above = above + jnp.sum(rest[:, None, :] > keys, axis=-1, dtype=jnp.int32)
