@@ -458,8 +458,9 @@ def test_memory_holds_the_last_batches_and_enters_the_loss(tmp_path):
       "tanh_every": 2,
     },
     {"loss": "roadmap", "include_self": True, "sampler": "random"},
+    {"half_precision": True, "chunk_size": 10, "loss": "smoothap"},
   ],
-  ids=["hashing", "random-sampler-include-self"],
+  ids=["hashing", "random-sampler-include-self", "half-precision-chunked"],
 )
 def test_options_train(tmp_path, overrides):
   metrics = train.train_and_evaluate(
