@@ -693,3 +693,69 @@ def test_image_folder_pipelines(folder):
   batch = next(jd.make_pipeline(data, sampler, preprocess_fn=train).as_numpy_iterator())
   assert batch["image"].shape == (6, 8, 8, 3)
   assert sorted(_groups(data.labels, batch["index"], 2).tolist()) == [0, 1, 2]
+
+
+# ---------------------------------------------------------------------------------------------
+# Prefetching to the device.
+
+
+def _counted(items, pulled):
+  """Yields `items`, appending the number read so far to `pulled` as each is read."""
+  for i, item in enumerate(items):
+    pulled.append(i + 1)
+    yield item
+
+
+def _numpy_batches(n):
+  return [
+    {"image": np.full((2, 3), i, np.float32), "label": np.arange(2, dtype=np.int32) + i}
+    for i in range(n)
+  ]
+
+
+def test_prefetch_to_device_yields_the_input_as_jax_arrays_in_order():
+  import jax  # pylint: disable=g-import-not-at-top
+
+  batches = _numpy_batches(5)
+  out = list(jd.prefetch_to_device(iter(batches), size=2))
+  assert len(out) == 5
+  for got, want in zip(out, batches):
+    assert set(got) == set(want)
+    for key in want:
+      assert isinstance(got[key], jax.Array) and got[key].dtype == want[key].dtype
+      np.testing.assert_array_equal(got[key], want[key])
+
+
+def test_prefetch_to_device_with_a_named_sharding():
+  import jax  # pylint: disable=g-import-not-at-top
+
+  mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:1]), ("batch",))
+  sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("batch"))
+  batches = _numpy_batches(3)
+  out = list(jd.prefetch_to_device(batches, size=1, sharding=sharding))
+  for got, want in zip(out, batches, strict=True):
+    assert got["image"].sharding == sharding and got["label"].sharding == sharding
+    np.testing.assert_array_equal(got["image"], want["image"])
+
+
+@pytest.mark.parametrize("n,size", [(0, 2), (1, 2), (2, 3), (3, 1), (6, 2)])
+def test_prefetch_to_device_stops_when_the_input_stops(n, size):
+  out = list(jd.prefetch_to_device(iter(_numpy_batches(n)), size=size))
+  assert [int(b["image"][0, 0]) for b in out] == list(range(n))
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_prefetch_to_device_reads_at_most_size_ahead(size):
+  n, pulled = 6, []
+  out = jd.prefetch_to_device(_counted(_numpy_batches(n), pulled), size=size)
+  assert pulled == [], "nothing is read before the first batch is asked for"
+  for received, batch in enumerate(out, start=1):
+    assert int(batch["image"][0, 0]) == received - 1
+    assert pulled[-1] == min(received + size, n), (received, pulled[-1])
+
+
+def test_prefetch_to_device_checks_size():
+  with pytest.raises(ValueError, match="prefetch_to_device: size must be a positive int, got 0"):
+    jd.prefetch_to_device(iter([]), size=0)
+  with pytest.raises(TypeError, match="prefetch_to_device: size"):
+    jd.prefetch_to_device(iter([]), size=1.5)

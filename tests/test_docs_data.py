@@ -265,16 +265,22 @@ def test_backbone_benchmark_writes_its_table(monkeypatch, tmp_path):
   assert shown["columns"] == data["columns"]  # A rerun replaces the guide's table.
 
 
-def test_data_benchmark_writes_its_two_tables(monkeypatch, tmp_path):
+def test_data_benchmark_writes_its_three_tables(monkeypatch, tmp_path):
   from experiments.benchmarks import data  # pylint: disable=g-import-not-at-top
 
-  # The pipelines canned (their timings need batches of SOP-sized images); the glyphs generated,
-  # at a tiny setting: the ASCII letters and digits that every typeface draws, 8 x 8.
+  # The pipelines and photographs canned (their timings need batches of SOP-sized images); the
+  # glyphs generated, at a tiny setting: the ASCII letters and digits that every typeface draws,
+  # 8 x 8.
   monkeypatch.setattr(data, "digits_rows", lambda batches, warmup: [("digits, P x K", 74428.4, 60)])
   monkeypatch.setattr(
     data, "sop_rows", lambda *a: ([("mock SOP, hard, JPEG (8x8)", 254.2, 128)], ["CPU time: x"])
   )
   monkeypatch.setattr(data, "sampler_rows", lambda: [])
+  photos = [
+    {"name": "tf.data, one thread", "batch": 256, "rate": 250.4, "cpu_ms": 4.0, "per_core": 250.4},
+    {"name": "tf.data, all cores", "batch": 256, "rate": 480.0, "cpu_ms": 4.0, "per_core": 250.0},
+  ]
+  monkeypatch.setattr(data, "photo_rows", lambda *a: (photos, 52.0))
   monkeypatch.setattr(data, "GLYPHS", (("tiny", {"image_size": 8, "min_typefaces": 21}),))
   monkeypatch.setattr(docs_data, "DIRECTORY", tmp_path)
   monkeypatch.setattr("sys.orig_argv", ["python", "-m", "experiments.benchmarks.data", "--docs"])
@@ -296,8 +302,23 @@ def test_data_benchmark_writes_its_two_tables(monkeypatch, tmp_path):
   [[name, classes, images, seconds]] = glyphs["rows"]
   assert name == "tiny" and re.fullmatch(r"\d+ \+ \d+", classes), classes
   assert re.fullmatch(r"[\d,]+ \+ [\d,]+", images) and seconds.endswith(" s")
+  table = json.loads((tmp_path / "data_photos.json").read_text())
+  assert table["columns"][:5] == [
+    "tf.data threads",
+    "batch",
+    "images/s",
+    "CPU ms an image",
+    "images/s a core",
+  ]
+  # Cores for the default step rates, 3,635, 5,889 and 4,286 images/s, at 250 images/s a core,
+  # rounded up (14.5, 23.6, 17.1).
+  assert table["rows"] == [
+    ["tf.data, one thread", "256", "250", "4.00", "250", "15", "24", "18"],
+    ["tf.data, all cores", "256", "480", "4.00", "250", "15", "24", "18"],
+  ]
+  assert "5,889 (jaxrank bfloat16 probe)" in table["notes"][0]
   # The guide's tables have the columns that a rerun writes (so that it replaces them).
-  for name in ("data_pipelines", "data_glyphs"):
+  for name in ("data_pipelines", "data_glyphs", "data_photos"):
     shown = json.loads((REPO / "docs" / "_generated" / f"{name}.json").read_text())
     assert shown["columns"] == json.loads((tmp_path / f"{name}.json").read_text())["columns"]
 
@@ -317,6 +338,23 @@ def test_data_benchmark_measures_rate_and_cpu_time():
   images[:] = [jpeg, jpeg]
   encoded = jd.LabeledImages(images, np.arange(2), np.zeros(2, int), image_format="encoded")
   assert data.decode_ms(encoded) >= 0
+
+
+def test_data_benchmark_times_photographs_through_prefetch_to_device():
+  import math  # pylint: disable=g-import-not-at-top
+
+  from experiments.benchmarks import data  # pylint: disable=g-import-not-at-top
+
+  # 8 JPEGs of 30x40 in 2 classes, batches of 4: both rows, each field positive and finite.
+  rows, kilobytes = data.photo_rows(8, batch=4, batches=2, warmup=1, image_size=(30, 40))
+  assert [row["name"] for row in rows] == ["tf.data, one thread", "tf.data, all cores"]
+  assert kilobytes > 0
+  for row in rows:
+    assert row["batch"] == 4
+    for key in ("rate", "cpu_ms", "per_core"):
+      assert row[key] > 0 and math.isfinite(row[key]), (row["name"], key, row[key])
+  assert rows[0]["per_core"] == rows[0]["rate"]
+  assert math.isclose(rows[1]["per_core"], 1000 / rows[1]["cpu_ms"])
 
 
 def test_commands_lists_what_wrote_each_data_file(monkeypatch, tmp_path, capsys):

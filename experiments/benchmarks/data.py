@@ -1,9 +1,10 @@
-"""Benchmark: images per second of `jaxrank.data` pipelines, digits and a mock SOP, on this machine.
+"""Benchmark: images per second of `jaxrank.data` pipelines (digits, mock SOP, JPEG photos) here.
 
 Command:
 
     .venv/bin/python -m experiments.benchmarks.data --docs          # 1-2 minutes on 2 cores
     .venv/bin/python -m experiments.benchmarks.data --batches 20    # a quicker look
+    .venv/bin/python -m experiments.benchmarks.data --skip-pipelines --skip-glyphs  # photos only
 
 Rows (all iterate `make_pipeline(...).as_numpy_iterator()`, as a training loop would; no training):
 
@@ -27,9 +28,27 @@ A second table times `load_glyphs` generating both splits into an empty cache, a
 at the training job's settings (CPU time; `--skip-glyphs` leaves it out, `--skip-pipelines`
 the first).
 
-`--docs` also writes the tables to docs/_generated/data_pipelines.json and data_glyphs.json, which
-docs/guide/real_data.rst shows (section "Input throughput", and the glyphs at the top), with what
-the numbers mean for real training.
+A third table (`--skip-photos` leaves it out) asks how many CPU cores keep one GPU busy. It writes
+`--photos` JPEG photographs for the purpose into a temporary `class/image` tree (500x375, the
+size of SOP and CUB photographs, quality 90, smooth random colour fields at three scales plus pixel
+noise, so that decoding costs what a photograph's does), loads them with `load_image_folder` and
+iterates `make_pipeline` with `random_batches` of `--photo-batch` and
+`train_preprocess(resize_size=256, crop_size=224)` through `prefetch_to_device`, as a training loop
+would, in two rows:
+
+* tf.data, one thread: the pipeline's tf.data threads limited to one
+  (`threading.private_threadpool_size = 1`, `max_intra_op_parallelism = 1`), its images/s the
+  images/s of one core, measured directly (the Python thread that feeds the device runs beside it);
+* tf.data, all cores: the default threading, its images/s and the process's CPU time an image,
+  whose inverse is the images/s of one core.
+
+Each row then gives the cores that feed each of `--step-rates` images/s: by default ResNet-50
+training steps at batch 256 measured on an NVIDIA H200 (jaxrank float32, jaxrank's bfloat16 probe,
+torch autocast).
+
+`--docs` also writes the tables to docs/_generated/data_pipelines.json, data_glyphs.json and
+data_photos.json, which docs/guide/real_data.rst shows (section "Input throughput", and the glyphs
+at the top), with what the numbers mean for real training.
 """
 
 from __future__ import annotations
@@ -37,6 +56,7 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
+import math
 import os
 import tempfile
 import time
@@ -45,8 +65,10 @@ from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from PIL import Image  # noqa: E402
 
 import jaxrank.data as jd  # noqa: E402
 from experiments import docs_data
@@ -207,17 +229,150 @@ def pipelines_lines(args: argparse.Namespace) -> list[str]:
   ]
 
 
+# The images/s of a ResNet-50 training step at batch 256, 224x224, measured on an NVIDIA H200:
+# `--step-rates`' default, and the name of each in the photographs' table.
+STEP_RATES = {3635.0: "jaxrank float32", 5889.0: "jaxrank bfloat16 probe", 4286.0: "torch autocast"}
+
+
+def photograph(rng: np.random.Generator, size: Sequence[int] = (375, 500)) -> np.ndarray:
+  """A `[H, W, 3]` uint8 stand-in for a photograph: smooth random colour fields at three scales
+  (bicubic upsampling of 3, 12 and 48 cells a side) plus pixel noise, about 50 kB as a quality-90
+  JPEG at 500x375, as SOP and CUB photographs are."""
+  height, width = size
+  image = np.full((height, width, 3), 128.0, np.float32)
+  for cells, amplitude in ((3, 90), (12, 40), (48, 20)):
+    low = rng.uniform(128 - amplitude, 128 + amplitude, (cells, cells * width // height + 1, 3))
+    field = Image.fromarray(low.astype(np.uint8)).resize((width, height), Image.Resampling.BICUBIC)
+    image += np.asarray(field, np.float32) - 128
+  image += 6 * rng.standard_normal(image.shape, dtype=np.float32)
+  return np.clip(image, 0, 255).astype(np.uint8)
+
+
+def write_photographs(
+  root: str, count: int, size: Sequence[int] = (375, 500), per_class: int = 4, seed: int = 0
+) -> float:
+  """Writes `count` JPEGs (quality 90) as `root/class/image.jpg`, `per_class` a class; returns
+  their mean size in kB."""
+  rng = np.random.default_rng(seed)
+  total = 0
+  for i in range(count):
+    folder = os.path.join(root, f"{i // per_class:05d}")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{i:06d}.jpg")
+    Image.fromarray(photograph(rng, size)).save(path, format="JPEG", quality=90)
+    total += os.path.getsize(path)
+  return total / count / 1000
+
+
+def one_thread(ds: tf.data.Dataset) -> tf.data.Dataset:
+  """`ds` with its tf.data threads limited to one: private thread pool and intra-op parallelism."""
+  options = tf.data.Options()
+  options.threading.private_threadpool_size = 1
+  options.threading.max_intra_op_parallelism = 1
+  return ds.with_options(options)
+
+
+def device_images_per_second(ds: tf.data.Dataset, batches: int, warmup: int) -> tuple[float, float]:
+  """Images/s of `ds` iterated through `prefetch_to_device`, and the process's CPU ms an image.
+
+  The first `warmup` batches are not timed; the clock stops when the last timed batch is on the
+  device.
+  """
+  it = jd.prefetch_to_device(ds.as_numpy_iterator())
+  jax.block_until_ready(list(itertools.islice(it, warmup)))
+  start, cpu, images = time.perf_counter(), time.process_time(), 0
+  batch = None
+  for batch in itertools.islice(it, batches):
+    images += batch["label"].shape[0]
+  jax.block_until_ready(batch)
+  elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+  assert images, "batches must be at least 1"
+  return images / elapsed, 1000 * cpu / images
+
+
+def photo_rows(
+  count: int, batch: int, batches: int, warmup: int, image_size: Sequence[int] = (375, 500)
+) -> tuple[list[dict[str, Any]], float]:
+  """The photographs' rows, `{name, batch, rate, cpu_ms, per_core}`, and the JPEGs' mean kB.
+
+  `per_core` is the images/s of one core: the rate itself with one thread, `1000 / cpu_ms` with
+  all cores.
+  """
+  with tempfile.TemporaryDirectory() as root:
+    kilobytes = write_photographs(root, count, image_size)
+    data = jd.load_image_folder(root)
+    sampler = functools.partial(jd.random_batches, data.num_examples, batch_size=batch, seed=0)
+    augment = functools.partial(jd.train_preprocess, resize_size=256, crop_size=224)
+    rows = []
+    for name, threading in (("one thread", one_thread), ("all cores", lambda ds: ds)):
+      ds = threading(jd.make_pipeline(data, sampler, preprocess_fn=augment))
+      rate, cpu_ms = device_images_per_second(ds, batches, warmup)
+      per_core = rate if threading is one_thread else 1000 / cpu_ms
+      rows.append(
+        {
+          "name": f"tf.data, {name}",
+          "batch": batch,
+          "rate": rate,
+          "cpu_ms": cpu_ms,
+          "per_core": per_core,
+        }
+      )
+  return rows, kilobytes
+
+
+def photos_lines(args: argparse.Namespace) -> list[str]:
+  """The photographs' table as Markdown lines (module docstring), the step rates named under it."""
+  rows, kilobytes = photo_rows(args.photos, args.photo_batch, args.photo_batches, args.warmup)
+  rates = [float(r) for r in args.step_rates]
+  named = [f"{r:,.0f} ({STEP_RATES[r]})" if r in STEP_RATES else f"{r:,.0f}" for r in rates]
+  return [
+    f"Photographs: {args.photos} JPEGs of 500x375 (quality 90, mean {kilobytes:.0f} kB) read by "
+    "make_pipeline with train_preprocess (resize 256, random crop 224, flip) and iterated through "
+    f"prefetch_to_device; {args.photo_batches} timed batches after {args.warmup} warm-up batches; "
+    f"TF {tf.__version__}",
+    "| tf.data threads | batch | images/s | CPU ms an image | images/s a core | "
+    + " | ".join(f"cores for {r:,.0f} images/s" for r in rates)
+    + " |",
+    "| --- | --- | --- | --- | --- | " + " | ".join("---" for _ in rates) + " |",
+    *(
+      f"| {row['name']} | {row['batch']} | {row['rate']:,.0f} | {row['cpu_ms']:.2f} | "
+      f"{row['per_core']:,.0f} | "
+      + " | ".join(f"{math.ceil(r / row['per_core'])}" for r in rates)
+      + " |"
+      for row in rows
+    ),
+    "Step rates, images/s of a ResNet-50 training step at batch 256, 224x224, measured on an "
+    f"NVIDIA H200: {', '.join(named)}. Images/s a core: the one-thread row's rate itself (measured "
+    "directly), the all-cores row's 1000 / CPU ms (every thread of the process); cores: the step "
+    "rate over the images/s a core, rounded up.",
+  ]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--batches", type=int, default=40, help="timed batches of the SOP rows")
   parser.add_argument("--warmup", type=int, default=3)
   parser.add_argument("--image-size", type=int, nargs=2, default=(300, 400), metavar=("H", "W"))
-  parser.add_argument("--skip-pipelines", action="store_true", help="only the glyphs' table")
+  parser.add_argument(
+    "--skip-pipelines", action="store_true", help="leave out the pipelines' table"
+  )
   parser.add_argument("--skip-glyphs", action="store_true", help="leave out the glyphs' table")
+  parser.add_argument("--skip-photos", action="store_true", help="leave out the photos' table")
+  parser.add_argument("--photos", type=int, default=512, help="JPEG photographs written")
+  parser.add_argument("--photo-batch", type=int, default=256, help="batch of the photos' rows")
+  parser.add_argument("--photo-batches", type=int, default=8, help="timed batches of each row")
+  parser.add_argument(
+    "--step-rates",
+    type=float,
+    nargs="+",
+    default=list(STEP_RATES),
+    help="training steps' images/s to feed (default: ResNet-50 at batch 256 on an NVIDIA H200)",
+  )
   parser.add_argument(
     "--docs",
     action="store_true",
-    help="also write the tables to docs/_generated/data_pipelines.json and data_glyphs.json",
+    help="also write the tables to docs/_generated/data_pipelines.json, data_glyphs.json and "
+    "data_photos.json",
   )
   args = parser.parse_args(argv)
   input_pipeline.hide_gpus_from_tensorflow()
@@ -226,6 +381,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     tables["data_pipelines"] = pipelines_lines(args)
   if not args.skip_glyphs:
     tables["data_glyphs"] = glyphs_lines()
+  if not args.skip_photos:
+    tables["data_photos"] = photos_lines(args)
   print("\n\n".join("\n".join(lines) for lines in tables.values()))
   if args.docs:
     for name, lines in tables.items():

@@ -36,6 +36,7 @@ from jaxrank.data.datasets import select_classes as select_classes
 from jaxrank.data.datasets import unreadable_images as unreadable_images
 from jaxrank.data.glyphs import load_glyphs as load_glyphs
 from jaxrank.data.pipeline import make_pipeline as make_pipeline
+from jaxrank.data.pipeline import prefetch_to_device as prefetch_to_device
 from jaxrank.data.preprocess import eval_preprocess as eval_preprocess
 from jaxrank.data.preprocess import train_preprocess as train_preprocess
 from jaxrank.data.samplers import m_per_class_batches as m_per_class_batches

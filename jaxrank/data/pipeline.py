@@ -2,7 +2,9 @@
 
 The sampler decides which examples form each batch (`samplers`); the pipeline reads them, decodes
 and preprocesses each image in parallel (`map`), batches with `drop_remainder=True` and prefetches,
-big_vision style. Iterate it as numpy: `for batch in ds.as_numpy_iterator()`.
+big_vision style. Iterate it as numpy: `for batch in ds.as_numpy_iterator()`, and feed a jitted
+training step through `prefetch_to_device`, which puts the next batches on the device while the
+step runs.
 
 Each element is a dict of numpy-convertible tensors with a fixed leading batch dimension `B`:
 
@@ -25,10 +27,13 @@ Each element is a dict of numpy-convertible tensors with a fixed leading batch d
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
+import jax
 import numpy as np
 import tensorflow as tf
 
@@ -39,6 +44,7 @@ from jaxrank.data import preprocess
 PreprocessFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 _SEED = "_augmentation_seed"  # Internal: carried from the generator to the map, then dropped.
 Batches = np.ndarray | Callable[..., np.ndarray]
+Tree = TypeVar("Tree")
 
 
 def _checked(fn: str, indices, num_examples: int, batch_size: int | None, epoch: int) -> np.ndarray:
@@ -243,3 +249,53 @@ def _load(
   if preprocess_fn is not None:
     image = preprocess_fn(image, example_seed)
   return {**example, "image": image}
+
+
+def prefetch_to_device(
+  iterator: Iterable[Tree], size: int = 2, sharding: jax.sharding.Sharding | None = None
+) -> Iterator[Tree]:
+  """The batches of `iterator` as JAX arrays on the device, `size` batches put ahead of the step.
+
+  Each item (a dict of numpy arrays, as `make_pipeline(...).as_numpy_iterator()` yields, or any
+  pytree of arrays) is put on the device with `jax.device_put`, which returns at once and copies
+  in the background. When the consumer receives batch `k`, batches `k + 1 .. k + size` have
+  already been read from `iterator` and their copies started, so the host-to-device copy of the
+  next batches overlaps the training step of this one. This is the `prefetch_to_device` of the
+  Flax examples for a `jax.jit` step (one array a leaf, placed by `sharding`) instead of `pmap`
+  (a leading device axis). Besides the batches the consumer keeps, it holds `size` batches on the
+  device (device memory: `size` batches more).
+
+  Args:
+    iterator: an iterator (or any iterable) of pytrees of arrays; read lazily, at most `size`
+      items ahead of the consumer, and to its end.
+    size: batches put on the device ahead of the one the consumer holds, at least 1.
+    sharding: a `jax.sharding.Sharding` to put every leaf with (for example a `NamedSharding`
+      splitting the batch axis over a mesh); None puts each leaf on JAX's default device.
+
+  Returns:
+    An iterator of the same pytrees in the same order, each leaf a `jax.Array` of the input leaf's
+    shape and dtype (`image` `[B, H, W, C]`, `label` `[B]`, ...); it stops when `iterator` does.
+
+  Raises:
+    ValueError: `size` below 1 (`TypeError`: not an int).
+
+  >>> import numpy as np
+  >>> batches = ({"label": np.full(4, i, np.int32)} for i in range(3))
+  >>> [batch["label"].tolist() for batch in prefetch_to_device(batches, size=2)]
+  [[0, 0, 0, 0], [1, 1, 1, 1], [2, 2, 2, 2]]
+  """
+  checks.check_positive_int("prefetch_to_device", "size", size)
+  return _prefetched(iter(iterator), size, sharding)
+
+
+def _prefetched(
+  iterator: Iterator[Tree], size: int, sharding: jax.sharding.Sharding | None
+) -> Iterator[Tree]:
+  """`prefetch_to_device` after its checks: a queue of `size + 1` batches put on the device."""
+  queue: collections.deque[Any] = collections.deque()
+  for item in iterator:
+    queue.append(jax.device_put(item, sharding))
+    if len(queue) > size:
+      yield queue.popleft()
+  while queue:
+    yield queue.popleft()
