@@ -321,19 +321,19 @@ def train_steps_table(targets: list[str], models: list[str], batch: int, image_s
   for target in targets:
     device = devices(target)[0]
     for model in models:
-      full = None
+      full_estimate: float | None = None
       for half in (False, True):
         start = time.perf_counter()
         config = train_step_config(model, half, batch, image_size)
         a = analyse(compile_train_step(config, device))
         kept = analyse(compile_train_step(config, device, donate=False))
-        full = a if not half else full
+        full_estimate = a.estimate if not half else full_estimate
         estimate = "n/a" if a.estimate is None else f"{a.estimate * 1e3:.1f} ms"
         flops = "n/a" if a.flops is None else f"{a.flops / 1e9:,.0f}"
         gb = "n/a" if a.bytes is None else f"{a.bytes / 1e9:.1f}"
         lines.append(
           f"| {target} | {model} | {'bfloat16' if half else 'float32'} | {estimate} | "
-          f"{_ratio(a.estimate, full.estimate if half else a.estimate)} | {flops} | {gb} | "
+          f"{_ratio(a.estimate, full_estimate)} | {flops} | {gb} | "
           f"{_mb(a.temporaries)} | {_mb(a.footprint)} | {_mb(kept.footprint)} |"
         )
         print(lines[-1], f"({time.perf_counter() - start:.0f} s)", flush=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+from typing import Any
 
 import numpy as np
 
@@ -158,9 +159,12 @@ def _torch_available() -> str | None:
 def train_section(models: list[str], batch: int, image_size: int, seconds: float) -> list[dict]:
   """One row per step (module docstring): `{"model", "implementation", "precision", "time",
   "images_per_second", "vs_torch_autocast"}` (the last None without a torch row)."""
-  rows = []
+  rows: list[dict[str, Any]] = []
   for model in models:
-    cases = [("jaxrank", "float32", False, None), ("jaxrank", "bfloat16", True, None)]
+    cases: list[tuple[str, str, bool, Any]] = [
+      ("jaxrank", "float32", False, None),
+      ("jaxrank", "bfloat16", True, None),
+    ]
     if model == "vit_small":
       cases.append(("jaxrank, cuDNN attention", "bfloat16", True, "cudnn"))
     for name, precision, half, attention in cases:
@@ -188,10 +192,10 @@ def train_section(models: list[str], batch: int, image_size: int, seconds: float
         print(f"train {model} torch {precision}: {t * 1e3:.1f} ms", flush=True)
   for row in rows:
     row["images_per_second"] = batch / row["time"]
-    autocast = [
+    torch_rows = [
       r for r in rows if r["model"] == row["model"] and r["precision"] == "autocast bfloat16"
     ]
     row["vs_torch_autocast"] = (
-      row["images_per_second"] / autocast[0]["images_per_second"] if autocast else None
+      row["images_per_second"] / (batch / torch_rows[0]["time"]) if torch_rows else None
     )
   return rows

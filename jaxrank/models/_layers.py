@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from collections.abc import Sequence
 
 import jax
@@ -48,6 +49,10 @@ HE_INIT = normal_init(2.0, "fan_in")
 LECUN_INIT = normal_init(1.0, "fan_in")
 
 
+# The tuple of arrays (or None) that a normalisation's `promote_dtype` takes and returns.
+_Arrays = typing.TypeVar("_Arrays", bound=tuple[typing.Any, ...])
+
+
 @dataclasses.dataclass(frozen=True)
 class Precision:
   """The `dtype` and `param_dtype` every layer of a network is built with."""
@@ -69,15 +74,17 @@ def check_dtypes(
 
 
 def _statistics_in_float32(
-  args: tuple[jax.Array | None, ...], *, dtype: jax.typing.DTypeLike | None = None
-) -> tuple[jax.Array | None, ...]:
+  args: _Arrays, /, *, dtype: jax.typing.DTypeLike | None = None, inexact: bool = True
+) -> _Arrays:
   """A Flax normalisation's `promote_dtype`: the input cast to `dtype`, the rest at least float32.
 
   Flax's own casts its statistics, scale and bias to `dtype` as well, so that with bfloat16 a
   BatchNorm in inference mode would normalise with bfloat16 running statistics. Here only the
   input is cast; `x - mean`, the scale and the shift are then computed in float32 (Flax computes
-  batch statistics in float32 either way) and the result cast to `dtype`.
+  batch statistics in float32 either way) and the result cast to `dtype`. (`inexact`, Flax's
+  flag for integer inputs, changes nothing: every argument here is floating.)
   """
+  del inexact
   x, *rest = args
   if dtype is not None and x is not None:
     x = jnp.asarray(x, dtype)
@@ -85,7 +92,7 @@ def _statistics_in_float32(
     None if a is None else jnp.asarray(a, jnp.promote_types(jnp.result_type(a), jnp.float32))
     for a in rest
   ]
-  return (x, *rest)
+  return typing.cast(_Arrays, (x, *rest))
 
 
 def batch_norm(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import typing
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -15,6 +17,7 @@ from jaxrank.models._layers import Precision
 _vit_init = nnx.initializers.truncated_normal(stddev=0.02)
 
 # What `attention_implementation` may name: `jax.nn.dot_product_attention`'s implementations.
+AttentionImplementation = typing.Literal["xla", "cudnn"] | None
 ATTENTION_IMPLEMENTATIONS = (None, "xla", "cudnn")
 
 
@@ -70,7 +73,7 @@ class _Attention(nnx.Module):
     self,
     dim: int,
     num_heads: int,
-    implementation: str | None,
+    implementation: AttentionImplementation,
     precision: Precision,
     rngs: nnx.Rngs,
   ):
@@ -104,7 +107,7 @@ class _EncoderBlock(nnx.Module):
     dim: int,
     num_heads: int,
     mlp_ratio: float,
-    attention_implementation: str | None,
+    attention_implementation: AttentionImplementation,
     precision: Precision,
     rngs: nnx.Rngs,
   ):
@@ -187,7 +190,7 @@ class VisionTransformer(nnx.Module):
     in_channels: int = 3,
     dtype: jax.typing.DTypeLike | None = None,
     param_dtype: jax.typing.DTypeLike = jnp.float32,
-    attention_implementation: str | None = None,
+    attention_implementation: AttentionImplementation = None,
     rngs: nnx.Rngs,
   ):
     check_dtypes("VisionTransformer", dtype, param_dtype)
@@ -256,7 +259,7 @@ def vit_small(
   in_channels: int = 3,
   dtype: jax.typing.DTypeLike | None = None,
   param_dtype: jax.typing.DTypeLike = jnp.float32,
-  attention_implementation: str | None = None,
+  attention_implementation: AttentionImplementation = None,
   rngs: nnx.Rngs,
 ) -> VisionTransformer:
   """ViT-S/16 and DeiT-S/16: patches 16, width 384, 12 blocks of 6 heads, 21.7M parameters.
