@@ -124,7 +124,7 @@ def test_the_precision_table_compares_each_run_in_both_precisions():
   lines = precision.table(results, [0, 1])
   data = docs_data.markdown_table(lines)
   assert [r[0] for r in data["rows"]] == ["untrained", "fastap"]
-  assert data["rows"][1][1:5] == ["0.550", "0.555", "+0.005", "+0.030"]
+  assert data["rows"][1][1:6] == ["0.550", "0.555", "+0.005", "+0.030", "0.100"]
   assert "0.005 R@1, within the goal of 0.02" in lines[-1]
   results[1, "bfloat16"]["fastap"] = metrics(0.40)
   assert "NOT within" in precision.table(results, [0, 1])[-1]

@@ -333,7 +333,7 @@ def train_steps_table(targets: list[str], models: list[str], batch: int, image_s
         gb = "n/a" if a.bytes is None else f"{a.bytes / 1e9:.1f}"
         lines.append(
           f"| {target} | {model} | {'bfloat16' if half else 'float32'} | {estimate} | "
-          f"{_ratio(a.estimate, full_estimate)} | {flops} | {gb} | "
+          f"{_ratio(a.estimate, full_estimate, digits=2)} | {flops} | {gb} | "
           f"{_mb(a.temporaries)} | {_mb(a.footprint)} | {_mb(kept.footprint)} |"
         )
         print(lines[-1], f"({time.perf_counter() - start:.0f} s)", flush=True)
@@ -354,8 +354,8 @@ def footprint_at(loss, dim: int, device, batch: int) -> float:
     raise
 
 
-def _ratio(value, floor) -> str:
-  return "n/a" if value is None or floor is None else f"{value / floor:.1f}x"
+def _ratio(value, floor, digits: int = 1) -> str:
+  return "n/a" if value is None or floor is None else f"{value / floor:.{digits}f}x"
 
 
 def _gb(budget: float) -> str:
