@@ -20,6 +20,17 @@ One module per family; import every name from `jaxrank.models`:
   BatchNorm statistics) to and from a local `.npz` file; `freeze_batchnorm`, every BatchNorm of a
   module to its running statistics, nothing else.
 
+**Mixed precision** follows Flax: every network takes `dtype`, the dtype of its computation
+(`None`, the default, infers it from the inputs and parameters: float32 for float32 images), and
+`param_dtype`, the dtype its parameters are stored and trained in (float32 by default). With
+`dtype=jnp.bfloat16` and float32 parameters, convolutions, linear layers and attention's products
+run in bfloat16 on float32 parameters cast for each use, and their gradients reach the parameters
+in float32. What needs the range or precision of float32 stays there: normalisation statistics
+(BatchNorm's batch and running statistics, LayerNorm's), the normalisation itself (`x - mean`,
+scaled and shifted, is computed in float32 and then cast to `dtype`), attention's softmax, the
+embeddings' L2 normalisation and the hashing head's `tanh` (heads return float32, so scores and
+losses are float32 whatever the backbone computes in).
+
 Pretrained weights are never downloaded: `load_weights` reads only a local file that the user
 provides, and `jaxrank.convert.load_pytorch_weights` a local torchvision or timm checkpoint.
 

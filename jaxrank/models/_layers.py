@@ -1,16 +1,7 @@
 """What the model families share: kernel initialisers, the check of their images, normalisation
 layers that keep their statistics in float32, and the check of a precision's dtypes.
 
-**Mixed precision** follows Flax: every network takes `dtype`, the dtype of its computation
-(`None`, the default, infers it from the inputs and parameters: float32 for float32 images), and
-`param_dtype`, the dtype its parameters are stored and trained in (float32 by default). With
-`dtype=jnp.bfloat16` and float32 parameters, convolutions, linear layers and attention's products
-run in bfloat16 on float32 parameters cast for each use, and their gradients reach the parameters
-in float32. What needs the range or precision of float32 stays there: normalisation statistics
-(BatchNorm's batch and running statistics, LayerNorm's), the normalisation itself (`x - mean`,
-scaled and shifted, is computed in float32 and then cast to `dtype`), attention's softmax, the
-embeddings' L2 normalisation and the hashing head's `tanh` (heads return float32, so scores and
-losses are float32 whatever the backbone computes in).
+Mixed precision (`dtype`, `param_dtype`): see `jaxrank.models`.
 """
 
 from __future__ import annotations

@@ -16,9 +16,10 @@ from jaxrank.models._layers import Precision
 # timm's initialisation of a ViT's linear layers and patch projection: truncated normal, std 0.02.
 _vit_init = nnx.initializers.truncated_normal(stddev=0.02)
 
-# What `attention_implementation` may name: `jax.nn.dot_product_attention`'s implementations.
-AttentionImplementation = typing.Literal["xla", "cudnn"] | None
-ATTENTION_IMPLEMENTATIONS = (None, "xla", "cudnn")
+# What `attention_implementation` may name: None (XLA's program of `_Attention`) or "cudnn"
+# (`jax.nn.dot_product_attention`'s fused cuDNN kernel).
+AttentionImplementation = typing.Literal["cudnn"] | None
+ATTENTION_IMPLEMENTATIONS = (None, "cudnn")
 
 
 def _vit_linear(c_in: int, c_out: int, precision: Precision, rngs: nnx.Rngs) -> nnx.Linear:
@@ -64,9 +65,13 @@ class _PatchEmbed(nnx.Module):
 class _Attention(nnx.Module):
   """Multi-head self-attention with one `qkv` projection, as timm's `Attention`.
 
-  `jax.nn.dot_product_attention` computes it: the logits are accumulated and the softmax taken
-  in float32 whatever the dtype of `q, k, v`, and `implementation="cudnn"` runs cuDNN's fused
-  kernel on an NVIDIA GPU.
+  The logits `q k^T / sqrt(d_head)` are products in the computation's dtype (accumulated in
+  float32 by the hardware, stored in that dtype, as `torch.autocast` stores them); the softmax
+  is computed in float32 and its probabilities cast back for the product with `v`. The
+  `[N, heads, T, T]` logits are the largest arrays of a ViT's step at 224 x 224, and
+  `jax.nn.dot_product_attention` would store them in float32 whatever the dtype (twice the
+  traffic in bfloat16; docs/guide/training.rst). `implementation="cudnn"` runs cuDNN's fused
+  kernel instead (`jax.nn.dot_product_attention`, NVIDIA GPUs), which never stores them.
   """
 
   def __init__(
@@ -86,7 +91,12 @@ class _Attention(nnx.Module):
     n, t, d = x.shape
     qkv = self.qkv(x).reshape(n, t, 3, self.num_heads, d // self.num_heads)
     q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [N, T, heads, d_head]
-    out = jax.nn.dot_product_attention(q, k, v, implementation=self.implementation)
+    if self.implementation == "cudnn":
+      out = jax.nn.dot_product_attention(q, k, v, implementation="cudnn")
+    else:
+      logits = jnp.einsum("nqhc,nkhc->nhqk", q, k) * (d // self.num_heads) ** -0.5
+      probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1).astype(v.dtype)
+      out = jnp.einsum("nhqk,nkhc->nqhc", probs, v)
     return self.proj(out.reshape(n, t, d))
 
 
@@ -141,8 +151,8 @@ class VisionTransformer(nnx.Module):
   **Precision.** `dtype=jnp.bfloat16` (with float32 `param_dtype`) runs the whole network in
   bfloat16, the residual stream included (as Flax's and big_vision's ViTs; the class token and
   position embeddings are cast to it), except what must stay float32 (`jaxrank.models`): the
-  LayerNorms' statistics and normalisation, and attention's logits and softmax
-  (`jax.nn.dot_product_attention`). The features come out in `dtype`.
+  LayerNorms' statistics and normalisation, and attention's softmax (its logits are stored in
+  `dtype`, as under `torch.autocast`). The features come out in `dtype`.
 
   **Converted weights.** Variables are named after timm's: `patch_embed.proj.weight` is
   `patch_embed/proj/kernel` (`OIHW` to `HWIO`), `blocks.0.attn.qkv.weight` is
@@ -162,9 +172,9 @@ class VisionTransformer(nnx.Module):
     in_channels: the channels `C` of the input images.
     dtype: the dtype of the computation (None: inferred from the inputs and parameters).
     param_dtype: the dtype of the parameters.
-    attention_implementation: `jax.nn.dot_product_attention`'s `implementation`: None or
-      `"xla"` (XLA's program, every platform) or `"cudnn"` (cuDNN's fused kernel, NVIDIA GPUs
-      only, bfloat16 or float16 `dtype`).
+    attention_implementation: None (XLA's program, every platform) or `"cudnn"` (cuDNN's fused
+      kernel through `jax.nn.dot_product_attention`, NVIDIA GPUs only, bfloat16 or float16
+      `dtype`).
     rngs: the random number generators of the initialisation.
 
   Attributes:
