@@ -10,6 +10,14 @@ dependencies):
     python -m experiments.benchmarks.device --json results.json       # also every row as JSON
     .venv/bin/python -m experiments.benchmarks.device --docs-from results.json [pml.json ...]
 
+The training step's command (the `train` section, about 4 minutes on an H100 or H200; the lent
+machines have no TensorFlow, which it does not need, nor pytorch-metric-learning, whose wheel is
+fetched here and carried: `pip download pytorch-metric-learning==2.9.0 --no-deps -d runs/wheels`,
+then `runs/wheels` in the device tool's `carry`):
+
+    pip install --no-deps runs/wheels/*.whl && python -m experiments.benchmarks.device \
+        --sections train --json experiments/benchmarks/records/<card>_train.json
+
 What the guide shows was written by (records of the lent H100's runs, each with its commit):
 
     .venv/bin/python -m experiments.benchmarks.device --docs-from \
