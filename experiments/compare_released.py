@@ -534,124 +534,190 @@ def _roadmap_losses(root: str) -> types.ModuleType:
   return import_released(root, "roadmap.losses")
 
 
-# Long (about 90 lines) by design: one `compare(...)` per row of the table it prints, read top to
-# bottom as that table; split, its parts would only pass the same eight inputs around.
-# tests/test_function_length.py allows it.
+@dataclasses.dataclass(frozen=True)
+class _RoadmapInputs:
+  """What every row of the ROADMAP comparison shares: their losses, the inputs, the retrievals."""
+
+  losses: types.ModuleType
+  e: np.ndarray  # A P x K batch of embeddings (`batch()`) ...
+  y: np.ndarray  # ... and its labels.
+  s: np.ndarray  # Lists of scores (`lists()`) ...
+  t: np.ndarray  # ... and their relevance.
+  label_matrix: Any  # Their `[B, B]` float label matrix of the batch (a torch tensor).
+  with_self: Callable  # jaxrank's retrieval with the query included, dot product.
+  without_self: Callable  # jaxrank's retrieval without the query, cosine.
+
+  def on_scores(self, criterion: Callable) -> Callable:
+    """As their training step calls a loss on scores."""
+    return lambda x: criterion(x @ x.T, self.label_matrix.to(x.dtype))
+
+  def on_embeddings(self, criterion: Callable) -> Callable:
+    """As it calls a loss that takes embeddings."""
+    import torch  # pylint: disable=g-import-not-at-top
+
+    return lambda x: criterion(x, torch.as_tensor(self.y))
+
+
+def _roadmap_inputs(root: str) -> _RoadmapInputs:
+  import torch  # pylint: disable=g-import-not-at-top
+
+  e, y = batch()
+  s, t = lists()
+  return _RoadmapInputs(
+    losses=_roadmap_losses(root),
+    e=e,
+    y=y,
+    s=s,
+    t=t,
+    label_matrix=torch.as_tensor((y[:, None] == y[None, :]).astype(np.float64)),
+    with_self=_retrieval(y, include_self=True, dot=True),
+    without_self=_retrieval(y, include_self=False, dot=False),
+  )
+
+
 def compare_roadmap(root: str) -> list[Row]:
   """elias-ramzi/ROADMAP, `roadmap/losses`: SmoothAP, SupAP, calibration, their composition,
-  and the re-implementations of mAP_Q, RaMBO's AP and (pytorch-metric-learning's) FastAP."""
+  and the re-implementations of mAP_Q, RaMBO's AP and (pytorch-metric-learning's) FastAP.
+
+  The rows in the order of the table it prints: in each dtype the smooth-rank losses, the losses
+  on embeddings and mAP_Q; then RaMBO's AP (float32), SupAP at an exact tie and the compositions.
+  """
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+  inputs = _roadmap_inputs(root)
+  rows = []
+  for dtype in DTYPES:
+    rows += _roadmap_smooth_rank_rows(inputs, dtype)
+    rows += _roadmap_embedding_rows(inputs, dtype)
+    rows += _roadmap_soft_binning_rows(inputs, dtype)
+  rows += _roadmap_blackbox_rows(inputs)
+  rows += _roadmap_tie_and_composition_rows(inputs)
+  del jnp
+  return rows
+
+
+def _roadmap_smooth_rank_rows(inputs: _RoadmapInputs, dtype: str) -> list[Row]:
+  """SmoothAP and SupAP (with and without their configs' offset), on the batch's scores."""
+  import jaxrank  # pylint: disable=g-import-not-at-top
+
+  losses, e, with_self = inputs.losses, inputs.e, inputs.with_self
+  return [
+    compare(
+      "SmoothAP (ROADMAP)",
+      "SmoothAP(tau=0.01)",
+      "smoothap_loss",
+      "query included (include_self=True), dot product",
+      dtype=dtype,
+      x=e,
+      their_fn=inputs.on_scores(losses.SmoothAP(tau=0.01)),
+      our_fn=_on_batch(jaxrank.smoothap_loss, with_self),
+    ),
+    compare(
+      "SupAP",
+      "SupAP(offset=None)",
+      "supap_loss",
+      "temperature=0.01, rho=100, delta=0.05, query included",
+      dtype=dtype,
+      x=e,
+      their_fn=inputs.on_scores(losses.SupAP()),
+      our_fn=_on_batch(jaxrank.supap_loss, with_self),
+    ),
+    compare(
+      "SupAP",
+      "SupAP(offset=1.44) [configs]",
+      "supap_loss",
+      "as above, their configs' offset",
+      dtype=dtype,
+      x=e,
+      their_fn=inputs.on_scores(losses.SupAP(offset=1.44)),
+      our_fn=_on_batch(jaxrank.supap_loss, with_self),
+      why="their step drops from 1.4933 to 1.44 at delta",
+    ),
+  ]
+
+
+def _roadmap_embedding_rows(inputs: _RoadmapInputs, dtype: str) -> list[Row]:
+  """The losses that take embeddings: calibration (two margins) and pml's FastAP."""
+  import jaxrank  # pylint: disable=g-import-not-at-top
+
+  losses, e, without_self = inputs.losses, inputs.e, inputs.without_self
+  return [
+    compare(
+      "calibration",
+      "CalibrationLoss(1.0, -1.0)",
+      "calibration_loss(1.0, -1.0)",
+      "every hinge > 0, P x K batch, query excluded, cosine",
+      dtype=dtype,
+      x=e,
+      their_fn=inputs.on_embeddings(losses.CalibrationLoss(pos_margin=1.0, neg_margin=-1.0)),
+      our_fn=_on_batch(jaxrank.calibration_loss, without_self, alpha=1.0, beta=-1.0),
+    ),
+    compare(
+      "calibration",
+      "CalibrationLoss(0.9, 0.6)",
+      "calibration_loss",
+      "paper's thresholds, query excluded, cosine",
+      dtype=dtype,
+      x=e,
+      their_fn=inputs.on_embeddings(losses.CalibrationLoss(pos_margin=0.9, neg_margin=0.6)),
+      our_fn=_on_batch(jaxrank.calibration_loss, without_self),
+      why="means over the non-zero hinges of the batch, not per list",
+    ),
+    compare(
+      "FastAP (pml)",
+      "FastAP [pml FastAPLoss]",
+      "fastap_loss(batch_retrieval)",
+      "num_intervals=10 (their num_bins), query excluded, cosine",
+      dtype=dtype,
+      x=e,
+      their_fn=inputs.on_embeddings(losses.FastAP(num_bins=10)),
+      our_fn=_on_batch(jaxrank.fastap_loss, without_self, num_intervals=10),
+    ),
+  ]
+
+
+def _roadmap_soft_binning_rows(inputs: _RoadmapInputs, dtype: str) -> list[Row]:
+  """Their mAP_Q (`SoftBinAP`), on lists."""
+  import jaxrank  # pylint: disable=g-import-not-at-top
+
+  t = inputs.t
+  with _dtype(dtype):
+    softbin = inputs.losses.SoftBinAP()
+  return [
+    compare(
+      "mAP_Q (ROADMAP)",
+      "SoftBinAP() [20 bins on -1..1]",
+      "soft_binning_ap_loss",
+      "defaults",
+      dtype=dtype,
+      x=inputs.s,
+      their_fn=lambda x, loss=softbin: loss(x, _like(t, x)),
+      our_fn=_on_lists(jaxrank.soft_binning_ap_loss, t),
+    )
+  ]
+
+
+def _roadmap_blackbox_rows(inputs: _RoadmapInputs) -> list[Row]:
+  """RaMBO's AP as they re-implement it, in float32 only (their ranks are float32, `.float()`,
+  whatever the input): without a margin, then with their configs' random margin."""
   import torch  # pylint: disable=g-import-not-at-top
 
   import jaxrank  # pylint: disable=g-import-not-at-top
 
-  losses = _roadmap_losses(root)
-  e, y = batch()
-  s, t = lists()
-  label_matrix = torch.as_tensor((y[:, None] == y[None, :]).astype(np.float64))
-  with_self = _retrieval(y, include_self=True, dot=True)
-  without_self = _retrieval(y, include_self=False, dot=False)
-
-  def on_scores(criterion):  # As their training step calls a loss on scores.
-    return lambda x: criterion(x @ x.T, label_matrix.to(x.dtype))
-
-  def on_embeddings(criterion):  # As it calls a loss that takes embeddings.
-    return lambda x: criterion(x, torch.as_tensor(y))
-
-  rows = []
-  for dtype in DTYPES:
-    rows += [
-      compare(
-        "SmoothAP (ROADMAP)",
-        "SmoothAP(tau=0.01)",
-        "smoothap_loss",
-        "query included (include_self=True), dot product",
-        dtype=dtype,
-        x=e,
-        their_fn=on_scores(losses.SmoothAP(tau=0.01)),
-        our_fn=_on_batch(jaxrank.smoothap_loss, with_self),
-      ),
-      compare(
-        "SupAP",
-        "SupAP(offset=None)",
-        "supap_loss",
-        "temperature=0.01, rho=100, delta=0.05, query included",
-        dtype=dtype,
-        x=e,
-        their_fn=on_scores(losses.SupAP()),
-        our_fn=_on_batch(jaxrank.supap_loss, with_self),
-      ),
-      compare(
-        "SupAP",
-        "SupAP(offset=1.44) [configs]",
-        "supap_loss",
-        "as above, their configs' offset",
-        dtype=dtype,
-        x=e,
-        their_fn=on_scores(losses.SupAP(offset=1.44)),
-        our_fn=_on_batch(jaxrank.supap_loss, with_self),
-        why="their step drops from 1.4933 to 1.44 at delta",
-      ),
-      compare(
-        "calibration",
-        "CalibrationLoss(1.0, -1.0)",
-        "calibration_loss(1.0, -1.0)",
-        "every hinge > 0, P x K batch, query excluded, cosine",
-        dtype=dtype,
-        x=e,
-        their_fn=on_embeddings(losses.CalibrationLoss(pos_margin=1.0, neg_margin=-1.0)),
-        our_fn=_on_batch(jaxrank.calibration_loss, without_self, alpha=1.0, beta=-1.0),
-      ),
-      compare(
-        "calibration",
-        "CalibrationLoss(0.9, 0.6)",
-        "calibration_loss",
-        "paper's thresholds, query excluded, cosine",
-        dtype=dtype,
-        x=e,
-        their_fn=on_embeddings(losses.CalibrationLoss(pos_margin=0.9, neg_margin=0.6)),
-        our_fn=_on_batch(jaxrank.calibration_loss, without_self),
-        why="means over the non-zero hinges of the batch, not per list",
-      ),
-      compare(
-        "FastAP (pml)",
-        "FastAP [pml FastAPLoss]",
-        "fastap_loss(batch_retrieval)",
-        "num_intervals=10 (their num_bins), query excluded, cosine",
-        dtype=dtype,
-        x=e,
-        their_fn=on_embeddings(losses.FastAP(num_bins=10)),
-        our_fn=_on_batch(jaxrank.fastap_loss, without_self, num_intervals=10),
-      ),
-    ]
-    with _dtype(dtype):
-      softbin = losses.SoftBinAP()
-    rows += [
-      compare(
-        "mAP_Q (ROADMAP)",
-        "SoftBinAP() [20 bins on -1..1]",
-        "soft_binning_ap_loss",
-        "defaults",
-        dtype=dtype,
-        x=s,
-        their_fn=lambda x, loss=softbin: loss(x, _like(t, x)),
-        our_fn=_on_lists(jaxrank.soft_binning_ap_loss, t),
-      ),
-    ]
-  for dtype in ["float32"]:  # Their ranks are float32 (`.float()`) whatever the input.
-    rows += [
-      compare(
-        "RaMBO AP (ROADMAP)",
-        "BlackBoxAP(4.0, margin=0)",
-        "blackbox_ap_loss",
-        "lambda=4, margin=0; their +1e-5 in the AP denominator",
-        dtype=dtype,
-        x=s,
-        tolerance=1e-5,
-        their_fn=lambda x: losses.BlackBoxAP(lambda_val=4.0, margin=0.0)(x, _like(t, x)),
-        our_fn=_on_lists(jaxrank.blackbox_ap_loss, t, interpolation=4.0, margin=0.0),
-      ),
-    ]
+  losses, s, t = inputs.losses, inputs.s, inputs.t
+  rows = [
+    compare(
+      "RaMBO AP (ROADMAP)",
+      "BlackBoxAP(4.0, margin=0)",
+      "blackbox_ap_loss",
+      "lambda=4, margin=0; their +1e-5 in the AP denominator",
+      dtype="float32",
+      x=s,
+      tolerance=1e-5,
+      their_fn=lambda x: losses.BlackBoxAP(lambda_val=4.0, margin=0.0)(x, _like(t, x)),
+      our_fn=_on_lists(jaxrank.blackbox_ap_loss, t, interpolation=4.0, margin=0.0),
+    )
+  ]
   torch.manual_seed(0)
   rows.append(
     compare(
@@ -666,10 +732,19 @@ def compare_roadmap(root: str) -> list[Row]:
       why="their margin is 0.02 x |N(0, 1)| per item, drawn anew each call",
     )
   )
+  return rows
+
+
+def _roadmap_tie_and_composition_rows(inputs: _RoadmapInputs) -> list[Row]:
+  """SupAP at an exact tie, then ROADMAP's composition (their roadmap.yaml) and an aligned one."""
+  import jaxrank  # pylint: disable=g-import-not-at-top
+
+  losses, e, s, t = inputs.losses, inputs.e, inputs.s, inputs.t
+  with_self, without_self = inputs.with_self, inputs.without_self
   # A non-relevant item tied with a relevant one, both above the rest of the list.
   tied = s.copy()
   tied[0, int(np.argmax(t[0] > 0))] = tied[0, int(np.argmax(t[0] == 0))] = 0.99
-  rows.append(
+  rows = [
     compare(
       "SupAP, exact tie",
       "SupAP(offset=None), lists",
@@ -681,7 +756,7 @@ def compare_roadmap(root: str) -> list[Row]:
       our_fn=_on_lists(jaxrank.supap_loss, t),
       why="H^-(0) is 1/2 in theirs, 1 in jaxrank (an upper bound)",
     )
-  )
+  ]
   # The composition: their roadmap.yaml adds CalibrationLoss and SupAP with weight 1 each.
   supap, calibration = losses.SupAP(offset=1.44), losses.CalibrationLoss(0.9, 0.6)
   rows.append(
@@ -692,7 +767,7 @@ def compare_roadmap(root: str) -> list[Row]:
       "roadmap.yaml: weights 1 and 1; calibration_weight=0.5",
       dtype="float64",
       x=e,
-      their_fn=lambda x: on_scores(supap)(x) + on_embeddings(calibration)(x),
+      their_fn=lambda x: inputs.on_scores(supap)(x) + inputs.on_embeddings(calibration)(x),
       our_fn=lambda x: 2 * _on_batch(jaxrank.roadmap_loss, with_self)(x),
       why="offset 1.44, calibration's normalisation and the query in its pairs",
     )
@@ -706,14 +781,13 @@ def compare_roadmap(root: str) -> list[Row]:
       "weights 1 and 1; SupAP with the query, calibration without",
       dtype="float64",
       x=e,
-      their_fn=lambda x: on_scores(aligned[0])(x) + on_embeddings(aligned[1])(x),
+      their_fn=lambda x: inputs.on_scores(aligned[0])(x) + inputs.on_embeddings(aligned[1])(x),
       our_fn=lambda x: (
         _on_batch(jaxrank.supap_loss, with_self)(x)
         + _on_batch(jaxrank.calibration_loss, without_self, alpha=1.0, beta=-1.0)(x)
       ),
     )
   )
-  del jnp
   return rows
 
 

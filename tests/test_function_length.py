@@ -21,9 +21,6 @@ FOLDERS = ("jaxrank", "experiments", "tests")
 
 # "path:function" -> why it may be longer.
 ALLOWED = {
-  "experiments/compare_released.py:compare_roadmap": (
-    "one compare() per row of the table it prints, read top to bottom as that table"
-  ),
   "experiments/compare_released.py:compare_blackbox": (
     "one compare() per row of the table it prints, read top to bottom as that table"
   ),

@@ -8,6 +8,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +27,7 @@ from experiments.job import evaluation
 from experiments.job import input_pipeline
 from experiments.job import losses as losses_lib
 from experiments.job import main as main_lib
+from experiments.job import monitoring
 from experiments.job import networks
 from experiments.job import reporting
 from experiments.job import step as step_lib
@@ -232,6 +234,9 @@ def test_sigkill_during_and_between_saves_then_rerun_matches_an_uninterrupted_ru
     ({"num_steps": -1}, "num_steps must be a non-negative int"),
     ({"init_weights": "/nonexistent/w.npz"}, "nothing is ever downloaded"),
     ({"sampler": "super_class"}, "needs super-classes"),
+    ({"profile_start": 5}, "traces steps 5 to 7, outside the run's steps 1 to 6"),
+    ({"profile_start": 0}, "traces steps 0 to 2, outside the run's steps 1 to 6"),
+    ({"profile_start": 2, "profile_num_steps": 0}, "profile_num_steps must be a positive int"),
   ],
 )
 def test_bad_configs_fail_before_training(tmp_path, overrides, match):
@@ -1075,3 +1080,236 @@ def test_the_step_donates_its_state_and_a_checkpoint_saved_before_keeps_its_valu
   for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(saved)):
     np.testing.assert_array_equal(a, b)
   assert int(new["step"]) == 5
+
+
+# ---------------------------------------------------------------------------------------------
+# Watching a run (issue 52): TensorBoard summaries, the input wait, the logs off a terminal, a
+# profiler trace, and the bad input of each, which fails before anything is written.
+
+
+def _summaries(workdir) -> dict[str, list[tuple[int, Any]]]:
+  """Every tag of a run's event files -> its `(step, value)` in the order written, read with
+  TensorBoard's own reader, which is told not to purge anything (so that a duplicate would show)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
+
+  accumulator = event_accumulator.EventAccumulator(
+    str(workdir / "tensorboard"),
+    size_guidance={event_accumulator.TENSORS: 0},  # 0: keep every event.
+    purge_orphaned_data=False,
+  )
+  accumulator.Reload()
+  return {
+    tag: [(e.step, tf.make_ndarray(e.tensor_proto)) for e in accumulator.Tensors(tag)]
+    for tag in accumulator.Tags()["tensors"]
+  }
+
+
+def _crash_at_step(monkeypatch, crash_step):
+  """Makes the train step raise (as a process that dies would stop) when it runs `crash_step`."""
+  make_step = step_lib.make_train_step
+
+  def crashing(*args):
+    step_fn = make_step(*args)
+    calls = []
+
+    def step(*inputs):
+      calls.append(1)
+      if len(calls) == crash_step:
+        raise RuntimeError("crashed")
+      return step_fn(*inputs)
+
+    return step
+
+  monkeypatch.setattr(step_lib, "make_train_step", crashing)
+
+
+def test_summaries_hold_the_logged_records_once_after_a_crash_and_a_resume(
+  tmp_path, monkeypatch, caplog
+):
+  """A hashing run (so that the tanh scale is logged) crashes in step 5, after logging step 4;
+  its checkpoint is step 3. The resumed run drops step 4 and logs it again: every scalar of the
+  event files appears once a step and equals the record of metrics.jsonl. Off a terminal, with
+  the progress shown, the run logs a plain line per logged step."""
+  config = dataclasses.replace(
+    TINY,
+    head="hashing",
+    loss="tie_aware_ap",
+    loss_kwargs={"num_bins": 9},
+    tanh_every=2,
+    checkpoint_every=3,
+    progress_bar=True,
+  )
+  monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+  with monkeypatch.context() as patch:
+    _crash_at_step(patch, 5)
+    with pytest.raises(RuntimeError, match="crashed"):
+      train.train_and_evaluate(config, str(tmp_path))
+  assert [s for s, _ in _summaries(tmp_path)["train/loss"]] == [1, 2, 3, 4]
+  caplog.clear()
+  with caplog.at_level("INFO", logger="experiments"):
+    metrics = train.train_and_evaluate(config, str(tmp_path))
+
+  records = reporting.read_metrics(str(tmp_path))
+  assert [(r["step"], "loss" in r) for r in records] == [
+    (0, False),
+    *[(s, True) for s in (1, 2, 3)],
+    (3, False),
+    *[(s, True) for s in (4, 5, 6)],
+    (6, False),
+  ]
+  summaries = _summaries(tmp_path)
+  expected = {}  # tag -> [(step, value)]
+  for record in records:
+    for tag, value in monitoring.scalars(record).items():
+      expected.setdefault(tag, []).append((record["step"], value))
+  assert set(summaries) == {*expected, "config"}
+  for tag, points in expected.items():
+    got = summaries[tag]
+    assert [s for s, _ in got] == [s for s, _ in points], tag  # Each step once, in order.
+    np.testing.assert_allclose([float(v) for _, v in got], [v for _, v in points], rtol=1e-6)
+  assert {"train/loss", "train/learning_rate", "train/images_per_second"} <= set(expected)
+  assert {"train/input_wait_fraction", "eval/map@r", "eval/recall@1"} <= set(expected)
+  # tanh_scale = tanh_initial * tanh_growth ** ((step - 1) // tanh_every): the step's own scale.
+  assert [float(v) for _, v in summaries["train/tanh_scale"]] == [1, 1, 2, 2, 4, 4]
+  assert all(0 <= r["input_wait_fraction"] <= 1 for r in records if "loss" in r)
+  assert "train/device_memory_gib" not in summaries  # The CPU reports no memory.
+  assert metrics["map@r"] == pytest.approx(float(summaries["eval/map@r"][-1][1]), rel=1e-6)
+  [(step, text)] = summaries["config"]
+  assert step == 0 and b"| loss | `'tie_aware_ap'` |" in text.item()
+  lines = [r.getMessage() for r in caplog.records if ": step " in r.getMessage()]
+  assert [line.split(",")[0] for line in lines] == [
+    f"{tmp_path.name}: step {s}/6" for s in (4, 5, 6)
+  ]
+  assert "input wait" in lines[0] and "images/s" in lines[0]
+
+
+def test_device_memory_is_logged_where_the_backend_reports_it(monkeypatch):
+  class Device:
+    def __init__(self, stats):
+      self.stats = stats
+
+    def memory_stats(self):
+      return self.stats
+
+  if jax.default_backend() == "cpu":
+    assert monitoring.device_memory_gib() is None
+  for stats, gib in [({"bytes_in_use": 3 * 2**29, "peak_bytes_in_use": 2**31}, 1.5), ({}, None)]:
+    monkeypatch.setattr(jax, "local_devices", lambda stats=stats: [Device(stats)])
+    assert monitoring.device_memory_gib() == gib
+
+
+def _record(step, wait):
+  return {
+    "step": step,
+    "loss": 0.5,
+    "learning_rate": 1e-3,
+    "images_per_second": 100.0,
+    "input_wait_fraction": wait,
+  }
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_progress_is_a_bar_on_a_terminal_and_a_line_a_log_off_one(
+  terminal, monkeypatch, capsys, caplog
+):
+  monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
+  config = dataclasses.replace(TINY, progress_bar=True)
+  with caplog.at_level("INFO", logger="experiments"):
+    progress = monitoring.Progress(config, 0, "run", primary=True)
+    # The first interval (tf.data starting) is not counted; the second is input-bound: one
+    # warning, however many follow.
+    for step, wait in [(1, 0.9), (2, 0.1), (3, 0.5), (4, 0.6)]:
+      progress.update()
+      progress.show(_record(step, wait))
+    progress.close()
+  err = capsys.readouterr().err
+  lines = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+  assert warnings == [
+    "run is input-bound: 50% of the logging interval to step 3 went waiting for the next batch "
+    "(tf.data) rather than training; give the input pipeline more CPU cores, or keep the images "
+    "resized to the crop's size (docs/guide/real_data.rst, 'Input throughput')."
+  ]
+  if terminal:
+    assert not lines
+    assert "\r" in err and "loss=0.5000" in err and "wait=60%" in err
+  else:
+    assert "\r" not in err and "loss=" not in err
+    assert lines == [
+      f"run: step {s}/6, loss 0.5000, learning rate 0.001, 100 images/s, input wait {w}%"
+      for s, w in [(1, 90), (2, 10), (3, 50), (4, 60)]
+    ]
+  # A run that shows no progress (the tests' tiny runs) shows nothing, warnings included.
+  caplog.clear()
+  with caplog.at_level("INFO", logger="experiments"):
+    quiet = monitoring.Progress(TINY, 0, "run", primary=True)
+    for step in (1, 2, 3):
+      quiet.update()
+      quiet.show(_record(step, 0.9))
+    quiet.close()
+  assert not caplog.records and capsys.readouterr().err == ""
+
+
+def test_a_profile_window_writes_a_trace_and_changes_no_result(tmp_path):
+  plain = train.train_and_evaluate(TINY, str(tmp_path / "plain"))
+  traced_config = dataclasses.replace(TINY, profile_start=3, profile_num_steps=2)
+  traced = train.train_and_evaluate(traced_config, str(tmp_path / "traced"))
+  [trace] = (tmp_path / "traced" / "tensorboard" / "plugins" / "profile").iterdir()
+  xplanes = list(trace.glob("*.xplane.pb"))
+  assert len(xplanes) == 1 and xplanes[0].stat().st_size > 1000
+  assert (trace / "perfetto_trace.json.gz").stat().st_size > 1000
+  assert not (tmp_path / "plain" / "tensorboard" / "plugins").exists()
+  # The same results: the metrics, every logged value but the timings, and the parameters.
+  assert traced == plain
+  timings = ("images_per_second", "input_wait_fraction")
+  logged = lambda run: [
+    {k: v for k, v in r.items() if k not in timings}
+    for r in reporting.read_metrics(str(tmp_path / run))
+  ]
+  assert logged("traced") == logged("plain")
+  _assert_same_model(
+    train.restore_model(traced_config, str(tmp_path / "traced")),
+    train.restore_model(TINY, str(tmp_path / "plain")),
+  )
+
+
+def test_an_unwritable_summaries_directory_fails_before_anything_is_written(tmp_path):
+  # The summaries' directory is a file (in a workdir otherwise empty), or the workdir is below one.
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / "tensorboard").write_text("")
+  below_a_file = tmp_path / "file" / "run"
+  (tmp_path / "file").write_text("")
+  for path in (workdir, below_a_file):
+    with pytest.raises(config_lib.ConfigError, match="is not a directory; use a workdir where"):
+      train.train_and_evaluate(TINY, str(path))
+  assert os.listdir(workdir) == ["tensorboard"]
+  if os.geteuid() == 0:  # Root writes anywhere: a directory's mode does not stop it.
+    return
+  readonly = tmp_path / "readonly"
+  readonly.mkdir(mode=0o500)
+  try:
+    with pytest.raises(config_lib.ConfigError, match="is not writable; use a workdir where"):
+      train.train_and_evaluate(TINY, str(readonly / "run"))
+    assert os.listdir(readonly) == []
+  finally:
+    readonly.chmod(0o700)
+
+
+@pytest.mark.parametrize("module", ["tensorflow", "tensorboard"])
+def test_a_writer_that_is_not_installed_fails_in_one_line_before_anything_is_written(
+  tmp_path, module, monkeypatch, capsys
+):
+  monkeypatch.setitem(sys.modules, module, None)  # `import <module>` now raises ImportError.
+  workdir = tmp_path / "run"
+  with pytest.raises(SystemExit) as exit_info:
+    main_lib.main(["--config", TINY_PATH, "--workdir", str(workdir)])
+  assert exit_info.value.code == main_lib.EXIT_CONFIG_ERROR
+  err = capsys.readouterr().err.strip()
+  assert err.count("\n") == 0, err
+  assert err.startswith(
+    f"experiments.job.main: error: the run writes TensorBoard summaries with "
+    f"tf.summary, which needs {module}, not installed here"
+  )
+  assert not workdir.exists()

@@ -152,7 +152,7 @@ def calls(dtype) -> dict[str, object]:
     blocked_loss=jaxrank.blocked_loss(jaxrank.fastap_loss, block_size=4)(e, Y),
     chunked_value_and_grad=_chunked(jaxrank.chunked_value_and_grad, e),
     host_chunked_value_and_grad=_chunked(jaxrank.host_chunked_value_and_grad, e),
-    sharded_loss=jaxrank.sharded_loss(jaxrank.fastap_loss, _mesh(), "batch")(e, Y),
+    sharded_loss=jaxrank.sharded_loss(jaxrank.fastap_loss, _mesh(), "batch")(e, jnp.asarray(Y)),
     sharded_batch_retrieval=_sharded_retrieval(e),
     sharded_mean=_sharded_retrieval(e),
   )
@@ -167,7 +167,7 @@ def calls(dtype) -> dict[str, object]:
       "hashing.relaxed_hamming_distance": hashing.relaxed_hamming_distance(codes, codes),
       "hashing.tanh_scale": hashing.tanh_scale(3, every=2),
       "memory.init": memory.init(8, 4, dtype=dtype),
-      "memory.push": memory.push(memory.init(8, 4, dtype=dtype), e[:4], Y[:4]),
+      "memory.push": memory.push(memory.init(8, 4, dtype=dtype), e[:4], jnp.asarray(Y[:4])),
       **{f"similarity.{n}": getattr(similarity, n)(e, e) for n in _public(similarity)},
       **{f"landscape.{n}": v for n, v in _landscape(dtype).items()},
     }

@@ -58,6 +58,7 @@ def check_config(config: Config) -> None:
   _check_chunks(config)
   _check_blocks(config)
   _check_devices(config)
+  _check_profile(config)
 
 
 def _check_names(config: Config) -> None:
@@ -239,3 +240,18 @@ def _check_devices(config: Config) -> None:
         f"config.chunk_size cannot be combined with running as {jax.process_count()} "
         "processes; leave chunk_size=None (each process already holds only its share)."
       )
+
+
+def _check_profile(config: Config) -> None:
+  """The profiler's window: steps of the run, numbered from 1 as they are logged."""
+  _positive_int(config, "profile_num_steps")
+  if config.profile_start is None:
+    return
+  last = config.profile_start + config.profile_num_steps - 1
+  if config.profile_start < 1 or last > config.num_steps:
+    _fail(
+      f"config.profile_start={config.profile_start} with profile_num_steps="
+      f"{config.profile_num_steps} traces steps {config.profile_start} to {last}, outside the "
+      f"run's steps 1 to {config.num_steps}; trace steps within them (after the first steps, "
+      "which compile), or leave profile_start=None."
+    )

@@ -95,7 +95,13 @@ class Config:
   checkpoint_every: int = 100
   keep_checkpoints: int = 3
   log_every: int = 10
+  # A progress bar on a terminal; off one (output redirected to a file), a plain line per log.
   progress_bar: bool = True
+  # A jax.profiler trace of the steps profile_start to profile_start + profile_num_steps - 1
+  # (numbered from 1, as logged), in <workdir>/tensorboard/plugins/profile/, which TensorBoard's
+  # Profile tab opens (monitoring.py). None: no trace. Start after the first steps, which compile.
+  profile_start: int | None = None
+  profile_num_steps: int = 3
   # Debugging: check the values of traced inputs inside every step (`jaxrank.traced_checks`,
   # functionalized with checkify): a histogram loss's scores out of range, say, stop the run
   # with the eager check's message instead of being clipped. One host sync per step: slower.
@@ -112,7 +118,7 @@ def compute_dtype(config: Config) -> str:
 
 
 # Fields that change nothing a run computes: a rerun may differ in them and still resume.
-COSMETIC_FIELDS = ("progress_bar", "check_traced_inputs")
+COSMETIC_FIELDS = ("progress_bar", "check_traced_inputs", "profile_start", "profile_num_steps")
 
 
 def to_json(config: Config) -> dict[str, Any]:

@@ -17,18 +17,20 @@ entries of its record in `networks.HEADS`.
 
 from __future__ import annotations
 
-from typing import cast
+from typing import cast, TYPE_CHECKING
 
 import jax
 import numpy as np
 from flax import nnx
 
 import jaxrank
-import jaxrank.data as jd
 from experiments.job import config as config_lib
 from experiments.job import input_pipeline
 from experiments.job import networks
 from experiments.job import step as step_lib
+
+if TYPE_CHECKING:
+  import jaxrank.data as jd  # Imports TensorFlow, which input_pipeline imports when it reads data.
 
 
 def make_embed_fn(config: config_lib.Config, model: step_lib.Model):

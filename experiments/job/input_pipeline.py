@@ -47,10 +47,15 @@ def hide_gpus_from_tensorflow() -> None:
 
   Call it first in an entry point, before any TensorFlow op: once TensorFlow has initialised its
   devices their list cannot change, and then this logs a warning if GPUs are still visible.
-  Calling it again is harmless.
+  Calling it again is harmless, and so is calling it where TensorFlow is not installed (nothing to
+  hide; `train.check_run` says what is missing).
   """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
+  try:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  except ModuleNotFoundError as e:
+    if e.name != "tensorflow":
+      raise
+    return
   try:
     tf.config.set_visible_devices([], "GPU")
   except RuntimeError:  # TensorFlow's devices are already initialised.

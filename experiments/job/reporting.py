@@ -1,7 +1,8 @@
 """What runs report: the metrics file, the plots and the table of final metrics.
 
 * `metrics.jsonl` in a run's workdir: one JSON record per logged step (`loss`, `learning_rate`,
-  `images_per_second`) and per evaluation (`recall@k`, `map@r`, `map`, `tie_aware_map`, and
+  `images_per_second`, `input_wait_fraction`, and `tanh_scale` and `device_memory_gib` where they
+  apply: see `train`) and per evaluation (`recall@k`, `map@r`, `map`, `tie_aware_map`, and
   `seen/...` on the train split), each with its `step`; `MetricsWriter` appends, `read_metrics`
   reads.
 * `plot_curves`: a run's loss and retrieval metrics against steps (`curves.png`, titled with the
@@ -42,12 +43,14 @@ class MetricsWriter:
   """Appends records to `metrics.jsonl`; on resume, first drops those logged after its step.
 
   Resuming at step 0 (nothing was saved) drops every record: the evaluation of step 0 is redone.
+  `kept` holds the records kept (the TensorBoard summaries are written again from them).
   """
 
   def __init__(self, workdir: str, resumed_step: int):
     self.path = os.path.join(workdir, "metrics.jsonl")
     records = read_metrics(workdir) if resumed_step else []
     kept = [r for r in records if r["step"] <= resumed_step]
+    self.kept = kept
     with open(self.path + ".tmp", "w") as f:
       f.writelines(json.dumps(r) + "\n" for r in kept)
     os.replace(self.path + ".tmp", self.path)

@@ -6,8 +6,9 @@ holds the loop and its interruption; the evaluation comes from
 `experiments/job/evaluation.py`, the optimiser, the training state and step
 come from `experiments/job/step.py`, the workdir's checks and the checkpoints from
 `experiments/job/checkpoints.py`, the data from `experiments/job/input_pipeline.py`, the network
-from `experiments/job/networks.py`, the loss from `experiments/job/losses.py`, and what is written
-and printed from `experiments/job/reporting.py`. In the workdir:
+from `experiments/job/networks.py`, the loss from `experiments/job/losses.py`, what is written
+and printed from `experiments/job/reporting.py`, and what a run shows while it runs (progress,
+TensorBoard summaries, a profiler trace) from `experiments/job/monitoring.py`. In the workdir:
 
 * `config.json`: the run's configuration (a rerun with another configuration refuses the workdir);
 * `checkpoints/<step>/`: orbax checkpoints of the model, optimizer state, step, memory of past
@@ -18,9 +19,20 @@ and printed from `experiments/job/reporting.py`. In the workdir:
   Ctrl-C (SIGINT) lets the current step finish, saves a checkpoint and raises `Interrupted`. A
   checkpoint that cannot be read is moved to `unreadable_checkpoints/<step>/`, with a warning that
   names it, and the run resumes from the newest readable one;
-* `metrics.jsonl`: one JSON record per logged step (`loss`, `learning_rate`, `images_per_second`)
-  and per evaluation (`recall@k`, `map@r`, `map`, `tie_aware_map`), each with its `step`;
+* `metrics.jsonl`: one JSON record per logged step (`loss`, `learning_rate`, `images_per_second`,
+  `input_wait_fraction`; `tanh_scale` for a hashing head, `device_memory_gib` where the backend
+  reports it) and per evaluation (`recall@k`, `map@r`, `map`, `tie_aware_map`), each with its
+  `step`;
+* `tensorboard/`: the same records as TensorBoard summaries, with the configuration, and the
+  profiler trace of the steps that `profile_start` names: each record is written once, to both
+  (`monitoring.Writer`), and a resumed run keeps in both the records up to the step it resumes
+  from;
 * `curves.png`: the training loss and Recall@k / MAP@R over time, titled with the run's name.
+
+While it trains, a run shows its progress (`monitoring.Progress`): a progress bar on a terminal, a
+plain line per logged step off one. `input_wait_fraction` is the share of a logging interval's
+wall time spent waiting for the next batch (see `_train_loop`); above `monitoring.INPUT_BOUND` the
+run says once, in a warning, that it is input-bound.
 
 One step: a batch of `P x K` images (`samples_per_class` images of each of `batch_size /
 samples_per_class` classes) is embedded, `jaxrank.batch_retrieval` makes every image a query ranking
@@ -40,9 +52,9 @@ process calls it; the workdir must be one directory that every process sees, suc
 file system). Evaluation embeds a contiguous share of the test split in each process, and
 `jaxrank.evaluate_retrieval(..., mesh=...)` splits the metrics' work over every device of every
 process, each of which gets the metrics of the whole split. Only process 0 writes
-`config.json`, `metrics.jsonl` and `curves.png`, and shows the progress bar. Ctrl-C is not
-deferred there (the processes could not agree on when to stop): a killed job resumes from its last
-checkpoint, and ends where an uninterrupted one does.
+`config.json`, `metrics.jsonl`, the summaries, the trace and `curves.png`, and shows the progress.
+Ctrl-C is not deferred there (the processes could not agree on when to stop): a killed job resumes
+from its last checkpoint, and ends where an uninterrupted one does.
 """
 
 from __future__ import annotations
@@ -54,7 +66,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -62,28 +74,24 @@ import optax
 import orbax.checkpoint as ocp
 from flax import nnx
 
-import jaxrank.data as jd
 from experiments.job import check
 from experiments.job import checkpoints
 from experiments.job import config as config_lib
 from experiments.job import evaluation
 from experiments.job import input_pipeline
+from experiments.job import monitoring
 from experiments.job import reporting
 from experiments.job import step as step_lib
 from jaxrank import models
+
+if TYPE_CHECKING:
+  import jaxrank.data as jd  # Imports TensorFlow, which the loop leaves to input_pipeline.
 
 # "experiments.job.train"; experiments.job.main shows its INFO lines.
 logger = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------
 # The job.
-
-
-class _NoWriter:
-  """The metrics writer of processes other than 0: writes nothing."""
-
-  def write(self, record: dict[str, Any]) -> None:
-    del record
 
 
 class Interrupted(KeyboardInterrupt):
@@ -137,8 +145,9 @@ def check_run(
 ) -> tuple[jd.LabeledImages, jd.LabeledImages, input_pipeline.BatchesFn]:
   """Everything that can fail before a run writes anything: the config, the data, the workdir.
 
-  `check.check_config`, then the data against the sampler (`input_pipeline.make_sampler`),
-  then the workdir (one holding a run of another configuration is refused). Nothing is written.
+  `check.check_config`, then the summaries' writer and directory (`monitoring.check_writer`), then
+  the data against the sampler (`input_pipeline.make_sampler`), then the workdir (one holding a run
+  of another configuration is refused). Nothing is written.
 
   Returns:
     `(train, test, sampler)`: the splits and the training sampler.
@@ -147,6 +156,7 @@ def check_run(
     ConfigError: with a sentence that says what to change.
   """
   check.check_config(config)
+  monitoring.check_writer(workdir)
   train_data, test_data = input_pipeline.load_data(config)
   sampler = input_pipeline.make_sampler(config, train_data)
   checkpoints.check_workdir(config, workdir)
@@ -163,8 +173,18 @@ class _Loop(NamedTuple):
   mesh: jax.sharding.Mesh | None
   train_step: Callable[..., Any]
   schedule: optax.Schedule
-  writer: Any
-  progress: Any
+  writer: monitoring.Writer | monitoring.NoWriter
+  progress: monitoring.Progress
+  profile: monitoring.Profile
+
+
+class _Clock:
+  """The wall time of a logging interval: since when, from which step, how long spent waiting for
+  the next batch."""
+
+  def __init__(self, step: int, since: float | None = None):
+    self.since = time.perf_counter() if since is None else since
+    self.step, self.waited = step, 0.0
 
 
 def _train_loop(loop: _Loop, state, step: int, batches, interrupted: list[bool], run_eval):
@@ -175,7 +195,7 @@ def _train_loop(loop: _Loop, state, step: int, batches, interrupted: list[bool],
   """
   config = loop.config
   metrics = None
-  last_log, saved = (time.perf_counter(), step), step
+  clock, saved = _Clock(step), step
   first_bad = step_lib.replicate(jnp.int32(-1), loop.mesh)
   while step < config.num_steps:
     if interrupted:
@@ -187,23 +207,34 @@ def _train_loop(loop: _Loop, state, step: int, batches, interrupted: list[bool],
         saved = step
       loop.manager.wait_until_finished()
       raise Interrupted(loop.name, loop.workdir, saved)
-    batch = next(batches)
-    state, loss, first_bad = loop.train_step(
-      state,
-      step_lib.global_batch(loop.mesh, batch["image"], config.batch_size),
-      step_lib.global_batch(loop.mesh, batch["label"], config.batch_size),
-      first_bad,
-    )
+    loop.profile.before(step + 1)
+    with loop.profile.annotate(step + 1):
+      # The step is asynchronous: it returns once dispatched, and the loop blocks on the device
+      # only at logging steps (`float(loss)`), saves and evaluations (or once JAX's queue of
+      # dispatched steps is full). The device works through the queued steps meanwhile, so the
+      # time spent here, waiting for tf.data's next batch, is the honest sign of an input-bound
+      # run: time in which the host has nothing to give the device.
+      waiting = time.perf_counter()
+      batch = next(batches)
+      clock.waited += time.perf_counter() - waiting
+      state, loss, first_bad = loop.train_step(
+        state,
+        step_lib.global_batch(loop.mesh, batch["image"], config.batch_size),
+        step_lib.global_batch(loop.mesh, batch["label"], config.batch_size),
+        first_bad,
+      )
     step += 1
+    loop.profile.after(step, (state, loss))
     if step % config.log_every == 0 or step == config.num_steps:
       step_lib.check_finite(loop.name, first_bad, saved)
-      last_log = _log_step(loop, step, float(loss), last_log)
-    loop.progress.update(1)
+      clock = _log_step(loop, step, float(loss), clock)
+    loop.progress.update()
     if step % config.checkpoint_every == 0 or step == config.num_steps:
       step_lib.check_finite(loop.name, first_bad, saved)
       checkpoints.save(
         loop.manager, step, state, batches.position, config_lib.compute_dtype(config)
       )
+      loop.writer.flush()
       saved = step
     if step % config.eval_every == 0 or step == config.num_steps:
       step_lib.check_finite(loop.name, first_bad, saved)
@@ -213,14 +244,27 @@ def _train_loop(loop: _Loop, state, step: int, batches, interrupted: list[bool],
   return state, step, metrics
 
 
-def _log_step(loop: _Loop, step: int, loss: float, last_log: tuple[float, int]):
-  """Writes the loss, learning rate and speed of `step`; returns `(time, step)` of this log."""
+def _log_step(loop: _Loop, step: int, loss: float, clock: _Clock) -> _Clock:
+  """Writes the record of `step` (its loss, learning rate, tanh scale; the interval's speed and
+  input wait; the device's memory) and shows it; returns the clock of the next interval."""
   now = time.perf_counter()
-  speed = (step - last_log[1]) * loop.config.batch_size / (now - last_log[0])
-  lr = float(loop.schedule(step - 1))
-  loop.writer.write({"step": step, "loss": loss, "learning_rate": lr, "images_per_second": speed})
-  loop.progress.set_postfix(loss=f"{loss:.4f}", img_per_s=f"{speed:.0f}")
-  return now, step
+  elapsed = now - clock.since
+  record = {
+    "step": step,
+    "loss": loss,
+    "learning_rate": float(loop.schedule(step - 1)),
+    "images_per_second": (step - clock.step) * loop.config.batch_size / elapsed,
+    "input_wait_fraction": clock.waited / elapsed,
+  }
+  scale = step_lib.tanh_scale(loop.config, jnp.int32(step - 1))  # As the step of `step` used.
+  if scale is not None:
+    record["tanh_scale"] = float(scale)
+  memory = monitoring.device_memory_gib()
+  if memory is not None:
+    record["device_memory_gib"] = memory
+  loop.writer.write(record)
+  loop.progress.show(record)
+  return _Clock(step, now)
 
 
 def train_and_evaluate(
@@ -272,10 +316,12 @@ def train_and_evaluate(
       seen = evaluation.evaluate(config, embed_fn, state, train_data)
       metrics.update({f"seen/{k}": v for k, v in seen.items()})
     writer.write({"step": step, **metrics})
+    writer.flush()
     return metrics
 
   manager = checkpoints.checkpoint_manager(config, workdir)
-  progress = None
+  writer: monitoring.Writer | monitoring.NoWriter = monitoring.NoWriter()
+  progress, profile = None, monitoring.Profile(config, workdir, primary)
   try:
     # From here on, a first Ctrl-C stops the run at the next step boundary, after saving.
     with _deferred_interrupt() as interrupted:
@@ -285,27 +331,38 @@ def train_and_evaluate(
       step = int(state["step"])
       if step and primary:
         logger.info("%s: resuming from step %d (%s).", name, step, workdir)
-      writer = reporting.MetricsWriter(workdir, step) if primary else _NoWriter()
-      progress = _progress_bar(config, step, name, show=primary)
+      writer = monitoring.Writer(config, workdir, step) if primary else monitoring.NoWriter()
+      progress = monitoring.Progress(config, step, name, primary)
       metrics = run_eval(state, step) if step == 0 else None
       batches = input_pipeline.TrainBatches(config, train_data, sampler, position, share)
-      loop = _Loop(config, name, workdir, manager, mesh, train_step, schedule, writer, progress)
+      loop = _Loop(
+        config, name, workdir, manager, mesh, train_step, schedule, writer, progress, profile
+      )
       state, step, last = _train_loop(loop, state, step, batches, interrupted, run_eval)
       metrics = metrics if last is None else last
   finally:
+    profile.stop()
     if progress is not None:
       progress.close()
+    writer.flush()
     manager.wait_until_finished()
     manager.close()
   if metrics is None:  # Resumed a finished run: its final evaluation is in the metrics file.
     done = [r for r in reporting.read_metrics(workdir) if "map@r" in r and r["step"] == step]
     metrics = done[-1] if done else run_eval(state, step)
+  writer.close()
+  if primary:
+    _plot_curves(config, workdir, name)
+  return {**metrics, "step": step}
+
+
+def _plot_curves(config: config_lib.Config, workdir: str, name: str) -> None:
+  """`curves.png`, titled "<run>: <loss> on <data set>" (without "<run>: " for a run named after
+  its loss)."""
   what = f"{config.loss} on {config.dataset}"
   if not config.num_steps:  # The untrained baseline: no loss panel either.
     what = f"{config.dataset}, not trained"
-  if primary:
-    reporting.plot_curves(workdir, title=what if name == config.loss else f"{name}: {what}")
-  return {**metrics, "step": step}
+  reporting.plot_curves(workdir, title=what if name == config.loss else f"{name}: {what}")
 
 
 def restore_model(
@@ -335,17 +392,3 @@ def restore_model(
     manager.close()
   state = restored["state"]
   return nnx.merge(graphs.eval_graph, state["params"], state["rest"])
-
-
-def _progress_bar(config: config_lib.Config, step: int, name: str, show: bool = True):
-  from tqdm import auto as tqdm  # pylint: disable=g-import-not-at-top
-
-  return tqdm.tqdm(
-    total=config.num_steps,
-    initial=step,
-    desc=name,
-    disable=not (config.progress_bar and show),
-    unit="step",
-    dynamic_ncols=True,
-    leave=False,
-  )

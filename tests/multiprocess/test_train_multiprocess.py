@@ -27,8 +27,10 @@ import sys
 import launcher
 import numpy as np
 import pytest
+from tensorboard.backend.event_processing import event_accumulator
 
 from experiments.job import config as config_lib
+from experiments.job import distributed
 from experiments.job import input_pipeline
 from experiments.job import main as main_lib
 from experiments.job import train
@@ -136,6 +138,13 @@ def test_two_processes_train_as_one_and_resume_after_being_killed(tmp_path):
   steps = lambda records: [(r["step"], "map@r" in r) for r in records]
   assert steps(_records(tmp_path / "two")) == steps(_records(tmp_path / "one"))
   assert (tmp_path / "two" / "curves.png").is_file()
+  # Process 0 alone wrote the TensorBoard summaries: one event file, written anew on resuming
+  # from metrics.jsonl's records, each step of the loss once.
+  [events] = (tmp_path / "two" / "tensorboard").glob("events.out.tfevents.*")
+  accumulator = event_accumulator.EventAccumulator(str(events), purge_orphaned_data=False)
+  accumulator.Reload()
+  logged = [r["step"] for r in _records(tmp_path / "two") if "loss" in r]
+  assert [e.step for e in accumulator.Tensors("train/loss")] == logged == [1, 2, 3, 4]
 
 
 def test_each_process_reads_its_slice_of_the_global_batch_with_the_same_augmentation(
@@ -167,7 +176,8 @@ def test_without_a_cluster_or_flags_the_command_runs_alone_at_once():
   # says so without connecting anywhere.
   env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "JAX_COORD"))}
   script = (
-    "from experiments.job import main; main.initialize_distributed(); import jax; "
+    "from experiments.job import distributed; distributed.initialize_distributed(); "
+    "import jax; "
     "print(jax.process_count(), jax.config.jax_cpu_collectives_implementation)"
   )
   done = subprocess.run(
@@ -187,7 +197,7 @@ def test_without_a_cluster_or_flags_the_command_runs_alone_at_once():
 )
 def test_launch_flags_are_checked_before_joining(flags, message):
   with pytest.raises(config_lib.ConfigError, match=message):
-    main_lib.initialize_distributed(*flags)
+    distributed.initialize_distributed(*flags)
 
 
 def test_a_process_that_has_used_jax_stays_alone_or_refuses_the_flags():
@@ -195,10 +205,10 @@ def test_a_process_that_has_used_jax_stays_alone_or_refuses_the_flags():
   # process, as when `main()` is called from Python), and explicit flags are a ConfigError.
   script = (
     "import jax.numpy as jnp; jnp.ones(2).block_until_ready()\n"
-    "from experiments.job import config, main\n"
-    "main.initialize_distributed()\n"
+    "from experiments.job import config, distributed\n"
+    "distributed.initialize_distributed()\n"
     "try:\n"
-    "  main.initialize_distributed('localhost:1234', 2, 0)\n"
+    "  distributed.initialize_distributed('localhost:1234', 2, 0)\n"
     "except config.ConfigError as e:\n"
     "  print('refused:', e)\n"
     "import jax; print(jax.process_count())\n"
