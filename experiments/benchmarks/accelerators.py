@@ -298,12 +298,17 @@ def compile_train_step(config, device, *, donate: bool = True):
   step = step_lib.make_train_step(config, graphs["model"], tx, None)
   if not donate:
     step = jax.jit(step.__wrapped__)
-  return step.lower(
+  lowered = step.lower(
     state,
     spec((batch, size, size, channels), jnp.float32),
     spec((batch,), jnp.int32),
     spec((), jnp.int32),
-  ).compile()
+  )
+  # Without a GPU to autotune on, the CUDA plugin's Triton GEMMs find no tiling for the ViT's
+  # [B T, 384] products ("Couldn't find output tile sizes", jax 0.10.2): the H100's programs are
+  # compiled with cuBLAS's GEMMs, which a real GPU's autotuning may choose too.
+  options = {"xla_gpu_enable_triton_gemm": False} if device.platform in ("gpu", "cuda") else {}
+  return lowered.compile(compiler_options=options)
 
 
 def train_steps_table(targets: list[str], models: list[str], batch: int, image_size: int):
