@@ -159,8 +159,8 @@ class CentredHashingHead(nnx.Module):
     dtype: jax.typing.DTypeLike | None = None,
     rngs: nnx.Rngs,
   ):
-    # Normalised in float32 (the input's dtype otherwise: no `dtype` given to it), then the
-    # hashing head's linear layer computes in `dtype`.
+    # The normalisation in float32 (a bfloat16 backbone's features are cast up), then the hashing
+    # head's linear layer in `dtype`.
     self.norm = nnx.BatchNorm(
       in_features,
       use_scale=False,
