@@ -15,18 +15,15 @@ import json
 import sys
 
 import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import checkify
 
-jax.config.update("jax_enable_x64", True)
-
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.experimental import checkify  # noqa: E402
-
-import jaxrank  # noqa: E402
-from jaxrank import hashing  # noqa: E402
-from jaxrank import landscape  # noqa: E402
-from jaxrank import memory  # noqa: E402
-from jaxrank import similarity  # noqa: E402
+import jaxrank
+from jaxrank import hashing
+from jaxrank import landscape
+from jaxrank import memory
+from jaxrank import similarity
 
 RNG = np.random.default_rng(0)
 E = RNG.normal(size=(12, 4))  # Embeddings: 3 classes of 4.

@@ -31,7 +31,7 @@ import collections
 import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import jax
 import numpy as np
@@ -44,7 +44,6 @@ from jaxrank.data import preprocess
 PreprocessFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 _SEED = "_augmentation_seed"  # Internal: carried from the generator to the map, then dropped.
 Batches = np.ndarray | Callable[..., np.ndarray]
-Tree = TypeVar("Tree")
 
 
 def _checked(fn: str, indices, num_examples: int, batch_size: int | None, epoch: int) -> np.ndarray:
@@ -252,8 +251,8 @@ def _load(
 
 
 def prefetch_to_device(
-  iterator: Iterable[Tree], size: int = 2, sharding: jax.sharding.Sharding | None = None
-) -> Iterator[Tree]:
+  iterator: Iterable[Any], size: int = 2, sharding: jax.sharding.Sharding | None = None
+) -> Iterator[Any]:
   """The batches of `iterator` as JAX arrays on the device, `size` batches put ahead of the step.
 
   Each item (a dict of numpy arrays, as `make_pipeline(...).as_numpy_iterator()` yields, or any
@@ -289,8 +288,8 @@ def prefetch_to_device(
 
 
 def _prefetched(
-  iterator: Iterator[Tree], size: int, sharding: jax.sharding.Sharding | None
-) -> Iterator[Tree]:
+  iterator: Iterator[Any], size: int, sharding: jax.sharding.Sharding | None
+) -> Iterator[Any]:
   """`prefetch_to_device` after its checks: a queue of `size + 1` batches put on the device."""
   queue: collections.deque[Any] = collections.deque()
   for item in iterator:
