@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import time
 from typing import Any
 
 import numpy as np
@@ -36,19 +35,6 @@ MODELS = accelerators.TRAIN_MODELS
 # the section on the CPU in seconds).
 CHOICES = ("resnet18", "resnet50", "resnet101", "vit_small")
 PER_CLASS = 4
-
-
-def _median(step, least: int, seconds: float) -> float:
-  """Median seconds of `step()` (which waits for its results), after two warm-up calls."""
-  step()
-  step()
-  times: list[float] = []
-  start = time.perf_counter()
-  while len(times) < least or (time.perf_counter() - start < seconds and len(times) < 50):
-    begin = time.perf_counter()
-    step()
-    times.append(time.perf_counter() - begin)
-  return float(np.median(times))
 
 
 @contextlib.contextmanager
@@ -96,7 +82,7 @@ def jax_step_time(model: str, half: bool, batch: int, image_size: int, seconds: 
     carried.update(state=new, first_bad=first_bad)
     jax.block_until_ready((new, loss))
 
-  seconds = _median(step, least=5, seconds=seconds)
+  seconds = _timed(step, seconds)
   if int(carried["first_bad"]) >= 0:
     raise FloatingPointError(f"train: the {model} step diverged on random images")
   return seconds
@@ -143,7 +129,14 @@ def torch_step_time(model: str, autocast: bool, batch: int, image_size: int, sec
     optimizer.step()
     torch.cuda.synchronize()
 
-  return _median(step, least=5, seconds=seconds)
+  return _timed(step, seconds)
+
+
+def _timed(step, seconds: float) -> float:
+  """`device.timed` of `step()`: the median after two warm-up calls, at least 5 calls."""
+  from experiments.benchmarks import device  # Here: device.py imports this module.
+
+  return device.timed(step, seconds=seconds)
 
 
 def _torch_available() -> str | None:

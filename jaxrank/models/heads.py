@@ -10,6 +10,26 @@ from jaxrank.models._layers import check_dtypes
 from jaxrank.models._layers import LECUN_INIT
 
 
+def _linear(
+  name: str,
+  in_features: int,
+  out_features: int,
+  dtype: jax.typing.DTypeLike | None,
+  param_dtype: jax.typing.DTypeLike,
+  rngs: nnx.Rngs,
+) -> nnx.Linear:
+  """A head's linear layer (LeCun normal kernel, zero bias), its dtypes checked for `name`."""
+  check_dtypes(name, dtype, param_dtype)
+  return nnx.Linear(
+    in_features,
+    out_features,
+    kernel_init=LECUN_INIT,
+    dtype=dtype,
+    param_dtype=param_dtype,
+    rngs=rngs,
+  )
+
+
 class EmbeddingHead(nnx.Module):
   r"""A linear layer followed by L2 normalisation: features to unit embeddings.
 
@@ -50,15 +70,7 @@ class EmbeddingHead(nnx.Module):
     param_dtype: jax.typing.DTypeLike = jnp.float32,
     rngs: nnx.Rngs,
   ):
-    check_dtypes("EmbeddingHead", dtype, param_dtype)
-    self.linear = nnx.Linear(
-      in_features,
-      dim,
-      kernel_init=LECUN_INIT,
-      dtype=dtype,
-      param_dtype=param_dtype,
-      rngs=rngs,
-    )
+    self.linear = _linear("EmbeddingHead", in_features, dim, dtype, param_dtype, rngs)
 
   def __call__(self, x: jax.typing.ArrayLike) -> jax.Array:
     """Returns unit embeddings.
@@ -124,15 +136,7 @@ class HashingHead(nnx.Module):
     param_dtype: jax.typing.DTypeLike = jnp.float32,
     rngs: nnx.Rngs,
   ):
-    check_dtypes("HashingHead", dtype, param_dtype)
-    self.linear = nnx.Linear(
-      in_features,
-      num_bits,
-      kernel_init=LECUN_INIT,
-      dtype=dtype,
-      param_dtype=param_dtype,
-      rngs=rngs,
-    )
+    self.linear = _linear("HashingHead", in_features, num_bits, dtype, param_dtype, rngs)
 
   def __call__(self, x: jax.typing.ArrayLike, *, scale: jax.typing.ArrayLike = 1.0) -> jax.Array:
     """Returns relaxed codes.
