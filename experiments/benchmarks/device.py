@@ -100,22 +100,6 @@ CHECK_BATCH, CHECK_DIM = 256, 64
 VALUE_TOLERANCE, GRADIENT_TOLERANCE = 1e-4, 1e-3
 
 
-def timed(fn, *args, seconds: float = 1.0, least: int = 5, most: int = 50) -> float:
-  """Median wall seconds of `fn(*args)` until its results are ready, after two warm-up calls:
-  at least `least` calls, then more until `seconds` have passed or `most` were made."""
-  import jax
-
-  for _ in range(2):
-    jax.block_until_ready(fn(*args))
-  times: list[float] = []
-  start = time.perf_counter()
-  while len(times) < least or (time.perf_counter() - start < seconds and len(times) < most):
-    begin = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - begin)
-  return float(np.median(times))
-
-
 def _relative(a, b) -> float:
   x, y = np.asarray(a, np.float64), np.asarray(b, np.float64)
   return float(np.linalg.norm(x - y) / max(float(np.linalg.norm(y)), 1e-30))
@@ -178,7 +162,7 @@ def steps_section(batches: list[int], dim: int, names: list[str], seconds: float
   for batch in batches:
     e, y = (jnp.asarray(a) for a in speed.make_batch(batch, dim))
     floor, floor_compile = _compiled_step(accelerators.floor_loss, e, y)
-    floor_time = timed(floor, e, y, seconds=seconds)
+    floor_time = speed.timed(floor, e, y, seconds=seconds)
     for name in ["floor", *names]:
       if name == "floor":
         compiled, compile_seconds = floor, floor_compile
@@ -193,7 +177,7 @@ def steps_section(batches: list[int], dim: int, names: list[str], seconds: float
           rows.append({"loss": name, "batch": batch, "error": "out of memory"})
           print(f"steps B={batch} {name}: out of memory", flush=True)
           continue
-      seconds_per_step = timed(compiled, e, y, seconds=seconds)
+      seconds_per_step = speed.timed(compiled, e, y, seconds=seconds)
       row = {
         "loss": name,
         "batch": batch,
@@ -240,7 +224,7 @@ def blocked_section(
             raise
           row[key] = None
           continue
-        row[key] = timed(compiled, e, y, seconds=seconds, least=3)
+        row[key] = speed.timed(compiled, e, y, seconds=seconds, least=3)
         row[f"{key} temporaries"] = _temporaries(compiled)
         del compiled
       if row.get("unblocked") and row.get("blocked"):
@@ -280,7 +264,7 @@ def evaluation_section(num: int, repeats: int) -> list[dict]:
       {
         "side": "xla_product",
         "chunk": chunk,
-        "time": timed(floor, chunk, least=repeats, most=repeats, seconds=0),
+        "time": speed.timed(floor, chunk, least=repeats, most=repeats, seconds=0),
       }
     )
     print(f"evaluation xla_product chunk {chunk}: {rows[-1]['time']:.3f} s", flush=True)
@@ -292,7 +276,7 @@ def evaluation_section(num: int, repeats: int) -> list[dict]:
       {
         "side": "jaxrank",
         "chunk": chunk,
-        "time": timed(run, least=repeats, most=repeats, seconds=0),
+        "time": speed.timed(run, least=repeats, most=repeats, seconds=0),
       }
     )
     print(f"evaluation jaxrank chunk {chunk}: {rows[-1]['time']:.3f} s", flush=True)
@@ -345,7 +329,7 @@ def pml_section(batches: list[int], seconds: float) -> list[dict]:
         return loss_fn(scores, relevance, where=where)
 
       step = jax.jit(jax.value_and_grad(loss))
-      jax_time = timed(step, jnp.asarray(embeddings), jnp.asarray(labels), seconds=seconds)
+      jax_time = speed.timed(step, jnp.asarray(embeddings), jnp.asarray(labels), seconds=seconds)
       pml_time = _torch_timed(pml_loss, embeddings, labels, seconds)
       torch.cuda.empty_cache()  # The step's tensors, freed when `_torch_timed` returned.
       rows.append(

@@ -126,6 +126,22 @@ REQUIRED = {
 }
 
 
+def timed(fn, *args, seconds: float = 1.0, least: int = 5, most: int = 50) -> float:
+  """Median wall seconds of `fn(*args)` until its results are ready, after two warm-up calls:
+  at least `least` calls, then more until `seconds` have passed or `most` were made."""
+  import jax
+
+  for _ in range(2):
+    jax.block_until_ready(fn(*args))
+  times: list[float] = []
+  start = time.perf_counter()
+  while len(times) < least or (time.perf_counter() - start < seconds and len(times) < most):
+    begin = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    times.append(time.perf_counter() - begin)
+  return float(np.median(times))
+
+
 def cpu_seconds() -> float:
   usage = resource.getrusage(resource.RUSAGE_SELF)
   return usage.ru_utime + usage.ru_stime
@@ -311,14 +327,14 @@ def breakdown_table(batch: int, dim: int, repeats: int, names: list[str]) -> lis
   e, y = jnp.asarray(embeddings), jnp.asarray(labels)
   scores, relevance, where = jax.jit(jaxrank.batch_retrieval)(e, y)
 
-  def timed(fn, *args):
+  def timer(fn, *args):  # A call that times the compiled `fn(*args)` once.
     compiled = jax.jit(fn).lower(*args).compile()
     run_seconds(compiled, *args)  # Warm-up.
     return functools.partial(run_seconds, compiled, *args)
 
-  floor = timed(jax.value_and_grad(lambda e: jnp.sum(e @ e.T)), e)
+  floor = timer(jax.value_and_grad(lambda e: jnp.sum(e @ e.T)), e)
   # The scores' share: batch_retrieval's cosine matrix, forward and backward, as in every step.
-  similarity = timed(jax.value_and_grad(lambda e: jnp.sum(jaxrank.batch_retrieval(e, y)[0])), e)
+  similarity = timer(jax.value_and_grad(lambda e: jnp.sum(jaxrank.batch_retrieval(e, y)[0])), e)
   lines = [
     (
       f"where the time goes, B = {batch}, D = {dim}: medians of {repeats}, interleaved; "
@@ -330,13 +346,13 @@ def breakdown_table(batch: int, dim: int, repeats: int, names: list[str]) -> lis
   ]
   for name in names:
     loss_fn = loss_function(name)
-    on_lists = timed(
+    on_lists = timer(
       jax.value_and_grad(lambda s, r, w, loss_fn=loss_fn: loss_fn(s, r, where=w)),
       scores,
       relevance,
       where,
     )
-    step = timed(jax.value_and_grad(in_batch_loss(name)), e, y)
+    step = timer(jax.value_and_grad(in_batch_loss(name)), e, y)
     times: dict[str, list[float]] = {"floor": [], "scores": [], "lists": [], "step": []}
     for _ in range(repeats):
       for key, once in (
@@ -352,18 +368,18 @@ def breakdown_table(batch: int, dim: int, repeats: int, names: list[str]) -> lis
       f"{t['step']:.2f} s | {(t['scores'] + t['lists']) / t['floor']:.1f}x |"
     )
     print(lines[-1], flush=True)
-  for note in _breakdown_notes(scores, floor, timed, repeats, batch, names):
+  for note in _breakdown_notes(scores, floor, timer, repeats, batch, names):
     lines.append(note)
     print(note, flush=True)
   return lines
 
 
-def _breakdown_notes(scores, floor, timed, repeats: int, batch: int, names) -> list[str]:
+def _breakdown_notes(scores, floor, timer, repeats: int, batch: int, names) -> list[str]:
   """The breakdown's notes: one pass over the scores against the floor, and for the blackbox
   losses numpy's host sort of the lists against XLA's CPU sort of them."""
   # One pass over the scores, read and written: what each further elementwise pass of a loss costs
   # when XLA:CPU does not fuse it.
-  one_pass = timed(lambda s: s + 1.0, scores)
+  one_pass = timer(lambda s: s + 1.0, scores)
   passes = [(one_pass(), floor()) for _ in range(repeats)]
   notes = [
     f"one pass over the [B, B] float32 scores, read and written: "
@@ -376,7 +392,7 @@ def _breakdown_notes(scores, floor, timed, repeats: int, batch: int, names) -> l
     from jaxrank._src import ranking
 
     host = np.asarray(scores)
-    xla_sort = timed(ranking.xla_descending_ranks, scores)
+    xla_sort = timer(ranking.xla_descending_ranks, scores)
     sorts, xla_sorts = [], []
     for _ in range(repeats):
       start = time.perf_counter()

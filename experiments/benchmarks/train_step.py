@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from experiments.benchmarks import accelerators
+from experiments.benchmarks import speed
 
 MODELS = accelerators.TRAIN_MODELS
 # What `--train-models` may name: the job's backbones for photographs (the smaller ResNets test
@@ -133,10 +134,8 @@ def torch_step_time(model: str, autocast: bool, batch: int, image_size: int, sec
 
 
 def _timed(step, seconds: float) -> float:
-  """`device.timed` of `step()`: the median after two warm-up calls, at least 5 calls."""
-  from experiments.benchmarks import device  # Here: device.py imports this module.
-
-  return device.timed(step, seconds=seconds)
+  """`speed.timed` of `step()`: the median after two warm-up calls, at least 5 calls."""
+  return speed.timed(step, seconds=seconds)
 
 
 def _torch_available() -> str | None:
