@@ -506,6 +506,35 @@ def test_bound_violated_gives_nan_for_those_lists_only(platform, x64):
       np.testing.assert_array_equal(grad[1], 0.0)
 
 
+@pytest.mark.parametrize("most", [1, 3, 6, 10])
+def test_default_with_traced_labels_on_accelerators_takes_the_bound_the_lists_allow(most, x64):
+  """Without `max_relevant` and with labels traced (a jitted step), the accelerators' form picks
+  on the device the one-shot form of the smallest capacity holding every list (1, 2, 4, 8) or,
+  above, the general loop (`bounds.by_relevant_count`): the CPU's general loop's values and
+  gradients either way, for every loss of the family."""
+  scores, labels, where = random_lists(18, shape=(3, 12), mask=False)
+  labels[:] = 0
+  labels[:, :1] = 1
+  labels[0, :most] = 1
+  for loss in (sr.smoothap_loss, sr.supap_loss, sr.roadmap_loss):
+
+    def step(loss=loss):  # A fresh function for each platform: traces are cached per function.
+      def value_and_grad(s, y):
+        f = lambda s: loss(s, y, reduce_fn=None)  # noqa: E731
+        return f(s), jax.grad(lambda x: f(x).sum())(s)
+
+      return value_and_grad
+
+    with platforms.forced_platform(platforms.CPU):
+      assert "cond[" not in str(jax.make_jaxpr(step())(scores, labels))
+      want, want_grad = jax.jit(step())(scores, labels)  # The general loop.
+    with platforms.forced_platform(platforms.ACCELERATOR):
+      assert "cond[" in str(jax.make_jaxpr(step())(scores, labels))  # Chosen at run time.
+      got, grad = jax.jit(step())(scores, labels)
+    np.testing.assert_allclose(got, want, **TOL64)
+    np.testing.assert_allclose(grad, want_grad, **TOL64)
+
+
 @pytest.mark.parametrize("platform", platforms.PLATFORMS)
 def test_check_grads_bounded(platform, x64):
   scores, labels, where = _grad_inputs(5, (0.0, 0.05))

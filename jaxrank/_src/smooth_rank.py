@@ -42,7 +42,9 @@ time, in a loop that stops after the largest number of relevant items of a list:
 O(B * P * n) for `B` lists with at most `P` relevant items each, memory O(B * n) plus one chunk of
 O(B * chunk_size * n); with a static bound `max_relevant=K` the loop takes `ceil(K / chunk_size)`
 steps, a trip count the compiler counts (a list beyond the bound gives NaN), and on accelerators,
-for `K <= 8`, one step of all `K` slots: a few fused passes over `[B, n]`, memory O(B * n). The
+for `K <= 8`, one step of all `K` slots: a few fused passes over `[B, n]`, memory O(B * n).
+Without a bound, accelerators take that one-shot form too whenever every list of the call holds
+at most 8 relevant items, chosen on the device at run time (`bounds.by_relevant_count`). The
 gradient is a custom VJP that runs the same loop again, so the backward pass stores no `[B, n, n]`
 tensor either. It is the exact derivative of the surrogate (not an interpolation), flows to the
 scores and to the step functions' hyperparameters, and is reverse-mode only: `jax.grad`, `jax.vjp`
@@ -60,6 +62,7 @@ import numpy as np
 from jax import lax
 
 from jaxrank import types
+from jaxrank._src import bounds
 from jaxrank._src import checks
 from jaxrank._src import lists
 from jaxrank._src import metrics
@@ -655,6 +658,26 @@ def _precision_sums_bwd(positive_step, negative_step, chunk, count, platform, re
 _precision_sums.defvjp(_precision_sums_fwd, _precision_sums_bwd)
 
 
+def _unbounded_precision_sums(positive_step, negative_step, chunk, platform, *args):
+  """`_precision_sums` without a bound from the caller. On CPU, the general loop. On accelerators,
+  the one-shot form of the smallest capacity that holds every list's relevant items, or the
+  general loop above them (`bounds.by_relevant_count`, chosen on the device: labels traced in a
+  jitted step have no count before it runs)."""
+
+  def form(platform, count, *args):
+    return _precision_sums(positive_step, negative_step, chunk, count, platform, *args)
+
+  def accelerator(*args):
+    return bounds.by_relevant_count(args[1], functools.partial(form, platforms.ACCELERATOR), *args)
+
+  return platforms.by_platform(
+    *args,
+    cpu=functools.partial(form, platforms.CPU, None),
+    accelerator=accelerator,
+    platform=platform,
+  )
+
+
 def _chunk_for(chunk_size: int | None, num_lists: int, n: int) -> int:
   if chunk_size is None:
     chunk_size = _CHUNK_PAIRS // max(num_lists * n, 1)
@@ -680,17 +703,11 @@ def _smooth_ap_lists(
   # the gradient (which is exactly 0 for them).
   flat = lists.counted_scores(scores, where, num_relevant > 0)
   flat = flat.astype(dtype).reshape(num_lists, n)
-  sums = _precision_sums(
-    positive_step,
-    negative_step,
-    chunk,
-    count,
-    platform,
-    flat,
-    relevant.reshape(num_lists, n),
-    other.reshape(num_lists, n),
-    params,
-  )
+  args = (flat, relevant.reshape(num_lists, n), other.reshape(num_lists, n), params)
+  if count is None:
+    sums = _unbounded_precision_sums(positive_step, negative_step, chunk, platform, *args)
+  else:
+    sums = _precision_sums(positive_step, negative_step, chunk, count, platform, *args)
   ap = sums.reshape(list_shape) / jnp.maximum(num_relevant, 1).astype(dtype)
   if count is not None:  # A list beyond the bound was summed over its first `count` items only.
     ap = jnp.where(num_relevant > count, jnp.asarray(jnp.nan, dtype), ap)
@@ -821,9 +838,13 @@ def smooth_rank_ap_loss(
   steps, a static trip count, and the backward pass reads `[B, K]` slots. The bound is the
   caller's promise (in-batch lists with `m` items per class: `K = m - 1`): a list with more than
   `K` relevant valid items gives NaN and a zero gradient, so that a broken promise shows in the
-  loss rather than as a silently wrong value (its first `K` relevant items only). Unlike the
-  blackbox losses' `max_relevant`, there is no fallback to the general loop: a `lax.cond` holding
-  that loop makes the TPU compiler's estimate uncountable again, which the bound exists to avoid.
+  loss rather than as a silently wrong value (its first `K` relevant items only); the program
+  holds the bounded form alone. Without a bound, on accelerators, the choice is made on the
+  device (`bounds.by_relevant_count`, issue 51): the one-shot form of the smallest of 1, 2, 4, 8
+  slots that holds every list's relevant items, or the general loop above 8, one `lax.switch`
+  whose branch taken alone runs (the compiler's estimate counts every branch, and the memory
+  holds the general loop's `[B, n]` slots whichever runs). Same values and gradients either way;
+  on CPU, the general loop. Under `vmap` over batches every branch runs: pass the bound there.
 
   Platforms: on CPU each step gathers its items' scores and scatter-adds their gradients; on
   accelerators (GPU, TPU), which serialise gathers and scatters, both are one compare-and-sum over
