@@ -12,10 +12,12 @@ from jaxrank import similarity as similarity
 from jaxrank import types as types
 from jaxrank._src.blackbox import blackbox_ap_loss as blackbox_ap_loss
 from jaxrank._src.blackbox import blackbox_recall_loss as blackbox_recall_loss
+from jaxrank._src.blackbox_ranks import blackbox_ranks as blackbox_ranks
 from jaxrank._src.blocked import blocked_loss as blocked_loss
 from jaxrank._src.checks import traced_checks as traced_checks
 from jaxrank._src.chunked import chunked_value_and_grad as chunked_value_and_grad
 from jaxrank._src.chunked import host_chunked_value_and_grad as host_chunked_value_and_grad
+from jaxrank._src.evaluation import evaluate_retrieval as evaluate_retrieval
 from jaxrank._src.hamming import hamming_tie_aware_ap_metric as hamming_tie_aware_ap_metric
 from jaxrank._src.hamming import hamming_tie_aware_ndcg_metric as hamming_tie_aware_ndcg_metric
 from jaxrank._src.histogram import class_balancing_weights as class_balancing_weights
@@ -35,9 +37,7 @@ from jaxrank._src.metrics import tie_aware_ndcg_metric as tie_aware_ndcg_metric
 from jaxrank._src.pairwise import contrastive_loss as contrastive_loss
 from jaxrank._src.pairwise import multi_similarity_loss as multi_similarity_loss
 from jaxrank._src.pairwise import triplet_loss as triplet_loss
-from jaxrank._src.ranking import blackbox_ranks as blackbox_ranks
 from jaxrank._src.retrieval import batch_retrieval as batch_retrieval
-from jaxrank._src.retrieval import evaluate_retrieval as evaluate_retrieval
 from jaxrank._src.sharded import sharded_batch_retrieval as sharded_batch_retrieval
 from jaxrank._src.sharded import sharded_loss as sharded_loss
 from jaxrank._src.sharded import sharded_mean as sharded_mean

@@ -173,17 +173,17 @@ def test_compare_up_to_traces_the_other_form_and_restores_the_bound():
   import jax
   import jax.numpy as jnp
 
-  from jaxrank._src import ranking
+  from jaxrank._src import counting
 
-  count = jax.jit(ranking.count_above_and_tied)
+  count = jax.jit(counting.count_above_and_tied)
   args = (jnp.zeros((4, 8)), jnp.zeros((4, 2)))
   shipped = count.lower(*args).as_text()
   with accelerators.compare_up_to(0):
-    assert ranking.COMPARE_UP_TO == 0
+    assert counting.COMPARE_UP_TO == 0
     sorted_form = count.lower(*args).as_text()
   with accelerators.compare_up_to(None):
-    assert ranking.COMPARE_UP_TO == 32
-  assert ranking.COMPARE_UP_TO == 32
+    assert counting.COMPARE_UP_TO == 32
+  assert counting.COMPARE_UP_TO == 32
   # On the CPU the sorted form sorts in numpy through a host callback; the comparing loop does not.
   assert "callback" not in shipped
   assert "callback" in sorted_form

@@ -19,7 +19,7 @@ from experiments.benchmarks import chunked
 from experiments.benchmarks import distributed
 from experiments.benchmarks import evaluate
 from experiments.benchmarks import evaluate_parts
-from jaxrank._src import ranking
+from jaxrank._src import counting
 
 GENERATED = docs_data.DIRECTORY
 
@@ -214,9 +214,9 @@ def test_evaluate_parts_writes_its_tables(written):
     for i, (lists, lanes, unroll) in enumerate(evaluate_parts.SHAPES)
   ]
   assert evaluate_parts.SHAPES[0] == (
-    ranking.COMPARE_LISTS,
-    ranking.COMPARE_LANES,
-    ranking.COMPARE_UNROLL,
+    counting.COMPARE_LISTS,
+    counting.COMPARE_LANES,
+    counting.COMPARE_UNROLL,
   )
   same_columns_as_the_guide(shapes, "evaluate_compare_shapes")
 

@@ -12,6 +12,8 @@ import pytest
 
 import jaxrank
 from jaxrank._src import blackbox
+from jaxrank._src import blackbox_ranks
+from jaxrank._src import host_kernels
 from jaxrank._src import platforms
 from jaxrank._src import ranking
 
@@ -98,8 +100,10 @@ def test_ranks_forward_and_both_sort_paths(ties, rank_branch):
   np.testing.assert_array_equal(jaxrank.blackbox_ranks(scores, 1.0), want)
   np.testing.assert_array_equal(jax.jit(lambda s: jaxrank.blackbox_ranks(s, 1.0))(scores), want)
   np.testing.assert_array_equal(jax.jit(ranking.xla_descending_ranks)(jnp.asarray(scores)), want)
-  np.testing.assert_array_equal(ranking.numpy_descending_ranks(scores), want)
-  np.testing.assert_array_equal(ranking.numpy_descending_ranks(scores.astype(np.float64)), want)
+  np.testing.assert_array_equal(host_kernels.numpy_descending_ranks(scores), want)
+  np.testing.assert_array_equal(
+    host_kernels.numpy_descending_ranks(scores.astype(np.float64)), want
+  )
 
 
 def nan_scores(dtype):
@@ -131,7 +135,7 @@ def nan_scores(dtype):
 def test_nan_scores_rank_last_on_both_sort_paths(dtype):
   scores, want = nan_scores(dtype)
   assert np.isnan(scores[2]).sum() == 3
-  np.testing.assert_array_equal(ranking.numpy_descending_ranks(scores), want)
+  np.testing.assert_array_equal(host_kernels.numpy_descending_ranks(scores), want)
   with jax.enable_x64(dtype == np.float64):
     np.testing.assert_array_equal(jax.jit(ranking.xla_descending_ranks)(scores), want)
   for branch in ranking.DESCENDING_RANKS_BRANCHES:
@@ -478,7 +482,7 @@ def test_blackbox_ranks_at_equals_the_gathered_blackbox_ranks(ties, rank_branch)
       lambda s: jnp.take_along_axis(jaxrank.blackbox_ranks(s, interpolation), indices, -1), scores
     )
     count, count_vjp = jax.vjp(
-      jax.jit(lambda s: ranking.blackbox_ranks_at(s, indices, valid, interpolation)), scores
+      jax.jit(lambda s: blackbox_ranks.blackbox_ranks_at(s, indices, valid, interpolation)), scores
     )
     np.testing.assert_array_equal(np.where(valid, count, 0), np.where(valid, sort, 0))
     np.testing.assert_array_equal(count_vjp(g)[0], sort_vjp(g)[0])
@@ -494,7 +498,9 @@ def test_counting_needs_no_sort_and_no_callback(platform):
     return str(jax.make_jaxpr(jax.grad(fn))(s, *args))
 
   with platforms.forced_platform(platform):
-    jaxpr = program(lambda s: jnp.sum(ranking.blackbox_ranks_at(s, idx, valid, interpolation)))
+    jaxpr = program(
+      lambda s: jnp.sum(blackbox_ranks.blackbox_ranks_at(s, idx, valid, interpolation))
+    )
     counting = [jaxpr]
     # The bound is a promise: counting alone, no check with a fallback (no cond), traced labels
     # or concrete, within the bound or beyond it (then NaN).

@@ -14,6 +14,8 @@ import pytest
 from flax import nnx
 
 import jaxrank
+from jaxrank._src import blackbox_ranks
+from jaxrank._src import host_kernels
 from jaxrank._src import ranking
 
 B, D, M = 14, 5, 6  # Blocks of 4: rows 0-3, 4-7, 8-11 and 10-13 (the last overlaps).
@@ -296,9 +298,9 @@ def test_the_blackbox_gradient_of_the_loss_itself_takes_one_sweep(monkeypatch):
   embeddings, *_ = data()
   labels = jnp.arange(B) % 7
   sorts = []
-  numpy_ranks = ranking.numpy_descending_ranks
+  numpy_ranks = host_kernels.numpy_descending_ranks
   counted = lambda scores: sorts.append(1) or numpy_ranks(scores)
-  monkeypatch.setattr(ranking, "numpy_descending_ranks", counted)
+  monkeypatch.setattr(host_kernels, "numpy_descending_ranks", counted)
   loss_fn = jaxrank.blackbox_ap_loss
   blocked = jaxrank.blocked_loss(loss_fn, block_size=BLOCK)
   num_blocks = -(-B // BLOCK)
@@ -333,12 +335,12 @@ def test_the_blackbox_is_found_in_a_loss_whose_jit_was_traced_before():
 
 def test_uses_blackbox_rank_reads_nested_jaxprs():
   scores = jnp.linspace(0.0, 1.0, 12).reshape(3, 4)
-  rank = jax.jit(lambda s: ranking.blackbox_ranks(s, 1.0))
+  rank = jax.jit(lambda s: blackbox_ranks.blackbox_ranks(s, 1.0))
   nested = jax.make_jaxpr(lambda s: jax.lax.cond(True, rank, jnp.negative, s))(scores)
-  assert ranking.uses_blackbox_rank(nested)
+  assert blackbox_ranks.uses_blackbox_rank(nested)
   looped = jax.make_jaxpr(lambda s: jax.lax.map(rank, s[None])[0])(scores)
-  assert ranking.uses_blackbox_rank(looped)
-  assert not ranking.uses_blackbox_rank(jax.make_jaxpr(ranking.descending_ranks)(scores))
+  assert blackbox_ranks.uses_blackbox_rank(looped)
+  assert not blackbox_ranks.uses_blackbox_rank(jax.make_jaxpr(ranking.descending_ranks)(scores))
 
 
 # ---------------------------------------------------------------------------------------------

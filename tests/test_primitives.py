@@ -33,6 +33,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import jaxrank
+from jaxrank._src import counting
+from jaxrank._src import host_kernels
 from jaxrank._src import lists
 from jaxrank._src import platforms
 from jaxrank._src import ranking
@@ -183,13 +185,13 @@ def test_numpy_group_order_is_a_stable_lexsort_on_many_lists(dtype):
   """Enough lists to be split over the cores, ties (so that the labels decide) and NaN labels:
   the order of numpy's stable sort by (invalid, score key, label)."""
   rng = np.random.default_rng(0)
-  shape = (3, 40, 700)  # Above ranking._PARALLEL_ITEMS values.
+  shape = (3, 40, 700)  # Above host_kernels._PARALLEL_ITEMS values.
   neg = np.round(rng.normal(size=shape) * 4).astype(dtype) / 4  # About 40 distinct values.
   neg[0, 0, :5] = np.nan
   labels = rng.integers(0, 3, shape).astype(np.float32)
   labels[1, 1, :50] = np.nan
   invalid = (rng.random(shape) < 0.1).astype(np.int32)
-  order = ranking.numpy_group_order(invalid, neg, labels)
+  order = host_kernels.numpy_group_order(invalid, neg, labels)
   want = np.lexsort((labels, neg, invalid), axis=-1)
   np.testing.assert_array_equal(order, want)
   assert order.dtype == np.int32
@@ -428,7 +430,9 @@ def test_descending_ranks_of_nan_and_infinities_on_both_branches(scores):
   want = np.stack([brute_ranks_nan_last(s) for s in scores.reshape(-1, SHAPE[-1])]).reshape(SHAPE)
   for branch in ranking.DESCENDING_RANKS_BRANCHES:
     np.testing.assert_array_equal(descending_ranks_on(branch)(scores), want, err_msg=branch)
-  np.testing.assert_array_equal(ranking.numpy_descending_ranks(scores.astype(np.float64)), want)
+  np.testing.assert_array_equal(
+    host_kernels.numpy_descending_ranks(scores.astype(np.float64)), want
+  )
 
 
 def test_descending_ranks_eager_vmap_and_float64(x64):
@@ -659,7 +663,7 @@ def _sorted_thresholds(thresholds):
   return -np.sort(-np.asarray(thresholds, np.float32), axis=-1)
 
 
-@pytest.mark.parametrize("num_thresholds", [5, ranking.COMPARE_UP_TO, ranking.COMPARE_UP_TO + 7])
+@pytest.mark.parametrize("num_thresholds", [5, counting.COMPARE_UP_TO, counting.COMPARE_UP_TO + 7])
 @pytest.mark.parametrize("branch", [None, *ranking.DESCENDING_RANKS_BRANCHES])
 def test_count_above_and_tied_matches_brute_force(num_thresholds, branch):
   """Every path (compare up to COMPARE_UP_TO thresholds, then numpy's or XLA's sort) counts the
@@ -672,8 +676,8 @@ def test_count_above_and_tied_matches_brute_force(num_thresholds, branch):
   thresholds = rng.choice(values, (4, num_thresholds)).astype(np.float32)
   thresholds[0] = np.nan  # A list without a threshold.
   with ranking.descending_ranks_branch(branch) if branch else contextlib.nullcontext():
-    got = jax.jit(lambda s, t: ranking.count_above_and_tied(s, t))(scores, thresholds)
-  compared = num_thresholds <= ranking.COMPARE_UP_TO and branch != "xla"
+    got = jax.jit(lambda s, t: counting.count_above_and_tied(s, t))(scores, thresholds)
+  compared = num_thresholds <= counting.COMPARE_UP_TO and branch != "xla"
   want_order = thresholds if compared else _sorted_thresholds(thresholds)
   np.testing.assert_array_equal(got.thresholds, want_order)
   for i, j in itertools.product(range(4), range(num_thresholds)):
@@ -688,12 +692,13 @@ def test_compare_counts_counts_every_list_and_item(c, n):
   """The CPU's comparing loop takes lists in tiles of `COMPARE_LISTS` (the last overlapping its
   neighbour) and items `COMPARE_LANES` at a time (the last few after the loop, or alone when a
   list is shorter than a step), and counts each list's NaN scores."""
-  assert 1 < ranking.COMPARE_LISTS < 7 and 5 < ranking.COMPARE_LANES <= 16  # What the cases cross.
+  # What the cases cross.
+  assert 1 < counting.COMPARE_LISTS < 7 and 5 < counting.COMPARE_LANES <= 16
   rng = np.random.default_rng(c * n)
   values = np.array([v for v in ALPHABET if not np.isnan(v)] + [np.nan], np.float32)
   scores = rng.choice(values, (c, n)).astype(np.float32)
   thresholds = rng.choice(values, (c, 3)).astype(np.float32)
-  ordered, above, tied, nans = jax.jit(ranking.compare_counts)(scores, thresholds)
+  ordered, above, tied, nans = jax.jit(counting.compare_counts)(scores, thresholds)
   np.testing.assert_array_equal(ordered, thresholds)
   np.testing.assert_array_equal(above, np.sum(scores[:, None, :] > thresholds[:, :, None], -1))
   np.testing.assert_array_equal(tied, np.sum(scores[:, None, :] == thresholds[:, :, None], -1))
@@ -706,9 +711,9 @@ def test_numpy_sorted_counts_under_vmap_and_on_many_lists():
   scores = rng.integers(0, 30, (3, 40, 2000)).astype(np.float32)  # Above the parallel size.
   thresholds = scores[..., :50]
   with ranking.descending_ranks_branch("numpy"):
-    got = jax.jit(jax.vmap(ranking.count_above_and_tied))(scores, thresholds)
+    got = jax.jit(jax.vmap(counting.count_above_and_tied))(scores, thresholds)
   with ranking.descending_ranks_branch("xla"):
-    want = jax.jit(jax.vmap(ranking.count_above_and_tied))(scores, thresholds)
+    want = jax.jit(jax.vmap(counting.count_above_and_tied))(scores, thresholds)
   chex.assert_trees_all_equal(got, want)
 
 
@@ -718,9 +723,9 @@ def test_relevant_ties_match_brute_force(num):
   rng = np.random.default_rng(num)
   values = rng.choice(np.array([-1.0, -0.0, 0.0, 0.5, 2.0], np.float32), (5, num))
   values[1, num // 2 :] = np.nan
-  if num > ranking.COMPARE_UP_TO:
+  if num > counting.COMPARE_UP_TO:
     values = _sorted_thresholds(values)
-  above, tied, position = (np.asarray(x) for x in ranking.relevant_ties(jnp.asarray(values)))
+  above, tied, position = (np.asarray(x) for x in counting.relevant_ties(jnp.asarray(values)))
   for i, j in np.argwhere(~np.isnan(values)):
     row = values[i][~np.isnan(values[i])]
     assert above[i, j] == np.sum(row > values[i, j])
@@ -735,8 +740,8 @@ def test_float64_counts_where_the_host_callback_runs_without_x64():
   and run where it does not hold (as on one of XLA's threads): the float64 thresholds come back
   as they are, and scores that differ beyond float32's precision are counted apart."""
   rng = np.random.default_rng(4)
-  num = ranking.COMPARE_UP_TO + 3
-  count = lambda s, t: ranking.count_above_and_tied(s, t)  # noqa: E731
+  num = counting.COMPARE_UP_TO + 3
+  count = lambda s, t: counting.count_above_and_tied(s, t)  # noqa: E731
   with jax.enable_x64(True), ranking.descending_ranks_branch("numpy"):
     scores = jnp.asarray(rng.normal(size=(2, 60)))
     scores = scores.at[:, 1].set(scores[:, 0] + 1e-12)  # Tied in float32 only.
@@ -784,8 +789,8 @@ def test_float64_tie_groups_where_the_host_callback_runs_without_x64():
 def test_count_above_and_tied_without_a_host_callback_counts_the_same():
   rng = np.random.default_rng(3)
   scores = rng.integers(0, 9, (6, 80)).astype(np.float32)
-  thresholds = scores[:, : ranking.COMPARE_UP_TO + 5]
-  count = lambda s, t, **kwargs: ranking.count_above_and_tied(s, t, **kwargs)  # noqa: E731
+  thresholds = scores[:, : counting.COMPARE_UP_TO + 5]
+  count = lambda s, t, **kwargs: counting.count_above_and_tied(s, t, **kwargs)  # noqa: E731
   want = jax.jit(count)(scores, thresholds)
   got = jax.jit(functools.partial(count, host_callback=False))(scores, thresholds)
   chex.assert_trees_all_equal(got, want)

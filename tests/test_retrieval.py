@@ -15,9 +15,10 @@ import pytest
 import reference
 
 import jaxrank
+from jaxrank._src import counting
+from jaxrank._src import evaluation
 from jaxrank._src import platforms
 from jaxrank._src import ranking
-from jaxrank._src import retrieval
 
 # ---------------------------------------------------------------------------------------------
 # batch_retrieval
@@ -676,7 +677,7 @@ def test_evaluate_on_a_one_device_mesh_equals_no_mesh():
 
 
 # ---------------------------------------------------------------------------------------------
-# Large classes: the counts come from sorts beyond ranking.COMPARE_UP_TO relevant items.
+# Large classes: the counts come from sorts beyond counting.COMPARE_UP_TO relevant items.
 
 
 def _large_classes(seed, n=240, bits=8):
@@ -691,7 +692,7 @@ def _large_classes(seed, n=240, bits=8):
 @pytest.mark.parametrize("branch", [None, *ranking.DESCENDING_RANKS_BRANCHES])
 def test_evaluate_large_classes_equal_brute_force_on_every_counting_path(branch):
   codes, labels = _large_classes(0)
-  assert np.bincount(labels).max() > ranking.COMPARE_UP_TO
+  assert np.bincount(labels).max() > counting.COMPARE_UP_TO
   hamming = jaxrank.similarity.hamming
   with ranking.descending_ranks_branch(branch) if branch else contextlib.nullcontext():
     got = jaxrank.evaluate_retrieval(codes, labels, chunk_size=64, similarity_fn=hamming)
@@ -738,13 +739,13 @@ def test_evaluate_memory_does_not_grow_with_the_size_of_the_classes():
   n, chunk = 4096, 64
   x = rng.standard_normal((n, 8)).astype(np.float32)
   labels = rng.integers(0, 2, n)
-  relevance = retrieval._ClassRelevance(labels, labels, leave_one_out=True)
+  relevance = evaluation._ClassRelevance(labels, labels, leave_one_out=True)
   self_ids, index, ok = relevance(np.arange(chunk, dtype=np.int32))
   assert index.shape == (chunk, np.bincount(labels).max())
-  prepared = retrieval._prepare_items(jaxrank.similarity.cosine, jnp.asarray(x), x.dtype)
+  prepared = evaluation._prepare_items(jaxrank.similarity.cosine, jnp.asarray(x), x.dtype)
   for branch in ("numpy", "xla"):
     with ranking.descending_ranks_branch(branch):
-      compiled = retrieval._evaluate_chunk.lower(
+      compiled = evaluation._evaluate_chunk.lower(
         x[:chunk],
         self_ids,
         index,
@@ -758,22 +759,22 @@ def test_evaluate_memory_does_not_grow_with_the_size_of_the_classes():
     assert temporaries < 16 * chunk * n * 4, (branch, temporaries)
 
 
-@pytest.mark.parametrize("num_relevant", [11, ranking.COMPARE_UP_TO + 8])
+@pytest.mark.parametrize("num_relevant", [11, counting.COMPARE_UP_TO + 8])
 def test_evaluate_chunk_for_accelerators_holds_no_callback_nor_sort_of_the_lists(num_relevant):
   """The accelerators' chunk (forced here on the CPU): no host callback whatever `R`; up to
-  `ranking.COMPARE_UP_TO` relevant items no loop and no sort of the `[c, N]` scores (one fused
+  `counting.COMPARE_UP_TO` relevant items no loop and no sort of the `[c, N]` scores (one fused
   comparison; only the `[c, R]` thresholds are sorted), beyond one sort of each list."""
   rng = np.random.default_rng(0)
   n, chunk = 3000, 64
   x = rng.standard_normal((n, 8)).astype(np.float32)
-  prepared = retrieval._prepare_items(jaxrank.similarity.cosine, jnp.asarray(x), x.dtype)
+  prepared = evaluation._prepare_items(jaxrank.similarity.cosine, jnp.asarray(x), x.dtype)
   index = rng.integers(0, n, (chunk, num_relevant)).astype(np.int32)
   args = (x[:chunk], np.arange(chunk, dtype=np.int32), index, np.ones(index.shape, bool), prepared)
   texts = {}
   for platform in platforms.PLATFORMS:
     with platforms.forced_platform(platform):
       texts[platform] = (
-        retrieval._evaluate_chunk.lower(
+        evaluation._evaluate_chunk.lower(
           *args, ks=(1,), similarity_fn=jaxrank.similarity.cosine, branch=ranking.forced_branch()
         )
         .compile()
@@ -784,7 +785,7 @@ def test_evaluate_chunk_for_accelerators_holds_no_callback_nor_sort_of_the_lists
   text = texts[platforms.ACCELERATOR]
   assert not callback.search(text)
   sorts_of_lists = [line for line in text.splitlines() if " sort(" in line and f",{n}]" in line]
-  if num_relevant <= ranking.COMPARE_UP_TO:
+  if num_relevant <= counting.COMPARE_UP_TO:
     assert not sorts_of_lists and " while(" not in text
   else:
     assert sorts_of_lists

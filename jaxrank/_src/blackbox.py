@@ -1,14 +1,15 @@
 """Losses on blackbox-differentiated ranks (RaMBO, Rolinek et al. 2020): AP and recall.
 
-`ranking.blackbox_ranks` returns the exact ranks of a list; its gradient is not the derivative of
-the ranks (zero almost everywhere) but the interpolation of Algorithm 1. `blackbox_ap_loss` and
-`blackbox_recall_loss` are exact AP and recall losses whose gradients come from that interpolation.
+`blackbox_ranks.blackbox_ranks` returns the exact ranks of a list; its gradient is not the
+derivative of the ranks (zero almost everywhere) but the interpolation of Algorithm 1.
+`blackbox_ap_loss` and `blackbox_recall_loss` are exact AP and recall losses whose gradients come
+from that interpolation.
 
 A valid NaN score makes its list's value NaN (README, "Conventions"), as for every other loss, on
 every platform: the ranks place NaN scores last on both sort paths (`ranking.descending_ranks`),
 and the per-list values go through `lists.finish` (on the counting path too: its keys,
-`ranking.order_keys`, order NaN last as the sorts do). Such a list passes a zero cotangent to its
-ranks, so its scores get a zero gradient; the other lists keep their values and gradients.
+`blackbox_ranks.order_keys`, order NaN last as the sorts do). Such a list passes a zero cotangent
+to its ranks, so its scores get a zero gradient; the other lists keep their values and gradients.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import jax
 import jax.numpy as jnp
 
 from jaxrank import types
+from jaxrank._src import blackbox_ranks
 from jaxrank._src import checks
 from jaxrank._src import lists
-from jaxrank._src import ranking
 from jaxrank._src import segmented
 
 COUNT_UP_TO = 16
@@ -74,13 +75,13 @@ def _blackbox_list_values(
   Margin shift (eq. 14-15), `interpolation` scaled by the valid items, then the blackbox ranks of
   the relevant items and their ranks among the relevant items (constants: as in the authors' code
   they carry no gradient), passed to `body(ranks, relevant_ranks, relevant, num_relevant)` (arrays
-  `[..., n]` read only where `relevant`: `ranking.blackbox_relevant_ranks` on either path), which
-  gives the per-list values (NaN for a list beyond a bound it may exceed). Returns the values
+  `[..., n]` read only where `relevant`: `blackbox_ranks.blackbox_relevant_ranks` on either path),
+  which gives the per-list values (NaN for a list beyond a bound it may exceed). Returns the values
   `[...]`, the relevant counts `[...]`, and the checked scores and mask (for `lists.finish`).
   """
   labels_in, where_in = labels, where
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
-  interpolation = ranking.check_interpolation(fn, interpolation)
+  interpolation = blackbox_ranks.check_interpolation(fn, interpolation)
   checks.check_real(
     fn, "margin", margin, at_least=0, scalar=False, hint="It is RaMBO's alpha (eq. 14): 0.02."
   )
@@ -107,7 +108,7 @@ def _blackbox_list_values(
     )
   interpolation = interpolation.astype(dtype) * jnp.maximum(num_valid, 1)
   num_relevant = jnp.sum(relevant, axis=-1)
-  ranks, relevant_ranks = ranking.blackbox_relevant_ranks(
+  ranks, relevant_ranks = blackbox_ranks.blackbox_relevant_ranks(
     shifted, relevant, interpolation, max_relevant=count
   )
   values = body(ranks, relevant_ranks, relevant, num_relevant)

@@ -14,11 +14,12 @@ the backward pass then scales it by the cotangent of the mean. Nothing is comput
 time is about the unblocked step's. This is exact when the loss's backward is linear in its
 cotangent, as a derivative is. RaMBO's blackbox ranks are not (Algorithm 1 moves the scores by
 `interpolation` times the cotangent, which depends on the number of lists in the mean). For a loss
-that uses them (found in the block's jaxpr, `ranking.uses_blackbox_rank`) the forward pass takes
-each block's gradient with the cotangent that differentiating the mean itself gives its numerator
-(`1 / the mean's denominator`, found first by a pass over the blocks that XLA reduces to the
-lists' validity: the losses' work feeds nothing there and is removed), and the backward pass uses
-it when the true cotangent is exactly that one (`jax.grad` of the loss, the training step's case).
+that uses them (found in the block's jaxpr, `blackbox_ranks.uses_blackbox_rank`) the forward pass
+takes each block's gradient with the cotangent that differentiating the mean itself gives its
+numerator (`1 / the mean's denominator`, found first by a pass over the blocks that XLA reduces to
+the lists' validity: the losses' work feeds nothing there and is removed), and the backward pass
+uses it when the true cotangent is exactly that one (`jax.grad` of the loss, the training step's
+case).
 Any other cotangent (a weighted sum of losses, a scaled loss) takes one more pass over the blocks,
 each block's scores recomputed and differentiated with the true cotangent (rematerialisation).
 
@@ -40,9 +41,9 @@ import jax
 import jax.numpy as jnp
 
 from jaxrank import types
+from jaxrank._src import blackbox_ranks
 from jaxrank._src import checks
 from jaxrank._src import lists
-from jaxrank._src import ranking
 from jaxrank._src import retrieval
 from jaxrank._src import similarity
 
@@ -213,7 +214,7 @@ def _backward_is_linear(blocks: _Blocks, data: _Lists) -> bool:
   jaxpr = jax.make_jaxpr(
     lambda d: _block_lists_sums(blocks, d, d.queries[:size], _prepare(blocks, d), 0, 0)
   )(data)
-  return not ranking.uses_blackbox_rank(jaxpr)
+  return not blackbox_ranks.uses_blackbox_rank(jaxpr)
 
 
 def _mean_cotangent(blocks: _Blocks, data: _Lists) -> jax.Array:

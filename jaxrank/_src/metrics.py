@@ -51,6 +51,7 @@ import jax.numpy as jnp
 
 from jaxrank import types
 from jaxrank._src import checks
+from jaxrank._src import counting
 from jaxrank._src import lists
 from jaxrank._src import ranking
 from jaxrank._src import segmented
@@ -112,7 +113,7 @@ def sum_in_order(x: jax.Array) -> jax.Array:
 
   zeros = lists.varying_like(jnp.zeros(x.shape[:-1], x.dtype), x)
   # Written out up to `COMPARE_UP_TO` entries: no loop in the accelerators' evaluation chunk.
-  unroll = x.shape[-1] <= ranking.COMPARE_UP_TO
+  unroll = x.shape[-1] <= counting.COMPARE_UP_TO
   return jax.lax.fori_loop(0, x.shape[-1], add, (zeros, zeros), unroll=unroll or 1)[0]
 
 

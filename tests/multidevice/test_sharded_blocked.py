@@ -12,7 +12,7 @@ import pytest
 from flax import nnx
 
 import jaxrank
-from jaxrank._src import ranking
+from jaxrank._src import host_kernels
 
 AXIS = "batch"  # The axis of conftest.py's `mesh` fixture.
 
@@ -101,9 +101,9 @@ def test_sharded_blackbox_gradient_of_the_loss_takes_one_sweep(mesh, monkeypatch
   numpy sorts counted), as the unblocked step; with another cotangent, twice more."""
   embeddings, labels = data()
   sorts = []
-  numpy_ranks = ranking.numpy_descending_ranks
+  numpy_ranks = host_kernels.numpy_descending_ranks
   counted = lambda scores: sorts.append(1) or numpy_ranks(scores)
-  monkeypatch.setattr(ranking, "numpy_descending_ranks", counted)
+  monkeypatch.setattr(host_kernels, "numpy_descending_ranks", counted)
   loss_fn = jaxrank.blackbox_ap_loss
   sharded = jaxrank.sharded_loss(loss_fn, mesh, AXIS, block_size=3)  # 2 blocks per device.
   for scale, sorts_per_block in [(1.0, 2), (3.0, 4)]:
