@@ -60,8 +60,13 @@ def by_relevant_count(
   bounded = capacities_for(relevant.shape[-1], capacities)
   if not bounded:
     return form(None, *operands)
+  branches = [functools.partial(form, k) for k in (*bounded, None)]
+  return lax.switch(branch_index(relevant, bounded), branches, *operands)
+
+
+def branch_index(relevant: jax.Array, bounded: tuple[int, ...]) -> jax.Array:
+  """The branch of `(*bounded, None)` that `by_relevant_count` takes: `i` for `bounded[i]`, the
+  first capacity that holds every list's relevant items, `len(bounded)` for the general form.
+  For a custom VJP that chooses its forward and backward forms with one index (`smooth_rank`)."""
   largest = largest_relevant_count(relevant)
-  # Index i < len(bounded) takes bounded[i], the first capacity >= largest; the last, the general.
-  index = jnp.searchsorted(jnp.asarray(bounded, jnp.int32), largest, side="left")
-  branches = [functools.partial(form, k) for k in bounded] + [functools.partial(form, None)]
-  return lax.switch(index, branches, *operands)
+  return jnp.searchsorted(jnp.asarray(bounded, jnp.int32), largest, side="left").astype(jnp.int32)
