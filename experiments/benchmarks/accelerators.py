@@ -221,8 +221,8 @@ def compile_evaluation_chunk(
   import jax.numpy as jnp
 
   import jaxrank
+  from jaxrank._src import evaluation
   from jaxrank._src import ranking
-  from jaxrank._src import retrieval
   from jaxrank._src import similarity
 
   sharding = jax.sharding.SingleDeviceSharding(device)
@@ -235,7 +235,7 @@ def compile_evaluation_chunk(
     lambda x: similarity.prepare_items(jaxrank.similarity.cosine, x, jnp.float32), items
   )
   prepared = jax.tree.map(lambda s: spec(s.shape, s.dtype), prepared)
-  return retrieval._evaluate_chunk.lower(  # pylint: disable=protected-access
+  return evaluation._evaluate_chunk.lower(  # pylint: disable=protected-access
     spec((chunk, dim), jnp.float32),
     spec((chunk,), jnp.int32),
     spec((chunk, relevant), jnp.int32),
@@ -459,27 +459,27 @@ EVALUATION_FORMS = {
   "fused comparison (as shipped)": None,
   "sort of each list, binary search": 0,
 }
-"""The evaluation chunk's forms of counting ranks, by the `ranking.COMPARE_UP_TO` each is compiled
+"""The evaluation chunk's forms of counting ranks, by the `counting.COMPARE_UP_TO` each is compiled
 with: as shipped (few relevant slots are compared with every score in one fused reduction), and
 with every list sorted and searched (what the chunk did before; `COMPARE_UP_TO = 0`)."""
 
 
 @contextlib.contextmanager
 def compare_up_to(bound: int | None):
-  """`ranking.COMPARE_UP_TO` set to `bound` (`None`: left as shipped) while programs are traced;
+  """`counting.COMPARE_UP_TO` set to `bound` (`None`: left as shipped) while programs are traced;
   JAX's caches are cleared on entry and exit so that no program traced with the other bound is
   reused."""
   import jax
 
-  from jaxrank._src import ranking
+  from jaxrank._src import counting
 
-  shipped = ranking.COMPARE_UP_TO
+  shipped = counting.COMPARE_UP_TO
   jax.clear_caches()
-  ranking.COMPARE_UP_TO = shipped if bound is None else bound
+  counting.COMPARE_UP_TO = shipped if bound is None else bound
   try:
     yield
   finally:
-    ranking.COMPARE_UP_TO = shipped
+    counting.COMPARE_UP_TO = shipped
     jax.clear_caches()
 
 

@@ -13,7 +13,7 @@ Two data sets, each leave-one-out over the whole set, generated from a fixed see
   images), each a noisy copy of its class centre, L2-normalised, float32, D = 512; cosine.
 * `large_classes`: few large classes, the hashing papers' CIFAR-10 protocol (12,000 codes of 32
   bits in 10 classes of about 1,200 items); `jaxrank.similarity.hamming`. Every query has about
-  1,200 relevant items, far beyond `ranking.COMPARE_UP_TO`: the counts come from sorts.
+  1,200 relevant items, far beyond `counting.COMPARE_UP_TO`: the counts come from sorts.
 
 Four sides, each run in its own process so that its peak memory (max RSS, the whole process:
 Python, the runtime and the data included) is its own:

@@ -14,7 +14,7 @@ whole process, so that a part using both cores shows it):
   from a product with a block of `similarity.ITEM_BLOCK` (1,024) items, so that no score depends on
   how the items are split over devices (the CPU's form; docs/guide/scale.rst, "Several
   processes"); the blocks' cost is `product in blocks / product`;
-* `count`: the CPU's comparing loop (`ranking.compare_counts` on `[chunk, items]` scores and
+* `count`: the CPU's comparing loop (`counting.compare_counts` on `[chunk, items]` scores and
   `[chunk, relevant]` thresholds), which gives MAP@R and mAP their ranks;
 * `whole chunk`: what `evaluate_retrieval` runs for each chunk of queries on the CPU (the product
   in blocks, the query's own item left out, the relevant items' scores gathered, the counts and
@@ -22,13 +22,13 @@ whole process, so that a part using both cores shows it):
 
 A second table, `evaluate_counts_by_relevant`, times the ways of counting ranks by the number R of
 relevant items per list (`--lists` lists of `--list-items` scores, R from `--ladder`): the CPU's
-comparing loop (`ranking._compare_counts`, O(n R) per list), numpy's sort and binary search through
-the host callback (the CPU's path beyond `ranking.COMPARE_UP_TO`) and XLA's (the accelerators'):
+comparing loop (`counting._compare_counts`, O(n R) per list), numpy's sort and binary search through
+the host callback (the CPU's path beyond `counting.COMPARE_UP_TO`) and XLA's (the accelerators'):
 the measurement that chose `COMPARE_UP_TO`. `--skip-ladder` leaves it out.
 
-A third table, `evaluate_compare_shapes`, times the comparing loop (`ranking.compare_counts`) on
+A third table, `evaluate_compare_shapes`, times the comparing loop (`counting.compare_counts`) on
 the first table's scores at each shape of `SHAPES`: lists counted together
-(`ranking.COMPARE_LISTS`), items per step (`COMPARE_LANES`) and steps written out per iteration
+(`counting.COMPARE_LISTS`), items per step (`COMPARE_LANES`) and steps written out per iteration
 (`COMPARE_UNROLL`), each checked to count the same: the measurement that chose the shipped shape.
 `--skip-shapes` leaves it out.
 
@@ -66,12 +66,12 @@ def counts_table(lists: int, items: int, ladder: list[int], repeats: int) -> lis
   import jax
   import jax.numpy as jnp
 
-  from jaxrank._src import ranking
+  from jaxrank._src import counting
 
   ways = {
-    "comparing (CPU loop)": ranking._compare_counts,  # pylint: disable=protected-access
-    "numpy sort, binary search": ranking._cpu_sorted_counts,  # pylint: disable=protected-access
-    "XLA sort, binary search": ranking.xla_sorted_counts,
+    "comparing (CPU loop)": counting._compare_counts,  # pylint: disable=protected-access
+    "numpy sort, binary search": counting._cpu_sorted_counts,  # pylint: disable=protected-access
+    "XLA sort, binary search": counting.xla_sorted_counts,
   }
   lines = [
     f"Counting ranks by R relevant items per list: {lists} lists of {items:,} scores; "
@@ -89,7 +89,7 @@ def counts_table(lists: int, items: int, ladder: list[int], repeats: int) -> lis
       cells.append(f"{wall * 1e3:.1f} ms")
     lines.append(f"| {r:,} | " + " | ".join(cells) + " |")
     print(lines[-1], flush=True)
-  lines.append(f"ranking.COMPARE_UP_TO = {ranking.COMPARE_UP_TO}: the loop counts up to it.")
+  lines.append(f"counting.COMPARE_UP_TO = {counting.COMPARE_UP_TO}: the loop counts up to it.")
   return lines
 
 
@@ -102,12 +102,12 @@ def shapes_table(c: int, n: int, r: int, repeats: int) -> list[str]:
   import jax
   import jax.numpy as jnp
 
-  from jaxrank._src import ranking
+  from jaxrank._src import counting
 
   rng = np.random.default_rng(0)
   scores = jnp.asarray(rng.standard_normal((c, n)).astype(np.float32))
   thresholds = jnp.asarray(rng.standard_normal((c, r)).astype(np.float32))
-  shipped = (ranking.COMPARE_LISTS, ranking.COMPARE_LANES, ranking.COMPARE_UNROLL)
+  shipped = (counting.COMPARE_LISTS, counting.COMPARE_LANES, counting.COMPARE_UNROLL)
   lines = [
     f"The comparing loop by shape: {c} lists of {n:,} scores, {r} thresholds; median of {repeats}",
     "| lists | lanes | unroll | wall |",
@@ -116,8 +116,8 @@ def shapes_table(c: int, n: int, r: int, repeats: int) -> list[str]:
   want = None
   try:
     for shape in SHAPES:
-      ranking.COMPARE_LISTS, ranking.COMPARE_LANES, ranking.COMPARE_UNROLL = shape
-      count = jax.jit(lambda s, t: ranking.compare_counts(s, t))  # A new trace per shape.
+      counting.COMPARE_LISTS, counting.COMPARE_LANES, counting.COMPARE_UNROLL = shape
+      count = jax.jit(lambda s, t: counting.compare_counts(s, t))  # A new trace per shape.
       got = count(scores, thresholds)
       want = got if want is None else want
       assert all(bool(jnp.array_equal(a, b)) for a, b in zip(got, want)), shape
@@ -126,7 +126,7 @@ def shapes_table(c: int, n: int, r: int, repeats: int) -> list[str]:
       lines.append(f"| {shape[0]}{mark} | {shape[1]} | {shape[2]} | {wall * 1e3:.0f} ms |")
       print(lines[-1], flush=True)
   finally:
-    ranking.COMPARE_LISTS, ranking.COMPARE_LANES, ranking.COMPARE_UNROLL = shipped
+    counting.COMPARE_LISTS, counting.COMPARE_LANES, counting.COMPARE_UNROLL = shipped
   return lines
 
 
@@ -137,8 +137,9 @@ def parts_table(c: int, n: int, r: int, dim: int, repeats: int) -> list[str]:
   import jax.numpy as jnp
 
   import jaxrank
+  from jaxrank._src import counting
+  from jaxrank._src import evaluation
   from jaxrank._src import ranking
-  from jaxrank._src import retrieval
   from jaxrank._src import similarity
 
   rng = np.random.default_rng(0)
@@ -158,14 +159,14 @@ def parts_table(c: int, n: int, r: int, dim: int, repeats: int) -> list[str]:
 
   def chunk(*args):
     # pylint: disable-next=protected-access
-    return retrieval._evaluate_chunk(
+    return evaluation._evaluate_chunk(
       *args, ks=(1, 2, 4, 8), similarity_fn=dots, branch=ranking.forced_branch()
     )
 
   rows = {
     "product": (jax.jit(lambda q, x: jnp.max(q @ x.T, axis=1)), (queries, items)),
     "product in blocks": (jax.jit(lambda q, x: jnp.max(dots(q, x), axis=1)), (queries, items)),
-    "count": (jax.jit(ranking.compare_counts), (scores, thresholds)),
+    "count": (jax.jit(counting.compare_counts), (scores, thresholds)),
     "whole chunk": (chunk, chunk_args),
   }
   lines = [

@@ -28,7 +28,7 @@ Table 2, where each step's time goes: forward+backward of the scores alone (`bat
 `[B, B]` cosines, which include the floor's product), of the loss alone on those precomputed
 scores, and of the whole step, interleaved with the floor; the step is about the sum of the first
 two, so `(scores + lists) / floor` says which part keeps a loss from 2x. For the blackbox losses
-a last line times one of their two host sorts of the lists (`ranking.numpy_descending_ranks`).
+a last line times one of their two host sorts of the lists (`host_kernels.numpy_descending_ranks`).
 
 Table 3, one row per loss, no timing: XLA's own account of the compiled step
 (`compiled.cost_analysis()`: flops and bytes accessed; `memory_analysis()`: temporaries), each as a
@@ -389,6 +389,7 @@ def _breakdown_notes(scores, floor, timer, repeats: int, batch: int, names) -> l
   if any(name in ("blackbox AP", "blackbox recall") for name in names):
     # The blackbox losses rank each list on the host (CPU), forward and backward: one such sort,
     # timed on the library's private sort itself (a benchmark of the implementation, as tests are).
+    from jaxrank._src import host_kernels
     from jaxrank._src import ranking
 
     host = np.asarray(scores)
@@ -396,7 +397,7 @@ def _breakdown_notes(scores, floor, timer, repeats: int, batch: int, names) -> l
     sorts, xla_sorts = [], []
     for _ in range(repeats):
       start = time.perf_counter()
-      ranking.numpy_descending_ranks(host)
+      host_kernels.numpy_descending_ranks(host)
       sorts.append(time.perf_counter() - start)
       xla_sorts.append(xla_sort())
     numpy_s, xla_s = float(np.median(sorts)), float(np.median(xla_sorts))
