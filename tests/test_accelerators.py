@@ -23,6 +23,7 @@ import os
 import pathlib
 import subprocess
 
+import numpy as np
 import pytest
 
 from experiments.benchmarks import accelerators
@@ -188,3 +189,18 @@ def test_compare_up_to_traces_the_other_form_and_restores_the_bound():
   assert "callback" not in shipped
   assert "callback" in sorted_form
   assert count.lower(*args).as_text() == shipped
+
+
+def test_branch_taken_rows_compile_the_bound_the_losses_choose():
+  """The rows "(branch taken)" compile the bounded form that the run-time choice takes for the
+  benchmark's lists (`PER_CLASS - 1` relevant items): the smallest capacity that holds them, for
+  the smooth-rank losses' capacities and the blackbox losses' alike."""
+  from experiments.benchmarks import speed
+  from jaxrank._src import blackbox_ranks
+  from jaxrank._src import bounds
+
+  for capacities in (bounds.CAPACITIES, blackbox_ranks._CAPACITIES):
+    bounded = bounds.capacities_for(BATCH - 1, capacities)
+    relevant = np.arange(BATCH - 1) < speed.PER_CLASS - 1
+    assert bounded[int(bounds.branch_index(relevant[None], bounded))] == accelerators.TAKEN_BOUND
+  assert set(accelerators.BRANCH_TAKEN.values()) <= set(speed.LOSSES)

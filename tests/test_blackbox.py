@@ -507,13 +507,42 @@ def test_counting_needs_no_sort_and_no_callback(platform):
     counting.append(program(lambda s, y: jaxrank.blackbox_ap_loss(s, y, max_relevant=2), labels))
     for k in (None, 1, 2, 5):
       counting.append(program(lambda s: jaxrank.blackbox_recall_loss(s, labels, max_relevant=k)))
-    # Traced labels and no bound: the sort.
+    # Traced labels and no bound: the sort (on accelerators beside counting, chosen at run time).
     sort = program(lambda s, y: jaxrank.blackbox_ap_loss(s, y), labels)
   assert "sort[" in sort or "callback" in sort
+  assert ("cond[" in sort) == (platform == platforms.ACCELERATOR)
   for jaxpr in counting:
     assert "cond[" not in jaxpr and "sort[" not in jaxpr and "callback" not in jaxpr
     if platform == platforms.ACCELERATOR:
       assert "top_k" not in jaxpr and "gather" not in jaxpr and "scatter" not in jaxpr
+
+
+@pytest.mark.parametrize("loss_fn", LOSSES, ids=["ap", "recall"])
+def test_default_with_traced_labels_on_accelerators_counts_when_the_lists_allow(loss_fn):
+  """Without `max_relevant` and with labels traced (a jitted step), the accelerators' form counts
+  with the smallest bound of 1, 2, 4, 8, 16 that holds every list, or sorts above (chosen on the
+  device): the CPU's sort's values and gradients either way. One compiled program per platform
+  serves every count (the labels are its argument)."""
+  batches = []
+  for most in (1, 3, 6, 12, 20):  # Counting with 1, 4, 8, 16 slots, then the sort.
+    rng = np.random.default_rng(most)
+    labels = np.zeros((3, 24), np.int32)
+    labels[:, 0] = 1
+    labels[0, :most] = 1
+    batches.append((rng.standard_normal((3, 24)).astype(np.float32), rng.permuted(labels, axis=1)))
+
+  def run(platform):  # A fresh function for each platform, traced inside its block.
+    step = jax.value_and_grad(lambda s, y: jnp.sum(loss_fn(s, y, reduce_fn=None)))
+    with platforms.forced_platform(platform):
+      has_cond = "cond[" in str(jax.make_jaxpr(step)(*batches[0]))
+      return has_cond, [jax.jit(step)(*batch) for batch in batches]
+
+  cpu_cond, want = run(platforms.CPU)
+  accelerator_cond, got = run(platforms.ACCELERATOR)
+  assert accelerator_cond and not cpu_cond
+  for most, g, w in zip((1, 3, 6, 12, 20), got, want, strict=True):
+    np.testing.assert_allclose(g[0], w[0], rtol=2e-7, atol=1e-7, err_msg=str(most))
+    np.testing.assert_allclose(g[1], w[1], rtol=1e-6, atol=1e-7, err_msg=str(most))
 
 
 def counting_cases():

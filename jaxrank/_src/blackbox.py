@@ -183,7 +183,11 @@ def blackbox_ap_loss(
     same). There is no fallback to the sort: a `lax.cond` would hold both paths, and XLA's cost
     and memory analyses (and an accelerator's memory) count both.
   * Without a bound, traced labels (arguments of a jitted function, `vmap`, `batch_retrieval`'s
-    relevance inside a training step) sort.
+    relevance inside a training step) sort on CPU. On GPU and TPU the choice is made on the
+    device when the step runs (issue 51): counting with the smallest of 1, 2, 4, 8, 16 slots that
+    holds every list's relevant items, else the sort (`blackbox_ranks.blackbox_relevant_ranks`),
+    with the same values and gradients either way. The program holds every form (the compiler's
+    estimate counts them all; one runs); under `vmap` over batches all of them run.
   * Concrete labels (and `where`): numpy arrays or arrays outside a trace, or arrays that a jitted
     caller closed over: the most relevant valid items of any list is read from them on the host,
     and the loss counts exactly that many when it is within `max_relevant` (or

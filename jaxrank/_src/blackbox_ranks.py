@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxrank._src import bounds
 from jaxrank._src import checks
 from jaxrank._src import platforms
 from jaxrank._src import ranking
@@ -551,6 +552,46 @@ def _blackbox_relevant_ranks_bwd(count, branch, residuals, cotangents):
 _blackbox_relevant_ranks.defvjp(_blackbox_relevant_ranks_fwd, _blackbox_relevant_ranks_bwd)
 
 
+# The counting bounds tried on accelerators without `max_relevant`: counting pays up to the
+# losses' `blackbox.COUNT_UP_TO` (16), the bound they count up to with concrete labels.
+_CAPACITIES = (1, 2, 4, 8, 16)
+
+
+@jax.custom_vjp
+def _chosen_relevant_ranks(scores, relevant, interpolation):
+  """The accelerators' `blackbox_relevant_ranks` without a bound: counting with the smallest of
+  `_CAPACITIES` that holds every list's relevant items, or the sort above them, chosen on the
+  device (`bounds.branch_index`), one index for the forward and the backward pass. The choice
+  sits inside the custom VJP so that the residuals are those of one form (the sort's forward
+  ranks, which every form computes), not the union of every branch's."""
+  return _chosen_relevant_ranks_fwd(scores, relevant, interpolation)[0]
+
+
+def _chosen_relevant_ranks_fwd(scores, relevant, interpolation):
+  bounded = bounds.capacities_for(scores.shape[-1], _CAPACITIES)
+  index = bounds.branch_index(relevant, bounded)
+  branches = [
+    functools.partial(_relevant_ranks_on, count=k, branch="xla") for k in (*bounded, None)
+  ]
+  ranks, relevant_ranks = lax.switch(index, branches, scores, relevant)
+  return (ranks, relevant_ranks), (scores, relevant, interpolation, ranks, index)
+
+
+def _chosen_relevant_ranks_bwd(residuals, cotangents):
+  scores, relevant, interpolation, ranks, index = residuals
+  g = jnp.where(relevant, cotangents[0], jnp.zeros_like(cotangents[0]))
+  interpolation = jnp.asarray(interpolation, scores.dtype)
+  bounded = bounds.capacities_for(scores.shape[-1], _CAPACITIES)
+  branches = [
+    functools.partial(_relevant_gradient_on, count=k, branch="xla") for k in (*bounded, None)
+  ]
+  grad = lax.switch(index, branches, scores, relevant, interpolation, g, ranks)
+  return grad, None, None
+
+
+_chosen_relevant_ranks.defvjp(_chosen_relevant_ranks_fwd, _chosen_relevant_ranks_bwd)
+
+
 def blackbox_relevant_ranks(
   scores: jax.Array,
   relevant: jax.Array,
@@ -567,7 +608,10 @@ def blackbox_relevant_ranks(
   gradients:
 
   * **sort** (`max_relevant=None`): one sort of each list forward and one backward
-    (`descending_ranks`: numpy through a host callback on CPU, XLA's sort elsewhere), O(n log n);
+    (`descending_ranks`: numpy through a host callback on CPU, XLA's sort elsewhere), O(n log n).
+    On accelerators, counting whenever every list holds at most 16 relevant items: with the
+    smallest of 1, 2, 4, 8, 16 slots that holds them, else the sort, chosen on the device at run
+    time (`bounds.branch_index`; one branch runs, a compiler's estimate counts all);
   * **counting** (`max_relevant=K`): the rank of each of the first `K` relevant items of a list
     is the count of items above it, and Algorithm 1's backward moves only those items, so an
     item's rank changes by the relevant items that cross it and a relevant item's by the items it
@@ -582,13 +626,22 @@ def blackbox_relevant_ranks(
     relevant: `[..., n]` bool, the items whose ranks are read.
     interpolation: `[...]` interpolation strength per list, in `scores`' dtype (no gradient).
     max_relevant: `K`, a static bound on the relevant items per list that selects counting, or
-      `None` for the sort.
+      `None` for the sort (chosen at run time on accelerators, above).
 
   Returns:
     `(ranks, relevant_ranks)`, each `[..., n]` in `scores`' dtype, meaningful where `relevant`.
   """
-  return _blackbox_relevant_ranks(
-    scores, relevant, interpolation, max_relevant, ranking.forced_branch()
+  branch = ranking.forced_branch()
+  if max_relevant is not None or branch == "numpy":
+    return _blackbox_relevant_ranks(scores, relevant, interpolation, max_relevant, branch)
+  if branch == "xla":
+    return _chosen_relevant_ranks(scores, relevant, interpolation)
+  return platforms.by_platform(
+    scores,
+    relevant,
+    interpolation,
+    cpu=lambda *args: _blackbox_relevant_ranks(*args, None, "numpy"),
+    accelerator=_chosen_relevant_ranks,
   )
 
 
@@ -621,4 +674,9 @@ def uses_blackbox_rank(jaxpr: jax.extend.core.ClosedJaxpr | jax.extend.core.Jaxp
 
 
 # The backward rules of the blackbox ranks, as `uses_blackbox_rank` finds them in a jaxpr.
-_BLACKBOX_BACKWARDS = (_blackbox_ranks_bwd, _blackbox_ranks_at_bwd, _blackbox_relevant_ranks_bwd)
+_BLACKBOX_BACKWARDS = (
+  _blackbox_ranks_bwd,
+  _blackbox_ranks_at_bwd,
+  _blackbox_relevant_ranks_bwd,
+  _chosen_relevant_ranks_bwd,
+)
