@@ -1,16 +1,14 @@
-"""`bounds.by_relevant_count`: the branch taken at run time, under jit, grad and vmap."""
+"""`bounds.branch_index`: the branch a run-time choice takes, under jit, grad and vmap."""
+
+import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import lax
 
 from jaxrank._src import bounds
-
-
-def _form(k, x):
-  """A form that says which bound it was given (-1: the general form) beside a value of `x`."""
-  return jnp.sum(x**2), jnp.asarray(-1 if k is None else k, jnp.int32)
 
 
 def _relevant(counts, n=20):
@@ -18,19 +16,31 @@ def _relevant(counts, n=20):
   return jnp.asarray(np.arange(n)[None, :] < counts[:, None])
 
 
+def _chosen(relevant, x):
+  """`(sum(x^2) * K, K)` for the bound `K` chosen (1 and -1 for the general form), as the losses
+  use `branch_index`: one `lax.switch` over `(*bounded, None)`."""
+  bounded = bounds.capacities_for(relevant.shape[-1])
+
+  def form(k, x):
+    bound = 1 if k is None else k
+    return jnp.sum(x**2) * bound, jnp.asarray(-1 if k is None else k, jnp.int32)
+
+  branches = [functools.partial(form, k) for k in (*bounded, None)]
+  return lax.switch(bounds.branch_index(relevant, bounded), branches, x)
+
+
 @pytest.mark.parametrize(
   ("counts", "expected"),
   [([0, 0], 1), ([1, 0], 1), ([2, 1], 2), ([3, 1], 4), ([4, 4], 4), ([5, 2], 8), ([8, 0], 8)],
 )
 def test_the_smallest_capacity_holding_every_list_is_taken(counts, expected):
-  x = jnp.arange(3.0)
-  value, bound = jax.jit(lambda r, x: bounds.by_relevant_count(r, _form, x))(_relevant(counts), x)
+  value, bound = jax.jit(_chosen)(_relevant(counts), jnp.arange(3.0))
   assert int(bound) == expected
-  assert float(value) == 5.0
+  assert float(value) == 5.0 * expected
 
 
 def test_more_relevant_items_than_every_capacity_take_the_general_form():
-  _, bound = jax.jit(lambda r: bounds.by_relevant_count(r, _form, 1.0))(_relevant([9, 3]))
+  _, bound = jax.jit(_chosen)(_relevant([9, 3]), 1.0)
   assert int(bound) == -1
 
 
@@ -39,25 +49,24 @@ def test_capacities_at_or_above_the_list_length_are_dropped():
   assert bounds.capacities_for(1) == ()
   assert bounds.capacities_for(9, (8, 2, 2, 0)) == (2, 8)
   # Lists of 4 items: the capacity 4 is dropped, a list of 4 relevant items takes the general form.
-  _, bound = bounds.by_relevant_count(_relevant([4], n=4), _form, 1.0)
+  _, bound = _chosen(_relevant([4], n=4), 1.0)
   assert int(bound) == -1
-  # Lists of one item: no bounded form at all, the general form is called directly.
-  _, bound = bounds.by_relevant_count(_relevant([1], n=1), _form, 1.0)
-  assert int(bound) == -1
+  # Lists of one item: no bounded form, the general form alone.
+  assert int(bounds.branch_index(_relevant([1], n=1), ())) == 0
 
 
 def test_the_gradient_goes_through_the_branch_taken():
   def loss(x, r):
-    return bounds.by_relevant_count(r, lambda k, x: jnp.sum(x**2) * (1 if k is None else k), x)
+    return _chosen(r, x)[0]
 
   x = jnp.arange(3.0)
-  assert np.allclose(jax.grad(loss)(x, _relevant([3])), 2 * x * 4)
-  assert np.allclose(jax.grad(loss)(x, _relevant([12])), 2 * x)
+  np.testing.assert_allclose(jax.grad(loss)(x, _relevant([3])), 2 * x * 4)
+  np.testing.assert_allclose(jax.grad(loss)(x, _relevant([12])), 2 * x)
 
 
 def test_under_vmap_each_batch_gets_its_own_branch():
   relevant = jnp.stack([_relevant([1, 0]), _relevant([6, 2]), _relevant([15, 1])])
-  _, bound = jax.vmap(lambda r: bounds.by_relevant_count(r, _form, 1.0))(relevant)
+  _, bound = jax.vmap(_chosen, in_axes=(0, None))(relevant, 1.0)
   assert bound.tolist() == [1, 8, -1]
 
 

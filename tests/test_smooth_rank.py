@@ -510,7 +510,7 @@ def test_bound_violated_gives_nan_for_those_lists_only(platform, x64):
 def test_default_with_traced_labels_on_accelerators_takes_the_bound_the_lists_allow(most, x64):
   """Without `max_relevant` and with labels traced (a jitted step), the accelerators' form picks
   on the device the one-shot form of the smallest capacity holding every list (1, 2, 4, 8) or,
-  above, the general loop (`bounds.by_relevant_count`): the CPU's general loop's values and
+  above, the general loop (`bounds.branch_index`): the CPU's general loop's values and
   gradients either way, for every loss of the family."""
   scores, labels, where = random_lists(18, shape=(3, 12), mask=False)
   labels[:] = 0

@@ -44,7 +44,7 @@ O(B * chunk_size * n); with a static bound `max_relevant=K` the loop takes `ceil
 steps, a trip count the compiler counts (a list beyond the bound gives NaN), and on accelerators,
 for `K <= 8`, one step of all `K` slots: a few fused passes over `[B, n]`, memory O(B * n).
 Without a bound, accelerators take that one-shot form too whenever every list of the call holds
-at most 8 relevant items, chosen on the device at run time (`bounds.by_relevant_count`). The
+at most 8 relevant items, chosen on the device at run time (`bounds.branch_index`). The
 gradient is a custom VJP that runs the same loop again, so the backward pass stores no `[B, n, n]`
 tensor either. It is the exact derivative of the surrogate (not an interpolation), flows to the
 scores and to the step functions' hyperparameters, and is reverse-mode only: `jax.grad`, `jax.vjp`
@@ -897,7 +897,7 @@ def smooth_rank_ap_loss(
   `K` relevant valid items gives NaN and a zero gradient, so that a broken promise shows in the
   loss rather than as a silently wrong value (its first `K` relevant items only); the program
   holds the bounded form alone. Without a bound, on accelerators, the choice is made on the
-  device (`bounds.by_relevant_count`, issue 51): the one-shot form of the smallest of 1, 2, 4, 8
+  device (`bounds.branch_index`, issue 51): the one-shot form of the smallest of 1, 2, 4, 8
   slots that holds every list's relevant items, or the general loop above 8, one `lax.switch`
   whose branch taken alone runs (the compiler's estimate counts every branch, and the memory
   holds the general loop's `[B, n]` slots whichever runs). Same values and gradients either way;
