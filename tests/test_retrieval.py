@@ -821,3 +821,28 @@ def test_evaluate_retrieval_under_x64():
     assert metrics.keys() == before.keys()
     for key in before:
       assert metrics[key] == pytest.approx(before[key], abs=1e-6), key
+
+
+def test_evaluate_default_chunk_follows_the_platform(monkeypatch):
+  """Without `chunk_size`, 1,024 queries per chunk on CPU and 4,096 on GPUs and TPUs (read from
+  `mesh`'s devices, else JAX's default device); the default is what the evaluation uses."""
+  import types
+
+  def mesh_of(platform):
+    return types.SimpleNamespace(devices=np.array([types.SimpleNamespace(platform=platform)]))
+
+  assert evaluation.default_chunk_size() == 1024  # This machine's CPU.
+  assert evaluation.default_chunk_size(mesh_of("cpu")) == 1024
+  assert evaluation.default_chunk_size(mesh_of("gpu")) == 4096
+  assert evaluation.default_chunk_size(mesh_of("tpu")) == 4096
+  x = np.random.default_rng(0).standard_normal((40, 8)).astype(np.float32)
+  labels = np.arange(40) % 7
+  chunks = []
+  real_chunks = evaluation._chunks
+  monkeypatch.setattr(evaluation, "_chunks", lambda q, c: chunks.append(c) or real_chunks(q, c))
+  monkeypatch.setitem(evaluation.DEFAULT_CHUNKS, "cpu", 16)
+  got = jaxrank.evaluate_retrieval(x, labels, ks=(1,))
+  assert chunks and set(chunks) == {16}
+  assert got == jaxrank.evaluate_retrieval(x, labels, ks=(1,), chunk_size=16)
+  with pytest.raises(ValueError, match="chunk_size"):
+    jaxrank.evaluate_retrieval(x, labels, chunk_size=0)

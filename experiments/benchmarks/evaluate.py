@@ -115,12 +115,10 @@ FLOOR_CHUNKS = (256, 512, 1024, 2048, 4096)
 
 
 def default_chunk_size() -> int:
-  """`evaluate_retrieval`'s default `chunk_size`, read from its signature."""
-  import inspect
+  """`evaluate_retrieval`'s default `chunk_size` on this process's default device."""
+  from jaxrank._src import evaluation
 
-  import jaxrank
-
-  return inspect.signature(jaxrank.evaluate_retrieval).parameters["chunk_size"].default
+  return evaluation.default_chunk_size()
 
 
 def run_jaxrank(x, labels, repeats, chunk_size, rule):

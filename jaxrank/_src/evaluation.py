@@ -579,6 +579,23 @@ def _affinity_relevant(fn, affinity, rows, leave_one_out):
   return relevant
 
 
+# Queries per chunk when `evaluate_retrieval` is not given `chunk_size`, by the platform of the
+# devices that compute. CPU: 1,024 (XLA:CPU's product is 1.7x slower in chunks of 256 on SOP's
+# shape, the comparing loop slower beyond 2,048: docs/guide/scale.rst). GPUs and TPUs: 4,096 (an
+# SOP-shaped evaluation, 60,502 x 512, every metric, took 0.16-0.21 s on an H200 in chunks of 4,096
+# against 0.29-0.33 s in chunks of 1,024: issue 51; on TPUs unmeasured); a chunk's `[4096, N]`
+# float32 scores are 1 GB at N = 60,502, within any of them.
+DEFAULT_CHUNKS = {"cpu": 1024}
+ACCELERATOR_CHUNK = 4096
+
+
+def default_chunk_size(mesh: jax.sharding.Mesh | None = None) -> int:
+  """`evaluate_retrieval`'s default `chunk_size` on the platform of `mesh`'s devices (`None`:
+  JAX's default device): `DEFAULT_CHUNKS` for the CPU, `ACCELERATOR_CHUNK` for GPUs and TPUs."""
+  device = jax.devices()[0] if mesh is None else mesh.devices.flat[0]
+  return DEFAULT_CHUNKS.get(device.platform, ACCELERATOR_CHUNK)
+
+
 def evaluate_retrieval(
   query_embeddings: jax.typing.ArrayLike,
   query_labels: jax.typing.ArrayLike | None = None,
@@ -587,7 +604,7 @@ def evaluate_retrieval(
   *,
   affinity: jax.typing.ArrayLike | None = None,
   ks: Sequence[int] = (1, 2, 4, 8),
-  chunk_size: int = 1024,
+  chunk_size: int | None = None,
   similarity_fn: types.SimilarityFn = similarity.cosine,
   reduce_fn: types.ReduceFn | None = np.mean,
   mesh: jax.sharding.Mesh | None = None,
@@ -693,12 +710,14 @@ def evaluate_retrieval(
       `ValueError`, as is a NaN entry that is read).
     ks: the cut-offs of Recall@k, positive ints (rax names a single cut-off `topn`; Recall@k here
       is not rax's recall, see above).
-    chunk_size: queries per step (1,024 by default); memory grows linearly with it: two
-      `[chunk_size, N]` float32 blocks of scores on CPU (the scores and their transposition;
-      0.47 GB for 1,024 queries against SOP's 60,502 images), one on an accelerator (0.25 GB). On
-      CPU, XLA's matrix product is much slower in small chunks (1.7x in chunks of 256 than of
-      1,024 on SOP's shape), and the comparing loop slower in chunks beyond 2,048; see
-      docs/guide/scale.rst.
+    chunk_size: queries per step; `None` (the default): 1,024 on CPU, 4,096 on GPUs and TPUs
+      (`default_chunk_size`, by the platform of `mesh`'s devices or JAX's default device). Memory
+      grows linearly with it: two `[chunk_size, N]` float32 blocks of scores on CPU (the scores
+      and their transposition; 0.47 GB for 1,024 queries against SOP's 60,502 images), one on an
+      accelerator (1 GB for 4,096). On CPU, XLA's matrix product is much slower in small chunks
+      (1.7x in chunks of 256 than of 1,024 on SOP's shape), and the comparing loop slower in
+      chunks beyond 2,048; on an H200 chunks of 4,096 took about 0.6x the time of chunks of
+      1,024; see docs/guide/scale.rst.
     similarity_fn: the scoring rule (see `jaxrank.similarity`), a function of
       `(queries [c, D], gallery [N, D])`; cosine by default. It is a static argument of a jitted
       function: pass the same function object each time to reuse the compiled code.
@@ -733,7 +752,6 @@ def evaluate_retrieval(
     raise ValueError(f"{fn}: ks must name at least one cut-off.")
   for k in ks:
     checks.check_positive_int(fn, "each k in ks", k)
-  checks.check_positive_int(fn, "chunk_size", chunk_size)
   if reduce_fn is not None:
     checks.check_callable(fn, "reduce_fn", reduce_fn, hint="e.g. np.mean, or None per query.")
   if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
@@ -741,6 +759,9 @@ def evaluate_retrieval(
       f"{fn}: mesh must be a jax.sharding.Mesh (e.g. jax.make_mesh((jax.device_count(),), "
       f"('batch',))) or None, got {type(mesh).__name__}."
     )
+  if chunk_size is None:
+    chunk_size = default_chunk_size(mesh)
+  checks.check_positive_int(fn, "chunk_size", chunk_size)
   queries, gallery, q_labels, g_labels = _evaluation_inputs(
     fn, query_embeddings, query_labels, gallery_embeddings, gallery_labels, affinity
   )
