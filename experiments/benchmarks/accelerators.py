@@ -187,21 +187,29 @@ def floor_loss(e, y):
   return jnp.sum(jnp.tanh(e @ e.T))
 
 
+def loss_function(name: str):
+  """The list-level loss of row `name`, its keyword arguments fixed (`speed.loss_function`; the
+  rows "(branch taken)" with `max_relevant=TAKEN_BOUND`)."""
+  if name in BRANCH_TAKEN:
+    import jaxrank
+
+    return functools.partial(getattr(jaxrank, LOSSES[name]), max_relevant=TAKEN_BOUND)
+  return speed.loss_function(name, LOSSES)
+
+
 def in_batch_loss(name: str):
   """`f(embeddings, labels)` of row `name`: the floor, or the loss on `batch_retrieval`'s lists."""
   if name == "floor":
     return floor_loss
-  if name in BRANCH_TAKEN:
-    import jaxrank
+  import jaxrank
 
-    loss_fn = functools.partial(getattr(jaxrank, LOSSES[name]), max_relevant=TAKEN_BOUND)
+  loss_fn = loss_function(name)
 
-    def loss(e, y):
-      scores, relevance, where = jaxrank.batch_retrieval(e, y)
-      return loss_fn(scores, relevance, where=where)
+  def loss(e, y):
+    scores, relevance, where = jaxrank.batch_retrieval(e, y)
+    return loss_fn(scores, relevance, where=where)
 
-    return loss
-  return speed.in_batch_loss(name, LOSSES)
+  return loss
 
 
 def compile_step(loss, batch: int, dim: int, device):
@@ -226,7 +234,7 @@ def compile_sharded_step(name: str, batch: int, dim: int, chips: tuple):
 
   mesh = jax.sharding.Mesh(np.asarray(chips), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
   sharding = NamedSharding(mesh, P("batch"))
-  loss = jaxrank.sharded_loss(speed.loss_function(name, LOSSES), mesh, "batch")
+  loss = jaxrank.sharded_loss(loss_function(name), mesh, "batch")
   e = jax.ShapeDtypeStruct((batch, dim), jnp.float32, sharding=sharding)
   y = jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=sharding)
   return jax.jit(jax.value_and_grad(loss)).lower(e, y).compile()
