@@ -518,13 +518,17 @@ def test_counting_needs_no_sort_and_no_callback(platform):
 
 
 @pytest.mark.parametrize("loss_fn", LOSSES, ids=["ap", "recall"])
-def test_default_with_traced_labels_on_accelerators_counts_when_the_lists_allow(loss_fn):
+def test_default_with_traced_labels_on_accelerators_counts_when_the_lists_allow(
+  loss_fn, monkeypatch
+):
   """Without `max_relevant` and with labels traced (a jitted step), the accelerators' form counts
-  with the smallest bound of 1, 2, 4, 8, 16 that holds every list, or sorts above (chosen on the
-  device): the CPU's sort's values and gradients either way. One compiled program per platform
-  serves every count (the labels are its argument)."""
+  with the smallest bound of 1, 2, 4, 8 that holds every list, or sorts above (chosen on the
+  device), in blocks of lists (here of 2 lists: 3 lists make a block and a remainder): the CPU's
+  sort's values and gradients either way. One compiled program per platform serves every count
+  (the labels are its argument)."""
+  monkeypatch.setattr(blackbox_ranks, "_SORT_BLOCK", 2 * 24)
   batches = []
-  for most in (1, 3, 6, 12, 20):  # Counting with 1, 4, 8, 16 slots, then the sort.
+  for most in (1, 3, 6, 12, 20):  # Counting with 1, 4, 8 slots, then the sort.
     rng = np.random.default_rng(most)
     labels = np.zeros((3, 24), np.int32)
     labels[:, 0] = 1
@@ -534,12 +538,13 @@ def test_default_with_traced_labels_on_accelerators_counts_when_the_lists_allow(
   def run(platform):  # A fresh function for each platform, traced inside its block.
     step = jax.value_and_grad(lambda s, y: jnp.sum(loss_fn(s, y, reduce_fn=None)))
     with platforms.forced_platform(platform):
-      has_cond = "cond[" in str(jax.make_jaxpr(step)(*batches[0]))
-      return has_cond, [jax.jit(step)(*batch) for batch in batches]
+      jaxpr = str(jax.make_jaxpr(step)(*batches[0]))
+      return jaxpr, [jax.jit(step)(*batch) for batch in batches]
 
-  cpu_cond, want = run(platforms.CPU)
-  accelerator_cond, got = run(platforms.ACCELERATOR)
-  assert accelerator_cond and not cpu_cond
+  cpu_jaxpr, want = run(platforms.CPU)
+  accelerator_jaxpr, got = run(platforms.ACCELERATOR)
+  assert "cond[" in accelerator_jaxpr and "cond[" not in cpu_jaxpr
+  assert "scan[" in accelerator_jaxpr  # The sort's blocks.
   for most, g, w in zip((1, 3, 6, 12, 20), got, want, strict=True):
     np.testing.assert_allclose(g[0], w[0], rtol=2e-7, atol=1e-7, err_msg=str(most))
     np.testing.assert_allclose(g[1], w[1], rtol=1e-6, atol=1e-7, err_msg=str(most))

@@ -509,9 +509,10 @@ def test_bound_violated_gives_nan_for_those_lists_only(platform, x64):
 @pytest.mark.parametrize("most", [1, 3, 6, 10])
 def test_default_with_traced_labels_on_accelerators_takes_the_bound_the_lists_allow(most, x64):
   """Without `max_relevant` and with labels traced (a jitted step), the accelerators' form picks
-  on the device the one-shot form of the smallest capacity holding every list (1, 2, 4, 8) or,
-  above, the general loop (`bounds.branch_index`): the CPU's general loop's values and
-  gradients either way, for every loss of the family."""
+  on the device the one-shot form of the smallest capacity holding every list (1, 2, 4) or,
+  above, groups of 4 slots in a loop that counts each group again in the backward pass (6: two
+  groups, 10: three): the CPU's general loop's values and gradients either way, for every loss
+  of the family."""
   scores, labels, where = random_lists(18, shape=(3, 12), mask=False)
   labels[:] = 0
   labels[:, :1] = 1
@@ -533,6 +534,28 @@ def test_default_with_traced_labels_on_accelerators_takes_the_bound_the_lists_al
       got, grad = jax.jit(step())(scores, labels)
     np.testing.assert_allclose(got, want, **TOL64)
     np.testing.assert_allclose(grad, want_grad, **TOL64)
+
+
+@pytest.mark.parametrize("most", [3, 10])
+def test_default_with_traced_labels_on_accelerators_differentiates_the_hyperparameters(most, x64):
+  """The run-time choice's cotangents of the steps' hyperparameters (a one-shot form at 3
+  relevant items, the grouped loop at 10) are the CPU's general loop's."""
+  scores, labels, _ = random_lists(19, shape=(3, 12), mask=False)
+  labels[:] = 0
+  labels[:, :2] = 1
+  labels[1, :most] = 1
+  for loss, value in ((sr.smoothap_loss, {"temperature": 0.05}), (sr.supap_loss, {"rho": 50.0})):
+
+    def grads(loss=loss, value=value):
+      f = lambda s, y, p: loss(s, y, **{k: p for k in value})  # noqa: E731
+      return jax.jit(jax.grad(f, argnums=(0, 2)))(scores, labels, *value.values())
+
+    with platforms.forced_platform(platforms.CPU):
+      want = grads()
+    with platforms.forced_platform(platforms.ACCELERATOR):
+      got = grads()
+    for g, w in zip(got, want):
+      np.testing.assert_allclose(g, w, **TOL64)
 
 
 @pytest.mark.parametrize("platform", platforms.PLATFORMS)

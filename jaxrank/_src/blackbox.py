@@ -184,8 +184,9 @@ def blackbox_ap_loss(
     and memory analyses (and an accelerator's memory) count both.
   * Without a bound, traced labels (arguments of a jitted function, `vmap`, `batch_retrieval`'s
     relevance inside a training step) sort on CPU. On GPU and TPU the choice is made on the
-    device when the step runs (issue 51): counting with the smallest of 1, 2, 4, 8, 16 slots that
-    holds every list's relevant items, else the sort (`blackbox_ranks.blackbox_relevant_ranks`),
+    device when the step runs (issue 51): counting with the smallest of 1, 2, 4, 8 slots that
+    holds every list's relevant items, else the sort in blocks of lists
+    (`blackbox_ranks.blackbox_relevant_ranks`),
     with the same values and gradients either way. The program holds every form (the compiler's
     estimate counts them all; one runs); under `vmap` over batches all of them run.
   * Concrete labels (and `where`): numpy arrays or arrays outside a trace, or arrays that a jitted

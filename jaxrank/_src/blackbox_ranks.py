@@ -552,9 +552,29 @@ def _blackbox_relevant_ranks_bwd(count, branch, residuals, cotangents):
 _blackbox_relevant_ranks.defvjp(_blackbox_relevant_ranks_fwd, _blackbox_relevant_ranks_bwd)
 
 
-# The counting bounds tried on accelerators without `max_relevant`: counting pays up to the
-# losses' `blackbox.COUNT_UP_TO` (16), the bound they count up to with concrete labels.
-_CAPACITIES = (1, 2, 4, 8, 16)
+# The counting bounds tried on accelerators without `max_relevant`. Counting pays up to the
+# losses' `blackbox.COUNT_UP_TO` (16), the bound they count up to with concrete labels, but its
+# 16-slot form keeps many `[B, n]` arrays alive at once (at B = 4096 on an H100, 10.8 [B, B]
+# arrays of temporaries for the step against 3.3 with 8 slots and 7.3 for the sort): above 8 the
+# sort, in blocks of lists (`_SORT_BLOCK`).
+_CAPACITIES = (1, 2, 4, 8)
+# The accelerators' sort without a bound ranks this many items at a time (blocks of whole lists,
+# `lax.map`): XLA's sort of a `[B, n]` array and the permutations around it need several arrays
+# of that size.
+_SORT_BLOCK = 2**23
+
+
+def _in_blocks_of_lists(fn, *arrays):
+  """`fn(*arrays)` of lists `[..., n]` (elementwise over lists), in blocks of `_SORT_BLOCK`
+  items when the lists hold more: the same values, a block's temporaries only."""
+  shape = arrays[0].shape
+  n = shape[-1]
+  rows = max(1, _SORT_BLOCK // max(n, 1))
+  flat = [a.reshape(-1, *a.shape[len(shape) - 1 :]) for a in arrays]
+  if flat[0].shape[0] <= rows:
+    return fn(*arrays)
+  out = lax.map(lambda row: fn(*row), tuple(flat), batch_size=rows)
+  return jax.tree.map(lambda x: x.reshape(*shape[:-1], *x.shape[1:]), out)
 
 
 @jax.custom_vjp
@@ -570,10 +590,14 @@ def _chosen_relevant_ranks(scores, relevant, interpolation):
 def _chosen_relevant_ranks_fwd(scores, relevant, interpolation):
   bounded = bounds.capacities_for(scores.shape[-1], _CAPACITIES)
   index = bounds.branch_index(relevant, bounded)
-  branches = [
-    functools.partial(_relevant_ranks_on, count=k, branch="xla") for k in (*bounded, None)
-  ]
-  ranks, relevant_ranks = lax.switch(index, branches, scores, relevant)
+
+  def sort(scores, relevant):
+    return _in_blocks_of_lists(
+      functools.partial(_relevant_ranks_on, count=None, branch="xla"), scores, relevant
+    )
+
+  branches = [functools.partial(_relevant_ranks_on, count=k, branch="xla") for k in bounded]
+  ranks, relevant_ranks = lax.switch(index, [*branches, sort], scores, relevant)
   return (ranks, relevant_ranks), (scores, relevant, interpolation, ranks, index)
 
 
@@ -582,10 +606,14 @@ def _chosen_relevant_ranks_bwd(residuals, cotangents):
   g = jnp.where(relevant, cotangents[0], jnp.zeros_like(cotangents[0]))
   interpolation = jnp.asarray(interpolation, scores.dtype)
   bounded = bounds.capacities_for(scores.shape[-1], _CAPACITIES)
-  branches = [
-    functools.partial(_relevant_gradient_on, count=k, branch="xla") for k in (*bounded, None)
-  ]
-  grad = lax.switch(index, branches, scores, relevant, interpolation, g, ranks)
+
+  def sort(*args):
+    return _in_blocks_of_lists(
+      functools.partial(_relevant_gradient_on, count=None, branch="xla"), *args
+    )
+
+  branches = [functools.partial(_relevant_gradient_on, count=k, branch="xla") for k in bounded]
+  grad = lax.switch(index, [*branches, sort], scores, relevant, interpolation, g, ranks)
   return grad, None, None
 
 
@@ -609,8 +637,9 @@ def blackbox_relevant_ranks(
 
   * **sort** (`max_relevant=None`): one sort of each list forward and one backward
     (`descending_ranks`: numpy through a host callback on CPU, XLA's sort elsewhere), O(n log n).
-    On accelerators, counting whenever every list holds at most 16 relevant items: with the
-    smallest of 1, 2, 4, 8, 16 slots that holds them, else the sort, chosen on the device at run
+    On accelerators, counting whenever every list holds at most 8 relevant items: with the
+    smallest of 1, 2, 4, 8 slots that holds them, else the sort (in blocks of lists, so that its
+    temporaries are a block's), chosen on the device at run
     time (`bounds.branch_index`; one branch runs, a compiler's estimate counts all);
   * **counting** (`max_relevant=K`): the rank of each of the first `K` relevant items of a list
     is the count of items above it, and Algorithm 1's backward moves only those items, so an

@@ -28,8 +28,9 @@ import jax
 import jax.numpy as jnp
 
 # The bounded forms tried, smallest first: in-batch lists of `m` items per class hold `m - 1`
-# relevant items (2 to 8 per class in the papers' set-ups); above 8 the smooth-rank losses'
-# one-shot forms are no longer taken on accelerators, and their loop is as fast.
+# relevant items (2 to 8 per class in the papers' set-ups). The losses take those up to their own
+# largest: the smooth-rank losses up to 4 (`smooth_rank._GROUP`, above it groups of 4 in a loop),
+# the blackbox losses all (`blackbox_ranks._CAPACITIES`, above them the sort).
 CAPACITIES = (1, 2, 4, 8)
 
 

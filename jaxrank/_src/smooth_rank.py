@@ -430,6 +430,11 @@ def _backward_loop(
 # On accelerators, a bound `max_relevant` up to this many slots is taken in one step, one `[B, n]`
 # expression per slot (unrolled); beyond, the loop of `chunk` slots per step.
 _ONE_SHOT_SLOTS = 8
+# Without a bound, on accelerators: the one-shot forms of up to this many slots (`bounds`'s
+# capacities up to it), and above, groups of this many slots in a loop. More slots in one pass
+# read the scores fewer times but keep more `[B, n]` arrays alive at once (at B = 4096 on an H100,
+# 2.5 [B, B] arrays of temporaries for the step with 4 slots, 5.8 with 8).
+_GROUP = 4
 
 
 def _slot_pairs(scores, relevant, item):
@@ -441,12 +446,14 @@ def _slot_pairs(scores, relevant, item):
   return scores - s_k[:, None], at, relevant & ~at
 
 
-def _slot_items(relevant, count):
-  """The first `count` relevant items of each list, `count` arrays `[B]` (`n` past its last), by
-  minimums over the list, each after the one before (no scatter, no cumulative sum)."""
+def _slot_items(relevant, count, after=None):
+  """The first `count` relevant items of each list after the item `after` `[B]` (all of them
+  without), `count` arrays `[B]` (`n` past its last), by minimums over the list, each after the
+  one before (no scatter, no cumulative sum)."""
   n = relevant.shape[1]
   index = jnp.arange(n, dtype=jnp.int32)
-  after = jnp.full(relevant.shape[:1], -1, jnp.int32)
+  if after is None:
+    after = jnp.full(relevant.shape[:1], -1, jnp.int32)
   found = []
   for _ in range(count):
     after = jnp.min(jnp.where(relevant & (index > after[:, None]), index, n), axis=-1)
@@ -454,14 +461,16 @@ def _slot_items(relevant, count):
   return found
 
 
-def _one_shot_forward(positive_step, negative_step, count, scores, relevant, other, params):
+def _one_shot_forward(
+  positive_step, negative_step, count, scores, relevant, other, params, after=None
+):
   """The accelerators' forward pass with a bound: all `count` slots in one step, one `[B, n]`
   expression per slot, whose sums over the list XLA fuses into one pass (nothing `[B, count, n]`
   is formed). Returns the sums of precisions `[B]` and the slots `[B, count]` (item, rank^+,
-  rank^-)."""
+  rank^-). With `after` `[B]`, the slots are the `count` relevant items after that item."""
   n = scores.shape[1]
   total, ranks_pos, ranks_neg = 0, [], []
-  items = _slot_items(relevant, count)
+  items = _slot_items(relevant, count, after)
   for item in items:
     diff, _, pos_pairs = _slot_pairs(scores, relevant, item)
     h_pos, h_neg = _steps(positive_step, negative_step, diff, params)
@@ -521,6 +530,60 @@ def _one_shot_backward(
     own = jnp.sum(ct_diff, axis=-1)
     grad = grad + ct_diff - jnp.where(at, own[:, None], 0)
     grad_free = jax.tree.map(jnp.add, grad_free, ct_free)
+  return grad, grad_free
+
+
+def _grouped_forward(positive_step, negative_step, scores, relevant, other, params):
+  """The accelerators' forward pass without a bound: the one-shot pass over `_GROUP` slots,
+  repeated from the last item found until the list with the most relevant items is done. Returns
+  the sums of precisions `[B]` only: the backward pass counts each group again
+  (`_grouped_backward`), so that nothing `[B, n]` is kept beyond the inputs."""
+
+  def body(_, carry):
+    after, total = carry
+    part, items, _, _ = _one_shot_forward(
+      positive_step, negative_step, _GROUP, scores, relevant, other, params, after
+    )
+    return items[:, -1], total + part
+
+  init = (
+    lists.varying_like(jnp.full(scores.shape[:1], -1, jnp.int32), scores),
+    lists.varying_like(jnp.zeros(scores.shape[:1], scores.dtype), scores),
+  )
+  _, total = lax.fori_loop(0, _general_steps(relevant, _GROUP), body, init)
+  return total
+
+
+def _grouped_backward(positive_step, negative_step, scores, relevant, other, params, cotangent):
+  """The cotangents of `_grouped_forward`: for each group of `_GROUP` slots, its ranks counted
+  again (one pass), then `_one_shot_backward` (another), the cotangents summed over the groups."""
+  free, _ = _free_params(positive_step, negative_step, params)
+
+  def body(_, carry):
+    after, grad, grad_free = carry
+    _, items, rank_pos, rank_neg = _one_shot_forward(
+      positive_step, negative_step, _GROUP, scores, relevant, other, params, after
+    )
+    part, part_free = _one_shot_backward(
+      positive_step,
+      negative_step,
+      scores,
+      relevant,
+      other,
+      params,
+      items,
+      rank_pos,
+      rank_neg,
+      cotangent,
+    )
+    return items[:, -1], grad + part, jax.tree.map(jnp.add, grad_free, part_free)
+
+  init = (
+    lists.varying_like(jnp.full(scores.shape[:1], -1, jnp.int32), scores),
+    lists.varying_like(jnp.zeros_like(scores), scores),
+    jax.tree.map(jnp.zeros_like, free),
+  )
+  _, grad, grad_free = lax.fori_loop(0, _general_steps(relevant, _GROUP), body, init)
   return grad, grad_free
 
 
@@ -666,68 +729,80 @@ def _unbounded_precision_sums(positive_step, negative_step, chunk, platform, *ar
     cpu=functools.partial(
       _precision_sums, positive_step, negative_step, chunk, None, platforms.CPU
     ),
-    accelerator=functools.partial(_chosen_precision_sums, positive_step, negative_step, chunk),
+    accelerator=functools.partial(_chosen_precision_sums, positive_step, negative_step),
     platform=platform,
   )
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
-def _chosen_precision_sums(positive_step, negative_step, chunk, scores, relevant, other, params):
+def _chosen_capacities(n: int) -> tuple[int, ...]:
+  """The one-shot forms `_chosen_precision_sums` chooses from for lists of `n` items."""
+  return tuple(k for k in bounds.capacities_for(n) if k <= _GROUP)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _chosen_precision_sums(positive_step, negative_step, scores, relevant, other, params):
   """The accelerators' `_precision_sums` without a bound: the one-shot form of the smallest
-  capacity (`bounds.CAPACITIES`) that holds every list's relevant items, or the general loop
-  above them, chosen on the device by one index for the forward and the backward pass.
+  capacity (`bounds.CAPACITIES`, up to `_GROUP`) that holds every list's relevant items, or above
+  them groups of `_GROUP` slots in a loop (`_grouped_forward`), chosen on the device by one index
+  for the forward and the backward pass.
 
   The choice sits inside the custom VJP rather than around it: differentiated through a
   `lax.switch`, every branch's residuals would be outputs of the switch, all allocated whichever
   branch runs (at B = 16,384 on a TPU v5e, 15.1 GB of temporaries against the general loop's 8.6
-  GB). Here the residuals are the inputs and one set of slots, padded to the general loop's width
-  (what the general loop alone keeps)."""
-  out, _ = _chosen_precision_sums_fwd(
-    positive_step, negative_step, chunk, scores, relevant, other, params
-  )
+  GB). Here the residuals are the inputs and one set of `[B, _GROUP]` slots (the loop's are
+  empty: it counts each group again in the backward pass), so that no branch keeps a `[B, n]`
+  array beyond the inputs."""
+  out, _ = _chosen_precision_sums_fwd(positive_step, negative_step, scores, relevant, other, params)
   return out
 
 
-def _chosen_precision_sums_fwd(positive_step, negative_step, chunk, *args):
+def _chosen_precision_sums_fwd(positive_step, negative_step, *args):
   scores, relevant = args[0], args[1]
   n = scores.shape[1]
-  width = -(-n // chunk) * chunk
-  bounded = bounds.capacities_for(n)
+  bounded = _chosen_capacities(n)
   index = bounds.branch_index(relevant, bounded)
 
-  def forward(count):
+  def one_shot(count):
     def run(*args):
-      total, residuals = _precision_sums_fwd(
-        positive_step, negative_step, chunk, count, platforms.ACCELERATOR, *args
-      )
-      return total, _pad_slots(residuals[4:], width, n)
+      total, *slots = _one_shot_forward(positive_step, negative_step, count, *args)
+      return total, _pad_slots(slots, _GROUP, n)
 
     return run
 
-  total, slots = lax.switch(index, [forward(k) for k in (*bounded, None)], *args)
+  def grouped(*args):
+    total = _grouped_forward(positive_step, negative_step, *args)
+    items = jnp.full((scores.shape[0], _GROUP), n, jnp.int32)
+    ranks = jnp.zeros(items.shape, scores.dtype)
+    return total, tuple(lists.varying_like(x, scores) for x in (items, ranks, ranks))
+
+  total, slots = lax.switch(index, [*map(one_shot, bounded), grouped], *args)
   return total, (*args, index, *slots)
 
 
-def _chosen_precision_sums_bwd(positive_step, negative_step, chunk, residuals, cotangent):
+def _chosen_precision_sums_bwd(positive_step, negative_step, residuals, cotangent):
   *args, index, items, rank_pos, rank_neg = residuals
-  bounded = bounds.capacities_for(args[0].shape[1])
+  bounded = _chosen_capacities(args[0].shape[1])
 
-  def backward(count):
+  def one_shot(count):
     def run(*operands):
-      grad, _, _, grad_free = _precision_sums_bwd(
+      *args, items, rank_pos, rank_neg, cotangent = operands
+      return _one_shot_backward(
         positive_step,
         negative_step,
-        chunk,
-        count,
-        platforms.ACCELERATOR,
-        operands[:-1],
-        operands[-1],
+        *args,
+        items[:, :count],
+        rank_pos[:, :count],
+        rank_neg[:, :count],
+        cotangent,
       )
-      return grad, grad_free
 
     return run
 
-  branches = [backward(k) for k in (*bounded, None)]
+  def grouped(*operands):
+    *args, _, _, _, cotangent = operands
+    return _grouped_backward(positive_step, negative_step, *args, cotangent)
+
+  branches = [*map(one_shot, bounded), grouped]
   grad, grad_free = lax.switch(index, branches, *args, items, rank_pos, rank_neg, cotangent)
   return grad, None, None, grad_free
 
@@ -897,11 +972,12 @@ def smooth_rank_ap_loss(
   `K` relevant valid items gives NaN and a zero gradient, so that a broken promise shows in the
   loss rather than as a silently wrong value (its first `K` relevant items only); the program
   holds the bounded form alone. Without a bound, on accelerators, the choice is made on the
-  device (`bounds.branch_index`, issue 51): the one-shot form of the smallest of 1, 2, 4, 8
-  slots that holds every list's relevant items, or the general loop above 8, one `lax.switch`
-  whose branch taken alone runs (the compiler's estimate counts every branch, and the memory
-  holds the general loop's `[B, n]` slots whichever runs). Same values and gradients either way;
-  on CPU, the general loop. Under `vmap` over batches every branch runs: pass the bound there.
+  device (`bounds.branch_index`, issue 51): the one-shot form of the smallest of 1, 2, 4 slots
+  that holds every list's relevant items, or above 4 that form over 4 slots at a time in a loop
+  of data-dependent length (which counts each group again in the backward pass rather than keep
+  `[B, n]` slots), one `lax.switch` whose branch taken alone runs (the compiler's estimate counts
+  every branch). Same values and gradients either way; on CPU, the general loop. Under `vmap`
+  over batches every branch runs: pass the bound there.
 
   Platforms: on CPU each step gathers its items' scores and scatter-adds their gradients; on
   accelerators (GPU, TPU), which serialise gathers and scatters, both are one compare-and-sum over

@@ -12,14 +12,15 @@ from flax import nnx
 from jax.sharding import PartitionSpec as P
 
 import jaxrank
+from jaxrank._src import platforms
 
 AXIS = "batch"  # The axis of conftest.py's `mesh` fixture.
 
 
-def data(batch=32, dim=6, seed=0):
+def data(batch=32, dim=6, seed=0, per_class=4):
   rng = np.random.default_rng(seed)
-  labels = np.repeat(np.arange(batch // 4), 4)[rng.permutation(batch)]
-  centres = rng.standard_normal((batch // 4, dim))
+  labels = np.repeat(np.arange(batch // per_class), per_class)[rng.permutation(batch)]
+  centres = rng.standard_normal((batch // per_class, dim))
   embeddings = rng.standard_normal((batch, dim)) + 1.5 * centres[labels]
   return jnp.asarray(embeddings, jnp.float32), jnp.asarray(labels)
 
@@ -57,6 +58,22 @@ def test_sharded_loss_and_gradient_equal_single_device(mesh, name, include_self)
   want, want_grad = jax.value_and_grad(single)(embeddings, labels)
   sharded = jaxrank.sharded_loss(LOSSES[name], mesh, AXIS, include_self=include_self)
   got, grad = jax.jit(jax.value_and_grad(sharded))(embeddings, labels)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  np.testing.assert_allclose(grad, want_grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["smoothap", "blackbox_ap"])
+@pytest.mark.parametrize("per_class", [4, 16])
+def test_sharded_choice_on_accelerators_equals_single_device(mesh, name, per_class):
+  """The accelerators' run-time choice (`jaxrank._src.bounds`) inside `shard_map`: with 3
+  relevant items per list a bounded form, with 15 the smooth-rank losses' grouped loop and the
+  blackbox losses' sort; the single device's CPU values and gradients either way."""
+  embeddings, labels = data(per_class=per_class)
+  want, want_grad = jax.value_and_grad(single_device(LOSSES[name]))(embeddings, labels)
+  with platforms.forced_platform(platforms.ACCELERATOR):
+    sharded = jaxrank.sharded_loss(LOSSES[name], mesh, AXIS)
+    assert "cond[" in str(jax.make_jaxpr(sharded)(embeddings, labels))
+    got, grad = jax.jit(jax.value_and_grad(sharded))(embeddings, labels)
   np.testing.assert_allclose(got, want, rtol=1e-5)
   np.testing.assert_allclose(grad, want_grad, rtol=1e-5, atol=1e-6)
 
