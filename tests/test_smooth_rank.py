@@ -558,6 +558,32 @@ def test_default_with_traced_labels_on_accelerators_differentiates_the_hyperpara
       np.testing.assert_allclose(g, w, **TOL64)
 
 
+@pytest.mark.parametrize("max_relevant", [None, 8])
+def test_gpu_backward_that_computes_the_differences_again_equals_the_cpu(max_relevant, x64):
+  """GPUs' form of the one-shot backward pass (the slots' differences computed again for the
+  scores' cotangent, `platforms.by_platform`'s `gpu`): the CPU's values and cotangents, of the
+  scores and of a hyperparameter, for the run-time choice (a list of 6 relevant items: the grouped
+  loop) and an explicit bound (8 slots), with one step (SmoothAP) and two (SupAP)."""
+  scores, labels, _ = random_lists(20, shape=(3, 12), mask=False)
+  labels[:] = 0
+  labels[:, :2] = 1
+  labels[0, :6] = 1
+  for loss, value in ((sr.smoothap_loss, {"temperature": 0.05}), (sr.supap_loss, {"rho": 50.0})):
+
+    def grads(loss=loss, value=value):
+      def f(s, y, p):
+        return loss(s, y, max_relevant=max_relevant, **{k: p for k in value})
+
+      return jax.jit(jax.value_and_grad(f, argnums=(0, 2)))(scores, labels, *value.values())
+
+    with platforms.forced_platform(platforms.CPU):
+      want = grads()
+    with platforms.forced_platform(platforms.GPU):
+      got = grads()
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+      np.testing.assert_allclose(g, w, **TOL64)
+
+
 @pytest.mark.parametrize("platform", platforms.PLATFORMS)
 def test_check_grads_bounded(platform, x64):
   scores, labels, where = _grad_inputs(5, (0.0, 0.05))
