@@ -53,9 +53,11 @@ def _list_level(name, fn, dtype):
     distances = jnp.asarray(RNG.integers(0, 7, (3, 8)))
     return fn(distances, LABELS, num_bits=6, where=WHERE)
   kwargs = {"where": WHERE, **LIST_KWARGS.get(name, {})}
+  # Jitted, the labels closed over (concrete, as in an eager call): one program per function
+  # (eagerly, each operation of a gradient compiles on its own, most of this script's time).
   if name.endswith("_loss"):
-    return jax.value_and_grad(lambda s: fn(s, LABELS, **kwargs))(scores)
-  return fn(scores, LABELS, **kwargs)
+    return jax.jit(jax.value_and_grad(lambda s: fn(s, LABELS, **kwargs)))(scores)
+  return jax.jit(lambda s: fn(s, LABELS, **kwargs))(scores)
 
 
 def _mesh():
