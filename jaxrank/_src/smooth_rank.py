@@ -660,8 +660,9 @@ def _precision_sums_fwd(
 
 
 def _pad_slots(slots, width, n):
-  """The accelerators' `[B, count]` slots, item, rank^+ and rank^-, padded to the CPU's `width`
-  with empty slots (item `n`, ranks 0: the backward pass reads only the first `count`)."""
+  """The accelerators' `[B, count]` slots, item, rank^+ and rank^-, padded to `width` (the CPU's,
+  or the run-time choice's `_GROUP`) with empty slots (item `n`, ranks 0: the backward pass reads
+  only the first `count`)."""
   items, rank_pos, rank_neg = slots
   pad = ((0, 0), (0, width - items.shape[1]))
   return (jnp.pad(items, pad, constant_values=n), jnp.pad(rank_pos, pad), jnp.pad(rank_neg, pad))
