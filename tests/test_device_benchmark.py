@@ -71,6 +71,46 @@ def test_sections_and_the_guide_tables_from_their_record(tmp_path, capsys):
   assert table["columns"][2:4] == [f"{n} / floor" for n in LOSSES]
 
 
+def test_the_evaluation_section_times_both_sets_beside_their_products(tmp_path, capsys):
+  record = tmp_path / "run.json"
+  device.main(
+    [
+      "--sections",
+      "evaluation",
+      "--evaluation-items",
+      "300",
+      "--evaluation-gallery",
+      "2000",
+      "--evaluation-queries",
+      "100",
+      "--json",
+      str(record),
+    ]
+  )
+  rows = json.loads(record.read_text())["evaluation"]
+  sets = sorted({r["set"] for r in rows})
+  assert sets == ["100 queries x 2,000 gallery items", "300 items, leave-one-out"]
+  ours = [(r["set"][:3], r["input"], r["chunk"]) for r in rows if r["side"] == "jaxrank"]
+  assert ours == [
+    ("300", "device", 1024),
+    ("300", "host", 1024),
+    ("300", "device", 1024),
+    ("100", "device", 1024),
+  ]
+  for name in sets:
+    products = [r for r in rows if r["set"] == name and r["side"] == "xla_product"]
+    assert len(products) == 5 and min(r["ratio"] for r in products) == 1.0
+  assert all(r["time"] > 0 for r in rows)
+  (table,) = device.write_docs([str(record)], directory=tmp_path / "docs")
+  data = json.loads(table.read_text())
+  docs_data.check(data, table.stem)
+  assert [r[:3] for r in data["rows"]][-1] == [
+    "100 queries x 2,000 gallery items",
+    "jaxrank",
+    "device",
+  ]
+
+
 def test_the_training_step_section_times_the_jobs_step_and_writes_its_table(tmp_path, capsys):
   """The `train` section runs the job's own step (float32 and mixed precision) and, off a GPU,
   says why the torch and cuDNN rows are skipped; its record gives the guide's table."""

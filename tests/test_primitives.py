@@ -703,6 +703,26 @@ def test_compare_counts_counts_every_list_and_item(c, n):
   np.testing.assert_array_equal(above, np.sum(scores[:, None, :] > thresholds[:, :, None], -1))
   np.testing.assert_array_equal(tied, np.sum(scores[:, None, :] == thresholds[:, :, None], -1))
   np.testing.assert_array_equal(nans, np.sum(np.isnan(scores), -1))
+  # The accelerators' one pass: the same counts, around the thresholds sorted.
+  keys, above, tied, nans = jax.jit(counting.fused_compare_counts)(scores, thresholds)
+  np.testing.assert_array_equal(keys, _sorted_thresholds(thresholds))
+  np.testing.assert_array_equal(above, np.sum(scores[:, None, :] > keys[:, :, None], -1))
+  np.testing.assert_array_equal(tied, np.sum(scores[:, None, :] == keys[:, :, None], -1))
+  np.testing.assert_array_equal(nans, np.sum(np.isnan(scores), -1))
+
+
+def test_fused_compare_counts_reads_the_scores_in_one_reduction():
+  """One variadic reduction over the items, whatever the number of thresholds: no `[c, R, n]`
+  comparison (a reduction per threshold, each reading every list), and int32 counts."""
+  scores = jax.ShapeDtypeStruct((6, 50), jnp.float32)
+  thresholds = jax.ShapeDtypeStruct((6, 7), jnp.float32)
+  jaxpr = jax.make_jaxpr(counting.fused_compare_counts)(scores, thresholds).jaxpr
+  shapes = [v.aval.shape for e in jaxpr.eqns for v in (*e.invars, *e.outvars) if hasattr(v, "aval")]
+  assert (6, 7, 50) not in shapes
+  reductions = [e for e in jaxpr.eqns if e.primitive.name.startswith("reduce")]
+  assert len(reductions) == 1 and len(reductions[0].outvars) == 2 * 7 + 1
+  out = jax.eval_shape(counting.fused_compare_counts, scores, thresholds)
+  assert [x.dtype for x in out[1:]] == [jnp.int32] * 3
 
 
 def test_numpy_sorted_counts_under_vmap_and_on_many_lists():

@@ -253,12 +253,16 @@ def _leave_one_out(x):
   return x[keep].reshape(len(x), len(x) - 1)
 
 
+# This machine's form, and each platform's forced: the CPU's and the accelerators'.
+EVALUATION_PLATFORMS = [None, *platforms.PLATFORMS]
+
+
 def _on(platform):
   """The block in which `evaluate_retrieval` takes `platform`'s form (`None`: this machine's)."""
   return platforms.forced_platform(platform) if platform else contextlib.nullcontext()
 
 
-@pytest.mark.parametrize("platform", [None, *platforms.PLATFORMS])
+@pytest.mark.parametrize("platform", EVALUATION_PLATFORMS)
 @pytest.mark.parametrize("n, chunk_size", [(900, 384), (300, 1000)])
 def test_evaluate_leave_one_out_equals_brute_force(n, chunk_size, platform):
   """384 queries per chunk, and 300 in a chunk of 1,000 (a chunk of fewer queries)."""
@@ -274,7 +278,7 @@ def test_evaluate_leave_one_out_equals_brute_force(n, chunk_size, platform):
     assert got[key] == pytest.approx(want[key], abs=1e-5), key
 
 
-@pytest.mark.parametrize("platform", [None, *platforms.PLATFORMS])
+@pytest.mark.parametrize("platform", EVALUATION_PLATFORMS)
 def test_evaluate_with_gallery_equals_brute_force(platform):
   x, labels = _clustered(1, 500)
   queries, gallery = x[:150], x[150:]
@@ -288,7 +292,7 @@ def test_evaluate_with_gallery_equals_brute_force(platform):
     assert got[key] == pytest.approx(want[key], abs=1e-5), key
 
 
-@pytest.mark.parametrize("platform", [None, *platforms.PLATFORMS])
+@pytest.mark.parametrize("platform", EVALUATION_PLATFORMS)
 def test_evaluate_on_binary_codes_handles_ties_exactly(platform):
   rng = np.random.default_rng(2)
   labels = rng.integers(0, 8, 300)
@@ -307,7 +311,8 @@ def test_evaluate_on_binary_codes_handles_ties_exactly(platform):
 
 
 def test_evaluate_memory_does_not_depend_on_the_number_of_queries(caplog):
-  """The chunk function is compiled once and its shapes depend on chunk_size and N only."""
+  """The chunk function is compiled once, for chunks of `chunk_size` rows of the query set (which
+  it takes whole, on the device, and reads by rows)."""
   x, labels = _clustered(3, 300)
   jax.clear_caches()
   with jax.log_compiles(True), caplog.at_level(logging.WARNING):
@@ -315,7 +320,7 @@ def test_evaluate_memory_does_not_depend_on_the_number_of_queries(caplog):
   messages = [r.getMessage() for r in caplog.records]
   compiled = [m for m in messages if "Compiling jit(_evaluate_chunk)" in m]
   assert len(compiled) == 1, compiled
-  assert "float32[64,8]" in compiled[0]  # One chunk of queries, whatever their number.
+  assert "float32[300,8]" in compiled[0] and "int32[64]" in compiled[0]  # The set, a chunk.
 
 
 @pytest.mark.parametrize(
@@ -414,6 +419,22 @@ def test_non_finite_embeddings_give_nan_lists_not_numbers():
   nan_rule = lambda q, g: jaxrank.similarity.cosine(q, g) * jnp.nan  # noqa: E731
   got = jaxrank.evaluate_retrieval(x[4:], labels[4:], similarity_fn=nan_rule)
   assert all(np.isnan(v) for v in got.values())
+
+
+@pytest.mark.parametrize("platform", EVALUATION_PLATFORMS)
+def test_evaluate_nan_score_makes_its_queries_nan_unless_it_is_left_out(platform):
+  """A rule that scores one item NaN makes every query that ranks it NaN, not the query that
+  leaves it out (itself): the accelerators count the query's own item and take it out after."""
+  x, labels = _clustered(6, 40)
+  x[5, 0] = 7.0  # The marked item.
+  rule = lambda q, g: jnp.where(g[None, :, 0] == 7.0, jnp.nan, jaxrank.similarity.cosine(q, g))  # noqa: E731
+  with _on(platform):
+    got = jaxrank.evaluate_retrieval(x, labels, similarity_fn=rule, reduce_fn=None, chunk_size=16)
+  counted = got["num_relevant"] > 0
+  assert counted[5] and counted.sum() > 1
+  for key in ("recall@1", "map@r", "map", "tie_aware_map"):
+    assert np.isfinite(got[key][5]), key
+    assert np.isnan(got[key][counted & (np.arange(40) != 5)]).all(), key
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
@@ -747,6 +768,7 @@ def test_evaluate_memory_does_not_grow_with_the_size_of_the_classes():
     with ranking.descending_ranks_branch(branch):
       compiled = evaluation._evaluate_chunk.lower(
         x[:chunk],
+        np.arange(chunk, dtype=np.int32),
         self_ids,
         index,
         ok,
@@ -769,7 +791,8 @@ def test_evaluate_chunk_for_accelerators_holds_no_callback_nor_sort_of_the_lists
   x = rng.standard_normal((n, 8)).astype(np.float32)
   prepared = evaluation._prepare_items(jaxrank.similarity.cosine, jnp.asarray(x), x.dtype)
   index = rng.integers(0, n, (chunk, num_relevant)).astype(np.int32)
-  args = (x[:chunk], np.arange(chunk, dtype=np.int32), index, np.ones(index.shape, bool), prepared)
+  rows = np.arange(chunk, dtype=np.int32)
+  args = (x[:chunk], rows, rows, index, np.ones(index.shape, bool), prepared)
   texts = {}
   for platform in platforms.PLATFORMS:
     with platforms.forced_platform(platform):
@@ -790,6 +813,41 @@ def test_evaluate_chunk_for_accelerators_holds_no_callback_nor_sort_of_the_lists
   else:
     assert sorts_of_lists
     assert callback.search(texts[platforms.CPU])  # The CPU sorts in numpy, through the host.
+
+
+class _NumpyWithoutJaxArrays:
+  """numpy, except that `asarray` of a `jax.Array` (a copy to the host) raises."""
+
+  def __getattr__(self, name):
+    return getattr(np, name)
+
+  @staticmethod
+  def asarray(x, *args, **kwargs):
+    if isinstance(x, jax.Array):
+      raise AssertionError(f"a jax.Array {x.shape} copied to the host")
+    return np.asarray(x, *args, **kwargs)
+
+
+def test_evaluate_keeps_jax_arrays_on_their_device(monkeypatch):
+  """Embeddings given as `jax.Array`s are checked and scored where they lie, never converted to
+  numpy arrays (a GPU's embeddings went to the host and back), with the same metrics as from
+  numpy arrays; non-finite ones are still a `ValueError`. (JAX's transfer guard does not see a
+  CPU array read by numpy: the module's numpy is watched instead.)"""
+  x, labels = _clustered(7, 200)
+  queries, gallery = jnp.asarray(x[:60]), jnp.asarray(x[60:])
+  with monkeypatch.context() as patched:
+    patched.setattr(evaluation, "np", _NumpyWithoutJaxArrays())
+    alone = jaxrank.evaluate_retrieval(jnp.asarray(x), labels, chunk_size=64)
+    both = jaxrank.evaluate_retrieval(
+      queries, labels[:60], gallery.astype(jnp.bfloat16), labels[60:], chunk_size=64
+    )
+  assert alone == jaxrank.evaluate_retrieval(x, labels, chunk_size=64)
+  want = jaxrank.evaluate_retrieval(
+    x[:60], labels[:60], np.asarray(gallery.astype(jnp.bfloat16)), labels[60:], chunk_size=64
+  )
+  assert both == want
+  with pytest.raises(ValueError, match="gallery_embeddings contain NaN"):
+    jaxrank.evaluate_retrieval(queries, labels[:60], gallery.at[3, 1].set(jnp.inf), labels[60:])
 
 
 def test_evaluate_retrieval_under_x64():
@@ -835,6 +893,12 @@ def test_evaluate_default_chunk_follows_the_platform(monkeypatch):
   assert evaluation.default_chunk_size(mesh_of("cpu")) == 1024
   assert evaluation.default_chunk_size(mesh_of("gpu")) == 4096
   assert evaluation.default_chunk_size(mesh_of("tpu")) == 4096
+  # Halved for large galleries: at most 2**28 scores a chunk.
+  assert evaluation.default_chunk_size(mesh_of("gpu"), 60_502) == 4096
+  assert evaluation.default_chunk_size(mesh_of("gpu"), 2**16 + 1) == 2048
+  assert evaluation.default_chunk_size(mesh_of("gpu"), 2**20) == 256
+  assert evaluation.default_chunk_size(mesh_of("cpu"), 2**20) == 256
+  assert evaluation.default_chunk_size(mesh_of("cpu"), 2**40) == 2
   x = np.random.default_rng(0).standard_normal((40, 8)).astype(np.float32)
   labels = np.arange(40) % 7
   chunks = []

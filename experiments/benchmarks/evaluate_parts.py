@@ -151,6 +151,7 @@ def parts_table(c: int, n: int, r: int, dim: int, repeats: int) -> list[str]:
   prepared = similarity.prepare_items(dots, items, queries.dtype)
   chunk_args = (
     queries,
+    jnp.arange(c, dtype=jnp.int32),  # The chunk: every row of the query set.
     jnp.asarray(rng.integers(0, n, c).astype(np.int32)),  # Leave-one-out: each query's own item.
     jnp.asarray(rng.integers(0, n, (c, r)).astype(np.int32)),
     jnp.ones((c, r), bool),

@@ -44,10 +44,12 @@ def _relevant_scores(scores, relevant_index, relevant_ok):
 
 @functools.partial(jax.jit, static_argnames=("ks", "similarity_fn", "branch"))
 def _evaluate_chunk(
-  queries, self_index, relevant_index, relevant_ok, prepared, *, ks, similarity_fn, branch
+  query_set, rows, self_index, relevant_index, relevant_ok, prepared, *, ks, similarity_fn, branch
 ):
   """Per-query metrics of one chunk of queries against the whole (prepared) gallery.
 
+  The chunk's queries are the rows `rows [c]` of the query set `[Q, D]` (-1: padding, scored as
+  row 0), taken where the set lies: the set goes to the device once, not a chunk at a time.
   Counting instead of sorting the lists: for each relevant item of a query, the gallery items
   scored above it and tied with it (`counting.count_above_and_tied`), then
   `ranking.relevant_item_statistics`. The scores are laid out by platform (`_chunk_counts`: the
@@ -56,6 +58,7 @@ def _evaluate_chunk(
   never reused with another.
   """
   del branch  # Read by `platforms.by_platform` when traced; a key of the compiled code.
+  queries = jnp.take(query_set, jnp.maximum(rows, 0), axis=0)
   scores = similarity.score_prepared(similarity_fn, queries, prepared)
   dtype = lists.compute_dtype(scores.dtype)
   counts, poisoned = _chunk_counts(scores.astype(dtype), self_index, relevant_index, relevant_ok)
@@ -97,24 +100,36 @@ def _chunk_counts_cpu(scores, self_index, relevant_index, relevant_ok):
 
 def _chunk_counts_accelerator(scores, self_index, relevant_index, relevant_ok):
   """`(counts, poisoned)` of a chunk's scores `[c, N]` in their own layout, the gallery on the
-  last axis (a TPU's lanes): no transposition; up to `counting.COMPARE_UP_TO` relevant items,
-  their scores picked by masked sums (no gather, which a TPU serialises), O(c R N) as the
-  comparison that follows."""
-  column = jax.lax.broadcasted_iota(jnp.int32, scores.shape, 1)
-  scores, poisoned = _without_excluded(scores, column == self_index[:, None])
-  if relevant_index.shape[-1] <= counting.COMPARE_UP_TO:
-    rel = jnp.where(relevant_ok, _picked(scores, relevant_index), jnp.nan)
-  else:  # A gather of `[c, R]` scores, beside the sort of every list.
+  last axis (a TPU's lanes), read as the product wrote them.
+
+  Up to `counting.COMPARE_UP_TO` relevant items: their scores and the query's own score are
+  gathered (`c (R + 1)` reads), then one pass over the scores counts, for every relevant score,
+  the scores above and tied, and the NaN scores (`counting.fused_compare_counts`); the query's own
+  item is taken out of those counts afterwards (it is never relevant). No masked copy of the
+  scores is written. Compiled for a TPU v5e (1,024 queries x 60,000 items, 11 relevant), the
+  compiler's cycle estimates for the whole chunk fell from 14.5 to 2.2 million (the product
+  alone, each row reduced to its maximum: 1.0 million) against the earlier form, a masked copy of
+  the scores, then a masked sum per relevant slot to pick the scores and a comparison per slot,
+  each reading every list. Picking by one pass of masked sums instead of a gather cost 2.3
+  million cycles, more than the gather's 0.4 ms in the cost analysis (`scheduled_cycles` in
+  experiments/benchmarks/accelerators.py says why two estimates). Beyond `COMPARE_UP_TO`, the
+  excluded item is made NaN and each list sorted (`counting.count_above_and_tied`).
+  """
+  if relevant_index.shape[-1] > counting.COMPARE_UP_TO:  # A gather of `[c, R]` scores, a sort.
+    column = jax.lax.broadcasted_iota(jnp.int32, scores.shape, 1)
+    scores, poisoned = _without_excluded(scores, column == self_index[:, None])
     rel = _relevant_scores(scores, relevant_index, relevant_ok)
-  return counting.count_above_and_tied(scores, rel), poisoned
-
-
-def _picked(scores, index):
-  """`scores [c, N]` at `index [c, R]`: a sum over each list of the one score at that index,
-  exact (the other terms are 0; a zero may lose its sign, which no count sees)."""
-  column = jax.lax.broadcasted_iota(jnp.int32, (1, 1, scores.shape[1]), 2)
-  hit = column == index[:, :, None]
-  return jnp.sum(jnp.where(hit, scores[:, None, :], jnp.zeros((), scores.dtype)), axis=-1)
+    return counting.count_above_and_tied(scores, rel), poisoned
+  excluded = self_index >= 0
+  index = jnp.concatenate([relevant_index, jnp.where(excluded, self_index, 0)[:, None]], axis=-1)
+  picked = jnp.take_along_axis(scores, jnp.clip(index, 0, scores.shape[1] - 1), axis=-1)
+  rel = jnp.where(relevant_ok, picked[:, :-1], jnp.nan)
+  own = jnp.where(excluded, picked[:, -1], jnp.nan)[:, None]  # NaN: counted nowhere.
+  keys, above, tied, nans = counting.fused_compare_counts(scores, rel)
+  above = above - (own > keys).astype(jnp.int32)
+  tied = tied - (own == keys).astype(jnp.int32)
+  nans = nans - (excluded & jnp.isnan(own[:, 0])).astype(jnp.int32)
+  return counting.counts_of(keys, above, tied), nans > 0
 
 
 def _metrics_from_counts(counts, relevant_ok, poisoned, *, list_size, ks, dtype):
@@ -422,9 +437,11 @@ class _ClassRelevance:
 
   def __init__(self, q_labels, g_labels, leave_one_out):
     self.order = np.argsort(g_labels, kind="stable").astype(np.int32)
-    self.classes, self.starts, self.counts = np.unique(
-      g_labels[self.order], return_index=True, return_counts=True
-    )
+    # The classes' runs in the sorted labels (as `np.unique`, without sorting them again).
+    ordered = g_labels[self.order]
+    self.starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+    self.classes = ordered[self.starts]
+    self.counts = np.diff(np.append(self.starts, len(ordered)))
     self.q_labels, self.leave_one_out = q_labels, leave_one_out
     self.slots = np.arange(int(self.counts.max()))
 
@@ -465,16 +482,20 @@ class _DenseRelevance:
 
 
 def _evaluate_local(queries, gallery, relevance, *, ks, chunk_size, similarity_fn):
-  """Per-query values `[Q]` and relevant counts, in this process on its default device."""
+  """Per-query values `[Q]` and relevant counts, in this process on its default device (or on
+  the device that holds the embeddings, when they are `jax.Array`s)."""
   num_queries = len(queries)
-  prepared = _prepare_items(similarity_fn, jnp.asarray(gallery), queries.dtype)
+  query_set = jnp.asarray(queries)  # To the device once (a jax.Array stays where it is).
+  gallery = query_set if gallery is queries else jnp.asarray(gallery)
+  prepared = _prepare_items(similarity_fn, gallery, queries.dtype)
   branch = ranking.forced_branch()
   results = []  # Device arrays: gathered once at the end so that chunks dispatch asynchronously.
   for rows in _chunks(num_queries, chunk_size):
     self_ids, relevant_index, relevant_ok = relevance(rows)
     results.append(
       _evaluate_chunk(
-        jnp.asarray(queries[np.maximum(rows, 0)]),
+        query_set,
+        jnp.asarray(rows),
         jnp.asarray(self_ids),
         jnp.asarray(relevant_index),
         jnp.asarray(relevant_ok),
@@ -488,14 +509,24 @@ def _evaluate_local(queries, gallery, relevance, *, ks, chunk_size, similarity_f
 
 
 def _as_embeddings(fn, name, x):
-  """Embeddings as a numpy array of the compute dtype (float32, or float64 under x64), finite."""
+  """Embeddings of the compute dtype (float32, or float64 under x64), finite: a `jax.Array` stays
+  one, on its device (checked there: embeddings computed on a GPU never go through the host),
+  anything else becomes a numpy array."""
   checks.check_array(fn, name, x, kind="floating", ndim=2, layout="[N, D]")
-  x = np.asarray(x)
+  if not isinstance(x, jax.Array):
+    x = np.asarray(x)
   if x.shape[0] == 0:
     raise ValueError(f"{fn}: {name} are empty (shape {x.shape}); give at least one row.")
   wide = x.dtype == np.float64 and jax.config.read("jax_enable_x64")
+  dtype = np.float64 if wide else np.float32
+  if isinstance(x, jax.Array):
+    # float64 arrays exist only under x64, where they stay float64: nothing can overflow.
+    converted = x.astype(dtype)  # bfloat16, float16: exactly.
+    if not jax.device_get(jnp.all(jnp.isfinite(converted))):  # An explicit fetch of one bool.
+      raise ValueError(f"{fn}: {name} contain NaN or infinite values.")
+    return converted
   with np.errstate(over="ignore"):  # Overflow is reported below.
-    converted = x.astype(np.float64 if wide else np.float32)  # bfloat16, float16: exactly.
+    converted = x.astype(dtype)  # bfloat16, float16: exactly.
   if not np.all(np.isfinite(converted)):
     if np.all(np.isfinite(x)):
       raise ValueError(
@@ -583,17 +614,26 @@ def _affinity_relevant(fn, affinity, rows, leave_one_out):
 # devices that compute. CPU: 1,024 (XLA:CPU's product is 1.7x slower in chunks of 256 on SOP's
 # shape, the comparing loop slower beyond 2,048: docs/guide/scale.rst). GPUs and TPUs: 4,096 (an
 # SOP-shaped evaluation, 60,502 x 512, every metric, took 0.16-0.21 s on an H200 in chunks of 4,096
-# against 0.29-0.33 s in chunks of 1,024: issue 51; on TPUs unmeasured); a chunk's `[4096, N]`
-# float32 scores are 1 GB at N = 60,502, within any of them.
+# against 0.29-0.33 s in chunks of 1,024: issue 51; on TPUs unmeasured). Halved for large
+# galleries, so that a chunk's scores stay within `DEFAULT_CHUNK_SCORES`.
 DEFAULT_CHUNKS = {"cpu": 1024}
 ACCELERATOR_CHUNK = 4096
+DEFAULT_CHUNK_SCORES = 2**28
+"""The most scores (`chunk_size * N`) of a default chunk: 1 GB of float32 scores (4,096 queries
+against 65,536 items, 256 against 1,048,576); the CPU's chunk of 1,024 holds at most a quarter of
+it up to N = 65,536."""
 
 
-def default_chunk_size(mesh: jax.sharding.Mesh | None = None) -> int:
+def default_chunk_size(mesh: jax.sharding.Mesh | None = None, num_items: int | None = None) -> int:
   """`evaluate_retrieval`'s default `chunk_size` on the platform of `mesh`'s devices (`None`:
-  JAX's default device): `DEFAULT_CHUNKS` for the CPU, `ACCELERATOR_CHUNK` for GPUs and TPUs."""
+  JAX's default device): `DEFAULT_CHUNKS` for the CPU, `ACCELERATOR_CHUNK` for GPUs and TPUs,
+  halved while a chunk against `num_items` gallery items (on one device) would hold more than
+  `DEFAULT_CHUNK_SCORES` scores, down to 2."""
   device = jax.devices()[0] if mesh is None else mesh.devices.flat[0]
-  return DEFAULT_CHUNKS.get(device.platform, ACCELERATOR_CHUNK)
+  chunk = DEFAULT_CHUNKS.get(device.platform, ACCELERATOR_CHUNK)
+  while num_items and chunk > 2 and chunk * num_items > DEFAULT_CHUNK_SCORES:
+    chunk //= 2
+  return chunk
 
 
 def evaluate_retrieval(
@@ -651,12 +691,15 @@ def evaluate_retrieval(
   by comparing every item with every relevant score, O(N R) per query; beyond (the few large
   classes of CIFAR-10 or NUS-WIDE) by one sort of the query's scores, O(N log N) per query
   whatever `R`. On CPU the comparing is a loop over the gallery in tiles of 128 queries, and the
-  sort numpy's, through a host callback; on GPU and TPU the comparing is one fused reduction over
-  the gallery and the sort XLA's: no host callback, and for `R <= 32` no loop, gather or sort of
-  the lists. Time O(Q N (D + min(R, 32) + log N)), memory O(chunk_size * N + N D): never the
-  `Q x N` matrix, and nothing grows with `R` beyond `[chunk_size, R]`. The items' side of the
-  scoring rule (for cosine, the rows' scale and norms) is computed once, not per chunk. A Python
-  loop over chunks calls one jitted function (compiled once: the last chunk is padded).
+  sort numpy's, through a host callback; on GPU and TPU, for `R <= 32`, the relevant scores are
+  picked (a gather on GPUs, a pass over the scores on TPUs) and one more pass over the scores
+  counts around all of them, and beyond the sort is XLA's: no host callback, and for `R <= 32`
+  no loop or sort of the lists. Time O(Q N (D + min(R, 32) + log N)), memory O(chunk_size * N +
+  (Q + N) D): never the `Q x N` matrix, and nothing grows with `R` beyond `[chunk_size, R]`. The
+  embeddings go to the device once (`jax.Array`s stay on theirs, never copied through the host),
+  and the items' side of the scoring rule (for cosine, the rows' scale and norms) is computed
+  once, not per chunk. A Python loop over chunks calls one jitted function (compiled once: the
+  last chunk is padded), which takes its queries from the set on the device.
 
   **Across devices and processes** (`mesh=`), for galleries too big for one device or one host:
   the work is split over every device of `mesh` (all its axes), which may span the processes of a
@@ -711,7 +754,9 @@ def evaluate_retrieval(
     ks: the cut-offs of Recall@k, positive ints (rax names a single cut-off `topn`; Recall@k here
       is not rax's recall, see above).
     chunk_size: queries per step; `None` (the default): 1,024 on CPU, 4,096 on GPUs and TPUs
-      (`default_chunk_size`, by the platform of `mesh`'s devices or JAX's default device). Memory
+      (`default_chunk_size`, by the platform of `mesh`'s devices or JAX's default device), halved
+      for large galleries while a chunk would hold more than 2**28 scores (256 queries against a
+      gallery of 1,048,576 items; with `mesh=`, the items on one device). Memory
       grows linearly with it: two `[chunk_size, N]` float32 blocks of scores on CPU (the scores
       and their transposition; 0.47 GB for 1,024 queries against SOP's 60,502 images), one on an
       accelerator (1 GB for 4,096). On CPU, XLA's matrix product is much slower in small chunks
@@ -759,14 +804,16 @@ def evaluate_retrieval(
       f"{fn}: mesh must be a jax.sharding.Mesh (e.g. jax.make_mesh((jax.device_count(),), "
       f"('batch',))) or None, got {type(mesh).__name__}."
     )
-  if chunk_size is None:
-    chunk_size = default_chunk_size(mesh)
-  checks.check_positive_int(fn, "chunk_size", chunk_size)
+  if chunk_size is not None:
+    checks.check_positive_int(fn, "chunk_size", chunk_size)
   queries, gallery, q_labels, g_labels = _evaluation_inputs(
     fn, query_embeddings, query_labels, gallery_embeddings, gallery_labels, affinity
   )
   leave_one_out = gallery is None
   gallery = queries if leave_one_out else gallery
+  if chunk_size is None:  # Against this process's gallery rows, on each of its devices.
+    devices = 1 if mesh is None else max(len(mesh.local_devices), 1)
+    chunk_size = default_chunk_size(mesh, -(-gallery.shape[0] // devices))
   kwargs = dict(ks=ks, chunk_size=chunk_size, similarity_fn=similarity_fn)
   if mesh is not None:
     if affinity is not None or q_labels.ndim != 1:
@@ -774,6 +821,8 @@ def evaluate_retrieval(
         f"{fn}: with mesh=, relevance must come from integer class labels [Q] (and [N]); "
         "multi-hot labels and affinity= are evaluated in one process only (mesh=None)."
       )
+    # Each process's rows are split over its devices from the host.
+    queries, gallery = np.asarray(queries), np.asarray(gallery)
     per_query, num_relevant = _evaluate_sharded(
       fn, mesh, queries, q_labels, gallery, g_labels, leave_one_out, **kwargs
     )
