@@ -483,7 +483,7 @@ class _DenseRelevance:
 
 def _evaluate_local(queries, gallery, relevance, *, ks, chunk_size, similarity_fn):
   """Per-query values `[Q]` and relevant counts, in this process on its default device (or on
-  the device that holds the embeddings, when they are `jax.Array`s)."""
+  the device that holds the embeddings, when they are of type `jax.Array`)."""
   num_queries = len(queries)
   query_set = jnp.asarray(queries)  # To the device once (a jax.Array stays where it is).
   gallery = query_set if gallery is queries else jnp.asarray(gallery)
@@ -685,21 +685,20 @@ def evaluate_retrieval(
   query's values NaN, and so the mean: never a confident wrong number. Non-finite embeddings, or
   float64 embeddings that overflow float32, are a `ValueError`.
 
-  For each relevant item of a query, the gallery items scored above it and tied with it are
-  counted, which is all the metrics need (`counting.count_above_and_tied`): with `R`, the largest
-  number of items relevant to one query, at most `counting.COMPARE_UP_TO` (32: SOP, CUB, Cars196)
-  by comparing every item with every relevant score, O(N R) per query; beyond (the few large
-  classes of CIFAR-10 or NUS-WIDE) by one sort of the query's scores, O(N log N) per query
-  whatever `R`. On CPU the comparing is a loop over the gallery in tiles of 128 queries, and the
-  sort numpy's, through a host callback; on GPU and TPU, for `R <= 32`, the relevant scores are
-  picked (a gather on GPUs, a pass over the scores on TPUs) and one more pass over the scores
-  counts around all of them, and beyond the sort is XLA's: no host callback, and for `R <= 32`
-  no loop or sort of the lists. Time O(Q N (D + min(R, 32) + log N)), memory O(chunk_size * N +
+  For each relevant item of a query, the gallery items scored above it and tied with it are counted,
+  which is all the metrics need (`counting.count_above_and_tied`): with `R`, the largest number of
+  items relevant to one query, at most `counting.COMPARE_UP_TO` (32: SOP, CUB, Cars196) by comparing
+  every item with every relevant score, O(N R) per query; beyond (the few large classes of CIFAR-10
+  or NUS-WIDE) by one sort of the query's scores, O(N log N) per query whatever `R`. On CPU the
+  comparing is a loop over the gallery in tiles of 128 queries, and the sort numpy's, through a host
+  callback; on GPU and TPU, for `R <= 32`, the relevant scores are gathered and one pass over the
+  scores counts around all of them, and beyond the sort is XLA's: no host callback, and for `R <=
+  32` no loop or sort of the lists. Time O(Q N (D + min(R, 32) + log N)), memory O(chunk_size * N +
   (Q + N) D): never the `Q x N` matrix, and nothing grows with `R` beyond `[chunk_size, R]`. The
-  embeddings go to the device once (`jax.Array`s stay on theirs, never copied through the host),
-  and the items' side of the scoring rule (for cosine, the rows' scale and norms) is computed
-  once, not per chunk. A Python loop over chunks calls one jitted function (compiled once: the
-  last chunk is padded), which takes its queries from the set on the device.
+  embeddings go to the device once (a `jax.Array` stays on its own, not copied through the host),
+  and the items' side of the scoring rule (for cosine, the rows' scale and norms) is computed once,
+  not per chunk. A Python loop over chunks calls one jitted function (compiled once: the last chunk
+  is padded), which takes its queries from the set on the device.
 
   **Across devices and processes** (`mesh=`), for galleries too big for one device or one host:
   the work is split over every device of `mesh` (all its axes), which may span the processes of a
@@ -755,7 +754,7 @@ def evaluate_retrieval(
       is not rax's recall, see above).
     chunk_size: queries per step; `None` (the default): 1,024 on CPU, 4,096 on GPUs and TPUs
       (`default_chunk_size`, by the platform of `mesh`'s devices or JAX's default device), halved
-      for large galleries while a chunk would hold more than 2**28 scores (256 queries against a
+      for large galleries while a chunk would hold more than `2**28` scores (256 queries against a
       gallery of 1,048,576 items; with `mesh=`, the items on one device). Memory
       grows linearly with it: two `[chunk_size, N]` float32 blocks of scores on CPU (the scores
       and their transposition; 0.47 GB for 1,024 queries against SOP's 60,502 images), one on an
