@@ -554,11 +554,12 @@ def evaluation_table(targets: list[str], dim: int) -> list[str]:
     "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
   ]
   for target in targets:
-    floor = None
+    floor_cycles = None
     for form, bound in EVALUATION_FORMS.items():
       device = devices(target)[0]
-      if bound == "product":
-        a = floor = analyse(compile_evaluation_chunk(device, dim, product_only=True))
+      if isinstance(bound, str):  # "product": the floor.
+        a = analyse(compile_evaluation_chunk(device, dim, product_only=True))
+        floor_cycles = a.cycles
       else:
         with compare_up_to(bound):
           a = analyse(compile_evaluation_chunk(device, dim))
@@ -566,7 +567,7 @@ def evaluation_table(targets: list[str], dim: int) -> list[str]:
       estimate = "n/a" if a.estimate is None else f"{at_least}{a.estimate * 1e3:.2f} ms"
       gb = "n/a" if a.bytes is None else f"{at_least}{a.bytes / 1e9:.2f}"
       cycles = "n/a" if a.cycles is None else f"{at_least}{a.cycles / 1e6:.1f} M"
-      ratio = f"{at_least}{_ratio(a.cycles, floor.cycles)}" if a.cycles is not None else "n/a"
+      ratio = f"{at_least}{_ratio(a.cycles, floor_cycles)}" if a.cycles is not None else "n/a"
       lines.append(
         f"| {target} | {form} | {estimate} | {gb} | {cycles} | {ratio} | {_mb(a.temporaries)} "
         f"| {a.loops} | {a.callbacks} |"
