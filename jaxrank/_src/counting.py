@@ -195,10 +195,10 @@ def fused_compare_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.
   One variadic reduction over the items (`lax.reduce`) with two int32 sums per threshold and one
   for the NaN scores, `2 R + 1` results of `[c]`: each score is read once and compared with every
   threshold where it is read. A sum over a `[c, R, n]` comparison instead (its earlier form) is a
-  reduction per threshold, which reads every list once per threshold: on a TPU v5e the
-  compiler's estimate for an evaluation chunk (1,024 x 60,000 scores, 11 thresholds) was 6.7
-  million cycles for those sums against 1.1 million in one pass, and a GPU reads the scores once
-  per threshold through its caches. The thresholds are sorted as `xla_sorted_counts` sorts them
+  reduction per threshold, which reads every list once per threshold: on a TPU v5e the compiler's
+  estimate for an evaluation chunk (1,024 x 60,000 scores, 11 thresholds) was 6.7 million cycles
+  for those sums against 1.1 million in one pass (on a GPU each such reduction reads the lists
+  again, from its caches at best). The thresholds are sorted as `xla_sorted_counts` sorts them
   (`[c, R]`, next to nothing), so that every accelerator path gives the same `Counts`.
   """
   keys = -jnp.sort(-thresholds, axis=-1)  # Decreasing, NaN last.

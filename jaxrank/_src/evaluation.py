@@ -685,20 +685,20 @@ def evaluate_retrieval(
   query's values NaN, and so the mean: never a confident wrong number. Non-finite embeddings, or
   float64 embeddings that overflow float32, are a `ValueError`.
 
-  For each relevant item of a query, the gallery items scored above it and tied with it are counted,
-  which is all the metrics need (`counting.count_above_and_tied`): with `R`, the largest number of
-  items relevant to one query, at most `counting.COMPARE_UP_TO` (32: SOP, CUB, Cars196) by comparing
-  every item with every relevant score, O(N R) per query; beyond (the few large classes of CIFAR-10
-  or NUS-WIDE) by one sort of the query's scores, O(N log N) per query whatever `R`. On CPU the
-  comparing is a loop over the gallery in tiles of 128 queries, and the sort numpy's, through a host
-  callback; on GPU and TPU, for `R <= 32`, the relevant scores are gathered and one pass over the
-  scores counts around all of them, and beyond the sort is XLA's: no host callback, and for `R <=
-  32` no loop or sort of the lists. Time O(Q N (D + min(R, 32) + log N)), memory O(chunk_size * N +
-  (Q + N) D): never the `Q x N` matrix, and nothing grows with `R` beyond `[chunk_size, R]`. The
-  embeddings go to the device once (a `jax.Array` stays on its own, not copied through the host),
-  and the items' side of the scoring rule (for cosine, the rows' scale and norms) is computed once,
-  not per chunk. A Python loop over chunks calls one jitted function (compiled once: the last chunk
-  is padded), which takes its queries from the set on the device.
+  For each relevant item of a query, the gallery items scored above it and tied with it are
+  counted, which is all the metrics need (`counting.count_above_and_tied`): with `R`, the largest
+  number of items relevant to one query, at most `counting.COMPARE_UP_TO` (32: SOP, CUB, Cars196)
+  by comparing every item with every relevant score, O(N R) per query; beyond (the few large
+  classes of CIFAR-10 or NUS-WIDE) by one sort of the query's scores, O(N log N) per query whatever
+  `R`. On CPU the comparing is a loop over the gallery in tiles of 128 queries, and the sort
+  numpy's, through a host callback; on GPU and TPU, for `R <= 32`, the relevant scores are gathered
+  and one pass over the scores counts around all of them, and beyond the sort is XLA's: no host
+  callback, and for `R <= 32` no loop or sort of the lists. Time O(Q N (D + min(R, 32) + log N)),
+  memory O(chunk_size * N + (Q + N) D): never the `Q x N` matrix, and nothing grows with `R` beyond
+  `[chunk_size, R]`. The embeddings go to the device once (a `jax.Array` stays on its own, not
+  copied through the host), and the items' side of the scoring rule (for cosine, the rows' scale
+  and norms) is computed once, not per chunk. A Python loop over chunks calls one jitted function
+  (compiled once: the last chunk is padded), which takes its queries from the set on the device.
 
   **Across devices and processes** (`mesh=`), for galleries too big for one device or one host:
   the work is split over every device of `mesh` (all its axes), which may span the processes of a
