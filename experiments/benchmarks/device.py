@@ -270,7 +270,9 @@ def evaluation_section(num: int, repeats: int, gallery: int = 1_000_000, queries
       out.append({"set": name, "side": "xla_product", "input": "device", "chunk": c, "time": t})
       print(f"evaluation {name} xla_product chunk {c}: {t:.4f} s", flush=True)
     # (chunk_size, where the embeddings are): the default chunk, and the CPU's on the SOP set.
-    calls = [(None, "device"), (None, "host"), (1024, "device")] if g is None else [(None, "device")]
+    calls = [(None, "device")]
+    if g is None:
+      calls += [(None, "host"), (1024, "device")]
     for chunk, where in calls:
       args = (q, q_labels) if g is None else (q, q_labels, g, g_labels)
       if where == "host":
