@@ -826,6 +826,16 @@ def evaluate_retrieval(
       fn, mesh, queries, q_labels, gallery, g_labels, leave_one_out, **kwargs
     )
     return _reduce_queries(per_query, num_relevant, reduce_fn)
+  relevance = _relevance(
+    fn, q_labels, g_labels, affinity, queries, gallery, leave_one_out, chunk_size
+  )
+  per_query, num_relevant = _evaluate_local(queries, gallery, relevance, **kwargs)
+  return _reduce_queries(per_query, num_relevant, reduce_fn)
+
+
+def _relevance(fn, q_labels, g_labels, affinity, queries, gallery, leave_one_out, chunk_size):
+  """The relevant items of each chunk of queries, in one process: from class labels
+  (`_ClassRelevance`), or from multi-hot labels or `affinity=` (`_DenseRelevance`)."""
   num_queries, n = queries.shape[0], gallery.shape[0]
   if affinity is not None:
     affinity = _as_affinity(fn, affinity, (num_queries, n), leave_one_out)
@@ -833,14 +843,8 @@ def evaluate_retrieval(
   elif q_labels.ndim == 2:
     dense = functools.partial(_multi_hot_relevant, q_labels, g_labels, leave_one_out=leave_one_out)
   else:
-    dense = None
-  relevance: _ClassRelevance | _DenseRelevance
-  if dense is None:
-    relevance = _ClassRelevance(q_labels, g_labels, leave_one_out)
-  else:
-    relevance = _DenseRelevance(dense, num_queries, chunk_size, leave_one_out)
-  per_query, num_relevant = _evaluate_local(queries, gallery, relevance, **kwargs)
-  return _reduce_queries(per_query, num_relevant, reduce_fn)
+    return _ClassRelevance(q_labels, g_labels, leave_one_out)
+  return _DenseRelevance(dense, num_queries, chunk_size, leave_one_out)
 
 
 def _evaluation_inputs(
