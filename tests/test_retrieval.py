@@ -253,16 +253,12 @@ def _leave_one_out(x):
   return x[keep].reshape(len(x), len(x) - 1)
 
 
-# This machine's form, and each platform's forced: the CPU's and the accelerators'.
-EVALUATION_PLATFORMS = [None, *platforms.PLATFORMS]
-
-
 def _on(platform):
   """The block in which `evaluate_retrieval` takes `platform`'s form (`None`: this machine's)."""
   return platforms.forced_platform(platform) if platform else contextlib.nullcontext()
 
 
-@pytest.mark.parametrize("platform", EVALUATION_PLATFORMS)
+@pytest.mark.parametrize("platform", [None, *platforms.PLATFORMS])
 @pytest.mark.parametrize("n, chunk_size", [(900, 384), (300, 1000)])
 def test_evaluate_leave_one_out_equals_brute_force(n, chunk_size, platform):
   """384 queries per chunk, and 300 in a chunk of 1,000 (a chunk of fewer queries)."""
@@ -278,7 +274,7 @@ def test_evaluate_leave_one_out_equals_brute_force(n, chunk_size, platform):
     assert got[key] == pytest.approx(want[key], abs=1e-5), key
 
 
-@pytest.mark.parametrize("platform", EVALUATION_PLATFORMS)
+@pytest.mark.parametrize("platform", [None, *platforms.PLATFORMS])
 def test_evaluate_with_gallery_equals_brute_force(platform):
   x, labels = _clustered(1, 500)
   queries, gallery = x[:150], x[150:]
@@ -292,7 +288,7 @@ def test_evaluate_with_gallery_equals_brute_force(platform):
     assert got[key] == pytest.approx(want[key], abs=1e-5), key
 
 
-@pytest.mark.parametrize("platform", EVALUATION_PLATFORMS)
+@pytest.mark.parametrize("platform", [None, *platforms.PLATFORMS])
 def test_evaluate_on_binary_codes_handles_ties_exactly(platform):
   rng = np.random.default_rng(2)
   labels = rng.integers(0, 8, 300)
@@ -421,7 +417,7 @@ def test_non_finite_embeddings_give_nan_lists_not_numbers():
   assert all(np.isnan(v) for v in got.values())
 
 
-@pytest.mark.parametrize("platform", EVALUATION_PLATFORMS)
+@pytest.mark.parametrize("platform", [None, *platforms.PLATFORMS])
 def test_evaluate_nan_score_makes_its_queries_nan_unless_it_is_left_out(platform):
   """A rule that scores one item NaN makes every query that ranks it NaN, not the query that
   leaves it out (itself): the accelerators count the query's own item and take it out after."""
