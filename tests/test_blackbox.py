@@ -804,3 +804,63 @@ def test_float64_scores_under_thread_local_x64_where_the_callback_runs_without_i
   chex.assert_trees_all_equal(outside, inside)
   chex.assert_trees_all_close(inside, xla, rtol=1e-12)
   assert float(inside[0]) != float(rounded[0])  # The float64 order reached the ranks.
+
+
+def custom_vjp_outputs(jaxpr) -> list:
+  """The output shapes of every custom VJP call in `jaxpr` and the jaxprs inside it, with the
+  backward rule of each."""
+  found = []
+  for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
+    if "bwd" in eqn.params:
+      backward = getattr(eqn.params["bwd"], "f", eqn.params["bwd"])
+      found.append((backward, [v.aval.shape for v in eqn.outvars]))
+    for param in eqn.params.values():
+      for value in param if isinstance(param, (tuple, list)) else (param,):
+        if hasattr(value, "eqns") or hasattr(getattr(value, "jaxpr", None), "eqns"):
+          found += custom_vjp_outputs(value)
+  return found
+
+
+@pytest.mark.parametrize("max_relevant", [None, 3], ids=["chosen", "bound"])
+@pytest.mark.parametrize("loss_fn", LOSSES, ids=["ap", "recall"])
+def test_accelerators_differentiate_the_per_list_values(loss_fn, max_relevant):
+  """On GPU and TPU the blackbox losses' custom VJP wraps the per-list values, `[lists]`: no
+  `[lists, n]` ranks are kept between the passes, with a bound or without (the run-time choice
+  inside it). `uses_blackbox_rank` finds it (the blocked loss must not scale its gradient); the
+  CPU keeps its custom VJP around the ranks."""
+  scores, labels = jnp.ones((3, 8)), jnp.zeros((3, 8), jnp.int32)
+
+  def program(platform):
+    with platforms.forced_platform(platform):
+      loss = lambda s, y: loss_fn(s, y, max_relevant=max_relevant)  # noqa: E731
+      return jax.make_jaxpr(loss)(scores, labels)
+
+  accelerator = program(platforms.ACCELERATOR)
+  assert custom_vjp_outputs(accelerator) == [(blackbox_ranks._list_values_bwd, [(3,)])]
+  assert blackbox_ranks.uses_blackbox_rank(accelerator)
+  cpu = custom_vjp_outputs(program(platforms.CPU))
+  assert cpu == [(blackbox_ranks._blackbox_relevant_ranks_bwd, [(3, 8), (3, 8)])]
+
+
+@pytest.mark.parametrize("platform", platforms.PLATFORMS)
+def test_a_weight_fn_of_a_traced_parameter_gets_its_gradient(platform):
+  """A recall weight `W` that reads a parameter being differentiated (a learned scale) stays
+  outside the accelerators' custom VJP of the per-list values, which could not give the parameter
+  a gradient: the parameter's and the scores' gradients equal the CPU's. One that reads nothing
+  traced goes inside it (`test_accelerators_differentiate_the_per_list_values`)."""
+  scores, labels, where = random_lists(23, (4, 12), ties=True)
+
+  def loss(s, y, scale, k):  # The labels traced: without a bound, the run-time choice.
+    weight_fn = lambda r: scale * jnp.log1p(r)  # noqa: E731
+    return jaxrank.blackbox_recall_loss(
+      s, y, where=where, interpolation=2.0, weight_fn=weight_fn, max_relevant=k
+    )
+
+  def step():
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 2)), static_argnums=3)
+
+  want = step()(scores, labels, 1.5, None)
+  assert float(want[1][1]) != 0 and np.abs(want[1][0]).max() > 0
+  with platforms.forced_platform(platform):
+    for k in (None, 12):
+      assert_same_path(step()(scores, labels, 1.5, k), want)

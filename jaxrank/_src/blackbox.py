@@ -75,8 +75,9 @@ def _blackbox_list_values(
   Margin shift (eq. 14-15), `interpolation` scaled by the valid items, then the blackbox ranks of
   the relevant items and their ranks among the relevant items (constants: as in the authors' code
   they carry no gradient), passed to `body(ranks, relevant_ranks, relevant, num_relevant)` (arrays
-  `[..., n]` read only where `relevant`: `blackbox_ranks.blackbox_relevant_ranks` on either path),
-  which gives the per-list values (NaN for a list beyond a bound it may exceed). Returns the values
+  read only where `relevant`, summed over their last axis: `blackbox_ranks.blackbox_list_values`,
+  whose accelerator form passes the `K` counted slots), which gives the per-list values (NaN for a
+  list beyond a bound it may exceed). Returns the values
   `[...]`, the relevant counts `[...]`, and the checked scores and mask (for `lists.finish`).
   """
   labels_in, where_in = labels, where
@@ -108,10 +109,9 @@ def _blackbox_list_values(
     )
   interpolation = interpolation.astype(dtype) * jnp.maximum(num_valid, 1)
   num_relevant = jnp.sum(relevant, axis=-1)
-  ranks, relevant_ranks = blackbox_ranks.blackbox_relevant_ranks(
-    shifted, relevant, interpolation, max_relevant=count
+  values = blackbox_ranks.blackbox_list_values(
+    shifted, relevant, interpolation, body, max_relevant=count
   )
-  values = body(ranks, relevant_ranks, relevant, num_relevant)
   # A list beyond the bound was ranked on its first `count` relevant items only.
   if checked and count is not None:
     values = jnp.where(num_relevant > count, jnp.asarray(jnp.nan, values.dtype), values)
@@ -185,10 +185,11 @@ def blackbox_ap_loss(
   * Without a bound, traced labels (arguments of a jitted function, `vmap`, `batch_retrieval`'s
     relevance inside a training step) sort on CPU. On GPU and TPU the choice is made on the
     device when the step runs (issue 51): counting with the smallest of 1, 2, 4, 8 slots that
-    holds every list's relevant items, else the sort in blocks of lists
-    (`blackbox_ranks.blackbox_relevant_ranks`),
-    with the same values and gradients either way. The program holds every form (the compiler's
-    estimate counts them all; one runs); under `vmap` over batches all of them run.
+    holds every list's relevant items, else the sort in blocks of lists, inside one custom VJP
+    of the per-list values (`blackbox_ranks.blackbox_list_values`: between the passes it keeps
+    the inputs and the counted slots, no `[B, n]` ranks), with the same values and gradients
+    either way. The program holds every form (the compiler's estimate counts them all; one
+    runs); under `vmap` over batches all of them run.
   * Concrete labels (and `where`): numpy arrays or arrays outside a trace, or arrays that a jitted
     caller closed over: the most relevant valid items of any list is read from them on the host,
     and the loss counts exactly that many when it is within `max_relevant` (or

@@ -14,6 +14,7 @@ that chooses between them (`platforms.by_platform`, or the branch that
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -282,6 +283,26 @@ def _counted_gradient(scores, indices, valid, interpolation, cotangent):
   return -((-delta).astype(scores.dtype)) / interpolation[..., None]
 
 
+def _recounted_crossings(keys, scores, indices, valids, befores, afters):
+  """`[..., n]` int32: the sum over slots of `_slot_crossings`, counted again behind a barrier for
+  the gradient's one elementwise pass. Without one, XLA writes the crossings (`2 K` boolean
+  `[..., n]` arrays) in the pass of the slots' sums, to read them back there. TPUs recount from
+  the keys (an int32 `[..., n]` the barrier keeps: recomputing the keys in the pass costs a v5e's
+  vector units more than reading them, 2.6x against 2.1x its floor's estimate at B = 4,096); GPUs
+  from the scores, the keys recomputed in the pass (an H100 then keeps no int32 copy: at B =
+  16,384 the default blackbox step's temporaries 2.2x its floor's instead of 3.2x)."""
+
+  def from_keys(keys, scores, *held):
+    return functools.reduce(jnp.add, _slot_crossings(*lax.optimization_barrier((keys, *held))))
+
+  def from_scores(keys, scores, *held):
+    scores, *held = lax.optimization_barrier((scores, *held))
+    return functools.reduce(jnp.add, _slot_crossings(order_keys(scores), *held))
+
+  args = (keys, scores, indices, valids, befores, afters)
+  return platforms.by_platform(*args, cpu=from_keys, accelerator=from_keys, gpu=from_scores)
+
+
 def _slot_counted_gradient(scores, indices, valids, interpolation, cotangents):
   """`_counted_gradient` with one `[...]` array per slot (`indices`, `valids`, `cotangents`
   lists): O(K n), no sort, gather or scatter; the same integers, so the same gradient."""
@@ -293,32 +314,32 @@ def _slot_counted_gradient(scores, indices, valids, interpolation, cotangents):
   for index, valid, cotangent in zip(indices, valids, cotangents):
     # Algorithm 1 moves only the selected items: y + lambda g, with g zero elsewhere. The same
     # arithmetic as `blackbox_ranks` on those items, so the same perturbed scores.
-    moved = _slot_value(scores, index) + interpolation * jnp.where(
-      valid, cotangent, jnp.zeros_like(cotangent)
-    )
-    befores.append(_slot_value(keys, index))
+    item_score = _slot_value(scores, index)
+    moved = item_score + interpolation * jnp.where(valid, cotangent, jnp.zeros_like(cotangent))
+    befores.append(order_keys(item_score))  # Its key (a zero's sign and NaN's bits not seen).
     afters.append(order_keys(moved))
     ats.append((position == index[..., None]) & valid[..., None])
   selected = functools.reduce(jnp.logical_or, ats)  # [..., n]: whether j is a moved item.
   crossed = _slot_crossings(keys, indices, valids, befores, afters)
-  # An item that did not move changes rank by the moved items that crossed it. This elementwise
-  # pass counts the crossings again from the keys behind a barrier: XLA would otherwise write them
-  # (`2 K` boolean `[..., n]` arrays) in the pass of the sums below, to read them back here.
-  still = -functools.reduce(
-    jnp.add, _slot_crossings(*lax.optimization_barrier((keys, indices, valids, befores, afters)))
-  )
-  # A moved item: by the items that did not move that it crossed, and by the moved ones.
+  still = -_recounted_crossings(keys, scores, indices, valids, befores, afters)
+  # A moved item: by the items that did not move that it crossed, and by the moved ones. The
+  # crossings counted over the whole list include the moved items themselves (at their keys
+  # before the move); they are taken out from the slots' keys (O(K) per slot) rather than masked
+  # in the sums, which would make XLA write the `selected` mask for the `K` reductions to read.
   moved_delta = []
   for k, index in enumerate(indices):
-    among = sum(
-      (
+    among, themselves = 0, 0
+    for m in range(len(indices)):
+      valid = valids[m].astype(jnp.int32)
+      among += valid * (
         _slot_above(afters[k], index, afters[m], indices[m]).astype(jnp.int32)
         - _slot_above(befores[k], index, befores[m], indices[m]).astype(jnp.int32)
       )
-      * valids[m].astype(jnp.int32)
-      for m in range(len(indices))
-    )
-    moved_delta.append(jnp.sum(jnp.where(selected, 0, crossed[k]), axis=-1) + among)
+      themselves += (valid * valids[k].astype(jnp.int32)) * (
+        _slot_above(afters[k], index, befores[m], indices[m]).astype(jnp.int32)
+        - _slot_above(befores[k], index, befores[m], indices[m]).astype(jnp.int32)
+      )
+    moved_delta.append(jnp.sum(crossed[k], axis=-1) - themselves + among)
   delta = jnp.where(selected, _slot_spread(indices, valids, moved_delta, n), still)
   # As `blackbox_ranks`: -(rk(y) - rk(y + lambda g)) / lambda, the difference exact in the float
   # dtype.
@@ -468,7 +489,10 @@ def _cpu_counted_relevant_ranks(scores, relevant, count):
   return _spread(indices, valid, ranks, n), _spread(indices, valid, among, n)
 
 
-def _accelerator_counted_relevant_ranks(scores, relevant, count):
+def _slot_relevant_ranks(scores, relevant, count):
+  """The accelerators' counting of the first `count` relevant items of each list, kept per slot:
+  their positions and whether each slot holds one (lists of `[...]` arrays), and their ranks and
+  ranks among the valid slots' items, `[..., count]` in `scores`' dtype. O(count n), no gather."""
   indices, valids = _first_relevant_slots(relevant, count)
   ranks, item_keys = _slot_ranks(order_keys(scores), indices)
   among = [  # The rank among the valid slots' items, O(K^2) per list.
@@ -479,11 +503,16 @@ def _accelerator_counted_relevant_ranks(scores, relevant, count):
     )
     for key, index in zip(item_keys, indices)
   ]
+  stacked = lambda values: jnp.stack(values, axis=-1).astype(scores.dtype)  # noqa: E731
+  return indices, valids, stacked(ranks), stacked(among)
+
+
+def _accelerator_counted_relevant_ranks(scores, relevant, count):
+  indices, valids, ranks, among = _slot_relevant_ranks(scores, relevant, count)
   n = scores.shape[-1]
-  as_scores = lambda values: [v.astype(scores.dtype) for v in values]  # noqa: E731
   return (
-    _slot_spread(indices, valids, as_scores(ranks), n),
-    _slot_spread(indices, valids, as_scores(among), n),
+    _slot_spread(indices, valids, _slots(ranks), n),
+    _slot_spread(indices, valids, _slots(among), n),
   )
 
 
@@ -561,7 +590,7 @@ _CAPACITIES = (1, 2, 4, 8)
 # The accelerators' sort without a bound ranks this many items at a time (blocks of whole lists,
 # `lax.map`): XLA's sort of a `[B, n]` array and the permutations around it need several arrays
 # of that size.
-_SORT_BLOCK = 2**23
+_SORT_BLOCK = 2**21
 
 
 def _in_blocks_of_lists(fn, *arrays):
@@ -577,47 +606,110 @@ def _in_blocks_of_lists(fn, *arrays):
   return jax.tree.map(lambda x: x.reshape(*shape[:-1], *x.shape[1:]), out)
 
 
-@jax.custom_vjp
-def _chosen_relevant_ranks(scores, relevant, interpolation):
-  """The accelerators' `blackbox_relevant_ranks` without a bound: counting with the smallest of
-  `_CAPACITIES` that holds every list's relevant items, or the sort above them, chosen on the
-  device (`bounds.branch_index`), one index for the forward and the backward pass. The choice
-  sits inside the custom VJP so that the residuals are those of one form (the sort's forward
-  ranks, which every form computes), not the union of every branch's."""
-  return _chosen_relevant_ranks_fwd(scores, relevant, interpolation)[0]
+# The accelerators' blackbox losses differentiate their per-list values, not the ranks: a custom
+# VJP around `body(ranks, relevant_ranks, relevant, num_relevant) -> [...]`. The counting keeps
+# its `K` slots per list (positions, validity, ranks, ranks among them: `[..., K]` each) between
+# the passes, and its `body` reads those slots, so no `[..., n]` ranks are written at all; the
+# sort keeps nothing but the inputs and ranks again in the backward pass. The run-time choice of a
+# form (`lax.switch`) returns `[...]` values and slots padded to the widest bound: its residuals
+# are those, the inputs and the index.
 
 
-def _chosen_relevant_ranks_fwd(scores, relevant, interpolation):
-  bounded = bounds.capacities_for(scores.shape[-1], _CAPACITIES)
-  index = bounds.branch_index(relevant, bounded)
+def _values_on(body, count, width, scores, relevant):
+  """`body`'s values `[...]` from the ranks of the first `count` relevant items of each list,
+  counted per slot (`body` reads `[..., count]` arrays, the slots' validity for `relevant`), or from
+  the sort's (`count` None; `[..., n]` arrays, in blocks of lists); and the slots, `(positions,
+  validity, ranks, ranks among them)` `[..., width]` each, padded (all padding for the sort)."""
+  lists, num_relevant = scores.shape[:-1], jnp.sum(relevant, axis=-1)
+  if count is None:
 
-  def sort(scores, relevant):
-    return _in_blocks_of_lists(
-      functools.partial(_relevant_ranks_on, count=None, branch="xla"), scores, relevant
-    )
+    def sort(scores, relevant):
+      ranks, relevant_ranks = _sorted_relevant_ranks(scores, relevant, "xla")
+      return body(ranks, relevant_ranks, relevant, jnp.sum(relevant, axis=-1))
 
-  branches = [functools.partial(_relevant_ranks_on, count=k, branch="xla") for k in bounded]
-  ranks, relevant_ranks = lax.switch(index, [*branches, sort], scores, relevant)
-  return (ranks, relevant_ranks), (scores, relevant, interpolation, ranks, index)
+    values = _in_blocks_of_lists(sort, scores, relevant)
+    slots = (jnp.zeros((*lists, 0), jnp.int32), jnp.zeros((*lists, 0), bool))
+    slots += (jnp.zeros((*lists, 0), scores.dtype),) * 2
+  else:
+    indices, valids, ranks, among = _slot_relevant_ranks(scores, relevant, count)
+    valid = jnp.stack(valids, axis=-1)
+    values = body(ranks, among, valid, num_relevant)
+    slots = (jnp.stack(indices, axis=-1), valid, ranks, among)
+  pad = [(0, 0)] * len(lists) + [(0, width - slots[0].shape[-1])]
+  return values, tuple(jnp.pad(slot, pad) for slot in slots)
 
 
-def _chosen_relevant_ranks_bwd(residuals, cotangents):
-  scores, relevant, interpolation, ranks, index = residuals
-  g = jnp.where(relevant, cotangents[0], jnp.zeros_like(cotangents[0]))
+def _gradient_on(body, count, scores, relevant, interpolation, cotangent, slots):
+  """The scores' gradient `[..., n]` for the cotangent `[...]` of `_values_on(body, count, ...)`,
+  given its slots: `body`'s VJP for the ranks' cotangent, then Algorithm 1's gradient (the sort
+  ranks again, in blocks of lists)."""
+  if count is None:
+
+    def sort(scores, relevant, interpolation, cotangent):
+      ranks, relevant_ranks = _sorted_relevant_ranks(scores, relevant, "xla")
+      num_relevant = jnp.sum(relevant, axis=-1)
+      _, vjp = jax.vjp(lambda r: body(r, relevant_ranks, relevant, num_relevant), ranks)
+      g = jnp.where(relevant, vjp(cotangent)[0], jnp.zeros_like(ranks))
+      return _relevant_gradient_on(scores, relevant, interpolation, g, ranks, None, "xla")
+
+    return _in_blocks_of_lists(sort, scores, relevant, interpolation, cotangent)
+  indices, valid, ranks, among = (slot[..., :count] for slot in slots)
+  num_relevant = jnp.sum(relevant, axis=-1)
+  _, vjp = jax.vjp(lambda r: body(r, among, valid, num_relevant), ranks)
+  g = _slots(vjp(cotangent)[0])
+  return _slot_counted_gradient(scores, _slots(indices), _slots(valid), interpolation, g)
+
+
+def _switch_index(counts, relevant):
+  """The branch of `counts` (`_list_values`) to run: the only one, or chosen on the device."""
+  if len(counts) == 1:
+    return None
+  assert counts[-1] is None  # The bounds, increasing, then the sort.
+  return bounds.branch_index(relevant, counts[:-1])
+
+
+def _run(index, branches, *args):
+  return branches[0](*args) if index is None else lax.switch(index, branches, *args)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _list_values(body, counts, scores, relevant, interpolation):
+  """The accelerators' per-list blackbox values `[...]`: `_values_on(body, count, ...)` for the one
+  count of `counts`, or for the one `_switch_index` picks (bounds, then `None` for the sort)."""
+  return _list_values_fwd(body, counts, scores, relevant, interpolation)[0]
+
+
+def _list_values_fwd(body, counts, scores, relevant, interpolation):
+  index = _switch_index(counts, relevant)
+  width = max((count for count in counts if count is not None), default=0)
+  branches = [functools.partial(_values_on, body, count, width) for count in counts]
+  values, slots = _run(index, branches, scores, relevant)
+  return values, (scores, relevant, interpolation, index, slots)
+
+
+def _list_values_bwd(body, counts, residuals, cotangent):
+  scores, relevant, interpolation, index, slots = residuals
   interpolation = jnp.asarray(interpolation, scores.dtype)
-  bounded = bounds.capacities_for(scores.shape[-1], _CAPACITIES)
-
-  def sort(*args):
-    return _in_blocks_of_lists(
-      functools.partial(_relevant_gradient_on, count=None, branch="xla"), *args
-    )
-
-  branches = [functools.partial(_relevant_gradient_on, count=k, branch="xla") for k in bounded]
-  grad = lax.switch(index, [*branches, sort], scores, relevant, interpolation, g, ranks)
+  branches = [functools.partial(_gradient_on, body, count) for count in counts]
+  grad = _run(index, branches, scores, relevant, interpolation, cotangent, slots)
   return grad, None, None
 
 
-_chosen_relevant_ranks.defvjp(_chosen_relevant_ranks_fwd, _chosen_relevant_ranks_bwd)
+_list_values.defvjp(_list_values_fwd, _list_values_bwd)
+
+
+def _traceable_alone(body, scores) -> bool:
+  """Whether `body` can run inside a custom VJP: it traces on abstract arguments and reads no
+  traced value besides them. A `weight_fn` of a traced parameter cannot (the custom VJP's backward
+  would not give the parameter its gradient), nor one in numpy (it runs eagerly only); the caller
+  keeps such a `body` outside, where it behaves as it always did."""
+  ranks = jax.ShapeDtypeStruct(scores.shape, scores.dtype)
+  relevant = jax.ShapeDtypeStruct(scores.shape, jnp.bool_)
+  count = jax.ShapeDtypeStruct(scores.shape[:-1], jnp.int32)
+  try:
+    return not jax.closure_convert(body, ranks, ranks, relevant, count)[1]
+  except jax.errors.JAXTypeError:  # Concrete values asked for: numpy, or Python control flow.
+    return False
 
 
 def blackbox_relevant_ranks(
@@ -637,10 +729,9 @@ def blackbox_relevant_ranks(
 
   * **sort** (`max_relevant=None`): one sort of each list forward and one backward
     (`descending_ranks`: numpy through a host callback on CPU, XLA's sort elsewhere), O(n log n).
-    On accelerators, counting whenever every list holds at most 8 relevant items: with the
-    smallest of 1, 2, 4, 8 slots that holds them, else the sort (in blocks of lists, so that its
-    temporaries are a block's), chosen on the device at run
-    time (`bounds.branch_index`; one branch runs, a compiler's estimate counts all);
+    (The losses' choice on accelerators of counting when the lists allow it, made on the device,
+    is `blackbox_list_values`', which differentiates their per-list values instead of the
+    ranks.)
   * **counting** (`max_relevant=K`): the rank of each of the first `K` relevant items of a list
     is the count of items above it, and Algorithm 1's backward moves only those items, so an
     item's rank changes by the relevant items that cross it and a relevant item's by the items it
@@ -655,22 +746,81 @@ def blackbox_relevant_ranks(
     relevant: `[..., n]` bool, the items whose ranks are read.
     interpolation: `[...]` interpolation strength per list, in `scores`' dtype (no gradient).
     max_relevant: `K`, a static bound on the relevant items per list that selects counting, or
-      `None` for the sort (chosen at run time on accelerators, above).
+      `None` for the sort.
 
   Returns:
     `(ranks, relevant_ranks)`, each `[..., n]` in `scores`' dtype, meaningful where `relevant`.
   """
   branch = ranking.forced_branch()
-  if max_relevant is not None or branch == "numpy":
-    return _blackbox_relevant_ranks(scores, relevant, interpolation, max_relevant, branch)
-  if branch == "xla":
-    return _chosen_relevant_ranks(scores, relevant, interpolation)
+  return _blackbox_relevant_ranks(scores, relevant, interpolation, max_relevant, branch)
+
+
+def blackbox_list_values(
+  scores: jax.Array,
+  relevant: jax.Array,
+  interpolation: jax.Array,
+  body: Callable[..., jax.Array],
+  *,
+  max_relevant: int | None = None,
+) -> jax.Array:
+  r"""`body(ranks, relevant_ranks, relevant, num_relevant)` of the blackbox ranks of each list's
+  relevant items (`blackbox_relevant_ranks`): the blackbox losses' per-list values `[...]`.
+
+  `body` must be elementwise over the lists and read the ranks only where `relevant` (it sums over
+  the last axis, any length): on accelerators it is also called with the counted slots, `[...,
+  K]` arrays with the slots' validity for `relevant`. The values and gradients are those of
+  `body(*blackbox_relevant_ranks(...), relevant, num_relevant)`, `num_relevant` the relevant count
+  `[...]` of each list (the gradient bit for bit, the values up to the rounding of `body`'s sums):
+
+  * on CPU it is that (numpy's sort through a host callback, or the CPU's counting with
+    `max_relevant`);
+  * on GPU and TPU a custom VJP around the values (`_list_values`): the forward keeps only the
+    inputs, the backward ranks again (no `[..., n]` ranks kept between the passes; the counting
+    writes none at all). With `max_relevant=K`, counting `K` slots; without, counting with the
+    smallest of 1, 2, 4, 8 slots that holds every list's relevant items, else the sort in blocks
+    of lists (`_SORT_BLOCK` items), chosen on the device when the step runs
+    (`bounds.branch_index`: one branch runs, a compiler's estimate counts all; under `vmap`
+    over batches all run). A `body` that reads traced values other than its arguments (a
+    `weight_fn` of a traced parameter) stays outside the custom VJP, so that those get their
+    gradient: `blackbox_relevant_ranks` then (the sort, or `K` slots).
+
+  Args:
+    scores: `[..., n]` floating scores.
+    relevant: `[..., n]` bool, the items whose ranks are read.
+    interpolation: `[...]` interpolation strength per list, in `scores`' dtype (no gradient).
+    body: `(ranks, relevant_ranks, relevant, num_relevant) -> [...]`, above.
+    max_relevant: `K`, a static bound on the relevant items per list (counting; a list with more
+      is ranked on its first `K`: the caller checks), or `None`.
+
+  Returns:
+    `[...]` values.
+  """
+  n = scores.shape[-1]
+
+  def ranks_then_body(branch):
+    def values(scores, relevant, interpolation):
+      ranks, relevant_ranks = _blackbox_relevant_ranks(
+        scores, relevant, interpolation, max_relevant, branch
+      )
+      return body(ranks, relevant_ranks, relevant, jnp.sum(relevant, axis=-1))
+
+    return values
+
+  def accelerator(scores, relevant, interpolation):
+    if not _traceable_alone(body, scores):
+      return ranks_then_body("xla")(scores, relevant, interpolation)
+    if max_relevant is not None:
+      counts = (max_relevant,)
+    else:
+      counts = (*bounds.capacities_for(n, _CAPACITIES), None)
+    return _list_values(body, counts, scores, relevant, interpolation)
+
   return platforms.by_platform(
     scores,
     relevant,
     interpolation,
-    cpu=lambda *args: _blackbox_relevant_ranks(*args, None, "numpy"),
-    accelerator=_chosen_relevant_ranks,
+    cpu=ranks_then_body("numpy"),
+    accelerator=accelerator,
   )
 
 
@@ -707,5 +857,5 @@ _BLACKBOX_BACKWARDS = (
   _blackbox_ranks_bwd,
   _blackbox_ranks_at_bwd,
   _blackbox_relevant_ranks_bwd,
-  _chosen_relevant_ranks_bwd,
+  _list_values_bwd,
 )

@@ -12,7 +12,7 @@ it with `lax.switch`. One branch executes; a compiler's static cost estimate cou
 such a program is judged on the device (or, compile-only, by the branch taken).
 
 The losses choose inside their custom VJPs (`smooth_rank._chosen_precision_sums`,
-`blackbox_ranks._chosen_relevant_ranks`), one index for the forward and the backward pass: a
+`blackbox_ranks._list_values`), one index for the forward and the backward pass: a
 `lax.switch` differentiated from outside would make every branch's residuals outputs of the
 switch, all allocated whichever branch runs (at B = 16,384 on a TPU v5e, 15.1 GB of temporaries
 for SmoothAP against the general loop's 8.6 GB).
