@@ -22,6 +22,7 @@ from jax import lax
 
 from jaxrank._src import bounds
 from jaxrank._src import checks
+from jaxrank._src import lists
 from jaxrank._src import platforms
 from jaxrank._src import ranking
 
@@ -620,7 +621,7 @@ def _values_on(body, count, width, scores, relevant):
   counted per slot (`body` reads `[..., count]` arrays, the slots' validity for `relevant`), or from
   the sort's (`count` None; `[..., n]` arrays, in blocks of lists); and the slots, `(positions,
   validity, ranks, ranks among them)` `[..., width]` each, padded (all padding for the sort)."""
-  lists, num_relevant = scores.shape[:-1], jnp.sum(relevant, axis=-1)
+  shape, num_relevant = scores.shape[:-1], jnp.sum(relevant, axis=-1)
   if count is None:
 
     def sort(scores, relevant):
@@ -628,14 +629,16 @@ def _values_on(body, count, width, scores, relevant):
       return body(ranks, relevant_ranks, relevant, jnp.sum(relevant, axis=-1))
 
     values = _in_blocks_of_lists(sort, scores, relevant)
-    slots = (jnp.zeros((*lists, 0), jnp.int32), jnp.zeros((*lists, 0), bool))
-    slots += (jnp.zeros((*lists, 0), scores.dtype),) * 2
+    slots = (jnp.zeros((*shape, 0), jnp.int32), jnp.zeros((*shape, 0), bool))
+    slots += (jnp.zeros((*shape, 0), scores.dtype),) * 2
+    # Inside `shard_map` the counting branches' slots vary over the mesh axes as the scores do.
+    slots = tuple(lists.varying_like(slot, scores) for slot in slots)
   else:
     indices, valids, ranks, among = _slot_relevant_ranks(scores, relevant, count)
     valid = jnp.stack(valids, axis=-1)
     values = body(ranks, among, valid, num_relevant)
     slots = (jnp.stack(indices, axis=-1), valid, ranks, among)
-  pad = [(0, 0)] * len(lists) + [(0, width - slots[0].shape[-1])]
+  pad = [(0, 0)] * len(shape) + [(0, width - slots[0].shape[-1])]
   return values, tuple(jnp.pad(slot, pad) for slot in slots)
 
 
