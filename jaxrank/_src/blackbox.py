@@ -171,7 +171,8 @@ def blackbox_ap_loss(
     found by `lax.top_k` and read by gathers; on GPU and TPU (`platforms.by_platform`) by `K`
     minima and masked sums over each list, every comparison fused into a reduction over the list
     or into the gradient's one elementwise pass (no gather, scatter or `top_k`, nothing
-    `[K, B, n]` or `[B, n]` written but the scores and their gradient).
+    `[K, B, n]` written, and of `[B, n]` only the scores, their gradient and, on TPUs, their
+    integer order keys).
 
   Which path, decided when the function is traced:
 

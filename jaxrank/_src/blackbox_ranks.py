@@ -8,7 +8,10 @@ callback. The counting has two forms that give the same integers: the CPU's (the
 last axis, `lax.top_k` and gathers) and the accelerators' (one array per slot, minima and masked
 sums, no gather or scatter). They sit side by side below, each pair followed by the one function
 that chooses between them (`platforms.by_platform`, or the branch that
-`ranking.descending_ranks_branch` forces). `uses_blackbox_rank` finds these VJPs in a jaxpr.
+`ranking.descending_ranks_branch` forces). The losses call `blackbox_list_values`, which on
+accelerators differentiates their per-list values rather than the ranks (no `[..., n]` ranks kept
+between the passes) and chooses the bound on the device. `uses_blackbox_rank` finds these VJPs in
+a jaxpr.
 """
 
 from __future__ import annotations
@@ -777,15 +780,18 @@ def blackbox_list_values(
 
   * on CPU it is that (numpy's sort through a host callback, or the CPU's counting with
     `max_relevant`);
-  * on GPU and TPU a custom VJP around the values (`_list_values`): the forward keeps only the
-    inputs, the backward ranks again (no `[..., n]` ranks kept between the passes; the counting
-    writes none at all). With `max_relevant=K`, counting `K` slots; without, counting with the
-    smallest of 1, 2, 4, 8 slots that holds every list's relevant items, else the sort in blocks
-    of lists (`_SORT_BLOCK` items), chosen on the device when the step runs
-    (`bounds.branch_index`: one branch runs, a compiler's estimate counts all; under `vmap`
-    over batches all run). A `body` that reads traced values other than its arguments (a
-    `weight_fn` of a traced parameter) stays outside the custom VJP, so that those get their
-    gradient: `blackbox_relevant_ranks` then (the sort, or `K` slots).
+  * on GPU and TPU a custom VJP around the values (`_list_values`), so that no `[..., n]` ranks
+    are kept between the passes: the counting keeps its slots (`[..., K]` positions, validity,
+    ranks, ranks among them) and writes no `[..., n]` ranks at all; the sort keeps only the inputs
+    and ranks again in the backward pass (three sorts, not two: the price of not holding its
+    ranks in every branch's program). With `max_relevant=K`, counting `K` slots; without,
+    counting with the smallest of 1, 2, 4, 8 slots that holds every list's relevant items, else
+    the sort in blocks of lists (`_SORT_BLOCK` items), chosen on the device when the step runs
+    (`bounds.branch_index`: one branch runs, a compiler's estimate counts all; under `vmap` over
+    batches all run). A `body` that reads traced values other than its arguments (a `weight_fn`
+    of a traced parameter), or that cannot be traced (numpy), stays outside the custom VJP, so
+    that those values get their gradient: `blackbox_relevant_ranks` then (the sort, or `K`
+    slots).
 
   Args:
     scores: `[..., n]` floating scores.
