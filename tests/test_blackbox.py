@@ -542,12 +542,13 @@ def test_default_with_traced_labels_on_accelerators_counts_when_the_lists_allow(
       return jaxpr, [jax.jit(step)(*batch) for batch in batches]
 
   cpu_jaxpr, want = run(platforms.CPU)
-  accelerator_jaxpr, got = run(platforms.ACCELERATOR)
-  assert "cond[" in accelerator_jaxpr and "cond[" not in cpu_jaxpr
-  assert "scan[" in accelerator_jaxpr  # The sort's blocks.
-  for most, g, w in zip((1, 3, 6, 12, 20), got, want, strict=True):
-    np.testing.assert_allclose(g[0], w[0], rtol=2e-7, atol=1e-7, err_msg=str(most))
-    np.testing.assert_allclose(g[1], w[1], rtol=1e-6, atol=1e-7, err_msg=str(most))
+  for platform in (platforms.ACCELERATOR, platforms.GPU):  # GPUs: one-pass sums (`_slot_sums`).
+    accelerator_jaxpr, got = run(platform)
+    assert "cond[" in accelerator_jaxpr and "cond[" not in cpu_jaxpr
+    assert "scan[" in accelerator_jaxpr  # The sort's blocks.
+    for most, g, w in zip((1, 3, 6, 12, 20), got, want, strict=True):
+      np.testing.assert_allclose(g[0], w[0], rtol=2e-7, atol=1e-7, err_msg=f"{platform} {most}")
+      np.testing.assert_allclose(g[1], w[1], rtol=1e-6, atol=1e-7, err_msg=f"{platform} {most}")
 
 
 def counting_cases():
@@ -842,7 +843,7 @@ def test_accelerators_differentiate_the_per_list_values(loss_fn, max_relevant):
   assert cpu == [(blackbox_ranks._blackbox_relevant_ranks_bwd, [(3, 8), (3, 8)])]
 
 
-@pytest.mark.parametrize("platform", platforms.PLATFORMS)
+@pytest.mark.parametrize("platform", [*platforms.PLATFORMS, platforms.GPU])
 def test_a_weight_fn_of_a_traced_parameter_gets_its_gradient(platform):
   """A recall weight `W` that reads a parameter being differentiated (a learned scale) stays
   outside the accelerators' custom VJP of the per-list values, which could not give the parameter
@@ -864,3 +865,21 @@ def test_a_weight_fn_of_a_traced_parameter_gets_its_gradient(platform):
   with platforms.forced_platform(platform):
     for k in (None, 12):
       assert_same_path(step()(scores, labels, 1.5, k), want)
+
+
+@pytest.mark.parametrize("loss_fn", LOSSES, ids=["ap", "recall"])
+def test_gpu_forms_with_a_bound_equal_the_sort(loss_fn):
+  """The GPUs' forms of the counting (one variadic reduction for the slots' sums, the slots' keys
+  from the picked scores, the gradient's recount from the scores) give the sort's ranks and
+  gradients, with a bound (one branch) on lists of every kind (ties, NaN, masks)."""
+
+  def f(s, y, w, k):
+    return jnp.sum(loss_fn(s, y, where=w, interpolation=4.0, reduce_fn=None, max_relevant=k))
+
+  for scores, labels, where in counting_cases():
+    most = int(np.max(np.sum(where & (labels >= 1), axis=-1)))
+    want = jax.jit(jax.value_and_grad(f), static_argnums=3)(scores, labels, where, None)
+    with platforms.forced_platform(platforms.GPU):
+      step = jax.jit(jax.value_and_grad(f), static_argnums=3)
+      for k in (most, most + 2):
+        assert_same_path(step(scores, labels, where, k), want)
