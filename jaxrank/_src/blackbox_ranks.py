@@ -25,6 +25,7 @@ from jax import lax
 
 from jaxrank._src import bounds
 from jaxrank._src import checks
+from jaxrank._src import counting
 from jaxrank._src import lists
 from jaxrank._src import platforms
 from jaxrank._src import ranking
@@ -207,18 +208,6 @@ def _slot_spread(indices, valids, values, n: int) -> jax.Array:
   return out
 
 
-def _add_each(a: tuple, b: tuple) -> tuple:
-  """The elementwise sums of two tuples of arrays: the reducer of a variadic sum."""
-  return tuple(x + y for x, y in zip(a, b))
-
-
-def _one_pass_sums(*operands) -> list:
-  """The sums over each list (the last axis) of `operands` `[..., n]`, in one variadic reduction:
-  one pass over the list for every slot."""
-  zeros = tuple(jnp.zeros((), x.dtype) for x in operands)
-  return list(lax.reduce(operands, zeros, _add_each, (operands[0].ndim - 1,)))
-
-
 def _slot_sums(operands: list) -> list:
   """`[...]` sums over each list of `operands` (one `[..., n]` per slot). GPUs take them in one
   variadic reduction: with one reduction per slot XLA wrote the scores' order keys (an int32
@@ -231,7 +220,10 @@ def _slot_sums(operands: list) -> list:
   def each(*operands):
     return [jnp.sum(x, axis=-1, dtype=x.dtype) for x in operands]
 
-  return platforms.by_platform(*operands, cpu=each, accelerator=each, gpu=_one_pass_sums)
+  def one_pass(*operands):
+    return list(counting.one_pass_sums(operands))
+
+  return platforms.by_platform(*operands, cpu=each, accelerator=each, gpu=one_pass)
 
 
 def _slot_keys(scores, keys, indices) -> list:
@@ -245,7 +237,7 @@ def _slot_keys(scores, keys, indices) -> list:
 
   def from_scores(scores, keys, *indices):
     picks = [_slot_pick(scores, index) for index in indices]
-    return [order_keys(score) for score in _one_pass_sums(*picks)]
+    return [order_keys(score) for score in counting.one_pass_sums(picks)]
 
   return platforms.by_platform(
     scores, keys, *indices, cpu=from_keys, accelerator=from_keys, gpu=from_scores

@@ -18,6 +18,7 @@ relevant items, then by platform when lowered (`platforms.by_platform`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax
@@ -206,13 +207,21 @@ def fused_compare_counts(scores: jax.Array, thresholds: jax.Array) -> tuple[jax.
   for r in range(keys.shape[-1]):
     key = keys[..., r : r + 1]
     operands += [(scores > key).astype(jnp.int32), (scores == key).astype(jnp.int32)]
-  zeros = (jnp.zeros((), jnp.int32),) * len(operands)
-  sums = lax.reduce(tuple(operands), zeros, _add_each, (scores.ndim - 1,))
+  sums = one_pass_sums(operands)
   nans, above, tied = sums[0], sums[1::2], sums[2::2]
   if not above:  # No thresholds: `[c, 0]` counts.
     empty = jnp.zeros(keys.shape, jnp.int32)
     return keys, empty, empty, nans
   return keys, jnp.stack(above, axis=-1), jnp.stack(tied, axis=-1), nans
+
+
+def one_pass_sums(operands: Sequence[jax.Array]) -> tuple[jax.Array, ...]:
+  """The sums over the last axis of each of `operands` (one shape `[..., n]`, any dtypes, at least
+  one), in one variadic reduction (`lax.reduce`): each list is read once for all of them, where a
+  sum per operand is a reduction per operand (which XLA may or may not merge, and which may make
+  it write what the operands are computed from for the reductions to read)."""
+  zeros = tuple(jnp.zeros((), x.dtype) for x in operands)
+  return lax.reduce(tuple(operands), zeros, _add_each, (operands[0].ndim - 1,))
 
 
 def _add_each(a: tuple[jax.Array, ...], b: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:

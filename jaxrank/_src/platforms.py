@@ -83,6 +83,10 @@ def by_platform(
     return (accelerator if gpu is None else gpu)(*args)
   if platform == ACCELERATOR:
     return accelerator(*args)
+  # A form shared by the CPU and the accelerators is traced once (`platform_dependent` traces
+  # every branch it is given, and joins only identical ones named by platform).
   if gpu is None:
     return lax.platform_dependent(*args, cpu=cpu, default=accelerator)
+  if accelerator is cpu:
+    return lax.platform_dependent(*args, cuda=gpu, rocm=gpu, default=cpu)
   return lax.platform_dependent(*args, cpu=cpu, cuda=gpu, rocm=gpu, default=accelerator)
