@@ -373,13 +373,10 @@ def _slot_counted_gradient(scores, indices, valids, interpolation, cotangents):
     among, themselves = 0, 0
     for m in range(len(indices)):
       valid = valids[m].astype(jnp.int32)
-      among += valid * (
-        _slot_above(afters[k], index, afters[m], indices[m]).astype(jnp.int32)
-        - _slot_above(befores[k], index, befores[m], indices[m]).astype(jnp.int32)
-      )
+      was_above = _slot_above(befores[k], index, befores[m], indices[m]).astype(jnp.int32)
+      among += valid * (_slot_above(afters[k], index, afters[m], indices[m]) - was_above)
       themselves += (valid * valids[k].astype(jnp.int32)) * (
-        _slot_above(afters[k], index, befores[m], indices[m]).astype(jnp.int32)
-        - _slot_above(befores[k], index, befores[m], indices[m]).astype(jnp.int32)
+        _slot_above(afters[k], index, befores[m], indices[m]) - was_above
       )
     moved_delta.append(among - themselves)
   moved_delta = [delta + count for delta, count in zip(moved_delta, _slot_sums(crossed))]
