@@ -558,6 +558,23 @@ def test_default_with_traced_labels_on_accelerators_differentiates_the_hyperpara
       np.testing.assert_allclose(g, w, **TOL64)
 
 
+@pytest.mark.parametrize("platform", platforms.PLATFORMS)
+def test_roadmap_masks_its_lists_once(platform):
+  """ROADMAP's calibration term counts the lists SupAP counts, from SupAP's mask of them (the
+  lists with a relevant valid item): the program finds them once, where the calibration loss
+  alone finds them itself (on a TPU v5e at B = 16,384, a second pass over `[B, B]` and the masked
+  scores written to memory a second time)."""
+  scores, labels, where = random_lists(20, shape=(3, 9))
+
+  def finds(loss):
+    with platforms.forced_platform(platform):
+      jaxpr = jax.make_jaxpr(jax.value_and_grad(lambda s: loss(s, labels, where=where)))(scores)
+    return str(jaxpr).count("reduce_or")
+
+  assert finds(sr.calibration_loss) == 1
+  assert finds(sr.roadmap_loss) == 0
+  assert finds(functools.partial(sr.roadmap_loss, max_relevant=4)) == 0
+
 @pytest.mark.parametrize("max_relevant", [None, 8])
 def test_gpu_backward_that_computes_the_differences_again_equals_the_cpu(max_relevant, x64):
   """GPUs' form of the one-shot backward pass (the slots' differences computed again for the

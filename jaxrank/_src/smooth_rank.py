@@ -1232,8 +1232,8 @@ def supap_loss(
   return lists.finish(1 - ap, scores, where, valid, reduce_fn)
 
 
-def _calibration(scores, labels, where, alpha, beta):
-  return pairwise.contrastive_lists(scores, labels >= 1, where, alpha, beta)
+def _calibration(scores, labels, where, alpha, beta, valid=None):
+  return pairwise.contrastive_lists(scores, labels >= 1, where, alpha, beta, valid)
 
 
 def calibration_loss(
@@ -1370,7 +1370,7 @@ def roadmap_loss(
   ap, valid, scores, labels, where = _supap(
     fn, scores, labels, where, segments, temperature, rho, delta, chunk_size, max_relevant
   )
-  calibration, _ = _calibration(scores, labels, where, alpha, beta)
+  calibration, _ = _calibration(scores, labels, where, alpha, beta, valid)
   values = (1 - calibration_weight) * (1 - ap) + calibration_weight * calibration
   return lists.finish(values, scores, where, valid, reduce_fn)
 
