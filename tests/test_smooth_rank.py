@@ -575,6 +575,7 @@ def test_roadmap_masks_its_lists_once(platform):
   assert finds(sr.roadmap_loss) == 0
   assert finds(functools.partial(sr.roadmap_loss, max_relevant=4)) == 0
 
+
 @pytest.mark.parametrize("max_relevant", [None, 8])
 def test_gpu_backward_that_computes_the_differences_again_equals_the_cpu(max_relevant, x64):
   """GPUs' form of the one-shot backward pass (the slots' differences computed again for the
