@@ -843,6 +843,42 @@ def test_accelerators_differentiate_the_per_list_values(loss_fn, max_relevant):
   assert cpu == [(blackbox_ranks._blackbox_relevant_ranks_bwd, [(3, 8), (3, 8)])]
 
 
+def test_the_accelerators_branches_are_traced_once_per_body_and_forced_platform():
+  """The accelerators' run-time choice reuses its branches' traces for the same body (a new
+  function object would be traced again, twice per differentiation), but never across forced
+  platforms: the GPU's forms traced first do not stand in for the TPU's."""
+  counts = (1, 2, None)
+  branches = blackbox_ranks._branches(blackbox_ranks._values_on, blackbox._ap_values, counts, 2)
+  assert branches is blackbox_ranks._branches(
+    blackbox_ranks._values_on, blackbox._ap_values, counts, 2
+  )
+  with platforms.forced_platform(platforms.GPU):
+    gpu = blackbox_ranks._branches(blackbox_ranks._values_on, blackbox._ap_values, counts, 2)
+  assert gpu is not branches and len(gpu) == 3
+  weight = lambda x: x  # noqa: E731
+  assert blackbox._recall_values(weight) is blackbox._recall_values(weight)
+
+  class Unhashable:
+    __eq__ = object.__eq__
+    __hash__ = None  # type: ignore[assignment]
+
+    def __call__(self, x):
+      return x
+
+  assert len(blackbox_ranks._branches(blackbox_ranks._gradient_on, Unhashable(), counts)) == 3
+  assert blackbox._recall_values(Unhashable()) is not None
+
+  scores, labels = jnp.zeros((2, 6)), jnp.asarray(np.eye(2, 6, dtype=np.int32))
+
+  def program(platform):
+    with platforms.forced_platform(platform):
+      f = lambda s, y: jaxrank.blackbox_ap_loss(s, y)  # noqa: E731
+      return str(jax.make_jaxpr(jax.value_and_grad(f))(scores, labels))
+
+  assert program(platforms.GPU) != program(platforms.ACCELERATOR)
+  assert program(platforms.GPU) == program(platforms.GPU)
+
+
 @pytest.mark.parametrize("platform", [*platforms.PLATFORMS, platforms.GPU])
 def test_a_weight_fn_of_a_traced_parameter_gets_its_gradient(platform):
   """A recall weight `W` that reads a parameter being differentiated (a learned scale) stays

@@ -14,6 +14,7 @@ to its ranks, so its scores get a zero gradient; the other lists keep their valu
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import jax
@@ -125,12 +126,24 @@ def _ap_values(ranks, relevant_ranks, relevant, num_relevant):
 
 
 def _recall_values(weight_fn):
+  """The recall loss's `body` for `weight_fn`: the same function for the same `weight_fn`, so that
+  the accelerators' branches traced for it are reused (`blackbox_ranks._branches`)."""
+  try:
+    return _cached_recall_values(weight_fn)
+  except TypeError:  # An unhashable `weight_fn` (a callable object with `__eq__`).
+    return _new_recall_values(weight_fn)
+
+
+def _new_recall_values(weight_fn):
   def values(ranks, relevant_ranks, relevant, num_relevant):
     outrun = jnp.where(relevant, ranks - relevant_ranks, 0)
     weight = weight_fn(outrun)
     return jnp.sum(jnp.where(relevant, weight, 0), axis=-1) / jnp.maximum(num_relevant, 1)
 
   return values
+
+
+_cached_recall_values = functools.lru_cache(maxsize=64)(_new_recall_values)
 
 
 def blackbox_ap_loss(

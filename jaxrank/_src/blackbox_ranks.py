@@ -721,18 +721,37 @@ def _list_values(body, counts, scores, relevant, interpolation):
   return _list_values_fwd(body, counts, scores, relevant, interpolation)[0]
 
 
+def _branches(form, body, counts, *extra):
+  """`[functools.partial(form, body, count, *extra) for count in counts]`, the same objects for
+  the same arguments and forced platform (`platforms.forced`, read by the forms when traced): JAX
+  traces a branch of `lax.switch` again for a new function object, and differentiating the
+  platforms' choice (`platforms.by_platform`, a conditional) transposes it twice, each time
+  calling `_list_values`' forward and backward (on CPU hosts, where every program traces the
+  accelerators' form too, a default blackbox step's trace took 0.6 s, then 0.5 s the first time
+  and 0.03 s for another step of the same body and shapes)."""
+  try:
+    return _cached_branches(form, body, counts, extra, platforms.forced())
+  except TypeError:  # An unhashable `body` (a callable object with `__eq__`): not cached.
+    return tuple(functools.partial(form, body, count, *extra) for count in counts)
+
+
+@functools.lru_cache(maxsize=64)  # Holds the last 64 bodies (`_traceable_alone`: no tracers).
+def _cached_branches(form, body, counts, extra, platform):
+  del platform  # A key only.
+  return tuple(functools.partial(form, body, count, *extra) for count in counts)
+
+
 def _list_values_fwd(body, counts, scores, relevant, interpolation):
   index = _switch_index(counts, relevant)
   width = max((count for count in counts if count is not None), default=0)
-  branches = [functools.partial(_values_on, body, count, width) for count in counts]
-  values, slots = _run(index, branches, scores, relevant)
+  values, slots = _run(index, _branches(_values_on, body, counts, width), scores, relevant)
   return values, (scores, relevant, interpolation, index, slots)
 
 
 def _list_values_bwd(body, counts, residuals, cotangent):
   scores, relevant, interpolation, index, slots = residuals
   interpolation = jnp.asarray(interpolation, scores.dtype)
-  branches = [functools.partial(_gradient_on, body, count) for count in counts]
+  branches = _branches(_gradient_on, body, counts)
   grad = _run(index, branches, scores, relevant, interpolation, cotangent, slots)
   return grad, None, None
 
