@@ -726,9 +726,9 @@ def _branches(form, body, counts, *extra):
   the same arguments and forced platform (`platforms.forced`, read by the forms when traced): JAX
   traces a branch of `lax.switch` again for a new function object, and differentiating the
   platforms' choice (`platforms.by_platform`, a conditional) transposes it twice, each time
-  calling `_list_values`' forward and backward (on CPU hosts, where every program traces the
-  accelerators' form too, a default blackbox step's trace took 0.6 s, then 0.5 s the first time
-  and 0.03 s for another step of the same body and shapes)."""
+  calling `_list_values`' forward and backward. On CPU hosts every program traces the
+  accelerators' form too: a default blackbox step's trace took 0.6 s each time; now 0.5 s the
+  first time and 0.03 s for another step of the same body and shapes."""
   try:
     return _cached_branches(form, body, counts, extra, platforms.forced())
   except TypeError:  # An unhashable `body` (a callable object with `__eq__`): not cached.
