@@ -58,7 +58,7 @@ $(ACCEL_STAMP): pyproject.toml
 # other modules' tests in between, and a module-scoped fixture was set up again each time it came
 # back, the notebooks executed twice) and lists its 15 slowest tests, the next candidates for
 # cutting CI's time (the goal 25 minutes: 22 on an AMD EPYC, 35-42 on an Intel Xeon, each with 2
-# cores, fresh clones, 2026-11-27; 27 on the AMD EPYC on 2026-11-28, after the blackbox losses'
+# cores, fresh clones, 2026-11-27; 27-30 on the AMD EPYC on 2026-11-28, after the blackbox losses'
 # accelerator forms had brought it to 35); its tests/test_accelerators.py compiles every
 # step for a TPU and an H100 in .venv-accel. Most of the suite's time is XLA:CPU compiling small
 # programs that then run for microseconds: `--xla_backend_optimization_level=0` (LLVM without its
