@@ -722,7 +722,7 @@ def _list_values(body, counts, scores, relevant, interpolation):
 
 
 def _branches(form, body, counts, *extra):
-  """`[functools.partial(form, body, count, *extra) for count in counts]`, the same objects for
+  """`functools.partial(form, body, count, *extra)` for each of `counts`, the same objects for
   the same arguments and forced platform (`platforms.forced`, read by the forms when traced): JAX
   traces a branch of `lax.switch` again for a new function object, and differentiating the
   platforms' choice (`platforms.by_platform`, a conditional) transposes it twice, each time
@@ -732,7 +732,7 @@ def _branches(form, body, counts, *extra):
   try:
     return _cached_branches(form, body, counts, extra, platforms.forced())
   except TypeError:  # An unhashable `body` (a callable object with `__eq__`): not cached.
-    return tuple(functools.partial(form, body, count, *extra) for count in counts)
+    return _cached_branches.__wrapped__(form, body, counts, extra, None)
 
 
 @functools.lru_cache(maxsize=64)  # Holds the last 64 bodies (`_traceable_alone`: no tracers).

@@ -50,6 +50,7 @@ import jax.numpy as jnp
 
 from jaxrank import types
 from jaxrank._src import checks
+from jaxrank._src import counting
 from jaxrank._src import lists
 from jaxrank._src import platforms
 from jaxrank._src import segmented
@@ -83,9 +84,7 @@ def _last_axis_reduce(operands, inits, combine):
 
 
 def _sums(*operands):
-  return _last_axis_reduce(
-    operands, (0,) * len(operands), lambda a, b: tuple(x + y for x, y in zip(a, b))
-  )
+  return counting.one_pass_sums(operands)
 
 
 def contrastive_lists(scores, relevant, where, pos_margin, neg_margin, valid=None):
