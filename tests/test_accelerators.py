@@ -207,10 +207,10 @@ def test_branch_taken_rows_compile_the_bound_the_losses_choose():
   from experiments.benchmarks import speed
   from jaxrank._src import blackbox_ranks
   from jaxrank._src import bounds
-  from jaxrank._src import smooth_rank
+  from jaxrank._src import precision_sums
 
   for bounded in (
-    smooth_rank._chosen_capacities(BATCH - 1),
+    precision_sums.chosen_capacities(BATCH - 1),
     bounds.capacities_for(BATCH - 1, blackbox_ranks._CAPACITIES),
   ):
     relevant = np.arange(BATCH - 1) < speed.PER_CLASS - 1

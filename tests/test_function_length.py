@@ -24,7 +24,7 @@ ALLOWED = {
   "experiments/compare_released.py:compare_blackbox": (
     "one compare() per row of the table it prints, read top to bottom as that table"
   ),
-  "jaxrank/_src/smooth_rank.py:_precision_sums_bwd": (
+  "jaxrank/_src/precision_sums.py:_precision_sums_bwd": (
     "one backward rule, its terms in the order of the derivation in its docstring; over the limit "
     "only in the formatter's one-argument-per-line layout"
   ),

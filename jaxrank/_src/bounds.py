@@ -11,7 +11,7 @@ holds every list's relevant items) or the general form (above them all) to run, 
 it with `lax.switch`. One branch executes; a compiler's static cost estimate counts them all, so
 such a program is judged on the device (or, compile-only, by the branch taken).
 
-The losses choose inside their custom VJPs (`smooth_rank._chosen_precision_sums`,
+The losses choose inside their custom VJPs (`precision_sums._chosen_precision_sums`,
 `blackbox_ranks._list_values`), one index for the forward and the backward pass: a
 `lax.switch` differentiated from outside would make every branch's residuals outputs of the
 switch, all allocated whichever branch runs (at B = 16,384 on a TPU v5e, 15.1 GB of temporaries
@@ -29,7 +29,7 @@ import jax.numpy as jnp
 
 # The bounded forms tried, smallest first: in-batch lists of `m` items per class hold `m - 1`
 # relevant items (2 to 8 per class in the papers' set-ups). The losses take those up to their own
-# largest: the smooth-rank losses up to 4 (`smooth_rank._GROUP`, above it groups of 4 in a loop),
+# largest: the smooth-rank losses up to 4 (`precision_sums.GROUP`, above it groups of 4 in a loop),
 # the blackbox losses all (`blackbox_ranks._CAPACITIES`, above them the sort).
 CAPACITIES = (1, 2, 4, 8)
 

@@ -56,29 +56,21 @@ from __future__ import annotations
 import functools
 
 import jax
-import jax.extend
 import jax.numpy as jnp
-import numpy as np
-from jax import lax
 
 from jaxrank import types
-from jaxrank._src import bounds
 from jaxrank._src import checks
 from jaxrank._src import lists
 from jaxrank._src import metrics
 from jaxrank._src import pairwise
 from jaxrank._src import partitions
 from jaxrank._src import platforms
+from jaxrank._src import precision_sums
 from jaxrank._src import segmented
 
-# With `chunk_size=None`, each step of the loop holds at most this many pairs (about 16 MB of
-# float32 per temporary), and never fewer than one relevant item of every list.
-_CHUNK_PAIRS = 2**22
-
-
-# ---------------------------------------------------------------------------------------------
 # Step functions. The private forms take their hyperparameters as explicit arguments, so that the
-# jitted loop below is compiled once per shape whatever their values, and gets their gradients.
+# engine's jitted loop (`precision_sums`) is compiled once per shape whatever their values, and
+# gets their gradients.
 
 
 def _heaviside(x):
@@ -203,762 +195,6 @@ def supap_negative_step(
   return _supap_negative(x, temperature, rho, jnp.asarray(delta, x.dtype))
 
 
-# ---------------------------------------------------------------------------------------------
-# The shared mechanism: sums of smoothed precisions, chunked over relevant items, custom VJP.
-#
-# A step is a pair `(fn, params)`: `fn(x, *params)` is elementwise in `x`, and `params` is a tuple
-# of arrays (hyperparameters) that the custom VJP differentiates. `fn` is static (jit-hashed by
-# identity), so module-level functions compile once per shape.
-
-
-def _relevant_slots(relevant: jax.Array, width: int) -> jax.Array:
-  """`[B, width]` int32: slot `p` of a list holds the index of its `p`-th relevant item (else `n`).
-
-  One cumulative sum and one scatter of all `B n` items (the CPU's form of steps of several
-  relevant items: cheap for the small lists that take them, `B n <= 2^21`).
-  """
-  num_lists, n = relevant.shape
-  slot = jnp.cumsum(relevant, axis=-1, dtype=jnp.int32) - 1
-  slot = jnp.where(relevant, slot, width)  # Out of range: dropped by the scatter.
-  items = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (num_lists, n))
-  rows = jnp.arange(num_lists)[:, None]
-  return jnp.full((num_lists, width), n, jnp.int32).at[rows, slot].set(items, mode="drop")
-
-
-def _next_relevant(relevant: jax.Array, after: jax.Array) -> jax.Array:
-  """`[B, 1]`: the first relevant item of each list after the item `after` `[B]` (`n` if none),
-  by one minimum over the list: O(B n), as the step's comparisons are."""
-  n = relevant.shape[-1]
-  index = jnp.arange(n, dtype=jnp.int32)
-  return jnp.min(jnp.where(relevant & (index > after[:, None]), index, n), axis=-1)[:, None]
-
-
-def _add_at_items(grad: jax.Array, items: jax.Array, values: jax.Array, platform) -> jax.Array:
-  """`grad [B, n]` plus `values [B, chunk]` at the items `[B, chunk]` of each list: a scatter-add
-  on CPU; on accelerators, which serialise scatters, one compare-and-sum over the list
-  (O(B chunk n), fused with the step's other sums)."""
-
-  def cpu(grad, items, values):
-    return grad.at[jnp.arange(grad.shape[0])[:, None], items].add(values)
-
-  def accelerator(grad, items, values):
-    at = items[:, :, None] == jnp.arange(grad.shape[1], dtype=items.dtype)
-    return grad + jnp.sum(jnp.where(at, values[:, :, None], 0), axis=1)
-
-  return platforms.by_platform(
-    grad, items, values, cpu=cpu, accelerator=accelerator, platform=platform
-  )
-
-
-def _chunk_pairs(scores, relevant, other, items, platform):
-  """Pairs `(k, j)` of one step: `k` runs over the relevant `items [B, chunk]` of each list (`n`
-  past its last one), `j` over the list's items.
-
-  Returns the differences `s_j - s_k` `[B, chunk, n]`, the masks of the pairs counted by `H^+`
-  (`j` relevant, `j != k`) and by `H^-` (`j` valid, not relevant), and `items` with `n` replaced
-  by 0 (a slot past the last relevant item computes on item 0, and its result is discarded).
-  """
-  n = scores.shape[1]
-  safe = jnp.where(items < n, items, 0)
-  s_k = _scores_at(scores, safe, platform)
-  diff = scores[:, None, :] - s_k[:, :, None]
-  not_self = items[:, :, None] != jnp.arange(n, dtype=jnp.int32)
-  return diff, relevant[:, None, :] & not_self, other[:, None, :], safe
-
-
-def _scores_at(scores: jax.Array, items: jax.Array, platform) -> jax.Array:
-  """`[B, chunk]`: the scores of the `items` `[B, chunk]` of each list. A gather on CPU; on
-  accelerators one compare-and-sum over the list (exact: one score and zeros), which the TPU
-  compiler fuses and counts (a gather fused into the step's arithmetic is a cost it cannot
-  estimate)."""
-
-  def cpu(scores, items):
-    return jnp.take_along_axis(scores, items, axis=1)
-
-  def accelerator(scores, items):
-    at = items[:, :, None] == jnp.arange(scores.shape[1], dtype=items.dtype)
-    return jnp.sum(jnp.where(at, scores[:, None, :], 0), axis=-1)
-
-  return platforms.by_platform(scores, items, cpu=cpu, accelerator=accelerator, platform=platform)
-
-
-def _steps(positive_step, negative_step, diff, params):
-  """`(H^+(diff), H^-(diff))` in the dtype of `diff`; `negative_step=None` means the same step."""
-  up = positive_step(diff, *params[0]).astype(diff.dtype)
-  if negative_step is None:
-    return up, up
-  return up, negative_step(diff, *params[1]).astype(diff.dtype)
-
-
-def _item_finder(relevant, chunk, width, platform):
-  """`items(c, after)`: the `[B, chunk]` relevant items of step `c` of each list (`n` past its
-  last), `after` `[B]` being the last item of the step before (-1 at first)."""
-
-  def one_by_one(c, after):
-    # `chunk` minimums over the list, each after the item before: O(B chunk n), no scatter.
-    del c
-    found = []
-    for _ in range(chunk):
-      found.append(_next_relevant(relevant, after))
-      after = found[-1][:, 0]
-    return jnp.concatenate(found, axis=1)
-
-  if chunk == 1 or platform == platforms.ACCELERATOR:
-    return one_by_one
-  # On CPU, steps of several relevant items (small lists) take them from the slots of the list.
-  slots = _relevant_slots(relevant, width)
-
-  def from_slots(c, after):
-    return lax.dynamic_slice_in_dim(slots, c * chunk, chunk, axis=1)
-
-  if platform == platforms.CPU:
-    return from_slots
-  return lambda c, after: platforms.by_platform(
-    c, after, cpu=from_slots, accelerator=one_by_one, platform=platform
-  )
-
-
-def _forward_loop(
-  positive_step, negative_step, chunk, platform, width, num_steps, scores, relevant, other, params
-):
-  """The sums of precisions `[B]`, and what the backward pass reads of each of the `width` slots
-  of a list (its item, rank^+ and rank^-, each `[B, width]`), in `num_steps` steps of `chunk`
-  relevant items of every list."""
-  num_lists, n = scores.shape
-  items_at = _item_finder(relevant, chunk, width, platform)
-
-  def body(c, carry):
-    after, total, slots, rank_pos, rank_neg = carry
-    items = items_at(c, after)
-    diff, pos_pairs, neg_pairs, _ = _chunk_pairs(scores, relevant, other, items, platform)
-    h_pos, h_neg = _steps(positive_step, negative_step, diff, params)
-    above_pos = 1 + jnp.sum(jnp.where(pos_pairs, h_pos, 0), axis=-1)
-    above_neg = jnp.sum(jnp.where(neg_pairs, h_neg, 0), axis=-1)
-    in_slot = items < n
-    rank = jnp.where(in_slot, above_pos + above_neg, 1)
-    total = total + jnp.sum(jnp.where(in_slot, above_pos / rank, 0), axis=-1)
-    start = c * chunk
-    return (
-      items[:, -1],
-      total,
-      lax.dynamic_update_slice_in_dim(slots, items, start, axis=1),
-      lax.dynamic_update_slice_in_dim(rank_pos, above_pos, start, axis=1),
-      lax.dynamic_update_slice_in_dim(rank_neg, above_neg, start, axis=1),
-    )
-
-  # The per-slot arrays are written only where the loop runs; the precisions are summed as it goes.
-  def varying(x):
-    return lists.varying_like(x, scores)
-
-  init = (
-    varying(jnp.full((num_lists,), -1, jnp.int32)),
-    varying(jnp.zeros((num_lists,), scores.dtype)),
-    varying(jnp.full((num_lists, width), n, jnp.int32)),
-    varying(jnp.zeros((num_lists, width), scores.dtype)),
-    varying(jnp.zeros((num_lists, width), scores.dtype)),
-  )
-  _, total, slots, rank_pos, rank_neg = lax.fori_loop(0, num_steps, body, init)
-  return total, slots, rank_pos, rank_neg
-
-
-def _free_params(positive_step, negative_step, params):
-  """The floating hyperparameters (`None` for the others, held fixed: only they get a cotangent)
-  and `steps_of_free(diff, free)`, the steps as a function of them for `jax.vjp`."""
-  inexact = jax.tree.map(lambda p: jnp.issubdtype(jnp.result_type(p), jnp.inexact), params)
-  free = jax.tree.map(lambda p, d: p if d else None, params, inexact)
-
-  def steps_of_free(diff, free):
-    merged = jax.tree.map(
-      lambda p, d, f: f if d else p, params, inexact, free, is_leaf=lambda x: x is None
-    )
-    return _steps(positive_step, negative_step, diff, merged)
-
-  return free, steps_of_free
-
-
-def _backward_loop(
-  positive_step,
-  negative_step,
-  chunk,
-  platform,
-  num_steps,
-  scores,
-  relevant,
-  other,
-  params,
-  slots,
-  rank_pos,
-  rank_neg,
-  cotangent,
-):
-  """The cotangents of the scores `[B, n]` and of the floating hyperparameters, in the steps of
-  the forward loop, from the slots it kept."""
-  n = scores.shape[1]
-  free, steps_of_free = _free_params(positive_step, negative_step, params)
-
-  def coefficients(start):
-    """`[B, chunk, 1]` cotangents of rank^+ and rank^- of the slots of this step."""
-    items = lax.dynamic_slice_in_dim(slots, start, chunk, axis=1)
-    pos = lax.dynamic_slice_in_dim(rank_pos, start, chunk, axis=1)
-    neg = lax.dynamic_slice_in_dim(rank_neg, start, chunk, axis=1)
-    in_slot = items < n
-    # With rank = rank^+ + rank^-: d(rank^+ / rank) / d rank^+ = rank^- / rank^2 and
-    # d(rank^+ / rank) / d rank^- = -rank^+ / rank^2.
-    scale = jnp.where(in_slot, cotangent[:, None] / jnp.square(jnp.where(in_slot, pos + neg, 1)), 0)
-    return items, (scale * neg)[:, :, None], (-scale * pos)[:, :, None]
-
-  def body(c, carry):
-    grad, grad_params = carry
-    items, cp, cn = coefficients(c * chunk)
-    diff, pos_pairs, neg_pairs, safe = _chunk_pairs(scores, relevant, other, items, platform)
-    ct_pos = jnp.where(pos_pairs, cp, 0)
-    ct_neg = jnp.where(neg_pairs, cn, 0)
-    _, vjp = jax.vjp(steps_of_free, diff, free)
-    if negative_step is None:  # One evaluation of the shared step; the masks are disjoint.
-      ct_diff, ct_free = vjp((ct_pos + ct_neg, jnp.zeros_like(ct_neg)))
-    else:
-      ct_diff, ct_free = vjp((ct_pos, ct_neg))
-    # diff = s_j - s_k: the cotangent goes to every item j, and negated to the slot's item k.
-    grad = grad + jnp.sum(ct_diff, axis=1)
-    grad = _add_at_items(grad, safe, -jnp.sum(ct_diff, axis=2), platform)
-    return grad, jax.tree.map(jnp.add, grad_params, ct_free)
-
-  init = (lists.varying_like(jnp.zeros_like(scores), scores), jax.tree.map(jnp.zeros_like, free))
-  return lax.fori_loop(0, num_steps, body, init)
-
-
-# On accelerators, a bound `max_relevant` up to this many slots is taken in one step, one `[B, n]`
-# expression per slot (unrolled); beyond, the loop of `chunk` slots per step.
-_ONE_SHOT_SLOTS = 8
-# Without a bound, on accelerators: the one-shot forms of up to this many slots (`bounds`'s
-# capacities up to it), and above, groups of this many slots in a loop. More slots in one pass
-# read the scores fewer times but keep more `[B, n]` arrays alive at once (at B = 4096 on an H100,
-# 2.5 [B, B] arrays of temporaries for the step with 4 slots, 5.8 with 8).
-_GROUP = 4
-
-
-def _slot_pairs(scores, relevant, item):
-  """One slot of every list, on accelerators: the differences `s_j - s_k` `[B, n]` with `k` the
-  slot's `item` `[B]` (`n` for an empty slot), the mask of the item, and that of the pairs of
-  `H^+` (`j` relevant, `j != k`). The item's score is a compare-and-sum over the list."""
-  at = item[:, None] == jnp.arange(scores.shape[1], dtype=item.dtype)
-  s_k = jnp.sum(jnp.where(at, scores, 0), axis=-1)
-  return scores - s_k[:, None], at, relevant & ~at
-
-
-def _slot_items(relevant, count, after=None):
-  """The first `count` relevant items of each list after the item `after` `[B]` (all of them
-  without), `count` arrays `[B]` (`n` past its last), by minimums over the list, each after the
-  one before (no scatter, no cumulative sum)."""
-  n = relevant.shape[1]
-  index = jnp.arange(n, dtype=jnp.int32)
-  if after is None:
-    after = jnp.full(relevant.shape[:1], -1, jnp.int32)
-  found = []
-  for _ in range(count):
-    after = jnp.min(jnp.where(relevant & (index > after[:, None]), index, n), axis=-1)
-    found.append(after)
-  return found
-
-
-def _one_shot_forward(
-  positive_step, negative_step, count, scores, relevant, other, params, after=None
-):
-  """The accelerators' forward pass with a bound: all `count` slots in one step, one `[B, n]`
-  expression per slot, whose sums over the list XLA fuses into one pass (nothing `[B, count, n]`
-  is formed). Returns the sums of precisions `[B]` and the slots `[B, count]` (item, rank^+,
-  rank^-). With `after` `[B]`, the slots are the `count` relevant items after that item."""
-  n = scores.shape[1]
-  total, ranks_pos, ranks_neg = 0, [], []
-  items = _slot_items(relevant, count, after)
-  for item in items:
-    diff, _, pos_pairs = _slot_pairs(scores, relevant, item)
-    h_pos, h_neg = _steps(positive_step, negative_step, diff, params)
-    above_pos = 1 + jnp.sum(jnp.where(pos_pairs, h_pos, 0), axis=-1)
-    above_neg = jnp.sum(jnp.where(other, h_neg, 0), axis=-1)
-    in_slot = item < n
-    rank = jnp.where(in_slot, above_pos + above_neg, 1)
-    total = total + jnp.where(in_slot, above_pos / rank, 0)
-    ranks_pos.append(above_pos)
-    ranks_neg.append(above_neg)
-  return (
-    total,
-    jnp.stack(items, axis=1),
-    jnp.stack(ranks_pos, axis=1),
-    jnp.stack(ranks_neg, axis=1),
-  )
-
-
-def _one_shot_backward(
-  positive_step,
-  negative_step,
-  scores,
-  relevant,
-  other,
-  params,
-  slots,
-  rank_pos,
-  rank_neg,
-  cotangent,
-):
-  """The accelerators' backward pass with a bound, from the `[B, count]` slots: one pass for the
-  slots' own cotangents (sums over the list), one for the scores' `[B, n]` cotangent. On GPUs the
-  second computes the slots' differences again rather than read them from memory (below)."""
-  n = scores.shape[1]
-  # The barrier keeps XLA from sharing the forward's differences with this pass (it would write
-  # them to memory to read them back). The masks stay out of it: XLA recomputes them from the
-  # labels in each pass.
-  scores, slots = lax.optimization_barrier((scores, slots))
-  free, steps_of_free = _free_params(positive_step, negative_step, params)
-
-  in_slot = slots < n
-  # With rank = rank^+ + rank^-: d(rank^+ / rank) / d rank^+ = rank^- / rank^2 and
-  # d(rank^+ / rank) / d rank^- = -rank^+ / rank^2.
-  scale = jnp.where(
-    in_slot, cotangent[:, None] / jnp.square(jnp.where(in_slot, rank_pos + rank_neg, 1)), 0
-  )
-
-  def slot_cotangent(scores, k):
-    """Slot `k`'s cotangent of the differences `[B, n]`, the hyperparameters', and its item's
-    mask."""
-    diff, at, pos_pairs = _slot_pairs(scores, relevant, slots[:, k])
-    ct_pos = jnp.where(pos_pairs, (scale[:, k] * rank_neg[:, k])[:, None], 0)
-    ct_neg = jnp.where(other, (-scale[:, k] * rank_pos[:, k])[:, None], 0)
-    _, vjp = jax.vjp(steps_of_free, diff, free)
-    if negative_step is None:  # One evaluation of the shared step; the masks are disjoint.
-      ct_diff, ct_free = vjp((ct_pos + ct_neg, jnp.zeros_like(ct_neg)))
-    else:
-      ct_diff, ct_free = vjp((ct_pos, ct_neg))
-    return ct_diff, ct_free, at
-
-  # diff = s_j - s_k: the cotangent goes to every item j, and negated to the slot's item k, which
-  # gets the sum over the list.
-  def shared(scores):
-    """Each slot's differences once: the TPU's compiler keeps them on the chip between the sums
-    and the scores' cotangent."""
-    grad, grad_free = 0, jax.tree.map(jnp.zeros_like, free)
-    for k in range(slots.shape[1]):
-      ct_diff, ct_free, at = slot_cotangent(scores, k)
-      own = jnp.sum(ct_diff, axis=-1)
-      grad = grad + ct_diff - jnp.where(at, own[:, None], 0)
-      grad_free = jax.tree.map(jnp.add, grad_free, ct_free)
-    return grad, grad_free
-
-  def recomputed(scores):
-    """The sums first (with the hyperparameters' cotangents), then the scores' cotangent, its
-    differences computed again behind a barrier: XLA's GPU compiler writes each slot's `[B, n]`
-    cotangent to memory between the two otherwise (at B = 16,384 on an H100, temporaries of 6.5
-    [B, B] arrays for SupAP's step with 4 slots, 2.5 this way)."""
-    own, grad_free = [], jax.tree.map(jnp.zeros_like, free)
-    for k in range(slots.shape[1]):
-      ct_diff, ct_free, _ = slot_cotangent(scores, k)
-      own.append(jnp.sum(ct_diff, axis=-1))
-      grad_free = jax.tree.map(jnp.add, grad_free, ct_free)
-    scores, own = lax.optimization_barrier((scores, own))
-    grad = 0
-    for k in range(slots.shape[1]):
-      ct_diff, _, at = slot_cotangent(scores, k)
-      grad = grad + ct_diff - jnp.where(at, own[k][:, None], 0)
-    return grad, grad_free
-
-  # Only accelerators reach here; the CPU's form is never lowered.
-  return platforms.by_platform(scores, cpu=shared, accelerator=shared, gpu=recomputed)
-
-
-def _grouped_forward(positive_step, negative_step, scores, relevant, other, params):
-  """The accelerators' forward pass without a bound: the one-shot pass over `_GROUP` slots,
-  repeated from the last item found until the list with the most relevant items is done. Returns
-  the sums of precisions `[B]` only: the backward pass counts each group again
-  (`_grouped_backward`), so that nothing `[B, n]` is kept beyond the inputs."""
-
-  def body(_, carry):
-    after, total = carry
-    part, items, _, _ = _one_shot_forward(
-      positive_step, negative_step, _GROUP, scores, relevant, other, params, after
-    )
-    return items[:, -1], total + part
-
-  init = (
-    lists.varying_like(jnp.full(scores.shape[:1], -1, jnp.int32), scores),
-    lists.varying_like(jnp.zeros(scores.shape[:1], scores.dtype), scores),
-  )
-  _, total = lax.fori_loop(0, _general_steps(relevant, _GROUP), body, init)
-  return total
-
-
-def _grouped_backward(positive_step, negative_step, scores, relevant, other, params, cotangent):
-  """The cotangents of `_grouped_forward`: for each group of `_GROUP` slots, its ranks counted
-  again (one pass), then `_one_shot_backward` (another), the cotangents summed over the groups."""
-  free, _ = _free_params(positive_step, negative_step, params)
-
-  def body(_, carry):
-    after, grad, grad_free = carry
-    _, items, rank_pos, rank_neg = _one_shot_forward(
-      positive_step, negative_step, _GROUP, scores, relevant, other, params, after
-    )
-    part, part_free = _one_shot_backward(
-      positive_step,
-      negative_step,
-      scores,
-      relevant,
-      other,
-      params,
-      items,
-      rank_pos,
-      rank_neg,
-      cotangent,
-    )
-    return items[:, -1], grad + part, jax.tree.map(jnp.add, grad_free, part_free)
-
-  init = (
-    lists.varying_like(jnp.full(scores.shape[:1], -1, jnp.int32), scores),
-    lists.varying_like(jnp.zeros_like(scores), scores),
-    jax.tree.map(jnp.zeros_like, free),
-  )
-  _, grad, grad_free = lax.fori_loop(0, _general_steps(relevant, _GROUP), body, init)
-  return grad, grad_free
-
-
-def _general_steps(relevant, chunk):
-  """The steps of the general loop: until the list with the most relevant items is done (a
-  data-dependent trip count)."""
-  most = jnp.max(jnp.sum(relevant, axis=-1, dtype=jnp.int32), initial=0)
-  return (most + chunk - 1) // chunk
-
-
-def _precision_sums_fwd(
-  positive_step, negative_step, chunk, count, platform, scores, relevant, other, params
-):
-  n = scores.shape[1]
-  args = (scores, relevant, other, params)
-  if count is None:  # Until the list with the most relevant items is done.
-    width, num_steps = -(-n // chunk) * chunk, _general_steps(relevant, chunk)
-    total, *slots = _forward_loop(
-      positive_step, negative_step, chunk, platform, width, num_steps, *args
-    )
-    return total, (*args, *slots)
-  # A static trip count and `[B, count]` slots (rounded up to whole steps on CPU).
-  num_steps = -(-count // chunk)
-  width = num_steps * chunk
-
-  def cpu(*args):
-    return _forward_loop(
-      positive_step, negative_step, chunk, platforms.CPU, width, num_steps, *args
-    )
-
-  def accelerator(*args):
-    if count > _ONE_SHOT_SLOTS:
-      total, *slots = _forward_loop(
-        positive_step, negative_step, chunk, platforms.ACCELERATOR, width, num_steps, *args
-      )
-      return (total, *slots)
-    total, *slots = _one_shot_forward(positive_step, negative_step, count, *args)
-    return (total, *_pad_slots(slots, width, n))
-
-  total, *slots = platforms.by_platform(*args, cpu=cpu, accelerator=accelerator, platform=platform)
-  return total, (*args, *slots)
-
-
-def _pad_slots(slots, width, n):
-  """The accelerators' `[B, count]` slots, item, rank^+ and rank^-, padded to `width` (the CPU's,
-  or the run-time choice's `_GROUP`) with empty slots (item `n`, ranks 0: the backward pass reads
-  only the first `count`)."""
-  items, rank_pos, rank_neg = slots
-  pad = ((0, 0), (0, width - items.shape[1]))
-  return (jnp.pad(items, pad, constant_values=n), jnp.pad(rank_pos, pad), jnp.pad(rank_neg, pad))
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3, 4))
-def _precision_sums(
-  positive_step, negative_step, chunk, count, platform, scores, relevant, other, params
-):
-  """`[B]`: for each list, the sum over its relevant items `k` of `rank^+(k) / rank(k)`; with a
-  bound `count`, over its first `count` relevant items only."""
-  out, _ = _precision_sums_fwd(
-    positive_step, negative_step, chunk, count, platform, scores, relevant, other, params
-  )
-  return out
-
-
-def _precision_sums_bwd(positive_step, negative_step, chunk, count, platform, residuals, cotangent):
-  scores, relevant, other, params, slots, rank_pos, rank_neg = residuals
-  if count is None:
-    grad, grad_free = _backward_loop(
-      positive_step,
-      negative_step,
-      chunk,
-      platform,
-      _general_steps(relevant, chunk),
-      scores,
-      relevant,
-      other,
-      params,
-      slots,
-      rank_pos,
-      rank_neg,
-      cotangent,
-    )
-    return grad, None, None, grad_free
-
-  def cpu(*args):
-    return _backward_loop(
-      positive_step, negative_step, chunk, platforms.CPU, -(-count // chunk), *args
-    )
-
-  def accelerator(scores, relevant, other, params, slots, rank_pos, rank_neg, cotangent):
-    if count > _ONE_SHOT_SLOTS:
-      return _backward_loop(
-        positive_step,
-        negative_step,
-        chunk,
-        platforms.ACCELERATOR,
-        -(-count // chunk),
-        scores,
-        relevant,
-        other,
-        params,
-        slots,
-        rank_pos,
-        rank_neg,
-        cotangent,
-      )
-    return _one_shot_backward(
-      positive_step,
-      negative_step,
-      scores,
-      relevant,
-      other,
-      params,
-      slots[:, :count],
-      rank_pos[:, :count],
-      rank_neg[:, :count],
-      cotangent,
-    )
-
-  grad, grad_free = platforms.by_platform(
-    scores,
-    relevant,
-    other,
-    params,
-    slots,
-    rank_pos,
-    rank_neg,
-    cotangent,
-    cpu=cpu,
-    accelerator=accelerator,
-    platform=platform,
-  )
-  return grad, None, None, grad_free
-
-
-_precision_sums.defvjp(_precision_sums_fwd, _precision_sums_bwd)
-
-
-def _unbounded_precision_sums(positive_step, negative_step, chunk, platform, *args):
-  """`_precision_sums` without a bound from the caller: the general loop on CPU, the choice made
-  on the device on accelerators (`_chosen_precision_sums`)."""
-  return platforms.by_platform(
-    *args,
-    cpu=functools.partial(
-      _precision_sums, positive_step, negative_step, chunk, None, platforms.CPU
-    ),
-    accelerator=functools.partial(_chosen_precision_sums, positive_step, negative_step),
-    platform=platform,
-  )
-
-
-def _chosen_capacities(n: int) -> tuple[int, ...]:
-  """The one-shot forms `_chosen_precision_sums` chooses from for lists of `n` items."""
-  return tuple(k for k in bounds.capacities_for(n) if k <= _GROUP)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
-def _chosen_precision_sums(positive_step, negative_step, scores, relevant, other, params):
-  """The accelerators' `_precision_sums` without a bound: the one-shot form of the smallest
-  capacity (`bounds.CAPACITIES`, up to `_GROUP`) that holds every list's relevant items, or above
-  them groups of `_GROUP` slots in a loop (`_grouped_forward`), chosen on the device by one index
-  for the forward and the backward pass.
-
-  The choice sits inside the custom VJP rather than around it: differentiated through a
-  `lax.switch`, every branch's residuals would be outputs of the switch, all allocated whichever
-  branch runs (at B = 16,384 on a TPU v5e, 15.1 GB of temporaries against the general loop's 8.6
-  GB). Here the residuals are the inputs and one set of `[B, _GROUP]` slots (the loop's are
-  empty: it counts each group again in the backward pass), so that no branch keeps a `[B, n]`
-  array beyond the inputs."""
-  out, _ = _chosen_precision_sums_fwd(positive_step, negative_step, scores, relevant, other, params)
-  return out
-
-
-def _chosen_precision_sums_fwd(positive_step, negative_step, *args):
-  scores, relevant = args[0], args[1]
-  n = scores.shape[1]
-  bounded = _chosen_capacities(n)
-  index = bounds.branch_index(relevant, bounded)
-
-  def one_shot(count):
-    def run(*args):
-      total, *slots = _one_shot_forward(positive_step, negative_step, count, *args)
-      return total, _pad_slots(slots, _GROUP, n)
-
-    return run
-
-  def grouped(*args):
-    total = _grouped_forward(positive_step, negative_step, *args)
-    items = jnp.full((scores.shape[0], _GROUP), n, jnp.int32)
-    ranks = jnp.zeros(items.shape, scores.dtype)
-    return total, tuple(lists.varying_like(x, scores) for x in (items, ranks, ranks))
-
-  total, slots = lax.switch(index, [*map(one_shot, bounded), grouped], *args)
-  return total, (*args, index, *slots)
-
-
-def _chosen_precision_sums_bwd(positive_step, negative_step, residuals, cotangent):
-  *args, index, items, rank_pos, rank_neg = residuals
-  bounded = _chosen_capacities(args[0].shape[1])
-
-  def one_shot(count):
-    def run(*operands):
-      *args, items, rank_pos, rank_neg, cotangent = operands
-      return _one_shot_backward(
-        positive_step,
-        negative_step,
-        *args,
-        items[:, :count],
-        rank_pos[:, :count],
-        rank_neg[:, :count],
-        cotangent,
-      )
-
-    return run
-
-  def grouped(*operands):
-    *args, _, _, _, cotangent = operands
-    return _grouped_backward(positive_step, negative_step, *args, cotangent)
-
-  branches = [*map(one_shot, bounded), grouped]
-  grad, grad_free = lax.switch(index, branches, *args, items, rank_pos, rank_neg, cotangent)
-  return grad, None, None, grad_free
-
-
-_chosen_precision_sums.defvjp(_chosen_precision_sums_fwd, _chosen_precision_sums_bwd)
-
-
-def _chunk_for(chunk_size: int | None, num_lists: int, n: int) -> int:
-  if chunk_size is None:
-    chunk_size = _CHUNK_PAIRS // max(num_lists * n, 1)
-  return max(1, min(chunk_size, n))
-
-
-def _smooth_ap_lists(
-  scores, relevant, where, params, *, positive_step, negative_step, chunk, count, platform
-):
-  """Per-list smoothed AP `[...]` (0 without a relevant item) and the mask of lists with one."""
-  dtype = lists.compute_dtype(scores.dtype)
-  other = where & ~relevant
-  relevant = where & relevant
-  # No barrier on the masks here: labels and masks that a jitted caller closed over are already
-  # behind one (`checks.check_lists`), and one on traced masks makes XLA write them to memory
-  # rather than recompute them from the labels in each pass (on a TPU, a third of the bounded
-  # step's bytes).
-  list_shape, n = scores.shape[:-1], scores.shape[-1]
-  num_lists = int(np.prod(list_shape, dtype=np.int64))
-  num_relevant = jnp.sum(relevant, axis=-1)
-  # Masked scores, and every score of a list without a relevant item (left out of the reduction),
-  # are replaced before any arithmetic, so that a NaN or inf there changes neither the value nor
-  # the gradient (which is exactly 0 for them).
-  flat = lists.counted_scores(scores, where, num_relevant > 0)
-  flat = flat.astype(dtype).reshape(num_lists, n)
-  args = (flat, relevant.reshape(num_lists, n), other.reshape(num_lists, n), params)
-  if count is None:
-    sums = _unbounded_precision_sums(positive_step, negative_step, chunk, platform, *args)
-  else:
-    sums = _precision_sums(positive_step, negative_step, chunk, count, platform, *args)
-  ap = sums.reshape(list_shape) / jnp.maximum(num_relevant, 1).astype(dtype)
-  if count is not None:  # A list beyond the bound was summed over its first `count` items only.
-    ap = jnp.where(num_relevant > count, jnp.asarray(jnp.nan, dtype), ap)
-  return ap, num_relevant > 0
-
-
-# Compiled once per shape for a given pair of step functions (static, hashed by identity): the
-# built-in steps are module-level functions whose hyperparameters are arguments.
-_smooth_ap_lists_jit = jax.jit(
-  _smooth_ap_lists,
-  static_argnames=("positive_step", "negative_step", "chunk", "count", "platform"),
-)
-
-
-def _closure_convert(step_fn, example):
-  """`step_fn` as `(fn(x, *consts), consts)`, every value it closes over made explicit.
-
-  `jax.closure_convert` hoists only the floating values that may be differentiated; a custom VJP
-  must not close over any traced value (an integer traced by an outer `jit` would leak into the
-  backward pass), so all the constants of the traced function are hoisted here. The function is
-  traced at the shape of `example`, the only shape the loop calls it with.
-  """
-  closed = jax.make_jaxpr(step_fn)(example)
-  if not closed.consts:
-    return step_fn, ()
-  jaxpr = closed.jaxpr
-
-  def converted(x, *consts):
-    return jax.extend.core.jaxpr_as_fun(jax.extend.core.ClosedJaxpr(jaxpr, consts))(x)[0]
-
-  return converted, tuple(closed.consts)
-
-
-def _smooth_ap(
-  fn, scores, labels, where, segments, positive, negative, chunk_size, max_relevant
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
-  """Per-list smoothed AP `[...]`, the mask of lists with a relevant item, and the checked
-  `(scores, labels, where)`: those of the segments' lists with `segments` (`segmented.as_lists`).
-
-  `positive` is a step `(fn, params)`, `params` a tuple of hyperparameters (numbers or arrays,
-  cast to the computation's dtype); `negative` is another, or `None` for the same step. Either
-  may instead hold a callable of one argument and `None`: it is closure-converted here, so that the
-  values it closes over become explicit parameters (and it runs unjitted, in the caller's trace,
-  when there are any: a fresh converted function would compile anew at each call).
-  """
-  checks.check_positive_int(fn, "chunk_size", chunk_size, allow_none=True)
-  checks.check_positive_int(fn, "max_relevant", max_relevant, allow_none=True)
-  scores, labels, where = checks.check_lists(fn, scores, labels, where)
-  scores, where, labels = segmented.as_lists(fn, segments, scores, where, labels)
-  dtype = lists.compute_dtype(scores.dtype)
-  list_shape, n = scores.shape[:-1], scores.shape[-1]
-  num_lists = int(np.prod(list_shape, dtype=np.int64))
-  if n == 0 or num_lists == 0:
-    return jnp.zeros(list_shape, dtype), jnp.zeros(list_shape, bool), scores, labels, where
-  chunk = _chunk_for(chunk_size, num_lists, n)
-  example = jax.ShapeDtypeStruct((num_lists, chunk, n), dtype)
-
-  def explicit(step):
-    step_fn, params = step
-    if params is None:
-      return _closure_convert(step_fn, example)
-    return step_fn, tuple(jnp.asarray(p).astype(dtype) for p in params)
-
-  positive_fn, positive_params = explicit(positive)
-  negative_fn, negative_params = (None, ()) if negative is None else explicit(negative)
-  converted = (positive_fn is not positive[0]) or (
-    negative is not None and negative_fn is not negative[0]
-  )
-  ap, valid = (_smooth_ap_lists if converted else _smooth_ap_lists_jit)(
-    scores,
-    labels >= 1,  # A boolean mask: one compilation whatever the labels' dtype.
-    where,
-    (positive_params, negative_params),
-    positive_step=positive_fn,
-    negative_step=negative_fn,
-    chunk=chunk,
-    count=None if max_relevant is None else min(max_relevant, n),
-    platform=platforms.forced(),
-  )
-  return ap, valid, scores, labels, where
-
-
-# ---------------------------------------------------------------------------------------------
-# Public losses.
-
-
 def smooth_rank_ap_loss(
   scores: jax.typing.ArrayLike,
   labels: jax.typing.ArrayLike,
@@ -1055,12 +291,33 @@ def smooth_rank_ap_loss(
   hint = "Pass a step function, e.g. heaviside_step."
   checks.check_callable(fn, "positive_step_fn", positive_step_fn, hint=hint)
   checks.check_callable(fn, "negative_step_fn", negative_step_fn, hint=hint)
-  positive = (positive_step_fn, None)
-  negative = None if negative_step_fn is positive_step_fn else (negative_step_fn, None)
-  ap, valid, scores, _, where = _smooth_ap(
+  steps = (
+    (positive_step_fn, None),
+    None if negative_step_fn is positive_step_fn else (negative_step_fn, None),
+  )
+  return _ap_loss(fn, scores, labels, where, segments, steps, chunk_size, max_relevant, reduce_fn)
+
+
+def _ap_loss(fn, scores, labels, where, segments, steps, chunk_size, max_relevant, reduce_fn):
+  """`1 - AP` smoothed by `steps`, `(H^+, H^-)` as `precision_sums.smoothed_ap` takes them
+  (`H^-` None for the same step), reduced: the body of every loss here but ROADMAP's."""
+  positive, negative = steps
+  ap, valid, scores, _, where = precision_sums.smoothed_ap(
     fn, scores, labels, where, segments, positive, negative, chunk_size, max_relevant
   )
   return lists.finish(1 - ap, scores, where, valid, reduce_fn)
+
+
+def _sigmoid_steps(fn, temperature):
+  """SmoothAP's steps, its hyperparameter checked: the sigmoid for both `H^+` and `H^-`."""
+  _check_temperature(fn, temperature)
+  return (_sigmoid, (temperature,)), None
+
+
+def _supap_steps(fn, temperature, rho, delta):
+  """SupAP's steps, its hyperparameters checked: the Heaviside step for `H^+`, eq. 4's for `H^-`."""
+  _check_supap(fn, temperature, rho, delta)
+  return (_heaviside, ()), (_supap_negative, (temperature, rho, delta))
 
 
 def _check_temperature(fn, temperature):
@@ -1070,9 +327,7 @@ def _check_temperature(fn, temperature):
 
 
 def _check_supap(fn, temperature, rho, delta):
-  checks.check_real(
-    fn, "temperature", temperature, above=0, hint="It is the sigmoid's temperature (0.01)."
-  )
+  _check_temperature(fn, temperature)
   checks.check_real(fn, "rho", rho, at_least=0, hint="It is the slope after delta (ROADMAP: 100).")
   checks.check_real(fn, "delta", delta, at_least=0, hint="The linear part starts there (0.05).")
 
@@ -1144,21 +399,9 @@ def smoothap_loss(
   >>> round(float(smoothap_loss(scores, labels, temperature=0.1)), 4)
   0.2373
   """
-  fn = "smoothap_loss"
-  _check_temperature(fn, temperature)
-  step = (_sigmoid, (temperature,))
-  ap, valid, scores, _, where = _smooth_ap(
-    fn, scores, labels, where, segments, step, None, chunk_size, max_relevant
-  )
-  return lists.finish(1 - ap, scores, where, valid, reduce_fn)
-
-
-def _supap(
-  fn, scores, labels, where, segments, temperature, rho, delta, chunk_size, max_relevant
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
-  negative = (_supap_negative, (temperature, rho, delta))
-  return _smooth_ap(
-    fn, scores, labels, where, segments, (_heaviside, ()), negative, chunk_size, max_relevant
+  steps = _sigmoid_steps("smoothap_loss", temperature)
+  return _ap_loss(
+    "smoothap_loss", scores, labels, where, segments, steps, chunk_size, max_relevant, reduce_fn
   )
 
 
@@ -1224,12 +467,10 @@ def supap_loss(
   >>> round(float(supap_loss(scores, labels)), 4)  # The exact AP loss is 0.1667.
   0.3823
   """
-  fn = "supap_loss"
-  _check_supap(fn, temperature, rho, delta)
-  ap, valid, scores, _, where = _supap(
-    fn, scores, labels, where, segments, temperature, rho, delta, chunk_size, max_relevant
+  steps = _supap_steps("supap_loss", temperature, rho, delta)
+  return _ap_loss(
+    "supap_loss", scores, labels, where, segments, steps, chunk_size, max_relevant, reduce_fn
   )
-  return lists.finish(1 - ap, scores, where, valid, reduce_fn)
 
 
 def _calibrated_lists(valid, labels, where):
@@ -1383,10 +624,10 @@ def roadmap_loss(
     at_most=1,
     hint="It weighs the calibration loss.",
   )
-  _check_supap(fn, temperature, rho, delta)
+  positive, negative = _supap_steps(fn, temperature, rho, delta)
   _check_calibration(fn, alpha, beta)
-  ap, valid, scores, labels, where = _supap(
-    fn, scores, labels, where, segments, temperature, rho, delta, chunk_size, max_relevant
+  ap, valid, scores, labels, where = precision_sums.smoothed_ap(
+    fn, scores, labels, where, segments, positive, negative, chunk_size, max_relevant
   )
   calibration, _ = _calibration(
     scores, labels, where, alpha, beta, _calibrated_lists(valid, labels, where)
