@@ -73,6 +73,25 @@ def test_negative_squared_euclidean_is_zero_on_the_diagonal_and_never_positive()
   np.testing.assert_allclose(np.diag(s), 0, atol=1e-1)
 
 
+@pytest.mark.parametrize("platform", platforms.PLATFORMS)
+def test_cosine_never_leaves_the_closed_interval(platform):
+  """Rounding puts some rows' cosines with themselves, or with their negations, an ulp outside
+  [-1, 1] (1.0000001); `cosine` clips them, since what reads cosine scores assumes the range (the
+  histogram losses bin [-1, 1], FastAP's distance `2 - 2 s` is never negative). Removing the clip
+  fails this test on both forms (checked by planting it, 2026-11-29). Also through
+  `batch_retrieval`, with each row's own score kept (`include_self=True`)."""
+  rng = np.random.default_rng(7)
+  e = rng.standard_normal((48, 37)).astype(np.float32)
+  rows = np.concatenate([e, -e, 3.0 * e])
+  labels = np.arange(len(rows)) % len(e)
+  with platforms.forced_platform(platform):
+    scores = np.asarray(similarity.cosine(rows, rows))
+    in_batch, _, _ = jaxrank.batch_retrieval(rows, labels, include_self=True)
+  for s in (scores, np.asarray(in_batch)):
+    assert s.max() <= 1.0 and s.min() >= -1.0, (s.max() - 1, s.min() + 1)
+  np.testing.assert_allclose(np.diag(scores), 1.0, atol=1e-6)
+
+
 def test_bfloat16_inputs_are_scored_in_float32():
   x = jnp.ones((3, 4), jnp.bfloat16)
   for name in RULES + ["hamming"]:
