@@ -79,7 +79,14 @@ def analyses() -> dict[tuple[str, str, str], dict]:
   )
   out = REPO / ".pytest_cache" / "accelerators.json"
   out.parent.mkdir(exist_ok=True)
-  env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+  # Neither the tests' XLA flags nor their persistent compilation cache (`make test`): the
+  # compile-only devices' programs are compiled once each, and .venv-accel has no file lock.
+  env = {
+    k: v
+    for k, v in os.environ.items()
+    if k not in ("XLA_FLAGS", "JAX_PLATFORMS")
+    and not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))
+  }
   done = subprocess.run(
     [
       str(PYTHON),

@@ -78,11 +78,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cache_compilations(workdir: str) -> None:
-  """JAX's persistent compilation cache in `workdir/jax_cache`, before anything compiles."""
+  """JAX's persistent compilation cache in `workdir/jax_cache`, before anything compiles; a cache
+  the environment already names (`JAX_COMPILATION_CACHE_DIR`, as `make test` sets) is kept."""
   import jax  # pylint: disable=g-import-not-at-top
 
-  cache = os.path.abspath(os.path.join(workdir, "jax_cache"))
-  jax.config.update("jax_compilation_cache_dir", cache)
+  if not jax.config.jax_compilation_cache_dir:
+    cache = os.path.abspath(os.path.join(workdir, "jax_cache"))
+    jax.config.update("jax_compilation_cache_dir", cache)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
