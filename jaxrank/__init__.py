@@ -37,6 +37,9 @@ from jaxrank._src.metrics import tie_aware_ndcg_metric as tie_aware_ndcg_metric
 from jaxrank._src.pairwise import contrastive_loss as contrastive_loss
 from jaxrank._src.pairwise import multi_similarity_loss as multi_similarity_loss
 from jaxrank._src.pairwise import triplet_loss as triplet_loss
+from jaxrank._src.proxy import proxy_anchor_loss as proxy_anchor_loss
+from jaxrank._src.proxy import proxy_nca_loss as proxy_nca_loss
+from jaxrank._src.proxy import proxy_nca_plus_plus_loss as proxy_nca_plus_plus_loss
 from jaxrank._src.retrieval import batch_retrieval as batch_retrieval
 from jaxrank._src.sharded import sharded_batch_retrieval as sharded_batch_retrieval
 from jaxrank._src.sharded import sharded_loss as sharded_loss
@@ -85,6 +88,9 @@ __all__ = [
   "ndcg_metric",
   "opa_metric",
   "precision_at_k_metric",
+  "proxy_anchor_loss",
+  "proxy_nca_loss",
+  "proxy_nca_plus_plus_loss",
   "recall_at_k_metric",
   "relevant_fraction_at_k_metric",
   "roadmap_loss",

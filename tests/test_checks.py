@@ -354,6 +354,17 @@ def test_graded_labels():
   jax.jit(lambda y: checks.check_graded_labels("f", y, where) or y)(-jnp.ones(3))
 
 
+def test_class_indices():
+  where = jnp.array([True, True, False])
+  checks.check_class_indices("f", jnp.array([0, 2, 7]), where, 3, fix="Fix.")  # 7 is masked.
+  with pytest.raises(
+    ValueError,
+    match=r"^f: labels must be class indices in \[0, 3\), got -1 at a valid item; Fix\.$",
+  ):
+    checks.check_class_indices("f", np.array([0, -1, 1]), where, 3, fix="Fix.")
+  jax.jit(lambda y: checks.check_class_indices("f", y, where, 3, fix="Fix.") or y)(jnp.full(3, 9))
+
+
 def test_in_range_allows_rounding_only():
   where = jnp.array([True, True, False])
   for dtype in (jnp.float32, jnp.bfloat16, jnp.float16):

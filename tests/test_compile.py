@@ -54,9 +54,9 @@ def list_level_functions() -> list[str]:
   names = []
   for name in jaxrank.__all__:
     fn = getattr(jaxrank, name)
-    if inspect.isfunction(fn) and {"labels", "where", "reduce_fn"} <= set(
-      inspect.signature(fn).parameters
-    ):
+    params = list(inspect.signature(fn).parameters) if inspect.isfunction(fn) else []
+    # The proxy losses take `embeddings [B, D]` first, no list (and no labels to fold).
+    if {"labels", "where", "reduce_fn"} <= set(params) and params[0] in ("scores", "distances"):
       names.append(name)
   return names
 

@@ -60,6 +60,16 @@ def _list_level(name, fn, dtype):
   return jax.jit(lambda s: fn(s, LABELS, **kwargs))(scores)
 
 
+PROXY_LOSSES = ("proxy_anchor_loss", "proxy_nca_loss", "proxy_nca_plus_plus_loss")
+PROXIES = RNG.normal(size=(3, 4))  # One per class of Y.
+
+
+def _proxy_loss(name, e):
+  """The value and the gradients (embeddings, proxies) of a proxy loss, jitted."""
+  loss = jax.value_and_grad(getattr(jaxrank, name), argnums=(0, 2))
+  return jax.jit(loss)(e, jnp.asarray(Y), jnp.asarray(PROXIES, e.dtype))
+
+
 def _mesh():
   return jax.make_mesh((1,), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
 
@@ -137,7 +147,8 @@ def calls(dtype) -> dict[str, object]:
   out: dict[str, object] = {}
   for name in jaxrank.__all__:
     fn = getattr(jaxrank, name)
-    in_batch = name in ("blocked_loss", "sharded_loss")  # Called below, on embeddings.
+    # Called below, on embeddings.
+    in_batch = name in ("blocked_loss", "sharded_loss") or name in PROXY_LOSSES
     if (name.endswith(("_metric", "_loss")) and not in_batch) or name == "decomposability_gap":
       out[name] = _list_level(name, fn, dtype)
   x = jnp.asarray(SCORES, dtype)
@@ -157,6 +168,7 @@ def calls(dtype) -> dict[str, object]:
     ),
     sharded_batch_retrieval=_sharded_retrieval(e),
     sharded_mean=_sharded_retrieval(e),
+    **{name: _proxy_loss(name, e) for name in PROXY_LOSSES},
   )
   checked = jax.jit(checkify.checkify(jaxrank.fastap_loss, errors=checkify.user_checks))
   with jaxrank.traced_checks():

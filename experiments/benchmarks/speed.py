@@ -460,15 +460,17 @@ def cost_table(batch: int, dim: int, names: list[str]) -> list[str]:
 
 
 def list_level_functions() -> list[tuple[str, Callable]]:
-  """`(name, function)` of every list-level function of `jaxrank.__all__` (it takes `labels`,
-  `where` and `reduce_fn`) but `smooth_rank_ap_loss`, supap_loss's body (covered by it)."""
+  """`(name, function)` of every list-level function of `jaxrank.__all__` (it takes `scores` or
+  `distances` first, `labels`, `where` and `reduce_fn`; the proxy losses take `embeddings`) but
+  `smooth_rank_ap_loss`, supap_loss's body (covered by it)."""
   import jaxrank
 
   found = []
   for name in jaxrank.__all__:
     fn = getattr(jaxrank, name)
-    params = inspect.signature(fn).parameters if inspect.isfunction(fn) else {}
-    if {"labels", "where", "reduce_fn"} <= set(params) and name != "smooth_rank_ap_loss":
+    params = list(inspect.signature(fn).parameters) if inspect.isfunction(fn) else []
+    list_level = {"labels", "where", "reduce_fn"} <= set(params)
+    if list_level and params[0] in ("scores", "distances") and name != "smooth_rank_ap_loss":
       found.append((name, fn))
   return found
 

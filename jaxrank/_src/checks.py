@@ -512,6 +512,25 @@ def check_graded_labels(fn: str, labels: jax.Array, where: jax.Array) -> None:
     raise ValueError(f"{fn}: graded labels must be >= 0 (the gain is 2**label - 1), got {got}{fix}")
 
 
+def check_class_indices(
+  fn: str, labels: jax.Array, where: jax.Array, num_classes: int, *, fix: str
+) -> None:
+  """Raises `ValueError` when a valid integer class label is known to lie outside `[0, C)`.
+
+  `C = num_classes`, the classes there are (the rows of a table of proxies, say); `fix` (what to
+  change) ends the message. Masked labels are not read (padding may carry -1); traced labels
+  (under `jit`) are checked only inside `traced_checks` (`known_any`), and otherwise pass.
+  """
+  bad = where & ((labels < 0) | (labels >= num_classes))
+  what = f"{fn}: labels must be class indices in [0, {num_classes})"
+  if known_any(bad, f"{what}; {fix}"):
+    try:
+      got = f"{np.asarray(labels)[np.asarray(bad)].flat[0]} at a valid item"
+    except _UNREADABLE:
+      got = f"{int(jnp.sum(bad))} valid labels outside it"
+    raise ValueError(f"{what}, got {got}; {fix}")
+
+
 def check_in_range(
   fn: str,
   name: str,

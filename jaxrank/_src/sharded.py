@@ -132,6 +132,10 @@ def sharded_mean(axis_name: str) -> types.ReduceFn:
   the mean over the valid lists (lists without a relevant item are left out), 0 when there is
   none; for a loss given per-list `weights`, the weighted mean `sum(w * values) / sum(w)` over
   every device's valid lists. It is a `Mean` whose sums are `psum`s over `axis_name`.
+
+  The proxy losses take it too (`proxy_nca_loss`, `proxy_nca_plus_plus_loss`,
+  `proxy_anchor_loss`, with the proxies replicated and the batch split over `axis_name`): their
+  means, and Proxy-Anchor's sums over items, are then the whole global batch's.
   """
   return lists.Mean(lambda x: jax.lax.psum(jnp.sum(x), axis_name))
 

@@ -1,4 +1,7 @@
-"""Sharded in-batch retrieval on 8 devices equals the single-device computation: loss, gradient."""
+"""Sharded in-batch retrieval on 8 devices equals the single-device computation: loss, gradient.
+
+The proxy losses too: proxies replicated, the batch split over the devices.
+"""
 
 from __future__ import annotations
 
@@ -209,3 +212,39 @@ def test_sharded_mean_of_weighted_lists_equals_the_weighted_mean(mesh, loss_fn):
   got, grad = jax.jit(jax.value_and_grad(sharded))(scores, relevance, where, weights)
   np.testing.assert_allclose(got, want, rtol=1e-5)
   np.testing.assert_allclose(grad, want_grad, rtol=1e-5, atol=1e-7)
+
+
+PROXY_LOSSES = {
+  "proxy_nca": jaxrank.proxy_nca_loss,
+  "proxy_nca_plus_plus": jaxrank.proxy_nca_plus_plus_loss,
+  "proxy_anchor": jaxrank.proxy_anchor_loss,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROXY_LOSSES))
+def test_sharded_proxy_loss_and_gradients_equal_single_device(mesh, name):
+  """Proxies replicated, each device its slice of the batch, `sharded_mean`: the loss and the
+  gradients of the embeddings and of the proxies are one device's. Classes 8 and 9 have no item
+  in the batch and device 0's items are masked out, so the means and Proxy-Anchor's count of
+  proxies with a positive are the global batch's, not each device's."""
+  embeddings, labels = data()  # 32 items of classes 0-7.
+  proxies = jnp.asarray(np.random.default_rng(1).standard_normal((10, 6)), jnp.float32)
+  where = jnp.arange(32) >= 4
+  loss_fn = PROXY_LOSSES[name]
+  want, want_grads = jax.value_and_grad(
+    lambda e, p: loss_fn(e, labels, p, where=where), argnums=(0, 1)
+  )(embeddings, proxies)
+
+  def local(e, y, p, w):
+    return loss_fn(e, y, p, where=w, reduce_fn=jaxrank.sharded_mean(AXIS))
+
+  sharded = jax.shard_map(
+    local, mesh=mesh, in_specs=(P(AXIS), P(AXIS), P(), P(AXIS)), out_specs=P()
+  )
+  got, grads = jax.jit(jax.value_and_grad(sharded, argnums=(0, 2)))(
+    embeddings, labels, proxies, where
+  )
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  for g, w in zip(grads, want_grads):
+    assert np.abs(w).max() > 1e-3  # Not a trivial case.
+    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
