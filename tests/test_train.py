@@ -29,6 +29,7 @@ from experiments.job import losses as losses_lib
 from experiments.job import main as main_lib
 from experiments.job import monitoring
 from experiments.job import networks
+from experiments.job import optimizer as optimizer_lib
 from experiments.job import reporting
 from experiments.job import step as step_lib
 from experiments.job import train
@@ -823,7 +824,7 @@ def test_evaluation_retrieves_with_binary_codes_of_the_network_in_inference_mode
   statistics), with the Hamming similarity: `evaluate` equals `evaluate_retrieval` on those codes,
   not on the relaxed codes it trains on nor on the codes of the network in training mode."""
   config = HASHING
-  model, state = step_lib.init_state(config, step_lib.make_optimizer(config))
+  model, state = step_lib.init_state(config, optimizer_lib.make_optimizer(config))
   # Running statistics of a few training-mode passes (momentum 0.9), away from the initial ones
   # and from a batch's own.
   net = nnx.merge(model.train_graph, state["params"], state["rest"], copy=True)
@@ -878,10 +879,10 @@ def test_the_step_minimises_the_configured_loss_of_the_network_at_its_step(confi
   """The step's loss is the configured loss on the batch's lists: the network in training mode
   at the tanh scale of the state's step (hashing), the head's similarity, the query in its own
   list when `include_self`. Each alternative gives another value here."""
-  model, state = step_lib.init_state(config, step_lib.make_optimizer(config))
+  model, state = step_lib.init_state(config, optimizer_lib.make_optimizer(config))
   state = {**state, "step": jnp.int32(2)}
   images, labels = _first_batch(config)
-  step = step_lib.make_train_step(config, model, step_lib.make_optimizer(config), None)
+  step = step_lib.make_train_step(config, model, optimizer_lib.make_optimizer(config), None)
   _, loss, first_bad = step(jax.tree.map(jnp.copy, state), images, labels, jnp.int32(-1))
   assert int(first_bad) == -1
   scale = step_lib.tanh_scale(config, jnp.int32(2))
@@ -916,9 +917,9 @@ def _blow_up() -> optax.GradientTransformation:
 
 def test_the_divergence_check_reads_the_updated_parameters_and_keeps_the_first_bad_step():
   config = TINY
-  model, state = step_lib.init_state(config, step_lib.make_optimizer(config))
+  model, state = step_lib.init_state(config, optimizer_lib.make_optimizer(config))
   images, labels = _first_batch(config)
-  good = step_lib.make_train_step(config, model, step_lib.make_optimizer(config), None)
+  good = step_lib.make_train_step(config, model, optimizer_lib.make_optimizer(config), None)
   bad = step_lib.make_train_step(config, model, _blow_up(), None)
   state, loss, first_bad = good(state, images, labels, jnp.int32(-1))
   assert np.isfinite(float(loss)) and int(first_bad) == -1
@@ -932,7 +933,7 @@ def test_the_divergence_check_reads_the_updated_parameters_and_keeps_the_first_b
 
 
 def test_the_seed_sets_the_initial_network():
-  tx = step_lib.make_optimizer(TINY)
+  tx = optimizer_lib.make_optimizer(TINY)
   params = {
     s: _leaves_of(step_lib.init_state(dataclasses.replace(TINY, seed=s), tx)[1]["params"])
     for s in (0, 1)
@@ -953,7 +954,7 @@ def test_the_head_learns_head_lr_multiplier_times_faster_than_the_backbone():
   `head_lr_multiplier` times as far as the backbone's, and every leaf of the model is in one of
   the two groups."""
   config = dataclasses.replace(TINY, warmup_steps=0, weight_decay=0.0, head_lr_multiplier=10.0)
-  tx = step_lib.make_optimizer(config)
+  tx = optimizer_lib.make_optimizer(config)
   _, state = step_lib.init_state(config, tx)
   params = state["params"]
   grads = jax.tree.map(jnp.ones_like, params)
@@ -976,7 +977,7 @@ def test_half_precision_loss_is_the_float32_loss_of_the_bfloat16_networks_embedd
   """The network computes in bfloat16 on float32 parameters; its embeddings come out in float32,
   and the step's loss is the float32 loss of those embeddings (retrieval, scores and loss in
   float32), with float32 gradients and updates."""
-  tx = step_lib.make_optimizer(HALF)
+  tx = optimizer_lib.make_optimizer(HALF)
   model, state = step_lib.init_state(HALF, tx)
   assert {x.dtype for x in jax.tree.leaves(state["params"])} == {jnp.dtype(jnp.float32)}
   images, labels = _first_batch(HALF)
@@ -1017,7 +1018,7 @@ def test_a_run_records_its_precision_and_resumes_only_in_it(tmp_path):
   assert "half_precision=True" in message
   manager = checkpoints.checkpoint_manager(config, str(tmp_path))
   try:  # In its own precision it resumes.
-    state = step_lib.init_state(config, step_lib.make_optimizer(config))[1]
+    state = step_lib.init_state(config, optimizer_lib.make_optimizer(config))[1]
     restored, _ = checkpoints.restore_latest(manager, state, str(tmp_path), "bfloat16")
     assert int(restored["step"]) == 2
   finally:
@@ -1032,13 +1033,13 @@ def test_building_and_running_the_step_imports_no_tensorflow():
     "sys.modules['tensorflow'] = None\n"  # `import tensorflow` now raises ImportError.
     "sys.modules['tensorflow_datasets'] = None\n"
     "import dataclasses, jax, numpy as np\n"
-    "from experiments.job import config as config_lib, step\n"
+    "from experiments.job import config as config_lib, optimizer, placement, step\n"
     "for half in (False, True):\n"
     "  c = config_lib.Config(dataset='glyphs_tiny', batch_size=8, samples_per_class=4,\n"
     "                        model_features=(4,), embedding_dim=4, half_precision=half)\n"
-    "  tx = step.make_optimizer(c)\n"
+    "  tx = optimizer.make_optimizer(c)\n"
     "  model, state = step.init_state(c, tx)\n"
-    "  fn = step.make_train_step(c, model, tx, step.mesh(c))\n"
+    "  fn = step.make_train_step(c, model, tx, placement.mesh(c))\n"
     "  x = np.random.default_rng(0).random((8, 16, 16, 1), np.float32)\n"
     "  y = np.repeat(np.arange(2), 4)\n"
     "  state, loss, bad = fn(state, x, y, jax.numpy.int32(-1))\n"
@@ -1056,7 +1057,7 @@ def test_the_step_donates_its_state_and_a_checkpoint_saved_before_keeps_its_valu
   """The step writes the new state into the buffers of the one it is given; orbax copies the
   arrays to the host before `save` returns, so the checkpoint saved before donating steps (and
   written while they run) restores the values it was given."""
-  tx = step_lib.make_optimizer(TINY)
+  tx = optimizer_lib.make_optimizer(TINY)
   model, state = step_lib.init_state(TINY, tx)
   images, labels = _first_batch(TINY)
   step = step_lib.make_train_step(TINY, model, tx, None)

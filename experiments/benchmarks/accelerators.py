@@ -338,9 +338,10 @@ def compile_train_step(config, device, *, donate: bool = True):
   import jax.numpy as jnp
 
   from experiments.job import input_pipeline
+  from experiments.job import optimizer as optimizer_lib
   from experiments.job import step as step_lib
 
-  tx = step_lib.make_optimizer(config)
+  tx = optimizer_lib.make_optimizer(config)
   graphs = {}
 
   def build():

@@ -36,7 +36,7 @@ import jaxrank.data as jd
 from experiments.job import config as config_lib
 from experiments.job import input_pipeline
 from experiments.job import networks
-from experiments.job import step as step_lib
+from experiments.job import optimizer as optimizer_lib
 from jaxrank import models
 
 logger = logging.getLogger(__name__)
@@ -125,7 +125,9 @@ def _train_classifier(
     learning_rate=settings.learning_rate,
     warmup_steps=min(base.warmup_steps, settings.num_steps // 10),
   )
-  tx = optax.adamw(step_lib.learning_rate_schedule(schedule_config), weight_decay=base.weight_decay)
+  tx = optax.adamw(
+    optimizer_lib.learning_rate_schedule(schedule_config), weight_decay=base.weight_decay
+  )
   # nnx.split's overloads return a variadic tuple, which mypy cannot unpack into three names.
   graph, params, rest = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]
 

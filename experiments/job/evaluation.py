@@ -27,6 +27,7 @@ import jaxrank
 from experiments.job import config as config_lib
 from experiments.job import input_pipeline
 from experiments.job import networks
+from experiments.job import placement
 from experiments.job import step as step_lib
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def evaluate(
   """
   count, index = jax.process_count(), jax.process_index()
   share = (index * test.num_examples // count, (index + 1) * test.num_examples // count)
-  params, rest, step = step_lib.local((state["params"], state["rest"], state["step"]))
+  params, rest, step = placement.local((state["params"], state["rest"], state["step"]))
   embeddings = [np.zeros((0, config.embedding_dim), np.float32)]
   labels = [np.zeros((0,), np.int32)]
   for batch in input_pipeline.eval_batches(config, test, share):
@@ -75,7 +76,7 @@ def evaluate(
     np.concatenate(labels),
     ks=config.eval_ks,
     similarity_fn=networks.HEADS[config.head].similarity_fn,
-    mesh=step_lib.mesh(config) if count > 1 else None,
+    mesh=placement.mesh(config) if count > 1 else None,
   )
   return cast(dict[str, float], metrics)  # Floats: the default reduce_fn.
 

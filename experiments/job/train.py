@@ -3,8 +3,9 @@
 `train_and_evaluate(config, workdir)` is the whole job, Flax-examples style: a `Config`
 (`experiments/job/config.py`) in, a workdir out, the final retrieval metrics returned. This module
 holds the loop and its interruption; the evaluation comes from
-`experiments/job/evaluation.py`, the optimiser, the training state and step
-come from `experiments/job/step.py`, the workdir's checks and the checkpoints from
+`experiments/job/evaluation.py`, the optimiser from `experiments/job/optimizer.py`, the training
+state and step from `experiments/job/step.py`, the mesh and where the state and batches live
+across processes from `experiments/job/placement.py`, the workdir's checks and the checkpoints from
 `experiments/job/checkpoints.py`, the data from `experiments/job/input_pipeline.py`, the network
 from `experiments/job/networks.py`, the loss from `experiments/job/losses.py`, what is written
 and printed from `experiments/job/reporting.py`, and what a run shows while it runs (progress,
@@ -80,6 +81,8 @@ from experiments.job import config as config_lib
 from experiments.job import evaluation
 from experiments.job import input_pipeline
 from experiments.job import monitoring
+from experiments.job import optimizer as optimizer_lib
+from experiments.job import placement
 from experiments.job import reporting
 from experiments.job import step as step_lib
 from jaxrank import models
@@ -196,7 +199,7 @@ def _train_loop(loop: _Loop, state, step: int, batches, interrupted: list[bool],
   config = loop.config
   metrics = None
   clock, saved = _Clock(step), step
-  first_bad = step_lib.replicate(jnp.int32(-1), loop.mesh)
+  first_bad = placement.replicate(jnp.int32(-1), loop.mesh)
   while step < config.num_steps:
     if interrupted:
       if step > saved:
@@ -219,8 +222,8 @@ def _train_loop(loop: _Loop, state, step: int, batches, interrupted: list[bool],
       clock.waited += time.perf_counter() - waiting
       state, loss, first_bad = loop.train_step(
         state,
-        step_lib.global_batch(loop.mesh, batch["image"], config.batch_size),
-        step_lib.global_batch(loop.mesh, batch["label"], config.batch_size),
+        placement.global_batch(loop.mesh, batch["image"], config.batch_size),
+        placement.global_batch(loop.mesh, batch["label"], config.batch_size),
         first_bad,
       )
     step += 1
@@ -300,15 +303,15 @@ def train_and_evaluate(
   train_data, test_data, sampler = check_run(config, workdir)
   checkpoints.claim_workdir(config, workdir)
 
-  tx = step_lib.make_optimizer(config)
-  schedule = step_lib.learning_rate_schedule(config)
-  mesh = step_lib.mesh(config)
+  tx = optimizer_lib.make_optimizer(config)
+  schedule = optimizer_lib.learning_rate_schedule(config)
+  mesh = placement.mesh(config)
   model, state = step_lib.init_state(config, tx)
-  state = step_lib.replicate(state, mesh)
+  state = placement.replicate(state, mesh)
   train_step = step_lib.make_train_step(config, model, tx, mesh)
   embed_fn = evaluation.make_embed_fn(config, model)
-  share = step_lib.train_share(config, mesh)
-  primary = step_lib.is_primary()
+  share = placement.train_share(config, mesh)
+  primary = placement.is_primary()
 
   def run_eval(state, step):
     metrics = evaluation.evaluate(config, embed_fn, state, test_data)
@@ -377,7 +380,7 @@ def restore_model(
     FileNotFoundError: the workdir holds no checkpoint (of that step).
   """
   check.check_config(config)
-  tx = step_lib.make_optimizer(config)
+  tx = optimizer_lib.make_optimizer(config)
   graphs, state = step_lib.init_state(config, tx)
   manager = checkpoints.checkpoint_manager(config, workdir)
   try:
