@@ -23,6 +23,7 @@ import jaxrank.data as jd
 from experiments.job import check
 from experiments.job import checkpoints
 from experiments.job import config as config_lib
+from experiments.job import datasets
 from experiments.job import evaluation
 from experiments.job import input_pipeline
 from experiments.job import losses as losses_lib
@@ -31,6 +32,7 @@ from experiments.job import monitoring
 from experiments.job import networks
 from experiments.job import optimizer as optimizer_lib
 from experiments.job import reporting
+from experiments.job import samplers
 from experiments.job import step as step_lib
 from experiments.job import train
 from jaxrank import models
@@ -387,7 +389,7 @@ def test_main_runs_a_sweep_with_an_untrained_baseline(tmp_path, capsys):
   assert results["untrained"]["step"] == 0 and results["fastap"]["step"] == 2
   # The raw-pixel row, recomputed by brute force: each test image's nearest other test image by
   # cosine of the pixels minus the train split's mean image.
-  train_data, test_data = input_pipeline.load_data(TINY)
+  train_data, test_data = datasets.load_data(TINY)
   flat = lambda d: np.asarray(d.images, np.float64).reshape(d.num_examples, -1)
   x = flat(test_data) - flat(train_data).mean(axis=0)
   x /= np.linalg.norm(x, axis=1, keepdims=True)
@@ -411,9 +413,9 @@ def test_memory_holds_the_last_batches_and_enters_the_loss(tmp_path):
     eval_every=3,
   )
   train.train_and_evaluate(config, str(tmp_path))
-  train_data, _ = input_pipeline.load_data(config)
+  train_data, _ = datasets.load_data(config)
   batches = input_pipeline.TrainBatches(
-    config, train_data, input_pipeline.make_sampler(config, train_data), (0, 0)
+    config, train_data, samplers.make_sampler(config, train_data), (0, 0)
   )
   batches = [next(batches) for _ in range(3)]
   manager = ocp.CheckpointManager(str(tmp_path / "checkpoints"))
@@ -568,7 +570,7 @@ def test_every_config_file_is_valid_or_asks_for_its_data(path):
     main_lib.apply_overrides(config, o) for o in getattr(module, "get_sweep", dict)().values()
   ]
   for c in [config] + runs:
-    if input_pipeline.DATASETS[c.dataset].bundled_with:  # The digits, the glyphs.
+    if datasets.DATASETS[c.dataset].bundled_with:  # The digits, the glyphs.
       check.check_config(c)
     else:
       with pytest.raises(ValueError, match="config.data_dir is None"):
@@ -808,8 +810,8 @@ def test_checked_steps_stop_at_a_traced_value_check_that_fails(tmp_path, monkeyp
 
 
 def _first_batch(config):
-  train_data, _ = input_pipeline.load_data(config)
-  sampler = input_pipeline.make_sampler(config, train_data)
+  train_data, _ = datasets.load_data(config)
+  sampler = samplers.make_sampler(config, train_data)
   batch = next(input_pipeline.TrainBatches(config, train_data, sampler, (0, 0)))
   return jnp.asarray(batch["image"]), jnp.asarray(batch["label"])
 
@@ -837,7 +839,7 @@ def test_evaluation_retrieves_with_binary_codes_of_the_network_in_inference_mode
     3, initial=config.tanh_initial, growth=config.tanh_growth, every=config.tanh_every
   )
   embed_fn = evaluation.make_embed_fn(config, model)
-  _, test_data = input_pipeline.load_data(config)
+  _, test_data = datasets.load_data(config)
   batches = list(input_pipeline.eval_batches(config, test_data))  # The split, as evaluated.
   images = np.concatenate([b["image"][b["mask"]] for b in batches])
   labels = np.concatenate([b["label"][b["mask"]] for b in batches])

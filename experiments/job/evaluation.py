@@ -25,6 +25,7 @@ from flax import nnx
 
 import jaxrank
 from experiments.job import config as config_lib
+from experiments.job import datasets
 from experiments.job import input_pipeline
 from experiments.job import networks
 from experiments.job import placement
@@ -89,7 +90,7 @@ def evaluate_raw_pixels(config: config_lib.Config) -> dict[str, float]:
   `evaluate`, and with `eval_seen_classes` the same on the train split ("seen/..."). Every
   process computes them alone (meant for small images: it holds a split's pixels in memory).
   """
-  train_data, test_data = input_pipeline.load_data(config)
+  train_data, test_data = datasets.load_data(config)
 
   def pixels(data: jd.LabeledImages) -> tuple[np.ndarray, np.ndarray]:
     rows, labels = [], []

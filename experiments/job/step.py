@@ -25,9 +25,10 @@ from jax.sharding import PartitionSpec as P
 
 import jaxrank
 from experiments.job import config as config_lib
-from experiments.job import input_pipeline
+from experiments.job import datasets
 from experiments.job import losses
 from experiments.job import networks
+from experiments.job import samplers
 
 # ---------------------------------------------------------------------------------------------
 # The loss.
@@ -52,7 +53,7 @@ def relevant_bound(config: config_lib.Config) -> int | None:
   run a loop or a count of that many items instead of a sort or a data-dependent loop (a list
   beyond the bound would give NaN: the sampler rules it out).
   """
-  if not input_pipeline.SAMPLERS[config.sampler].whole_classes:
+  if not samplers.SAMPLERS[config.sampler].whole_classes:
     return None
   k = config.samples_per_class
   return (k if config.include_self else k - 1) + config.memory_batches * k
@@ -135,7 +136,7 @@ class Model:
 
 def init_state(config: config_lib.Config, tx: optax.GradientTransformation):
   """The model's graph definitions and the initial training state (a pytree of arrays)."""
-  in_channels = input_pipeline.DATASETS[config.dataset].in_channels
+  in_channels = datasets.DATASETS[config.dataset].in_channels
   model = networks.make_model(config, in_channels, nnx.Rngs(config.seed))
   model.eval()
   # nnx.split's overloads return a variadic tuple, which mypy cannot unpack into three names.

@@ -2,14 +2,13 @@
 
 `train_and_evaluate(config, workdir)` is the whole job, Flax-examples style: a `Config`
 (`experiments/job/config.py`) in, a workdir out, the final retrieval metrics returned. This module
-holds the loop and its interruption; the evaluation comes from
-`experiments/job/evaluation.py`, the optimiser from `experiments/job/optimizer.py`, the training
-state and step from `experiments/job/step.py`, the mesh and where the state and batches live
-across processes from `experiments/job/placement.py`, the workdir's checks and the checkpoints from
-`experiments/job/checkpoints.py`, the data from `experiments/job/input_pipeline.py`, the network
-from `experiments/job/networks.py`, the loss from `experiments/job/losses.py`, what is written
-and printed from `experiments/job/reporting.py`, and what a run shows while it runs (progress,
-TensorBoard summaries, a profiler trace) from `experiments/job/monitoring.py`. In the workdir:
+holds the loop and its interruption; the rest comes from its neighbours in `experiments/job/`:
+the evaluation from `evaluation.py`, the optimiser from `optimizer.py`, the training state and
+step from `step.py`, the mesh and where the state and batches live across processes from
+`placement.py`, the workdir's checks and the checkpoints from `checkpoints.py`, the data from
+`datasets.py`, `samplers.py` and `input_pipeline.py`, the network from `networks.py`, the loss
+from `losses.py`, what is written and printed from `reporting.py`, and what a run shows while it
+runs (progress, TensorBoard summaries, a profiler trace) from `monitoring.py`. In the workdir:
 
 * `config.json`: the run's configuration (a rerun with another configuration refuses the workdir);
 * `checkpoints/<step>/`: orbax checkpoints of the model, optimizer state, step, memory of past
@@ -78,12 +77,14 @@ from flax import nnx
 from experiments.job import check
 from experiments.job import checkpoints
 from experiments.job import config as config_lib
+from experiments.job import datasets
 from experiments.job import evaluation
 from experiments.job import input_pipeline
 from experiments.job import monitoring
 from experiments.job import optimizer as optimizer_lib
 from experiments.job import placement
 from experiments.job import reporting
+from experiments.job import samplers
 from experiments.job import step as step_lib
 from jaxrank import models
 
@@ -145,11 +146,11 @@ def _deferred_interrupt() -> Iterator[list[bool]]:
 
 def check_run(
   config: config_lib.Config, workdir: str
-) -> tuple[jd.LabeledImages, jd.LabeledImages, input_pipeline.BatchesFn]:
+) -> tuple[jd.LabeledImages, jd.LabeledImages, samplers.BatchesFn]:
   """Everything that can fail before a run writes anything: the config, the data, the workdir.
 
   `check.check_config`, then the summaries' writer and directory (`monitoring.check_writer`), then
-  the data against the sampler (`input_pipeline.make_sampler`), then the workdir (one holding a run
+  the data against the sampler (`samplers.make_sampler`), then the workdir (one holding a run
   of another configuration is refused). Nothing is written.
 
   Returns:
@@ -160,8 +161,8 @@ def check_run(
   """
   check.check_config(config)
   monitoring.check_writer(workdir)
-  train_data, test_data = input_pipeline.load_data(config)
-  sampler = input_pipeline.make_sampler(config, train_data)
+  train_data, test_data = datasets.load_data(config)
+  sampler = samplers.make_sampler(config, train_data)
   checkpoints.check_workdir(config, workdir)
   return train_data, test_data, sampler
 
