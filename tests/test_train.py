@@ -618,6 +618,37 @@ def test_image_folder_with_a_resnet18_and_frozen_batchnorm_chunked(tmp_path):
     check.check_config(dataclasses.replace(config, freeze_batchnorm=False))
 
 
+@pytest.mark.parametrize("chunk_size", [None, 4])
+def test_a_step_with_frozen_batchnorm_runs_the_backbone_in_inference_mode(chunk_size):
+  """`freeze_batchnorm`: the step's loss is the loss of the evaluation network's embeddings (the
+  running statistics, not the batch's), and no BatchNorm statistic changes. The whole-batch
+  gradient would write updated statistics back; the chunked one never does, so there the loss
+  tells (the run above, chunked, would pass with the backbone in training mode)."""
+  config = dataclasses.replace(
+    TINY,
+    model="resnet18",
+    freeze_batchnorm=True,
+    batch_size=8,
+    samples_per_class=4,
+    chunk_size=chunk_size,
+  )
+  tx = optimizer_lib.make_optimizer(config)
+  model, state = step_lib.init_state(config, tx)
+  images = jnp.asarray(np.random.default_rng(0).random((8, 32, 32, 1), np.float32))
+  labels = jnp.repeat(jnp.arange(2), 4)
+  net = nnx.merge(model.eval_graph, state["params"], state["rest"])
+  batch_loss = step_lib._batch_loss_fn(config, None)  # pylint: disable=protected-access
+  want = float(batch_loss(net(images), (labels, None)))
+  stats = [np.array(x) for x in jax.tree.leaves(nnx.state(net, nnx.BatchStat))]
+  assert len(stats) == 2 * 20  # ResNet-18: mean and variance of 20 BatchNorms.
+  step = step_lib.make_train_step(config, model, tx, None)
+  new, loss, _ = step(state, images, labels, jnp.int32(-1))
+  np.testing.assert_allclose(float(loss), want, rtol=1e-5)
+  trained = nnx.merge(model.eval_graph, new["params"], new["rest"])
+  for got, before in zip(jax.tree.leaves(nnx.state(trained, nnx.BatchStat)), stats, strict=True):
+    np.testing.assert_array_equal(got, before)
+
+
 def test_hide_gpus_from_tensorflow(monkeypatch, caplog):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
