@@ -1128,7 +1128,7 @@ def _summaries(workdir) -> dict[str, list[tuple[int, Any]]]:
   from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
 
   accumulator = event_accumulator.EventAccumulator(
-    str(workdir / "tensorboard"),
+    str(workdir),
     size_guidance={event_accumulator.TENSORS: 0},  # 0: keep every event.
     purge_orphaned_data=False,
   )
@@ -1218,6 +1218,63 @@ def test_summaries_hold_the_logged_records_once_after_a_crash_and_a_resume(
   assert "input wait" in lines[0] and "images/s" in lines[0]
 
 
+def _runs(logdir) -> set[str]:
+  """The runs that `tensorboard --logdir <logdir>` lists: the directories below it that hold event
+  files, each by its path from `logdir`, found by TensorBoard's own multiplexer."""
+  from tensorboard.backend.event_processing import event_multiplexer  # pylint: disable=g-import-not-at-top
+
+  multiplexer = event_multiplexer.EventMultiplexer()
+  multiplexer.AddRunsFromDirectory(str(logdir))
+  return set(multiplexer.Runs())
+
+
+def test_a_workdir_of_the_old_layout_resumes_as_one_run_named_by_the_workdir(tmp_path, monkeypatch):
+  """Earlier versions wrote the summaries and traces in `<workdir>/tensorboard/`. A run left so,
+  crashed in step 5 (its checkpoint step 3), resumes: its old event files are removed, not left as
+  a second run `run/tensorboard` beside `run`; the summaries are in the workdir, each logged step
+  once; the old trace is moved to `<workdir>/plugins/profile/`, and the old directory is gone."""
+  workdir = tmp_path / "run"
+  config = dataclasses.replace(TINY, checkpoint_every=3)
+  with monkeypatch.context() as patch:
+    _crash_at_step(patch, 5)
+    with pytest.raises(RuntimeError, match="crashed"):
+      train.train_and_evaluate(config, str(workdir))
+  assert _runs(tmp_path) == {"run"}
+  # The crashed run as an earlier version left it: its event files and a trace in tensorboard/.
+  old = workdir / monitoring.OLD_DIRECTORY
+  trace = old / "plugins" / "profile" / "2026_11_27_21_00_00"
+  trace.mkdir(parents=True)
+  (trace / "host.xplane.pb").write_bytes(b"trace")
+  for events in workdir.glob("events.out.tfevents.*"):
+    events.rename(old / events.name)
+  assert _runs(tmp_path) == {"run/tensorboard"}
+
+  train.train_and_evaluate(config, str(workdir))
+  assert _runs(tmp_path) == {"run"}
+  assert not old.exists()
+  assert (workdir / "plugins" / "profile" / trace.name / "host.xplane.pb").read_bytes() == b"trace"
+  logged = [r["step"] for r in reporting.read_metrics(str(workdir)) if "loss" in r]
+  assert [s for s, _ in _summaries(workdir)["train/loss"]] == logged == [1, 2, 3, 4, 5, 6]
+
+
+def test_adopting_an_old_directory_keeps_what_it_does_not_move(tmp_path):
+  """A trace whose name is taken in the workdir, and any other file, stay in the old directory,
+  which is then kept; its event files go all the same."""
+  old = tmp_path / monitoring.OLD_DIRECTORY
+  for parent in (old, tmp_path):
+    (parent / "plugins" / "profile" / "same").mkdir(parents=True)
+    (parent / "plugins" / "profile" / "same" / "host.xplane.pb").write_text(parent.name)
+  (old / "plugins" / "profile" / "other").mkdir()
+  (old / f"{monitoring.EVENT_FILE_PREFIX}1.host").write_text("")
+  (old / "notes.txt").write_text("mine")
+  monitoring.adopt_old_directory(str(tmp_path))
+  left = sorted(str(p.relative_to(old)) for p in old.rglob("*") if p.is_file())
+  assert left == ["notes.txt", os.path.join("plugins", "profile", "same", "host.xplane.pb")]
+  assert (tmp_path / "plugins" / "profile" / "same" / "host.xplane.pb").read_text() == tmp_path.name
+  assert (tmp_path / "plugins" / "profile" / "other").is_dir()
+  monitoring.adopt_old_directory(str(tmp_path / "nothing"))  # No old directory: nothing to do.
+
+
 def test_device_memory_is_logged_where_the_backend_reports_it(monkeypatch):
   class Device:
     def __init__(self, stats):
@@ -1289,11 +1346,11 @@ def test_a_profile_window_writes_a_trace_and_changes_no_result(tmp_path):
   plain = train.train_and_evaluate(TINY, str(tmp_path / "plain"))
   traced_config = dataclasses.replace(TINY, profile_start=3, profile_num_steps=2)
   traced = train.train_and_evaluate(traced_config, str(tmp_path / "traced"))
-  [trace] = (tmp_path / "traced" / "tensorboard" / "plugins" / "profile").iterdir()
+  [trace] = (tmp_path / "traced" / "plugins" / "profile").iterdir()
   xplanes = list(trace.glob("*.xplane.pb"))
   assert len(xplanes) == 1 and xplanes[0].stat().st_size > 1000
   assert (trace / "perfetto_trace.json.gz").stat().st_size > 1000
-  assert not (tmp_path / "plain" / "tensorboard" / "plugins").exists()
+  assert not (tmp_path / "plain" / "plugins").exists()
   # The same results: the metrics, every logged value but the timings, and the parameters.
   assert traced == plain
   timings = ("images_per_second", "input_wait_fraction")
@@ -1309,16 +1366,15 @@ def test_a_profile_window_writes_a_trace_and_changes_no_result(tmp_path):
 
 
 def test_an_unwritable_summaries_directory_fails_before_anything_is_written(tmp_path):
-  # The summaries' directory is a file (in a workdir otherwise empty), or the workdir is below one.
+  # The summaries' directory, the workdir, is a file, or is below one.
   workdir = tmp_path / "run"
-  workdir.mkdir()
-  (workdir / "tensorboard").write_text("")
+  workdir.write_text("")
   below_a_file = tmp_path / "file" / "run"
   (tmp_path / "file").write_text("")
   for path in (workdir, below_a_file):
     with pytest.raises(config_lib.ConfigError, match="is not a directory; use a workdir where"):
       train.train_and_evaluate(TINY, str(path))
-  assert os.listdir(workdir) == ["tensorboard"]
+  assert sorted(os.listdir(tmp_path)) == ["file", "run"] and workdir.read_text() == ""
   if os.geteuid() == 0:  # Root writes anywhere: a directory's mode does not stop it.
     return
   readonly = tmp_path / "readonly"

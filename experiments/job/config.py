@@ -98,7 +98,7 @@ class Config:
   # A progress bar on a terminal; off one (output redirected to a file), a plain line per log.
   progress_bar: bool = True
   # A jax.profiler trace of the steps profile_start to profile_start + profile_num_steps - 1
-  # (numbered from 1, as logged), in <workdir>/tensorboard/plugins/profile/, which TensorBoard's
+  # (numbered from 1, as logged), in <workdir>/plugins/profile/, which TensorBoard's
   # Profile tab opens (monitoring.py). None: no trace. Start after the first steps, which compile.
   profile_start: int | None = None
   profile_num_steps: int = 3

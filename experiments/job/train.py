@@ -23,10 +23,10 @@ runs (progress, TensorBoard summaries, a profiler trace) from `monitoring.py`. I
   `input_wait_fraction`; `tanh_scale` for a hashing head, `device_memory_gib` where the backend
   reports it) and per evaluation (`recall@k`, `map@r`, `map`, `tie_aware_map`), each with its
   `step`;
-* `tensorboard/`: the same records as TensorBoard summaries, with the configuration, and the
-  profiler trace of the steps that `profile_start` names: each record is written once, to both
-  (`monitoring.Writer`), and a resumed run keeps in both the records up to the step it resumes
-  from;
+* `events.out.tfevents.*`: the same records as TensorBoard summaries, with the configuration
+  (each record written once, to both: `monitoring.Writer`; a resumed run keeps in both the records
+  up to the step it resumes from), and in `plugins/profile/` the profiler trace of the steps that
+  `profile_start` names;
 * `curves.png`: the training loss and Recall@k / MAP@R over time, titled with the run's name.
 
 While it trains, a run shows its progress (`monitoring.Progress`): a progress bar on a terminal, a

@@ -142,7 +142,7 @@ def test_two_processes_train_as_one_and_resume_after_being_killed(tmp_path):
   assert (tmp_path / "two" / "curves.png").is_file()
   # Process 0 alone wrote the TensorBoard summaries: one event file, written anew on resuming
   # from metrics.jsonl's records, each step of the loss once.
-  [events] = (tmp_path / "two" / "tensorboard").glob("events.out.tfevents.*")
+  [events] = (tmp_path / "two").glob("events.out.tfevents.*")
   accumulator = event_accumulator.EventAccumulator(str(events), purge_orphaned_data=False)
   accumulator.Reload()
   logged = [r["step"] for r in _records(tmp_path / "two") if "loss" in r]
