@@ -31,7 +31,7 @@ from experiments.comparison import run
 from experiments.comparison import stats
 from experiments.job import check
 from experiments.job import config as config_lib
-from experiments.job import input_pipeline
+from experiments.job import datasets
 from experiments.job import losses
 from experiments.job import main as main_lib
 from experiments.job import train
@@ -255,7 +255,7 @@ def test_every_ablation_value_runs_on_the_tiny_data(ablation, tmp_path):
 def test_pretraining_classes_are_neither_training_nor_test_classes():
   base = protocol.base_config(TINY, None)
   data, characters = pretrain.pretraining_data(base, pretrain.Pretraining(**TINY.pretrain))
-  job_train, job_test = input_pipeline.load_data(base)
+  job_train, job_test = datasets.load_data(base)
   assert len(characters) == TINY.pretrain["max_classes"]
   assert not set(characters) & (set(job_train.labels) | set(job_test.labels))
   assert set(data.labels) == set(range(len(characters)))
@@ -267,8 +267,8 @@ def test_pretraining_classes_are_neither_training_nor_test_classes():
 
 def test_validation_classes_are_training_classes_held_out():
   base = protocol.base_config(TINY, None)
-  job_train, job_test = input_pipeline.load_data(base)
-  rest, held = input_pipeline.load_data(dataclasses.replace(base, validation_fraction=0.25))
+  job_train, job_test = datasets.load_data(base)
+  rest, held = datasets.load_data(dataclasses.replace(base, validation_fraction=0.25))
   assert not set(held.labels) & set(rest.labels)
   assert not set(held.labels) & set(job_test.labels)
   assert set(held.labels) | set(rest.labels) == set(job_train.labels)
@@ -276,7 +276,7 @@ def test_validation_classes_are_training_classes_held_out():
   # Some of each super-class: the tiny glyphs' digits (5 classes) and Latin letters (26).
   assert len(set(held.super_labels)) == 2
   assert held.num_classes == 1 + 7  # round(0.25 * 5) and round(0.25 * 26), halves up.
-  again = input_pipeline.validation_split(job_train, 0.25)[1]
+  again = datasets.validation_split(job_train, 0.25)[1]
   assert np.array_equal(again.labels, held.labels)  # The same classes for every run.
 
 
@@ -286,7 +286,7 @@ def test_validation_fraction_is_checked_and_old_workdirs_resume(tmp_path):
     with pytest.raises(config_lib.ConfigError, match="validation_fraction"):
       check.check_config(dataclasses.replace(base, validation_fraction=bad))
   with pytest.raises(config_lib.ConfigError, match="holds out 0 of the 31"):
-    input_pipeline.load_data(dataclasses.replace(base, validation_fraction=0.01))
+    datasets.load_data(dataclasses.replace(base, validation_fraction=0.01))
   assert config_lib.Config().validation_fraction == 0.0  # Every existing run as it was.
   # A workdir written before the field existed is the same run.
   stored = config_lib.to_json(base)

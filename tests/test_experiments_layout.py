@@ -85,7 +85,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_import_graph_is_read():
   graph = import_graph()
   assert "experiments.job.config" in graph["experiments.job.check"]
-  assert "experiments.job.input_pipeline" in graph["experiments.job.check"]
+  assert "experiments.job.datasets" in graph["experiments.job.check"]
   assert "experiments.job.train" in graph["experiments.job.main"]  # Imported inside a function.
   assert "experiments.ablations.sweep" in graph["experiments.ablations.fastap_bins"]
 

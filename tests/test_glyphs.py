@@ -137,13 +137,13 @@ def test_bad_arguments_raise(kwargs, error, tmp_path):
 
 
 def test_a_tiny_training_run_on_glyphs(tmp_path, monkeypatch):
-  from experiments.job import input_pipeline  # pylint: disable=g-import-not-at-top
+  from experiments.job import datasets  # pylint: disable=g-import-not-at-top
   from experiments.job import train  # pylint: disable=g-import-not-at-top
   from experiments.job.configs import tiny  # pylint: disable=g-import-not-at-top
 
   monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-  monkeypatch.setattr(input_pipeline, "GLYPHS_PARAMS", {"min_typefaces": 20, "image_size": 16})
-  input_pipeline._LOADED.clear()
+  monkeypatch.setattr(datasets, "GLYPHS_PARAMS", {"min_typefaces": 20, "image_size": 16})
+  datasets._LOADED.clear()
   config = dataclasses.replace(
     tiny.get_config(),
     dataset="glyphs",
@@ -158,7 +158,7 @@ def test_a_tiny_training_run_on_glyphs(tmp_path, monkeypatch):
   try:
     metrics = train.train_and_evaluate(config, str(tmp_path / "run"))
   finally:
-    input_pipeline._LOADED.clear()
+    datasets._LOADED.clear()
   assert metrics["step"] == config.num_steps
   for key in ("recall@1", "map@r", "map"):
     assert 0.0 <= metrics[key] <= 1.0, key

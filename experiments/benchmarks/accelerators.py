@@ -337,10 +337,11 @@ def compile_train_step(config, device, *, donate: bool = True):
   import jax
   import jax.numpy as jnp
 
-  from experiments.job import input_pipeline
+  from experiments.job import datasets
+  from experiments.job import optimizer as optimizer_lib
   from experiments.job import step as step_lib
 
-  tx = step_lib.make_optimizer(config)
+  tx = optimizer_lib.make_optimizer(config)
   graphs = {}
 
   def build():
@@ -353,7 +354,7 @@ def compile_train_step(config, device, *, donate: bool = True):
     return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
 
   state = jax.tree.map(lambda s: spec(s.shape, s.dtype), jax.eval_shape(build))
-  channels = input_pipeline.DATASETS[config.dataset].in_channels
+  channels = datasets.DATASETS[config.dataset].in_channels
   size, batch = config.image_size, config.batch_size
   step = step_lib.make_train_step(config, graphs["model"], tx, None)
   if not donate:

@@ -67,10 +67,11 @@ def jax_step_time(model: str, half: bool, batch: int, image_size: int, seconds: 
   import jax
   import jax.numpy as jnp
 
+  from experiments.job import optimizer as optimizer_lib
   from experiments.job import step as step_lib
 
   config = accelerators.train_step_config(model, half, batch, image_size)
-  tx = step_lib.make_optimizer(config)
+  tx = optimizer_lib.make_optimizer(config)
   graphs, state = step_lib.init_state(config, tx)
   train_step = step_lib.make_train_step(config, graphs, tx, None)
   rng = np.random.default_rng(0)

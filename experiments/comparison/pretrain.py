@@ -3,7 +3,7 @@
 Every paper fine-tunes a network pretrained on ImageNet, whose classes are none of its retrieval
 classes. The stand-in here: the glyph characters drawn by fewer typefaces than the job's (e.g. 8 to
 15 of the 21, `Pretraining.min_typefaces`), which are neither training nor test classes of the
-job, rendered as the job's glyphs are (`input_pipeline.GLYPHS_PARAMS`: 16 x 16, half-strength
+job, rendered as the job's glyphs are (`datasets.GLYPHS_PARAMS`: 16 x 16, half-strength
 augmentation). Every character the job's data set holds, in either split, is left out.
 
 The backbone is the one the job fine-tunes (`networks.MODELS[config.model]`, the config's
@@ -34,9 +34,9 @@ from flax import nnx
 
 import jaxrank.data as jd
 from experiments.job import config as config_lib
-from experiments.job import input_pipeline
+from experiments.job import datasets
 from experiments.job import networks
-from experiments.job import step as step_lib
+from experiments.job import optimizer as optimizer_lib
 from jaxrank import models
 
 logger = logging.getLogger(__name__)
@@ -72,10 +72,10 @@ def pretraining_data(
   The characters are those drawn by at least `settings.min_typefaces` typefaces, minus every
   class of both splits of `base.dataset` (train and test), the first `max_classes` of them.
   """
-  job_train, job_test = input_pipeline.load_data(dataclasses.replace(base, validation_fraction=0))
+  job_train, job_test = datasets.load_data(dataclasses.replace(base, validation_fraction=0))
   excluded = np.union1d(job_train.labels, job_test.labels)
-  params: input_pipeline.GlyphsParams = {
-    **input_pipeline.GLYPHS_PARAMS,
+  params: datasets.GlyphsParams = {
+    **datasets.GLYPHS_PARAMS,
     "min_typefaces": settings.min_typefaces,
   }
   parts = [jd.load_glyphs(split, **params) for split in ("train", "test")]
@@ -94,7 +94,7 @@ def settings_key(base: config_lib.Config, settings: Pretraining) -> str:
     "dataset": base.dataset,
     "model": base.model,
     "model_features": list(base.model_features),
-    "glyphs": input_pipeline.GLYPHS_PARAMS,
+    "glyphs": datasets.GLYPHS_PARAMS,
     "held_out": HELD_OUT,
     "version": FORMAT_VERSION,
   }
@@ -104,7 +104,7 @@ def settings_key(base: config_lib.Config, settings: Pretraining) -> str:
 def _classifier(base: config_lib.Config, num_classes: int, seed: int) -> nnx.Sequential:
   """The job's backbone with a linear classifier on top: `Sequential(backbone, linear)`."""
   rngs = nnx.Rngs(seed)
-  in_channels = input_pipeline.DATASETS[base.dataset].in_channels
+  in_channels = datasets.DATASETS[base.dataset].in_channels
   backbone = networks.MODELS[base.model].build(base, in_channels, rngs)
   # Every backbone of MODELS has out_features (ModelSpec.build), which nnx.Module cannot declare.
   features = backbone.out_features  # type: ignore[attr-defined]
@@ -125,7 +125,9 @@ def _train_classifier(
     learning_rate=settings.learning_rate,
     warmup_steps=min(base.warmup_steps, settings.num_steps // 10),
   )
-  tx = optax.adamw(step_lib.learning_rate_schedule(schedule_config), weight_decay=base.weight_decay)
+  tx = optax.adamw(
+    optimizer_lib.learning_rate_schedule(schedule_config), weight_decay=base.weight_decay
+  )
   # nnx.split's overloads return a variadic tuple, which mypy cannot unpack into three names.
   graph, params, rest = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]
 

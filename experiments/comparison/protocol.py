@@ -79,7 +79,7 @@ class Size:
   """How large the comparison runs.
 
   Attributes:
-    dataset: the job's data set (`input_pipeline.DATASETS`).
+    dataset: the job's data set (`datasets.DATASETS`).
     model_features, embedding_dim: the network (the glyphs config's at `full`).
     batch_size, samples_per_class: each training batch (P x K).
     num_steps, warmup_steps: every run's schedule, the same in both settings.

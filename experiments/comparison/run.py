@@ -35,8 +35,8 @@ from typing import Any
 from experiments.comparison import pretrain
 from experiments.comparison import protocol
 from experiments.job import config as config_lib
+from experiments.job import datasets
 from experiments.job import evaluation
-from experiments.job import input_pipeline
 from experiments.job import main as main_lib
 from experiments.job import train
 
@@ -180,8 +180,8 @@ def run_ablation(
 
 def data_summary(base: config_lib.Config, size: protocol.Size) -> dict[str, dict[str, int]]:
   """The classes and images of the splits: train, test, and train cut into tune and validation."""
-  train_data, test_data = input_pipeline.load_data(base)
-  rest, held = input_pipeline.validation_split(train_data, size.validation_fraction)
+  train_data, test_data = datasets.load_data(base)
+  rest, held = datasets.validation_split(train_data, size.validation_fraction)
   parts = {"train": train_data, "test": test_data, "tune": rest, "validation": held}
   return {k: {"classes": d.num_classes, "images": d.num_examples} for k, d in parts.items()}
 

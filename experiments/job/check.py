@@ -1,10 +1,10 @@
 """`check_config`: a configuration checked against the registries before anything is read or built.
 
 The names a config gives (`dataset`, `sampler`, `model`, `head`, `pooling`, `loss`) are keys of the
-registries of `input_pipeline.py`, `networks.py` and `losses.py`, and the constraints of a data
-set, sampler or model live in its registry record: this module reads them there. It sits above the
-registries (they import `config`, never this module), so the imports of `experiments/job` flow one
-way: config <- registries <- check <- train <- main.
+registries of `datasets.py`, `samplers.py`, `networks.py` and `losses.py`, and the constraints of
+a data set, sampler or model live in its registry record: this module reads them there. It sits
+above the registries (they import `config`, never this module), so the imports of
+`experiments/job` flow one way: config <- registries <- check <- train <- main.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from collections.abc import Iterable
 from typing import Any, NoReturn
 
 from experiments.job import config as config_lib
-from experiments.job import input_pipeline
+from experiments.job import datasets
 from experiments.job import losses
 from experiments.job import networks
+from experiments.job import samplers
 
 Config = config_lib.Config
 
@@ -50,8 +51,8 @@ def check_config(config: Config) -> None:
   """
   _check_names(config)
   _check_counts(config)
-  dataset = input_pipeline.DATASETS[config.dataset]
-  _check_batches(config, dataset, input_pipeline.SAMPLERS[config.sampler])
+  dataset = datasets.DATASETS[config.dataset]
+  _check_batches(config, dataset, samplers.SAMPLERS[config.sampler])
   _check_optimizer(config)
   _check_data(config, dataset)
   _check_model(config)
@@ -64,11 +65,11 @@ def check_config(config: Config) -> None:
 def _check_names(config: Config) -> None:
   """Every field's type, the names against the registries, and the loss with its arguments."""
   config_lib.check_types(config)
-  _one_of(config, "dataset", input_pipeline.DATASETS)
+  _one_of(config, "dataset", datasets.DATASETS)
   _one_of(config, "model", networks.MODELS)
   _one_of(config, "head", networks.HEADS)
   _one_of(config, "pooling", networks.POOLINGS)
-  _one_of(config, "sampler", input_pipeline.SAMPLERS)
+  _one_of(config, "sampler", samplers.SAMPLERS)
   losses.check_loss(config.loss, config.loss_kwargs)
 
 
@@ -112,7 +113,7 @@ def _check_batches(config: Config, dataset: Any, sampler: Any) -> None:
   if not sampler.super_classes:
     return
   if dataset.super_classes is None:
-    with_super_classes = [d.super_classes for d in input_pipeline.DATASETS.values()]
+    with_super_classes = [d.super_classes for d in datasets.DATASETS.values()]
     _fail(
       f"config.sampler={config.sampler!r} needs super-classes (categories such as SOP's "
       f"'bicycle'), which {config.dataset} does not have; use sampler='m_per_class', or "

@@ -26,7 +26,7 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from experiments.job import config as config_lib
-from experiments.job import step as step_lib
+from experiments.job import placement
 
 # "experiments.job.checkpoints"; experiments.job.main shows its INFO lines.
 logger = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def claim_workdir(config: config_lib.Config, workdir: str) -> None:
   check_workdir(config, workdir)
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, "config.json")
-  if step_lib.is_primary() and not os.path.exists(path):
+  if placement.is_primary() and not os.path.exists(path):
     with open(path + ".tmp", "w") as f:
       json.dump(config_lib.to_json(config), f, indent=1, sort_keys=True)
     os.replace(path + ".tmp", path)
@@ -124,7 +124,7 @@ def _set_aside(manager: ocp.CheckpointManager, step: int, workdir: str, reason: 
     reason,
     aside,
   )
-  if step_lib.is_primary():
+  if placement.is_primary():
     os.makedirs(os.path.dirname(aside), exist_ok=True)
     shutil.move(path, aside)
   if jax.process_count() > 1:  # Every process reloads once the checkpoint is moved.

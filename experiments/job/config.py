@@ -2,8 +2,8 @@
 
 Config files (`experiments/job/configs/*.py`) return a `Config` from `get_config()`. The names a
 config gives (`dataset`, `sampler`, `model`, `head`, `loss`) are keys of the registries of
-`input_pipeline.py`, `networks.py` and `losses.py`; `check.check_config` checks them and the
-numbers against each other. Every error of a configuration is a `ConfigError`, a `ValueError`
+`datasets.py`, `samplers.py`, `networks.py` and `losses.py`; `check.check_config` checks them and
+the numbers against each other. Every error of a configuration is a `ConfigError`, a `ValueError`
 whose message is one sentence that says what to change; `experiments.job.main` prints it as one
 line.
 
@@ -32,15 +32,15 @@ class Config:
   """
 
   # Data.
-  dataset: str = "digits"  # A key of input_pipeline.DATASETS.
+  dataset: str = "digits"  # A key of datasets.DATASETS.
   data_dir: str | None = None  # tfds data_dir (cub200, cars196, sop) or the image_folder root.
   image_size: int = 224  # Crop size of photographs (ignored for digits).
   resize_size: int = 256  # Shorter side before cropping (ignored for digits).
   # Hold out this fraction of the training classes (seeded, per super-class; see
-  # input_pipeline.validation_split), train on the rest and evaluate on the held-out classes: a
+  # datasets.validation_split), train on the rest and evaluate on the held-out classes: a
   # class-disjoint validation split for tuning, which never reads the test classes. 0: none.
   validation_fraction: float = 0.0
-  sampler: str = "m_per_class"  # A key of input_pipeline.SAMPLERS.
+  sampler: str = "m_per_class"  # A key of samplers.SAMPLERS.
   batch_size: int = 60
   samples_per_class: int = 12  # K; batch_size / K classes per batch.
   super_classes_per_batch: int = 2  # For sampler="super_class".
@@ -98,7 +98,7 @@ class Config:
   # A progress bar on a terminal; off one (output redirected to a file), a plain line per log.
   progress_bar: bool = True
   # A jax.profiler trace of the steps profile_start to profile_start + profile_num_steps - 1
-  # (numbered from 1, as logged), in <workdir>/tensorboard/plugins/profile/, which TensorBoard's
+  # (numbered from 1, as logged), in <workdir>/plugins/profile/, which TensorBoard's
   # Profile tab opens (monitoring.py). None: no trace. Start after the first steps, which compile.
   profile_start: int | None = None
   profile_num_steps: int = 3

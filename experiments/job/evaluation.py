@@ -25,8 +25,10 @@ from flax import nnx
 
 import jaxrank
 from experiments.job import config as config_lib
+from experiments.job import datasets
 from experiments.job import input_pipeline
 from experiments.job import networks
+from experiments.job import placement
 from experiments.job import step as step_lib
 
 if TYPE_CHECKING:
@@ -63,7 +65,7 @@ def evaluate(
   """
   count, index = jax.process_count(), jax.process_index()
   share = (index * test.num_examples // count, (index + 1) * test.num_examples // count)
-  params, rest, step = step_lib.local((state["params"], state["rest"], state["step"]))
+  params, rest, step = placement.local((state["params"], state["rest"], state["step"]))
   embeddings = [np.zeros((0, config.embedding_dim), np.float32)]
   labels = [np.zeros((0,), np.int32)]
   for batch in input_pipeline.eval_batches(config, test, share):
@@ -75,7 +77,7 @@ def evaluate(
     np.concatenate(labels),
     ks=config.eval_ks,
     similarity_fn=networks.HEADS[config.head].similarity_fn,
-    mesh=step_lib.mesh(config) if count > 1 else None,
+    mesh=placement.mesh(config) if count > 1 else None,
   )
   return cast(dict[str, float], metrics)  # Floats: the default reduce_fn.
 
@@ -88,7 +90,7 @@ def evaluate_raw_pixels(config: config_lib.Config) -> dict[str, float]:
   `evaluate`, and with `eval_seen_classes` the same on the train split ("seen/..."). Every
   process computes them alone (meant for small images: it holds a split's pixels in memory).
   """
-  train_data, test_data = input_pipeline.load_data(config)
+  train_data, test_data = datasets.load_data(config)
 
   def pixels(data: jd.LabeledImages) -> tuple[np.ndarray, np.ndarray]:
     rows, labels = [], []

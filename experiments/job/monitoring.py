@@ -5,19 +5,26 @@
   the logger; and, once, a warning when the run is input-bound (`INPUT_BOUND`).
 * `Writer`: the one place a run logs. Each record goes to `metrics.jsonl`
   (`reporting.MetricsWriter`) and to `SummaryWriter`, which writes it as TensorBoard scalars in
-  `<workdir>/tensorboard/` through `tf.summary`: `train/<key>` for the records of logged steps
-  (`loss`, `learning_rate`, `images_per_second`, `input_wait_fraction`, the `tanh_scale` of
-  hashing runs, `device_memory_gib` where the backend reports it), `eval/<key>` for those of
-  evaluations (`recall@k`, `map@r`, `map`, `tie_aware_map`; the `seen/...` metrics keep their
-  names), and the run's configuration as text at step 0. A resumed run keeps in both what
-  `reporting.MetricsWriter` keeps, the records up to the resumed step: the event files are written
-  anew from them, so that each step appears once in every curve, whatever reads the files.
+  the workdir itself through `tf.summary` (so that TensorBoard names each run by its workdir, as
+  the Flax examples do: `fastap`, not `fastap/tensorboard`): `train/<key>` for the records of
+  logged steps (`loss`, `learning_rate`, `images_per_second`, `input_wait_fraction`, the
+  `tanh_scale` of hashing runs, `device_memory_gib` where the backend reports it), `eval/<key>`
+  for those of evaluations (`recall@k`, `map@r`, `map`, `tie_aware_map`; the `seen/...` metrics
+  keep their names), and the run's configuration as text at step 0. A resumed run keeps in both
+  what `reporting.MetricsWriter` keeps, the records up to the resumed step: the event files are
+  written anew from them, so that each step appears once in every curve, whatever reads the files.
   `tensorboard --logdir <workdir, or a sweep's directory>` shows them, runs side by side.
+* `adopt_old_directory`: workdirs of earlier versions hold their summaries and traces in
+  `<workdir>/tensorboard/` (`OLD_DIRECTORY`). A run resumed in one removes the old event files
+  rather than moving them: the writer writes the event files anew from `metrics.jsonl` anyway, and
+  left there they would be a second run, `<workdir>/tensorboard`, repeating every curve. Its
+  profiler traces move to `<workdir>/plugins/profile/` (one whose name is taken there stays where
+  it was), and the old directory is removed once empty; anything else in it is left alone.
 * `device_memory_gib`: the memory in use on this process's first device, where the backend says
   (GPUs and TPUs; `memory_stats()` is None on the CPU).
 * `Profile`: a `jax.profiler` trace of the steps of the config's window (`profile_start`,
-  `profile_num_steps`) in `<workdir>/tensorboard/plugins/profile/<time>/`, where TensorBoard's
-  Profile tab (the `tensorboard-plugin-profile` package) finds it; the same directory holds a
+  `profile_num_steps`) in `<workdir>/plugins/profile/<time>/`, where TensorBoard's Profile tab
+  (the `tensorboard-plugin-profile` package) finds it; the same directory holds a
   `perfetto_trace.json.gz` for ui.perfetto.dev.
 * `check_writer`: the writer's packages and directory, checked before a run writes anything
   (`train.check_run`).
@@ -44,10 +51,14 @@ from experiments.job import reporting
 # "experiments.job.monitoring"; experiments.job.main shows its INFO lines.
 logger = logging.getLogger(__name__)
 
-# The summaries' directory in a workdir: `tensorboard --logdir` of it, of the workdir or above.
-DIRECTORY = "tensorboard"
+# Where earlier versions wrote a run's summaries and traces, in its workdir (`adopt_old_directory`);
+# now the workdir itself holds them: `tensorboard --logdir` of it or of a directory above.
+OLD_DIRECTORY = "tensorboard"
 # How tf.summary names its event files.
 EVENT_FILE_PREFIX = "events.out.tfevents."
+# Where `jax.profiler` writes its traces below the directory it is given, and TensorBoard's Profile
+# tab looks for them.
+PROFILE_DIRECTORY = os.path.join("plugins", "profile")
 # Above this share of a logging interval's wall time spent waiting for the next batch, a run is
 # input-bound (said once, in a warning).
 INPUT_BOUND = 0.2
@@ -149,17 +160,12 @@ class Writer:
     self.summaries.close()
 
 
-def log_dir(workdir: str) -> str:
-  """Where a run's summaries and profiler traces go: `<workdir>/tensorboard`."""
-  return os.path.join(workdir, DIRECTORY)
-
-
 def check_writer(workdir: str) -> None:
   """Raises ConfigError, writing nothing, if the summaries cannot be written.
 
   The writer needs TensorFlow (`tf.summary`) and TensorBoard (which implements its summaries),
   both in the `train` extra, and a directory it can create or write: the nearest existing one of
-  `<workdir>/tensorboard` and its parents must be a writable directory.
+  the workdir and its parents must be a writable directory.
   """
   for module, package in (("tensorflow", "tensorflow-cpu"), ("tensorboard", "tensorboard")):
     try:
@@ -171,7 +177,7 @@ def check_writer(workdir: str) -> None:
         f"the run writes TensorBoard summaries with tf.summary, which needs {module}, not "
         f"installed here: pip install -e '.[train]' (the train extra), or pip install {package}."
       ) from None
-  directory = os.path.abspath(log_dir(workdir))
+  directory = os.path.abspath(workdir)
   existing = directory
   while not os.path.lexists(existing):
     existing = os.path.dirname(existing)
@@ -208,22 +214,23 @@ def config_text(config: config_lib.Config) -> str:
 
 
 class SummaryWriter:
-  """Writes records (`write`) as scalars in `<workdir>/tensorboard`; see the module's docstring.
+  """Writes records (`write`) as scalars in the workdir; see the module's docstring.
 
   Made with the records that the run keeps (`reporting.MetricsWriter.kept`): the event files of
-  an earlier session are removed and those records written again, after the configuration.
+  an earlier session are removed (an older version's directory adopted, `adopt_old_directory`)
+  and those records written again, after the configuration.
   """
 
   def __init__(self, config: config_lib.Config, workdir: str, kept: list[dict[str, Any]]):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    directory = log_dir(workdir)
-    os.makedirs(directory, exist_ok=True)
-    for name in os.listdir(directory):
+    os.makedirs(workdir, exist_ok=True)
+    adopt_old_directory(workdir)
+    for name in os.listdir(workdir):
       if name.startswith(EVENT_FILE_PREFIX):
-        os.remove(os.path.join(directory, name))
+        os.remove(os.path.join(workdir, name))
     self._tf = tf
-    self._writer = tf.summary.create_file_writer(directory)
+    self._writer = tf.summary.create_file_writer(workdir)
     with self._writer.as_default():
       tf.summary.text("config", config_text(config), step=0)
     for record in kept:
@@ -240,6 +247,34 @@ class SummaryWriter:
 
   def close(self) -> None:
     self._writer.close()
+
+
+def adopt_old_directory(workdir: str) -> None:
+  """Empties an earlier version's `<workdir>/tensorboard/` into the workdir (module docstring).
+
+  Its event files are removed (the writer writes them anew, in the workdir), its profiler traces
+  moved to `<workdir>/plugins/profile/` unless a trace of that name is there already, and the
+  directory removed if nothing else is left in it. Nothing happens without the directory.
+  """
+  old = os.path.join(workdir, OLD_DIRECTORY)
+  if not os.path.isdir(old):
+    return
+  for name in os.listdir(old):
+    if name.startswith(EVENT_FILE_PREFIX):
+      os.remove(os.path.join(old, name))
+  old_traces = os.path.join(old, PROFILE_DIRECTORY)
+  traces = os.path.join(workdir, PROFILE_DIRECTORY)
+  if os.path.isdir(old_traces):
+    os.makedirs(traces, exist_ok=True)
+    for name in os.listdir(old_traces):
+      if not os.path.lexists(os.path.join(traces, name)):
+        os.rename(os.path.join(old_traces, name), os.path.join(traces, name))
+  # The emptied directories, deepest first.
+  for directory in (old_traces, os.path.dirname(old_traces), old):
+    try:
+      os.rmdir(directory)
+    except OSError:  # Absent, or something is left in it.
+      pass
 
 
 def device_memory_gib() -> float | None:
@@ -263,7 +298,7 @@ class Profile:
   def __init__(self, config: config_lib.Config, workdir: str, primary: bool):
     self.first = config.profile_start if primary else None
     self.last = (self.first or 0) + config.profile_num_steps - 1
-    self.directory = log_dir(workdir)
+    self.directory = workdir
     self.active = False
 
   def before(self, step: int) -> None:
@@ -284,7 +319,7 @@ class Profile:
         "profiler trace of steps %d-%d in %s (TensorBoard's Profile tab)",
         self.first,
         self.last,
-        os.path.join(self.directory, "plugins", "profile"),
+        os.path.join(self.directory, PROFILE_DIRECTORY),
       )
 
   def stop(self) -> None:

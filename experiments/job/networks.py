@@ -6,7 +6,7 @@ its variables loaded from `config.init_weights` if given (a `.npz` of `jaxrank.m
 or a torchvision/timm checkpoint, `.pth`/`.pt`/`.safetensors`, through
 `jaxrank.convert.load_pytorch_weights`), and the head `HEADS[config.head]` from the backbone's
 features to `config.embedding_dim`. Which models fit
-which data set is said by the data set (`input_pipeline.DatasetSpec.models`).
+which data set is said by the data set (`datasets.DatasetSpec.models`).
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """One training step of the job and what builds it, for `train.train_and_evaluate`.
 
-`learning_rate_schedule` and `make_optimizer` (AdamW, warm-up then cosine decay, the embedding
-layer's learning rate `head_lr_multiplier` times larger); `mesh` (with `shard=True`, the axis
-`"batch"` over every device of every process); the batch loss (`jaxrank.batch_retrieval` with the
-head's similarity, then the configured loss, blocked, chunked or sharded on request, with the
-sampler's `relevant_bound` for the losses that take one); `init_state` (the model's graph
-definitions and the training state, a pytree of arrays saved and restored as a whole);
-`make_train_step` (the jitted step, which donates the state it is given and also records the
-first step whose loss or parameters are not finite, for `check_finite`); and the placement of the
-state and the batches across processes (`replicate`, `local`, `train_share`, `global_batch`,
-`is_primary`). It imports nothing
-of `train` or `checkpoints`.
+The batch loss (`jaxrank.batch_retrieval` with the head's similarity, then the configured loss,
+blocked, chunked or sharded on request, with the sampler's `relevant_bound` for the losses that
+take one); `init_state` (the model's graph definitions and the training state, a pytree of arrays
+saved and restored as a whole); `make_train_step` (the jitted step, which donates the state it is
+given and also records the first step whose loss or parameters are not finite, for
+`check_finite`). The step takes the optimiser of `optimizer.make_optimizer` and the mesh of
+`placement.mesh`; it imports neither, nor anything of `train` or `checkpoints`.
 """
 
 from __future__ import annotations
@@ -21,7 +17,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import nnx
 from jax.experimental import checkify
@@ -30,43 +25,13 @@ from jax.sharding import PartitionSpec as P
 
 import jaxrank
 from experiments.job import config as config_lib
-from experiments.job import input_pipeline
+from experiments.job import datasets
 from experiments.job import losses
 from experiments.job import networks
+from experiments.job import samplers
 
 # ---------------------------------------------------------------------------------------------
-# Optimiser, loss.
-
-
-def learning_rate_schedule(config: config_lib.Config) -> optax.Schedule:
-  """Linear warm-up to `learning_rate`, then cosine decay to 1% of it at `num_steps`."""
-  warmup = min(config.warmup_steps, max(config.num_steps - 1, 0))
-  return optax.warmup_cosine_decay_schedule(
-    init_value=0.0 if warmup else config.learning_rate,
-    peak_value=config.learning_rate,
-    warmup_steps=warmup,
-    decay_steps=max(config.num_steps, warmup + 1),
-    end_value=0.01 * config.learning_rate,
-  )
-
-
-def make_optimizer(config: config_lib.Config) -> optax.GradientTransformation:
-  """AdamW with the schedule; the head's learning rate is `head_lr_multiplier` times larger."""
-  schedule = learning_rate_schedule(config)
-  head_schedule = lambda step: config.head_lr_multiplier * schedule(step)
-
-  def labels(params):
-    return jax.tree_util.tree_map_with_path(
-      lambda path, _: "head" if path[0].key == "head" else "backbone", params
-    )
-
-  return optax.multi_transform(
-    {
-      "backbone": optax.adamw(schedule, weight_decay=config.weight_decay),
-      "head": optax.adamw(head_schedule, weight_decay=config.weight_decay),
-    },
-    labels,
-  )
+# The loss.
 
 
 def tanh_scale(config: config_lib.Config, step: jax.Array) -> jax.Array | None:
@@ -76,13 +41,6 @@ def tanh_scale(config: config_lib.Config, step: jax.Array) -> jax.Array | None:
   return jaxrank.hashing.tanh_scale(
     step, initial=config.tanh_initial, growth=config.tanh_growth, every=config.tanh_every
   )
-
-
-def mesh(config: config_lib.Config) -> jax.sharding.Mesh | None:
-  """With `shard=True`, the mesh `("batch",)` over every device of every process; else None."""
-  if not config.shard:
-    return None
-  return jax.make_mesh((jax.device_count(),), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
 
 
 def relevant_bound(config: config_lib.Config) -> int | None:
@@ -95,7 +53,7 @@ def relevant_bound(config: config_lib.Config) -> int | None:
   run a loop or a count of that many items instead of a sort or a data-dependent loop (a list
   beyond the bound would give NaN: the sampler rules it out).
   """
-  if not input_pipeline.SAMPLERS[config.sampler].whole_classes:
+  if not samplers.SAMPLERS[config.sampler].whole_classes:
     return None
   k = config.samples_per_class
   return (k if config.include_self else k - 1) + config.memory_batches * k
@@ -178,7 +136,7 @@ class Model:
 
 def init_state(config: config_lib.Config, tx: optax.GradientTransformation):
   """The model's graph definitions and the initial training state (a pytree of arrays)."""
-  in_channels = input_pipeline.DATASETS[config.dataset].in_channels
+  in_channels = datasets.DATASETS[config.dataset].in_channels
   model = networks.make_model(config, in_channels, nnx.Rngs(config.seed))
   model.eval()
   # nnx.split's overloads return a variadic tuple, which mypy cannot unpack into three names.
@@ -213,8 +171,8 @@ def make_train_step(
   Args:
     config: the run's configuration.
     model: the graph definitions of `init_state`.
-    tx: the optimiser of `make_optimizer`.
-    mesh: the mesh of `mesh(config)`, or None on one device.
+    tx: the optimiser of `optimizer.make_optimizer`.
+    mesh: the mesh of `placement.mesh(config)`, or None on one device.
 
   Returns:
     The step: `images [B, H, W, C]` float32, `labels [B]` int, `first_bad` an int32 scalar (-1
@@ -311,55 +269,3 @@ def check_finite(name: str, first_bad: jax.Array, saved: int) -> None:
       f"{name}: the training loss or the parameters are not finite at step {bad} (NaN or "
       f"infinite); lower the learning rate. Nothing after step {saved} was saved."
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# Placement across processes.
-
-
-def replicate(state, mesh: jax.sharding.Mesh | None):
-  """The state on every device of the mesh (each process holds the same values), or as it is."""
-  if mesh is None:
-    return state
-  return jax.device_put(state, NamedSharding(mesh, P()))
-
-
-def local(tree):
-  """A replicated (or single-device) pytree as arrays on one device of this process."""
-  return jax.tree.map(lambda x: x.addressable_data(0), tree)
-
-
-def train_share(
-  config: config_lib.Config, mesh: jax.sharding.Mesh | None
-) -> tuple[int, int] | None:
-  """The columns `start:stop` of each global batch that this process's devices hold (None: all).
-
-  `jax.make_array_from_process_local_data` takes, from each process, the rows of the global batch
-  that its devices hold, in order; with the mesh that `mesh` makes they are one contiguous slice.
-  """
-  if mesh is None or jax.process_count() == 1:
-    return None
-  held = NamedSharding(mesh, P("batch")).addressable_devices_indices_map((config.batch_size,))
-  # The stub allows None for a device without a shard; every addressable device has one here.
-  rows = sorted((index[0].start or 0, index[0].stop) for index in held.values())  # type: ignore[index]
-  start, stop = rows[0][0], rows[-1][1]
-  if any(a[1] != b[0] for a, b in zip(rows, rows[1:])):
-    raise ValueError(
-      f"train_and_evaluate: this process's devices hold the rows {rows} of the batch, which "
-      "are not one contiguous slice; the mesh must order devices by process."
-    )
-  return start, stop
-
-
-def global_batch(mesh: jax.sharding.Mesh | None, local: np.ndarray, batch_size: int):
-  """This process's slice of a batch, as the global array split over the mesh's devices."""
-  if mesh is None:
-    return jnp.asarray(local)
-  return jax.make_array_from_process_local_data(
-    NamedSharding(mesh, P("batch")), local, (batch_size, *local.shape[1:])
-  )
-
-
-def is_primary() -> bool:
-  """Whether this is the process that writes files and prints (process 0; the only one alone)."""
-  return jax.process_index() == 0

@@ -2,13 +2,13 @@
 
 `train_and_evaluate(config, workdir)` is the whole job, Flax-examples style: a `Config`
 (`experiments/job/config.py`) in, a workdir out, the final retrieval metrics returned. This module
-holds the loop and its interruption; the evaluation comes from
-`experiments/job/evaluation.py`, the optimiser, the training state and step
-come from `experiments/job/step.py`, the workdir's checks and the checkpoints from
-`experiments/job/checkpoints.py`, the data from `experiments/job/input_pipeline.py`, the network
-from `experiments/job/networks.py`, the loss from `experiments/job/losses.py`, what is written
-and printed from `experiments/job/reporting.py`, and what a run shows while it runs (progress,
-TensorBoard summaries, a profiler trace) from `experiments/job/monitoring.py`. In the workdir:
+holds the loop and its interruption; the rest comes from its neighbours in `experiments/job/`:
+the evaluation from `evaluation.py`, the optimiser from `optimizer.py`, the training state and
+step from `step.py`, the mesh and where the state and batches live across processes from
+`placement.py`, the workdir's checks and the checkpoints from `checkpoints.py`, the data from
+`datasets.py`, `samplers.py` and `input_pipeline.py`, the network from `networks.py`, the loss
+from `losses.py`, what is written and printed from `reporting.py`, and what a run shows while it
+runs (progress, TensorBoard summaries, a profiler trace) from `monitoring.py`. In the workdir:
 
 * `config.json`: the run's configuration (a rerun with another configuration refuses the workdir);
 * `checkpoints/<step>/`: orbax checkpoints of the model, optimizer state, step, memory of past
@@ -23,10 +23,10 @@ TensorBoard summaries, a profiler trace) from `experiments/job/monitoring.py`. I
   `input_wait_fraction`; `tanh_scale` for a hashing head, `device_memory_gib` where the backend
   reports it) and per evaluation (`recall@k`, `map@r`, `map`, `tie_aware_map`), each with its
   `step`;
-* `tensorboard/`: the same records as TensorBoard summaries, with the configuration, and the
-  profiler trace of the steps that `profile_start` names: each record is written once, to both
-  (`monitoring.Writer`), and a resumed run keeps in both the records up to the step it resumes
-  from;
+* `events.out.tfevents.*`: the same records as TensorBoard summaries, with the configuration
+  (each record written once, to both: `monitoring.Writer`; a resumed run keeps in both the records
+  up to the step it resumes from), and in `plugins/profile/` the profiler trace of the steps that
+  `profile_start` names;
 * `curves.png`: the training loss and Recall@k / MAP@R over time, titled with the run's name.
 
 While it trains, a run shows its progress (`monitoring.Progress`): a progress bar on a terminal, a
@@ -77,10 +77,14 @@ from flax import nnx
 from experiments.job import check
 from experiments.job import checkpoints
 from experiments.job import config as config_lib
+from experiments.job import datasets
 from experiments.job import evaluation
 from experiments.job import input_pipeline
 from experiments.job import monitoring
+from experiments.job import optimizer as optimizer_lib
+from experiments.job import placement
 from experiments.job import reporting
+from experiments.job import samplers
 from experiments.job import step as step_lib
 from jaxrank import models
 
@@ -142,11 +146,11 @@ def _deferred_interrupt() -> Iterator[list[bool]]:
 
 def check_run(
   config: config_lib.Config, workdir: str
-) -> tuple[jd.LabeledImages, jd.LabeledImages, input_pipeline.BatchesFn]:
+) -> tuple[jd.LabeledImages, jd.LabeledImages, samplers.BatchesFn]:
   """Everything that can fail before a run writes anything: the config, the data, the workdir.
 
   `check.check_config`, then the summaries' writer and directory (`monitoring.check_writer`), then
-  the data against the sampler (`input_pipeline.make_sampler`), then the workdir (one holding a run
+  the data against the sampler (`samplers.make_sampler`), then the workdir (one holding a run
   of another configuration is refused). Nothing is written.
 
   Returns:
@@ -157,8 +161,8 @@ def check_run(
   """
   check.check_config(config)
   monitoring.check_writer(workdir)
-  train_data, test_data = input_pipeline.load_data(config)
-  sampler = input_pipeline.make_sampler(config, train_data)
+  train_data, test_data = datasets.load_data(config)
+  sampler = samplers.make_sampler(config, train_data)
   checkpoints.check_workdir(config, workdir)
   return train_data, test_data, sampler
 
@@ -196,7 +200,7 @@ def _train_loop(loop: _Loop, state, step: int, batches, interrupted: list[bool],
   config = loop.config
   metrics = None
   clock, saved = _Clock(step), step
-  first_bad = step_lib.replicate(jnp.int32(-1), loop.mesh)
+  first_bad = placement.replicate(jnp.int32(-1), loop.mesh)
   while step < config.num_steps:
     if interrupted:
       if step > saved:
@@ -219,8 +223,8 @@ def _train_loop(loop: _Loop, state, step: int, batches, interrupted: list[bool],
       clock.waited += time.perf_counter() - waiting
       state, loss, first_bad = loop.train_step(
         state,
-        step_lib.global_batch(loop.mesh, batch["image"], config.batch_size),
-        step_lib.global_batch(loop.mesh, batch["label"], config.batch_size),
+        placement.global_batch(loop.mesh, batch["image"], config.batch_size),
+        placement.global_batch(loop.mesh, batch["label"], config.batch_size),
         first_bad,
       )
     step += 1
@@ -300,15 +304,15 @@ def train_and_evaluate(
   train_data, test_data, sampler = check_run(config, workdir)
   checkpoints.claim_workdir(config, workdir)
 
-  tx = step_lib.make_optimizer(config)
-  schedule = step_lib.learning_rate_schedule(config)
-  mesh = step_lib.mesh(config)
+  tx = optimizer_lib.make_optimizer(config)
+  schedule = optimizer_lib.learning_rate_schedule(config)
+  mesh = placement.mesh(config)
   model, state = step_lib.init_state(config, tx)
-  state = step_lib.replicate(state, mesh)
+  state = placement.replicate(state, mesh)
   train_step = step_lib.make_train_step(config, model, tx, mesh)
   embed_fn = evaluation.make_embed_fn(config, model)
-  share = step_lib.train_share(config, mesh)
-  primary = step_lib.is_primary()
+  share = placement.train_share(config, mesh)
+  primary = placement.is_primary()
 
   def run_eval(state, step):
     metrics = evaluation.evaluate(config, embed_fn, state, test_data)
@@ -377,7 +381,7 @@ def restore_model(
     FileNotFoundError: the workdir holds no checkpoint (of that step).
   """
   check.check_config(config)
-  tx = step_lib.make_optimizer(config)
+  tx = optimizer_lib.make_optimizer(config)
   graphs, state = step_lib.init_state(config, tx)
   manager = checkpoints.checkpoint_manager(config, workdir)
   try:

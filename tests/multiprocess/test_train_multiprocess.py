@@ -30,9 +30,11 @@ import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
 from experiments.job import config as config_lib
+from experiments.job import datasets
 from experiments.job import distributed
 from experiments.job import input_pipeline
 from experiments.job import main as main_lib
+from experiments.job import samplers
 from experiments.job import train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -140,7 +142,7 @@ def test_two_processes_train_as_one_and_resume_after_being_killed(tmp_path):
   assert (tmp_path / "two" / "curves.png").is_file()
   # Process 0 alone wrote the TensorBoard summaries: one event file, written anew on resuming
   # from metrics.jsonl's records, each step of the loss once.
-  [events] = (tmp_path / "two" / "tensorboard").glob("events.out.tfevents.*")
+  [events] = (tmp_path / "two").glob("events.out.tfevents.*")
   accumulator = event_accumulator.EventAccumulator(str(events), purge_orphaned_data=False)
   accumulator.Reload()
   logged = [r["step"] for r in _records(tmp_path / "two") if "loss" in r]
@@ -152,10 +154,10 @@ def test_each_process_reads_its_slice_of_the_global_batch_with_the_same_augmenta
 ):
   # The augmentation's per-example seed stands in for the image, so that equal images mean
   # equal seeds; the slices of two processes must make up the one-process batch, across an epoch.
-  monkeypatch.setattr(input_pipeline, "preprocess_fn", lambda config, train: lambda _, seed: seed)
+  monkeypatch.setattr(datasets, "preprocess_fn", lambda config, train: lambda _, seed: seed)
   config, _ = main_lib.prepare(TINY, OVERRIDES)
-  data, _ = input_pipeline.load_data(config)
-  sampler = input_pipeline.make_sampler(config, data)
+  data, _ = datasets.load_data(config)
+  sampler = samplers.make_sampler(config, data)
   start = (0, sampler(epoch=0).shape[0] - 2)
   whole = input_pipeline.TrainBatches(config, data, sampler, start)
   shares = [

@@ -5,7 +5,7 @@ Command (what `make demo` runs; rerunning it resumes unfinished runs and reuses 
     python -m experiments.job.main --config experiments/job/configs/glyphs.py --workdir runs/glyphs
 
 Data: `jaxrank.data.load_glyphs` as the job's `dataset="glyphs"` loads it
-(`input_pipeline.GLYPHS_PARAMS`: characters drawn by at least 16 of matplotlib's 21 typefaces,
+(`datasets.GLYPHS_PARAMS`: characters drawn by at least 16 of matplotlib's 21 typefaces,
 16 x 16 grey images, half-strength augmentation without noise): 359 training characters (5,879
 images) and 359 unseen test characters (5,919 images), 9 super-classes (scripts and Unicode
 blocks), generated offline in about 4 s and cached. Model: the small convolutional network (32 and

@@ -16,7 +16,7 @@ nothing is downloaded):
 
 Expected result: not measured here (no GPU and no CUB-200-2011 on the development machines); the
 paper's Recall@1 above is the target. jaxrank's schedule is a linear warm-up then cosine decay
-(`step.learning_rate_schedule`), not always the paper's: see above.
+(`optimizer.learning_rate_schedule`), not always the paper's: see above.
 """
 
 from experiments.job import config as config_lib

@@ -1,0 +1,258 @@
+"""The training job's data sets by name: how each loads, its preprocessing, its validation split.
+
+Everything the job knows about a data set sits in its `DatasetSpec` in `DATASETS` (how its two
+splits load, its images' channels and preprocessing, where it comes from, the models that fit it,
+whether it has super-classes): no other code tests a data set's name. A new data set is one new
+entry.
+
+The splits are class-disjoint (`train` classes are never retrieved in `test`), as in the papers.
+`load_data` gives them, or the training classes split in two (`validation_split`), and
+`preprocess_fn` what `input_pipeline`'s tf.data pipelines apply to each image.
+
+TensorFlow (and `jaxrank.data`, which imports it) is imported by the functions that load data,
+when they are first called, not with this module: the registry's facts that the training step
+reads (a data set's channels) cost no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, TypedDict
+
+import numpy as np
+
+from experiments.job import config as config_lib
+from experiments.job import samplers
+
+if TYPE_CHECKING:
+  import tensorflow as tf
+
+  import jaxrank.data as jd
+  from experiments.job.config import Config
+
+PreprocessFn = Callable[["tf.Tensor", "tf.Tensor"], "tf.Tensor"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+  """What the training job knows of one data set: an entry of `DATASETS`.
+
+  Attributes:
+    load: `load(config) -> (train, test)`: the class-disjoint splits, `jaxrank.data.LabeledImages`.
+    in_channels: channels of its images as the pipeline gives them to the network.
+    preprocess: `preprocess(config, train) -> preprocess_fn or None`, for `jd.make_pipeline`
+      (`train`: augmentation of training images; else the deterministic evaluation transform).
+    bundled_with: the package that ships the data (then `config.data_dir` must be None); None for
+      data read from `config.data_dir`.
+    models: the keys of `networks.MODELS` that fit its images; None for every model.
+    misfit: why another model does not fit, completing "config.model='resnet18' ...".
+    super_classes: None if it has no super-classes, else how to get them, completing "use
+      sampler='m_per_class', or ..." in the error of a super-class sampler on another data set.
+  """
+
+  load: Callable[[Config], tuple[jd.LabeledImages, jd.LabeledImages]]
+  in_channels: int
+  preprocess: Callable[[Config, bool], PreprocessFn | None]
+  bundled_with: str | None = None
+  models: tuple[str, ...] | None = None
+  misfit: str = ""
+  super_classes: str | None = None
+
+
+def _load_digits(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
+  del config  # Nothing to choose: digits 0-4 train, 5-9 test.
+  return jd.load_digits("train"), jd.load_digits("test")
+
+
+def _load_glyphs(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
+  del config  # One fixed data set, augmentation seed 0: GLYPHS_PARAMS.
+  return jd.load_glyphs("train", **GLYPHS_PARAMS), jd.load_glyphs("test", **GLYPHS_PARAMS)
+
+
+def _load_glyphs_tiny(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
+  del config  # GLYPHS_TINY_PARAMS.
+  return jd.load_glyphs("train", **GLYPHS_TINY_PARAMS), jd.load_glyphs("test", **GLYPHS_TINY_PARAMS)
+
+
+class GlyphsParams(TypedDict):
+  """Keyword arguments of `jaxrank.data.load_glyphs` that fix a glyph data set."""
+
+  min_typefaces: int
+  image_size: int
+  strength: float
+  noise: float
+
+
+# The glyph data set of the training job: the 359 + 359 characters drawn by at least 16 of the 21
+# typefaces, 16 x 16, half-strength augmentation without noise (see
+# experiments/job/configs/glyphs.py for why).
+GLYPHS_PARAMS: GlyphsParams = {"min_typefaces": 16, "image_size": 16, "strength": 0.5, "noise": 0.0}
+# The same images of the 31 + 31 characters drawn by at least 20 typefaces (the ASCII letters and
+# digits that Computer Modern draws too; 651 images per split, 2 super-classes): smoke tests.
+GLYPHS_TINY_PARAMS: GlyphsParams = {**GLYPHS_PARAMS, "min_typefaces": 20}
+
+
+def _tfds_splits(loader: str):
+  """`load(config)` reading the train and test splits of a tfds builder from `config.data_dir`,
+  with the loader of `jaxrank.data` named `loader`."""
+
+  def load_splits(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+    import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
+    load = getattr(jd, loader)
+    return load(config.data_dir, split="train"), load(config.data_dir, split="test")
+
+  return load_splits
+
+
+def _load_image_folder(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
+  assert config.data_dir is not None  # check.check_config rejects a None one for this data set.
+  train_dir, test_dir = (os.path.join(config.data_dir, s) for s in ("train", "test"))
+  for d in (train_dir, test_dir):
+    if not os.path.isdir(d):
+      raise config_lib.ConfigError(
+        f"config.data_dir={config.data_dir!r} must hold train/ and test/ class folders for "
+        f"dataset={config.dataset!r}; {d!r} is missing."
+      )
+  supers = samplers.SAMPLERS[config.sampler].super_classes  # Read the tree as category/class/image.
+  return (
+    jd.load_image_folder(train_dir, super_classes=supers),
+    jd.load_image_folder(test_dir, super_classes=supers),
+  )
+
+
+def _as_they_are(config: Config, train: bool) -> None:
+  """Images the loader already gives as float arrays of the network's input size."""
+  del config, train
+
+
+def _photographs(config: Config, train: bool) -> PreprocessFn:
+  """Decoded photographs: resized to `resize_size`, cropped to `image_size`, normalised."""
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
+  fn = jd.train_preprocess if train else jd.eval_preprocess
+  return functools.partial(fn, resize_size=config.resize_size, crop_size=config.image_size)
+
+
+DATASETS: Mapping[str, DatasetSpec] = {
+  # Scikit-learn's 8 x 8 grey digits, [8, 8, 1] arrays in [0, 1].
+  "digits": DatasetSpec(
+    load=_load_digits,
+    in_channels=1,
+    preprocess=_as_they_are,
+    bundled_with="scikit-learn",
+    models=("small_convnet",),
+    misfit="would reduce the 8 x 8 digits to nothing",
+  ),
+  # Characters across matplotlib's typefaces, [16, 16, 1] arrays in [0, 1]; super-classes are
+  # scripts and Unicode blocks.
+  "glyphs": DatasetSpec(
+    load=_load_glyphs,
+    in_channels=1,
+    preprocess=_as_they_are,
+    bundled_with="matplotlib",
+    models=("small_convnet",),
+    misfit="would reduce the 16 x 16 glyphs to nothing",
+    super_classes="dataset='glyphs'",
+  ),
+  # The glyphs' commonest characters only: a tiny data set of the same kind, for smoke tests.
+  "glyphs_tiny": DatasetSpec(
+    load=_load_glyphs_tiny,
+    in_channels=1,
+    preprocess=_as_they_are,
+    bundled_with="matplotlib",
+    models=("small_convnet",),
+    misfit="would reduce the 16 x 16 glyphs to nothing",
+    super_classes="dataset='glyphs_tiny'",
+  ),
+  # Photographs from tfds builders prepared in data_dir; every loader decodes RGB.
+  "cub200": DatasetSpec(load=_tfds_splits("load_cub200"), in_channels=3, preprocess=_photographs),
+  "cars196": DatasetSpec(load=_tfds_splits("load_cars196"), in_channels=3, preprocess=_photographs),
+  "sop": DatasetSpec(
+    load=_tfds_splits("load_stanford_online_products"),
+    in_channels=3,
+    preprocess=_photographs,
+    super_classes="dataset='sop'",
+  ),
+  # Any data_dir/{train,test}/class/image tree (category/class/image for super-classes).
+  "image_folder": DatasetSpec(
+    load=_load_image_folder,
+    in_channels=3,
+    preprocess=_photographs,
+    super_classes="an image_folder tree category/class/image",
+  ),
+}
+
+
+def load_data(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+  """The train and test splits of `config.dataset`, or, with `config.validation_fraction > 0`,
+  the training classes split in two (`validation_split`): the rest to train on, the held-out
+  classes to evaluate on; the test split is then not returned.
+
+  The splits loaded last are kept, so that the runs of a sweep, each checked before any of them
+  trains (`train.check_run`) and then trained, read their data once.
+  """
+  supers = config.sampler in samplers.SAMPLERS and samplers.SAMPLERS[config.sampler].super_classes
+  key = (config.dataset, config.data_dir, supers)  # What the loaders read of the config.
+  if key not in _LOADED:
+    _LOADED.clear()
+    _LOADED[key] = DATASETS[config.dataset].load(config)
+  train, test = _LOADED[key]
+  if config.validation_fraction:
+    return validation_split(train, config.validation_fraction)
+  return train, test
+
+
+_LOADED: dict[tuple[str, str | None, bool], tuple[jd.LabeledImages, jd.LabeledImages]] = {}
+
+# The seed of every validation split: the held-out classes depend on the fraction alone, so that
+# every run of a comparison (any loss, any seed) validates on the same classes.
+VALIDATION_SEED = 20261125
+
+
+def validation_split(
+  train: jd.LabeledImages, fraction: float
+) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+  """`(rest, held_out)`: the training classes split by class, `fraction` of them held out.
+
+  Within each super-class (all classes together when the data set has none), the classes are
+  shuffled with `VALIDATION_SEED` and the first `round(fraction * n)` of its `n` held out, so
+  that the validation classes come from every script as the test classes do. Both parts hold
+  every image of their classes and no class of the other.
+
+  Raises:
+    ConfigError: no class, or every class, would be held out.
+  """
+  classes, first = np.unique(train.labels, return_index=True)
+  supers = np.zeros_like(classes) if train.super_labels is None else train.super_labels[first]
+  rng = np.random.default_rng(VALIDATION_SEED)
+  held = []
+  for s in np.unique(supers):
+    members = classes[supers == s]
+    count = int(np.floor(fraction * len(members) + 0.5))
+    held.extend(members[rng.permutation(len(members))[:count]].tolist())
+  if not held or len(held) == len(classes):
+    raise config_lib.ConfigError(
+      f"config.validation_fraction={fraction} holds out {len(held)} of the {len(classes)} "
+      "training classes; choose a fraction that leaves classes on both sides."
+    )
+  rest = np.setdiff1d(classes, held)
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
+  return jd.select_classes(train, rest), jd.select_classes(train, held)
+
+
+def preprocess_fn(config: Config, train: bool) -> PreprocessFn | None:
+  """What the pipeline applies to each image of `config.dataset`, in training or evaluation."""
+  return DATASETS[config.dataset].preprocess(config, train)

@@ -1,0 +1,44 @@
+"""The training job's optimiser: AdamW on a learning-rate schedule, for `step.make_train_step`.
+
+`learning_rate_schedule` (a linear warm-up to `config.learning_rate`, then cosine decay, which
+`train` also logs as `learning_rate`) and `make_optimizer` (AdamW on it, the embedding layer's
+learning rate `head_lr_multiplier` times larger). It imports only `config` of the job.
+"""
+
+from __future__ import annotations
+
+import jax
+import optax
+
+from experiments.job import config as config_lib
+
+
+def learning_rate_schedule(config: config_lib.Config) -> optax.Schedule:
+  """Linear warm-up to `learning_rate`, then cosine decay to 1% of it at `num_steps`."""
+  warmup = min(config.warmup_steps, max(config.num_steps - 1, 0))
+  return optax.warmup_cosine_decay_schedule(
+    init_value=0.0 if warmup else config.learning_rate,
+    peak_value=config.learning_rate,
+    warmup_steps=warmup,
+    decay_steps=max(config.num_steps, warmup + 1),
+    end_value=0.01 * config.learning_rate,
+  )
+
+
+def make_optimizer(config: config_lib.Config) -> optax.GradientTransformation:
+  """AdamW with the schedule; the head's learning rate is `head_lr_multiplier` times larger."""
+  schedule = learning_rate_schedule(config)
+  head_schedule = lambda step: config.head_lr_multiplier * schedule(step)
+
+  def labels(params):
+    return jax.tree_util.tree_map_with_path(
+      lambda path, _: "head" if path[0].key == "head" else "backbone", params
+    )
+
+  return optax.multi_transform(
+    {
+      "backbone": optax.adamw(schedule, weight_decay=config.weight_decay),
+      "head": optax.adamw(head_schedule, weight_decay=config.weight_decay),
+    },
+    labels,
+  )
