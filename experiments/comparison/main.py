@@ -82,7 +82,7 @@ def _cache_compilations(workdir: str) -> None:
   the environment already names (`JAX_COMPILATION_CACHE_DIR`, as `make test` sets) is kept."""
   import jax  # pylint: disable=g-import-not-at-top
 
-  if not jax.config.jax_compilation_cache_dir:
+  if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     cache = os.path.abspath(os.path.join(workdir, "jax_cache"))
     jax.config.update("jax_compilation_cache_dir", cache)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
