@@ -41,6 +41,7 @@ from jaxrank._src.proxy import proxy_anchor_loss as proxy_anchor_loss
 from jaxrank._src.proxy import proxy_nca_loss as proxy_nca_loss
 from jaxrank._src.proxy import proxy_nca_plus_plus_loss as proxy_nca_plus_plus_loss
 from jaxrank._src.retrieval import batch_retrieval as batch_retrieval
+from jaxrank._src.revisited import evaluate_revisited as evaluate_revisited
 from jaxrank._src.sharded import sharded_batch_retrieval as sharded_batch_retrieval
 from jaxrank._src.sharded import sharded_loss as sharded_loss
 from jaxrank._src.sharded import sharded_mean as sharded_mean
@@ -74,6 +75,7 @@ __all__ = [
   "dcg_metric",
   "decomposability_gap",
   "evaluate_retrieval",
+  "evaluate_revisited",
   "fastap_loss",
   "hamming_tie_aware_ap_metric",
   "hamming_tie_aware_ndcg_metric",
