@@ -4,14 +4,14 @@ The protocol (Radenovic et al. 2018, "Revisiting Oxford and Paris"; Revaud et al
 gives each query lists of gallery indices: `easy`, `hard` and `junk` (Revisited Oxford/Paris), or
 `ok` and `junk` (the original Oxford/Paris). Each setting has positives and ignored items:
 
-=========  =================  ==================
-setting    positives          ignored
-=========  =================  ==================
-Easy       easy               junk, hard
-Medium     easy, hard         junk
-Hard       hard               junk, easy
-(original) ok                 junk
-=========  =================  ==================
+==========  ==================  ==================
+setting     positives           ignored
+==========  ==================  ==================
+Easy        easy                junk, hard
+Medium      easy, hard          junk
+Hard        hard                junk, easy
+(original)  ok                  junk
+==========  ==================  ==================
 
 Ignored items are removed from the ranking before positions are counted; every other gallery item
 is a negative. Positions are counted, not sorted: for each positive, the gallery items scored
