@@ -47,7 +47,7 @@ def precision_at(pos, k) -> float:
   return sum(1 for p in one_based if p <= cut) / cut
 
 
-def evaluate(scores, ground_truth, topk) -> dict[str, float]:
+def evaluate(scores, ground_truth, ks) -> dict[str, float]:
   """The protocol's means, `scores [Q][N]`; the format read from the first query's keys."""
   fmt = "revisited" if "easy" in ground_truth[0] else "original"
   out = {}
@@ -58,8 +58,8 @@ def evaluate(scores, ground_truth, topk) -> dict[str, float]:
       if not positives:
         continue
       pos = positions(scores[q], positives, [i for key in ign_keys for i in gnd[key]])
-      values.append([average_precision(pos)] + [precision_at(pos, k) for k in topk])
-    means = np.mean(values, axis=0) if values else np.zeros(1 + len(topk))
+      values.append([average_precision(pos)] + [precision_at(pos, k) for k in ks])
+    means = np.mean(values, axis=0) if values else np.zeros(1 + len(ks))
     out[f"{prefix}map"] = float(means[0])
-    out |= {f"{prefix}mp@{k}": float(means[1 + i]) for i, k in enumerate(topk)}
+    out |= {f"{prefix}mp@{k}": float(means[1 + i]) for i, k in enumerate(ks)}
   return out

@@ -12,7 +12,7 @@ import jaxrank
 from jaxrank import similarity
 from jaxrank._src import ranking
 
-TOPK = (1, 3, 5)
+KS = (1, 3, 5)
 
 
 def _ground_truth(rng, num_queries, n, most):
@@ -63,12 +63,12 @@ def test_equals_reference_with_ties_empty_settings_and_junk(most, branch):
       q,
       g,
       gnd,
-      topk=TOPK,
+      ks=KS,
       similarity_fn=similarity.dot_product,
       chunk_size=3,
       gallery_chunk_size=16,  # 45 items: chunks at 0, 16 and 29 (the last overlapping).
     )
-  _assert_close(got, reference_revisited.evaluate(scores, gnd, TOPK))
+  _assert_close(got, reference_revisited.evaluate(scores, gnd, KS))
 
 
 def test_ok_junk_format_with_cosine_equals_reference():
@@ -81,9 +81,9 @@ def test_ok_junk_format_with_cosine_equals_reference():
   gnd[4]["ok"] = []  # Left out of the mean.
   unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)  # noqa: E731
   scores = unit(q) @ unit(g).T
-  got = jaxrank.evaluate_revisited(q.astype(np.float32), g.astype(np.float32), gnd, topk=TOPK)
-  _assert_close(got, reference_revisited.evaluate(scores, gnd, TOPK))
-  per_query = jaxrank.evaluate_revisited(q, g, gnd, topk=(1,), reduce_fn=None)
+  got = jaxrank.evaluate_revisited(q.astype(np.float32), g.astype(np.float32), gnd, ks=KS)
+  _assert_close(got, reference_revisited.evaluate(scores, gnd, KS))
+  per_query = jaxrank.evaluate_revisited(q, g, gnd, ks=(1,), reduce_fn=None)
   assert per_query.keys() == {"map", "mp@1", "num_positives"}
   np.testing.assert_array_equal(per_query["num_positives"], [1, 2, 3, 4, 0])
   assert per_query["map"][4] == 0.0
@@ -92,7 +92,7 @@ def test_ok_junk_format_with_cosine_equals_reference():
 
 def test_no_query_with_positives_gives_zero():
   q, g = np.eye(2, dtype=np.float32), np.eye(2, dtype=np.float32)
-  got = jaxrank.evaluate_revisited(q, g, [{"ok": [], "junk": [0]}] * 2, topk=(1,))
+  got = jaxrank.evaluate_revisited(q, g, [{"ok": [], "junk": [0]}] * 2, ks=(1,))
   assert got == {"map": 0.0, "mp@1": 0.0}
 
 
@@ -127,7 +127,7 @@ def test_bad_arguments():
     jaxrank.evaluate_revisited(E2[:1], E2[:, :2], gnd)
   with pytest.raises(ValueError, match="evaluate_revisited: .*NaN"):
     jaxrank.evaluate_revisited(E2[:1] * np.nan, E2, gnd)
-  with pytest.raises(ValueError, match="evaluate_revisited: topk"):
-    jaxrank.evaluate_revisited(E2[:1], E2, gnd, topk=())
-  with pytest.raises(ValueError, match="evaluate_revisited: each k in topk"):
-    jaxrank.evaluate_revisited(E2[:1], E2, gnd, topk=(0,))
+  with pytest.raises(ValueError, match="evaluate_revisited: ks"):
+    jaxrank.evaluate_revisited(E2[:1], E2, gnd, ks=())
+  with pytest.raises(ValueError, match="evaluate_revisited: each k in ks"):
+    jaxrank.evaluate_revisited(E2[:1], E2, gnd, ks=(0,))

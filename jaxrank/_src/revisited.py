@@ -252,8 +252,8 @@ def _positions(scores, kind, at_least, positive, ignored):
   return np.sort(negatives_at_least + positives_above + tied_before)
 
 
-def _ap_and_precisions(position, topk):
-  """AP by the protocol's trapezoid rule and mP@k (`[len(topk)]`) of 0-based positions (sorted,
+def _ap_and_precisions(position, ks):
+  """AP by the protocol's trapezoid rule and mP@k (`[len(ks)]`) of 0-based positions (sorted,
   at least one)."""
   j = np.arange(len(position), dtype=np.float64)
   r = position.astype(np.float64)
@@ -261,26 +261,26 @@ def _ap_and_precisions(position, topk):
   after = (j + 1) / (r + 1)
   ap = float(np.sum((before + after) / 2) / len(position))
   one_based = position + 1
-  cut = [min(int(one_based.max()), k) for k in topk]
+  cut = [min(int(one_based.max()), k) for k in ks]
   return ap, np.array([np.sum(one_based <= c) / c for c in cut])
 
 
-def _query_values(fmt, picked, at_least, kind, poisoned, topk):
+def _query_values(fmt, picked, at_least, kind, poisoned, ks):
   """Per-query values `{key: [Q]}` and positives `{setting/num_positives: [Q]}` of every
   setting: 0 for a query without positives in a setting, NaN for one with a NaN score."""
   out = {}
   for name, (positive, ignored) in SETTINGS[fmt].items():
     prefix = f"{name}/" if name else ""
     ap = np.zeros(len(kind))
-    mp = np.zeros((len(kind), len(topk)))
+    mp = np.zeros((len(kind), len(ks)))
     num = np.isin(kind, list(positive)).sum(axis=1)
     for q in np.flatnonzero(num):
       position = _positions(picked[q], kind[q], at_least[q], positive, ignored)
-      ap[q], mp[q] = _ap_and_precisions(position, topk)
+      ap[q], mp[q] = _ap_and_precisions(position, ks)
     ap[poisoned & (num > 0)] = np.nan
     mp[poisoned & (num > 0)] = np.nan
     out[f"{prefix}map"] = ap
-    out |= {f"{prefix}mp@{k}": mp[:, i] for i, k in enumerate(topk)}
+    out |= {f"{prefix}mp@{k}": mp[:, i] for i, k in enumerate(ks)}
     out[f"{prefix}num_positives"] = num.astype(np.int32)
   return out
 
@@ -307,7 +307,7 @@ def evaluate_revisited(
   gallery_embeddings: jax.typing.ArrayLike,
   ground_truth: Sequence[Mapping[str, Sequence[int]]],
   *,
-  topk: Sequence[int] = (1, 5, 10),
+  ks: Sequence[int] = (1, 5, 10),
   similarity_fn: types.SimilarityFn = similarity.cosine,
   chunk_size: int | None = None,
   gallery_chunk_size: int | None = None,
@@ -357,7 +357,7 @@ def evaluate_revisited(
       indices in `[0, N)` under `'easy'`, `'hard'` and `'junk'`, or under `'ok'` and `'junk'`
       (every query the same format). An index outside the gallery, one listed twice, an item in
       two lists of a query, a missing key or mixed formats are a `ValueError`.
-    topk: the cut-offs of mP@k, positive ints.
+    ks: the cut-offs of mP@k, positive ints (the name of `evaluate_retrieval`'s cut-offs).
     similarity_fn: the scoring rule `(queries [c, D], gallery [g, D]) -> [c, g]` (see
       `jaxrank.similarity`), higher is more similar; a static argument of jitted code.
     chunk_size: queries per step; `None`: 256.
@@ -367,7 +367,7 @@ def evaluate_revisited(
 
   Returns:
     A dict of Python floats: `easy/map`, `medium/map`, `hard/map` and `easy/mp@k`, `medium/mp@k`,
-    `hard/mp@k` for each `k` in `topk` (or `map` and `mp@k` for ok/junk ground truth). With
+    `hard/mp@k` for each `k` in `ks` (or `map` and `mp@k` for ok/junk ground truth). With
     `reduce_fn=None`, float64 arrays `[Q]` under the same keys (0 where a query has no positives)
     and int32 `<setting>/num_positives` (`num_positives`).
 
@@ -375,16 +375,16 @@ def evaluate_revisited(
   >>> q = np.array([[1.0, 0.0]])
   >>> g = np.array([[1.0, 0.0], [0.9, 0.1], [0.5, 0.5], [0.0, 1.0]])
   >>> gnd = [{"easy": [2], "hard": [3], "junk": [0]}]
-  >>> r = evaluate_revisited(q, g, gnd, topk=(1,))
+  >>> r = evaluate_revisited(q, g, gnd, ks=(1,))
   >>> [round(r[key], 4) for key in ("easy/map", "medium/map", "hard/map", "medium/mp@1")]
   [0.25, 0.4167, 0.25, 0.0]
   """
   fn = "evaluate_revisited"
-  topk = tuple(topk)
-  if not topk:
-    raise ValueError(f"{fn}: topk must name at least one cut-off, e.g. (1, 5, 10).")
-  for k in topk:
-    checks.check_positive_int(fn, "each k in topk", k)
+  ks = tuple(ks)
+  if not ks:
+    raise ValueError(f"{fn}: ks must name at least one cut-off, e.g. (1, 5, 10).")
+  for k in ks:
+    checks.check_positive_int(fn, "each k in ks", k)
   checks.check_positive_int(fn, "chunk_size", chunk_size, allow_none=True)
   checks.check_positive_int(fn, "gallery_chunk_size", gallery_chunk_size, allow_none=True)
   checks.check_callable(fn, "similarity_fn", similarity_fn, hint="e.g. jaxrank.similarity.cosine.")
@@ -409,7 +409,7 @@ def evaluate_revisited(
     gallery_chunk=gallery_chunk_size or DEFAULT_GALLERY_CHUNK_SIZE,
     similarity_fn=similarity_fn,
   )
-  return _reduce(_query_values(fmt, picked, at_least, kind, poisoned, topk), reduce_fn)
+  return _reduce(_query_values(fmt, picked, at_least, kind, poisoned, ks), reduce_fn)
 
 
 def _over_query_chunks(queries, gallery, index, num_positive, *, chunk_size, **kwargs):
