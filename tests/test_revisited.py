@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference_revisited
@@ -131,3 +132,20 @@ def test_bad_arguments():
     jaxrank.evaluate_revisited(E2[:1], E2, gnd, ks=())
   with pytest.raises(ValueError, match="evaluate_revisited: each k in ks"):
     jaxrank.evaluate_revisited(E2[:1], E2, gnd, ks=(0,))
+
+
+def _first_item_nan(queries, items):
+  """Dot products with the first item of every gallery chunk scored NaN."""
+  return similarity.dot_product(queries, items).at[:, 0].set(jnp.nan)
+
+
+def test_a_nan_score_makes_its_query_nan_and_per_query_keys():
+  gnd = [{"easy": [1], "hard": [2], "junk": []}, {"easy": [], "hard": [], "junk": [1]}]
+  got = jaxrank.evaluate_revisited(
+    E2[:2], E2, gnd, ks=(1,), similarity_fn=_first_item_nan, reduce_fn=None
+  )
+  assert set(got) == {
+    f"{s}/{m}" for s in ("easy", "medium", "hard") for m in ("map", "mp@1", "num_positives")
+  }
+  assert np.isnan(got["medium/map"][0]) and got["medium/map"][1] == 0.0  # No positives: 0.
+  np.testing.assert_array_equal(got["medium/num_positives"], [2, 0])
