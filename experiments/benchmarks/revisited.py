@@ -58,7 +58,7 @@ def main() -> None:
   print(f"evaluate_revisited: {args.queries} queries x {args.items:,} x {args.dim} float32")
   print(f"time {seconds:.1f} s (one call, compilation included)")
   print(f"peak RSS {before:,.0f} MB before the call, {after:,.0f} MB after")
-  print({key: round(value, 4) for key, value in result.items() if key.endswith("map")})
+  print({key: round(float(value), 4) for key, value in result.items() if key.endswith("map")})
 
 
 if __name__ == "__main__":
