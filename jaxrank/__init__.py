@@ -37,10 +37,15 @@ from jaxrank._src.metrics import tie_aware_ndcg_metric as tie_aware_ndcg_metric
 from jaxrank._src.pairwise import contrastive_loss as contrastive_loss
 from jaxrank._src.pairwise import multi_similarity_loss as multi_similarity_loss
 from jaxrank._src.pairwise import triplet_loss as triplet_loss
+from jaxrank._src.postprocessing import alpha_query_expansion as alpha_query_expansion
+from jaxrank._src.postprocessing import apply_whitening as apply_whitening
+from jaxrank._src.postprocessing import database_augmentation as database_augmentation
+from jaxrank._src.postprocessing import learn_whitening as learn_whitening
 from jaxrank._src.proxy import proxy_anchor_loss as proxy_anchor_loss
 from jaxrank._src.proxy import proxy_nca_loss as proxy_nca_loss
 from jaxrank._src.proxy import proxy_nca_plus_plus_loss as proxy_nca_plus_plus_loss
 from jaxrank._src.retrieval import batch_retrieval as batch_retrieval
+from jaxrank._src.revisited import evaluate_revisited as evaluate_revisited
 from jaxrank._src.sharded import sharded_batch_retrieval as sharded_batch_retrieval
 from jaxrank._src.sharded import sharded_loss as sharded_loss
 from jaxrank._src.sharded import sharded_mean as sharded_mean
@@ -61,7 +66,9 @@ from jaxrank._src.tie_aware import tie_aware_ndcg_loss as tie_aware_ndcg_loss
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+  "alpha_query_expansion",
   "ap_metric",
+  "apply_whitening",
   "batch_retrieval",
   "blackbox_ap_loss",
   "blackbox_ranks",
@@ -71,9 +78,11 @@ __all__ = [
   "chunked_value_and_grad",
   "class_balancing_weights",
   "contrastive_loss",
+  "database_augmentation",
   "dcg_metric",
   "decomposability_gap",
   "evaluate_retrieval",
+  "evaluate_revisited",
   "fastap_loss",
   "hamming_tie_aware_ap_metric",
   "hamming_tie_aware_ndcg_metric",
@@ -81,6 +90,7 @@ __all__ = [
   "heaviside_step",
   "host_chunked_value_and_grad",
   "landscape",
+  "learn_whitening",
   "map_at_r_metric",
   "memory",
   "mrr_metric",

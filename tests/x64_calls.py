@@ -155,6 +155,13 @@ def calls(dtype) -> dict[str, object]:
   out.update(
     batch_retrieval=jaxrank.batch_retrieval(e, Y),
     evaluate_retrieval=jaxrank.evaluate_retrieval(e, Y),
+    evaluate_revisited=jaxrank.evaluate_revisited(
+      e[:2], e, [{"easy": [0, 1], "hard": [4], "junk": [8]}] * 2, reduce_fn=None
+    ),
+    learn_whitening=jaxrank.learn_whitening(e, dim=3),
+    apply_whitening=jaxrank.apply_whitening(e, jaxrank.learn_whitening(e, dim=3)),
+    alpha_query_expansion=jaxrank.alpha_query_expansion(e[:3], e, k=2),
+    database_augmentation=jaxrank.database_augmentation(e, k=2, alpha=2.0),
     blackbox_ranks=jax.grad(lambda s: jnp.sum(jaxrank.blackbox_ranks(s, 1.0) * s))(x),
     class_balancing_weights=jaxrank.class_balancing_weights(Y),
     heaviside_step=jaxrank.heaviside_step(x),
