@@ -71,13 +71,14 @@ TEST_XLA_FLAGS := --xla_backend_optimization_level=0
 # comparison's command) and the notebooks' kernels. A program compiled once is read back wherever
 # the same program is compiled again, whichever jitted function object or process asks for it
 # (tests/test_smooth_rank.py alone, one process: 129 s -> 112 s). Every compilation is kept (a
-# minimum compile time of 0); the size limit turns on the cache's file lock, so that the
-# processes never read an entry another is writing. Emptied at the start of each `make test`, so
-# that a run here costs what CI's fresh clone pays. The compile-only accelerators' subprocess
-# (tests/test_accelerators.py) runs without it.
+# minimum compile time of 0), with no size limit: a limit turns on eviction, which lists and stats
+# every entry at each write, and with the suite's 5,000 or so entries that made the suite slower
+# than without the cache. Without it a process could read an entry another is still writing (two
+# processes compiling the same program in the same microseconds): JAX then warns and compiles it
+# itself. Emptied at the start of each `make test`, so that a run here costs what CI's fresh clone
+# pays. The compile-only accelerators' subprocess (tests/test_accelerators.py) runs without it.
 TEST_CACHE := $(CURDIR)/.jax_cache
-TEST_ENV := JAX_COMPILATION_CACHE_DIR=$(TEST_CACHE) JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 \
-  JAX_COMPILATION_CACHE_MAX_SIZE=8000000000
+TEST_ENV := JAX_COMPILATION_CACHE_DIR=$(TEST_CACHE) JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
 test: $(STAMP) $(ACCEL_STAMP)
 	rm -rf $(TEST_CACHE)
 	$(TEST_ENV) XLA_FLAGS="$(TEST_XLA_FLAGS)" $(PY) -m pytest -q -n 2 --dist loadgroup tests \
