@@ -154,14 +154,14 @@ def check_run(
   of another configuration is refused). Nothing is written.
 
   Returns:
-    `(train, test, sampler)`: the splits and the training sampler.
+    `(train, test, sampler)`: the splits (`datasets.training_data`) and the training sampler.
 
   Raises:
     ConfigError: with a sentence that says what to change.
   """
   check.check_config(config)
   monitoring.check_writer(workdir)
-  train_data, test_data = datasets.load_data(config)
+  train_data, test_data = datasets.training_data(config)
   sampler = samplers.make_sampler(config, train_data)
   checkpoints.check_workdir(config, workdir)
   return train_data, test_data, sampler
