@@ -56,6 +56,7 @@ def check_config(config: Config) -> None:
   _check_optimizer(config)
   _check_data(config, dataset)
   _check_model(config)
+  _check_proxies(config)
   _check_chunks(config)
   _check_blocks(config)
   _check_devices(config)
@@ -129,10 +130,11 @@ def _check_batches(config: Config, dataset: Any, sampler: Any) -> None:
 
 
 def _check_optimizer(config: Config) -> None:
-  if config.learning_rate <= 0 or config.head_lr_multiplier <= 0 or config.weight_decay < 0:
+  rates = (config.learning_rate, config.head_lr_multiplier, config.proxy_lr_multiplier)
+  if min(rates) <= 0 or config.weight_decay < 0:
     _fail(
-      "config.learning_rate and config.head_lr_multiplier must be positive and "
-      "config.weight_decay non-negative."
+      "config.learning_rate, config.head_lr_multiplier and config.proxy_lr_multiplier must be "
+      "positive and config.weight_decay non-negative."
     )
 
 
@@ -180,6 +182,29 @@ def _check_model(config: Config) -> None:
       f"config.pooling={config.pooling!r} needs a ResNet: model={config.model!r} has its own "
       "pooling; leave pooling='average'."
     )
+
+
+# The options of the in-batch lists that a proxy loss cannot take: field -> why not.
+_NOT_WITH_PROXIES = {
+  "chunk_size": "the chunked gradient reaches the network's parameters only, never the proxies",
+  "loss_block_size": "it compares each embedding with the proxies, not with blocks of the batch",
+  "memory_batches": "it compares each embedding with the proxies, not with a gallery",
+  "include_self": "it compares each embedding with the proxies, never with itself",
+}
+
+
+def _check_proxies(config: Config) -> None:
+  """A proxy loss (`losses.PROXY_INITS`) with none of the options of the in-batch lists."""
+  if not losses.takes_proxies(config.loss):
+    return
+  default = Config()
+  for name, why in _NOT_WITH_PROXIES.items():
+    value, unset = getattr(config, name), getattr(default, name)
+    if value != unset:
+      _fail(
+        f"config.{name}={value!r} cannot be used with loss={config.loss!r}: {why}; leave "
+        f"{name}={unset!r}."
+      )
 
 
 def _check_chunks(config: Config) -> None:

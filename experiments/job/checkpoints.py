@@ -6,7 +6,8 @@ writes its `config.json` (process 0); `checkpoint_manager` keeps the last `keep_
 `restore_latest` reads back the newest readable one, moving a checkpoint whose files cannot be read
 to `<workdir>/unreadable_checkpoints/` (never deleting it), raising `CheckpointError` for one
 that reads but does not fit this run's state and `ConfigError` for one trained in another
-precision (each checkpoint records the dtype its network computed in, `config.compute_dtype`).
+precision (each checkpoint records the dtype its network computed in, `config.compute_dtype`, and
+the number of a proxy loss's proxies, which `num_proxies` reads back).
 Every process calls them (orbax saves and restores collectively); only process 0 writes
 `config.json` or moves a checkpoint.
 """
@@ -222,12 +223,19 @@ def save(
   compute_dtype: str = "float32",
 ) -> None:
   """Saves `state`, the data `position` and the network's `compute_dtype` as the checkpoint of
-  `step` (asynchronously)."""
+  `step` (asynchronously), with the number of the state's proxies if it has any."""
+  data: dict[str, Any] = {"position": list(position), "compute_dtype": compute_dtype}
+  if "proxies" in state:
+    data["num_proxies"] = int(state["proxies"].shape[0])
   manager.save(
     step,
-    args=ocp.args.Composite(
-      state=ocp.args.StandardSave(state),
-      data=ocp.args.JsonSave({"position": list(position), "compute_dtype": compute_dtype}),
-    ),
+    args=ocp.args.Composite(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data)),
     force=True,
   )
+
+
+def num_proxies(manager: ocp.CheckpointManager, step: int) -> int | None:
+  """The number of proxies (training classes) of checkpoint `step`, None if it has none: what
+  `step.init_state` needs to build a state that the checkpoint restores into, without the data."""
+  data = manager.restore(step, args=ocp.args.Composite(data=ocp.args.JsonRestore()))["data"]
+  return data.get("num_proxies")

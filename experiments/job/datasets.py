@@ -6,8 +6,9 @@ whether it has super-classes): no other code tests a data set's name. A new data
 entry.
 
 The splits are class-disjoint (`train` classes are never retrieved in `test`), as in the papers.
-`load_data` gives them, or the training classes split in two (`validation_split`), and
-`preprocess_fn` what `input_pipeline`'s tf.data pipelines apply to each image.
+`load_data` gives them, or the training classes split in two (`validation_split`);
+`training_data` the same, the training classes numbered `0..C-1`; and `preprocess_fn` what
+`input_pipeline`'s tf.data pipelines apply to each image.
 
 TensorFlow (and `jaxrank.data`, which imports it) is imported by the functions that load data,
 when they are first called, not with this module: the registry's facts that the training step
@@ -215,6 +216,28 @@ def load_data(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
 
 
 _LOADED: dict[tuple[str, str | None, bool], tuple[jd.LabeledImages, jd.LabeledImages]] = {}
+
+
+def training_data(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+  """`load_data`'s splits as a run trains on them: the classes of the first numbered `0, ...,
+  C - 1` (`class_indices`), once, on the host, so that a proxy loss's labels are the rows of its
+  `[C, D]` proxies.
+
+  The numbering keeps the labels' order and which are equal, all that the samplers, the other
+  losses and the evaluation read of them, so every other run trains and evaluates as on the
+  labels themselves. `load_data` keeps the data set's own labels (a glyph's is its code point).
+  """
+  train, test = load_data(config)
+  return class_indices(train), test
+
+
+def class_indices(data: jd.LabeledImages) -> jd.LabeledImages:
+  """`data` with each label replaced by the index of its class, `0, ..., C - 1` in the labels'
+  order (a data set's training classes need not be numbered from 0, nor without gaps: a glyph's
+  label is its code point, and `validation_split` keeps some of the classes)."""
+  _, indices = np.unique(data.labels, return_inverse=True)
+  return dataclasses.replace(data, labels=indices.astype(np.int32).reshape(-1))
+
 
 # The seed of every validation split: the held-out classes depend on the fraction alone, so that
 # every run of a comparison (any loss, any seed) validates on the same classes.

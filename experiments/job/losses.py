@@ -1,10 +1,17 @@
-"""The losses a training config can name: a small table from names to jaxrank's list-level losses.
+"""The losses a training config can name: a small table from names to jaxrank's losses.
 
-Every entry is called as `fn(scores [B, n], labels [B, n], *, where, reduce_fn, **hyperparameters)`
-on the lists of `jaxrank.batch_retrieval` (each item of the batch querying the rest, and the memory
-when there is one); `config.loss_kwargs` fixes the hyperparameters (`{"num_bins": 20}` for
-soft_binning_ap). The entries are the library's functions themselves, except the sums the papers
-train with, which are spelled out here so that their weights are visible.
+Every entry but the proxy losses is called as `fn(scores [B, n], labels [B, n], *, where,
+reduce_fn, **hyperparameters)` on the lists of `jaxrank.batch_retrieval` (each item of the batch
+querying the rest, and the memory when there is one); `config.loss_kwargs` fixes the
+hyperparameters (`{"num_bins": 20}` for soft_binning_ap). The entries are the library's functions
+themselves, except the sums the papers train with, which are spelled out here so that their
+weights are visible.
+
+The proxy losses (the keys of `PROXY_INITS`) are called as `fn(embeddings [B, D], labels [B],
+proxies [C, D], *, reduce_fn, **hyperparameters)`: no lists, the batch's embeddings against one
+learned proxy per training class, the labels the classes' indices in `[0, C)`. A run of one trains
+the proxies beside the network (`step.init_state`, `optimizer.make_optimizer`), starting from
+`PROXY_INITS[name]`.
 
 `SUMMARIES` (name -> one line) is plain data, and `LOSSES` (name -> function) is built from it on
 first use, so that listing the losses (`python -m experiments.job.main --help`) imports neither JAX
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -44,6 +52,37 @@ SUMMARIES: Mapping[str, str] = {
   "contrastive": "contrastive, Hadsell et al. 2006 (pos_margin, neg_margin)",
   "triplet": "triplet, batch-hard (Hermans et al. 2017) or all triplets (margin, mining)",
   "multi_similarity": "multi-similarity, Wang et al. 2019 (alpha, beta, base, epsilon)",
+  # Proxy-based baselines: one learned proxy per training class (see PROXY_INITS).
+  "proxy_nca": "Proxy-NCA, Movshovitz-Attias et al. 2017 (no hyperparameter)",
+  "proxy_nca_plus_plus": "ProxyNCA++, Teh et al. 2020 (temperature)",
+  "proxy_anchor": "Proxy-Anchor, Kim et al. 2020 (margin, alpha)",
+}
+
+
+def _normal_over_eight(key: Any, num_classes: int, dim: int) -> Any:
+  """`N(0, 1/64)`: `torch.randn(C, D) / 8`, the proxies of Teh et al. 2020's code (its
+  `ProxyNCA_classic` and `ProxyNCA_prob`)."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  return jax.random.normal(key, (num_classes, dim)) / 8
+
+
+def _kaiming_normal_fan_out(key: Any, num_classes: int, dim: int) -> Any:
+  """`N(0, 2 / C)`: `torch.nn.init.kaiming_normal_(proxies, mode="fan_out")` of a `[C, D]` tensor
+  (whose fan-out is `C`, the gain of ReLU `sqrt(2)`), the proxies of Kim et al. 2020's code."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  return jax.random.normal(key, (num_classes, dim)) * math.sqrt(2 / num_classes)
+
+
+# The proxy losses: name -> `init(key, C, D) -> [C, D]` float32, how a run's proxies start, as the
+# authors' code starts them. pytorch-metric-learning starts both of its proxy losses at N(0, 1)
+# instead; the scale matters only through the optimiser (the losses take cosines of the proxies,
+# and Adam's steps have a fixed size, so a longer proxy turns more slowly).
+PROXY_INITS: Mapping[str, Callable[[Any, int, int], Any]] = {
+  "proxy_nca": _normal_over_eight,
+  "proxy_nca_plus_plus": _normal_over_eight,
+  "proxy_anchor": _kaiming_normal_fan_out,
 }
 
 
@@ -93,8 +132,13 @@ def _table() -> dict[str, Callable[..., Any]]:
     "contrastive": jaxrank.contrastive_loss,
     "triplet": jaxrank.triplet_loss,
     "multi_similarity": jaxrank.multi_similarity_loss,
+    "proxy_nca": jaxrank.proxy_nca_loss,
+    "proxy_nca_plus_plus": jaxrank.proxy_nca_plus_plus_loss,
+    "proxy_anchor": jaxrank.proxy_anchor_loss,
   }
   assert list(table) == list(SUMMARIES), "SUMMARIES and the table must name the same losses."
+  takes = {n for n, fn in table.items() if "proxies" in inspect.signature(fn).parameters}
+  assert takes == set(PROXY_INITS), "PROXY_INITS must name the losses that take proxies."
   return table
 
 
@@ -113,7 +157,8 @@ def get_loss(name: str, hyperparameters: Mapping[str, object] | None = None) -> 
     hyperparameters: keyword arguments of that loss (not `where`, `reduce_fn`).
 
   Returns:
-    `fn(scores, labels, *, where=None, reduce_fn=jnp.mean)`.
+    `fn(scores, labels, *, where=None, reduce_fn=jnp.mean)`, or for a proxy loss
+    `fn(embeddings, labels, proxies, *, where=None, reduce_fn=jnp.mean)`.
 
   Raises:
     ConfigError: an unknown name or hyperparameter.
@@ -146,6 +191,12 @@ def takes_relevant_bound(name: str) -> bool:
   return "max_relevant" in inspect.signature(_table()[name]).parameters
 
 
+def takes_proxies(name: str) -> bool:
+  """Whether loss `name` compares the embeddings with learned proxies, one per training class
+  (`PROXY_INITS`), instead of ranking lists of the batch."""
+  return name in PROXY_INITS
+
+
 def check_loss(name: str, hyperparameters: Mapping[str, object] | None = None) -> None:
   """Builds the loss and traces its value and gradient on two tiny lists, before any training.
 
@@ -154,7 +205,8 @@ def check_loss(name: str, hyperparameters: Mapping[str, object] | None = None) -
   workdir and the first evaluation were written. jaxrank checks hyperparameters when a function is
   traced, so tracing (`jax.eval_shape`, nothing compiled or run: well under a second) is enough.
   The lists are cosine-like scores in [-1, 1], each with relevant and non-relevant items, as
-  `jaxrank.batch_retrieval` gives them.
+  `jaxrank.batch_retrieval` gives them; a proxy loss gets four embeddings of two classes and their
+  two proxies instead.
 
   Raises:
     ConfigError: an unknown name or hyperparameter, or a value the loss rejects.
@@ -167,8 +219,12 @@ def check_loss(name: str, hyperparameters: Mapping[str, object] | None = None) -
   scores = np.array([[0.5, -0.2, 0.1, 0.8], [0.3, 0.9, -0.7, 0.0]], np.float32)
   labels = np.array([[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0]], np.float32)
   where = np.ones_like(labels, dtype=bool)
+  objective, inputs = (lambda s: fn(s, labels, where=where)), scores
+  if takes_proxies(name):  # Four embeddings (the columns) of classes 0, 1, 1, 0; two proxies.
+    classes, proxies = np.array([0, 1, 1, 0], np.int32), np.eye(2, dtype=np.float32)
+    objective, inputs = (lambda e: fn(e, classes, proxies)), scores.T
   try:
-    jax.eval_shape(jax.value_and_grad(lambda s: fn(s, labels, where=where)), scores)
+    jax.eval_shape(jax.value_and_grad(objective), inputs)
   except (TypeError, ValueError) as e:
     kwargs, reason = dict(hyperparameters or {}), " ".join(str(e).split())
     raise config_lib.ConfigError(

@@ -2,7 +2,8 @@
 
 `learning_rate_schedule` (a linear warm-up to `config.learning_rate`, then cosine decay, which
 `train` also logs as `learning_rate`) and `make_optimizer` (AdamW on it, the embedding layer's
-learning rate `head_lr_multiplier` times larger). It imports only `config` of the job.
+learning rate `head_lr_multiplier` times larger, and a proxy loss's proxies' `proxy_lr_multiplier`
+times larger). It imports only `config` and `losses` of the job.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import jax
 import optax
 
 from experiments.job import config as config_lib
+from experiments.job import losses
 
 
 def learning_rate_schedule(config: config_lib.Config) -> optax.Schedule:
@@ -25,20 +27,34 @@ def learning_rate_schedule(config: config_lib.Config) -> optax.Schedule:
   )
 
 
+def _network_groups(params):
+  """The network's parameters labelled "head" (the embedding layer) or "backbone"."""
+  return jax.tree_util.tree_map_with_path(
+    lambda path, _: "head" if path[0].key == "head" else "backbone", params
+  )
+
+
 def make_optimizer(config: config_lib.Config) -> optax.GradientTransformation:
-  """AdamW with the schedule; the head's learning rate is `head_lr_multiplier` times larger."""
+  """AdamW with the schedule; the head's learning rate is `head_lr_multiplier` times larger.
+
+  It trains the network's parameters (`state["params"]` of `step.init_state`) or, for a proxy
+  loss (`losses.PROXY_INITS`), `{"network": params, "proxies": proxies}`, whose proxies' learning
+  rate is `proxy_lr_multiplier` times the schedule's (Kim et al. 2020's code: 100 times, with the
+  same weight decay). One `optax.multi_transform`, a group per learning rate.
+  """
   schedule = learning_rate_schedule(config)
-  head_schedule = lambda step: config.head_lr_multiplier * schedule(step)
-
-  def labels(params):
-    return jax.tree_util.tree_map_with_path(
-      lambda path, _: "head" if path[0].key == "head" else "backbone", params
-    )
-
+  groups = {
+    "backbone": optax.adamw(schedule, weight_decay=config.weight_decay),
+    "head": optax.adamw(
+      lambda step: config.head_lr_multiplier * schedule(step), weight_decay=config.weight_decay
+    ),
+  }
+  if not losses.takes_proxies(config.loss):
+    return optax.multi_transform(groups, _network_groups)
+  groups["proxies"] = optax.adamw(
+    lambda step: config.proxy_lr_multiplier * schedule(step), weight_decay=config.weight_decay
+  )
   return optax.multi_transform(
-    {
-      "backbone": optax.adamw(schedule, weight_decay=config.weight_decay),
-      "head": optax.adamw(head_schedule, weight_decay=config.weight_decay),
-    },
-    labels,
+    groups,
+    lambda trained: {"network": _network_groups(trained["network"]), "proxies": "proxies"},
   )

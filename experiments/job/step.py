@@ -1,10 +1,11 @@
 """One training step of the job and what builds it, for `train.train_and_evaluate`.
 
 The batch loss (`jaxrank.batch_retrieval` with the head's similarity, then the configured loss,
-blocked, chunked or sharded on request, with the sampler's `relevant_bound` for the losses that
-take one); `init_state` (the model's graph definitions and the training state, a pytree of arrays
-saved and restored as a whole); `make_train_step` (the jitted step, which donates the state it is
-given and also records the first step whose loss or parameters are not finite, for
+blocked, chunked or sharded on request, with the sampler's `relevant_bound` for the losses that take
+one; a proxy loss on the embeddings and the run's proxies instead); `init_state` (the model's graph
+definitions and the training state, a pytree of arrays saved and restored as a whole, with a proxy
+loss's proxies beside the network's parameters); `make_train_step` (the jitted step, which donates
+the state it is given and also records the first step whose loss or parameters are not finite, for
 `check_finite`). The step takes the optimiser of `optimizer.make_optimizer` and the mesh of
 `placement.mesh`; it imports neither, nor anything of `train` or `checkpoints`.
 """
@@ -59,15 +60,36 @@ def relevant_bound(config: config_lib.Config) -> int | None:
   return (k if config.include_self else k - 1) + config.memory_batches * k
 
 
+def _proxy_loss_fn(
+  config: config_lib.Config, mesh: jax.sharding.Mesh | None
+) -> Callable[[jax.Array, Any], jax.Array]:
+  """`fn(embeddings [B, D], (labels [B], None, proxies [C, D])) -> scalar`: a proxy loss.
+
+  The labels are the training classes' indices (`datasets.class_indices`), the rows of the
+  proxies. On a mesh each device takes its slice of the batch against every proxy (replicated),
+  and `jaxrank.sharded_mean` makes the loss the whole batch's, as `jaxrank.sharded_loss` does
+  for the lists of the other losses.
+  """
+  loss_fn = losses.get_loss(config.loss, config.loss_kwargs)
+  if mesh is None:
+    return lambda embeddings, targets: loss_fn(embeddings, targets[0], targets[2])
+  local = lambda e, y, p: loss_fn(e, y, p, reduce_fn=jaxrank.sharded_mean("batch"))
+  sharded = jax.shard_map(local, mesh=mesh, in_specs=(P("batch"), P("batch"), P()), out_specs=P())
+  return lambda embeddings, targets: sharded(embeddings, targets[0], targets[2])
+
+
 def _batch_loss_fn(
   config: config_lib.Config, mesh: jax.sharding.Mesh | None
 ) -> Callable[[jax.Array, Any], jax.Array]:
-  """`fn(embeddings [B, D], (labels [B], memory or None)) -> scalar`: retrieval, then the loss.
+  """`fn(embeddings [B, D], (labels [B], memory or None, proxies or None)) -> scalar`: retrieval,
+  then the loss; a proxy loss compares the embeddings with the proxies instead (`_proxy_loss_fn`).
 
   A loss that takes `max_relevant` gets the sampler's bound (`relevant_bound`) unless
   `config.loss_kwargs` sets one. With `loss_block_size`, the lists are scored and the loss taken
   that many queries at a time (`jaxrank.blocked_loss`, or `sharded_loss(block_size=)`).
   """
+  if losses.takes_proxies(config.loss):
+    return _proxy_loss_fn(config, mesh)
   kwargs = dict(config.loss_kwargs)
   bound = relevant_bound(config)
   if bound is not None and losses.takes_relevant_bound(config.loss):
@@ -108,7 +130,7 @@ def _batch_loss_fn(
   )
 
   def loss(embeddings, targets):
-    labels, memory = targets
+    labels, memory, _ = targets
     if memory is None:
       return lists_loss(embeddings, labels)
     return lists_loss(
@@ -134,8 +156,16 @@ class Model:
   eval_graph: Any
 
 
-def init_state(config: config_lib.Config, tx: optax.GradientTransformation):
-  """The model's graph definitions and the initial training state (a pytree of arrays)."""
+def init_state(
+  config: config_lib.Config, tx: optax.GradientTransformation, num_classes: int | None = None
+):
+  """The model's graph definitions and the initial training state (a pytree of arrays).
+
+  For a proxy loss (`losses.PROXY_INITS`) the state also holds `proxies [C, D]`, one row per
+  training class (`C = num_classes`, required then) in the embedding dimension, started as
+  `PROXY_INITS[config.loss]` says, and the optimiser trains them with the network's parameters
+  (`trained`).
+  """
   in_channels = datasets.DATASETS[config.dataset].in_channels
   model = networks.make_model(config, in_channels, nnx.Rngs(config.seed))
   model.eval()
@@ -145,12 +175,42 @@ def init_state(config: config_lib.Config, tx: optax.GradientTransformation):
   if config.freeze_batchnorm:
     model.backbone.eval()
   train_graph, _, _ = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]
-  state = {"params": params, "rest": rest, "opt_state": tx.init(params), "step": jnp.int32(0)}
+  proxies = _init_proxies(config, num_classes) if losses.takes_proxies(config.loss) else None
+  opt_state = tx.init(trained(params, proxies))
+  state = {"params": params, "rest": rest, "opt_state": opt_state, "step": jnp.int32(0)}
+  if proxies is not None:
+    state["proxies"] = proxies
   if config.memory_batches:
     state["memory"] = jaxrank.memory.init(
       config.memory_batches * config.batch_size, config.embedding_dim
     )
   return Model(train_graph, eval_graph), state
+
+
+def _init_proxies(config: config_lib.Config, num_classes: int | None) -> jax.Array:
+  """The proxies `[C, D]` of a proxy loss as its authors' code starts them, from the config's seed
+  (a key split from it, never one of the network's: the network starts as in any run)."""
+  if num_classes is None:
+    raise ValueError(
+      f"init_state: loss={config.loss!r} trains one proxy per training class; give num_classes, "
+      "the number of classes of the training split."
+    )
+  key = jax.random.split(jax.random.key(config.seed))[1]
+  init = losses.PROXY_INITS[config.loss]
+  return jnp.asarray(init(key, num_classes, config.embedding_dim), jnp.float32)
+
+
+def trained(params, proxies: jax.Array | None):
+  """What the optimiser trains (`optimizer.make_optimizer`): the network's parameters, or
+  `{"network": params, "proxies": proxies}` for a proxy loss."""
+  return params if proxies is None else {"network": params, "proxies": proxies}
+
+
+def _as_state(new_trained, with_proxies: bool) -> dict[str, Any]:
+  """The state's entries of the trained parameters: `params`, and `proxies` for a proxy loss."""
+  if not with_proxies:
+    return {"params": new_trained}
+  return {"params": new_trained["network"], "proxies": new_trained["proxies"]}
 
 
 def make_train_step(
@@ -161,11 +221,12 @@ def make_train_step(
 ):
   """The jitted training step `step(state, images, labels, first_bad) -> (state, loss, first_bad)`.
 
-  One optimiser step on the configured loss of the batch's embeddings (the network in training
-  mode, at the tanh scale of `state["step"]` for a hashing head; chunked with `chunk_size`), the
-  memory pushed when there is one. `state` is donated: its buffers hold the new state afterwards,
-  and the caller must use only the state returned (keep a copy, `jax.tree.map(jnp.copy, state)`,
-  to use the old one again). With `config.half_precision` the network computes in bfloat16; the
+  One optimiser step on the configured loss of the batch's embeddings (the network in training mode,
+  at the tanh scale of `state["step"]` for a hashing head; chunked with `chunk_size`), the memory
+  pushed when there is one; a proxy loss's proxies (`state["proxies"]`) are trained by the same
+  step, at their own learning rate. `state` is donated: its buffers hold the new state afterwards,
+  and the caller must use only the state returned (keep a copy, `jax.tree.map(jnp.copy, state)`, to
+  use the old one again). With `config.half_precision` the network computes in bfloat16; the
   embeddings, the loss, the gradients and the state are float32 either way.
 
   Args:
@@ -189,36 +250,33 @@ def make_train_step(
 
   def step_fn(state, images, labels, first_bad):
     scale = tanh_scale(config, state["step"])
-    memory = state.get("memory")
+    memory, proxies = state.get("memory"), state.get("proxies")
     if config.chunk_size is None:
 
-      def objective(params):
+      def objective(params, proxies):
         embeddings, rest = embed(params, state["rest"], images, scale)
-        return batch_loss(embeddings, (labels, memory)), (embeddings, rest)
+        return batch_loss(embeddings, (labels, memory, proxies)), (embeddings, rest)
 
-      (loss, (embeddings, rest)), grads = jax.value_and_grad(objective, has_aux=True)(
-        state["params"]
-      )
-    else:
+      (loss, (embeddings, rest)), grads = jax.value_and_grad(
+        objective, argnums=(0, 1), has_aux=True
+      )(state["params"], proxies)
+    else:  # Never with proxies (check.py), which the chunked gradient does not reach.
       embed_params = lambda params, x: embed(params, state["rest"], x, scale)[0]
-      loss, grads = jaxrank.chunked_value_and_grad(
+      loss, network_grads = jaxrank.chunked_value_and_grad(
         embed_params, batch_loss, chunk_size=config.chunk_size
-      )(state["params"], images, (labels, memory))
-      embeddings, rest = None, state["rest"]
-    updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
-    new = {
-      "params": optax.apply_updates(state["params"], updates),
-      "rest": rest,
-      "opt_state": opt_state,
-      "step": state["step"] + 1,
-    }
+      )(state["params"], images, (labels, memory, None))
+      grads, embeddings, rest = (network_grads, None), None, state["rest"]
+    params = trained(state["params"], proxies)
+    updates, opt_state = tx.update(trained(*grads), state["opt_state"], params)
+    new = _as_state(optax.apply_updates(params, updates), proxies is not None)
+    new.update(rest=rest, opt_state=opt_state, step=state["step"] + 1)
     if memory is not None:
       new["memory"] = jaxrank.memory.push(memory, embeddings, labels)
-    # The first step whose loss or updated parameters are not finite (-1: none yet), checked
-    # here on every step at the cost of one reduction, read on the host only before saving and
-    # on logging steps (`check_finite`).
+    # The first step whose loss or updated parameters (and proxies) are not finite (-1: none
+    # yet), checked here on every step at the cost of one reduction, read on the host only
+    # before saving and on logging steps (`check_finite`).
     finite = jnp.isfinite(loss)
-    for leaf in jax.tree.leaves(new["params"]):
+    for leaf in jax.tree.leaves((new["params"], new.get("proxies"))):
       finite &= jnp.all(jnp.isfinite(leaf))
     first_bad = jnp.where((first_bad < 0) & ~finite, new["step"], first_bad)
     return new, loss, first_bad

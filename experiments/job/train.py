@@ -11,8 +11,8 @@ from `losses.py`, what is written and printed from `reporting.py`, and what a ru
 runs (progress, TensorBoard summaries, a profiler trace) from `monitoring.py`. In the workdir:
 
 * `config.json`: the run's configuration (a rerun with another configuration refuses the workdir);
-* `checkpoints/<step>/`: orbax checkpoints of the model, optimizer state, step, memory of past
-  batches and data position, every `checkpoint_every` steps and at the end, the last
+* `checkpoints/<step>/`: orbax checkpoints of the model, proxies, optimizer state, step, memory of
+  past batches and data position, every `checkpoint_every` steps and at the end, the last
   `keep_checkpoints` kept. Rerunning the same command resumes from the latest complete one (a run
   killed during a save leaves an unfinished directory that orbax ignores and removes), reading the
   data from where it stopped, so an interrupted run ends exactly where an uninterrupted one does.
@@ -154,14 +154,14 @@ def check_run(
   of another configuration is refused). Nothing is written.
 
   Returns:
-    `(train, test, sampler)`: the splits and the training sampler.
+    `(train, test, sampler)`: the splits (`datasets.training_data`) and the training sampler.
 
   Raises:
     ConfigError: with a sentence that says what to change.
   """
   check.check_config(config)
   monitoring.check_writer(workdir)
-  train_data, test_data = datasets.load_data(config)
+  train_data, test_data = datasets.training_data(config)
   sampler = samplers.make_sampler(config, train_data)
   checkpoints.check_workdir(config, workdir)
   return train_data, test_data, sampler
@@ -307,7 +307,7 @@ def train_and_evaluate(
   tx = optimizer_lib.make_optimizer(config)
   schedule = optimizer_lib.learning_rate_schedule(config)
   mesh = placement.mesh(config)
-  model, state = step_lib.init_state(config, tx)
+  model, state = step_lib.init_state(config, tx, train_data.num_classes)
   state = placement.replicate(state, mesh)
   train_step = step_lib.make_train_step(config, model, tx, mesh)
   embed_fn = evaluation.make_embed_fn(config, model)
@@ -382,7 +382,6 @@ def restore_model(
   """
   check.check_config(config)
   tx = optimizer_lib.make_optimizer(config)
-  graphs, state = step_lib.init_state(config, tx)
   manager = checkpoints.checkpoint_manager(config, workdir)
   try:
     step = manager.latest_step() if step is None else step
@@ -391,6 +390,7 @@ def restore_model(
         f"restore_model: {workdir!r} holds no checkpoint"
         f"{'' if step is None else f' of step {step}'}; it has steps {list(manager.all_steps())}."
       )
+    graphs, state = step_lib.init_state(config, tx, checkpoints.num_proxies(manager, step))
     restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(state)))
   finally:
     manager.close()
