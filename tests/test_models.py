@@ -8,6 +8,7 @@ compiled shapes), always at the input shape `[2, 32, 32, 3]`; ResNet-50 only abs
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import jax
 import jax.extend
@@ -453,6 +454,95 @@ def test_poolings_against_numpy():
   assert np.isfinite(grad.p[...]) and grad.p[...] != 0  # p is learnable.
   with pytest.raises(ValueError, match="GeMPool: p and eps must be positive"):
     models.GeMPool(p=0.0)
+
+
+# Each pooling as a function of (x, mask): the masked tests run them all.
+POOLINGS: dict[str, Callable[..., jax.Array]] = {
+  "average": models.global_average_pool,
+  "max": models.global_max_pool,
+  "average_max": models.average_max_pool,
+  "gem": lambda x, mask=None: models.GeMPool(p=3.0)(x, mask),
+}
+# Each image's own (h, w) at the top left of a 5 x 6 feature map; the last image has no cell.
+OWN_SIZES = ((5, 6), (2, 3), (1, 1), (4, 2), (0, 0))
+
+
+def padded_feature_maps(garbage):
+  """Feature maps `[5, 5, 6, 4]`, each image's own cells from one draw, the rest `garbage`."""
+  rng = np.random.default_rng(0)
+  own = [rng.normal(size=(h, w, 4)).astype(np.float32) for h, w in OWN_SIZES]
+  x = np.full((len(OWN_SIZES), 5, 6, 4), garbage, np.float32)
+  mask = np.zeros((len(OWN_SIZES), 5, 6), bool)
+  for i, (h, w) in enumerate(OWN_SIZES):
+    x[i, :h, :w], mask[i, :h, :w] = own[i], True
+  return own, x, mask
+
+
+@pytest.mark.parametrize("garbage", [0.0, 1e30, np.nan, -np.inf])
+@pytest.mark.parametrize("name", POOLINGS)
+def test_masked_pooling_of_padded_maps_is_the_pooling_of_the_unpadded(name, garbage):
+  pool = POOLINGS[name]
+  own, x, mask = padded_feature_maps(garbage)
+  got = np.asarray(pool(x, mask))
+  for i, cells in enumerate(own[:-1]):
+    np.testing.assert_allclose(got[i], pool(cells[None])[0], rtol=2e-6, atol=1e-7, err_msg=str(i))
+  np.testing.assert_array_equal(got[-1], 0.0)  # No cell: 0, not NaN.
+  # Gradients: 0 on the padding, finite everywhere, whatever the padding holds.
+  grad = jax.grad(lambda x: jnp.sum(pool(x, mask) * jnp.arange(1.0, 5.0)))(jnp.asarray(x))
+  assert np.isfinite(grad).all()
+  np.testing.assert_array_equal(np.asarray(grad)[~mask], 0.0)
+
+
+def test_masked_poolings_keep_the_dtype_learn_p_and_check_the_mask():
+  own, x, mask = padded_feature_maps(np.nan)
+  pool = models.GeMPool(p=3.0)
+  grad = nnx.grad(lambda m: jnp.sum(m(x, mask)))(pool)
+  assert np.isfinite(grad.p[...]) and grad.p[...] != 0  # p learns from the masked cells.
+  assert models.global_average_pool(jnp.asarray(x, BF16), mask).dtype == BF16
+  assert models.GeMPool(dtype=BF16)(x, mask).dtype == BF16
+  full = np.ones(x.shape[:3], bool)
+  np.testing.assert_allclose(
+    models.global_average_pool(x[:1], full[:1]), own[0].mean((0, 1))[None], rtol=2e-6
+  )
+  for pool in POOLINGS.values():
+    with pytest.raises(TypeError, match="mask must be a boolean mask"):
+      pool(x, mask.astype(np.int32))
+    with pytest.raises(ValueError, match=r"shaped like the feature map's cells"):
+      pool(x, mask[:, :4])
+
+
+@pytest.mark.parametrize("name", ["average", "max", "average_max"])
+def test_unmasked_poolings_are_the_programs_they_were(name):
+  x = jnp.ones((2, 3, 4, 5))
+  before = {
+    "average": lambda x: jnp.mean(x, axis=(1, 2)),
+    "max": lambda x: jnp.max(x, axis=(1, 2)),
+    "average_max": lambda x: jnp.mean(x, axis=(1, 2)) + jnp.max(x, axis=(1, 2)),
+  }[name]
+  assert str(jax.make_jaxpr(POOLINGS[name])(x)) == str(jax.make_jaxpr(before)(x))
+
+
+def test_feature_map_mask_has_the_resnet_feature_map_of_the_unpadded_image():
+  # Abstract (`nnx.eval_shape`): only the feature map's shape is read.
+  net = nnx.eval_shape(
+    lambda: models.ResNet((1, 1, 1, 1), bottleneck=False, pool=lambda f: f, rngs=nnx.Rngs(0))
+  )
+  canvas = (128, 160)
+  for h, w in [(33, 160), (64, 65), (97, 31), (1, 128), (128, 127)]:
+    image = jax.ShapeDtypeStruct((1, h, w, 3), jnp.float32)
+    fmap = nnx.eval_shape(lambda m, x: m(x), net, image)
+    pixels = np.zeros((1, *canvas), bool)
+    pixels[0, :h, :w] = True
+    cells = models.feature_map_mask(pixels)
+    assert cells.shape == (1, 4, 5)  # ceil(128 / 32) x ceil(160 / 32): the canvas's map.
+    rows, cols = np.flatnonzero(cells[0].any(1)), np.flatnonzero(cells[0].any(0))
+    assert (len(rows), len(cols)) == fmap.shape[1:3] == (-(-h // 32), -(-w // 32)), (h, w)
+    assert cells.sum() == len(rows) * len(cols)  # A rectangle at the top left.
+  assert isinstance(models.feature_map_mask(jnp.asarray(pixels), stride=8), jax.Array)
+  with pytest.raises(TypeError, match="pixel_mask must be a boolean array"):
+    models.feature_map_mask(pixels.astype(np.uint8))
+  with pytest.raises(ValueError, match="pixel_mask must be shaped"):
+    models.feature_map_mask(pixels[0])
 
 
 def test_resnet_pools_its_last_feature_map():

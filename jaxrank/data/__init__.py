@@ -20,11 +20,18 @@ Typical training input:
 5
 """
 
+from jaxrank.data import buckets as buckets
 from jaxrank.data import datasets as datasets
 from jaxrank.data import glyphs as glyphs
+from jaxrank.data import landmarks as landmarks
 from jaxrank.data import pipeline as pipeline
 from jaxrank.data import preprocess as preprocess
 from jaxrank.data import samplers as samplers
+from jaxrank.data.buckets import bucket_cost as bucket_cost
+from jaxrank.data.buckets import bucket_shape as bucket_shape
+from jaxrank.data.buckets import BucketCost as BucketCost
+from jaxrank.data.buckets import pad_to_buckets as pad_to_buckets
+from jaxrank.data.buckets import PaddedImages as PaddedImages
 from jaxrank.data.datasets import LabeledImages as LabeledImages
 from jaxrank.data.datasets import load_cars196 as load_cars196
 from jaxrank.data.datasets import load_cub200 as load_cub200
@@ -35,6 +42,11 @@ from jaxrank.data.datasets import select as select
 from jaxrank.data.datasets import select_classes as select_classes
 from jaxrank.data.datasets import unreadable_images as unreadable_images
 from jaxrank.data.glyphs import load_glyphs as load_glyphs
+from jaxrank.data.landmarks import load_revisited as load_revisited
+from jaxrank.data.landmarks import read_gallery_image as read_gallery_image
+from jaxrank.data.landmarks import read_query_image as read_query_image
+from jaxrank.data.landmarks import RevisitedData as RevisitedData
+from jaxrank.data.landmarks import with_distractors as with_distractors
 from jaxrank.data.pipeline import make_pipeline as make_pipeline
 from jaxrank.data.pipeline import prefetch_to_device as prefetch_to_device
 from jaxrank.data.preprocess import eval_preprocess as eval_preprocess

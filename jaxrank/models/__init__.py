@@ -12,7 +12,9 @@ One module per family; import every name from `jaxrank.models`:
 * `vit`: `VisionTransformer`, with `vit_small`: timm's ViT-S/16 and DeiT-S/16 without the
   classifier.
 * `pooling`: poolings of a feature map, `global_average_pool`, `global_max_pool`,
-  `average_max_pool`, `GeMPool` (learnable p).
+  `average_max_pool`, `GeMPool` (learnable p), each over the cells of an optional `mask`
+  (images padded to a shared shape pool as unpadded); `feature_map_mask`, a feature map's mask
+  from its images' pixel mask.
 * `heads`: `EmbeddingHead` (a linear layer and L2 normalisation, for embeddings compared by
   cosine), `HashingHead` (a linear layer and `tanh(scale * h)`, the relaxed binary codes of
   hashing) and `EmbeddingModel` (a backbone followed by a head).
@@ -51,6 +53,7 @@ from jaxrank.models.heads import EmbeddingHead as EmbeddingHead
 from jaxrank.models.heads import EmbeddingModel as EmbeddingModel
 from jaxrank.models.heads import HashingHead as HashingHead
 from jaxrank.models.pooling import average_max_pool as average_max_pool
+from jaxrank.models.pooling import feature_map_mask as feature_map_mask
 from jaxrank.models.pooling import GeMPool as GeMPool
 from jaxrank.models.pooling import global_average_pool as global_average_pool
 from jaxrank.models.pooling import global_max_pool as global_max_pool
@@ -77,6 +80,7 @@ __all__ = [
   "global_max_pool",
   "average_max_pool",
   "GeMPool",
+  "feature_map_mask",
   "freeze_batchnorm",
   "EmbeddingHead",
   "HashingHead",
