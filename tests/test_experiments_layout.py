@@ -150,3 +150,17 @@ def test_every_part_is_in_its_folder():
     "docs_data.py",
     "quickstart.py",
   }, sorted(top)
+
+
+# A module of the job holds one concern (ARCHITECTURE.md, "The experiments"); past this many lines
+# it holds several, and is split by moving code, not by compressing it (issue 61).
+JOB_MODULE_LINES = 400
+
+
+def test_every_job_module_reads_in_one_sitting():
+  long = {
+    path.name: n
+    for path in sorted((EXPERIMENTS / "job").glob("*.py"))
+    if (n := len(path.read_text().splitlines())) > JOB_MODULE_LINES
+  }
+  assert not long, f"over {JOB_MODULE_LINES} lines: {long}; split by concern"
