@@ -512,6 +512,17 @@ def check_graded_labels(fn: str, labels: jax.Array, where: jax.Array) -> None:
     raise ValueError(f"{fn}: graded labels must be >= 0 (the gain is 2**label - 1), got {got}{fix}")
 
 
+def check_cutoffs(fn: str, ks) -> tuple[int, ...]:
+  """`ks` as a tuple of positive ints (the cut-offs of an evaluation: Recall@k, mP@k); raises
+  `ValueError` when it is empty or a cut-off is not a positive int."""
+  ks = tuple(ks)
+  if not ks:
+    raise ValueError(f"{fn}: ks must name at least one cut-off, e.g. (1, 5, 10).")
+  for k in ks:
+    check_positive_int(fn, "each k in ks", k)
+  return ks
+
+
 def check_class_indices(
   fn: str, labels: jax.Array, where: jax.Array, num_classes: int, *, fix: str
 ) -> None:

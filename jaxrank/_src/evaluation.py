@@ -791,11 +791,7 @@ def evaluate_retrieval(
   1.0
   """
   fn = "evaluate_retrieval"
-  ks = tuple(ks)
-  if not ks:
-    raise ValueError(f"{fn}: ks must name at least one cut-off.")
-  for k in ks:
-    checks.check_positive_int(fn, "each k in ks", k)
+  ks = checks.check_cutoffs(fn, ks)
   if reduce_fn is not None:
     checks.check_callable(fn, "reduce_fn", reduce_fn, hint="e.g. np.mean, or None per query.")
   if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):

@@ -380,11 +380,7 @@ def evaluate_revisited(
   [0.25, 0.4167, 0.25, 0.0]
   """
   fn = "evaluate_revisited"
-  ks = tuple(ks)
-  if not ks:
-    raise ValueError(f"{fn}: ks must name at least one cut-off, e.g. (1, 5, 10).")
-  for k in ks:
-    checks.check_positive_int(fn, "each k in ks", k)
+  ks = checks.check_cutoffs(fn, ks)
   checks.check_positive_int(fn, "chunk_size", chunk_size, allow_none=True)
   checks.check_positive_int(fn, "gallery_chunk_size", gallery_chunk_size, allow_none=True)
   checks.check_callable(fn, "similarity_fn", similarity_fn, hint="e.g. jaxrank.similarity.cosine.")
