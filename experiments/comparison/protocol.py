@@ -49,12 +49,23 @@ LOSSES = (
   "contrastive",
   "triplet",
   "multi_similarity",
+  "proxy_nca",
+  "proxy_nca_plus_plus",
+  "proxy_anchor",
 )
-BASELINES = ("contrastive", "triplet", "multi_similarity")  # The pair-based losses.
+# The baselines: the pair-based losses and the proxy losses (issue 60).
+BASELINES = (
+  "contrastive",
+  "triplet",
+  "multi_similarity",
+  "proxy_nca",
+  "proxy_nca_plus_plus",
+  "proxy_anchor",
+)
 LEARNING_RATES = (3e-3, 1e-3)  # The glyphs config's first.
 
-# Loss -> {hyperparameter: values}, the default first; "learning_rate" is the Config field, the
-# others are `loss_kwargs`.
+# Loss -> {hyperparameter: values}, the default first; the names in `CONFIG_FIELDS` are Config
+# fields, the others are `loss_kwargs`.
 SEARCH_SPACES: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
   "fastap": {"num_intervals": (10, 20, 40, 80)},
   "soft_binning_ap": {"num_bins": (20, 10, 40, 80)},
@@ -67,11 +78,19 @@ SEARCH_SPACES: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
   # non-zero ones): batch-hard mining did not train from the backbone's narrow cone (issue 38).
   "triplet": {"margin": (0.05, 0.1, 0.2, 0.4), "mining": ("all",)},
   "multi_similarity": {"alpha": (2.0, 1.0, 4.0), "beta": (50.0, 20.0, 80.0)},
+  # The proxy losses' own learning rate is the job's `proxy_lr_multiplier` times the network's
+  # (100, Kim et al. 2020's code); Proxy-NCA has no other hyperparameter, so its multiplier is
+  # what it searches. ProxyNCA++'s temperature 1/9 is Teh et al. 2020's; Proxy-Anchor's margin
+  # 0.1 and alpha 32 are Kim et al. 2020's (the library's defaults, docs/guide/comparison.rst).
+  "proxy_nca": {"proxy_lr_multiplier": (100.0, 10.0, 1000.0)},
+  "proxy_nca_plus_plus": {"temperature": (1 / 9, 1 / 3, 1 / 27)},
+  "proxy_anchor": {"margin": (0.1, 0.05, 0.2), "alpha": (32.0, 16.0, 64.0)},
 }
 SEARCH_SPACES = {
   loss: {**space, "learning_rate": LEARNING_RATES} for loss, space in SEARCH_SPACES.items()
 }
 TRIALS_SEED = 28  # Issue 28.
+CONFIG_FIELDS = ("learning_rate", "proxy_lr_multiplier")  # Searched names that are Config fields.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,10 +211,9 @@ def trials(loss: str, count: int) -> list[dict[str, Any]]:
 
 def trial_config(base: config_lib.Config, loss: str, trial: Mapping[str, Any]) -> config_lib.Config:
   """The base config training `loss` with a trial's hyperparameters and learning rate."""
-  kwargs = {k: v for k, v in trial.items() if k != "learning_rate"}
-  return dataclasses.replace(
-    base, loss=loss, loss_kwargs=kwargs, learning_rate=float(trial["learning_rate"])
-  )
+  kwargs = {k: v for k, v in trial.items() if k not in CONFIG_FIELDS}
+  fields = {k: float(v) for k, v in trial.items() if k in CONFIG_FIELDS}
+  return dataclasses.replace(base, loss=loss, loss_kwargs=kwargs, **fields)
 
 
 @dataclasses.dataclass(frozen=True)
