@@ -1,0 +1,152 @@
+"""The configs of the papers' tables (experiments/job/configs/*.py on data read from disk): each
+passes the job's checks, its own network takes its image size, and it trains and evaluates.
+
+The data sets are not here, and a ResNet-50 step takes too long for CI on 2 cores: each config is
+checked as it is against the job's checks (`check.check_config`, its data_dir a folder) and its
+network is built and applied abstractly (`jax.eval_shape`: shapes only, no arithmetic); then the
+same config, its network replaced by a tiny `small_convnet` on 16 x 16 images and its batch by a
+few classes, trains 2 steps and evaluates on a small copy of its data set's layout that the test
+writes (`SMOKE_DATA`). Everything else (the loss and its arguments, the sampler, the memory, the
+head, the cut-offs) is the config's own. A config whose data set has no entry in `SMOKE_DATA`
+fails: a new config file on a new data set needs its small copy here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import pathlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager as ContextManager
+
+import jax
+import jax.numpy as jnp
+import pytest
+from flax import nnx
+
+from experiments.job import check
+from experiments.job import config as config_lib
+from experiments.job import datasets
+from experiments.job import main as main_lib
+from experiments.job import networks
+from experiments.job import train
+from jaxrank.data import testing
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "experiments" / "job" / "configs"
+
+
+def _on_disk(path: pathlib.Path) -> bool:
+  config = main_lib.load_config_module(str(path)).get_config()
+  return datasets.DATASETS[config.dataset].bundled_with is None
+
+
+# The configs on data read from disk: the papers' tables (the bundled digits and glyphs train in
+# test_train.py and test_experiments.py).
+PAPER_CONFIGS = [p for p in sorted(CONFIGS.glob("*.py")) if _on_disk(p)]
+
+
+def _mock_tfds(data_dir: pathlib.Path, config: config_lib.Config) -> ContextManager[None]:
+  """SOP, CUB, Cars196: tfds builders read fake examples (`jaxrank.data.testing`); 24 classes a
+  split, each in super-class `i % 12` for SOP (2 classes of each)."""
+  del data_dir
+  return testing.mock_retrieval_data(
+    classes_per_split=24, images_per_class=config.samples_per_class, image_size=(20, 20)
+  )
+
+
+# Data set -> `fake(data_dir, config)`: a context within which `config.dataset` reads a small
+# copy of its layout from `data_dir` (written there by `fake`, or faked by the context).
+SMOKE_DATA: dict[str, Callable[[pathlib.Path, config_lib.Config], ContextManager[None]]] = {
+  "sop": _mock_tfds,
+  "cub200": _mock_tfds,
+  "cars196": _mock_tfds,
+}
+
+
+def smoke_config(config: config_lib.Config, data_dir: pathlib.Path) -> config_lib.Config:
+  """`config` with a tiny network, tiny images and a batch of 4 classes, for 2 steps."""
+  return dataclasses.replace(
+    config,
+    data_dir=str(data_dir),
+    model="small_convnet",
+    model_features=(4, 8),
+    pooling="average",
+    init_weights=None,
+    image_size=16,
+    resize_size=18,
+    batch_size=4 * config.samples_per_class if config.sampler != "random" else 16,
+    chunk_size=None,
+    num_steps=2,
+    warmup_steps=0,
+    eval_every=2,
+    checkpoint_every=2,
+    log_every=1,
+    eval_batch_size=64,
+    progress_bar=False,
+  )
+
+
+# The fields a network depends on: configs that agree on them share one abstract evaluation.
+NETWORK_FIELDS = (
+  "dataset",
+  "model",
+  "model_features",
+  "pooling",
+  "head",
+  "embedding_dim",
+  "image_size",
+  "half_precision",
+  "seed",
+)
+
+
+@functools.cache
+def _output_shape(network: tuple) -> tuple[int, ...]:
+  """The shape of a network's output on 2 images of its size, computed abstractly (no FLOPs);
+  `network`: the values of `NETWORK_FIELDS`."""
+  config = config_lib.Config(**dict(zip(NETWORK_FIELDS, network)))
+  channels = datasets.DATASETS[config.dataset].in_channels
+  scale = 1.0 if networks.HEADS[config.head].tanh_scaled else None
+
+  def embed(images):
+    model = networks.make_model(config, channels, nnx.Rngs(config.seed))
+    model.eval()
+    return model(images, scale=scale)
+
+  images = jax.ShapeDtypeStruct((2, config.image_size, config.image_size, channels), jnp.float32)
+  return jax.eval_shape(embed, images).shape
+
+
+def test_the_paper_configs_are_found():
+  names = {p.name for p in PAPER_CONFIGS}
+  assert {"fastap_sop.py", "rambo_cub200.py", "roadmap_sop.py", "cub200.py"} <= names
+  assert "glyphs.py" not in names
+
+
+@pytest.mark.parametrize("path", PAPER_CONFIGS, ids=lambda p: p.name)
+def test_paper_config_checks_builds_and_trains(path, tmp_path):
+  module = main_lib.load_config_module(str(path))
+  config = module.get_config()
+  assert config.dataset in SMOKE_DATA, (
+    f"{path.name}: no small copy of dataset={config.dataset!r} to train on; add one to "
+    "SMOKE_DATA in tests/test_paper_configs.py."
+  )
+  data_dir = tmp_path / "data"
+  data_dir.mkdir()
+  runs = [config] + [
+    main_lib.apply_overrides(config, changes)
+    for changes in getattr(module, "get_sweep", dict)().values()
+  ]
+  for run in runs:  # As given, but for where the data is.
+    check.check_config(dataclasses.replace(run, data_dir=str(data_dir)))
+    network = tuple(getattr(run, f) for f in NETWORK_FIELDS)
+    assert _output_shape(network) == (2, run.embedding_dim), path.name
+  smoke = smoke_config(config, data_dir)
+  with SMOKE_DATA[config.dataset](data_dir, smoke):
+    metrics = train.train_and_evaluate(smoke, str(tmp_path / "run"))
+  assert metrics["step"] == 2
+  for k in config.eval_ks:
+    assert 0.0 <= metrics[f"recall@{k}"] <= 1.0
+  assert all(math.isfinite(v) for v in metrics.values())
