@@ -32,4 +32,5 @@ def get_config() -> config_lib.Config:
     batches_per_group=5,  # App. B: 5 batches per pair of the 12 categories.
     num_steps=31000,  # 50 epochs of 59,551 images (App. B.2: converged within 50).
     eval_every=2000,
+    eval_ks=(1, 10, 100, 1000),  # The papers' R@k on SOP.
   )

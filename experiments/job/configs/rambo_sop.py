@@ -34,4 +34,5 @@ def get_config() -> config_lib.Config:
     num_steps=37000,  # 80 epochs of 59,551 images.
     learning_rate=3e-6,  # Table 9.
     eval_every=2000,
+    eval_ks=(1, 10, 100, 1000),  # The papers' R@k on SOP.
   )

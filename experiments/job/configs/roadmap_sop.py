@@ -33,4 +33,5 @@ def get_config() -> config_lib.Config:
     pooling="max",
     num_steps=30000,
     eval_every=2000,
+    eval_ks=(1, 10, 100, 1000),  # The papers' R@k on SOP.
   )
