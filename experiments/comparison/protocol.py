@@ -38,7 +38,8 @@ from experiments.ablations import roadmap_lambda
 from experiments.job import config as config_lib
 from experiments.job.configs import glyphs
 
-# The losses compared, in the order of the main job's table (its sweep, at the losses' defaults).
+# The losses compared: those of the main job's table, in its order (its sweep, at the losses'
+# defaults), then the proxy losses (`losses.PROXY_INITS`), which the quick run leaves out.
 LOSSES = (
   "fastap",
   "soft_binning_ap",
