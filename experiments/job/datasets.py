@@ -6,7 +6,16 @@ whether it has super-classes): no other code tests a data set's name. A new data
 entry.
 
 The splits are class-disjoint (`train` classes are never retrieved in `test`), as in the papers.
-`load_data` gives them, or the training classes split in two (`validation_split`);
+A data set's `load` gives them as `Splits`: the train split, the test split, and the test
+protocol, named `Evaluation`s of rows of the test split, each leave-one-out (every query ranks
+the other queries: SOP, CUB, iNaturalist) or query/gallery (the queries rank a gallery: In-Shop,
+the query/database split of hashing), evaluated separately (VehicleID's small, medium and large
+test lists). The metrics of an evaluation named `"small"` are `small/recall@1`, ...; those of
+the one unnamed evaluation, `""` (`LEAVE_ONE_OUT`, the default of a data set that gives just a
+test split), are `recall@1`, ... . `with_gallery` and `separately` build the two kinds.
+
+`load_splits` gives a data set's `Splits`, or the training classes split in two
+(`validation_split`); `load_data` its train and test splits alone; `training_splits` and
 `training_data` the same, the training classes numbered `0..C-1`; and `preprocess_fn` what
 `input_pipeline`'s tf.data pipelines apply to each image.
 
@@ -20,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import types
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, TypedDict
 
@@ -37,12 +47,101 @@ if TYPE_CHECKING:
 PreprocessFn = Callable[["tf.Tensor", "tf.Tensor"], "tf.Tensor"]
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Evaluation:
+  """One evaluation of a test protocol, on rows of the test split (`Splits.test`).
+
+  Attributes:
+    queries: int `[Q]` the rows of the test split that query; None: every row.
+    gallery: int `[N]` the rows the queries rank; None: leave-one-out, each query ranks the
+      other queries (itself left out), as `jaxrank.evaluate_retrieval` without a gallery.
+  """
+
+  queries: np.ndarray | None = None
+  gallery: np.ndarray | None = None
+
+
+LEAVE_ONE_OUT: Mapping[str, Evaluation] = types.MappingProxyType({"": Evaluation()})
+"""The protocol of SOP, CUB, Cars196: the whole test split, leave-one-out, metrics unprefixed."""
+
+
+def _leave_one_out() -> Mapping[str, Evaluation]:
+  return LEAVE_ONE_OUT
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Splits:
+  """What a `DatasetSpec.load` gives: the class-disjoint splits and the test protocol.
+
+  Attributes:
+    train: the split to train on.
+    test: every test image, once (the rows the evaluations refer to), embedded once per
+      evaluation of the job.
+    evaluations: name -> `Evaluation`, evaluated separately in this order; the metrics of a
+      named one are prefixed `"<name>/"`, those named `""` are not (at most one such).
+  """
+
+  train: jd.LabeledImages
+  test: jd.LabeledImages
+  evaluations: Mapping[str, Evaluation] = dataclasses.field(default_factory=_leave_one_out)
+
+
+def metric_name(evaluation: str, metric: str) -> str:
+  """The name of `metric` (`recall@1`) of the evaluation named `evaluation`: `small/recall@1`,
+  or `recall@1` for the unnamed one."""
+  return f"{evaluation}/{metric}" if evaluation else metric
+
+
+def _concatenate(parts: list[jd.LabeledImages]) -> tuple[jd.LabeledImages, list[np.ndarray]]:
+  """The examples of `parts` as one data set, and the rows of each part in it. Images given as
+  paths are kept once however many parts list them (VehicleID's test lists are nested)."""
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
+  images = np.concatenate([p.images for p in parts])
+  labels = np.concatenate([p.labels for p in parts])
+  has_supers = all(p.super_labels is not None for p in parts)
+  supers = np.concatenate([p.super_labels for p in parts]) if has_supers else None  # type: ignore[misc]
+  if parts[0].image_format == "path":
+    _, first, inverse = np.unique(images, return_index=True, return_inverse=True)
+    keep = np.sort(first)  # The first listing of each image, in the order of the parts.
+    row_of = np.empty(len(images), np.int64)
+    row_of[keep] = np.arange(len(keep))
+    rows = row_of[first[inverse.reshape(-1)]]
+  else:
+    keep, rows = np.arange(len(images)), np.arange(len(images))
+  bounds = np.cumsum([0] + [p.num_examples for p in parts])
+  data = jd.LabeledImages(
+    images=images[keep],
+    labels=labels[keep],
+    super_labels=None if supers is None else supers[keep],
+    image_format=parts[0].image_format,
+  )
+  return data, [rows[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def with_gallery(
+  train: jd.LabeledImages, queries: jd.LabeledImages, gallery: jd.LabeledImages
+) -> Splits:
+  """`Splits` whose one evaluation (unnamed: metrics unprefixed) has `queries` rank `gallery`
+  (In-Shop's query and gallery; the query and database sets of hashing)."""
+  test, (query_rows, gallery_rows) = _concatenate([queries, gallery])
+  return Splits(train, test, {"": Evaluation(queries=query_rows, gallery=gallery_rows)})
+
+
+def separately(train: jd.LabeledImages, tests: Mapping[str, jd.LabeledImages]) -> Splits:
+  """`Splits` evaluating each of `tests` leave-one-out on its own, its metrics prefixed by its
+  name (VehicleID's `small/recall@1`, `medium/...`, `large/...`)."""
+  test, rows = _concatenate(list(tests.values()))
+  return Splits(train, test, {name: Evaluation(queries=r) for name, r in zip(tests, rows)})
+
+
 @dataclasses.dataclass(frozen=True)
 class DatasetSpec:
   """What the training job knows of one data set: an entry of `DATASETS`.
 
   Attributes:
-    load: `load(config) -> (train, test)`: the class-disjoint splits, `jaxrank.data.LabeledImages`.
+    load: `load(config) -> Splits`: the class-disjoint splits (`jaxrank.data.LabeledImages`) and
+      the test protocol.
     in_channels: channels of its images as the pipeline gives them to the network.
     preprocess: `preprocess(config, train) -> preprocess_fn or None`, for `jd.make_pipeline`
       (`train`: augmentation of training images; else the deterministic evaluation transform).
@@ -54,7 +153,7 @@ class DatasetSpec:
       sampler='m_per_class', or ..." in the error of a super-class sampler on another data set.
   """
 
-  load: Callable[[Config], tuple[jd.LabeledImages, jd.LabeledImages]]
+  load: Callable[[Config], Splits]
   in_channels: int
   preprocess: Callable[[Config, bool], PreprocessFn | None]
   bundled_with: str | None = None
@@ -63,25 +162,27 @@ class DatasetSpec:
   super_classes: str | None = None
 
 
-def _load_digits(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+def _load_digits(config: Config) -> Splits:
   import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
 
   del config  # Nothing to choose: digits 0-4 train, 5-9 test.
-  return jd.load_digits("train"), jd.load_digits("test")
+  return Splits(jd.load_digits("train"), jd.load_digits("test"))
 
 
-def _load_glyphs(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+def _load_glyphs(config: Config) -> Splits:
   import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
 
   del config  # One fixed data set, augmentation seed 0: GLYPHS_PARAMS.
-  return jd.load_glyphs("train", **GLYPHS_PARAMS), jd.load_glyphs("test", **GLYPHS_PARAMS)
+  return Splits(jd.load_glyphs("train", **GLYPHS_PARAMS), jd.load_glyphs("test", **GLYPHS_PARAMS))
 
 
-def _load_glyphs_tiny(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+def _load_glyphs_tiny(config: Config) -> Splits:
   import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
 
   del config  # GLYPHS_TINY_PARAMS.
-  return jd.load_glyphs("train", **GLYPHS_TINY_PARAMS), jd.load_glyphs("test", **GLYPHS_TINY_PARAMS)
+  return Splits(
+    jd.load_glyphs("train", **GLYPHS_TINY_PARAMS), jd.load_glyphs("test", **GLYPHS_TINY_PARAMS)
+  )
 
 
 class GlyphsParams(TypedDict):
@@ -106,16 +207,16 @@ def _tfds_splits(loader: str):
   """`load(config)` reading the train and test splits of a tfds builder from `config.data_dir`,
   with the loader of `jaxrank.data` named `loader`."""
 
-  def load_splits(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+  def load_splits(config: Config) -> Splits:
     import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
 
     load = getattr(jd, loader)
-    return load(config.data_dir, split="train"), load(config.data_dir, split="test")
+    return Splits(load(config.data_dir, split="train"), load(config.data_dir, split="test"))
 
   return load_splits
 
 
-def _load_image_folder(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+def _load_image_folder(config: Config) -> Splits:
   import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
 
   assert config.data_dir is not None  # check.check_config rejects a None one for this data set.
@@ -127,10 +228,40 @@ def _load_image_folder(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImag
         f"dataset={config.dataset!r}; {d!r} is missing."
       )
   supers = samplers.SAMPLERS[config.sampler].super_classes  # Read the tree as category/class/image.
-  return (
+  return Splits(
     jd.load_image_folder(train_dir, super_classes=supers),
     jd.load_image_folder(test_dir, super_classes=supers),
   )
+
+
+def _load_inshop(config: Config) -> Splits:
+  """In-Shop: train on `train`; the `query` images rank the `gallery`."""
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
+  parts = [jd.load_inshop(_root(config), s) for s in ("train", "query", "gallery")]
+  return with_gallery(*parts)
+
+
+def _load_vehicleid(config: Config) -> Splits:
+  """VehicleID: each test list leave-one-out on its own (`jaxrank.data.load_vehicleid`)."""
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
+  root = _root(config)
+  tests = {s: jd.load_vehicleid(root, s) for s in jd.image_lists.VEHICLEID_TEST_SPLITS}
+  return separately(jd.load_vehicleid(root, "train"), tests)
+
+
+def _load_inat2018(config: Config) -> Splits:
+  """iNaturalist-2018 with Brown et al.'s splits: the test split leave-one-out."""
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
+  root = _root(config)
+  return Splits(jd.load_inat2018(root, "train"), jd.load_inat2018(root, "test"))
+
+
+def _root(config: Config) -> str:
+  assert config.data_dir is not None  # check.check_config rejects a None one for these data sets.
+  return config.data_dir
 
 
 def _as_they_are(config: Config, train: bool) -> None:
@@ -186,6 +317,27 @@ DATASETS: Mapping[str, DatasetSpec] = {
     preprocess=_photographs,
     super_classes="dataset='sop'",
   ),
+  # Data sets published as lists of image files, read from data_dir as published
+  # (jaxrank.data.image_lists); super-classes: In-Shop's 23 categories, VehicleID's models,
+  # iNaturalist's supercategories.
+  "inshop": DatasetSpec(
+    load=_load_inshop,
+    in_channels=3,
+    preprocess=_photographs,
+    super_classes="dataset='inshop'",
+  ),
+  "vehicleid": DatasetSpec(
+    load=_load_vehicleid,
+    in_channels=3,
+    preprocess=_photographs,
+    super_classes="dataset='vehicleid'",
+  ),
+  "inat2018": DatasetSpec(
+    load=_load_inat2018,
+    in_channels=3,
+    preprocess=_photographs,
+    super_classes="dataset='inat2018'",
+  ),
   # Any data_dir/{train,test}/class/image tree (category/class/image for super-classes).
   "image_folder": DatasetSpec(
     load=_load_image_folder,
@@ -196,10 +348,10 @@ DATASETS: Mapping[str, DatasetSpec] = {
 }
 
 
-def load_data(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
-  """The train and test splits of `config.dataset`, or, with `config.validation_fraction > 0`,
-  the training classes split in two (`validation_split`): the rest to train on, the held-out
-  classes to evaluate on; the test split is then not returned.
+def load_splits(config: Config) -> Splits:
+  """The `Splits` of `config.dataset`, or, with `config.validation_fraction > 0`, the training
+  classes split in two (`validation_split`): the rest to train on, the held-out classes to
+  evaluate on, leave-one-out (`LEAVE_ONE_OUT`); the test split is then not returned.
 
   The splits loaded last are kept, so that the runs of a sweep, each checked before any of them
   trains (`train.check_run`) and then trained, read their data once.
@@ -209,26 +361,38 @@ def load_data(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
   if key not in _LOADED:
     _LOADED.clear()
     _LOADED[key] = DATASETS[config.dataset].load(config)
-  train, test = _LOADED[key]
+  splits = _LOADED[key]
   if config.validation_fraction:
-    return validation_split(train, config.validation_fraction)
-  return train, test
+    return Splits(*validation_split(splits.train, config.validation_fraction))
+  return splits
 
 
-_LOADED: dict[tuple[str, str | None, bool], tuple[jd.LabeledImages, jd.LabeledImages]] = {}
+def load_data(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+  """`load_splits`'s train and test splits (every test image once), without the protocol."""
+  splits = load_splits(config)
+  return splits.train, splits.test
 
 
-def training_data(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
-  """`load_data`'s splits as a run trains on them: the classes of the first numbered `0, ...,
-  C - 1` (`class_indices`), once, on the host, so that a proxy loss's labels are the rows of its
-  `[C, D]` proxies.
+_LOADED: dict[tuple[str, str | None, bool], Splits] = {}
+
+
+def training_splits(config: Config) -> Splits:
+  """`load_splits`'s splits as a run trains on them: the classes of the train split numbered
+  `0, ..., C - 1` (`class_indices`), once, on the host, so that a proxy loss's labels are the
+  rows of its `[C, D]` proxies.
 
   The numbering keeps the labels' order and which are equal, all that the samplers, the other
   losses and the evaluation read of them, so every other run trains and evaluates as on the
-  labels themselves. `load_data` keeps the data set's own labels (a glyph's is its code point).
+  labels themselves. `load_splits` keeps the data set's own labels (a glyph's is its code point).
   """
-  train, test = load_data(config)
-  return class_indices(train), test
+  splits = load_splits(config)
+  return dataclasses.replace(splits, train=class_indices(splits.train))
+
+
+def training_data(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+  """`training_splits`'s train and test splits, without the protocol."""
+  splits = training_splits(config)
+  return splits.train, splits.test
 
 
 def class_indices(data: jd.LabeledImages) -> jd.LabeledImages:

@@ -1,4 +1,4 @@
-"""In-Shop, VehicleID and iNaturalist-2018 from their published lists, in a directory you downloaded.
+"""In-Shop, VehicleID and iNaturalist-2018 from their published lists, in a folder you downloaded.
 
 Three metric-learning data sets that publish their splits as text files listing image paths
 (FastAP Tables 2-3, RaMBO Table 4, ROADMAP Tables 1-2). Each loader reads its lists, checks them
