@@ -75,10 +75,10 @@ class Splits:
 
   Attributes:
     train: the split to train on.
-    test: every test image, once (the rows the evaluations refer to), embedded once per
-      evaluation of the job.
+    test: every test image, once: the rows the evaluations refer to (the job embeds them once
+      each time it evaluates).
     evaluations: name -> `Evaluation`, evaluated separately in this order; the metrics of a
-      named one are prefixed `"<name>/"`, those named `""` are not (at most one such).
+      named one are prefixed `"<name>/"` (`metric_name`), those of the one named `""` are not.
   """
 
   train: jd.LabeledImages

@@ -127,14 +127,15 @@ def retrieval_metrics(
   metrics: dict[str, float] = {}
   for name, evaluation in evaluations.items():
     queries = local(evaluation.queries)
-    gallery = {}
+    gallery_embeddings = gallery_labels = None
     if evaluation.gallery is not None:
       rows = local(evaluation.gallery)
-      gallery = {"gallery_embeddings": embeddings[rows], "gallery_labels": labels[rows]}
+      gallery_embeddings, gallery_labels = embeddings[rows], labels[rows]
     values = jaxrank.evaluate_retrieval(
       embeddings[queries],
       labels[queries],
-      **gallery,
+      gallery_embeddings,
+      gallery_labels,
       ks=config.eval_ks,
       similarity_fn=similarity_fn,
       mesh=mesh,
