@@ -328,7 +328,12 @@ def test_table_carries_the_named_evaluations():
 PAPERS = {
   # dataset: (data set folder, the paper's ks, expected metric names' prefixes, overrides)
   "inshop": ("inshop", (1, 10, 20, 30, 40, 50), [""], {"sampler": "super_class"}),
-  "vehicleid": ("vehicleid_job", (1, 5), ["small/", "medium/", "large/"], {"sampler": "super_class"}),
+  "vehicleid": (
+    "vehicleid_job",
+    (1, 5),
+    ["small/", "medium/", "large/"],
+    {"sampler": "super_class"},
+  ),
   "inat2018": ("inat", (1, 4, 16, 32), [""], {}),
 }
 

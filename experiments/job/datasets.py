@@ -99,8 +99,8 @@ def _concatenate(parts: list[jd.LabeledImages]) -> tuple[jd.LabeledImages, list[
 
   images = np.concatenate([p.images for p in parts])
   labels = np.concatenate([p.labels for p in parts])
-  has_supers = all(p.super_labels is not None for p in parts)
-  supers = np.concatenate([p.super_labels for p in parts]) if has_supers else None  # type: ignore[misc]
+  supers = [p.super_labels for p in parts if p.super_labels is not None]
+  super_labels = np.concatenate(supers) if len(supers) == len(parts) else None
   if parts[0].image_format == "path":
     _, first, inverse = np.unique(images, return_index=True, return_inverse=True)
     keep = np.sort(first)  # The first listing of each image, in the order of the parts.
@@ -113,7 +113,7 @@ def _concatenate(parts: list[jd.LabeledImages]) -> tuple[jd.LabeledImages, list[
   data = jd.LabeledImages(
     images=images[keep],
     labels=labels[keep],
-    super_labels=None if supers is None else supers[keep],
+    super_labels=None if super_labels is None else super_labels[keep],
     image_format=parts[0].image_format,
   )
   return data, [rows[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
