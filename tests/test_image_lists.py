@@ -1,6 +1,6 @@
 """In-Shop, VehicleID and iNaturalist-2018 from small copies in their published layouts
 (jaxrank/data/image_lists.py, the writers of jaxrank/data/testing.py), and the job's test
-protocols on them: query/gallery, several test lists, named metrics (experiments/job/datasets.py,
+protocols on them: query/gallery, several test lists, named metrics (experiments/job/protocols.py,
 evaluation.py, reporting.py)."""
 
 import dataclasses
@@ -12,9 +12,9 @@ import pytest
 
 import jaxrank
 import jaxrank.data as jd
-from experiments.job import datasets
 from experiments.job import evaluation
 from experiments.job import main as main_lib
+from experiments.job import protocols
 from experiments.job import reporting
 from experiments.job import train
 from jaxrank.data import image_lists
@@ -275,7 +275,7 @@ def test_separately_keeps_each_image_once_and_each_list_its_rows():
     np.asarray([1, 1, 2, 2, 3, 3], np.int32),
     image_format="path",
   )
-  splits = datasets.separately(small, {"small": small, "large": large})
+  splits = protocols.separately(small, {"small": small, "large": large})
   assert splits.test.images.tolist() == large.images.tolist()
   assert list(splits.evaluations) == ["small", "large"]
   assert splits.evaluations["small"].queries.tolist() == [0, 1, 2, 3]  # type: ignore[union-attr]
@@ -285,23 +285,24 @@ def test_separately_keeps_each_image_once_and_each_list_its_rows():
 
 def test_retrieval_metrics_of_named_and_gallery_evaluations_equal_evaluate_retrieval():
   rng = np.random.default_rng(0)
-  queries, gallery = _images([0, 0, 1, 1, 2], "q"), _images([0, 1, 2, 2, 3, 1], "g")
-  splits = datasets.with_gallery(queries, queries, gallery)
+  # Sets of one size: each form of evaluate_retrieval compiles once.
+  queries, gallery = _images([0, 0, 1, 1, 2, 4], "q"), _images([0, 1, 2, 2, 3, 1], "g")
+  splits = protocols.with_gallery(queries, queries, gallery)
   embeddings = rng.normal(size=(splits.test.num_examples, 4)).astype(np.float32)
   config = dataclasses.replace(TINY, eval_ks=(1, 2))
   got = evaluation.retrieval_metrics(config, embeddings, splits.test.labels, splits.evaluations)
   want = jaxrank.evaluate_retrieval(
-    embeddings[:5], queries.labels, embeddings[5:], gallery.labels, ks=(1, 2)
+    embeddings[:6], queries.labels, embeddings[6:], gallery.labels, ks=(1, 2)
   )
   assert got == pytest.approx(want, abs=0) and list(got) == list(want)
-  lists = datasets.separately(queries, {"a": queries, "b": gallery})
+  lists = protocols.separately(queries, {"a": queries, "b": gallery})
   named = evaluation.retrieval_metrics(config, embeddings, lists.test.labels, lists.evaluations)
-  loo = jaxrank.evaluate_retrieval(embeddings[5:], gallery.labels, ks=(1, 2))
+  loo = jaxrank.evaluate_retrieval(embeddings[6:], gallery.labels, ks=(1, 2))
   assert named == pytest.approx(
     {
       **{
         f"a/{k}": v
-        for k, v in jaxrank.evaluate_retrieval(embeddings[:5], queries.labels, ks=(1, 2)).items()
+        for k, v in jaxrank.evaluate_retrieval(embeddings[:6], queries.labels, ks=(1, 2)).items()
       },
       **{f"b/{k}": v for k, v in loo.items()},
     },

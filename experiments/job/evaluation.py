@@ -8,7 +8,7 @@ for a hashing head), `evaluate` (the test split embedded under the current state
 
 Evaluation embeds the test split (unseen classes) once with the network in inference mode and
 computes `jaxrank.evaluate_retrieval` for each evaluation of the data set's protocol
-(`datasets.Splits.evaluations`): leave-one-out on the whole split (SOP, CUB), queries ranking a
+(`protocols.Splits.evaluations`): leave-one-out on the whole split (SOP, CUB), queries ranking a
 gallery (In-Shop), or several test lists each on its own, their metrics prefixed with the
 list's name (VehicleID's `small/recall@1`). A hashing model (`head="hashing"`) trains on relaxed
 codes `tanh(alpha f)` of batch-centred features (`networks.CentredHashingHead`) with the
@@ -33,6 +33,7 @@ from experiments.job import datasets
 from experiments.job import input_pipeline
 from experiments.job import networks
 from experiments.job import placement
+from experiments.job import protocols
 from experiments.job import step as step_lib
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def evaluate(
   embed_fn,
   state,
   test: jd.LabeledImages,
-  evaluations: Mapping[str, datasets.Evaluation] = datasets.LEAVE_ONE_OUT,
+  evaluations: Mapping[str, protocols.Evaluation] = protocols.LEAVE_ONE_OUT,
 ) -> dict[str, float]:
   """The retrieval metrics of `evaluations` on the test split (unseen classes) under the state.
 
@@ -96,7 +97,7 @@ def retrieval_metrics(
   config: config_lib.Config,
   embeddings: np.ndarray,
   labels: np.ndarray,
-  evaluations: Mapping[str, datasets.Evaluation],
+  evaluations: Mapping[str, protocols.Evaluation],
   *,
   share: tuple[int, int] | None = None,
   similarity_fn=jaxrank.similarity.cosine,
@@ -109,13 +110,13 @@ def retrieval_metrics(
     embeddings: `[n, D]` this process's rows of the split, rows `share[0]:share[1]` (all rows
       when `share` is None).
     labels: `[n]` their labels.
-    evaluations: name -> `datasets.Evaluation`, whose rows index the whole split.
+    evaluations: name -> `protocols.Evaluation`, whose rows index the whole split.
     share: the rows of the split that this process holds.
     similarity_fn: the scoring rule.
     mesh: the mesh of a job of several processes, whose evaluation each process's rows join.
 
   Returns:
-    The metrics of every evaluation, named by `datasets.metric_name`.
+    The metrics of every evaluation, named by `protocols.metric_name`.
   """
   start, stop = (0, len(labels)) if share is None else share
 
@@ -141,7 +142,7 @@ def retrieval_metrics(
       mesh=mesh,
     )
     # Floats: the default reduce_fn.
-    metrics.update({datasets.metric_name(name, k): float(v) for k, v in values.items()})
+    metrics.update({protocols.metric_name(name, k): float(v) for k, v in values.items()})
   return metrics
 
 
@@ -169,6 +170,6 @@ def evaluate_raw_pixels(config: config_lib.Config) -> dict[str, float]:
   test_pixels, test_labels = pixels(splits.test)
   metrics = retrieval_metrics(config, test_pixels - mean, test_labels, splits.evaluations)
   if config.eval_seen_classes:
-    seen = retrieval_metrics(config, train_pixels - mean, train_labels, datasets.LEAVE_ONE_OUT)
+    seen = retrieval_metrics(config, train_pixels - mean, train_labels, protocols.LEAVE_ONE_OUT)
     metrics.update({f"seen/{k}": v for k, v in seen.items()})
   return metrics

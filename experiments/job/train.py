@@ -83,6 +83,7 @@ from experiments.job import input_pipeline
 from experiments.job import monitoring
 from experiments.job import optimizer as optimizer_lib
 from experiments.job import placement
+from experiments.job import protocols
 from experiments.job import reporting
 from experiments.job import samplers
 from experiments.job import step as step_lib
@@ -143,7 +144,7 @@ def _deferred_interrupt() -> Iterator[list[bool]]:
 
 def check_run(
   config: config_lib.Config, workdir: str
-) -> tuple[datasets.Splits, samplers.BatchesFn]:
+) -> tuple[protocols.Splits, samplers.BatchesFn]:
   """Everything that can fail before a run writes anything: the config, the data, the workdir.
 
   `check.check_config`, then the summaries' writer and directory (`monitoring.check_writer`), then
@@ -290,7 +291,7 @@ def train_and_evaluate(
   Returns:
     The final evaluation on the test split: `recall@k` for `config.eval_ks`, `map@r`, `map`,
     `tie_aware_map` (floats) for each evaluation of the data set's protocol (prefixed with its
-    name where it has one: `small/recall@1`, `datasets.metric_name`), and `step`.
+    name where it has one: `small/recall@1`, `protocols.metric_name`), and `step`.
 
   Raises:
     ConfigError: a configuration that cannot run, or a workdir that holds a run of another
