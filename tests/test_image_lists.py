@@ -12,6 +12,7 @@ import pytest
 
 import jaxrank
 import jaxrank.data as jd
+from experiments.job import config as config_lib
 from experiments.job import evaluation
 from experiments.job import main as main_lib
 from experiments.job import protocols
@@ -371,3 +372,14 @@ def test_the_job_trains_and_evaluates_by_the_protocol(dataset, roots, tmp_path):
   assert table.splitlines()[0].split()[1 : 1 + (2 if prefixes[0] else 1)] == (
     [prefixes[0].rstrip("/"), "R@1"] if prefixes[0] else ["R@1"]
   )
+
+
+def test_the_job_names_a_missing_file_before_training(roots, tmp_path):
+  root = _copy(roots["inshop"], tmp_path)
+  (root / INSHOP_LIST).unlink()
+  config = dataclasses.replace(TINY, dataset="inshop", data_dir=str(root))
+  with pytest.raises(
+    config_lib.ConfigError, match="dataset='inshop' cannot be read from .*no file"
+  ):
+    train.check_run(config, str(tmp_path / "run"))
+  assert not (tmp_path / "run").exists()

@@ -142,34 +142,43 @@ def _load_image_folder(config: Config) -> Splits:
   )
 
 
-def _load_inshop(config: Config) -> Splits:
+def _published(read: Callable[[str], Splits]) -> Callable[[Config], Splits]:
+  """`load(config)` of a data set published as lists of files (`jaxrank.data.image_lists`):
+  `read(config.data_dir)`, a missing or malformed file a `ConfigError` naming it."""
+
+  def load(config: Config) -> Splits:
+    assert config.data_dir is not None  # check.check_config rejects a None one for these.
+    try:
+      return read(config.data_dir)
+    except (FileNotFoundError, ValueError) as e:
+      raise config_lib.ConfigError(
+        f"dataset={config.dataset!r} cannot be read from config.data_dir={config.data_dir!r}: {e}"
+      ) from e
+
+  return load
+
+
+def _read_inshop(root: str) -> Splits:
   """In-Shop: train on `train`; the `query` images rank the `gallery`."""
   import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
 
-  parts = [jd.load_inshop(_root(config), s) for s in ("train", "query", "gallery")]
+  parts = [jd.load_inshop(root, s) for s in ("train", "query", "gallery")]
   return protocols.with_gallery(*parts)
 
 
-def _load_vehicleid(config: Config) -> Splits:
+def _read_vehicleid(root: str) -> Splits:
   """VehicleID: each test list leave-one-out on its own (`jaxrank.data.load_vehicleid`)."""
   import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
 
-  root = _root(config)
   tests = {s: jd.load_vehicleid(root, s) for s in jd.image_lists.VEHICLEID_TEST_SPLITS}
   return protocols.separately(jd.load_vehicleid(root, "train"), tests)
 
 
-def _load_inat2018(config: Config) -> Splits:
+def _read_inat2018(root: str) -> Splits:
   """iNaturalist-2018 with Brown et al.'s splits: the test split leave-one-out."""
   import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
 
-  root = _root(config)
   return Splits(jd.load_inat2018(root, "train"), jd.load_inat2018(root, "test"))
-
-
-def _root(config: Config) -> str:
-  assert config.data_dir is not None  # check.check_config rejects a None one for these data sets.
-  return config.data_dir
 
 
 def _as_they_are(config: Config, train: bool) -> None:
@@ -229,19 +238,19 @@ DATASETS: Mapping[str, DatasetSpec] = {
   # (jaxrank.data.image_lists); super-classes: In-Shop's 23 categories, VehicleID's models,
   # iNaturalist's supercategories.
   "inshop": DatasetSpec(
-    load=_load_inshop,
+    load=_published(_read_inshop),
     in_channels=3,
     preprocess=_photographs,
     super_classes="dataset='inshop'",
   ),
   "vehicleid": DatasetSpec(
-    load=_load_vehicleid,
+    load=_published(_read_vehicleid),
     in_channels=3,
     preprocess=_photographs,
     super_classes="dataset='vehicleid'",
   ),
   "inat2018": DatasetSpec(
-    load=_load_inat2018,
+    load=_published(_read_inat2018),
     in_channels=3,
     preprocess=_photographs,
     super_classes="dataset='inat2018'",
