@@ -23,18 +23,21 @@ share the 3,985 test items, and the queries rank the gallery. Classes are items;
 **PKU VehicleID** (Liu et al. 2016), `load_vehicleid`::
 
   <root>/image/<image id>.jpg
-  <root>/train_test_split/train_list.txt          (13,134 vehicles, 110,178 images)
+  <root>/train_test_split/train_list.txt          (13,164 vehicles, 113,346 images)
   <root>/train_test_split/test_list_800.txt       (small: 800 vehicles, 7,332 images)
   <root>/train_test_split/test_list_1600.txt      (medium: 1,600 vehicles, 12,995 images)
   <root>/train_test_split/test_list_2400.txt      (large: 2,400 vehicles, 20,038 images)
   <root>/attribute/model_attr.txt                 (vehicle id -> model id, 250 models)
 
-Each list line is `<image id> <vehicle id>`; `model_attr.txt` lines are `<vehicle id> <model
-id>`, for part of the vehicles only (about half the training images). Classes are vehicles;
-super-classes their models. The vehicles without a model share one more super-class, numbered
-after the models (`max model id + 1`): FastAP (App. A) fills half of each batch from a modelled
-category and half from the unmodelled vehicles, which the super-class sampler does with the
-pairs of super-classes that include that one.
+(The train list's counts are those of the re-identification loaders that read it; FastAP's text
+gives 13,134 vehicles and 110,178 images.) Each list line is `<image id> <vehicle id>` (image ids
+of 7 digits, the file names without `.jpg`); `model_attr.txt` lines are `<vehicle id> <model id>`,
+for part of the vehicles only (FastAP App. A: the 250 models cover about half the training set).
+Classes are vehicles; super-classes their models. The vehicles without a model share one more
+super-class, numbered after the models (`max model id + 1`): FastAP fills half of each batch
+from a modelled category and half from the unmodelled vehicles, which is what the super-class
+sampler's batches of the pairs that include that super-class are (its other pairs draw from two
+models).
 
 The test protocol (`load_vehicleid`'s docstring): leave-one-out retrieval within each test list.
 
@@ -279,15 +282,16 @@ def load_vehicleid(root: str | os.PathLike, split: str) -> LabeledImages:
 
   **Test protocol.** The metric-learning papers evaluate each test list on its own by
   leave-one-out retrieval: every image of the list queries all the others, relevant iff of the
-  same vehicle, and report Recall@1 and Recall@5 for the small, medium and large lists. FastAP
-  (sec. 5, Table 3) says it follows "the standard experimental protocol [Liu et al. 2016]" on the
-  three lists, and compares with BIER, A-BIER and DREML, whose numbers come from this
-  leave-one-out evaluation (the code of Brown et al. 2020, after Roth et al.'s, evaluates the
-  three lists so as well). Liu et al.'s original protocol instead draws one image of each vehicle
-  at random into a gallery and queries it with the rest, averaged over repetitions; it is
-  random and its numbers are not comparable with FastAP's table, so jaxrank follows the
-  leave-one-out one: each test split here is one whole test list, and
-  `jaxrank.evaluate_retrieval` without a gallery evaluates it.
+  same vehicle, and report Recall@1 and Recall@5 for the small, medium and large lists. FastAP's
+  text (sec. 5, Table 3) says only that it follows "the standard experimental protocol [Liu et
+  al. 2016]" on the three lists, and reports Recall@k (k = 1, 5) beside BIER, A-BIER and DREML,
+  metric-learning methods that report the same Recall@k (a hit among a query's nearest other
+  test images); the code of Brown et al. 2020 (after Roth et al.'s metric-learning code) also
+  evaluates each of the three lists so. Liu et al.'s original protocol instead draws one image of
+  each vehicle at random into a gallery and queries it with the others, averaged over repeated
+  draws: random, and a different number. jaxrank follows the metric-learning one, deterministic
+  and the one FastAP's table is read against: each test split here is one whole test list,
+  which `jaxrank.evaluate_retrieval` evaluates without a gallery.
 
   Args:
     root: the data set's directory, holding `image/`, `train_test_split/` and `attribute/`.
