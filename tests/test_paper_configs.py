@@ -13,6 +13,7 @@ fails: a new config file on a new data set needs its small copy here.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -56,12 +57,37 @@ def _mock_tfds(data_dir: pathlib.Path, config: config_lib.Config) -> ContextMana
   )
 
 
+def _inshop(data_dir: pathlib.Path, config: config_lib.Config) -> ContextManager[None]:
+  """In-Shop: 8 train items over 2 categories, 4 test items, `samples_per_class` images each."""
+  k = config.samples_per_class
+  testing.write_inshop(data_dir, train_items=8, test_items=4, images_per_item=k)
+  return contextlib.nullcontext()
+
+
+def _vehicleid(data_dir: pathlib.Path, config: config_lib.Config) -> ContextManager[None]:
+  """VehicleID: 12 train vehicles (3 models of 4, the third without a model), test lists of 2,
+  3 and 4 vehicles."""
+  k = config.samples_per_class
+  testing.write_vehicleid(data_dir, train_vehicles=12, images_per_vehicle=k)
+  return contextlib.nullcontext()
+
+
+def _inat2018(data_dir: pathlib.Path, config: config_lib.Config) -> ContextManager[None]:
+  """iNaturalist-2018: 8 train and 4 test categories over 2 supercategories."""
+  k = config.samples_per_class
+  testing.write_inat2018(data_dir, train_classes=8, test_classes=4, images_per_class=k)
+  return contextlib.nullcontext()
+
+
 # Data set -> `fake(data_dir, config)`: a context within which `config.dataset` reads a small
 # copy of its layout from `data_dir` (written there by `fake`, or faked by the context).
 SMOKE_DATA: dict[str, Callable[[pathlib.Path, config_lib.Config], ContextManager[None]]] = {
   "sop": _mock_tfds,
   "cub200": _mock_tfds,
   "cars196": _mock_tfds,
+  "inshop": _inshop,
+  "vehicleid": _vehicleid,
+  "inat2018": _inat2018,
 }
 
 
