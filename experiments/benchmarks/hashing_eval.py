@@ -4,7 +4,7 @@ Command (the paper's scale is 2,100 queries x 195,834 database codes; about a mi
 cores for the table):
 
     .venv/bin/python -m experiments.benchmarks.hashing_eval
-    .venv/bin/python -m experiments.benchmarks.hashing_eval --one --queries 2100 --items 195834 --bits 48
+    .venv/bin/python -m experiments.benchmarks.hashing_eval --one --items 195834 --bits 48
 
 Synthetic data from a fixed seed: random `+-1` codes and 21-label multi-hot labels (each label on
 with probability 0.1, as sparse as NUS-WIDE's), so that the levels are the numbers of shared
