@@ -330,6 +330,7 @@ def evaluate_hashing(
   num_queries, n = len(queries), len(database)
   relevance = _Relevance(fn, query_labels, database_labels, affinity, num_queries, n)
   chunk = max(min(chunk_size or default_chunk_size(n), num_queries), 2)
+  chunk = max(-(-num_queries // -(-num_queries // chunk)), 2)  # Even chunks: little padding.
   query_set, database_codes_on_device = jnp.asarray(queries), jnp.asarray(database)
   results = []
   for begin in range(0, num_queries, chunk):
