@@ -6,8 +6,8 @@ ImageNet100) and, for graded affinities, NDCG. He et al. 2018 ("Hashing as Tie-A
 Rank", sec. 3.2 and 5) observe that only `b + 1` distances exist, so for each query the database
 collapses into the histograms `n_{d,v}` of items at distance `d` of affinity level `v`, from which
 the tie-aware AP_T and NDCG_T (the means over every ordering of tied items, Prop. 1) follow
-exactly in O(b + |V|) (the paper's counting sort). `evaluate_hashing` builds those histograms query
-chunk by query chunk (never the `Q x N` matrix) and reads the metrics off them with the
+exactly in `O(b + |V|)` (the paper's counting sort). `evaluate_hashing` builds those histograms
+query chunk by query chunk (never the `Q x N` matrix) and reads the metrics off them with the
 estimators of `jaxrank._src.tie_aware` (exact on such histograms: `hamming_tie_aware_ap_metric` is
 the same computation on a list); the truncated AP takes the first `k` items of each query's
 ranking with ties in database order (`jax.lax.top_k`, which keeps the lower index first).
