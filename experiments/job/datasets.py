@@ -234,7 +234,10 @@ def training_data(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
 def class_indices(data: jd.LabeledImages) -> jd.LabeledImages:
   """`data` with each label replaced by the index of its class, `0, ..., C - 1` in the labels'
   order (a data set's training classes need not be numbered from 0, nor without gaps: a glyph's
-  label is its code point, and `validation_split` keeps some of the classes)."""
+  label is its code point, and `validation_split` keeps some of the classes). Multi-hot labels
+  `[N, C]` (NUS-WIDE) are left as they are: their columns are the classes already."""
+  if data.labels.ndim == 2:
+    return data
   _, indices = np.unique(data.labels, return_inverse=True)
   return dataclasses.replace(data, labels=indices.astype(np.int32).reshape(-1))
 
