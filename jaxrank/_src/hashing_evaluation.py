@@ -272,13 +272,16 @@ def evaluate_hashing(
           \frac{\sum_{s \le t} rel_s}{t}
 
     (0 when none of the first `k` is relevant): the normaliser is the number of relevant items in
-    the top `k`, as in HashNet's and DPSH's evaluation code, so a tie that straddles position `k`
-    contributes its items of lowest index. Those codes sort with an unstable sort (their tie order
-    is arbitrary); He et al. find such values close to the tie-aware ones on large test sets. The
-    reduction differs between them: DPSH's averages over every query (0 for a query without a
-    relevant item in its top `k`), which is the default here whenever every query has a relevant
-    item in the database; HashNet's averages only over the queries with one in their top `k`: the
-    mean of the per-query values (`reduce_fn=None`) that are above 0. `k` beyond `N` is `N`.
+    the top `k`, and a tie that straddles position `k` contributes its items of lowest index. This
+    is, query for query, the AP@K of He et al.'s released evaluation code (MIHash's and TALR's
+    `evaluate_AP.m`, which lists each distance's items in database order), and of HashNet's and
+    DPSH's code up to the order of ties (they sort with an unstable sort, so theirs is
+    arbitrary; He et al. find such values close to tie-aware ones on large test sets). The
+    reductions over queries differ: He et al.'s and DPSH's codes average over every query (0 for
+    one without a relevant item in its top `k`), which is the default here whenever every query
+    has a relevant item in the database (NUS-WIDE, ImageNet100, CIFAR-10); HashNet's averages
+    only over the queries with one in their top `k`: the mean of the per-query values
+    (`reduce_fn=None`) that are above 0. `k` beyond `N` is `N`.
 
   **Cost.** For each chunk of queries, one `[c, b] x [b, N]` product gives the distances, one
   `[c, N]` comparison (class labels) or `[c, C] x [C, N]` product (multi-hot) the levels, and one
