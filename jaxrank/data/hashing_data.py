@@ -122,6 +122,37 @@ def cifar10_split_indices(
   return {"train": np.sort(np.concatenate(train)), "query": query_index, "database": database}
 
 
+def cifar10_splits(
+  data_dir: str | os.PathLike | None = None,
+  *,
+  setting: int = 1,
+  seed: int = 0,
+  queries_per_class: int | None = None,
+  train_per_class: int | None = None,
+) -> dict[str, datasets.LabeledImages]:
+  """Every split of `load_cifar10` from one read of the tfds data: `{"train": ..., "query": ...,
+  "database": ...}` (arguments and errors as `load_cifar10`)."""
+  fn = "load_cifar10"
+  train, test = (
+    datasets.load_tfds_splits(fn, "cifar10", data_dir, [part], "label", None)
+    for part in ("train", "test")
+  )
+  both = datasets.LabeledImages(
+    images=np.concatenate([train.images, test.images]),
+    labels=np.concatenate([train.labels, test.labels]),
+    image_format=train.image_format,
+  )
+  index = cifar10_split_indices(
+    both.labels,
+    setting=setting,
+    seed=seed,
+    queries_per_class=queries_per_class,
+    train_per_class=train_per_class,
+    num_test=test.num_examples,
+  )
+  return {split: datasets.select(both, rows) for split, rows in index.items()}
+
+
 def load_cifar10(
   data_dir: str | os.PathLike | None = None,
   split: str = "train",
@@ -136,7 +167,8 @@ def load_cifar10(
   Reads both tfds splits (`train`, 50,000 images, then `test`, 10,000) and keeps one split of
   `cifar10_split_indices`: setting 1, 1,000 queries / 59,000 database / 5,000 training images,
   class-balanced and drawn with `seed`; setting 2, tfds `test` / `train` / `train`. Labels are
-  tfds's `label` (0-9). Nothing is downloaded.
+  tfds's `label` (0-9). Nothing is downloaded. `cifar10_splits` gives the three splits from one
+  read.
 
   Args:
     data_dir: the tfds data directory holding `cifar10/3.0.2` (tfds's default when None).
@@ -152,26 +184,15 @@ def load_cifar10(
   Raises:
     FileNotFoundError: the data set is not prepared in `data_dir` (nothing is downloaded).
   """
-  fn = "load_cifar10"
-  _check_split(fn, split)
-  train, test = (
-    datasets.load_tfds_splits(fn, "cifar10", data_dir, [part], "label", None)
-    for part in ("train", "test")
-  )
-  index = cifar10_split_indices(
-    np.concatenate([train.labels, test.labels]),
+  _check_split("load_cifar10", split)
+  splits = cifar10_splits(
+    data_dir,
     setting=setting,
     seed=seed,
     queries_per_class=queries_per_class,
     train_per_class=train_per_class,
-    num_test=test.num_examples,
   )
-  both = datasets.LabeledImages(
-    images=np.concatenate([train.images, test.images]),
-    labels=np.concatenate([train.labels, test.labels]),
-    image_format=train.image_format,
-  )
-  return datasets.select(both, index[split])
+  return splits[split]
 
 
 # ---------------------------------------------------------------------------------------------
