@@ -119,7 +119,7 @@ def test_code_kinds_affinity_and_reduction():
 @pytest.mark.parametrize(
   "kwargs,error,match",
   [
-    (dict(query_codes=np.array([[0.5, 1.0]])), ValueError, "binarize"),
+    (dict(query_codes=np.array([[1.0, 0.5]])), ValueError, "got 0.5; binarize"),
     (dict(query_codes=np.array([[0, 1]]), database_codes=np.array([[-1, 1]])), ValueError, "mix"),
     (dict(database_codes=np.ones((3, 3))), ValueError, "differ in length"),
     (dict(query_labels=np.zeros((1, 2), np.int32)), ValueError, "does not match"),

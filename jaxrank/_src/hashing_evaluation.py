@@ -33,36 +33,34 @@ DEFAULT_CHUNK_SCORES = 2**26
 
 
 def _as_codes(fn, name, codes):
-  """Codes `[n, b]` as a numpy float32 array of +-1: given as +-1 or as {0, 1} (or booleans)."""
-  if isinstance(codes, jax.Array):
-    codes = np.asarray(codes)
+  """`(codes as float32 [n, b], the values among -1 and 0 that occur)`, checked to be binary:
+  +-1 or {0, 1} (integers, floats or booleans)."""
   codes = np.asarray(codes)
   if codes.dtype == np.bool_:
     codes = codes.astype(np.int8)
   checks.check_array(fn, name, codes, kind="numeric", ndim=2, layout="[count, b]")
   if codes.shape[0] == 0 or codes.shape[1] == 0:
     raise ValueError(f"{fn}: {name} are empty (shape {codes.shape}); give at least one code.")
-  values = np.unique(codes)
-  if not set(values.tolist()) <= {-1, 0, 1}:
+  negative, zero = codes == -1, codes == 0
+  bad = ~(negative | zero | (codes == 1))
+  if bad.any():
     raise ValueError(
-      f"{fn}: {name} must be binary codes of +-1 or of {{0, 1}}, got the value {values[0]!r}"
-      f"{' (and others)' if len(values) > 1 else ''}; binarize them first, e.g. "
-      "jaxrank.hashing.binarize(codes)."
+      f"{fn}: {name} must be binary codes of +-1 or of {{0, 1}}, got {codes[bad][0].item()!r}; "
+      "binarize them first, e.g. jaxrank.hashing.binarize(codes)."
     )
-  return values
+  present = {v for v, mask in ((-1, negative), (0, zero)) if mask.any()}
+  return codes.astype(np.float32), present
 
 
 def _codes(fn, query_codes, database_codes):
   """Both code sets as float32 +-1 `[Q, b]`, `[N, b]`, after checking they are of one kind."""
-  q_values = _as_codes(fn, "query_codes", query_codes)
-  d_values = _as_codes(fn, "database_codes", database_codes)
-  values = set(q_values.tolist()) | set(d_values.tolist())
+  queries, q_values = _as_codes(fn, "query_codes", query_codes)
+  database, d_values = _as_codes(fn, "database_codes", database_codes)
+  values = q_values | d_values
   if {-1, 0} <= values:
     raise ValueError(
       f"{fn}: the codes mix -1 and 0; give both sets as +-1 codes or both as {{0, 1}} bits."
     )
-  queries = np.asarray(query_codes).astype(np.float32)
-  database = np.asarray(database_codes).astype(np.float32)
   if 0 in values:  # {0, 1} bits.
     queries, database = 2 * queries - 1, 2 * database - 1
   if queries.shape[1] != database.shape[1]:
