@@ -44,18 +44,20 @@ def test_load_cifar10_from_mocked_tfds():
   mock = functools.partial(
     testing.mock_retrieval_data, classes_per_split=10, images_per_class=3, image_size=(32, 32)
   )
-  load = functools.partial(jd.load_cifar10, "/nonexistent", queries_per_class=2, train_per_class=2)
+  sizes = dict(queries_per_class=2, train_per_class=2)
   with mock():
-    one = {s: load(s, setting=1, seed=0) for s in hashing_data.SPLITS}
-    two = {s: load(s, setting=2) for s in ("query", "database")}
+    one = hashing_data.cifar10_splits("/nonexistent", setting=1, seed=0, **sizes)
+    two = hashing_data.cifar10_splits("/nonexistent", setting=2)
+    query = jd.load_cifar10("/nonexistent", "query", setting=1, seed=0, **sizes)
   assert one["query"].num_examples == 20 and one["database"].num_examples == 40
   assert np.all(np.bincount(one["train"].labels) == 2)
   assert np.all(np.bincount(one["query"].labels) == 2)
   assert one["query"].image_format == "encoded"
+  assert query.images.tolist() == one["query"].images.tolist()  # Seeded: the same draw.
   assert set(one["train"].images.tolist()) <= set(one["database"].images.tolist())
   assert (two["query"].num_examples, two["database"].num_examples) == (30, 30)
-  with mock(), pytest.raises(ValueError, match="fewer than"):
-    jd.load_cifar10("/nonexistent", "query", queries_per_class=4, train_per_class=4)
+  with pytest.raises(ValueError, match="fewer than"):
+    hashing_data.cifar10_split_indices(one["query"].labels, setting=1, queries_per_class=4)
 
 
 def test_nuswide_lists_load_and_feed_the_pipeline(tmp_path):
