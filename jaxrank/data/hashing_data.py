@@ -12,11 +12,13 @@ seed, so separate calls agree.
   setting 2 (`cifar10_10k`): tfds `test` (10,000) the queries, tfds `train` (50,000) the database
   and the training set. The draws are class-balanced and seeded (`seed`).
 * `load_nuswide`: NUS-WIDE's 21 most frequent labels from HashNet's list files (`train.txt`,
-  10,500 images; `test.txt`, 2,100; `database.txt`, 193,734 in HashNet's release, about 196K in
-  the paper): multi-hot labels `[N, 21]`; an item is relevant to a query that shares a label.
-* `load_imagenet100`: HashNet's 100 ImageNet classes from its list files (`train.txt`, 13,000
-  images, 130 per class; `test.txt`, 5,000 validation images, 50 per class; `database.txt`,
-  128,495 training images): class labels `[N]` from the one-hot vectors.
+  500 images per label, 10,500; `test.txt`, 100 per label, 2,100; `database.txt`, the other
+  images that carry one of the labels, about 196K in He et al.'s count): multi-hot labels
+  `[N, 21]`; an item is relevant to a query that shares a label.
+* `load_imagenet100`: HashNet's 100 ImageNet classes from its list files (`train.txt`, 130 images
+  per class in He et al.'s description; `test.txt`, the classes' ILSVRC 2012 validation images;
+  `database.txt`, their training images): class labels `[N]` from the one-hot vectors. The sizes
+  are whatever the files list.
 
 **List files.** HashNet's format, one image a line: its path, then one `0`/`1` per label,
 separated by spaces (`images/xyz.jpg 0 1 0 ... 0`; 21 labels for NUS-WIDE, 100 for ImageNet100).
