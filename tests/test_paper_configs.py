@@ -67,8 +67,8 @@ def _inshop(data_dir: pathlib.Path, config: config_lib.Config) -> ContextManager
 
 
 def _vehicleid(data_dir: pathlib.Path, config: config_lib.Config) -> ContextManager[None]:
-  """VehicleID: 12 train vehicles (3 models of 4, the third without a model), test lists of 2,
-  3 and 4 vehicles."""
+  """VehicleID: 12 train vehicles (2 models of 4 vehicles, and 4 vehicles without a model), test
+  lists of 2, 3 and 4 vehicles."""
   k = config.samples_per_class
   testing.write_vehicleid(data_dir, train_vehicles=12, images_per_vehicle=k)
   return contextlib.nullcontext()
@@ -126,9 +126,9 @@ SMOKE_DATA: dict[str, Callable[[pathlib.Path, config_lib.Config], ContextManager
 
 
 def smoke_config(config: config_lib.Config, data_dir: pathlib.Path) -> config_lib.Config:
-  """`config` with a tiny network (at most 64-d), tiny images and a batch of 4 classes, for 2
-  steps: configs of the same loss then share their programs (CI's persistent compilation
-  cache)."""
+  """`config` with a tiny network (at most 64-d), tiny images and a batch of 4 classes (8 images
+  drawn at random), for 2 steps: configs of the same loss then share their programs (CI's
+  persistent compilation cache)."""
   return dataclasses.replace(
     config,
     data_dir=str(data_dir),
