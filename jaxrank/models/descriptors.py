@@ -10,9 +10,10 @@ to its **bucket** (each side rounded up to a multiple of `multiple`, the rule of
 `jaxrank.data.bucket_shape`) with a pixel mask, and each bucket runs in batches of one size, so
 a jitted `embed_fn` compiles one program per bucket shape.
 
-Through a network whose cells see past their own stride window (a ResNet), a padded image's
-descriptor is close to the unpadded image's, not equal (`jaxrank.models.ResNet`, "Padded
-images", measures it); through a pooling alone it is exact.
+The descriptors are the unpadded images' when `embed_fn` honours the mask: a pooling of the
+pixels, or a `jaxrank.models.ResNet` called with it in inference mode (which masks every layer:
+its "Padded images"). A network that only pools over the mask gives descriptors close to the
+unpadded images', not equal (its edge cells see the padding).
 
 This module imports only numpy and jax (no Flax, no TensorFlow): the images come in as numpy
 arrays (`jaxrank.data.read_query_image`, `read_gallery_image`), and `embed_fn` is the caller's.
@@ -229,12 +230,12 @@ def extract_descriptors(
   fraction of the pixels fed to `embed_fn` that are padding (the buckets' and the empty
   images'); `jaxrank.data.bucket_cost` gives the buckets' part for a list of sizes.
 
-  **What padding changes.** With `embed_fn` a pooling of the pixels (or of a network whose cells
-  see only their stride window) that honours the mask, the descriptors are those of the
-  unpadded images. Through a ResNet they are close, not equal: `jaxrank.models.ResNet`, "Padded
-  images", measures the cosine between them. Where a protocol's exact numbers matter,
-  `multiple=1` pads no image (each distinct size its own bucket: with `batch_size=1`, exactly
-  the unpadded network's descriptors), at the price of one program per distinct size.
+  **What padding changes.** Nothing, to rounding, when `embed_fn` honours the mask: a masked
+  pooling of the pixels, or an `EmbeddingModel` whose `ResNet` takes `mask=` in inference mode
+  (every layer masked: `jaxrank.models.ResNet`, "Padded images"). A network that only pools
+  over the mask (its convolutions seeing the padding) gives descriptors close to the unpadded
+  images', not equal; the same ResNet's docstring measures how close. `multiple=1` pads no
+  image (each distinct size its own bucket), at the price of one program per distinct size.
 
   Args:
     embed_fn: `embed_fn(images, mask) -> [n, D]`, `images` float32 numpy `[n, H, W, C]` (the

@@ -198,8 +198,8 @@ class EmbeddingModel(nnx.Module):
         calls `head(features, scale=scale)`, as `HashingHead` takes (its scale then defaults to
         1 when None is given here).
       mask: None (the default) calls `backbone(x)`; anything else calls `backbone(x, mask)`, the
-        pixel mask `[N, H, W]` of padded images that a `ResNet` takes (see its "Padded
-        images": the features are close to the unpadded images', not equal).
+        pixel mask `[N, H, W]` of padded images that a `ResNet` takes (its "Padded images":
+        in inference mode, the unpadded images' features).
 
     Returns:
       The head's output, `[N, D]`.

@@ -49,15 +49,16 @@ class _BasicBlock(nnx.Module):
   expansion = 1
 
   def __init__(self, c_in: int, width: int, stride: int, precision: Precision, rngs: nnx.Rngs):
+    self.stride = stride
     self.conv1 = _conv(c_in, width, 3, stride, precision, rngs)
     self.bn1 = _batch_norm(width, precision, rngs)
     self.conv2 = _conv(width, width, 3, 1, precision, rngs)
     self.bn2 = _batch_norm(width, precision, rngs)
     self.downsample = _downsample(c_in, width, stride, precision, rngs)
 
-  def __call__(self, x: jax.Array) -> jax.Array:
-    y = nnx.relu(self.bn1(self.conv1(x)))
-    y = self.bn2(self.conv2(y))
+  def __call__(self, x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    y = nnx.relu(self.bn1(self.conv1(_inside(x, mask))))
+    y = self.bn2(self.conv2(_inside(y, _strided(mask, self.stride))))
     return nnx.relu(y + _shortcut(self.downsample, x))
 
 
@@ -67,6 +68,7 @@ class _Bottleneck(nnx.Module):
   expansion = 4
 
   def __init__(self, c_in: int, width: int, stride: int, precision: Precision, rngs: nnx.Rngs):
+    self.stride = stride
     self.conv1 = _conv(c_in, width, 1, 1, precision, rngs)
     self.bn1 = _batch_norm(width, precision, rngs)
     self.conv2 = _conv(width, width, 3, stride, precision, rngs)
@@ -75,9 +77,10 @@ class _Bottleneck(nnx.Module):
     self.bn3 = _batch_norm(width * 4, precision, rngs)
     self.downsample = _downsample(c_in, width * 4, stride, precision, rngs)
 
-  def __call__(self, x: jax.Array) -> jax.Array:
+  def __call__(self, x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    # The 1x1 convolutions read each cell alone: only the 3x3 one's input is masked.
     y = nnx.relu(self.bn1(self.conv1(x)))
-    y = nnx.relu(self.bn2(self.conv2(y)))
+    y = nnx.relu(self.bn2(self.conv2(_inside(y, mask))))
     y = self.bn3(self.conv3(y))
     return nnx.relu(y + _shortcut(self.downsample, x))
 
@@ -91,6 +94,17 @@ def _downsample(
   return nnx.List(
     [_conv(c_in, c_out, 1, stride, precision, rngs), _batch_norm(c_out, precision, rngs)]
   )
+
+
+def _inside(x: jax.Array, mask: jax.Array | None) -> jax.Array:
+  """`x [N, h, w, C]` with the cells outside each image (False in `mask [N, h, w]`) set to 0, as
+  the unpadded image's network sees its convolutions' zero padding; `x` itself without a mask."""
+  return x if mask is None else jnp.where(mask[..., None], x, 0)
+
+
+def _strided(mask: jax.Array | None, stride: int) -> jax.Array | None:
+  """The mask of a stride-`stride` layer's output (the anchor rule, `feature_map_mask`)."""
+  return mask if mask is None or stride == 1 else mask[:, ::stride, ::stride]
 
 
 def _shortcut(downsample: nnx.List | None, x: jax.Array) -> jax.Array:
@@ -134,19 +148,25 @@ class ResNet(nnx.Module):
   mode (see its docstring) or `SmallConvNet`.
 
   **Padded images.** `net(x, mask)` takes images padded at the bottom and right to a shared shape
-  (`jaxrank.data.pad_to_buckets`, `jaxrank.models.extract_descriptors`) with their pixel mask:
-  the padding's pixels are set to 0 (whatever they held, NaN included) and the pooling is over
-  the image's own cells of the stride-32 feature map (`feature_map_mask`), so `pool` must take a
-  mask (every pooling of `jaxrank.models` does). The padded image's features are close to the
-  unpadded image's, **not equal**: the edge cells' receptive fields reach past the image, where
-  the unpadded network sees each layer's zero padding and the padded one sees activations of
-  the padding's cells (`jaxrank.models.pooling`, "Masks"). Measured on a randomly initialised
-  ResNet-18 in inference mode with GeM (p = 3), images of 64 to 128 pixels a side padded by up
-  to 63 pixels (`experiments/benchmarks/padded_descriptors.py`): cosine between the padded and
-  the unpadded image's features PADDING_COSINES. What the padding costs in compute is its share
-  of the pixels, `jaxrank.data.bucket_cost`. Use inference mode (`net.eval()`): in training mode
-  BatchNorm's batch statistics count the padding's cells too. `mask=None` compiles to the
-  unmasked network's program, unchanged.
+  (`jaxrank.data.pad_to_buckets`, `jaxrank.models.extract_descriptors`) with their pixel mask,
+  True on each image's own pixels, and gives in inference mode **the unpadded images' features**
+  (to rounding: float32 differences of order 1e-6 in tests), whatever the padding holds (NaN
+  included). It sets the cells outside each image to 0 at the input of the first convolution,
+  of the max-pool and of every 3x3 convolution, each at its stride's mask (the anchor rule,
+  `feature_map_mask`): that is what the unpadded network's zero padding shows these layers,
+  since every layer maps a side `n` to `ceil(n / 2)` or `n` cells whose windows lie at the same
+  places in both (padding is symmetric and the image at the top left; a 1x1 convolution reads
+  each cell alone; after a ReLU, a 0 in the max-pool's window changes nothing, as the unpadded
+  network's `-inf`). Then it pools over the image's own cells of the stride-32 map, so `pool`
+  must take a mask (every pooling of `jaxrank.models` does). Masking the pooling alone would not
+  do: the edge cells' receptive fields reach past the image, into activations of the padding's
+  cells (`jaxrank.models.pooling`, "Masks"); on a random ResNet-18 with images of 64 to 128
+  pixels padded to multiples of 64, the padded and unpadded descriptors' centred cosine is then
+  POOL_ONLY (`experiments/benchmarks/padded_descriptors.py`). The masks cost a select at each
+  masked layer's input (XLA:CPU's estimate at `[8, 224, 224, 3]`: MASK_COST); the padding
+  costs its share of the pixels (`jaxrank.data.bucket_cost`). Exact in inference mode only
+  (`net.eval()`): in training mode BatchNorm's batch statistics count the padding's cells.
+  `mask=None` compiles to the unmasked network's program, unchanged.
 
   **Converted weights.** Variables are named after torchvision's, so that a state dict converts
   key by key for `load_weights`: `conv1.weight` is `conv1/kernel` (transpose `OIHW` to `HWIO`),
@@ -228,28 +248,36 @@ class ResNet(nnx.Module):
     Args:
       x: `[N, H, W, in_channels]` images (at least `32 x 32` keeps every stage non-empty).
       mask: optional boolean `[N, H, W]`, True on each image's own pixels (images padded to a
-        shared shape at the bottom and right, `jaxrank.data.pad_to_buckets`): the padding's
-        pixels are set to 0 before the first convolution, and the pooling is over the cells of
-        `feature_map_mask(mask)` only (see "Padded images"). None (the default) is the
-        unmasked network, the same program as before masks existed.
+        shared shape at the bottom and right, `jaxrank.data.pad_to_buckets`): the features are
+        each unpadded image's (in inference mode; see "Padded images"). None (the default) is
+        the unmasked network, the same program as before masks existed.
 
     Returns:
       `[N, out_features]` features (the pooling of non-negative activations), in `dtype`.
     """
     images = jnp.asarray(x)
     check_images("ResNet", images, self.in_channels)
-    if mask is not None:
-      mask = checks.check_mask(
-        "ResNet", "mask", mask, images.shape[:3], like="images [N, H, W]", broadcast=False
-      )
-      images = jnp.where(mask[..., None], images, 0)
-    h = nnx.relu(self.bn1(self.conv1(images)))
-    h = nnx.max_pool(h, window_shape=(3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+    if mask is None:
+      h = nnx.relu(self.bn1(self.conv1(images)))
+      h = nnx.max_pool(h, window_shape=(3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+      for stage in (self.layer1, self.layer2, self.layer3, self.layer4):
+        for block in stage:
+          h = block(h)
+      return self.pool(h)
+    mask = checks.check_mask(
+      "ResNet", "mask", mask, images.shape[:3], like="images [N, H, W]", broadcast=False
+    )
+    h = nnx.relu(self.bn1(self.conv1(_inside(images, mask))))
+    cells = _strided(mask, 2)
+    # After the ReLU every own value is >= 0, so a 0 outside is the unpadded max-pool's -inf.
+    h = nnx.max_pool(
+      _inside(h, cells), window_shape=(3, 3), strides=(2, 2), padding=((1, 1), (1, 1))
+    )
+    cells = _strided(cells, 2)
     for stage in (self.layer1, self.layer2, self.layer3, self.layer4):
       for block in stage:
-        h = block(h)
-    if mask is None:
-      return self.pool(h)
+        h = block(h, cells)
+        cells = _strided(cells, block.stride)
     return self.pool(h, feature_map_mask(mask, DEFAULT_STRIDE))
 
 
