@@ -2,10 +2,12 @@
 
 The Revisited Oxford/Paris protocol (Radenovic et al. 2018; Revaud et al. 2019, sec. 4) describes
 each gallery image at its own size (the longer side capped, at 1024 pixels in the published
-files) and each query cropped to its box, so no two images need share a shape, and describes
-each at several scales combined by a generalised mean (cirtorch's `extract_ms`; Revaud et al.'s
-released code, dirtorch, `pool(..., pooling="gem")`). `extract_descriptors` does this with few
-compiled programs: every (image, scale) is resized on the host, padded at the bottom and right
+files) and each query cropped to its box, so no two images need share a shape. Most methods
+describe each image at several scales combined by a generalised mean (Radenovic et al. 2018,
+cirtorch's `extract_ms`, scales 1, 1/sqrt(2), 1/2: the default here); **Revaud et al. 2019 use a
+single scale**, the original image (sec. 4.2: "we tried using multiple scales at test time, but
+did not observe any significant improvement"; sec. 4.4), so reproduce their tables with
+`scales=(1.0,)`. `extract_descriptors` does either with few compiled programs: every (image, scale) is resized on the host, padded at the bottom and right
 to its **bucket** (each side rounded up to a multiple of `multiple`, the rule of
 `jaxrank.data.bucket_shape`) with a pixel mask, and each bucket runs in batches of one size, so
 a jitted `embed_fn` compiles one program per bucket shape.
@@ -195,7 +197,9 @@ def extract_descriptors(
   r"""Multi-scale descriptors of images of any sizes, as the landmark retrieval papers extract them.
 
   Signature (stable): `extract_descriptors(embed_fn, images, *, scales=(1.0, 2 ** -0.5, 0.5),
-  power=3.0, max_side=1024, multiple=64, batch_size=8) -> np.ndarray [N, D]`.
+  power=3.0, max_side=1024, multiple=64, batch_size=8) -> np.ndarray [N, D]`. The default
+  scales are Radenovic et al.'s; Revaud et al. 2019's single scale is `scales=(1.0,)` (the
+  module's docstring).
 
   For each image `x` (its longer side first capped at `max_side`) and each scale `s`, the image
   is resized to `floor(h s) x floor(w s)` (at least 1 pixel; the sizes of torch's
@@ -213,9 +217,10 @@ def extract_descriptors(
   `sympow`). For non-negative descriptors (a GeM or average pooling's features through no
   linear layer) it is cirtorch's `(mean_s v_s^p)^(1/p)` exactly; `p = 1` is the mean of the
   unit descriptors whatever their signs (cirtorch's choice for descriptors after a learned
-  whitening, and for poolings other than GeM). `power=3.0` by default, dirtorch's `gemp=3` (the
-  GeM exponent Revaud et al. 2019 start from); cirtorch uses the trained GeM pooling's `p`,
-  e.g. `float(model.backbone.pool.p[...])`. A descriptor of zeros stays zero (no NaN).
+  whitening, and for poolings other than GeM). `power=3.0` by default, the default `gemp=3` of
+  dirtorch's multi-scale pooling; cirtorch uses the trained GeM pooling's `p`, e.g.
+  `float(model.backbone.pool.p[...])`. A descriptor of zeros stays zero (no NaN). With one
+  scale the combination is the unit descriptor itself, whatever `power`.
 
   **Buckets, batches and programs.** Each (image, scale) goes to the top left of its bucket's
   canvas (`jaxrank.data.bucket_shape(h', w', multiple=multiple)` of its scaled size), the
