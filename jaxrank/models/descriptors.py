@@ -7,10 +7,11 @@ describe each image at several scales combined by a generalised mean (Radenovic 
 cirtorch's `extract_ms`, scales 1, 1/sqrt(2), 1/2: the default here); **Revaud et al. 2019 use a
 single scale**, the original image (sec. 4.2: "we tried using multiple scales at test time, but
 did not observe any significant improvement"; sec. 4.4), so reproduce their tables with
-`scales=(1.0,)`. `extract_descriptors` does either with few compiled programs: every (image, scale) is resized on the host, padded at the bottom and right
-to its **bucket** (each side rounded up to a multiple of `multiple`, the rule of
-`jaxrank.data.bucket_shape`) with a pixel mask, and each bucket runs in batches of one size, so
-a jitted `embed_fn` compiles one program per bucket shape.
+`scales=(1.0,)`. `extract_descriptors` does either with few compiled programs: every (image,
+scale) is resized on the host, padded at the bottom and right to its **bucket** (each side
+rounded up to a multiple of `multiple`, the rule of `jaxrank.data.bucket_shape`) with a pixel
+mask, and each bucket runs in batches of one size, so a jitted `embed_fn` compiles one program
+per bucket shape.
 
 The descriptors are the unpadded images' when `embed_fn` honours the mask: a pooling of the
 pixels, or a `jaxrank.models.ResNet` called with it in inference mode (which masks every layer:
