@@ -303,8 +303,6 @@ def extract_descriptors(
       buckets.setdefault(shape, []).append((i, s, size))
 
   channels = arrays[0].shape[2]
-  sources: dict[int, np.ndarray] = {}  # The capped images, kept while some scale still needs them.
-  remaining = np.full(len(arrays), len(scale_values))
   outputs = []
   fed_pixels = own_pixels = bucket_pixels = 0
   for shape, entries in sorted(buckets.items()):
@@ -313,13 +311,13 @@ def extract_descriptors(
       canvas = np.zeros((batch_size, *shape, channels), np.float32)
       mask = np.zeros((batch_size, *shape), bool)
       for row, (i, _, size) in enumerate(batch):
-        if i not in sources:
-          sources[i] = resize_image(arrays[i], capped[i])
-        canvas[row, : size[0], : size[1]] = resize_image(sources[i], size)
+        # Nothing kept between batches (a bucket holds some scale of every image): an image
+        # above max_side is capped again for each of its scales.
+        source = arrays[i]
+        if capped[i] != source.shape[:2]:
+          source = resize_image(source, capped[i])
+        canvas[row, : size[0], : size[1]] = resize_image(source, size)
         mask[row, : size[0], : size[1]] = True
-        remaining[i] -= 1
-        if not remaining[i]:
-          del sources[i]
         own_pixels += size[0] * size[1]
       bucket_pixels += len(batch) * shape[0] * shape[1]
       fed_pixels += batch_size * shape[0] * shape[1]
