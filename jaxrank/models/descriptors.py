@@ -24,6 +24,7 @@ arrays (`jaxrank.data.read_query_image`, `read_gallery_image`), and `embed_fn` i
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -43,6 +44,7 @@ DEFAULT_MAX_SIDE = 1024
 _logger = logging.getLogger(__name__)
 
 
+@functools.lru_cache(maxsize=256)  # Galleries repeat a few sizes; the arrays are never written.
 def _taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
   """The linear (triangle) resampling of an axis of `n_in` pixels to `n_out`, widened when
   shrinking: each output pixel's `K` input pixels, int `[n_out, K]`, and weights, float32
@@ -58,8 +60,9 @@ def _taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
   index = first[:, None] + np.arange(count)
   inside = index < n_in
   index = np.minimum(index, n_in - 1)
-  taps = np.where(inside, np.take_along_axis(weights, index, axis=1), 0.0)
-  return index, taps.astype(np.float32)
+  taps = np.where(inside, np.take_along_axis(weights, index, axis=1), 0.0).astype(np.float32)
+  index.flags.writeable = taps.flags.writeable = False  # Cached: shared by every caller.
+  return index, taps
 
 
 def _resample(array: np.ndarray, size: int, axis: int) -> np.ndarray:
