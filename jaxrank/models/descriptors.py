@@ -249,7 +249,7 @@ def extract_descriptors(
   Args:
     embed_fn: `embed_fn(images, mask) -> [n, D]`, `images` float32 numpy `[n, H, W, C]` (the
       pixel values as given, not normalised: normalise inside, e.g. ImageNet's mean and
-      standard deviation, and zero the padding after it if it must stay zero), `mask` boolean
+      standard deviation; a `ResNet` given the mask sets the padding to 0 itself), `mask` boolean
       numpy `[n, H, W]`, True on each image's own pixels; any array (numpy or JAX) of `n` rows
       back. For example a jitted `lambda x, m: model(normalise(x), mask=m)` of an
       `EmbeddingModel` whose `ResNet` pools with `GeMPool`, in inference mode (`model.eval()`).
@@ -261,8 +261,8 @@ def extract_descriptors(
     max_side: cap on each image's longer side before scaling (aspect ratio kept, sizes rounded to
       the nearest pixel, never enlarged: `jaxrank.data.read_gallery_image`'s rule), a positive
       int, or None for no cap.
-    multiple: the buckets' step in pixels, a positive int (a multiple of the network's stride,
-      32 for a ResNet, keeps its feature map whole; 1 pads nothing).
+    multiple: the buckets' step in pixels, a positive int: larger, fewer programs and more
+      padding (`jaxrank.data.bucket_cost`); 1 pads nothing.
     batch_size: the images of each call of `embed_fn`, a positive int.
 
   Returns:
