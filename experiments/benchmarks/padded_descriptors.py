@@ -1,7 +1,8 @@
 """What padding does to a ResNet's descriptor of an image, and what masking it costs.
 
 `.venv/bin/python -m experiments.benchmarks.padded_descriptors [--multiple 64]` (a few minutes on
-2 CPU cores).
+2 CPU cores); `.venv-accel/bin/python -m experiments.benchmarks.padded_descriptors --accelerators`
+(the masks' cost on a TPU v5e and an H100, compiled without either: `accelerator_costs`).
 
 A randomly initialised ResNet-18 in inference mode, pooled by GeM (p = 3), describes images of 64
 to 128 pixels a side (smooth random images: 8 x 8 Gaussian noise enlarged by `resize_image`, plus
@@ -86,6 +87,47 @@ def measure(num_images: int, multiple: int, seed: int = 0) -> dict[str, Any]:
   return result
 
 
+def accelerator_costs(size: int = 224, batch: int = 8) -> list[str]:
+  """ResNet-18 (GeM, an `EmbeddingHead`, inference mode) masked and unmasked, compiled without a
+  device for a TPU v5e and an H100 (`experiments.benchmarks.accelerators`; run in `.venv-accel`
+  with `--accelerators`): the compilers' figures, one line each."""
+  from experiments.benchmarks import accelerators  # pylint: disable=g-import-not-at-top
+
+  def build():
+    net = models.resnet18(pool=models.GeMPool(3.0), rngs=nnx.Rngs(0))
+    return models.EmbeddingModel(net, models.EmbeddingHead(512, 512, rngs=nnx.Rngs(1)))
+
+  model = nnx.merge(*nnx.split(nnx.eval_shape(build)))
+  model.eval()
+  graph, abstract = nnx.split(model)
+  lines = []
+  for target in ("v5e", "h100"):
+    sharding = jax.sharding.SingleDeviceSharding(accelerators.devices(target)[0])
+    state = jax.tree.map(
+      lambda s, sharding=sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
+      abstract,
+    )
+    x = jax.ShapeDtypeStruct((batch, size, size, 3), jnp.float32, sharding=sharding)
+    m = jax.ShapeDtypeStruct((batch, size, size), jnp.bool_, sharding=sharding)
+    options: dict[str, str | bool] = (
+      {"xla_gpu_enable_triton_gemm": False} if target == "h100" else {}
+    )
+    figures = {}
+    for name, fn, args in (
+      ("unmasked", lambda s, x: nnx.merge(graph, s)(x), (state, x)),
+      ("masked", lambda s, x, m: nnx.merge(graph, s)(x, mask=m), (state, x, m)),
+    ):
+      compiled = jax.jit(fn).lower(*args).compile(compiler_options=options)
+      figures[name] = accelerators.analyse(compiled)
+    for field in ("cycles", "estimate", "bytes", "temporaries"):
+      before, after = getattr(figures["unmasked"], field), getattr(figures["masked"], field)
+      if before and after is not None:
+        lines.append(
+          f"{target} [{batch}, {size}, {size}, 3] {field}: masked / unmasked {after / before:.3f}"
+        )
+  return lines
+
+
 def _unit(x: np.ndarray) -> np.ndarray:
   return x / np.linalg.norm(x, axis=1, keepdims=True)
 
@@ -98,7 +140,18 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
   parser.add_argument("--num_images", type=int, default=24)
   parser.add_argument("--multiple", type=int, default=64)
+  parser.add_argument(
+    "--accelerators",
+    action="store_true",
+    help="only the masks' cost, compiled for a TPU v5e and an H100 (run in .venv-accel)",
+  )
   args = parser.parse_args()
+  if args.accelerators:
+    from experiments.benchmarks import accelerators  # pylint: disable=g-import-not-at-top
+
+    accelerators.set_environment()
+    print("\n".join(accelerator_costs()))
+    return
   import jaxrank.data as jd  # pylint: disable=g-import-not-at-top  (TensorFlow: here only)
 
   got = measure(args.num_images, args.multiple)
