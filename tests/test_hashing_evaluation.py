@@ -153,3 +153,48 @@ def test_benchmark_runs_at_a_tiny_scale():
   seconds, before, after, result = hashing_eval.run_one(8, 300, 12, ks=(50,))
   assert seconds > 0 and after >= before
   assert sorted(result) == ["map@50", "tie_aware_map", "tie_aware_ndcg"]
+
+
+def test_benchmark_one_row_in_this_process(capsys):
+  from experiments.benchmarks import hashing_eval  # pylint: disable=g-import-not-at-top
+
+  hashing_eval.main(["--one", "--queries", "8", "--items", "300", "--bits", "12", "--ks", "50"])
+  row = capsys.readouterr().out.strip()
+  cells = [cell.strip() for cell in row.strip("|").split("|")]
+  assert cells[:4] == ["8", "300", "", "12"]
+  assert cells[4].endswith(" s") and cells[5].endswith(" MB") and cells[6].endswith(" MB")
+  assert cells[7].startswith("tie_aware_map ") and "map@50 " in cells[7]
+
+
+def test_benchmark_docs_writes_the_guides_table(monkeypatch, tmp_path):
+  """`--docs` writes the printed table (a row per scale, the note without the cut-off) as
+  docs/_generated/hashing_eval.json, with the columns of the guide's data file."""
+  import json  # pylint: disable=g-import-not-at-top
+
+  from experiments import docs_data  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarks import hashing_eval  # pylint: disable=g-import-not-at-top
+
+  calls = []
+
+  def run_process(queries, items, bits, ks=(), label=""):
+    calls.append((queries, items, bits, tuple(ks)))
+    seconds = 2.0 if ks else 1.0
+    return (
+      f"| {queries:,} | {items:,} | {label} | {bits} | {seconds:.1f} s | 200 MB | 300 MB | "
+      "tie_aware_map 0.2000 |"
+    )
+
+  guide = json.loads((docs_data.DIRECTORY / "hashing_eval.json").read_text())
+  monkeypatch.setattr(docs_data, "DIRECTORY", tmp_path)
+  monkeypatch.setattr(hashing_eval, "run_process", run_process)
+  hashing_eval.main(["--scales", "8,300,12", "1000,2000,16", "--ks", "50", "--docs"])
+  assert calls == [(8, 300, 12, (50,)), (1000, 2000, 16, (50,)), (1000, 2000, 16, ())]
+  data = json.loads((tmp_path / "hashing_eval.json").read_text())
+  assert data["columns"] == guide["columns"]
+  assert data["rows"] == [
+    ["8", "300", "", "12", "2.0 s", "200 MB", "300 MB", "tie_aware_map 0.2000"],
+    ["1,000", "2,000", "", "16", "2.0 s", "200 MB", "300 MB", "tie_aware_map 0.2000"],
+  ]
+  assert data["notes"] == [
+    "Without mAP@50 (ks=(), AP_T and NDCG_T alone), 1,000 x 2,000, 16 bits: 1.0 s, peak RSS 300 MB."
+  ]
