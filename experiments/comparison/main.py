@@ -1,6 +1,6 @@
 """A fair comparison of the losses on the glyphs: every loss tuned alike, over seeds, two settings.
 
-Command (not part of CI; about 40 minutes on 2 CPU cores at `--size full`):
+Command (not part of CI; 45 to 75 minutes on 2 CPU cores at `--size full`):
 
     python -m experiments.comparison.main --workdir runs/comparison
     python -m experiments.comparison.main --workdir /tmp/comparison_tiny --size tiny
