@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +12,7 @@ from jaxrank.models._layers import check_dtypes
 from jaxrank.models._layers import check_images
 from jaxrank.models._layers import HE_INIT
 from jaxrank.models._layers import layer_norm
+from jaxrank.models.pooling import global_average_pool
 
 
 class SmallConvNet(nnx.Module):
@@ -19,11 +20,12 @@ class SmallConvNet(nnx.Module):
 
   Each stage is a 3x3 convolution (`SAME` padding, with bias), a LayerNorm over the channels of
   each pixel and a relu; a 2x2 max-pool (stride 2) comes between stages, not after the last, and a
-  global average pool over the pixels gives the features. LayerNorm, unlike BatchNorm, never looks
-  across examples, so the network gives the same outputs for an example whatever the rest of the
-  batch, and `jaxrank.chunked_value_and_grad` computes its exact gradient. Convolution kernels are
-  He normal (He et al. 2015: variance `2 / fan_in`, untruncated), biases zero; LayerNorm scale 1,
-  bias 0.
+  pooling of the last feature map gives the features (`pool`: the global average over the pixels
+  by default; `GeMPool` for Revaud et al. 2019's landmark retrieval). LayerNorm, unlike
+  BatchNorm, never looks across examples, so the network gives the same outputs for an example
+  whatever the rest of the batch, and `jaxrank.chunked_value_and_grad` computes its exact
+  gradient. Convolution kernels are He normal (He et al. 2015: variance `2 / fan_in`,
+  untruncated), biases zero; LayerNorm scale 1, bias 0.
 
   With the default `features=(32, 64)`, an `[N, 8, 8, 1]` digit becomes `[N, 64]`: time and
   memory grow linearly with `N` and the number of pixels.
@@ -31,6 +33,8 @@ class SmallConvNet(nnx.Module):
   Args:
     in_channels: the channels `C` of the input images.
     features: the output channels of each stage, at least one stage.
+    pool: `pool(x [N, h, w, C]) -> [N, C]`, a function (`global_average_pool`, the default) or a
+      module with parameters (`GeMPool`).
     dtype: the dtype of the computation (None: inferred from the inputs and parameters); the
       LayerNorms' statistics and normalisation are float32 whatever it is (`jaxrank.models`).
     param_dtype: the dtype of the parameters.
@@ -40,6 +44,7 @@ class SmallConvNet(nnx.Module):
     out_features: `features[-1]`, the size of the output.
     convs: the convolution of each stage (an `nnx.List`).
     norms: the LayerNorm of each stage (an `nnx.List`).
+    pool: the pooling.
 
   >>> import jax.numpy as jnp
   >>> from flax import nnx
@@ -53,6 +58,7 @@ class SmallConvNet(nnx.Module):
     in_channels: int,
     *,
     features: Sequence[int] = (32, 64),
+    pool: Callable[[jax.Array], jax.Array] | None = None,
     dtype: jax.typing.DTypeLike | None = None,
     param_dtype: jax.typing.DTypeLike = jnp.float32,
     rngs: nnx.Rngs,
@@ -88,6 +94,7 @@ class SmallConvNet(nnx.Module):
         for c in features
       ]
     )
+    self.pool = global_average_pool if pool is None else pool
 
   def __call__(self, x: jax.typing.ArrayLike) -> jax.Array:
     """Returns the features of images.
@@ -96,7 +103,7 @@ class SmallConvNet(nnx.Module):
       x: `[N, H, W, in_channels]` images.
 
     Returns:
-      `[N, out_features]` features (averages of non-negative activations), in `dtype`.
+      `[N, out_features]` features (the pooling of non-negative activations), in `dtype`.
     """
     h = jnp.asarray(x)
     check_images("SmallConvNet", h, self.in_channels)
@@ -104,4 +111,4 @@ class SmallConvNet(nnx.Module):
       if i > 0:
         h = nnx.max_pool(h, window_shape=(2, 2), strides=(2, 2))
       h = nnx.relu(norm(conv(h)))
-    return jnp.mean(h, axis=(1, 2))
+    return self.pool(h)

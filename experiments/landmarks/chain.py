@@ -1,0 +1,182 @@
+"""The landmark chain after training: descriptors, whitening, query expansion, the protocol.
+
+Revaud et al. 2019 (sec. 4) evaluate a trained network on Revisited Oxford/Paris this way:
+
+1. one global descriptor per image at its full resolution (`extract`): each gallery image whole,
+   each query cropped to its box (`jaxrank.data.read_query_image`), normalised as in training;
+2. a PCA whitening learned on descriptors of the training images (`learn_whitenings`: `power`
+   0.5, full whitening, and 0.25, the paper's square-rooted PCA), applied to queries and gallery;
+3. optionally alpha-QE (`jaxrank.alpha_query_expansion`, k = 10, alpha = 2 as the paper);
+4. `jaxrank.evaluate_revisited`: mAP in the Easy, Medium and Hard settings, with and without the
+   distractors appended to the gallery (`jaxrank.data.with_distractors`).
+
+`evaluate_network` runs 2-4 for one network and returns one row per (whitening, QE); `format_table`
+prints the rows of several networks as one Markdown table. Descriptors are extracted one image at a
+time through the network in inference mode (a program compiled per image shape, no padding).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+import jaxrank
+import jaxrank.data as jd
+from jaxrank.data import preprocess
+
+QE_K, QE_ALPHA = 10, 2.0  # Revaud et al. 2019, sec. 4.4: alpha-QE with alpha = 2, k = 10.
+WHITENINGS = {"none": None, "PCA-w (p 0.5)": 0.5, "sqrt PCA-w (p 0.25)": 0.25}
+"""The whitenings of each row by name: `learn_whitening`'s `power`, or None for none."""
+SETTINGS = ("easy", "medium", "hard")
+COLUMNS = ("network", "whitening", "QE", "Easy", "Medium", "Hard", "Medium +D", "Hard +D")
+"""The table's columns: mAP in percent per setting, `+D` with the distractors in the gallery."""
+
+EmbedFn = Callable[[np.ndarray], np.ndarray]
+
+
+def make_embed_fn(model: nnx.Module) -> EmbedFn:
+  """`embed(image uint8 [h, w, 3]) -> [D]`: the network in inference mode on one whole image.
+
+  The image is scaled to `[0, 1]` and normalised by ImageNet's mean and deviation, as the job's
+  pipeline (`jaxrank.data.train_preprocess`) feeds it in training; one program per image shape.
+  """
+  graph, state = nnx.split(model)
+  mean, std = np.asarray(preprocess.IMAGENET_MEAN), np.asarray(preprocess.IMAGENET_STD)
+
+  @jax.jit
+  def embed(state, image):
+    x = (image.astype(jnp.float32) / 255.0 - mean) / std
+    return nnx.merge(graph, state)(x[None])[0]
+
+  return lambda image: np.asarray(embed(state, image))
+
+
+def extract(embed: EmbedFn, images: Iterable[np.ndarray]) -> np.ndarray:
+  """The descriptors `[n, D]` of `images` (each uint8 `[h, w, 3]`), one image at a time."""
+  return np.stack([embed(image) for image in images]).astype(np.float32)
+
+
+def read_image(path: str) -> np.ndarray:
+  """The image file at `path` as uint8 `[h, w, 3]`."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  return tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False).numpy()
+
+
+def image_files(directory: str) -> list[str]:
+  """The image files under `directory` (an image folder `class/image`), sorted."""
+  found = []
+  for parent, _, names in sorted(os.walk(directory)):
+    found += [os.path.join(parent, n) for n in sorted(names) if n.lower().endswith(_SUFFIXES)]
+  return found
+
+
+_SUFFIXES = (".jpg", ".jpeg", ".png")
+
+
+@dataclasses.dataclass(frozen=True)
+class Descriptors:
+  """One network's descriptors of a test set (`describe`).
+
+  Attributes:
+    queries: `[Q, D]` the queries, each cropped to its box.
+    gallery: `[N, D]` the gallery's images.
+    distractors: `[M, D]` the distractors (`M = 0` without).
+    training: `[T, D]` the training images that whitening is learned on.
+  """
+
+  queries: np.ndarray
+  gallery: np.ndarray
+  distractors: np.ndarray
+  training: np.ndarray
+
+
+def describe(
+  embed: EmbedFn,
+  data: jd.RevisitedData,
+  training_paths: Sequence[str],
+  *,
+  max_side: int | None = jd.landmarks.DEFAULT_MAX_SIDE,
+) -> Descriptors:
+  """`embed`'s descriptors of every image of `data` (its distractors apart) and of the training
+  images, each at its own size (the longer side capped at `max_side`)."""
+  n = len(data.gallery_paths) - data.num_distractors
+  gallery = extract(embed, (jd.read_gallery_image(data, i, max_side=max_side) for i in range(n)))
+  distractors = (
+    jd.read_gallery_image(data, i, max_side=max_side) for i in range(n, len(data.gallery_paths))
+  )
+  queries = (jd.read_query_image(data, i, max_side=max_side) for i in range(len(data.query_paths)))
+  return Descriptors(
+    queries=extract(embed, queries),
+    gallery=gallery,
+    distractors=extract(embed, distractors) if data.num_distractors else gallery[:0],
+    training=extract(embed, (read_image(p) for p in training_paths)),
+  )
+
+
+def _whitened(d: Descriptors, power: float | None) -> Descriptors:
+  """`d` whitened by the PCA whitening of power `power` learned on `d.training` (None: as is)."""
+  if power is None:
+    return d
+  whitening = jaxrank.learn_whitening(d.training, power=power)
+  return Descriptors(
+    *(
+      np.asarray(jaxrank.apply_whitening(x, whitening)) if len(x) else x
+      for x in (d.queries, d.gallery, d.distractors, d.training)
+    )
+  )
+
+
+def _map_row(queries, gallery, distractors, ground_truth) -> list[float]:
+  """mAP (percent) in each setting, then Medium and Hard with the distractors in the gallery."""
+  plain = jaxrank.evaluate_revisited(queries, gallery, ground_truth, ks=(1,))
+  values = [100 * plain[f"{s}/map"] for s in SETTINGS]
+  if len(distractors):
+    both = np.concatenate([gallery, distractors])
+    more = jaxrank.evaluate_revisited(queries, both, ground_truth, ks=(1,))
+    values += [100 * more[f"{s}/map"] for s in ("medium", "hard")]
+  else:
+    values += [float("nan")] * 2
+  return values
+
+
+def evaluate_network(
+  name: str, d: Descriptors, ground_truth, *, qe_k: int = QE_K, qe_alpha: float = QE_ALPHA
+) -> list[list]:
+  """One row per whitening of `WHITENINGS` and per QE (without, then with alpha-QE): the row's
+  `COLUMNS`, mAP in percent. Query expansion takes each query's neighbours in the gallery it is
+  evaluated on (with the distractors for the `+D` columns)."""
+  rows = []
+  for whitening, power in WHITENINGS.items():
+    w = _whitened(d, power)
+    rows.append([name, whitening, "", *_map_row(w.queries, w.gallery, w.distractors, ground_truth)])
+    k = min(qe_k, len(w.gallery))
+    expanded = np.asarray(jaxrank.alpha_query_expansion(w.queries, w.gallery, k=k, alpha=qe_alpha))
+    values = _map_row(expanded, w.gallery, w.distractors[:0], ground_truth)[:3]
+    if len(w.distractors):
+      both = np.concatenate([w.gallery, w.distractors])
+      far = np.asarray(jaxrank.alpha_query_expansion(w.queries, both, k=k, alpha=qe_alpha))
+      values += _map_row(far, w.gallery, w.distractors, ground_truth)[3:]
+    else:
+      values += [float("nan")] * 2
+    rows.append([name, whitening, f"alpha-QE (k {k}, alpha {qe_alpha:g})", *values])
+  return rows
+
+
+def format_table(rows: Sequence[Sequence]) -> str:
+  """The rows as one Markdown table of `COLUMNS`, mAP with one decimal."""
+
+  def cell(value) -> str:
+    if isinstance(value, float):
+      return "-" if np.isnan(value) else f"{value:.1f}"
+    return str(value)
+
+  lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+  lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+  return "\n".join(lines)
