@@ -113,7 +113,6 @@ def test_the_chain_runs_end_to_end_and_tables_every_row(tmp_path, capsys):
       "num_steps=2",
       "batch_size=8",
       "samples_per_class=2",
-      "chunk_size=4",
       "image_size=32",
       "resize_size=32",
       "model_features=(8, 16)",

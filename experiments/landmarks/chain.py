@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Iterable, Sequence
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -135,11 +136,13 @@ def _whitened(d: Descriptors, power: float | None) -> Descriptors:
 
 def _map_row(queries, gallery, distractors, ground_truth) -> list[float]:
   """mAP (percent) in each setting, then Medium and Hard with the distractors in the gallery."""
-  plain = jaxrank.evaluate_revisited(queries, gallery, ground_truth, ks=(1,))
+  plain = cast(
+    dict[str, float], jaxrank.evaluate_revisited(queries, gallery, ground_truth, ks=(1,))
+  )
   values = [100 * plain[f"{s}/map"] for s in SETTINGS]
   if len(distractors):
     both = np.concatenate([gallery, distractors])
-    more = jaxrank.evaluate_revisited(queries, both, ground_truth, ks=(1,))
+    more = cast(dict[str, float], jaxrank.evaluate_revisited(queries, both, ground_truth, ks=(1,)))
     values += [100 * more[f"{s}/map"] for s in ("medium", "hard")]
   else:
     values += [float("nan")] * 2

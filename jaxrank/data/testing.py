@@ -327,7 +327,7 @@ def _scene(rng, h, w, landmark=None, role="easy"):
   return np.clip(canvas, 0.0, 1.0), box
 
 
-def _scene_size(rng, min_side, max_side):
+def _scene_size(rng: np.random.Generator, min_side: int, max_side: int) -> tuple[int, int]:
   """`(h, w)`, multiples of 16 in `[min_side, max_side]`, never square."""
   sides = np.arange(min_side, max_side + 1, 16)
   while True:
@@ -445,7 +445,10 @@ def write_landmark_miniature(
   test_set, training = structures[:num_landmarks], structures[num_landmarks:]
   root = os.fspath(root)
   revisited = os.path.join(root, name)
-  sizes = functools.partial(_scene_size, rng, min_side, max_side)
+
+  def sizes() -> tuple[int, int]:
+    return _scene_size(rng, min_side, max_side)
+
   listed = [
     (k, role)
     for k in range(num_landmarks)
@@ -460,10 +463,10 @@ def write_landmark_miniature(
   roles = np.array([role for _, role in listed])
   query_landmarks = np.repeat(np.arange(num_landmarks), queries_per_landmark)
   ground_truth = []
-  for q, k in enumerate(query_landmarks):
-    image, box = _scene(rng, *sizes(), test_set[k], "query")
+  for q, shown in enumerate(query_landmarks.tolist()):
+    image, box = _scene(rng, *sizes(), test_set[shown], "query")
     _write_jpeg(os.path.join(revisited, "jpg", f"query_{q:03d}.jpg"), image)
-    lists = {r: np.flatnonzero((landmarks == k) & (roles == r)).tolist() for r in _ROLES}
+    lists = {r: np.flatnonzero((landmarks == shown) & (roles == r)).tolist() for r in _ROLES}
     ground_truth.append({"easy": lists["easy"], "hard": lists["hard"], "junk": lists["junk"]})
     ground_truth[-1]["bbx"] = list(box)
   content = {
@@ -477,8 +480,8 @@ def write_landmark_miniature(
   for i in range(num_distractors):
     image, _ = _scene(rng, *sizes())
     _write_jpeg(os.path.join(distractors, "jpg", f"distractor_{i:04d}.jpg"), image)
-  with open(os.path.join(distractors, "revisitop1m.txt"), "w", encoding="utf-8") as f:
-    f.writelines(f"distractor_{i:04d}.jpg\n" for i in range(num_distractors))
+  with open(os.path.join(distractors, "revisitop1m.txt"), "w", encoding="utf-8") as listing:
+    listing.writelines(f"distractor_{i:04d}.jpg\n" for i in range(num_distractors))
   image_folder = os.path.join(root, "training")
   for k, structure in enumerate(training):
     split = "train" if k < num_training_landmarks else "test"

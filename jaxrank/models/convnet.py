@@ -8,10 +8,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxrank._src import checks
 from jaxrank.models._layers import check_dtypes
 from jaxrank.models._layers import check_images
 from jaxrank.models._layers import HE_INIT
 from jaxrank.models._layers import layer_norm
+from jaxrank.models.pooling import feature_map_mask
 from jaxrank.models.pooling import global_average_pool
 
 
@@ -29,6 +31,14 @@ class SmallConvNet(nnx.Module):
 
   With the default `features=(32, 64)`, an `[N, 8, 8, 1]` digit becomes `[N, 64]`: time and
   memory grow linearly with `N` and the number of pixels.
+
+  **Padded images.** `net(x, mask)` takes images padded at the bottom and right to a shared shape
+  with their pixel mask, as `ResNet` does: the padding's pixels are set to 0 and the pooling is
+  over the image's own cells of the last feature map (`feature_map_mask` at its stride,
+  `2 ** (stages - 1)`), so `pool` must take a mask (every pooling of `jaxrank.models` does). The
+  cells at the image's right and bottom edges see the padding through their 3x3 neighbourhoods,
+  so the features are close to the unpadded image's, not equal. `mask=None` is the unmasked
+  network.
 
   Args:
     in_channels: the channels `C` of the input images.
@@ -94,21 +104,35 @@ class SmallConvNet(nnx.Module):
         for c in features
       ]
     )
-    self.pool = global_average_pool if pool is None else pool
+    # Called as pool(h) or pool(h, mask): every pooling of jaxrank.models takes both.
+    self.pool: Callable[..., jax.Array] = global_average_pool if pool is None else pool
 
-  def __call__(self, x: jax.typing.ArrayLike) -> jax.Array:
-    """Returns the features of images.
+  def __call__(
+    self, x: jax.typing.ArrayLike, mask: jax.typing.ArrayLike | None = None
+  ) -> jax.Array:
+    """Returns the features of images, pooled over each image's own cells when `mask` is given.
 
     Args:
       x: `[N, H, W, in_channels]` images.
+      mask: optional boolean `[N, H, W]`, True on each image's own pixels (images padded to a
+        shared shape at the bottom and right): the padding is set to 0 and the pooling is over
+        the image's own cells (see "Padded images"). None: the unmasked network.
 
     Returns:
       `[N, out_features]` features (the pooling of non-negative activations), in `dtype`.
     """
     h = jnp.asarray(x)
     check_images("SmallConvNet", h, self.in_channels)
+    if mask is not None:
+      mask = checks.check_mask(
+        "SmallConvNet", "mask", mask, h.shape[:3], like="images [N, H, W]", broadcast=False
+      )
+      h = jnp.where(mask[..., None], h, 0)
     for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
       if i > 0:
         h = nnx.max_pool(h, window_shape=(2, 2), strides=(2, 2))
       h = nnx.relu(norm(conv(h)))
-    return self.pool(h)
+    if mask is None:
+      return self.pool(h)
+    cells = feature_map_mask(mask, 2 ** (len(self.convs) - 1))  # ceil(H / stride) rows.
+    return self.pool(h, cells[:, : h.shape[1], : h.shape[2]])  # The map has floor(H / stride).

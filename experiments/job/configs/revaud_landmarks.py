@@ -50,7 +50,7 @@ distractors, whitening and alpha-QE (docs/guide/landmarks.rst):
 
     python -m experiments.landmarks.main --workdir runs/revaud_landmarks \\
         --config experiments/job/configs/revaud_landmarks.py --set data_dir=DATA_DIR \\
-        --revisited REVISITED_DIR/roxford5k --distractors REVISITED_DIR/revitop1m
+        --revisited REVISITED_DIR/roxford5k --distractors REVISITED_DIR/revisitop1m
 
 Expected result: not measured here (no GPU and no Landmarks-clean on the development machines);
 Table 3's numbers above are the target. On the miniature that `experiments/landmarks/` generates,
