@@ -110,15 +110,15 @@ def test_the_chain_runs_end_to_end_and_tables_every_row(tmp_path, capsys):
     workdir,
     arguments=TINY,
     overrides=[
-      "num_steps=2",
+      "num_steps=1",
       "batch_size=8",
       "samples_per_class=2",
       "image_size=32",
       "resize_size=32",
       "model_features=(8, 16)",
       "embedding_dim=8",
-      "eval_every=2",
-      "checkpoint_every=2",
+      "eval_every=1",
+      "checkpoint_every=1",
       "progress_bar=False",
     ],
   )
@@ -134,3 +134,8 @@ def test_the_chain_runs_end_to_end_and_tables_every_row(tmp_path, capsys):
   with open(os.path.join(workdir, "landmarks.json")) as f:
     record = json.load(f)
   assert record["columns"] == list(chain.COLUMNS) and len(record["rows"]) == 12
+  # A rerun reuses the miniature it wrote (its arguments recorded), and refuses another one.
+  test_set, _ = landmarks_main.miniature(workdir, TINY)
+  assert jd.load_revisited(test_set.revisited, test_set.name).query_paths.size == 6
+  with pytest.raises(ValueError, match="other arguments"):
+    landmarks_main.miniature(workdir, {**TINY, "seed": 2})

@@ -18,6 +18,7 @@ time through the network in inference mode (a program compiled per image shape, 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import cast
@@ -45,17 +46,20 @@ def make_embed_fn(model: nnx.Module) -> EmbedFn:
   """`embed(image uint8 [h, w, 3]) -> [D]`: the network in inference mode on one whole image.
 
   The image is scaled to `[0, 1]` and normalised by ImageNet's mean and deviation, as the job's
-  pipeline (`jaxrank.data.train_preprocess`) feeds it in training; one program per image shape.
+  pipeline (`jaxrank.data.train_preprocess`) feeds it in training. One program per image shape,
+  shared by every network of the same structure (the untrained and the trained one).
   """
   graph, state = nnx.split(model)
+  # As host arrays: a restored checkpoint's arrays carry a sharding that would key another program.
+  state = jax.tree.map(np.asarray, state)
+  return lambda image: np.asarray(_embed(graph, state, image))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _embed(graph, state, image):
   mean, std = np.asarray(preprocess.IMAGENET_MEAN), np.asarray(preprocess.IMAGENET_STD)
-
-  @jax.jit
-  def embed(state, image):
-    x = (image.astype(jnp.float32) / 255.0 - mean) / std
-    return nnx.merge(graph, state)(x[None])[0]
-
-  return lambda image: np.asarray(embed(state, image))
+  x = (image.astype(jnp.float32) / 255.0 - mean) / std
+  return nnx.merge(graph, state)(x[None])[0]
 
 
 def extract(embed: EmbedFn, images: Iterable[np.ndarray]) -> np.ndarray:

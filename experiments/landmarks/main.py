@@ -104,7 +104,7 @@ def miniature(workdir: str, arguments: dict[str, Any]) -> tuple[TestSet, str]:
   stamp = os.path.join(root, "miniature.json")  # Written last: the miniature is complete.
   if os.path.isfile(stamp):
     with open(stamp) as f:
-      if json.load(f) != arguments:
+      if json.load(f) != json.loads(json.dumps(arguments)):  # Tuples as lists.
         raise config_lib.ConfigError(
           f"{root} holds a miniature written with other arguments; use another --workdir."
         )
