@@ -462,26 +462,10 @@ def write_landmark_miniature(
   landmarks = np.array([k for k, _ in listed], np.int64)
   roles = np.array([role for _, role in listed])
   query_landmarks = np.repeat(np.arange(num_landmarks), queries_per_landmark)
-  ground_truth = []
-  for q, shown in enumerate(query_landmarks.tolist()):
-    image, box = _scene(rng, *sizes(), test_set[shown], "query")
-    _write_jpeg(os.path.join(revisited, "jpg", f"query_{q:03d}.jpg"), image)
-    lists = {r: np.flatnonzero((landmarks == shown) & (roles == r)).tolist() for r in _ROLES}
-    ground_truth.append({"easy": lists["easy"], "hard": lists["hard"], "junk": lists["junk"]})
-    ground_truth[-1]["bbx"] = list(box)
-  content = {
-    "imlist": [f"scene_{i:04d}" for i in range(len(listed))],
-    "qimlist": [f"query_{q:03d}" for q in range(len(query_landmarks))],
-    "gnd": ground_truth,
-  }
-  with open(os.path.join(revisited, f"gnd_{name}.pkl"), "wb") as f:
-    pickle.dump(content, f)
+  queries = [(test_set[k], _listed(landmarks, roles, k)) for k in query_landmarks.tolist()]
+  _write_queries(rng, sizes, revisited, name, queries, len(listed))
   distractors = os.path.join(root, "distractors")
-  for i in range(num_distractors):
-    image, _ = _scene(rng, *sizes())
-    _write_jpeg(os.path.join(distractors, "jpg", f"distractor_{i:04d}.jpg"), image)
-  with open(os.path.join(distractors, "revisitop1m.txt"), "w", encoding="utf-8") as listing:
-    listing.writelines(f"distractor_{i:04d}.jpg\n" for i in range(num_distractors))
+  _write_distractors(rng, sizes, distractors, num_distractors)
   image_folder = os.path.join(root, "training")
   for k, structure in enumerate(training):
     split = "train" if k < num_training_landmarks else "test"
@@ -498,6 +482,40 @@ def write_landmark_miniature(
     gallery_roles=roles,
     query_landmarks=query_landmarks,
   )
+
+
+def _listed(landmarks: np.ndarray, roles: np.ndarray, k: int) -> dict[str, list[int]]:
+  """The ground truth lists of landmark `k`: its gallery indices by role."""
+  return {
+    r: np.flatnonzero((landmarks == k) & (roles == r)).tolist() for r in ("easy", "hard", "junk")
+  }
+
+
+def _write_queries(rng, sizes, directory: str, name: str, queries, num_gallery: int) -> None:
+  """Writes each query `(landmark, its lists)` of `queries` as a scene, and the ground truth of
+  the gallery's `num_gallery` scenes."""
+  ground_truth = []
+  for q, (landmark, lists) in enumerate(queries):
+    image, box = _scene(rng, *sizes(), landmark, "query")
+    _write_jpeg(os.path.join(directory, "jpg", f"query_{q:03d}.jpg"), image)
+    ground_truth.append({**lists, "bbx": list(box)})
+  imlist = [f"scene_{i:04d}" for i in range(num_gallery)]
+  content = {
+    "imlist": imlist,
+    "qimlist": [f"query_{q:03d}" for q in range(len(queries))],
+    "gnd": ground_truth,
+  }
+  with open(os.path.join(directory, f"gnd_{name}.pkl"), "wb") as f:
+    pickle.dump(content, f)
+
+
+def _write_distractors(rng, sizes, directory: str, count: int) -> None:
+  """Writes `count` scenes without a landmark and their list, `revisitop1m.txt`."""
+  for i in range(count):
+    image, _ = _scene(rng, *sizes())
+    _write_jpeg(os.path.join(directory, "jpg", f"distractor_{i:04d}.jpg"), image)
+  with open(os.path.join(directory, "revisitop1m.txt"), "w", encoding="utf-8") as listing:
+    listing.writelines(f"distractor_{i:04d}.jpg\n" for i in range(count))
 
 
 def _check_miniature(fn: str, name: str, arguments: dict) -> None:
