@@ -189,9 +189,12 @@ def test_readings_follow_the_difference_intervals():
 
 
 def test_every_loss_of_the_glyphs_sweep_has_a_search_space():
+  # The main job's sweep, then the proxy losses, which the comparison adds to it (issue 60).
   swept = [changes["loss"] for changes in glyphs.get_sweep().values()]
-  assert list(protocol.LOSSES) == swept == list(protocol.SEARCH_SPACES)
+  proxies = list(losses.PROXY_INITS)
+  assert list(protocol.LOSSES) == swept + proxies == list(protocol.SEARCH_SPACES)
   assert set(protocol.BASELINES) < set(protocol.LOSSES)
+  assert set(proxies) <= set(protocol.BASELINES)
 
 
 @pytest.mark.parametrize("loss", protocol.LOSSES)
@@ -202,11 +205,16 @@ def test_search_spaces_start_with_the_defaults(loss):
   assert 1 <= len(hyperparameters) <= 2
   assert space["learning_rate"] == protocol.LEARNING_RATES
   assert space["learning_rate"][0] == glyphs.get_config().learning_rate
-  defaults = inspect.signature(losses.LOSSES[loss]).parameters
+  # A loss's keyword's default is its function's; a Config field's (Proxy-NCA's proxy learning
+  # rate multiplier) the Config's.
+  defaults = {
+    **{k: p.default for k, p in inspect.signature(losses.LOSSES[loss]).parameters.items()},
+    **{k: getattr(config_lib.Config(), k) for k in protocol.CONFIG_FIELDS},
+  }
   for name in hyperparameters:
-    assert space[name][0] == defaults[name].default, (loss, name)
+    assert space[name][0] == defaults[name], (loss, name)
     assert len(set(space[name])) == len(space[name])
-  assert all(name in defaults for name in space if name != "learning_rate")
+  assert all(name in defaults for name in space)
 
 
 @pytest.mark.parametrize("size", sorted(protocol.SIZES))

@@ -38,7 +38,8 @@ from experiments.ablations import roadmap_lambda
 from experiments.job import config as config_lib
 from experiments.job.configs import glyphs
 
-# The losses compared, in the order of the main job's table (its sweep, at the losses' defaults).
+# The losses compared: those of the main job's table, in its order (its sweep, at the losses'
+# defaults), then the proxy losses (`losses.PROXY_INITS`), which the quick run leaves out.
 LOSSES = (
   "fastap",
   "soft_binning_ap",
@@ -212,8 +213,13 @@ def trials(loss: str, count: int) -> list[dict[str, Any]]:
 def trial_config(base: config_lib.Config, loss: str, trial: Mapping[str, Any]) -> config_lib.Config:
   """The base config training `loss` with a trial's hyperparameters and learning rate."""
   kwargs = {k: v for k, v in trial.items() if k not in CONFIG_FIELDS}
-  fields = {k: float(v) for k, v in trial.items() if k in CONFIG_FIELDS}
-  return dataclasses.replace(base, loss=loss, loss_kwargs=kwargs, **fields)
+  return dataclasses.replace(
+    base,
+    loss=loss,
+    loss_kwargs=kwargs,
+    learning_rate=float(trial["learning_rate"]),
+    proxy_lr_multiplier=float(trial.get("proxy_lr_multiplier", base.proxy_lr_multiplier)),
+  )
 
 
 @dataclasses.dataclass(frozen=True)

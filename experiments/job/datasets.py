@@ -6,7 +6,11 @@ whether it has super-classes): no other code tests a data set's name. A new data
 entry.
 
 The splits are class-disjoint (`train` classes are never retrieved in `test`), as in the papers.
-`load_data` gives them, or the training classes split in two (`validation_split`);
+A data set's `load` gives them as `protocols.Splits`, with its test protocol: named evaluations
+of rows of the test split, each leave-one-out or query/gallery (see `protocols`).
+
+`load_splits` gives a data set's `Splits`, or the training classes split in two
+(`validation_split`); `load_data` its train and test splits alone; `training_splits` and
 `training_data` the same, the training classes numbered `0..C-1`; and `preprocess_fn` what
 `input_pipeline`'s tf.data pipelines apply to each image.
 
@@ -26,7 +30,9 @@ from typing import TYPE_CHECKING, TypedDict
 import numpy as np
 
 from experiments.job import config as config_lib
+from experiments.job import protocols
 from experiments.job import samplers
+from experiments.job.protocols import Splits
 
 if TYPE_CHECKING:
   import tensorflow as tf
@@ -42,7 +48,8 @@ class DatasetSpec:
   """What the training job knows of one data set: an entry of `DATASETS`.
 
   Attributes:
-    load: `load(config) -> (train, test)`: the class-disjoint splits, `jaxrank.data.LabeledImages`.
+    load: `load(config) -> Splits`: the class-disjoint splits (`jaxrank.data.LabeledImages`) and
+      the test protocol.
     in_channels: channels of its images as the pipeline gives them to the network.
     preprocess: `preprocess(config, train) -> preprocess_fn or None`, for `jd.make_pipeline`
       (`train`: augmentation of training images; else the deterministic evaluation transform).
@@ -54,7 +61,7 @@ class DatasetSpec:
       sampler='m_per_class', or ..." in the error of a super-class sampler on another data set.
   """
 
-  load: Callable[[Config], tuple[jd.LabeledImages, jd.LabeledImages]]
+  load: Callable[[Config], Splits]
   in_channels: int
   preprocess: Callable[[Config, bool], PreprocessFn | None]
   bundled_with: str | None = None
@@ -63,25 +70,27 @@ class DatasetSpec:
   super_classes: str | None = None
 
 
-def _load_digits(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+def _load_digits(config: Config) -> Splits:
   import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
 
   del config  # Nothing to choose: digits 0-4 train, 5-9 test.
-  return jd.load_digits("train"), jd.load_digits("test")
+  return Splits(jd.load_digits("train"), jd.load_digits("test"))
 
 
-def _load_glyphs(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+def _load_glyphs(config: Config) -> Splits:
   import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
 
   del config  # One fixed data set, augmentation seed 0: GLYPHS_PARAMS.
-  return jd.load_glyphs("train", **GLYPHS_PARAMS), jd.load_glyphs("test", **GLYPHS_PARAMS)
+  return Splits(jd.load_glyphs("train", **GLYPHS_PARAMS), jd.load_glyphs("test", **GLYPHS_PARAMS))
 
 
-def _load_glyphs_tiny(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+def _load_glyphs_tiny(config: Config) -> Splits:
   import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
 
   del config  # GLYPHS_TINY_PARAMS.
-  return jd.load_glyphs("train", **GLYPHS_TINY_PARAMS), jd.load_glyphs("test", **GLYPHS_TINY_PARAMS)
+  return Splits(
+    jd.load_glyphs("train", **GLYPHS_TINY_PARAMS), jd.load_glyphs("test", **GLYPHS_TINY_PARAMS)
+  )
 
 
 class GlyphsParams(TypedDict):
@@ -106,16 +115,16 @@ def _tfds_splits(loader: str):
   """`load(config)` reading the train and test splits of a tfds builder from `config.data_dir`,
   with the loader of `jaxrank.data` named `loader`."""
 
-  def load_splits(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+  def load_splits(config: Config) -> Splits:
     import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
 
     load = getattr(jd, loader)
-    return load(config.data_dir, split="train"), load(config.data_dir, split="test")
+    return Splits(load(config.data_dir, split="train"), load(config.data_dir, split="test"))
 
   return load_splits
 
 
-def _load_image_folder(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+def _load_image_folder(config: Config) -> Splits:
   import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
 
   assert config.data_dir is not None  # check.check_config rejects a None one for this data set.
@@ -127,10 +136,49 @@ def _load_image_folder(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImag
         f"dataset={config.dataset!r}; {d!r} is missing."
       )
   supers = samplers.SAMPLERS[config.sampler].super_classes  # Read the tree as category/class/image.
-  return (
+  return Splits(
     jd.load_image_folder(train_dir, super_classes=supers),
     jd.load_image_folder(test_dir, super_classes=supers),
   )
+
+
+def _published(read: Callable[[str], Splits]) -> Callable[[Config], Splits]:
+  """`load(config)` of a data set published as lists of files (`jaxrank.data.image_lists`):
+  `read(config.data_dir)`, a missing or malformed file a `ConfigError` naming it."""
+
+  def load(config: Config) -> Splits:
+    assert config.data_dir is not None  # check.check_config rejects a None one for these.
+    try:
+      return read(config.data_dir)
+    except (FileNotFoundError, ValueError) as e:
+      raise config_lib.ConfigError(
+        f"dataset={config.dataset!r} cannot be read from config.data_dir={config.data_dir!r}: {e}"
+      ) from e
+
+  return load
+
+
+def _read_inshop(root: str) -> Splits:
+  """In-Shop: train on `train`; the `query` images rank the `gallery`."""
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
+  parts = [jd.load_inshop(root, s) for s in ("train", "query", "gallery")]
+  return protocols.with_gallery(*parts)
+
+
+def _read_vehicleid(root: str) -> Splits:
+  """VehicleID: each test list leave-one-out on its own (`jaxrank.data.load_vehicleid`)."""
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
+  tests = {s: jd.load_vehicleid(root, s) for s in jd.image_lists.VEHICLEID_TEST_SPLITS}
+  return protocols.separately(jd.load_vehicleid(root, "train"), tests)
+
+
+def _read_inat2018(root: str) -> Splits:
+  """iNaturalist-2018 with Brown et al.'s splits: the test split leave-one-out."""
+  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
+  return Splits(jd.load_inat2018(root, "train"), jd.load_inat2018(root, "test"))
 
 
 def _as_they_are(config: Config, train: bool) -> None:
@@ -186,6 +234,27 @@ DATASETS: Mapping[str, DatasetSpec] = {
     preprocess=_photographs,
     super_classes="dataset='sop'",
   ),
+  # Data sets published as lists of image files, read from data_dir as published
+  # (jaxrank.data.image_lists); super-classes: In-Shop's 23 categories, VehicleID's models,
+  # iNaturalist's supercategories.
+  "inshop": DatasetSpec(
+    load=_published(_read_inshop),
+    in_channels=3,
+    preprocess=_photographs,
+    super_classes="dataset='inshop'",
+  ),
+  "vehicleid": DatasetSpec(
+    load=_published(_read_vehicleid),
+    in_channels=3,
+    preprocess=_photographs,
+    super_classes="dataset='vehicleid'",
+  ),
+  "inat2018": DatasetSpec(
+    load=_published(_read_inat2018),
+    in_channels=3,
+    preprocess=_photographs,
+    super_classes="dataset='inat2018'",
+  ),
   # Any data_dir/{train,test}/class/image tree (category/class/image for super-classes).
   "image_folder": DatasetSpec(
     load=_load_image_folder,
@@ -196,10 +265,10 @@ DATASETS: Mapping[str, DatasetSpec] = {
 }
 
 
-def load_data(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
-  """The train and test splits of `config.dataset`, or, with `config.validation_fraction > 0`,
-  the training classes split in two (`validation_split`): the rest to train on, the held-out
-  classes to evaluate on; the test split is then not returned.
+def load_splits(config: Config) -> Splits:
+  """The `Splits` of `config.dataset`, or, with `config.validation_fraction > 0`, the training
+  classes split in two (`validation_split`): the rest to train on, the held-out classes to
+  evaluate on, leave-one-out (`protocols.LEAVE_ONE_OUT`); the test split is then not returned.
 
   The splits loaded last are kept, so that the runs of a sweep, each checked before any of them
   trains (`train.check_run`) and then trained, read their data once.
@@ -209,26 +278,38 @@ def load_data(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
   if key not in _LOADED:
     _LOADED.clear()
     _LOADED[key] = DATASETS[config.dataset].load(config)
-  train, test = _LOADED[key]
+  splits = _LOADED[key]
   if config.validation_fraction:
-    return validation_split(train, config.validation_fraction)
-  return train, test
+    return Splits(*validation_split(splits.train, config.validation_fraction))
+  return splits
 
 
-_LOADED: dict[tuple[str, str | None, bool], tuple[jd.LabeledImages, jd.LabeledImages]] = {}
+def load_data(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+  """`load_splits`'s train and test splits (every test image once), without the protocol."""
+  splits = load_splits(config)
+  return splits.train, splits.test
 
 
-def training_data(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
-  """`load_data`'s splits as a run trains on them: the classes of the first numbered `0, ...,
-  C - 1` (`class_indices`), once, on the host, so that a proxy loss's labels are the rows of its
-  `[C, D]` proxies.
+_LOADED: dict[tuple[str, str | None, bool], Splits] = {}
+
+
+def training_splits(config: Config) -> Splits:
+  """`load_splits`'s splits as a run trains on them: the classes of the train split numbered
+  `0, ..., C - 1` (`class_indices`), once, on the host, so that a proxy loss's labels are the
+  rows of its `[C, D]` proxies.
 
   The numbering keeps the labels' order and which are equal, all that the samplers, the other
   losses and the evaluation read of them, so every other run trains and evaluates as on the
-  labels themselves. `load_data` keeps the data set's own labels (a glyph's is its code point).
+  labels themselves. `load_splits` keeps the data set's own labels (a glyph's is its code point).
   """
-  train, test = load_data(config)
-  return class_indices(train), test
+  splits = load_splits(config)
+  return dataclasses.replace(splits, train=class_indices(splits.train))
+
+
+def training_data(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
+  """`training_splits`'s train and test splits, without the protocol."""
+  splits = training_splits(config)
+  return splits.train, splits.test
 
 
 def class_indices(data: jd.LabeledImages) -> jd.LabeledImages:

@@ -1,4 +1,4 @@
-"""Evaluation of the job: leave-one-out retrieval on the test split (classes unseen in training).
+"""Evaluation of the job: retrieval on the test split (classes unseen in training), by its protocol.
 
 `make_embed_fn` (the network in inference mode, its head's evaluation transform: binary codes
 for a hashing head), `evaluate` (the test split embedded under the current state, then
@@ -6,8 +6,11 @@ for a hashing head), `evaluate` (the test split embedded under the current state
 `evaluate_raw_pixels` (the baseline of no learning at all). It imports nothing of `train` or
 `checkpoints`.
 
-Evaluation embeds the test split (unseen classes) with the network in inference mode and computes
-`jaxrank.evaluate_retrieval` (leave-one-out). A hashing model (`head="hashing"`) trains on relaxed
+Evaluation embeds the test split (unseen classes) once with the network in inference mode and
+computes `jaxrank.evaluate_retrieval` for each evaluation of the data set's protocol
+(`protocols.Splits.evaluations`): leave-one-out on the whole split (SOP, CUB), queries ranking a
+gallery (In-Shop), or several test lists each on its own, their metrics prefixed with the
+list's name (VehicleID's `small/recall@1`). A hashing model (`head="hashing"`) trains on relaxed
 codes `tanh(alpha f)` of batch-centred features (`networks.CentredHashingHead`) with the
 similarity `1 - 2 d / b` of their relaxed Hamming distance (`jaxrank.similarity.hamming`; He et
 al. 2018, eq. 10) and is evaluated on the binary codes `sign(f)` with the same similarity, whose
@@ -17,7 +20,8 @@ entries of its record in `networks.HEADS`.
 
 from __future__ import annotations
 
-from typing import cast, TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
@@ -29,6 +33,7 @@ from experiments.job import datasets
 from experiments.job import input_pipeline
 from experiments.job import networks
 from experiments.job import placement
+from experiments.job import protocols
 from experiments.job import step as step_lib
 
 if TYPE_CHECKING:
@@ -54,14 +59,19 @@ def make_embed_fn(config: config_lib.Config, model: step_lib.Model):
 
 
 def evaluate(
-  config: config_lib.Config, embed_fn, state, test: jd.LabeledImages
+  config: config_lib.Config,
+  embed_fn,
+  state,
+  test: jd.LabeledImages,
+  evaluations: Mapping[str, protocols.Evaluation] = protocols.LEAVE_ONE_OUT,
 ) -> dict[str, float]:
-  """Leave-one-out retrieval metrics of the test split (unseen classes) under the current state.
+  """The retrieval metrics of `evaluations` on the test split (unseen classes) under the state.
 
-  In a job of several processes each embeds a contiguous share of the split (on one of its
-  devices, from its copy of the replicated state) and `jaxrank.evaluate_retrieval` splits the
-  evaluation over the devices of every process (`mesh=`): no process holds the whole split's
-  embeddings, and every process returns the metrics of the whole split.
+  The split is embedded once, then each evaluation computed (`retrieval_metrics`). In a job of
+  several processes each embeds a contiguous share of the split (on one of its devices, from its
+  copy of the replicated state) and `jaxrank.evaluate_retrieval` splits the evaluation over the
+  devices of every process (`mesh=`): no process holds the whole split's embeddings, and every
+  process returns the metrics of the whole split.
   """
   count, index = jax.process_count(), jax.process_index()
   share = (index * test.num_examples // count, (index + 1) * test.num_examples // count)
@@ -72,25 +82,80 @@ def evaluate(
     e = np.asarray(embed_fn(params, rest, batch["image"], step))
     embeddings.append(e[batch["mask"]])
     labels.append(batch["label"][batch["mask"]])
-  metrics = jaxrank.evaluate_retrieval(
+  return retrieval_metrics(
+    config,
     np.concatenate(embeddings),
     np.concatenate(labels),
-    ks=config.eval_ks,
+    evaluations,
+    share=share,
     similarity_fn=networks.HEADS[config.head].similarity_fn,
     mesh=placement.mesh(config) if count > 1 else None,
   )
-  return cast(dict[str, float], metrics)  # Floats: the default reduce_fn.
+
+
+def retrieval_metrics(
+  config: config_lib.Config,
+  embeddings: np.ndarray,
+  labels: np.ndarray,
+  evaluations: Mapping[str, protocols.Evaluation],
+  *,
+  share: tuple[int, int] | None = None,
+  similarity_fn=jaxrank.similarity.cosine,
+  mesh: jax.sharding.Mesh | None = None,
+) -> dict[str, float]:
+  """`jaxrank.evaluate_retrieval` of each evaluation, on the rows of a split embedded once.
+
+  Args:
+    config: the run's config (`eval_ks`).
+    embeddings: `[n, D]` this process's rows of the split, rows `share[0]:share[1]` (all rows
+      when `share` is None).
+    labels: `[n]` their labels.
+    evaluations: name -> `protocols.Evaluation`, whose rows index the whole split.
+    share: the rows of the split that this process holds.
+    similarity_fn: the scoring rule.
+    mesh: the mesh of a job of several processes, whose evaluation each process's rows join.
+
+  Returns:
+    The metrics of every evaluation, named by `protocols.metric_name`.
+  """
+  start, stop = (0, len(labels)) if share is None else share
+
+  def local(rows: np.ndarray | None) -> np.ndarray | slice:
+    if rows is None:
+      return slice(None)
+    return rows[(rows >= start) & (rows < stop)] - start
+
+  metrics: dict[str, float] = {}
+  for name, evaluation in evaluations.items():
+    queries = local(evaluation.queries)
+    gallery_embeddings = gallery_labels = None
+    if evaluation.gallery is not None:
+      rows = local(evaluation.gallery)
+      gallery_embeddings, gallery_labels = embeddings[rows], labels[rows]
+    values = jaxrank.evaluate_retrieval(
+      embeddings[queries],
+      labels[queries],
+      gallery_embeddings,
+      gallery_labels,
+      ks=config.eval_ks,
+      similarity_fn=similarity_fn,
+      mesh=mesh,
+    )
+    # Floats: the default reduce_fn.
+    metrics.update({protocols.metric_name(name, k): float(v) for k, v in values.items()})
+  return metrics
 
 
 def evaluate_raw_pixels(config: config_lib.Config) -> dict[str, float]:
-  """Leave-one-out retrieval on the test split's pixels: the baseline of no learning at all.
+  """Retrieval on the test split's pixels: the baseline of no learning at all.
 
   Each image as the network sees it at evaluation (`input_pipeline.eval_batches`), flattened,
   minus the mean image of the train split, compared by cosine similarity; the metrics of
-  `evaluate`, and with `eval_seen_classes` the same on the train split ("seen/..."). Every
-  process computes them alone (meant for small images: it holds a split's pixels in memory).
+  `evaluate` (every evaluation of the data set's protocol), and with `eval_seen_classes` the same
+  on the train split, leave-one-out ("seen/..."). Every process computes them alone (meant for
+  small images: it holds a split's pixels in memory).
   """
-  train_data, test_data = datasets.load_data(config)
+  splits = datasets.load_splits(config)
 
   def pixels(data: jd.LabeledImages) -> tuple[np.ndarray, np.ndarray]:
     rows, labels = [], []
@@ -100,18 +165,11 @@ def evaluate_raw_pixels(config: config_lib.Config) -> dict[str, float]:
       labels.append(batch["label"][mask])
     return np.concatenate(rows), np.concatenate(labels)
 
-  train_pixels, train_labels = pixels(train_data)
+  train_pixels, train_labels = pixels(splits.train)
   mean = train_pixels.mean(axis=0)
-  test_pixels, test_labels = pixels(test_data)
-  # Floats: the default reduce_fn.
-  metrics = cast(
-    dict[str, float],
-    jaxrank.evaluate_retrieval(test_pixels - mean, test_labels, ks=config.eval_ks),
-  )
+  test_pixels, test_labels = pixels(splits.test)
+  metrics = retrieval_metrics(config, test_pixels - mean, test_labels, splits.evaluations)
   if config.eval_seen_classes:
-    seen = cast(
-      dict[str, float],
-      jaxrank.evaluate_retrieval(train_pixels - mean, train_labels, ks=config.eval_ks),
-    )
+    seen = retrieval_metrics(config, train_pixels - mean, train_labels, protocols.LEAVE_ONE_OUT)
     metrics.update({f"seen/{k}": v for k, v in seen.items()})
   return metrics

@@ -2,9 +2,10 @@
 
 * `metrics.jsonl` in a run's workdir: one JSON record per logged step (`loss`, `learning_rate`,
   `images_per_second`, `input_wait_fraction`, and `tanh_scale` and `device_memory_gib` where they
-  apply: see `train`) and per evaluation (`recall@k`, `map@r`, `map`, `tie_aware_map`, and
-  `seen/...` on the train split), each with its `step`; `MetricsWriter` appends, `read_metrics`
-  reads.
+  apply: see `train`) and per evaluation (`recall@k`, `map@r`, `map`, `tie_aware_map`, each
+  prefixed with the name of its evaluation where the data set's protocol names them, as
+  VehicleID's `small/recall@1`; and `seen/...` on the train split), each with its `step`;
+  `MetricsWriter` appends, `read_metrics` reads; `evaluation_names` finds the evaluations.
 * `plot_curves`: a run's loss and retrieval metrics against steps (`curves.png`, titled with the
   run's name; no loss panel for an untrained run);
   `plot_sweep`: an ablation's final metrics against the swept value.
@@ -17,11 +18,28 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 # Column headers of the metrics in tables (Recall@k is "R@k").
 _HEADERS = {"map@r": "MAP@R", "map": "mAP", "tie_aware_map": "mAP_T", "seen/map@r": "seen MAP@R"}
+
+
+def evaluation_names(metrics: Mapping[str, Any]) -> list[str]:
+  """The evaluations whose metrics `metrics` holds, in their order: `""` for unprefixed metrics
+  (`map@r`), a name for prefixed ones (`small` of `small/map@r`); the train split's `seen/`
+  left out. Empty for a record that is no evaluation."""
+  names: list[str] = []
+  for key in metrics:
+    head, _, tail = key.rpartition("/")
+    if tail == "map@r" and head != "seen" and head not in names:
+      names.append(head)
+  return names
+
+
+def _key(evaluation: str, metric: str) -> str:
+  """`metric` of the evaluation named `evaluation` (as `datasets.metric_name`)."""
+  return f"{evaluation}/{metric}" if evaluation else metric
 
 
 def read_metrics(workdir: str) -> list[dict[str, Any]]:
@@ -63,7 +81,7 @@ class MetricsWriter:
 def format_table(
   rows: dict[str, dict[str, float]],
   *,
-  ks: Sequence[int] = (1, 2, 4, 8),
+  ks: Sequence[int] | None = None,
   metrics: Sequence[str] = ("map@r", "map", "tie_aware_map"),
   column: str = "run",
   seconds: dict[str, float] | None = None,
@@ -72,20 +90,34 @@ def format_table(
 
   Args:
     rows: run name -> its metrics (holding `recall@k` for every k of `ks` and every key of
-      `metrics`).
-    ks: the Recall@k columns.
+      `metrics`, for each evaluation: `evaluation_names` of the first row).
+    ks: the Recall@k columns; None: those of the first row's first evaluation.
     metrics: the columns after Recall@k: keys of `"map@r"`, `"map"`, `"tie_aware_map"`.
     column: the header of the first column, the run names.
     seconds: run name -> wall time, for a last column "time" (blank for runs it lacks).
 
   Returns:
-    The header, a dashed line and a row per run. When every run has `seen/map@r` (trained with
-    `eval_seen_classes`), a column "seen MAP@R" gives MAP@R on the train split.
+    The header, a dashed line and a row per run: for each evaluation its Recall@k and `metrics`
+    (headed `R@1`, ... for the unnamed one; `small R@1`, ... for VehicleID's `small/...`). When
+    every run has `seen/map@r` (trained with `eval_seen_classes`), a column "seen MAP@R" gives
+    MAP@R on the train split.
   """
-  keys = [f"recall@{k}" for k in ks] + list(metrics)
+  first = next(iter(rows.values()), {})
+  evaluations = evaluation_names(first) or [""]
+  if ks is None:
+    prefix = _key(evaluations[0], "recall@")
+    ks = sorted(int(k[len(prefix) :]) for k in first if k.startswith(prefix))
+  keys, names = [], []
+  for evaluation in evaluations:
+    label = f"{evaluation} " if evaluation else ""
+    for k in ks:
+      keys.append(_key(evaluation, f"recall@{k}"))
+      names.append(f"{label}R@{k}")
+    keys.extend(_key(evaluation, m) for m in metrics)
+    names.extend(label + _HEADERS[m] for m in metrics)
   if all("seen/map@r" in m for m in rows.values()):
     keys.append("seen/map@r")
-  names = [f"R@{k[len('recall@') :]}" if k.startswith("recall@") else _HEADERS[k] for k in keys]
+    names.append(_HEADERS["seen/map@r"])
   width = max([len(n) for n in rows] + [len(column)])
   header = f"{column:{width}} " + " ".join(f"{n:>6}" for n in names)
   if seconds is not None:
@@ -113,7 +145,7 @@ def plot_curves(workdir: str, title: str = "") -> str:
 
   records = read_metrics(workdir)
   train = [r for r in records if "loss" in r]
-  evals = [r for r in records if "map@r" in r]
+  evals = [r for r in records if evaluation_names(r)]
   if train:
     fig, (ax_loss, ax_eval) = plt.subplots(1, 2, figsize=(10, 3.6))
     ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train])
@@ -122,8 +154,11 @@ def plot_curves(workdir: str, title: str = "") -> str:
     fig, ax_eval = plt.subplots(1, 1, figsize=(5, 3.6))
   if evals:
     steps = [r["step"] for r in evals]
-    for key in [k for k in evals[-1] if k.startswith("recall@")] + ["map@r"]:
-      ax_eval.plot(steps, [r[key] for r in evals], marker="o", label=key)
+    last = evals[-1]
+    for evaluation in evaluation_names(last):
+      prefix = _key(evaluation, "recall@")
+      for key in [k for k in last if k.startswith(prefix)] + [_key(evaluation, "map@r")]:
+        ax_eval.plot(steps, [r[key] for r in evals], marker="o", label=key)
     ax_eval.legend(fontsize=8)
   ax_eval.set(xlabel="step", ylabel="test split (unseen classes)", title="retrieval")
   fig.suptitle(title)
@@ -147,6 +182,9 @@ def plot_sweep(
 ) -> str:
   """Writes MAP@R (top) and R@k (bottom) against the swept value, the untrained network dashed.
 
+  For a data set of several evaluations (VehicleID's test lists), those of the first
+  (`evaluation_names`), named in the axes' labels.
+
   Args:
     results: run name -> final metrics.
     points: run name -> `(x, series)`: where the run sits on the x axis (a number, or a string for
@@ -165,7 +203,9 @@ def plot_sweep(
 
   fig, axes = plt.subplots(2, 1, figsize=(5, 3.5), sharex=True)
   series = list(dict.fromkeys(points[n][1] for n in results))
-  for ax, key, label in zip(axes, ("map@r", f"recall@{k}"), ("MAP@R", f"R@{k}")):
+  evaluation = (evaluation_names(next(iter(results.values()), {})) or [""])[0]
+  keys = (_key(evaluation, "map@r"), _key(evaluation, f"recall@{k}"))
+  for ax, key, label in zip(axes, keys, (_key(evaluation, "MAP@R"), _key(evaluation, f"R@{k}"))):
     for s in series:
       names = [n for n in results if points[n][1] == s]
       ax.plot(

@@ -66,7 +66,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple, TYPE_CHECKING
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -83,13 +83,11 @@ from experiments.job import input_pipeline
 from experiments.job import monitoring
 from experiments.job import optimizer as optimizer_lib
 from experiments.job import placement
+from experiments.job import protocols
 from experiments.job import reporting
 from experiments.job import samplers
 from experiments.job import step as step_lib
 from jaxrank import models
-
-if TYPE_CHECKING:
-  import jaxrank.data as jd  # Imports TensorFlow, which the loop leaves to input_pipeline.
 
 # "experiments.job.train"; experiments.job.main shows its INFO lines.
 logger = logging.getLogger(__name__)
@@ -146,7 +144,7 @@ def _deferred_interrupt() -> Iterator[list[bool]]:
 
 def check_run(
   config: config_lib.Config, workdir: str
-) -> tuple[jd.LabeledImages, jd.LabeledImages, samplers.BatchesFn]:
+) -> tuple[protocols.Splits, samplers.BatchesFn]:
   """Everything that can fail before a run writes anything: the config, the data, the workdir.
 
   `check.check_config`, then the summaries' writer and directory (`monitoring.check_writer`), then
@@ -154,17 +152,18 @@ def check_run(
   of another configuration is refused). Nothing is written.
 
   Returns:
-    `(train, test, sampler)`: the splits (`datasets.training_data`) and the training sampler.
+    `(splits, sampler)`: the splits and test protocol (`datasets.training_splits`) and the
+    training sampler.
 
   Raises:
     ConfigError: with a sentence that says what to change.
   """
   check.check_config(config)
   monitoring.check_writer(workdir)
-  train_data, test_data = datasets.training_data(config)
-  sampler = samplers.make_sampler(config, train_data)
+  splits = datasets.training_splits(config)
+  sampler = samplers.make_sampler(config, splits.train)
   checkpoints.check_workdir(config, workdir)
-  return train_data, test_data, sampler
+  return splits, sampler
 
 
 class _Loop(NamedTuple):
@@ -291,7 +290,8 @@ def train_and_evaluate(
 
   Returns:
     The final evaluation on the test split: `recall@k` for `config.eval_ks`, `map@r`, `map`,
-    `tie_aware_map` (floats), and `step`.
+    `tie_aware_map` (floats) for each evaluation of the data set's protocol (prefixed with its
+    name where it has one: `small/recall@1`, `protocols.metric_name`), and `step`.
 
   Raises:
     ConfigError: a configuration that cannot run, or a workdir that holds a run of another
@@ -301,7 +301,8 @@ def train_and_evaluate(
   """
   input_pipeline.hide_gpus_from_tensorflow()
   name = name or os.path.basename(os.path.normpath(workdir))
-  train_data, test_data, sampler = check_run(config, workdir)
+  splits, sampler = check_run(config, workdir)
+  train_data = splits.train
   checkpoints.claim_workdir(config, workdir)
 
   tx = optimizer_lib.make_optimizer(config)
@@ -315,7 +316,7 @@ def train_and_evaluate(
   primary = placement.is_primary()
 
   def run_eval(state, step):
-    metrics = evaluation.evaluate(config, embed_fn, state, test_data)
+    metrics = evaluation.evaluate(config, embed_fn, state, splits.test, splits.evaluations)
     if config.eval_seen_classes:
       seen = evaluation.evaluate(config, embed_fn, state, train_data)
       metrics.update({f"seen/{k}": v for k, v in seen.items()})
@@ -352,7 +353,8 @@ def train_and_evaluate(
     manager.wait_until_finished()
     manager.close()
   if metrics is None:  # Resumed a finished run: its final evaluation is in the metrics file.
-    done = [r for r in reporting.read_metrics(workdir) if "map@r" in r and r["step"] == step]
+    records = reporting.read_metrics(workdir)
+    done = [r for r in records if reporting.evaluation_names(r) and r["step"] == step]
     metrics = done[-1] if done else run_eval(state, step)
   writer.close()
   if primary:

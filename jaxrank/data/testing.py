@@ -1,4 +1,11 @@
-"""Small fake tfds retrieval data sets, for tests and benchmarks that must not download.
+"""Small fake retrieval data sets, for tests and benchmarks that must not download.
+
+Three kinds: fake tfds builders (`mock_retrieval_data`, below); small copies of data sets
+published as files, written in their published layout for the loaders of
+`jaxrank.data.image_lists` (`write_inshop`, `write_vehicleid`, `write_inat2018`: a few tiny JPEG
+images per class, the lists as published); and a miniature landmark retrieval data set in the
+Revisited Oxford/Paris layout, with distractors and a training image folder
+(`write_landmark_miniature`: synthetic buildings shown easy, hard or junk, from a seed).
 
 `tfds.testing.mock_data` replaces a builder's data with random examples, but its default examples do
 not fit retrieval: every split gets the same examples (the split is ignored), class ids are drawn
@@ -23,7 +30,7 @@ import dataclasses
 import functools
 import os
 import pickle
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -336,7 +343,7 @@ def _scene_size(rng: np.random.Generator, min_side: int, max_side: int) -> tuple
       return int(h), int(w)
 
 
-def _write_jpeg(path: str, image: np.ndarray) -> None:
+def _write_scene(path: str, image: np.ndarray) -> None:
   os.makedirs(os.path.dirname(path), exist_ok=True)
   pixels = tf.convert_to_tensor(np.round(image * 255).astype(np.uint8))
   tf.io.write_file(path, tf.io.encode_jpeg(pixels, quality=90))
@@ -458,7 +465,7 @@ def write_landmark_miniature(
   listed = [listed[i] for i in rng.permutation(len(listed))]
   for i, (k, role) in enumerate(listed):
     image, _ = _scene(rng, *sizes(), test_set[k] if k >= 0 else None, role)
-    _write_jpeg(os.path.join(revisited, "jpg", f"scene_{i:04d}.jpg"), image)
+    _write_scene(os.path.join(revisited, "jpg", f"scene_{i:04d}.jpg"), image)
   landmarks = np.array([k for k, _ in listed], np.int64)
   roles = np.array([role for _, role in listed])
   query_landmarks = np.repeat(np.arange(num_landmarks), queries_per_landmark)
@@ -472,7 +479,7 @@ def write_landmark_miniature(
     count = training_images_per_landmark if split == "train" else test_images_per_landmark
     for j in range(count):
       image, _ = _scene(rng, *sizes(), structure, ("easy", "hard")[j % 2])
-      _write_jpeg(os.path.join(image_folder, split, f"landmark_{k:03d}", f"{j:03d}.jpg"), image)
+      _write_scene(os.path.join(image_folder, split, f"landmark_{k:03d}", f"{j:03d}.jpg"), image)
   return LandmarkMiniature(
     revisited=revisited,
     name=name,
@@ -491,13 +498,20 @@ def _listed(landmarks: np.ndarray, roles: np.ndarray, k: int) -> dict[str, list[
   }
 
 
-def _write_queries(rng, sizes, directory: str, name: str, queries, num_gallery: int) -> None:
+def _write_queries(
+  rng: np.random.Generator,
+  sizes: Callable[[], tuple[int, int]],
+  directory: str,
+  name: str,
+  queries,
+  num_gallery: int,
+) -> None:
   """Writes each query `(landmark, its lists)` of `queries` as a scene, and the ground truth of
   the gallery's `num_gallery` scenes."""
   ground_truth = []
   for q, (landmark, lists) in enumerate(queries):
     image, box = _scene(rng, *sizes(), landmark, "query")
-    _write_jpeg(os.path.join(directory, "jpg", f"query_{q:03d}.jpg"), image)
+    _write_scene(os.path.join(directory, "jpg", f"query_{q:03d}.jpg"), image)
     ground_truth.append({**lists, "bbx": list(box)})
   imlist = [f"scene_{i:04d}" for i in range(num_gallery)]
   content = {
@@ -509,11 +523,13 @@ def _write_queries(rng, sizes, directory: str, name: str, queries, num_gallery: 
     pickle.dump(content, f)
 
 
-def _write_distractors(rng, sizes, directory: str, count: int) -> None:
+def _write_distractors(
+  rng: np.random.Generator, sizes: Callable[[], tuple[int, int]], directory: str, count: int
+) -> None:
   """Writes `count` scenes without a landmark and their list, `revisitop1m.txt`."""
   for i in range(count):
     image, _ = _scene(rng, *sizes())
-    _write_jpeg(os.path.join(directory, "jpg", f"distractor_{i:04d}.jpg"), image)
+    _write_scene(os.path.join(directory, "jpg", f"distractor_{i:04d}.jpg"), image)
   with open(os.path.join(directory, "revisitop1m.txt"), "w", encoding="utf-8") as listing:
     listing.writelines(f"distractor_{i:04d}.jpg\n" for i in range(count))
 
@@ -544,3 +560,162 @@ def _check_miniature(fn: str, name: str, arguments: dict) -> None:
       f"{fn}: min_side and max_side must be multiples of 16 with 32 <= min_side <= max_side, got "
       f"{low} and {high}."
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Small copies of data sets published as files, in their published layout.
+
+
+def _write_jpeg(path: str, rng: np.random.Generator, size: int) -> None:
+  """A smooth random `size x size` RGB JPEG at `path` (its folders made)."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  coarse = rng.integers(0, 256, size=(size // 4 + 1, size // 4 + 1, 3), dtype=np.uint8)
+  image = np.repeat(np.repeat(coarse, 4, axis=0), 4, axis=1)[:size, :size]
+  with open(path, "wb") as f:
+    f.write(tf.io.encode_jpeg(image).numpy())
+
+
+def _write_text(path: str, lines: Sequence[str]) -> None:
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("".join(line + "\n" for line in lines))
+
+
+def write_inshop(
+  root: str | os.PathLike,
+  *,
+  train_items: int = 4,
+  test_items: int = 4,
+  images_per_item: int = 2,
+  categories: Sequence[str] = ("MEN/Denim", "WOMEN/Dresses"),
+  image_size: int = 16,
+  seed: int = 0,
+) -> None:
+  """Writes a small In-Shop Clothes Retrieval in its published layout (`jaxrank.data.load_inshop`).
+
+  `root/Eval/list_eval_partition.txt` (count, header, one line per image, columns padded with
+  spaces as published) and `root/img/<category>/id_<8 digits>/<nn>_1_front.jpg`. Items are
+  numbered 1, 2, ... (the train items first), item `i` in category `categories[(i - 1) %
+  len(categories)]`. The train items' images are all `train`; each test item's images alternate
+  `query` and `gallery`, starting with a query, so query and gallery share the test items.
+
+  Args:
+    root: the directory to write into (made if absent).
+    train_items: items of the train split.
+    test_items: items of the query and gallery splits.
+    images_per_item: images of each item, at least 2 (a test item needs a query and a gallery
+      image).
+    categories: the categories (`<MEN|WOMEN>/<Category>`) the items are spread over.
+    image_size: the side of the square images.
+    seed: the images' random seed.
+  """
+  if images_per_item < 2:
+    raise ValueError(f"write_inshop: images_per_item must be at least 2, got {images_per_item}.")
+  root = os.fspath(root)
+  rng = np.random.default_rng(seed)
+  lines = []
+  for item in range(1, train_items + test_items + 1):
+    category = categories[(item - 1) % len(categories)]
+    for n in range(images_per_item):
+      relative = f"img/{category}/id_{item:08d}/{n + 1:02d}_1_front.jpg"
+      _write_jpeg(os.path.join(root, relative), rng, image_size)
+      status = "train" if item <= train_items else ("query" if n % 2 == 0 else "gallery")
+      lines.append(f"{relative:<60}{f'id_{item:08d}':<20}{status}")
+  header = f"{'image_name':<60}{'item_id':<20}evaluation_status"
+  _write_text(
+    os.path.join(root, "Eval", "list_eval_partition.txt"), [str(len(lines)), header, *lines]
+  )
+
+
+def write_vehicleid(
+  root: str | os.PathLike,
+  *,
+  train_vehicles: int = 6,
+  test_vehicles: tuple[int, int, int] = (2, 3, 4),
+  images_per_vehicle: int = 2,
+  num_models: int = 2,
+  image_size: int = 16,
+  seed: int = 0,
+) -> None:
+  """Writes a small PKU VehicleID in its published layout (`jaxrank.data.load_vehicleid`).
+
+  `root/image/<7-digit image id>.jpg`, `root/train_test_split/train_list.txt` and
+  `test_list_{800,1600,2400}.txt` (lines `<image id> <vehicle id>`), and
+  `root/attribute/model_attr.txt` (lines `<vehicle id> <model id>`). Vehicles are numbered 1,
+  2, ... (the train vehicles first); the test lists are nested, as their sizes grow: the small
+  list holds the first `test_vehicles[0]` test vehicles, the medium the first
+  `test_vehicles[1]`, the large the first `test_vehicles[2]`. Every third vehicle (3, 6, ...) has
+  no model; the others have model `vehicle % num_models`.
+
+  Args:
+    root: the directory to write into (made if absent).
+    train_vehicles: vehicles of the train list.
+    test_vehicles: vehicles of the small, medium and large test lists (non-decreasing).
+    images_per_vehicle: images of each vehicle.
+    num_models: the vehicle models the modelled vehicles are spread over.
+    image_size: the side of the square images.
+    seed: the images' random seed.
+  """
+  if list(test_vehicles) != sorted(test_vehicles) or len(test_vehicles) != 3:
+    raise ValueError(
+      f"write_vehicleid: test_vehicles must be three non-decreasing counts, got {test_vehicles}."
+    )
+  root = os.fspath(root)
+  rng = np.random.default_rng(seed)
+  image_id = 0
+  lines: dict[int, list[str]] = {}
+  for vehicle in range(1, train_vehicles + test_vehicles[2] + 1):
+    lines[vehicle] = []
+    for _ in range(images_per_vehicle):
+      image_id += 1
+      _write_jpeg(os.path.join(root, "image", f"{image_id:07d}.jpg"), rng, image_size)
+      lines[vehicle].append(f"{image_id:07d} {vehicle}")
+  split = os.path.join(root, "train_test_split")
+  train = range(1, train_vehicles + 1)
+  _write_text(os.path.join(split, "train_list.txt"), [x for v in train for x in lines[v]])
+  for count, name in zip(test_vehicles, ("800", "1600", "2400")):
+    test = range(train_vehicles + 1, train_vehicles + count + 1)
+    _write_text(os.path.join(split, f"test_list_{name}.txt"), [x for v in test for x in lines[v]])
+  models = [f"{v} {v % num_models}" for v in lines if v % 3]
+  _write_text(os.path.join(root, "attribute", "model_attr.txt"), models)
+
+
+def write_inat2018(
+  root: str | os.PathLike,
+  *,
+  train_classes: int = 4,
+  test_classes: int = 2,
+  images_per_class: int = 2,
+  supercategories: Sequence[str] = ("Aves", "Plantae"),
+  image_size: int = 16,
+  seed: int = 0,
+) -> None:
+  """Writes a small iNaturalist-2018 with Brown et al.'s split lists (`jaxrank.data.load_inat2018`).
+
+  `root/train_val2018/<supercategory>/<category id>/<hash>.jpg` and
+  `root/Inat_dataset_splits/Inaturalist_{train,test}_set1.txt`, one image path per line relative
+  to `root`. Categories are numbered 0, 1, ... (the train classes first), category `c` in
+  `supercategories[c % len(supercategories)]`; image names are 32 hexadecimal digits, as
+  published.
+
+  Args:
+    root: the directory to write into (made if absent).
+    train_classes: categories of the train list.
+    test_classes: categories of the test list.
+    images_per_class: images of each category.
+    supercategories: names among `jaxrank.data.image_lists.INAT2018_SUPERCATEGORIES`.
+    image_size: the side of the square images.
+    seed: the images' random seed (and names').
+  """
+  root = os.fspath(root)
+  rng = np.random.default_rng(seed)
+  lists: dict[str, list[str]] = {"train": [], "test": []}
+  for category in range(train_classes + test_classes):
+    supercategory = supercategories[category % len(supercategories)]
+    for _ in range(images_per_class):
+      name = "".join(f"{b:02x}" for b in rng.integers(0, 256, 16).tolist())
+      relative = f"train_val2018/{supercategory}/{category}/{name}.jpg"
+      _write_jpeg(os.path.join(root, relative), rng, image_size)
+      lists["train" if category < train_classes else "test"].append(relative)
+  for split, lines in lists.items():
+    _write_text(os.path.join(root, "Inat_dataset_splits", f"Inaturalist_{split}_set1.txt"), lines)
