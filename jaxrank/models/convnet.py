@@ -33,11 +33,14 @@ class SmallConvNet(nnx.Module):
   memory grow linearly with `N` and the number of pixels.
 
   **Padded images.** `net(x, mask)` takes images padded at the bottom and right to a shared shape
-  with their pixel mask, as `ResNet` does: the padding's pixels are set to 0 and the pooling is
-  over the image's own cells of the last feature map (`feature_map_mask` at its stride,
-  `2 ** (stages - 1)`), so `pool` must take a mask (every pooling of `jaxrank.models` does). The
-  cells at the image's right and bottom edges see the padding through their 3x3 neighbourhoods,
-  so the features are close to the unpadded image's, not equal. `mask=None` is the unmasked
+  with their pixel mask: the padding's pixels are set to 0, every stage's output is set to 0 on
+  the padding's cells (each stage's mask `feature_map_mask(mask, 2 ** stage)`, the anchor rule),
+  and the pooling is over the image's own cells of the last map, so `pool` must take a mask
+  (every pooling of `jaxrank.models` does). Each convolution then sees zeros past the image's
+  edges, as the unpadded image's `SAME` padding gives it: when the image's sides are multiples of
+  `2 ** (stages - 1)`, the features are the unpadded image's (to rounding); otherwise a 2x2
+  max-pool window that straddles the image's last odd row or column keeps a cell that the
+  unpadded network drops, and the features are close, not equal. `mask=None` is the unmasked
   network.
 
   Args:
@@ -128,11 +131,12 @@ class SmallConvNet(nnx.Module):
         "SmallConvNet", "mask", mask, h.shape[:3], like="images [N, H, W]", broadcast=False
       )
       h = jnp.where(mask[..., None], h, 0)
+    cells = None
     for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
       if i > 0:
         h = nnx.max_pool(h, window_shape=(2, 2), strides=(2, 2))
       h = nnx.relu(norm(conv(h)))
-    if mask is None:
-      return self.pool(h)
-    cells = feature_map_mask(mask, 2 ** (len(self.convs) - 1))  # ceil(H / stride) rows.
-    return self.pool(h, cells[:, : h.shape[1], : h.shape[2]])  # The map has floor(H / stride).
+      if mask is not None:  # ceil(H / 2^i) rows of anchors; the map has floor(H / 2^i).
+        cells = feature_map_mask(mask, 2**i)[:, : h.shape[1], : h.shape[2]]
+        h = jnp.where(cells[..., None], h, 0)
+    return self.pool(h) if cells is None else self.pool(h, cells)
