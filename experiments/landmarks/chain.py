@@ -138,19 +138,20 @@ def _whitened(d: Descriptors, power: float | None) -> Descriptors:
   )
 
 
-def _map_row(queries, gallery, distractors, ground_truth) -> list[float]:
-  """mAP (percent) in each setting, then Medium and Hard with the distractors in the gallery."""
-  plain = cast(
-    dict[str, float], jaxrank.evaluate_revisited(queries, gallery, ground_truth, ks=(1,))
-  )
-  values = [100 * plain[f"{s}/map"] for s in SETTINGS]
-  if len(distractors):
-    both = np.concatenate([gallery, distractors])
-    more = cast(dict[str, float], jaxrank.evaluate_revisited(queries, both, ground_truth, ks=(1,)))
-    values += [100 * more[f"{s}/map"] for s in ("medium", "hard")]
-  else:
-    values += [float("nan")] * 2
-  return values
+def _maps(queries, gallery, ground_truth, settings: Sequence[str]) -> list[float]:
+  """mAP (percent) of `queries` against `gallery` in each of `settings`."""
+  r = cast(dict[str, float], jaxrank.evaluate_revisited(queries, gallery, ground_truth, ks=(1,)))
+  return [100 * r[f"{s}/map"] for s in settings]
+
+
+def _row(d: Descriptors, ground_truth, expand) -> list[float]:
+  """The mAP columns of `d`: E/M/H against the gallery, M/H with the distractors appended (NaN
+  without), each query first passed through `expand(queries, gallery)` against that gallery."""
+  values = _maps(expand(d.queries, d.gallery), d.gallery, ground_truth, SETTINGS)
+  if not len(d.distractors):
+    return values + [float("nan")] * 2
+  both = np.concatenate([d.gallery, d.distractors])
+  return values + _maps(expand(d.queries, both), both, ground_truth, ("medium", "hard"))
 
 
 def evaluate_network(
@@ -159,20 +160,20 @@ def evaluate_network(
   """One row per whitening of `WHITENINGS` and per QE (without, then with alpha-QE): the row's
   `COLUMNS`, mAP in percent. Query expansion takes each query's neighbours in the gallery it is
   evaluated on (with the distractors for the `+D` columns)."""
+  k = min(qe_k, len(d.gallery))
+
+  def as_is(queries, gallery):
+    return queries
+
+  def expanded(queries, gallery):
+    return np.asarray(jaxrank.alpha_query_expansion(queries, gallery, k=k, alpha=qe_alpha))
+
   rows = []
   for whitening, power in WHITENINGS.items():
     w = _whitened(d, power)
-    rows.append([name, whitening, "", *_map_row(w.queries, w.gallery, w.distractors, ground_truth)])
-    k = min(qe_k, len(w.gallery))
-    expanded = np.asarray(jaxrank.alpha_query_expansion(w.queries, w.gallery, k=k, alpha=qe_alpha))
-    values = _map_row(expanded, w.gallery, w.distractors[:0], ground_truth)[:3]
-    if len(w.distractors):
-      both = np.concatenate([w.gallery, w.distractors])
-      far = np.asarray(jaxrank.alpha_query_expansion(w.queries, both, k=k, alpha=qe_alpha))
-      values += _map_row(far, w.gallery, w.distractors, ground_truth)[3:]
-    else:
-      values += [float("nan")] * 2
-    rows.append([name, whitening, f"alpha-QE (k {k}, alpha {qe_alpha:g})", *values])
+    rows.append([name, whitening, "", *_row(w, ground_truth, as_is)])
+    qe = f"alpha-QE (k {k}, alpha {qe_alpha:g})"
+    rows.append([name, whitening, qe, *_row(w, ground_truth, expanded)])
   return rows
 
 
