@@ -20,6 +20,7 @@ from jaxrank._src.chunked import host_chunked_value_and_grad as host_chunked_val
 from jaxrank._src.evaluation import evaluate_retrieval as evaluate_retrieval
 from jaxrank._src.hamming import hamming_tie_aware_ap_metric as hamming_tie_aware_ap_metric
 from jaxrank._src.hamming import hamming_tie_aware_ndcg_metric as hamming_tie_aware_ndcg_metric
+from jaxrank._src.hashing_evaluation import evaluate_hashing as evaluate_hashing
 from jaxrank._src.histogram import class_balancing_weights as class_balancing_weights
 from jaxrank._src.histogram import fastap_loss as fastap_loss
 from jaxrank._src.histogram import soft_binning_ap_loss as soft_binning_ap_loss
@@ -81,6 +82,7 @@ __all__ = [
   "database_augmentation",
   "dcg_metric",
   "decomposability_gap",
+  "evaluate_hashing",
   "evaluate_retrieval",
   "evaluate_revisited",
   "fastap_loss",

@@ -181,6 +181,32 @@ def _read_inat2018(root: str) -> Splits:
   return Splits(jd.load_inat2018(root, "train"), jd.load_inat2018(root, "test"))
 
 
+# He et al. 2018's hashing benchmarks (`jaxrank.data.hashing_data`): the queries rank the database
+# (`protocols.Evaluation.hashing_ks`: with a hashing head, AP_T, NDCG_T and mAP@k at the cut-off of
+# the paper's table); CIFAR-10's setting 1 drawn with one seed, the same queries for every run.
+CIFAR10_SPLIT_SEED = 0
+
+
+def _read_cifar10(setting: int) -> Callable[[str], Splits]:
+  def read(root: str) -> Splits:
+    import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
+    parts = jd.hashing_data.cifar10_splits(root, setting=setting, seed=CIFAR10_SPLIT_SEED)
+    return protocols.with_gallery(*(parts[s] for s in jd.hashing_data.SPLITS), hashing_ks=())
+
+  return read
+
+
+def _read_hashnet_lists(loader: str, hashing_ks: tuple[int, ...]) -> Callable[[str], Splits]:
+  def read(root: str) -> Splits:
+    import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
+
+    parts = [getattr(jd, loader)(root, s) for s in jd.hashing_data.SPLITS]
+    return protocols.with_gallery(*parts, hashing_ks=hashing_ks)
+
+  return read
+
+
 def _as_they_are(config: Config, train: bool) -> None:
   """Images the loader already gives as float arrays of the network's input size."""
   del config, train
@@ -192,6 +218,10 @@ def _photographs(config: Config, train: bool) -> PreprocessFn:
 
   fn = jd.train_preprocess if train else jd.eval_preprocess
   return functools.partial(fn, resize_size=config.resize_size, crop_size=config.image_size)
+
+
+def _hashing(read: Callable[[str], Splits]) -> DatasetSpec:
+  return DatasetSpec(load=_published(read), in_channels=3, preprocess=_photographs)
 
 
 DATASETS: Mapping[str, DatasetSpec] = {
@@ -255,6 +285,11 @@ DATASETS: Mapping[str, DatasetSpec] = {
     preprocess=_photographs,
     super_classes="dataset='inat2018'",
   ),
+  # He et al. 2018's hashing benchmarks; nuswide is multi-label (multi-hot labels, sampler random).
+  "cifar10_1k": _hashing(_read_cifar10(1)),
+  "cifar10_10k": _hashing(_read_cifar10(2)),
+  "nuswide": _hashing(_read_hashnet_lists("load_nuswide", (5000,))),
+  "imagenet100": _hashing(_read_hashnet_lists("load_imagenet100", (1000,))),
   # Any data_dir/{train,test}/class/image tree (category/class/image for super-classes).
   "image_folder": DatasetSpec(
     load=_load_image_folder,
@@ -315,7 +350,10 @@ def training_data(config: Config) -> tuple[jd.LabeledImages, jd.LabeledImages]:
 def class_indices(data: jd.LabeledImages) -> jd.LabeledImages:
   """`data` with each label replaced by the index of its class, `0, ..., C - 1` in the labels'
   order (a data set's training classes need not be numbered from 0, nor without gaps: a glyph's
-  label is its code point, and `validation_split` keeps some of the classes)."""
+  label is its code point, and `validation_split` keeps some of the classes). Multi-hot labels
+  `[N, C]` (NUS-WIDE) are left as they are: their columns are the classes already."""
+  if data.labels.ndim == 2:
+    return data
   _, indices = np.unique(data.labels, return_inverse=True)
   return dataclasses.replace(data, labels=indices.astype(np.int32).reshape(-1))
 

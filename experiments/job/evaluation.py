@@ -14,8 +14,11 @@ list's name (VehicleID's `small/recall@1`). A hashing model (`head="hashing"`) t
 codes `tanh(alpha f)` of batch-centred features (`networks.CentredHashingHead`) with the
 similarity `1 - 2 d / b` of their relaxed Hamming distance (`jaxrank.similarity.hamming`; He et
 al. 2018, eq. 10) and is evaluated on the binary codes `sign(f)` with the same similarity, whose
-many ties `tie_aware_map` accounts for. Each head's scoring rule and evaluation transform are
-entries of its record in `networks.HEADS`.
+many ties `tie_aware_map` accounts for. On a hashing benchmark (`protocols.Evaluation.hashing_ks`:
+CIFAR-10, NUS-WIDE, ImageNet100) its codes are evaluated by He et al.'s protocol instead,
+`jaxrank.evaluate_hashing` (the queries rank the database: `tie_aware_map`, `tie_aware_ndcg`,
+`map@k`). Each head's scoring rule and evaluation transform are entries of its record in
+`networks.HEADS`.
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ def evaluate(
   share = (index * test.num_examples // count, (index + 1) * test.num_examples // count)
   params, rest, step = placement.local((state["params"], state["rest"], state["step"]))
   embeddings = [np.zeros((0, config.embedding_dim), np.float32)]
-  labels = [np.zeros((0,), np.int32)]
+  labels = [np.zeros((0, *test.labels.shape[1:]), np.int32)]  # [n], or [n, C] multi-hot.
   for batch in input_pipeline.eval_batches(config, test, share):
     e = np.asarray(embed_fn(params, rest, batch["image"], step))
     embeddings.append(e[batch["mask"]])
@@ -90,6 +93,7 @@ def evaluate(
     share=share,
     similarity_fn=networks.HEADS[config.head].similarity_fn,
     mesh=placement.mesh(config) if count > 1 else None,
+    codes=networks.HEADS[config.head].binary_codes,
   )
 
 
@@ -102,8 +106,10 @@ def retrieval_metrics(
   share: tuple[int, int] | None = None,
   similarity_fn=jaxrank.similarity.cosine,
   mesh: jax.sharding.Mesh | None = None,
+  codes: bool = False,
 ) -> dict[str, float]:
-  """`jaxrank.evaluate_retrieval` of each evaluation, on the rows of a split embedded once.
+  """`jaxrank.evaluate_retrieval` (or, for binary codes and a hashing protocol,
+  `jaxrank.evaluate_hashing`) of each evaluation, on the rows of a split embedded once.
 
   Args:
     config: the run's config (`eval_ks`).
@@ -114,6 +120,8 @@ def retrieval_metrics(
     share: the rows of the split that this process holds.
     similarity_fn: the scoring rule.
     mesh: the mesh of a job of several processes, whose evaluation each process's rows join.
+    codes: whether `embeddings` are binary codes (a hashing head's): then an evaluation of a
+      hashing protocol (`protocols.Evaluation.hashing_ks`) is `jaxrank.evaluate_hashing`.
 
   Returns:
     The metrics of every evaluation, named by `protocols.metric_name`.
@@ -132,18 +140,35 @@ def retrieval_metrics(
     if evaluation.gallery is not None:
       rows = local(evaluation.gallery)
       gallery_embeddings, gallery_labels = embeddings[rows], labels[rows]
-    values = jaxrank.evaluate_retrieval(
-      embeddings[queries],
-      labels[queries],
-      gallery_embeddings,
-      gallery_labels,
-      ks=config.eval_ks,
-      similarity_fn=similarity_fn,
-      mesh=mesh,
-    )
+    if codes and evaluation.hashing_ks is not None:
+      values = _hashing_metrics(
+        embeddings[queries], labels[queries], gallery_embeddings, gallery_labels, evaluation, mesh
+      )
+    else:
+      values = jaxrank.evaluate_retrieval(
+        embeddings[queries],
+        labels[queries],
+        gallery_embeddings,
+        gallery_labels,
+        ks=config.eval_ks,
+        similarity_fn=similarity_fn,
+        mesh=mesh,
+      )
     # Floats: the default reduce_fn.
     metrics.update({protocols.metric_name(name, k): float(v) for k, v in values.items()})
   return metrics
+
+
+def _hashing_metrics(queries, query_labels, database, database_labels, evaluation, mesh):
+  """`jaxrank.evaluate_hashing` of a hashing protocol's binary codes (one process)."""
+  if mesh is not None or database is None:
+    raise config_lib.ConfigError(
+      "a hashing protocol (queries ranking a database) is evaluated in one process: run "
+      "the job with one process."
+    )
+  return jaxrank.evaluate_hashing(
+    queries, database, query_labels, database_labels, ks=evaluation.hashing_ks
+  )
 
 
 def evaluate_raw_pixels(config: config_lib.Config) -> dict[str, float]:

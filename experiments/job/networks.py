@@ -114,6 +114,8 @@ class HeadSpec:
       hashing head).
     batch_norm: whether it normalises by batch statistics in training mode (then a chunked
       gradient cannot be used: each chunk would be normalised by its own statistics).
+    binary_codes: whether `evaluated_as` gives binary codes, which a data set's hashing protocol
+      evaluates by Hamming ranking (`jaxrank.evaluate_hashing`).
   """
 
   build: Callable[..., nnx.Module]
@@ -121,6 +123,7 @@ class HeadSpec:
   tanh_scaled: bool
   evaluated_as: Callable[[jax.Array], jax.Array]
   batch_norm: bool = False
+  binary_codes: bool = False
 
 
 class CentredHashingHead(nnx.Module):
@@ -200,6 +203,7 @@ HEADS: Mapping[str, HeadSpec] = {
     tanh_scaled=True,
     evaluated_as=jaxrank.hashing.binarize,
     batch_norm=True,
+    binary_codes=True,
   ),
 }
 

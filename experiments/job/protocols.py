@@ -32,10 +32,15 @@ class Evaluation:
     queries: int `[Q]` the rows of the test split that query; None: every row.
     gallery: int `[N]` the rows the queries rank; None: leave-one-out, each query ranks the
       other queries (itself left out), as `jaxrank.evaluate_retrieval` without a gallery.
+    hashing_ks: a hashing protocol (He et al. 2018: the queries rank a database by the Hamming
+      distances of binary codes): with a head of binary codes (`networks.HeadSpec.binary_codes`)
+      the evaluation is `jaxrank.evaluate_hashing` (AP_T, NDCG_T, and mAP@k for each of these
+      cut-offs); None, or another head: `jaxrank.evaluate_retrieval`.
   """
 
   queries: np.ndarray | None = None
   gallery: np.ndarray | None = None
+  hashing_ks: tuple[int, ...] | None = None
 
 
 LEAVE_ONE_OUT: Mapping[str, Evaluation] = types.MappingProxyType({"": Evaluation()})
@@ -97,12 +102,18 @@ def _concatenate(parts: list[jd.LabeledImages]) -> tuple[jd.LabeledImages, list[
 
 
 def with_gallery(
-  train: jd.LabeledImages, queries: jd.LabeledImages, gallery: jd.LabeledImages
+  train: jd.LabeledImages,
+  queries: jd.LabeledImages,
+  gallery: jd.LabeledImages,
+  *,
+  hashing_ks: tuple[int, ...] | None = None,
 ) -> Splits:
   """`Splits` whose one evaluation (unnamed: metrics unprefixed) has `queries` rank `gallery`
-  (In-Shop's query and gallery; the query and database sets of hashing)."""
+  (In-Shop's query and gallery; the query and database sets of hashing, with `hashing_ks`: see
+  `Evaluation`)."""
   test, (query_rows, gallery_rows) = _concatenate([queries, gallery])
-  return Splits(train, test, {"": Evaluation(queries=query_rows, gallery=gallery_rows)})
+  evaluation = Evaluation(queries=query_rows, gallery=gallery_rows, hashing_ks=hashing_ks)
+  return Splits(train, test, {"": evaluation})
 
 
 def separately(train: jd.LabeledImages, tests: Mapping[str, jd.LabeledImages]) -> Splits:

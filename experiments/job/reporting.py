@@ -4,7 +4,8 @@
   `images_per_second`, `input_wait_fraction`, and `tanh_scale` and `device_memory_gib` where they
   apply: see `train`) and per evaluation (`recall@k`, `map@r`, `map`, `tie_aware_map`, each
   prefixed with the name of its evaluation where the data set's protocol names them, as
-  VehicleID's `small/recall@1`; and `seen/...` on the train split), each with its `step`;
+  VehicleID's `small/recall@1`; a hashing benchmark's `tie_aware_map`, `tie_aware_ndcg`,
+  `map@k` instead; and `seen/...` on the train split), each with its `step`;
   `MetricsWriter` appends, `read_metrics` reads; `evaluation_names` finds the evaluations.
 * `plot_curves`: a run's loss and retrieval metrics against steps (`curves.png`, titled with the
   run's name; no loss panel for an untrained run);
@@ -22,17 +23,39 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 # Column headers of the metrics in tables (Recall@k is "R@k").
-_HEADERS = {"map@r": "MAP@R", "map": "mAP", "tie_aware_map": "mAP_T", "seen/map@r": "seen MAP@R"}
+_HEADERS = {
+  "map@r": "MAP@R",
+  "map": "mAP",
+  "tie_aware_map": "mAP_T",
+  "tie_aware_ndcg": "NDCG_T",
+  "seen/map@r": "seen MAP@R",
+}
+
+
+def _header(metric: str) -> str:
+  """A metric's column header: `_HEADERS`, or `mAP@5000` for the hashing protocol's `map@5000`."""
+  return _HEADERS.get(metric, metric.replace("map@", "mAP@"))
+
+
+def _hashing_metrics(metrics: Mapping[str, Any], evaluation: str) -> list[str]:
+  """The metrics of a hashing protocol's evaluation (`jaxrank.evaluate_hashing`) that `metrics`
+  holds beyond mAP_T: `tie_aware_ndcg`, then `map@k` by `k` (unprefixed names)."""
+  prefix = _key(evaluation, "map@")
+  tails = [k[len(prefix) :] for k in metrics if k.startswith(prefix)]
+  cutoffs = sorted(int(t) for t in tails if t.isdigit())  # Not MAP@R's `map@r`.
+  ndcg = ["tie_aware_ndcg"] if _key(evaluation, "tie_aware_ndcg") in metrics else []
+  return ndcg + [f"map@{k}" for k in cutoffs]
 
 
 def evaluation_names(metrics: Mapping[str, Any]) -> list[str]:
   """The evaluations whose metrics `metrics` holds, in their order: `""` for unprefixed metrics
-  (`map@r`), a name for prefixed ones (`small` of `small/map@r`); the train split's `seen/`
+  (`tie_aware_map`, which every evaluation has), a name for prefixed ones (`small` of
+  `small/tie_aware_map`); the train split's `seen/`
   left out. Empty for a record that is no evaluation."""
   names: list[str] = []
   for key in metrics:
     head, _, tail = key.rpartition("/")
-    if tail == "map@r" and head != "seen" and head not in names:
+    if tail == "tie_aware_map" and head != "seen" and head not in names:
       names.append(head)
   return names
 
@@ -113,8 +136,11 @@ def format_table(
     for k in ks:
       keys.append(_key(evaluation, f"recall@{k}"))
       names.append(f"{label}R@{k}")
-    keys.extend(_key(evaluation, m) for m in metrics)
-    names.extend(label + _HEADERS[m] for m in metrics)
+    # A hashing protocol's evaluation has no MAP@R or mAP but NDCG_T and mAP@k.
+    shown = [m for m in metrics if _key(evaluation, m) in first]
+    shown += _hashing_metrics(first, evaluation)
+    keys.extend(_key(evaluation, m) for m in shown)
+    names.extend(label + _header(m) for m in shown)
   if all("seen/map@r" in m for m in rows.values()):
     keys.append("seen/map@r")
     names.append(_HEADERS["seen/map@r"])
@@ -157,7 +183,9 @@ def plot_curves(workdir: str, title: str = "") -> str:
     last = evals[-1]
     for evaluation in evaluation_names(last):
       prefix = _key(evaluation, "recall@")
-      for key in [k for k in last if k.startswith(prefix)] + [_key(evaluation, "map@r")]:
+      main = _key(evaluation, "map@r")  # mAP_T for a hashing protocol's evaluation.
+      main = main if main in last else _key(evaluation, "tie_aware_map")
+      for key in [k for k in last if k.startswith(prefix)] + [main]:
         ax_eval.plot(steps, [r[key] for r in evals], marker="o", label=key)
     ax_eval.legend(fontsize=8)
   ax_eval.set(xlabel="step", ylabel="test split (unseen classes)", title="retrieval")

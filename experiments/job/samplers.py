@@ -99,9 +99,15 @@ def make_sampler(config: Config, train: jd.LabeledImages) -> BatchesFn:
 
   Raises:
     ConfigError: the train split cannot give the batches the config asks for (too few classes,
-      no super-classes, classes too small), before any training.
+      no super-classes, classes too small, whole classes of multi-hot labels), before any
+      training.
   """
   spec = SAMPLERS[config.sampler]
+  if spec.whole_classes and train.labels.ndim == 2:
+    raise config_lib.ConfigError(
+      f"config.sampler={config.sampler!r} draws whole classes, but {config.dataset} is "
+      "multi-label (multi-hot labels, an image in several classes); use sampler='random'."
+    )
   sampler = spec.make(config, train)
   if spec.whole_classes and train.num_classes < config.classes_per_batch:
     raise config_lib.ConfigError(

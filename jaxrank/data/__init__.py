@@ -23,6 +23,7 @@ Typical training input:
 from jaxrank.data import buckets as buckets
 from jaxrank.data import datasets as datasets
 from jaxrank.data import glyphs as glyphs
+from jaxrank.data import hashing_data as hashing_data
 from jaxrank.data import image_lists as image_lists
 from jaxrank.data import landmarks as landmarks
 from jaxrank.data import pipeline as pipeline
@@ -43,6 +44,9 @@ from jaxrank.data.datasets import select as select
 from jaxrank.data.datasets import select_classes as select_classes
 from jaxrank.data.datasets import unreadable_images as unreadable_images
 from jaxrank.data.glyphs import load_glyphs as load_glyphs
+from jaxrank.data.hashing_data import load_cifar10 as load_cifar10
+from jaxrank.data.hashing_data import load_imagenet100 as load_imagenet100
+from jaxrank.data.hashing_data import load_nuswide as load_nuswide
 from jaxrank.data.image_lists import load_inat2018 as load_inat2018
 from jaxrank.data.image_lists import load_inshop as load_inshop
 from jaxrank.data.image_lists import load_vehicleid as load_vehicleid

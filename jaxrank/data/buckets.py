@@ -7,8 +7,8 @@ and cropped queries of any size, so every distinct size would compile a program 
 to a multiple of `multiple`, and returns one batch per bucket with a pixel mask (True on the
 image's own pixels). Only the buckets compile; `jaxrank.models.feature_map_mask` turns the pixel
 mask into the feature map's, and the poolings' `mask` pool over the image's own cells only (the
-pooling is exact; a ResNet's edge cells still see the padding, so its descriptor of a padded
-image is close to the unpadded image's, not equal: `jaxrank.models.pooling`, "Masks").
+pooling is exact; a ResNet's edge cells also see the padding unless every layer is masked, as
+`jaxrank.models.ResNet(x, mask)` does: its "Padded images").
 
 `bucket_cost` says what a list of sizes costs under a `multiple`: the programs (distinct bucket
 shapes, against the distinct sizes without buckets) and the fraction of the padded images' pixels

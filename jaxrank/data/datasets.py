@@ -62,7 +62,8 @@ class LabeledImages:
       `"encoded"`: `[N]` object array of encoded image bytes (JPEG, PNG, ...), decoded to uint8
       `[H, W, 3]` by the pipeline;
       `"path"`: `[N]` str array of image file paths, read and decoded by the pipeline.
-    labels: `[N]` int32 class labels.
+    labels: `[N]` int32 class labels, or `[N, C]` int32 multi-hot labels (0/1) for a
+      multi-label data set (NUS-WIDE: an item is relevant to a query that shares a label).
     super_labels: `[N]` int32 super-class labels, or None where the data set has none.
     image_format: `"array"`, `"encoded"` or `"path"`.
   """
@@ -78,9 +79,10 @@ class LabeledImages:
         f"LabeledImages: image_format must be one of {_FORMATS}, got {self.image_format!r}."
       )
     n = len(self.labels)
-    if np.ndim(self.labels) != 1 or len(self.images) != n:
+    if np.ndim(self.labels) not in (1, 2) or len(self.images) != n:
       raise ValueError(
-        f"LabeledImages: labels must be [N] and images [N, ...], got {np.shape(self.labels)} "
+        f"LabeledImages: labels must be [N] (or [N, C] multi-hot) and images [N, ...], got "
+        f"{np.shape(self.labels)} "
         f"and {np.shape(self.images)}."
       )
     if self.super_labels is not None and np.shape(self.super_labels) != (n,):
@@ -99,6 +101,9 @@ class LabeledImages:
 
   @property
   def num_classes(self) -> int:
+    """The classes present (for multi-hot labels `[N, C]`, `C`)."""
+    if np.ndim(self.labels) == 2:
+      return int(np.shape(self.labels)[1])
     return len(np.unique(self.labels))
 
 
@@ -160,7 +165,7 @@ def load_digits(split: str = "train") -> LabeledImages:
 # tensorflow-datasets builders, from a prepared data_dir.
 
 
-def _load_tfds(
+def load_tfds_splits(
   fn: str,
   name: str,
   data_dir: str | os.PathLike | None,
@@ -168,7 +173,8 @@ def _load_tfds(
   label_key: str,
   super_key: str | None,
 ) -> LabeledImages:
-  """Reads the encoded images and labels of some tfds splits, concatenated in split order."""
+  """Reads the encoded images and labels of some tfds splits of a prepared `data_dir`,
+  concatenated in split order (what every tfds loader shares; `fn` names the loader in errors)."""
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
   builder = tfds.builder(name, data_dir=data_dir)
@@ -231,12 +237,14 @@ def load_stanford_online_products(
   """
   fn = "load_stanford_online_products"
   _check_split(fn, split)
-  return _load_tfds(fn, "stanford_online_products", data_dir, [split], "class_id", "super_class_id")
+  return load_tfds_splits(
+    fn, "stanford_online_products", data_dir, [split], "class_id", "super_class_id"
+  )
 
 
 def _load_class_half(fn: str, name: str, data_dir, split: str, num_classes: int) -> LabeledImages:
   _check_split(fn, split)
-  data = _load_tfds(fn, name, data_dir, ["train", "test"], "label", None)
+  data = load_tfds_splits(fn, name, data_dir, ["train", "test"], "label", None)
   half = np.arange(num_classes // 2)
   return select_classes(data, half if split == "train" else half + num_classes // 2)
 

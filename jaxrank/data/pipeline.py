@@ -9,7 +9,8 @@ step runs.
 Each element is a dict of numpy-convertible tensors with a fixed leading batch dimension `B`:
 
 * `image`: `[B, ...]`, the preprocessed images (`[B, H, W, C]` float32 after `train_preprocess`);
-* `label`: `[B]` int32 class labels (-1 for padding);
+* `label`: `[B]` int32 class labels (-1 for padding), or `[B, C]` multi-hot labels for a
+  multi-label data set (rows of -1 for padding);
 * `super_label`: `[B]` int32 super-class labels (-1 for padding), only if the data has them;
 * `index`: `[B]` int64 indices into the data set (-1 for padding);
 * `mask`: `[B]` bool, False for the padding of `sequential_batches` (always True for training).
@@ -206,7 +207,7 @@ def _examples(
       positions = (epoch << 32) + b * width + np.arange(begin, end, dtype=np.int64)
       out = {
         "image": images[safe],
-        "label": np.where(valid, labels[safe], -1).astype(np.int32),
+        "label": np.where(_rows(valid, labels), labels[safe], -1).astype(np.int32),
         "index": row,
         "mask": valid,
         _SEED: np.stack([np.full(end - begin, seed, np.int64), positions], axis=1),
@@ -214,6 +215,11 @@ def _examples(
       if supers is not None:
         out["super_label"] = np.where(valid, supers[safe], -1).astype(np.int32)
       yield out
+
+
+def _rows(valid: np.ndarray, labels: np.ndarray) -> np.ndarray:
+  """`valid [B]` shaped to select rows of `labels` (`[N]`, or `[N, C]` multi-hot)."""
+  return valid.reshape(valid.shape + (1,) * (labels.ndim - 1))
 
 
 def _signature(data: datasets.LabeledImages, batch_size: int) -> dict[str, tf.TensorSpec]:
@@ -224,7 +230,7 @@ def _signature(data: datasets.LabeledImages, batch_size: int) -> dict[str, tf.Te
     image_spec = tf.TensorSpec((batch_size,), tf.string)
   spec = {
     "image": image_spec,
-    "label": tf.TensorSpec((batch_size,), tf.int32),
+    "label": tf.TensorSpec((batch_size, *data.labels.shape[1:]), tf.int32),
     "index": tf.TensorSpec((batch_size,), tf.int64),
     "mask": tf.TensorSpec((batch_size,), tf.bool),
     _SEED: tf.TensorSpec((batch_size, 2), tf.int64),

@@ -1,11 +1,13 @@
-"""Small fake retrieval data sets, for tests and benchmarks that must not download.
+"""Small fake data sets, for tests and benchmarks that must not download.
 
-Three kinds: fake tfds builders (`mock_retrieval_data`, below); small copies of data sets
-published as files, written in their published layout for the loaders of
-`jaxrank.data.image_lists` (`write_inshop`, `write_vehicleid`, `write_inat2018`: a few tiny JPEG
-images per class, the lists as published); and a miniature landmark retrieval data set in the
-Revisited Oxford/Paris layout, with distractors and a training image folder
-(`write_landmark_miniature`: synthetic buildings shown easy, hard or junk, from a seed).
+Four kinds: fake tfds builders (`mock_retrieval_data`, below: SOP, CUB-200-2011, Cars196,
+CIFAR-10); small copies of data sets published as files, written in their published layout for
+the loaders of `jaxrank.data.image_lists` (`write_inshop`, `write_vehicleid`, `write_inat2018`:
+a few tiny JPEG images per class, the lists as published); HashNet's list files with small
+PNG images for `jaxrank.data.hashing_data` (`write_nuswide`, `write_imagenet100`); and a
+miniature landmark retrieval data set in the Revisited Oxford/Paris layout, with distractors and
+a training image folder (`write_landmark_miniature`: synthetic buildings shown easy, hard or
+junk, from a seed).
 
 `tfds.testing.mock_data` replaces a builder's data with random examples, but its default examples do
 not fit retrieval: every split gets the same examples (the split is ignored), class ids are drawn
@@ -38,11 +40,17 @@ import tensorflow as tf
 from jaxrank._src import checks
 from jaxrank.data import landmarks
 
-_NUM_CLASSES = {"stanford_online_products": 22634, "caltech_birds2011": 200, "cars196": 196}
+_NUM_CLASSES = {
+  "stanford_online_products": 22634,
+  "caltech_birds2011": 200,
+  "cars196": 196,
+  "cifar10": 10,
+}
 _LABEL_KEY = {
   "stanford_online_products": "class_id",
   "caltech_birds2011": "label",
   "cars196": "label",
+  "cifar10": "label",
 }
 
 
@@ -50,8 +58,9 @@ def fake_labels(name: str, split: str, *, classes_per_split: int, images_per_cla
   """The `(labels, super_labels or None)` that `mock_retrieval_data` gives a builder's split.
 
   SOP: `train` holds classes `0 .. c - 1`, `test` classes `c .. 2c - 1` (`c = classes_per_split`),
-  class `i` in super-class `i % 12`. CUB and Cars196: both splits hold `c` classes spread evenly
-  over all classes (0 and the last included), so both halves of the class-disjoint split are there.
+  class `i` in super-class `i % 12`. CUB, Cars196 and CIFAR-10: both splits hold `c` classes
+  spread evenly over all classes (0 and the last included), so both halves of the class-disjoint
+  split are there (CIFAR-10 with `c = 10`: every class in each split, as the real one).
   """
   if name == "stanford_online_products":
     start = 0 if split == "train" else classes_per_split
@@ -121,8 +130,9 @@ def mock_retrieval_data(
 ) -> Iterator[None]:
   """Within the block, the tfds builders read fake retrieval data and never touch disk or network.
 
-  Works for `stanford_online_products`, `caltech_birds2011` and `cars196` read through the loaders
-  of `jaxrank.data.datasets` (which decode only the image and label fields). Labels are those of
+  Works for `stanford_online_products`, `caltech_birds2011`, `cars196` and `cifar10` read through
+  the loaders of `jaxrank.data` (which decode only the image and label fields); for CIFAR-10
+  (`load_cifar10`) pass `classes_per_split=10` and `image_size=(32, 32)`. Labels are those of
   `fake_labels`; images are smooth random `image_size` RGB images.
 
   Args:
@@ -560,6 +570,83 @@ def _check_miniature(fn: str, name: str, arguments: dict) -> None:
       f"{fn}: min_side and max_side must be multiples of 16 with 32 <= min_side <= max_side, got "
       f"{low} and {high}."
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# HashNet's list files (jaxrank.data.hashing_data), written with small images.
+
+
+def _write_list_split(root, split, labels, image_size, rng):
+  """Writes `images/<split>_<i>.png` and the split's list file; returns the list's path."""
+  from jaxrank.data import hashing_data  # pylint: disable=g-import-not-at-top
+
+  os.makedirs(os.path.join(root, "images"), exist_ok=True)
+  lines = []
+  h, w = image_size
+  for i, row in enumerate(labels):
+    name = f"images/{split}_{i:05d}.png"
+    pixels = rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8)
+    tf.io.write_file(os.path.join(root, name), tf.io.encode_png(pixels))
+    lines.append(name + " " + " ".join(str(int(v)) for v in row))
+  path = os.path.join(root, hashing_data.LIST_FILES[split])
+  with open(path, "w") as f:
+    f.write("\n".join(lines) + "\n")
+  return path
+
+
+def write_nuswide(
+  root: str | os.PathLike,
+  *,
+  sizes: tuple[int, int, int] = (42, 21, 84),
+  image_size: tuple[int, int] = (16, 16),
+  seed: int = 0,
+) -> str:
+  """Writes a small NUS-WIDE in HashNet's layout under `root`, for `load_nuswide`.
+
+  `train.txt`, `test.txt` and `database.txt` list `sizes` = (train, query, database) images,
+  `images/<split>_<i>.png` random RGB images of `image_size`, each with 1 to 3 of the 21 labels
+  (every label used in every split when the split has at least 21 images: image `i` has label
+  `i % 21`).
+
+  Returns:
+    `root`, as a str.
+  """
+  root = os.fspath(root)
+  rng = np.random.default_rng(seed)
+  for split, size in zip(("train", "query", "database"), sizes):
+    labels = np.zeros((size, 21), np.int32)
+    labels[np.arange(size), np.arange(size) % 21] = 1
+    extra = rng.integers(0, 21, size=(size, 2))
+    keep = rng.random((size, 2)) < 0.5
+    for j in range(2):
+      labels[np.arange(size)[keep[:, j]], extra[keep[:, j], j]] = 1
+    _write_list_split(root, split, labels, image_size, rng)
+  return root
+
+
+def write_imagenet100(
+  root: str | os.PathLike,
+  *,
+  images_per_class: tuple[int, int, int] = (1, 1, 2),
+  num_classes: int = 100,
+  image_size: tuple[int, int] = (16, 16),
+  seed: int = 0,
+) -> str:
+  """Writes a small ImageNet100 in HashNet's layout under `root`, for `load_imagenet100`.
+
+  `train.txt`, `test.txt` and `database.txt` hold `images_per_class` = (train, query, database)
+  images of each of the first `num_classes` classes (class order), each line a path and a one-hot
+  vector of 100; `images/<split>_<i>.png` random RGB images of `image_size`.
+
+  Returns:
+    `root`, as a str.
+  """
+  root = os.fspath(root)
+  rng = np.random.default_rng(seed)
+  for split, count in zip(("train", "query", "database"), images_per_class):
+    classes = np.repeat(np.arange(num_classes), count)
+    _write_list_split(root, split, np.eye(100, dtype=np.int32)[classes], image_size, rng)
+  return root
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,6 +18,9 @@ One module per family; import every name from `jaxrank.models`:
 * `heads`: `EmbeddingHead` (a linear layer and L2 normalisation, for embeddings compared by
   cosine), `HashingHead` (a linear layer and `tanh(scale * h)`, the relaxed binary codes of
   hashing) and `EmbeddingModel` (a backbone followed by a head).
+* `descriptors`: `extract_descriptors`, multi-scale descriptors of images of any sizes as the
+  landmark retrieval papers extract them (resized by `resize_image`, padded into few bucket
+  shapes with a pixel mask: few compiled programs; the scales combined by a generalised mean).
 * `weights`: `save_weights` and `load_weights`, every variable of a model (parameters and
   BatchNorm statistics) to and from a local `.npz` file; `freeze_batchnorm`, every BatchNorm of a
   module to its running statistics, nothing else.
@@ -49,6 +52,8 @@ provides, and `jaxrank.convert.load_pytorch_weights` a local torchvision or timm
 """
 
 from jaxrank.models.convnet import SmallConvNet as SmallConvNet
+from jaxrank.models.descriptors import extract_descriptors as extract_descriptors
+from jaxrank.models.descriptors import resize_image as resize_image
 from jaxrank.models.heads import EmbeddingHead as EmbeddingHead
 from jaxrank.models.heads import EmbeddingModel as EmbeddingModel
 from jaxrank.models.heads import HashingHead as HashingHead
@@ -85,6 +90,8 @@ __all__ = [
   "EmbeddingHead",
   "HashingHead",
   "EmbeddingModel",
+  "extract_descriptors",
+  "resize_image",
   "save_weights",
   "load_weights",
 ]

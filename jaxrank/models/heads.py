@@ -184,7 +184,11 @@ class EmbeddingModel(nnx.Module):
     self.head = head
 
   def __call__(
-    self, x: jax.typing.ArrayLike, *, scale: jax.typing.ArrayLike | None = None
+    self,
+    x: jax.typing.ArrayLike,
+    *,
+    scale: jax.typing.ArrayLike | None = None,
+    mask: jax.typing.ArrayLike | None = None,
   ) -> jax.Array:
     """Returns `head(backbone(x))`, with `scale=scale` passed to the head unless it is None.
 
@@ -193,11 +197,14 @@ class EmbeddingModel(nnx.Module):
       scale: None (the default) calls `head(features)`, as `EmbeddingHead` needs; anything else
         calls `head(features, scale=scale)`, as `HashingHead` takes (its scale then defaults to
         1 when None is given here).
+      mask: None (the default) calls `backbone(x)`; anything else calls `backbone(x, mask)`, the
+        pixel mask `[N, H, W]` of padded images that a `ResNet` takes (its "Padded images":
+        in inference mode, the unpadded images' features).
 
     Returns:
       The head's output, `[N, D]`.
     """
-    features = self.backbone(x)
+    features = self.backbone(x) if mask is None else self.backbone(x, mask)
     if scale is None:
       return self.head(features)
     return self.head(features, scale=scale)

@@ -20,14 +20,15 @@ gives for the unpadded image, cell for cell.
 The masked pooling of a padded image equals the pooling of the unpadded image exactly when the
 network's feature map of the unpadded image equals the masked part of the padded image's map. A
 pooling alone (the map given) and a network whose cells see only their own stride window (a
-patch embedding of stride `s`) satisfy it. A ResNet does not: the cells at the right and bottom
-edges of the image have receptive fields that reach past it, where the unpadded image's network
-sees each layer's zero padding and the padded image's network sees activations (the padding's
-cells next to the image see the image through their own receptive fields, and a BatchNorm's
-shift adds to every cell). The mask leaves the padded cells out of the pooling, not what the
-padding changed in the image's own edge cells, so a padded image's descriptor is close to the
-unpadded one's, not equal to it. Extract each image at its own size where a protocol's exact
-numbers matter; buckets trade that for fewer programs.
+patch embedding of stride `s`) satisfy it. A ResNet run on the padded image unmasked does not:
+the cells at the right and bottom edges of the image have receptive fields that reach past it,
+where the unpadded image's network sees each layer's zero padding and the padded image's network
+sees activations (the padding's cells next to the image see the image through their own
+receptive fields, and a BatchNorm's shift adds to every cell). The mask leaves the padded cells
+out of the pooling, not what the padding changed in the image's own edge cells, so its
+descriptor is close to the unpadded one's, not equal to it. `ResNet(x, mask)` also sets the
+padding's cells to 0 at the input of every spatial layer, and then satisfies it (in inference
+mode, to rounding: its "Padded images").
 """
 
 from __future__ import annotations
