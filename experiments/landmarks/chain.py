@@ -11,8 +11,11 @@ Revaud et al. 2019 (sec. 4) evaluate a trained network on Revisited Oxford/Paris
    distractors appended to the gallery (`jaxrank.data.with_distractors`).
 
 `evaluate_network` runs 2-4 for one network and returns one row per (whitening, QE); `format_table`
-prints the rows of several networks as one Markdown table. Descriptors are extracted one image at a
-time through the network in inference mode (a program compiled per image shape, no padding).
+prints the rows of several networks as one Markdown table. Descriptors are extracted by
+`jaxrank.models.extract_descriptors` at one scale (the paper's), the images padded into buckets
+of `MULTIPLE` pixels with their masks (one compiled program per bucket shape): through a network
+that masks every layer (a `ResNet`, a `SmallConvNet`) a padded image's descriptor is its own,
+to rounding, where its sides are multiples of the network's stride.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from flax import nnx
 
 import jaxrank
 import jaxrank.data as jd
+from jaxrank import models
 from jaxrank.data import preprocess
 
 QE_K, QE_ALPHA = 10, 2.0  # Revaud et al. 2019, sec. 4.4: alpha-QE with alpha = 2, k = 10.
@@ -39,32 +43,57 @@ SETTINGS = ("easy", "medium", "hard")
 COLUMNS = ("network", "whitening", "QE", "Easy", "Medium", "Hard", "Medium +D", "Hard +D")
 """The table's columns: mAP in percent per setting, `+D` with the distractors in the gallery."""
 
-EmbedFn = Callable[[np.ndarray], np.ndarray]
+EmbedFn = Callable[[np.ndarray, np.ndarray], jax.Array]
+"""`embed(images [n, H, W, 3], mask [n, H, W]) -> [n, D]`, as `extract_descriptors` calls it."""
+
+SCALES = (1.0,)  # Revaud et al. 2019, sec. 4.2: one scale, the image as it is.
+MULTIPLE = 32  # The buckets' step: the miniature's scenes (sides multiples of 16) pad exactly.
+GROUP = 256  # Images read into memory at a time (extract_descriptors holds its list).
 
 
 def make_embed_fn(model: nnx.Module) -> EmbedFn:
-  """`embed(image uint8 [h, w, 3]) -> [D]`: the network in inference mode on one whole image.
+  """`embed(images, mask) -> [n, D]`: the network in inference mode on padded images.
 
-  The image is scaled to `[0, 1]` and normalised by ImageNet's mean and deviation, as the job's
-  pipeline (`jaxrank.data.train_preprocess`) feeds it in training. One program per image shape,
-  shared by every network of the same structure (the untrained and the trained one).
+  The pixels are scaled to `[0, 1]` and normalised by ImageNet's mean and deviation, as the job's
+  pipeline (`jaxrank.data.train_preprocess`) feeds them in training; the mask goes to the
+  network (`EmbeddingModel(x, mask=mask)`), which zeroes the padding and pools over each image's
+  own cells. One program per bucket shape, shared by every network of the same structure (the
+  untrained and the trained one).
   """
   graph, state = nnx.split(model)
   # As host arrays: a restored checkpoint's arrays carry a sharding that would key another program.
   state = jax.tree.map(np.asarray, state)
-  return lambda image: np.asarray(_embed(graph, state, image))
+  return lambda images, mask: _embed(graph, state, images, mask)
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _embed(graph, state, image):
+def _embed(graph, state, images, mask):
   mean, std = np.asarray(preprocess.IMAGENET_MEAN), np.asarray(preprocess.IMAGENET_STD)
-  x = (image.astype(jnp.float32) / 255.0 - mean) / std
-  return nnx.merge(graph, state)(x[None])[0]
+  x = (images.astype(jnp.float32) / 255.0 - mean) / std
+  return nnx.merge(graph, state)(x, mask=mask)
 
 
-def extract(embed: EmbedFn, images: Iterable[np.ndarray]) -> np.ndarray:
-  """The descriptors `[n, D]` of `images` (each uint8 `[h, w, 3]`), one image at a time."""
-  return np.stack([embed(image) for image in images]).astype(np.float32)
+def extract(
+  embed: EmbedFn, images: Iterable[np.ndarray], *, max_side: int | None = None
+) -> np.ndarray:
+  """The descriptors `[n, D]` of `images` (each uint8 `[h, w, 3]`, at its own size), by
+  `jaxrank.models.extract_descriptors` at Revaud et al.'s single scale (`SCALES`): padded into
+  buckets of `MULTIPLE` pixels, `GROUP` images read at a time."""
+  descriptors, group = [], []
+  for image in images:
+    group.append(image)
+    if len(group) == GROUP:
+      descriptors.append(_extract_group(embed, group, max_side))
+      group = []
+  if group:
+    descriptors.append(_extract_group(embed, group, max_side))
+  return np.concatenate(descriptors).astype(np.float32)
+
+
+def _extract_group(embed: EmbedFn, images: list[np.ndarray], max_side: int | None) -> np.ndarray:
+  return models.extract_descriptors(
+    embed, images, scales=SCALES, max_side=max_side, multiple=MULTIPLE, batch_size=8
+  )
 
 
 def read_image(path: str) -> np.ndarray:
@@ -112,16 +141,20 @@ def describe(
   """`embed`'s descriptors of every image of `data` (its distractors apart) and of the training
   images, each at its own size (the longer side capped at `max_side`)."""
   n = len(data.gallery_paths) - data.num_distractors
-  gallery = extract(embed, (jd.read_gallery_image(data, i, max_side=max_side) for i in range(n)))
+  gallery = extract(
+    embed, (jd.read_gallery_image(data, i, max_side=max_side) for i in range(n)), max_side=max_side
+  )
   distractors = (
     jd.read_gallery_image(data, i, max_side=max_side) for i in range(n, len(data.gallery_paths))
   )
   queries = (jd.read_query_image(data, i, max_side=max_side) for i in range(len(data.query_paths)))
   return Descriptors(
-    queries=extract(embed, queries),
+    queries=extract(embed, queries, max_side=max_side),
     gallery=gallery,
-    distractors=extract(embed, distractors) if data.num_distractors else gallery[:0],
-    training=extract(embed, (read_image(p) for p in training_paths)),
+    distractors=(
+      extract(embed, distractors, max_side=max_side) if data.num_distractors else gallery[:0]
+    ),
+    training=extract(embed, (read_image(p) for p in training_paths), max_side=max_side),
   )
 
 

@@ -59,9 +59,9 @@ def miniature_config(data_dir: str) -> config_lib.Config:
   freeze); 64 x 64 training crops of the scenes' shorter side resized to 64 instead of 800 x 800;
   batches of 16 landmarks x 4 images (the miniature has 24 landmarks of 12 images, too few for
   batches of random images) instead of 4,096 random images, whole instead of chunked (a batch of
-  64 small images fits; on the 2-core CPU the chunked step, `chunk_size=32`, took 10 s against
-  1.5 s whole, so the miniature leaves it off: `--set chunk_size=32` turns it on); 64-d
-  descriptors; 200 steps at 1e-3 instead of 300 at 1e-4.
+  64 small images fits; on the 2-core CPU, shared with other jobs, the chunked step
+  (`chunk_size=32`) took 10 s against 1.5 s whole, so the miniature leaves it off:
+  `--set chunk_size=32` turns it on); 64-d descriptors; 200 steps at 1e-3 instead of 300 at 1e-4.
   """
   return dataclasses.replace(
     revaud_landmarks.get_config(),
