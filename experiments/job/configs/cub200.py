@@ -12,26 +12,18 @@ R@1 68.5 on CUB with an ImageNet-initialised ResNet-50 (Ramzi et al. 2021, Table
 initialisation expect far less.
 """
 
+import dataclasses
+
 from experiments.job import config as config_lib
+from experiments.job.configs.papers import roadmap
 
 
 def get_config() -> config_lib.Config:
-  return config_lib.Config(
+  return dataclasses.replace(
+    roadmap.base(),
     dataset="cub200",
-    data_dir=None,  # Set with --set data_dir=...
-    image_size=224,
-    resize_size=256,
-    model="resnet50",
-    freeze_batchnorm=True,
-    embedding_dim=512,
-    batch_size=128,
-    samples_per_class=4,
-    loss="roadmap",
+    batch_size=128,  # Twice the paper's 64 (sec. 4.1).
     num_steps=10_000,
-    learning_rate=1e-5,
-    warmup_steps=500,
-    weight_decay=4e-4,
-    head_lr_multiplier=10.0,
     eval_every=1000,
     checkpoint_every=500,
   )

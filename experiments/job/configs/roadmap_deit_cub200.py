@@ -19,25 +19,19 @@ paper's Recall@1 above is the target. jaxrank's schedule is a linear warm-up the
 (`optimizer.learning_rate_schedule`), not always the paper's: see above.
 """
 
+import dataclasses
+
 from experiments.job import config as config_lib
+from experiments.job.configs.papers import roadmap
 
 
 def get_config() -> config_lib.Config:
-  return config_lib.Config(
+  return dataclasses.replace(
+    roadmap.base(),
     dataset="cub200",
-    data_dir=None,
-    image_size=224,
-    resize_size=256,
-    sampler="m_per_class",
-    batch_size=64,
-    samples_per_class=4,
-    model="vit_small",
+    model="vit_small",  # DeiT-S/16: 384-d, LayerNorm (nothing to freeze).
     embedding_dim=384,
-    loss="roadmap",
+    freeze_batchnorm=False,
     num_steps=10000,
-    learning_rate=1e-05,
-    warmup_steps=500,
-    weight_decay=0.0004,
-    head_lr_multiplier=10.0,
     eval_every=1000,
   )

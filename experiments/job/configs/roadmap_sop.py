@@ -18,27 +18,20 @@ Recall@1 above is the target. jaxrank's schedule is a linear warm-up then cosine
 (`optimizer.learning_rate_schedule`), not always the paper's: see above.
 """
 
+import dataclasses
+
 from experiments.job import config as config_lib
+from experiments.job.configs.papers import roadmap
 
 
 def get_config() -> config_lib.Config:
-  return config_lib.Config(
+  return dataclasses.replace(
+    roadmap.base(),
     dataset="sop",
-    data_dir=None,
-    image_size=256,
+    image_size=256,  # Table 4 (sec. 4.2): 256 x 256 and max pooling on SOP.
     resize_size=288,
-    sampler="m_per_class",
-    batch_size=64,
-    samples_per_class=4,
-    model="resnet50",
     pooling="max",
-    freeze_batchnorm=True,
-    embedding_dim=512,
-    loss="roadmap",
     num_steps=30000,
-    learning_rate=1e-05,
-    warmup_steps=500,
-    weight_decay=0.0004,
-    head_lr_multiplier=10.0,
     eval_every=2000,
+    eval_ks=(1, 10, 100, 1000),  # The papers' R@k on SOP.
   )
