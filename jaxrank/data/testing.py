@@ -537,6 +537,7 @@ def _write_distractors(
   rng: np.random.Generator, sizes: Callable[[], tuple[int, int]], directory: str, count: int
 ) -> None:
   """Writes `count` scenes without a landmark and their list, `revisitop1m.txt`."""
+  os.makedirs(directory, exist_ok=True)
   for i in range(count):
     image, _ = _scene(rng, *sizes())
     _write_scene(os.path.join(directory, "jpg", f"distractor_{i:04d}.jpg"), image)
