@@ -50,7 +50,7 @@ ALLOWED = {
   "docs/guide/benchmarks.rst": 1,
   # The papers' published results, one per row of its table of the configs that rerun them (the
   # column "ours" is empty: no run here has the data sets or a GPU).
-  "docs/guide/papers.rst": 14,
+  "docs/guide/papers.rst": 15,
 }
 
 

@@ -112,6 +112,7 @@ ALLOWED_IMPORTS = {
   "ablations": {"job"},
   "benchmarks": {"job", "docs_data"},
   "comparison": {"job", "ablations", "results", "docs_data"},
+  "landmarks": {"job", "docs_data"},
 }
 
 
@@ -144,6 +145,7 @@ def test_every_part_is_in_its_folder():
     "ablations",
     "benchmarks",
     "comparison",
+    "landmarks",
     "results.py",
     "RESULTS.md",
     "compare_released.py",

@@ -81,6 +81,12 @@ def small_conv_net_numpy(net, x):
   """SmallConvNet's forward pass written out in float64 numpy: per stage (a 2x2 max-pool before
   every stage but the first) a 3x3 convolution with zero padding, LayerNorm over the channels
   (epsilon 1e-6) and relu; then the mean over the pixels."""
+  return small_conv_net_map_numpy(net, x).mean(axis=(1, 2))
+
+
+def small_conv_net_map_numpy(net, x, mask=None):
+  """The last feature map of `small_conv_net_numpy`, before the pooling; with a pixel mask
+  `[N, H, W]`, each stage's output zeroed outside the mask's anchor cells."""
   x = np.asarray(x, np.float64)
   for i, (conv, norm) in enumerate(zip(net.convs, net.norms)):
     if i > 0:
@@ -97,7 +103,35 @@ def small_conv_net_numpy(net, x):
     mean, var = y.mean(-1, keepdims=True), y.var(-1, keepdims=True)
     y = (y - mean) / np.sqrt(var + 1e-6) * np.asarray(norm.scale[...]) + np.asarray(norm.bias[...])
     x = np.maximum(y, 0)
-  return x.mean(axis=(1, 2))
+    if mask is not None:
+      x = x * mask[:, :: 2**i, :: 2**i][:, : x.shape[1], : x.shape[2], None]
+  return x
+
+
+def test_small_conv_net_pools_with_gem_over_a_pixel_mask():
+  """A pooling passed in (GeM, p = 3) and a pixel mask: the padding and every stage's padding
+  cells zeroed (the anchor rule), then GeM over the image's own cells of the stride-4 map; an
+  image whose sides are multiples of 4 gives its unpadded features; all True is no mask."""
+  net = models.SmallConvNet(3, features=(4, 6, 8), pool=models.GeMPool(p=3.0), rngs=nnx.Rngs(0))
+  rng = np.random.default_rng(2)
+  for norm in net.norms:
+    norm.bias[...] = jnp.asarray(rng.normal(0, 0.3, norm.bias.shape), jnp.float32)
+  x = images((2, 18, 26, 3))
+  mask = np.zeros((2, 18, 26), bool)
+  mask[0, :11, :26], mask[1, :16, :8] = True, True  # 11 x 26 and 16 x 8 images.
+  masked = nnx.jit(lambda model, x, mask: model(x, mask))
+  got = np.asarray(masked(net, x, mask))
+  want = []
+  for image, m in zip(np.where(mask[..., None], np.asarray(x), 0.0), mask):
+    maps = small_conv_net_map_numpy(net, image[None], mask=m[None])[0]
+    cells = m[::4, ::4][:4, :6]  # ceil(11 / 4) = 3 rows; 16 x 8: 4 x 2 cells.
+    want.append((np.maximum(maps[cells], 1e-6) ** 3).mean(axis=0) ** (1 / 3))
+  np.testing.assert_allclose(got, np.stack(want), rtol=1e-4, atol=1e-5)
+  alone = forward(net, x[1:, :16, :8])  # Sides multiples of 4: the unpadded image's features.
+  np.testing.assert_allclose(got[1:], alone, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(masked(net, x, np.ones((2, 18, 26), bool)), forward(net, x), rtol=1e-5)
+  with pytest.raises(ValueError, match="SmallConvNet: mask"):
+    net(x, mask[:, :10])
 
 
 def test_small_conv_net_output_does_not_depend_on_the_batch():

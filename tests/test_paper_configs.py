@@ -109,6 +109,29 @@ def _imagenet100(data_dir: pathlib.Path, config: config_lib.Config) -> ContextMa
   return contextlib.nullcontext()
 
 
+def _image_folder(data_dir: pathlib.Path, config: config_lib.Config) -> ContextManager[None]:
+  """An image folder `train/<landmark>/<image>` and `test/` (Landmarks-clean's layout for
+  Revaud et al.'s config): the training set of a landmark miniature of 32-48 pixel scenes, 4
+  landmarks of 4 images to train on and 3 of 2 to test on."""
+  del config
+  miniature = testing.write_landmark_miniature(
+    data_dir.parent / "miniature",
+    num_landmarks=3,
+    num_training_landmarks=4,
+    queries_per_landmark=1,
+    roles_per_landmark=(1, 0, 0),
+    num_negatives=0,
+    num_distractors=0,
+    training_images_per_landmark=4,
+    test_images_per_landmark=2,
+    min_side=32,
+    max_side=48,
+  )
+  for split in ("train", "test"):
+    (data_dir / split).symlink_to(pathlib.Path(miniature.image_folder) / split)
+  return contextlib.nullcontext()
+
+
 # Data set -> `fake(data_dir, config)`: a context within which `config.dataset` reads a small
 # copy of its layout from `data_dir` (written there by `fake`, or faked by the context).
 SMOKE_DATA: dict[str, Callable[[pathlib.Path, config_lib.Config], ContextManager[None]]] = {
@@ -122,6 +145,7 @@ SMOKE_DATA: dict[str, Callable[[pathlib.Path, config_lib.Config], ContextManager
   "cifar10_10k": _cifar10,
   "nuswide": _nuswide,
   "imagenet100": _imagenet100,
+  "image_folder": _image_folder,
 }
 
 

@@ -179,8 +179,8 @@ def _check_model(config: Config) -> None:
     )
   if config.pooling != "average" and not networks.MODELS[config.model].pooled:
     _fail(
-      f"config.pooling={config.pooling!r} needs a ResNet: model={config.model!r} has its own "
-      "pooling; leave pooling='average'."
+      f"config.pooling={config.pooling!r} needs a backbone that takes a pooling (a ResNet or "
+      f"small_convnet): model={config.model!r} has its own; leave pooling='average'."
     )
 
 

@@ -36,7 +36,8 @@ class ModelSpec:
       `[N, H, W, in_channels]` images to `[N, out_features]`.
     batch_norm: whether it normalises by batch statistics in training mode (then a chunked
       gradient needs `config.freeze_batchnorm`).
-    pooled: whether it takes `config.pooling` (a ResNet's pooling of its last feature map).
+    pooled: whether it takes `config.pooling` (the pooling of its last feature map: the ResNets'
+      and the SmallConvNet's).
   """
 
   build: Callable[[Config, int, nnx.Rngs], nnx.Module]
@@ -50,13 +51,8 @@ def dtype(config: Config) -> jax.typing.DTypeLike | None:
   return jnp.bfloat16 if config.half_precision else None
 
 
-def _small_convnet(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.SmallConvNet:
-  return models.SmallConvNet(
-    in_channels, features=config.model_features, dtype=dtype(config), rngs=rngs
-  )
-
-
-# The poolings of a ResNet's last feature map, by `config.pooling`: each builds a fresh pooling.
+# The poolings of a backbone's last feature map (a ResNet's, a SmallConvNet's), by
+# `config.pooling`: each builds a fresh pooling.
 # A pooling is built for the network's dtype (`GeMPool` returns it; the others keep their input's).
 POOLINGS: Mapping[str, Callable[[Config], Callable[[jax.Array], jax.Array]]] = {
   "average": lambda config: models.global_average_pool,  # torchvision's.
@@ -65,6 +61,16 @@ POOLINGS: Mapping[str, Callable[[Config], Callable[[jax.Array], jax.Array]]] = {
   # Revaud et al. 2019: GeM, p = 3 learned.
   "gem": lambda config: models.GeMPool(p=3.0, dtype=dtype(config)),
 }
+
+
+def _small_convnet(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.SmallConvNet:
+  return models.SmallConvNet(
+    in_channels,
+    features=config.model_features,
+    pool=POOLINGS[config.pooling](config),
+    dtype=dtype(config),
+    rngs=rngs,
+  )
 
 
 def _resnet(factory: Callable[..., models.ResNet]) -> Callable[[Config, int, nnx.Rngs], nnx.Module]:
@@ -83,7 +89,7 @@ def _vit_small(config: Config, in_channels: int, rngs: nnx.Rngs) -> models.Visio
 
 
 MODELS: Mapping[str, ModelSpec] = {
-  "small_convnet": ModelSpec(build=_small_convnet, batch_norm=False),  # LayerNorm.
+  "small_convnet": ModelSpec(build=_small_convnet, batch_norm=False, pooled=True),  # LayerNorm.
   "resnet18": ModelSpec(build=_resnet(models.resnet18), batch_norm=True, pooled=True),
   "resnet50": ModelSpec(build=_resnet(models.resnet50), batch_norm=True, pooled=True),
   "resnet101": ModelSpec(build=_resnet(models.resnet101), batch_norm=True, pooled=True),

@@ -1,10 +1,13 @@
 """Small fake data sets, for tests and benchmarks that must not download.
 
-Three kinds: fake tfds builders (`mock_retrieval_data`, below: SOP, CUB-200-2011, Cars196,
+Four kinds: fake tfds builders (`mock_retrieval_data`, below: SOP, CUB-200-2011, Cars196,
 CIFAR-10); small copies of data sets published as files, written in their published layout for
 the loaders of `jaxrank.data.image_lists` (`write_inshop`, `write_vehicleid`, `write_inat2018`:
-a few tiny JPEG images per class, the lists as published); and HashNet's list files with small
-PNG images for `jaxrank.data.hashing_data` (`write_nuswide`, `write_imagenet100`).
+a few tiny JPEG images per class, the lists as published); HashNet's list files with small
+PNG images for `jaxrank.data.hashing_data` (`write_nuswide`, `write_imagenet100`); and a
+miniature landmark retrieval data set in the Revisited Oxford/Paris layout, with distractors and
+a training image folder (`write_landmark_miniature`: synthetic buildings shown easy, hard or
+junk, from a seed).
 
 `tfds.testing.mock_data` replaces a builder's data with random examples, but its default examples do
 not fit retrieval: every split gets the same examples (the split is ignored), class ids are drawn
@@ -25,12 +28,17 @@ classification split). Images are small random PNGs, encoded and decoded by tfds
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
-from collections.abc import Iterator, Sequence
+import pickle
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import tensorflow as tf
+
+from jaxrank._src import checks
+from jaxrank.data import landmarks
 
 _NUM_CLASSES = {
   "stanford_online_products": 22634,
@@ -147,6 +155,422 @@ def mock_retrieval_data(
 
   with tfds.testing.mock_data(as_dataset_fn=as_dataset_fn, policy=tfds.testing.MockPolicy.USE_CODE):
     yield
+
+
+# A miniature landmark retrieval data set, written in the published layouts.
+
+# Colours of the landmarks and of the clutter around them (RGB in [0, 1]): the same palette for
+# both, so that colour alone does not tell a landmark from the clutter.
+_PALETTE = np.array(
+  [
+    [0.85, 0.15, 0.15],
+    [0.95, 0.55, 0.10],
+    [0.95, 0.85, 0.20],
+    [0.30, 0.70, 0.20],
+    [0.10, 0.55, 0.55],
+    [0.15, 0.35, 0.85],
+    [0.50, 0.20, 0.70],
+    [0.90, 0.45, 0.70],
+    [0.95, 0.95, 0.92],
+    [0.15, 0.15, 0.18],
+    [0.55, 0.35, 0.20],
+    [0.60, 0.62, 0.65],
+  ],
+  np.float32,
+)
+_SHAPES = ("block", "roofed", "dome", "tower", "arch")
+_PATTERNS = ("stripes", "checker", "windows", "rings", "dots")
+
+# How each role shows its landmark, as ranges drawn uniformly: the landmark's height as a
+# fraction of the scene's, the fraction of it hidden by an occluder, and its brightness. Each role
+# draws one of its forms at random.
+_ROLES = {
+  "query": [{"height": (0.5, 0.8), "hidden": (0.0, 0.0), "light": (0.9, 1.1)}],
+  "easy": [{"height": (0.45, 0.8), "hidden": (0.0, 0.0), "light": (0.85, 1.15)}],
+  "hard": [
+    {"height": (0.2, 0.3), "hidden": (0.0, 0.0), "light": (0.85, 1.15)},  # Small.
+    {"height": (0.4, 0.7), "hidden": (0.4, 0.55), "light": (0.85, 1.15)},  # Half hidden.
+    {"height": (0.35, 0.6), "hidden": (0.0, 0.2), "light": (0.45, 0.6)},  # In the dark.
+  ],
+  "junk": [
+    {"height": (0.07, 0.12), "hidden": (0.0, 0.0), "light": (0.85, 1.15)},  # Barely visible.
+    {"height": (0.4, 0.7), "hidden": (0.75, 0.85), "light": (0.85, 1.15)},  # Nearly all hidden.
+  ],
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Structure:
+  """A building of the miniature: a silhouette, a facade pattern and its colours."""
+
+  shape: int
+  pattern: int
+  colours: tuple[int, int, int]  # Facade, its pattern, the roof.
+  aspect: float  # Width over height.
+  angle: float  # The stripes' direction (radians).
+  frequency: float  # Repeats of the pattern across the facade.
+
+
+def _random_structure(rng: np.random.Generator) -> _Structure:
+  colours = rng.choice(len(_PALETTE), size=3, replace=False)
+  return _Structure(
+    shape=int(rng.integers(len(_SHAPES))),
+    pattern=int(rng.integers(len(_PATTERNS))),
+    colours=(int(colours[0]), int(colours[1]), int(colours[2])),
+    aspect=float(rng.uniform(0.55, 1.5)),
+    angle=float(rng.choice([0.0, 0.25, 0.5, 0.75]) * np.pi),
+    frequency=float(rng.uniform(2.5, 6.0)),
+  )
+
+
+def _landmarks(rng: np.random.Generator, count: int) -> list[_Structure]:
+  """`count` structures that differ in silhouette, pattern or facade colours."""
+  found: dict[tuple[int, int, int, int], _Structure] = {}
+  while len(found) < count:
+    s = _random_structure(rng)
+    found.setdefault((s.shape, s.pattern, s.colours[0], s.colours[1]), s)
+  return list(found.values())
+
+
+def _silhouette(shape: int, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """`(inside, roof)` boolean masks of a silhouette at box coordinates `u, v` in `[0, 1]`
+  (`v = 0` at the top)."""
+  box = (u >= 0) & (u <= 1) & (v >= 0) & (v <= 1)
+  du = np.abs(u - 0.5)
+  if _SHAPES[shape] == "roofed":
+    roof = (v < 0.3) & (du < v / 0.3 * 0.5)
+    return box & ((v >= 0.3) | roof), box & roof
+  if _SHAPES[shape] == "dome":
+    roof = (v < 0.35) & (du**2 + ((0.35 - v) / 0.35 * 0.4) ** 2 < 0.16)
+    return box & ((v >= 0.35) | roof), box & roof
+  if _SHAPES[shape] == "tower":
+    roof = (v < 0.2) & (du < v)
+    return box & (((v >= 0.2) & (du < 0.2)) | roof), box & roof
+  if _SHAPES[shape] == "arch":
+    hole = ((v > 0.65) & (du < 0.18)) | (du**2 + (v - 0.65) ** 2 < 0.18**2)
+    return box & ~hole, box & (v < 0.12)
+  return box, box & (v < 0.1)  # A block under a flat roof line.
+
+
+def _facade(s: _Structure, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+  """Where the facade takes its pattern's colour (boolean), at box coordinates `u, v`."""
+  f, name = s.frequency, _PATTERNS[s.pattern]
+  if name == "stripes":
+    return np.mod((u * np.cos(s.angle) + v * np.sin(s.angle)) * f, 1.0) < 0.5
+  if name == "checker":
+    return (np.floor(u * f) + np.floor(v * f * 1.5)) % 2 == 1
+  if name == "windows":
+    across, down = np.mod(u * f, 1.0) - 0.5, np.mod(v * f * 1.5, 1.0) - 0.5
+    return (np.abs(across) < 0.25) & (np.abs(down) < 0.3)
+  if name == "rings":
+    return np.mod(np.hypot(u - 0.5, v - 0.5) * 2 * f, 1.0) < 0.5
+  return (np.mod(u * f, 1.0) - 0.5) ** 2 + (np.mod(v * f, 1.0) - 0.5) ** 2 < 0.09  # Dots.
+
+
+def _draw(canvas, s: _Structure, centre, height, *, angle=0.0, light=1.0, hidden=0.0, rng=None):
+  """Draws structure `s` on `canvas [H, W, 3]` (in place) centred at `centre (y, x)`, `height`
+  pixels tall, rotated by `angle`, its colours times `light`; with `hidden > 0` an occluder of
+  clutter covers that fraction of it (from a side chosen by `rng`). Returns the boolean mask of
+  its visible pixels."""
+  h, w = canvas.shape[:2]
+  y, x = np.mgrid[0:h, 0:w].astype(np.float32) + 0.5
+  dy, dx = y - centre[0], x - centre[1]
+  cos, sin = np.cos(angle), np.sin(angle)
+  width = height * s.aspect
+  u = (cos * dx + sin * dy) / width + 0.5
+  v = (-sin * dx + cos * dy) / height + 0.5
+  inside, roof = _silhouette(s.shape, u, v)
+  colour = np.where(_facade(s, u, v)[..., None], _PALETTE[s.colours[1]], _PALETTE[s.colours[0]])
+  colour = np.where(roof[..., None], _PALETTE[s.colours[2]], colour)
+  visible = inside
+  if hidden > 0 and rng is not None:
+    side = int(rng.integers(3))  # The occluder comes from the left, the right or below.
+    cover = (u < hidden) if side == 0 else (u > 1 - hidden) if side == 1 else (v > 1 - hidden)
+    visible = inside & ~cover
+  canvas[visible] = np.clip(colour[visible] * light, 0.0, 1.0)
+  if hidden > 0 and rng is not None:
+    occluder = inside & ~visible
+    canvas[occluder] = _PALETTE[rng.integers(len(_PALETTE))] * rng.uniform(0.5, 0.9)
+  return visible
+
+
+def _background(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
+  """Sky above ground, with low-frequency shading: `[h, w, 3]` in `[0, 1]`."""
+  y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+  sky = rng.uniform(0.55, 0.95, size=(2, 3)).astype(np.float32)
+  t = (y / h)[..., None]
+  canvas = sky[0] * (1 - t) + sky[1] * t
+  horizon = int(h * rng.uniform(0.65, 0.85))
+  canvas[horizon:] = rng.uniform(0.15, 0.5, size=3)
+  for _ in range(3):
+    fy, fx, phase = rng.uniform(0.5, 3.0), rng.uniform(0.5, 3.0), rng.uniform(0, 2 * np.pi)
+    canvas += 0.04 * np.sin(2 * np.pi * (fy * y / h + fx * x / w) + phase)[..., None]
+  return canvas
+
+
+def _scene(rng, h, w, landmark=None, role="easy"):
+  """A scene `[h, w, 3]` in `[0, 1]`: background, clutter (buildings that are no landmark, trees)
+  and, if given, `landmark` shown as `role` says; also its visible box `(x1, y1, x2, y2)`."""
+  canvas = _background(rng, h, w)
+  for _ in range(int(rng.integers(1, 4))):  # Buildings that are no landmark.
+    height = h * rng.uniform(0.2, 0.6)
+    centre = (h * rng.uniform(0.3, 0.8), w * rng.uniform(0.1, 0.9))
+    _draw(canvas, _random_structure(rng), centre, height, angle=rng.uniform(-0.1, 0.1))
+  box = None
+  if landmark is not None:
+    form = _ROLES[role][int(rng.integers(len(_ROLES[role])))]
+    height = h * rng.uniform(*form["height"])
+    height = min(height, 0.9 * w / landmark.aspect)
+    half_w, half_h = 0.5 * height * landmark.aspect, 0.5 * height
+    centre = (rng.uniform(half_h, h - half_h), rng.uniform(half_w, w - half_w))
+    visible = _draw(
+      canvas,
+      landmark,
+      centre,
+      height,
+      angle=rng.uniform(-0.1, 0.1),
+      light=rng.uniform(*form["light"]),
+      hidden=rng.uniform(*form["hidden"]),
+      rng=rng,
+    )
+    ys, xs = np.nonzero(visible)
+    if ys.size:
+      box = (float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1))
+  for _ in range(int(rng.integers(0, 3))):  # Trees in front.
+    cy, cx, r = h * rng.uniform(0.6, 1.0), w * rng.uniform(0, 1), h * rng.uniform(0.05, 0.15)
+    y, x = np.mgrid[0:h, 0:w]
+    canvas[(y - cy) ** 2 + ((x - cx) * 1.5) ** 2 < r**2] = [0.1, rng.uniform(0.3, 0.5), 0.1]
+  canvas += rng.normal(0.0, 0.02, size=canvas.shape)
+  return np.clip(canvas, 0.0, 1.0), box
+
+
+def _scene_size(rng: np.random.Generator, min_side: int, max_side: int) -> tuple[int, int]:
+  """`(h, w)`, multiples of 16 in `[min_side, max_side]`, never square."""
+  sides = np.arange(min_side, max_side + 1, 16)
+  while True:
+    h, w = rng.choice(sides, size=2)
+    if h != w or len(sides) == 1:
+      return int(h), int(w)
+
+
+def _write_scene(path: str, image: np.ndarray) -> None:
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  pixels = tf.convert_to_tensor(np.round(image * 255).astype(np.uint8))
+  tf.io.write_file(path, tf.io.encode_jpeg(pixels, quality=90))
+
+
+@dataclasses.dataclass(frozen=True)
+class LandmarkMiniature:
+  """Where `write_landmark_miniature` wrote each part, and what each gallery image shows.
+
+  Attributes:
+    revisited: the test set's directory, for `jaxrank.data.load_revisited(revisited, name)`.
+    name: its name (`gnd_<name>.pkl`).
+    distractors: the distractors' directory, for `jaxrank.data.with_distractors`.
+    image_folder: the training set, `train/<landmark>/<k>.jpg` and `test/<landmark>/<k>.jpg`
+      (class-disjoint landmarks), for `jaxrank.data.load_image_folder` and the training job's
+      `image_folder` data set (its `data_dir`).
+    gallery_landmarks: int `[N]` the test landmark each gallery image shows, -1 for none.
+    gallery_roles: str `[N]` how it shows it: `"easy"`, `"hard"`, `"junk"` or `"none"`.
+    query_landmarks: int `[Q]` the landmark of each query.
+  """
+
+  revisited: str
+  name: str
+  distractors: str
+  image_folder: str
+  gallery_landmarks: np.ndarray
+  gallery_roles: np.ndarray
+  query_landmarks: np.ndarray
+
+
+def write_landmark_miniature(
+  root: str | os.PathLike,
+  *,
+  name: str = "roxford5k",
+  num_landmarks: int = 8,
+  num_training_landmarks: int = 24,
+  queries_per_landmark: int = 3,
+  roles_per_landmark: tuple[int, int, int] = (4, 4, 2),
+  num_negatives: int = 40,
+  num_distractors: int = 60,
+  training_images_per_landmark: int = 12,
+  test_images_per_landmark: int = 6,
+  min_side: int = 96,
+  max_side: int = 192,
+  seed: int = 0,
+) -> LandmarkMiniature:
+  """Writes a miniature landmark retrieval data set in the Revisited Oxford/Paris layout.
+
+  Landmarks are synthetic buildings, each a silhouette (block, roofed, dome, tower, arch), a
+  facade pattern (stripes, checker, windows, rings, dots) and three colours of one palette. A
+  scene (sides multiples of 16 in `[min_side, max_side]`, never square) is sky and ground with
+  low-frequency shading, one to three buildings that are no landmark (drawn from the same
+  palette, silhouettes and patterns), trees, noise, and at most one landmark, slightly rotated,
+  shown as its role says:
+
+  ========  ======================================================================
+  role      the landmark
+  ========  ======================================================================
+  query     45-80% of the scene's height, whole; the query's `bbx` is its box
+  easy      45-80% of the height, whole
+  hard      20-30% of the height, or 40-55% hidden, or in the dark (45-60% light)
+  junk      7-12% of the height, or 75-85% hidden: barely there
+  ========  ======================================================================
+
+  Written under `root` (JPEG, quality 90; the layout of `jaxrank.data.landmarks`)::
+
+    <name>/gnd_<name>.pkl      imlist, qimlist, gnd: {easy, hard, junk, bbx} per query
+    <name>/jpg/scene_0000.jpg ...    the gallery: each test landmark's easy, hard and junk
+                                     scenes and `num_negatives` scenes without a landmark
+    <name>/jpg/query_000.jpg ...     the queries (not in the gallery)
+    distractors/revisitop1m.txt, distractors/jpg/...   scenes without a landmark
+    training/train/<landmark>/<k>.jpg   other landmarks, easy or hard (half each)
+    training/test/<landmark>/<k>.jpg    further landmarks, for the training job's test split
+
+  The three sets of landmarks (`num_landmarks` in the ground truth, `num_training_landmarks`
+  in `training/train`, as many as the ground truth's in `training/test`) are disjoint, as
+  Landmarks-clean holds no Oxford or Paris building. Everything is drawn from `seed` with numpy:
+  the same arguments write the same files. Time: about 5 ms a scene.
+
+  Args:
+    root: the directory to write into (created if absent).
+    name: the ground truth's name, one of `jaxrank.data.landmarks.NAMES`.
+    num_landmarks: landmarks of the test set.
+    num_training_landmarks: landmarks of `training/train`.
+    queries_per_landmark: queries of each test landmark.
+    roles_per_landmark: `(easy, hard, junk)` gallery scenes of each test landmark.
+    num_negatives: gallery scenes without a landmark.
+    num_distractors: scenes in `distractors/`.
+    training_images_per_landmark: scenes of each landmark of `training/train`.
+    test_images_per_landmark: scenes of each landmark of `training/test`.
+    min_side: the shortest side of a scene, a multiple of 16, at least 32.
+    max_side: the longest, a multiple of 16, at least `min_side`.
+    seed: the seed of everything drawn.
+
+  Returns:
+    A `LandmarkMiniature`: the directories and what each gallery image shows.
+
+  Raises:
+    ValueError: an unknown `name`; a count that is not a positive int (or a negative one for
+      `num_negatives`, `roles_per_landmark`); sides that are not multiples of 16.
+  """
+  fn = "write_landmark_miniature"
+  _check_miniature(fn, name, locals())
+  rng = np.random.default_rng(seed)
+  structures = _landmarks(rng, 2 * num_landmarks + num_training_landmarks)
+  test_set, training = structures[:num_landmarks], structures[num_landmarks:]
+  root = os.fspath(root)
+  revisited = os.path.join(root, name)
+
+  def sizes() -> tuple[int, int]:
+    return _scene_size(rng, min_side, max_side)
+
+  listed = [
+    (k, role)
+    for k in range(num_landmarks)
+    for role, n in zip(("easy", "hard", "junk"), roles_per_landmark)
+    for _ in range(n)
+  ] + [(-1, "none")] * num_negatives
+  listed = [listed[i] for i in rng.permutation(len(listed))]
+  for i, (k, role) in enumerate(listed):
+    image, _ = _scene(rng, *sizes(), test_set[k] if k >= 0 else None, role)
+    _write_scene(os.path.join(revisited, "jpg", f"scene_{i:04d}.jpg"), image)
+  landmarks = np.array([k for k, _ in listed], np.int64)
+  roles = np.array([role for _, role in listed])
+  query_landmarks = np.repeat(np.arange(num_landmarks), queries_per_landmark)
+  queries = [(test_set[k], _listed(landmarks, roles, k)) for k in query_landmarks.tolist()]
+  _write_queries(rng, sizes, revisited, name, queries, len(listed))
+  distractors = os.path.join(root, "distractors")
+  _write_distractors(rng, sizes, distractors, num_distractors)
+  image_folder = os.path.join(root, "training")
+  for k, structure in enumerate(training):
+    split = "train" if k < num_training_landmarks else "test"
+    count = training_images_per_landmark if split == "train" else test_images_per_landmark
+    for j in range(count):
+      image, _ = _scene(rng, *sizes(), structure, ("easy", "hard")[j % 2])
+      _write_scene(os.path.join(image_folder, split, f"landmark_{k:03d}", f"{j:03d}.jpg"), image)
+  return LandmarkMiniature(
+    revisited=revisited,
+    name=name,
+    distractors=distractors,
+    image_folder=image_folder,
+    gallery_landmarks=landmarks,
+    gallery_roles=roles,
+    query_landmarks=query_landmarks,
+  )
+
+
+def _listed(landmarks: np.ndarray, roles: np.ndarray, k: int) -> dict[str, list[int]]:
+  """The ground truth lists of landmark `k`: its gallery indices by role."""
+  return {
+    r: np.flatnonzero((landmarks == k) & (roles == r)).tolist() for r in ("easy", "hard", "junk")
+  }
+
+
+def _write_queries(
+  rng: np.random.Generator,
+  sizes: Callable[[], tuple[int, int]],
+  directory: str,
+  name: str,
+  queries,
+  num_gallery: int,
+) -> None:
+  """Writes each query `(landmark, its lists)` of `queries` as a scene, and the ground truth of
+  the gallery's `num_gallery` scenes."""
+  ground_truth = []
+  for q, (landmark, lists) in enumerate(queries):
+    image, box = _scene(rng, *sizes(), landmark, "query")
+    _write_scene(os.path.join(directory, "jpg", f"query_{q:03d}.jpg"), image)
+    ground_truth.append({**lists, "bbx": list(box)})
+  imlist = [f"scene_{i:04d}" for i in range(num_gallery)]
+  content = {
+    "imlist": imlist,
+    "qimlist": [f"query_{q:03d}" for q in range(len(queries))],
+    "gnd": ground_truth,
+  }
+  with open(os.path.join(directory, f"gnd_{name}.pkl"), "wb") as f:
+    pickle.dump(content, f)
+
+
+def _write_distractors(
+  rng: np.random.Generator, sizes: Callable[[], tuple[int, int]], directory: str, count: int
+) -> None:
+  """Writes `count` scenes without a landmark and their list, `revisitop1m.txt`."""
+  os.makedirs(directory, exist_ok=True)
+  for i in range(count):
+    image, _ = _scene(rng, *sizes())
+    _write_scene(os.path.join(directory, "jpg", f"distractor_{i:04d}.jpg"), image)
+  with open(os.path.join(directory, "revisitop1m.txt"), "w", encoding="utf-8") as listing:
+    listing.writelines(f"distractor_{i:04d}.jpg\n" for i in range(count))
+
+
+def _check_miniature(fn: str, name: str, arguments: dict) -> None:
+  """The arguments of `write_landmark_miniature`, checked."""
+  if name not in landmarks.NAMES:
+    raise ValueError(f"{fn}: name must be one of {landmarks.NAMES}, got {name!r}.")
+  for key in (
+    "num_landmarks",
+    "num_training_landmarks",
+    "queries_per_landmark",
+    "training_images_per_landmark",
+    "test_images_per_landmark",
+  ):
+    checks.check_positive_int(fn, key, arguments[key])
+  for key in ("num_negatives", "num_distractors", "seed"):
+    checks.check_int_at_least(fn, key, arguments[key], 0)
+  roles = arguments["roles_per_landmark"]
+  if len(roles) != 3 or min(roles) < 0 or roles[0] + roles[1] < 1:
+    raise ValueError(
+      f"{fn}: roles_per_landmark must be (easy, hard, junk) counts, not negative, with at least "
+      f"one easy or hard scene (a positive), got {roles!r}."
+    )
+  low, high = arguments["min_side"], arguments["max_side"]
+  if low % 16 or high % 16 or not 32 <= low <= high:
+    raise ValueError(
+      f"{fn}: min_side and max_side must be multiples of 16 with 32 <= min_side <= max_side, got "
+      f"{low} and {high}."
+    )
 
 
 # ---------------------------------------------------------------------------------------------
