@@ -188,6 +188,54 @@ def _combine(descriptors: np.ndarray, power: float) -> np.ndarray:
   return combined.astype(np.float32)
 
 
+_Entry = tuple[int, int, tuple[int, int]]  # (image, scale, its resized (height, width))
+
+
+def _plan(
+  capped: Sequence[tuple[int, int]], scales: Sequence[float], multiple: int
+) -> dict[tuple[int, int], list[_Entry]]:
+  """Every (image, scale)'s size and bucket shape, before any pixel is resized."""
+  buckets: dict[tuple[int, int], list[_Entry]] = {}
+  for i, (height, width) in enumerate(capped):
+    for s, scale in enumerate(scales):
+      size = _scaled_size(height, width, scale)
+      shape = (-(-size[0] // multiple) * multiple, -(-size[1] // multiple) * multiple)
+      buckets.setdefault(shape, []).append((i, s, size))
+  return buckets
+
+
+def _run_buckets(fn, embed_fn, arrays, capped, buckets, batch_size):
+  """`embed_fn` on each bucket in batches of `batch_size`: `(outputs, own, bucket, fed pixels)`,
+  `outputs` a list of `(entries, [batch_size, D] output)`."""
+  channels = arrays[0].shape[2]
+  outputs = []
+  fed_pixels = own_pixels = bucket_pixels = 0
+  for shape, entries in sorted(buckets.items()):
+    for start in range(0, len(entries), batch_size):
+      batch = entries[start : start + batch_size]
+      canvas = np.zeros((batch_size, *shape, channels), np.float32)
+      mask = np.zeros((batch_size, *shape), bool)
+      for row, (i, _, size) in enumerate(batch):
+        # Nothing kept between batches (a bucket holds some scale of every image): an image
+        # above max_side is capped again for each of its scales.
+        source = arrays[i]
+        if capped[i] != source.shape[:2]:
+          source = resize_image(source, capped[i])
+        canvas[row, : size[0], : size[1]] = resize_image(source, size)
+        mask[row, : size[0], : size[1]] = True
+        own_pixels += size[0] * size[1]
+      bucket_pixels += len(batch) * shape[0] * shape[1]
+      fed_pixels += batch_size * shape[0] * shape[1]
+      out = embed_fn(canvas, mask)
+      if len(np.shape(out)) != 2 or np.shape(out)[0] != batch_size:
+        raise ValueError(
+          f"{fn}: embed_fn must return [n, D] for n = {batch_size} images, got shape "
+          f"{np.shape(out)} for images of shape {canvas.shape}."
+        )
+      outputs.append((batch, out))
+  return outputs, own_pixels, bucket_pixels, fed_pixels
+
+
 def extract_descriptors(
   embed_fn: Callable[[np.ndarray, np.ndarray], Any],
   images: Sequence[np.ndarray],
@@ -296,42 +344,11 @@ def extract_descriptors(
   checks.check_positive_int(fn, "multiple", multiple)
   checks.check_positive_int(fn, "batch_size", batch_size)
 
-  # The plan: every (image, scale)'s size and bucket, before any pixel is resized.
   capped = [_capped_size(a.shape[0], a.shape[1], max_side) for a in arrays]
-  buckets: dict[tuple[int, int], list[tuple[int, int, tuple[int, int]]]] = {}
-  for i, (height, width) in enumerate(capped):
-    for s, scale in enumerate(scale_values):
-      size = _scaled_size(height, width, scale)
-      shape = (-(-size[0] // multiple) * multiple, -(-size[1] // multiple) * multiple)
-      buckets.setdefault(shape, []).append((i, s, size))
-
-  channels = arrays[0].shape[2]
-  outputs = []
-  fed_pixels = own_pixels = bucket_pixels = 0
-  for shape, entries in sorted(buckets.items()):
-    for start in range(0, len(entries), batch_size):
-      batch = entries[start : start + batch_size]
-      canvas = np.zeros((batch_size, *shape, channels), np.float32)
-      mask = np.zeros((batch_size, *shape), bool)
-      for row, (i, _, size) in enumerate(batch):
-        # Nothing kept between batches (a bucket holds some scale of every image): an image
-        # above max_side is capped again for each of its scales.
-        source = arrays[i]
-        if capped[i] != source.shape[:2]:
-          source = resize_image(source, capped[i])
-        canvas[row, : size[0], : size[1]] = resize_image(source, size)
-        mask[row, : size[0], : size[1]] = True
-        own_pixels += size[0] * size[1]
-      bucket_pixels += len(batch) * shape[0] * shape[1]
-      fed_pixels += batch_size * shape[0] * shape[1]
-      out = embed_fn(canvas, mask)
-      if len(np.shape(out)) != 2 or np.shape(out)[0] != batch_size:
-        raise ValueError(
-          f"{fn}: embed_fn must return [n, D] for n = {batch_size} images, got shape "
-          f"{np.shape(out)} for images of shape {canvas.shape}."
-        )
-      outputs.append((batch, out))
-
+  buckets = _plan(capped, scale_values, multiple)
+  outputs, own_pixels, bucket_pixels, fed_pixels = _run_buckets(
+    fn, embed_fn, arrays, capped, buckets, batch_size
+  )
   dim = np.shape(outputs[0][1])[1]
   descriptors = np.zeros((len(arrays), len(scale_values), dim), np.float32)
   for batch, out in outputs:
