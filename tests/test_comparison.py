@@ -192,8 +192,11 @@ def test_every_loss_of_the_glyphs_sweep_has_a_search_space():
   # The main job's sweep, then the proxy losses, which the comparison adds to it (issue 60).
   swept = [changes["loss"] for changes in glyphs.get_sweep().values()]
   proxies = list(losses.PROXY_INITS)
-  assert list(protocol.LOSSES) == swept + proxies == list(protocol.SEARCH_SPACES)
+  rows = [row for row in protocol.LOSSES if row not in protocol.ROW_LOSSES]
+  assert rows == swept + proxies
+  assert list(protocol.LOSSES) == list(protocol.SEARCH_SPACES)
   assert set(protocol.BASELINES) < set(protocol.LOSSES)
+  assert set(protocol.ROW_LOSSES.values()) <= set(swept)
   assert set(proxies) <= set(protocol.BASELINES)
 
 
@@ -208,7 +211,10 @@ def test_search_spaces_start_with_the_defaults(loss):
   # A loss's keyword's default is its function's; a Config field's (Proxy-NCA's proxy learning
   # rate multiplier) the Config's.
   defaults = {
-    **{k: p.default for k, p in inspect.signature(losses.LOSSES[loss]).parameters.items()},
+    **{
+      k: p.default
+      for k, p in inspect.signature(losses.LOSSES[protocol.loss_of(loss)]).parameters.items()
+    },
     **{k: getattr(config_lib.Config(), k) for k in protocol.CONFIG_FIELDS},
   }
   for name in hyperparameters:

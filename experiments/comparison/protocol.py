@@ -38,8 +38,9 @@ from experiments.ablations import roadmap_lambda
 from experiments.job import config as config_lib
 from experiments.job.configs import glyphs
 
-# The losses compared: those of the main job's table, in its order (its sweep, at the losses'
-# defaults), then the proxy losses (`losses.PROXY_INITS`), which the quick run leaves out.
+# The rows compared: the losses of the main job's table, in its order (its sweep, at the losses'
+# defaults), with the triplet loss twice (over all triplets, and batch-hard as the main job
+# trains it), then the proxy losses (`losses.PROXY_INITS`), which the quick run leaves out.
 LOSSES = (
   "fastap",
   "soft_binning_ap",
@@ -49,15 +50,20 @@ LOSSES = (
   "roadmap",
   "contrastive",
   "triplet",
+  "triplet_batch_hard",
   "multi_similarity",
   "proxy_nca",
   "proxy_nca_plus_plus",
   "proxy_anchor",
 )
+# Rows that train another loss of the job than their name: the name -> the loss
+# (`experiments.job.losses.LOSSES`); every other row trains the loss of its name.
+ROW_LOSSES: Mapping[str, str] = {"triplet_batch_hard": "triplet"}
 # The baselines: the pair-based losses and the proxy losses (issue 60).
 BASELINES = (
   "contrastive",
   "triplet",
+  "triplet_batch_hard",
   "multi_similarity",
   "proxy_nca",
   "proxy_nca_plus_plus",
@@ -78,6 +84,9 @@ SEARCH_SPACES: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
   # pytorch-metric-learning's default TripletMarginLoss (every triplet, the mean over the
   # non-zero ones): batch-hard mining did not train from the backbone's narrow cone (issue 38).
   "triplet": {"margin": (0.05, 0.1, 0.2, 0.4), "mining": ("all",)},
+  # The batch-hard triplet loss (the library's default mining, the main job's row), kept beside
+  # it: the row of the comparisons before issue 60.
+  "triplet_batch_hard": {"margin": (0.05, 0.1, 0.2, 0.4), "mining": ("hard",)},
   "multi_similarity": {"alpha": (2.0, 1.0, 4.0), "beta": (50.0, 20.0, 80.0)},
   # The proxy losses' own learning rate is the job's `proxy_lr_multiplier` times the network's
   # (100, Kim et al. 2020's code); Proxy-NCA has no other hyperparameter, so its multiplier is
@@ -211,12 +220,18 @@ def trials(loss: str, count: int) -> list[dict[str, Any]]:
   return [points[0], *(points[i] for i in sorted(drawn.tolist()))]
 
 
+def loss_of(row: str) -> str:
+  """The job's loss that a row of the comparison trains (`ROW_LOSSES`, else the row's name)."""
+  return ROW_LOSSES.get(row, row)
+
+
 def trial_config(base: config_lib.Config, loss: str, trial: Mapping[str, Any]) -> config_lib.Config:
-  """The base config training `loss` with a trial's hyperparameters and learning rate."""
+  """The base config training row `loss` (`loss_of`) with a trial's hyperparameters and
+  learning rate."""
   kwargs = {k: v for k, v in trial.items() if k not in CONFIG_FIELDS}
   return dataclasses.replace(
     base,
-    loss=loss,
+    loss=loss_of(loss),
     loss_kwargs=kwargs,
     learning_rate=float(trial["learning_rate"]),
     proxy_lr_multiplier=float(trial.get("proxy_lr_multiplier", base.proxy_lr_multiplier)),
