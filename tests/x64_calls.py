@@ -158,6 +158,9 @@ def calls(dtype) -> dict[str, object]:
     evaluate_revisited=jaxrank.evaluate_revisited(
       e[:2], e, [{"easy": [0, 1], "hard": [4], "junk": [8]}] * 2, reduce_fn=None
     ),
+    evaluate_hashing=jaxrank.evaluate_hashing(
+      jnp.sign(e[:3]), jnp.sign(e), Y[:3], Y, ks=(4,), reduce_fn=None
+    ),
     learn_whitening=jaxrank.learn_whitening(e, dim=3),
     apply_whitening=jaxrank.apply_whitening(e, jaxrank.learn_whitening(e, dim=3)),
     alpha_query_expansion=jaxrank.alpha_query_expansion(e[:3], e, k=2),
