@@ -134,10 +134,10 @@ class Size:
 
 
 SIZES: Mapping[str, Size] = {
-  # About 45 minutes on 2 otherwise idle CPU cores (72 on 2 shared ones, 2026-11-29): 297 runs
-  # of 150 steps (half the main job's 300) at about 8 s each, the backbone's 3,000 steps in about
-  # 2 minutes (held-out accuracy 0.38 over 2,485 characters; 1,000 steps at 3e-3 reached 0.003,
-  # nothing learned).
+  # 315 runs of 150 steps (half the main job's 300) at about 8 s each on 2 otherwise idle CPU
+  # cores (2026-11-29, on 2 shared ones: 297 of them in 72 minutes), the backbone's 3,000 steps
+  # in about 2 minutes (held-out accuracy 0.38 over 2,485 characters; 1,000 steps at 3e-3
+  # reached 0.003, nothing learned).
   "full": Size(
     dataset="glyphs",
     model_features=(32, 64),
