@@ -6,12 +6,12 @@ import json
 
 import numpy as np
 import pytest
+import reference
 
 from experiments import docs_data
 from experiments.comparison import batch_epochs
 from experiments.job import config as config_lib
 from experiments.job.configs import glyphs
-from tests import reference
 
 # The glyphs' training split as `plan` reads it: 359 classes of 14 to 21 images (5,879 in all).
 _COUNTS = np.random.default_rng(0).integers(14, 22, size=359)
