@@ -10,7 +10,9 @@ exactly in `O(b + |V|)` (the paper's counting sort). `evaluate_hashing` builds t
 query chunk by query chunk (never the `Q x N` matrix) and reads the metrics off them with the
 estimators of `jaxrank._src.tie_aware` (exact on such histograms: `hamming_tie_aware_ap_metric` is
 the same computation on a list); the truncated AP takes the first `k` items of each query's
-ranking with ties in database order (`jax.lax.top_k`, which keeps the lower index first).
+ranking with ties in database order (`jax.lax.top_k`, which keeps the lower index first), by the
+textbook rule or by He et al.'s released code's (`convention`), averaged over the queries that
+the released codes each average (`averaged_over`).
 """
 
 from __future__ import annotations
@@ -292,9 +294,10 @@ def evaluate_hashing(
     `0000` against the database `0000` (relevant), `1111` at `k = 2` gives 1 and 0 (the example
     below); at `k = 1` this value is always 0.
 
-  The tie-aware metrics take no convention: TALR's `+eval/tieAP.m` and `+eval/tieNDCG.m` compute
-  the same AP_T and NDCG_T. `averaged_over` chooses the queries averaged, as each released code
-  does for a query without a relevant item:
+  The tie-aware metrics take no convention: TALR's `+eval/tieAP.m` computes the same AP_T, and
+  `+eval/tieNDCG.m` the same NDCG_T (to its single precision, 1e-7) while no pair shares 7 or more
+  labels: its gains are int8, `2^v - 1` saturated at 126 from `v = 7`. `averaged_over` chooses
+  the queries averaged, as each released code does for a query without a relevant item:
 
   * `"relevant_in_database"` (the default): the queries with a relevant item in the database;
     one without any in its top `k` counts 0 in `map@k` (HashNet's Caffe `predict_parallel.py`).
