@@ -39,15 +39,13 @@ def talr_affinity(y1, y2, *, multi_level=False):
   return product.astype(np.int16) if multi_level else product > 0
 
 
-def _talr_get_ap(l):
-  """`get_AP` of `+eval/AP.m`: precision weighted by the increase of recall, `drl(1) = 0`."""
-  l = np.asarray(l, np.float64)
-  cl = np.cumsum(l)
-  pl = cl / np.arange(1, len(l) + 1)
-  if np.sum(l) != 0:
-    rl = cl / np.sum(l)
-  else:
-    rl = np.zeros(len(cl))
+def _talr_get_ap(rel):
+  """`get_AP(l)` of `+eval/AP.m` (`l` is `rel` here): precision weighted by the increase of
+  recall, `drl(1) = 0`."""
+  rel = np.asarray(rel, np.float64)
+  cl = np.cumsum(rel)
+  pl = cl / np.arange(1, len(rel) + 1)
+  rl = cl / np.sum(rel) if np.sum(rel) != 0 else np.zeros(len(cl))
   drl = np.concatenate([[0.0], np.diff(rl)])
   return np.sum(drl * pl)
 
@@ -109,11 +107,11 @@ def talr_tie_ap(h_test, h_train, aff):
       apt_i = n_dp * nd_p / nd
     apt_i[nd == 0] = 0
     # 2. update where there are ties
-    for l in np.flatnonzero((n_d > 1) & (n_dp > 0)):
-      mult = (n_dp[l] - 1) / (n_d[l] - 1)
-      nume = np0[l] + 1 + np.arange(n_d[l]) * mult
-      deno = n0[l] + np.arange(1, n_d[l] + 1)
-      apt_i[l] = np.mean(nume / deno) * n_dp[l]
+    for d in np.flatnonzero((n_d > 1) & (n_dp > 0)):  # `l` there.
+      mult = (n_dp[d] - 1) / (n_d[d] - 1)
+      nume = np0[d] + 1 + np.arange(n_d[d]) * mult
+      deno = n0[d] + np.arange(1, n_d[d] + 1)
+      apt_i[d] = np.mean(nume / deno) * n_dp[d]
     if len(ap_t) <= i:  # AP_t(i) = ...: Matlab grows the array, zeros in between.
       ap_t = np.concatenate([ap_t, np.zeros(i + 1 - len(ap_t))])
     ap_t[i] = np.sum(apt_i) / n_p[i]
