@@ -286,6 +286,16 @@ def test_unknown_convention_or_selection(kwargs, match):
     jaxrank.evaluate_hashing(np.array([[1, -1]]), np.array([[1, 1]]), [0], [0], **kwargs)
 
 
+def test_the_jobs_choices_are_the_librarys():
+  """The job's config fields (`Config.hashing_convention`, `hashing_averaged_over`) are checked
+  against `protocols`' lists of names: those `evaluate_hashing` takes."""
+  from experiments.job import protocols  # pylint: disable=g-import-not-at-top
+  from jaxrank._src import hashing_evaluation  # pylint: disable=g-import-not-at-top
+
+  assert protocols.HASHING_CONVENTIONS == hashing_evaluation.CONVENTIONS
+  assert protocols.HASHING_AVERAGED_OVER == hashing_evaluation.AVERAGED_OVER
+
+
 @pytest.mark.parametrize(
   "kwargs,error,match",
   [
