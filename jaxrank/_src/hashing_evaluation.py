@@ -278,7 +278,7 @@ def evaluate_hashing(
     (0 when none of the first `k` is relevant): the normaliser is the number of relevant items in
     the top `k`, and a tie that straddles position `k` contributes its items of lowest index.
 
-  `convention` sets `t_0`, the one difference between the released codes' AP@k:
+  `convention` sets `t_0`, where the released codes' AP@k differ (besides the order of ties):
 
   * `"textbook"` (the default): `t_0 = 1`, the mean of the precisions at the relevant items of the
     top `k`. This is the AP@k of HashNet's code (thuml/HashNet, `mean_average_precision` in
@@ -288,11 +288,12 @@ def evaluate_hashing(
   * `"released"`: `t_0 = 2`, He et al.'s code (kunhe/TALR, `get_AP` in `+eval/AP.m`; the same
     function in fcakir/deep-mihash, `evaluate_AP.m`), which weighs each precision by the
     increase of recall `[0, diff(recall)]` and so drops the first rank's term; it lists each
-    distance's items in database order (`find`), as here, so the two agree query for query. The
-    AP@5K (NUS-WIDE) and AP@1000 (ImageNet100) of He et al.'s tables are this code's. A relevant
-    item at rank 1 adds `1 / sum rel` to the textbook value and nothing to this one: one query
-    `0000` against the database `0000` (relevant), `1111` at `k = 2` gives 1 and 0 (the example
-    below); at `k = 1` this value is always 0.
+    distance's items in database order (`find`), as here, so the two agree query for query. It
+    is what TALR's demos compute for the AP@5K (NUS-WIDE, `+demo/AP.m`) and AP@1000
+    (ImageNet100, `+demo/imagenet.m`) of He et al.'s tables, unchanged since the code's first
+    release (2018-06-13). A relevant item at rank 1 adds `1 / sum rel` to the textbook value and
+    nothing to this one: one query `0000` against the database `0000` (relevant), `1111` at
+    `k = 2` gives 1 and 0 (the example below); at `k = 1` this value is always 0.
 
   The tie-aware metrics take no convention: TALR's `+eval/tieAP.m` computes the same AP_T, and
   `+eval/tieNDCG.m` the same NDCG_T (to its single precision, 1e-7) while no pair shares 7 or more
