@@ -225,6 +225,24 @@ def test_tie_aware_metrics_are_talr_tie_ap_and_tie_ndcg(x64):
   assert mean == pytest.approx(prefix.mean(), rel=1e-12)
 
 
+def test_tie_ndcg_m_saturates_its_gains_from_seven_shared_labels(x64):
+  """tieNDCG.m's gains `2.^Aff - 1` are int8 (126 from 7 shared labels on): equal to NDCG_T
+  below 7, not from 7 on."""
+  rng = np.random.default_rng(5)
+  queries, database = _codes(rng, 6, 4), _codes(rng, 60, 4)
+  q_labels = (rng.random((6, 12)) < 0.8).astype(np.int32)
+  d_labels = (rng.random((60, 12)) < 0.8).astype(np.int32)
+  levels = rrh.talr_affinity(q_labels, d_labels, multi_level=True)
+  assert levels.max() >= 7
+  got = jaxrank.evaluate_hashing(queries, database, q_labels, d_labels, reduce_fn=None)
+  _, theirs = rrh.talr_tie_ndcg(queries > 0, database > 0, levels)
+  assert np.abs(got["tie_aware_ndcg"] - theirs).max() > 1e-3
+  capped = np.minimum(levels, 6)
+  got = jaxrank.evaluate_hashing(queries, database, affinity=capped, reduce_fn=None)
+  _, theirs = rrh.talr_tie_ndcg(queries > 0, database > 0, capped)
+  np.testing.assert_allclose(got["tie_aware_ndcg"], theirs, rtol=1e-6)
+
+
 def test_the_one_query_example_of_the_docstring():
   query, database = np.array([[0, 0, 0, 0]]), np.array([[0, 0, 0, 0], [1, 1, 1, 1]])
   labels = (np.array([0]), np.array([0, 1]))
