@@ -6,9 +6,9 @@ What its tables share: an ImageNet backbone fine-tuned with a hashing layer to `
 grows alpha instead, `--set tanh_growth=2.0`); minibatches drawn at random, each item a query
 against the rest of the batch; the tie-aware relaxation with `b + 1` bins, one per Hamming distance;
 binary codes `sign(f)` retrieved by Hamming distance at test time, scored by tie-aware AP (mAP_T)
-and by AP@k (NUS-WIDE's AP@5K, ImageNet100's AP@1000) as the authors' code that printed the tables
-computes it (kunhe/TALR, `+eval/AP.m`, whose `get_AP` drops the rank-1 term:
-`hashing_convention="released"`), averaged over every query as that code does
+and by AP@k (NUS-WIDE's AP@5K, ImageNet100's AP@1000) as the authors' released code computes it
+(kunhe/TALR, `+eval/AP.m`, which its demos run for these metrics; its `get_AP` drops the rank-1
+term: `hashing_convention="released"`), averaged over every query as that code does
 (`hashing_averaged_over="all"`; where every query has a relevant item in the database, as in these
 benchmarks, this is also the mean over the queries with one). `--set hashing_convention=textbook`
 gives the textbook AP@k, higher by `rel_1 / sum rel` per query (`jaxrank.evaluate_hashing`). The
