@@ -1,8 +1,10 @@
 """Tests of `evaluate_hashing` (`_src/hashing_evaluation.py`): Hamming ranking of a database.
 
 References: `reference.py`'s brute-force tie-aware AP and NDCG (the mean over every ordering of
-the tied items), and a direct numpy loop of the truncated AP (mAP@k) as HashNet's and DPSH's
-evaluation code computes it, with a stable sort for the order of ties.
+the tied items); a direct numpy loop of the truncated AP (mAP@k), the first `k` of a stable sort;
+and `reference_released_hashing.py`'s transcriptions of the released evaluation code (He et al.'s
+TALR `AP.m`, `tieAP.m`, `tieNDCG.m`; HashNet's PyTorch and Caffe `mean_average_precision`; DPSH's
+`CalcTopMap` and `CalcMap`), each against `convention` and `averaged_over`.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import reference
+import reference_released_hashing as rrh
 
 import jaxrank
 
@@ -114,6 +117,201 @@ def test_code_kinds_affinity_and_reduction():
   reduced = jaxrank.evaluate_hashing(queries, database, q_labels, d_labels, ks=(10,))
   for key, value in reduced.items():
     assert value == pytest.approx(plus_minus[key][1:].mean(), rel=1e-12)
+
+
+# The released codes (`reference_released_hashing.py`): random codes of 4 bits (5 distances, so
+# ties of dozens of items), labels that leave some queries without a relevant item in the
+# database (class 9, an empty multi-hot row) and many without one in a short top k.
+RELEASED_KS = (1, 2, 7, 40, 150, 1000)  # 150 = N; 1,000 > N (the released codes' min(k, N)).
+
+
+def _released_case(case, seed=3):
+  rng = np.random.default_rng(seed)
+  queries, database = _codes(rng, 30, 4), _codes(rng, 150, 4)
+  q_labels, d_labels = CASES[case](rng, 30, 150)
+  if case == "class":
+    q_labels[[3, 11]] = 9  # In no database item.
+    one_hot = np.eye(10, dtype=np.int64)
+    q_rows, d_rows = one_hot[q_labels], one_hot[d_labels]
+  else:
+    q_labels[[3, 11]] = 0  # No label: relevant to nothing.
+    q_rows, d_rows = q_labels, d_labels
+  assert q_rows[-1].any()  # tieAP.m leaves out trailing queries without a relevant item.
+  return queries, database, q_labels, d_labels, q_rows, d_rows
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_released_convention_is_talr_ap_query_for_query(case, x64):
+  queries, database, q_labels, d_labels, q_rows, d_rows = _released_case(case)
+  got = jaxrank.evaluate_hashing(
+    queries, database, q_labels, d_labels, ks=RELEASED_KS, convention="released", reduce_fn=None
+  )
+  reduced = jaxrank.evaluate_hashing(
+    queries,
+    database,
+    q_labels,
+    d_labels,
+    ks=RELEASED_KS,
+    convention="released",
+    averaged_over="all",
+  )
+  aff = rrh.talr_affinity(q_labels, d_labels)
+  for k in RELEASED_KS:
+    mean, per_query = rrh.talr_ap(queries > 0, database > 0, aff, cutoff=k)
+    np.testing.assert_allclose(got[f"map@{k}"], per_query, **TOL64, err_msg=f"k={k}")
+    assert reduced[f"map@{k}"] == pytest.approx(mean, rel=1e-12, abs=1e-15)
+  assert np.all(got["map@1"] == 0)  # The released sum starts at rank 2.
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_textbook_convention_is_hashnet_and_dpsh_with_their_reductions(case, x64):
+  queries, database, q_labels, d_labels, q_rows, d_rows = _released_case(case)
+  ks = RELEASED_KS[:-1]  # HashNet's code needs R <= N.
+
+  def ours(averaged_over, cutoffs=ks):
+    return jaxrank.evaluate_hashing(
+      queries, database, q_labels, d_labels, ks=cutoffs, averaged_over=averaged_over
+    )
+
+  in_top_k, in_database, every = (
+    ours("relevant_in_top_k"),
+    ours("relevant_in_database"),
+    ours("all"),
+  )
+  codes = dict(database_code=database, database_labels=d_rows)
+  for k in ks:
+    pytorch = rrh.hashnet_pytorch_map(
+      codes | dict(test_code=queries, test_labels=q_rows), k, kind="stable"
+    )
+    caffe = rrh.hashnet_caffe_map(
+      codes | dict(validation_code=queries, validation_labels=q_rows, R=k), kind="stable"
+    )
+    top = rrh.dpsh_calc_top_map(queries, database, q_rows, d_rows, k, kind="stable")
+    assert in_top_k[f"map@{k}"] == pytest.approx(pytorch, rel=1e-12), k
+    assert in_database[f"map@{k}"] == pytest.approx(caffe, rel=1e-12), k
+    assert every[f"map@{k}"] == pytest.approx(top, rel=1e-12), k
+  # The three differ here: the queries without a relevant item (in the database, in the top 2).
+  assert in_top_k["map@2"] > in_database["map@2"] > every["map@2"]
+  whole = ours("all", cutoffs=(len(database),))[f"map@{len(database)}"]
+  full = rrh.dpsh_calc_map(queries, database, q_rows, d_rows, kind="stable")
+  assert whole == pytest.approx(full, rel=1e-12)
+
+
+def test_tie_aware_metrics_are_talr_tie_ap_and_tie_ndcg(x64):
+  queries, database, q_labels, d_labels, _, _ = _released_case("multi_hot")
+  got = jaxrank.evaluate_hashing(
+    queries, database, q_labels, d_labels, averaged_over="all", reduce_fn=None
+  )
+  reduced = jaxrank.evaluate_hashing(queries, database, q_labels, d_labels, averaged_over="all")
+  binary, levels = (
+    rrh.talr_affinity(q_labels, d_labels),
+    rrh.talr_affinity(q_labels, d_labels, multi_level=True),
+  )
+  mean, per_query = rrh.talr_tie_ap(queries > 0, database > 0, binary)
+  np.testing.assert_allclose(got["tie_aware_map"], per_query, **TOL64)
+  assert reduced["tie_aware_map"] == pytest.approx(mean, rel=1e-12)
+  # tieNDCG.m's ideal DCG is single precision; a query without a relevant item has NDCG 1.
+  mean, per_query = rrh.talr_tie_ndcg(queries > 0, database > 0, levels)
+  np.testing.assert_allclose(got["tie_aware_ndcg"], per_query, rtol=1e-6)
+  assert reduced["tie_aware_ndcg"] == pytest.approx(mean, rel=1e-6)
+  assert got["tie_aware_ndcg"][3] == 1 and got["tie_aware_map"][3] == 0
+  # tieAP.m leaves out the queries without a relevant item after its last with one.
+  empty_last = q_labels.copy()
+  empty_last[-4:] = 0
+  mean, _ = rrh.talr_tie_ap(queries > 0, database > 0, rrh.talr_affinity(empty_last, d_labels))
+  prefix = jaxrank.evaluate_hashing(
+    queries, database, empty_last, d_labels, averaged_over="all", reduce_fn=None
+  )["tie_aware_map"][:-4]
+  assert mean == pytest.approx(prefix.mean(), rel=1e-12)
+
+
+def test_tie_ndcg_m_saturates_its_gains_from_seven_shared_labels(x64):
+  """tieNDCG.m's gains `2.^Aff - 1` are int8 (126 from 7 shared labels on): equal to NDCG_T
+  below 7, not from 7 on."""
+  rng = np.random.default_rng(5)
+  queries, database = _codes(rng, 6, 4), _codes(rng, 60, 4)
+  q_labels = (rng.random((6, 12)) < 0.8).astype(np.int32)
+  d_labels = (rng.random((60, 12)) < 0.8).astype(np.int32)
+  levels = rrh.talr_affinity(q_labels, d_labels, multi_level=True)
+  assert levels.max() >= 7
+  got = jaxrank.evaluate_hashing(queries, database, q_labels, d_labels, reduce_fn=None)
+  _, theirs = rrh.talr_tie_ndcg(queries > 0, database > 0, levels)
+  assert np.abs(got["tie_aware_ndcg"] - theirs).max() > 1e-3
+  capped = np.minimum(levels, 6)
+  got = jaxrank.evaluate_hashing(queries, database, affinity=capped, reduce_fn=None)
+  _, theirs = rrh.talr_tie_ndcg(queries > 0, database > 0, capped)
+  np.testing.assert_allclose(got["tie_aware_ndcg"], theirs, rtol=1e-6)
+
+
+def test_the_one_query_example_of_the_docstring():
+  query, database = np.array([[0, 0, 0, 0]]), np.array([[0, 0, 0, 0], [1, 1, 1, 1]])
+  labels = (np.array([0]), np.array([0, 1]))
+  for convention, want in (("textbook", 1.0), ("released", 0.0)):
+    got = jaxrank.evaluate_hashing(query, database, *labels, ks=(2,), convention=convention)
+    assert got["map@2"] == want
+  mean, _ = rrh.talr_ap(query, database, rrh.talr_affinity(*labels), cutoff=2)
+  assert mean == 0.0
+
+
+def test_averaged_over_selections_and_counts():
+  rng = np.random.default_rng(4)
+  queries, database = _codes(rng, 9, 5), _codes(rng, 60, 5)
+  q_labels, d_labels = CASES["class"](rng, 9, 60)
+  q_labels[0] = 7
+  ks = (3, 60)
+  per = jaxrank.evaluate_hashing(queries, database, q_labels, d_labels, ks=ks, reduce_fn=None)
+  relevant = _levels(q_labels, d_labels) >= 1
+  order = np.argsort(_distances(queries, database), axis=1, kind="stable")
+  for k in ks:
+    np.testing.assert_array_equal(
+      per[f"num_relevant@{k}"], np.take_along_axis(relevant, order, 1)[:, :k].sum(axis=1)
+    )
+  seen = {}
+
+  def record(values, *, where):
+    seen[len(seen)] = where
+    return np.sum(values * where)
+
+  for averaged_over in ("relevant_in_database", "all", "relevant_in_top_k"):
+    seen.clear()
+    jaxrank.evaluate_hashing(
+      queries,
+      database,
+      q_labels,
+      d_labels,
+      ks=ks,
+      averaged_over=averaged_over,
+      reduce_fn=record,
+    )
+    masks = dict(zip(["tie_aware_map", "tie_aware_ndcg", "map@3", "map@60"], seen.values()))
+    if averaged_over == "all":
+      assert all(mask.all() for mask in masks.values())
+    else:
+      np.testing.assert_array_equal(masks["tie_aware_map"], per["num_relevant"] > 0)
+      top = per["num_relevant@3"] if averaged_over == "relevant_in_top_k" else per["num_relevant"]
+      np.testing.assert_array_equal(masks["map@3"], top > 0)
+
+
+@pytest.mark.parametrize(
+  "kwargs,match",
+  [
+    (dict(convention="TALR"), "convention must be one of 'textbook', 'released'"),
+    (dict(averaged_over="queries"), "averaged_over must be one of 'relevant_in_database'"),
+  ],
+)
+def test_unknown_convention_or_selection(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    jaxrank.evaluate_hashing(np.array([[1, -1]]), np.array([[1, 1]]), [0], [0], **kwargs)
+
+
+def test_the_jobs_choices_are_the_librarys():
+  """The job's config fields (`Config.hashing_convention`, `hashing_averaged_over`) are checked
+  against `protocols`' lists of names: those `evaluate_hashing` takes."""
+  from experiments.job import protocols  # pylint: disable=g-import-not-at-top
+  from jaxrank._src import hashing_evaluation  # pylint: disable=g-import-not-at-top
+
+  assert protocols.HASHING_CONVENTIONS == hashing_evaluation.CONVENTIONS
+  assert protocols.HASHING_AVERAGED_OVER == hashing_evaluation.AVERAGED_OVER
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import dataclasses  # noqa: E402
+import pathlib  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -82,3 +83,53 @@ def test_imagenet100_is_evaluated_at_1000(tmp_path):
   (evaluation,) = splits.evaluations.values()
   assert evaluation.hashing_ks == (1000,)
   np.testing.assert_array_equal(splits.test.labels[evaluation.gallery], [0, 0, 1, 1, 2, 2, 3, 3])
+
+
+def test_the_hashing_convention_reaches_evaluate_hashing_and_is_checked():
+  import jaxrank  # pylint: disable=g-import-not-at-top
+  from experiments.job import check  # pylint: disable=g-import-not-at-top
+  from experiments.job import evaluation  # pylint: disable=g-import-not-at-top
+  from experiments.job import protocols  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(0)
+  codes = np.where(rng.random((30, 4)) < 0.5, 1.0, -1.0).astype(np.float32)
+  labels = rng.integers(0, 3, 30)
+  protocol = {"": protocols.Evaluation(np.arange(6), np.arange(6, 30), hashing_ks=(1, 5))}
+  for convention in protocols.HASHING_CONVENTIONS:
+    for averaged_over in protocols.HASHING_AVERAGED_OVER:
+      config = dataclasses.replace(
+        HASHING, hashing_convention=convention, hashing_averaged_over=averaged_over
+      )
+      got = evaluation.retrieval_metrics(config, codes, labels, protocol, codes=True)
+      want = jaxrank.evaluate_hashing(
+        codes[:6],
+        codes[6:],
+        labels[:6],
+        labels[6:],
+        ks=(1, 5),
+        convention=convention,
+        averaged_over=averaged_over,
+      )
+      assert got == want
+  assert got["map@1"] == 0.0  # "released": no rank-1 term.
+  for field in ("hashing_convention", "hashing_averaged_over"):
+    with pytest.raises(config_lib.ConfigError, match=f"config.{field}='tie_aware' is not known"):
+      check.check_config(dataclasses.replace(HASHING, dataset="digits", **{field: "tie_aware"}))
+
+
+def test_he_et_al_tables_use_the_released_rule():
+  """The configs of He et al.'s tables compute AP@k as the code that printed them (TALR's
+  `+eval/AP.m`), over every query; the default is the textbook rule."""
+  from experiments.job import main as main_lib  # pylint: disable=g-import-not-at-top
+
+  folder = pathlib.Path(__file__).resolve().parent.parent / "experiments/job/configs"
+  configs = sorted(folder.glob("tie_aware_*.py"))
+  assert len(configs) == 5
+  for path in configs:
+    config = main_lib.load_config_module(str(path)).get_config()
+    assert (config.hashing_convention, config.hashing_averaged_over) == ("released", "all")
+  default = config_lib.Config()
+  assert (default.hashing_convention, default.hashing_averaged_over) == (
+    "textbook",
+    "relevant_in_database",
+  )

@@ -17,6 +17,7 @@ from experiments.job import config as config_lib
 from experiments.job import datasets
 from experiments.job import losses
 from experiments.job import networks
+from experiments.job import protocols
 from experiments.job import samplers
 
 Config = config_lib.Config
@@ -71,6 +72,8 @@ def _check_names(config: Config) -> None:
   _one_of(config, "head", networks.HEADS)
   _one_of(config, "pooling", networks.POOLINGS)
   _one_of(config, "sampler", samplers.SAMPLERS)
+  _one_of(config, "hashing_convention", protocols.HASHING_CONVENTIONS)
+  _one_of(config, "hashing_averaged_over", protocols.HASHING_AVERAGED_OVER)
   losses.check_loss(config.loss, config.loss_kwargs)
 
 

@@ -91,6 +91,11 @@ class Config:
   eval_every: int = 100
   eval_batch_size: int = 256
   eval_ks: tuple[int, ...] = (1, 2, 4, 8)
+  # A hashing protocol's mAP@k (`jaxrank.evaluate_hashing`, protocols.HASHING_CONVENTIONS):
+  # "textbook", or "released" (He et al.'s code, which drops the rank-1 term), and the queries it
+  # averages (protocols.HASHING_AVERAGED_OVER: as the released codes do, see the docstring).
+  hashing_convention: str = "textbook"
+  hashing_averaged_over: str = "relevant_in_database"
   eval_seen_classes: bool = False  # Also evaluate on the train split (metrics named "seen/...").
   # A sweep's table also gets a row "raw_pixels": retrieval on the images themselves (see
   # evaluation.evaluate_raw_pixels), what an embedding must beat to have learned beyond the pixels.

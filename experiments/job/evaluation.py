@@ -17,8 +17,9 @@ al. 2018, eq. 10) and is evaluated on the binary codes `sign(f)` with the same s
 many ties `tie_aware_map` accounts for. On a hashing benchmark (`protocols.Evaluation.hashing_ks`:
 CIFAR-10, NUS-WIDE, ImageNet100) its codes are evaluated by He et al.'s protocol instead,
 `jaxrank.evaluate_hashing` (the queries rank the database: `tie_aware_map`, `tie_aware_ndcg`,
-`map@k`). Each head's scoring rule and evaluation transform are entries of its record in
-`networks.HEADS`.
+`map@k`: the last by the config's `hashing_convention`, each the mean over the queries that its
+`hashing_averaged_over` selects). Each head's scoring rule and evaluation transform are entries
+of its record in `networks.HEADS`.
 """
 
 from __future__ import annotations
@@ -142,7 +143,11 @@ def retrieval_metrics(
       gallery_embeddings, gallery_labels = embeddings[rows], labels[rows]
     if codes and evaluation.hashing_ks is not None:
       values = _hashing_metrics(
-        embeddings[queries], labels[queries], gallery_embeddings, gallery_labels, evaluation, mesh
+        config,
+        (embeddings[queries], labels[queries]),
+        (gallery_embeddings, gallery_labels),
+        evaluation,
+        mesh,
       )
     else:
       values = jaxrank.evaluate_retrieval(
@@ -159,15 +164,24 @@ def retrieval_metrics(
   return metrics
 
 
-def _hashing_metrics(queries, query_labels, database, database_labels, evaluation, mesh):
-  """`jaxrank.evaluate_hashing` of a hashing protocol's binary codes (one process)."""
+def _hashing_metrics(config, query_set, database_set, evaluation, mesh):
+  """`jaxrank.evaluate_hashing` of a hashing protocol's binary codes (one process): the query
+  and database `(codes, labels)`, by the config's `hashing_convention` and
+  `hashing_averaged_over`."""
+  (queries, query_labels), (database, database_labels) = query_set, database_set
   if mesh is not None or database is None:
     raise config_lib.ConfigError(
       "a hashing protocol (queries ranking a database) is evaluated in one process: run "
       "the job with one process."
     )
   return jaxrank.evaluate_hashing(
-    queries, database, query_labels, database_labels, ks=evaluation.hashing_ks
+    queries,
+    database,
+    query_labels,
+    database_labels,
+    ks=evaluation.hashing_ks,
+    convention=config.hashing_convention,
+    averaged_over=config.hashing_averaged_over,
   )
 
 

@@ -35,12 +35,20 @@ class Evaluation:
     hashing_ks: a hashing protocol (He et al. 2018: the queries rank a database by the Hamming
       distances of binary codes): with a head of binary codes (`networks.HeadSpec.binary_codes`)
       the evaluation is `jaxrank.evaluate_hashing` (AP_T, NDCG_T, and mAP@k for each of these
-      cut-offs); None, or another head: `jaxrank.evaluate_retrieval`.
+      cut-offs, by the config's `hashing_convention` and `hashing_averaged_over`); None, or
+      another head: `jaxrank.evaluate_retrieval`.
   """
 
   queries: np.ndarray | None = None
   gallery: np.ndarray | None = None
   hashing_ks: tuple[int, ...] | None = None
+
+
+HASHING_CONVENTIONS = ("textbook", "released")
+"""`Config.hashing_convention`'s values: `jaxrank.evaluate_hashing`'s `convention`s."""
+
+HASHING_AVERAGED_OVER = ("relevant_in_database", "all", "relevant_in_top_k")
+"""`Config.hashing_averaged_over`'s values: `jaxrank.evaluate_hashing`'s `averaged_over`s."""
 
 
 LEAVE_ONE_OUT: Mapping[str, Evaluation] = types.MappingProxyType({"": Evaluation()})

@@ -10,7 +10,9 @@ exactly in `O(b + |V|)` (the paper's counting sort). `evaluate_hashing` builds t
 query chunk by query chunk (never the `Q x N` matrix) and reads the metrics off them with the
 estimators of `jaxrank._src.tie_aware` (exact on such histograms: `hamming_tie_aware_ap_metric` is
 the same computation on a list); the truncated AP takes the first `k` items of each query's
-ranking with ties in database order (`jax.lax.top_k`, which keeps the lower index first).
+ranking with ties in database order (`jax.lax.top_k`, which keeps the lower index first), by the
+textbook rule or by He et al.'s released code's (`convention`), averaged over the queries that
+the released codes each average (`averaged_over`).
 """
 
 from __future__ import annotations
@@ -159,11 +161,12 @@ class _Relevance:
     return self.query_labels[safe]
 
 
-@functools.partial(jax.jit, static_argnames=("kind", "levels", "ks"))
-def _evaluate_chunk(queries, database, query_side, database_side, *, kind, levels, ks):
-  """Per-query metrics of a chunk: its histograms `n_{d,v}` by one scatter of `[c, N]` keys, and
-  for each cut-off the AP of the first `k` items (`top_k` of the negated distances: ties in
-  database order)."""
+@functools.partial(jax.jit, static_argnames=("kind", "levels", "ks", "released"))
+def _evaluate_chunk(queries, database, query_side, database_side, *, kind, levels, ks, released):
+  """Per-query metrics of a chunk and its counts of relevant items (`num_relevant`, and
+  `num_relevant@k` in the first `k`): its histograms `n_{d,v}` by one scatter of `[c, N]` keys,
+  and for each cut-off the AP of the first `k` items (`top_k` of the negated distances: ties in
+  database order), without the rank-1 term if `released`."""
   num_bits = queries.shape[1]
   c, n = queries.shape[0], database.shape[0]
   # Exact integers in float32 (|dot| <= b <= 2**24), rounded against any reassociation.
@@ -183,18 +186,20 @@ def _evaluate_chunk(queries, database, query_side, database_side, *, kind, level
   counts = counts.reshape(c, num_bits + 1, width)  # n_{d,v}: distance d, level v.
   dtype = jnp.result_type(float)
   out = _tie_aware_metrics(counts.astype(dtype), levels)
+  found = {"num_relevant": jnp.sum(counts[..., 1:], axis=(1, 2))}
   if ks:
     top = min(max(ks), n)
     _, index = jax.lax.top_k(-distance.astype(jnp.float32), top)  # Lower index first in ties.
     relevant = (jnp.take_along_axis(level, index, axis=1) >= 1).astype(dtype)
     hits = jnp.cumsum(relevant, axis=1)
     precision = hits / jnp.arange(1, top + 1, dtype=dtype)
+    first = 1 if released else 0  # The released code's sum starts at rank 2.
     for k in ks:
       kk = min(k, n)
-      found = hits[:, kk - 1]
-      total = jnp.sum(precision[:, :kk] * relevant[:, :kk], axis=1)
-      out[f"map@{k}"] = total / jnp.maximum(found, 1)
-  return out, jnp.sum(counts[..., 1:], axis=(1, 2))
+      found[f"num_relevant@{k}"] = hits[:, kk - 1].astype(jnp.int32)
+      total = jnp.sum(precision[:, first:kk] * relevant[:, first:kk], axis=1)
+      out[f"map@{k}"] = total / jnp.maximum(hits[:, kk - 1], 1)
+  return out, found
 
 
 def _tie_aware_metrics(counts, levels):
@@ -236,6 +241,8 @@ def evaluate_hashing(
   *,
   affinity: jax.typing.ArrayLike | None = None,
   ks: Sequence[int] = (),
+  convention: str = "textbook",
+  averaged_over: str = "relevant_in_database",
   chunk_size: int | None = None,
   reduce_fn: types.ReduceFn | None = np.mean,
 ) -> dict[str, float] | dict[str, np.ndarray]:
@@ -253,8 +260,7 @@ def evaluate_hashing(
     affinities), numeric or boolean, relevant iff `>= 1`; it may stay in host memory (a numpy
     array or memmap), read a block of rows at a time.
 
-  Returned metrics, per query, then reduced over the queries that have a relevant item in the
-  database:
+  Returned metrics, per query, then averaged over the queries that `averaged_over` selects:
 
   * `tie_aware_map`: AP_T over the whole database (Prop. 1, eq. 6), the mean of AP over every
     ordering of the tied items; what `hamming_tie_aware_ap_metric` gives on the query's list;
@@ -263,33 +269,62 @@ def evaluate_hashing(
   * `map@k` for each `k` in `ks`: the hashing literature's truncated AP (mAP@5000, mAP@1000; not
     MAP@R). The database is ranked by increasing distance, **ties in database order** (the lower
     index first, as a stable sort, `np.argsort(distances, kind="stable")`), and with `rel_t` the
-    relevance of the item at position `t` of that ranking,
+    relevance of the item at position `t` of that ranking (`k` beyond `N` is `N`),
 
     .. math::
-      \mathrm{AP@}k = \frac{1}{\sum_{t \le k} rel_t} \sum_{t=1}^{k} rel_t\,
+      \mathrm{AP@}k = \frac{1}{\sum_{t \le k} rel_t} \sum_{t=t_0}^{k} rel_t\,
           \frac{\sum_{s \le t} rel_s}{t}
 
     (0 when none of the first `k` is relevant): the normaliser is the number of relevant items in
-    the top `k`, and a tie that straddles position `k` contributes its items of lowest index. This
-    is, query for query, the AP@K of He et al.'s released evaluation code (MIHash's and TALR's
-    `evaluate_AP.m`, which lists each distance's items in database order), and of HashNet's and
-    DPSH's code up to the order of ties (they sort with an unstable sort, so theirs is
-    arbitrary; He et al. find such values close to tie-aware ones on large test sets). The
-    reductions over queries differ: He et al.'s and DPSH's codes average over every query (0 for
-    one without a relevant item in its top `k`), which is the default here whenever every query
-    has a relevant item in the database (NUS-WIDE, ImageNet100, CIFAR-10); HashNet's averages
-    only over the queries with one in their top `k`: the mean of the per-query values
-    (`reduce_fn=None`) that are above 0. `k` beyond `N` is `N`.
+    the top `k`, and a tie that straddles position `k` contributes its items of lowest index.
+
+  `convention` sets `t_0`, where the released codes' AP@k differ (besides the order of ties):
+
+  * `"textbook"` (the default): `t_0 = 1`, the mean of the precisions at the relevant items of the
+    top `k`. This is the AP@k of HashNet's code (thuml/HashNet, `mean_average_precision` in
+    `pytorch/src/test.py` and `caffe/models/predict/*/predict_parallel.py`) and of DPSH's
+    (jiangqy/DPSH-pytorch, `CalcTopMap` in `utils/CalcHammingRanking.py`) up to the order of ties:
+    they rank with numpy's default `argsort`, which is not stable, so a tie's order is numpy's.
+  * `"released"`: `t_0 = 2`, He et al.'s code (kunhe/TALR, `get_AP` in `+eval/AP.m`; the same
+    function in fcakir/deep-mihash, `evaluate_AP.m`), which weighs each precision by the
+    increase of recall `[0, diff(recall)]` and so drops the first rank's term; it lists each
+    distance's items in database order (`find`), as here, so the two agree query for query. It
+    is what TALR's demos compute for the AP@5K (NUS-WIDE, `+demo/AP.m`) and AP@1000
+    (ImageNet100, `+demo/imagenet.m`) of He et al.'s tables, unchanged since the code's first
+    release (2018-06-13). A relevant item at rank 1 adds `1 / sum rel` to the textbook value and
+    nothing to this one: one query `0000` against the database `0000` (relevant), `1111` at
+    `k = 2` gives 1 and 0 (the example below); at `k = 1` this value is always 0.
+
+  The tie-aware metrics take no convention: TALR's `+eval/tieAP.m` computes the same AP_T, and
+  `+eval/tieNDCG.m` the same NDCG_T (to its single precision, 1e-7) while no pair shares 7 or more
+  labels: its gains are int8, `2^v - 1` saturated at 126 from `v = 7`. `averaged_over` chooses
+  the queries averaged, as each released code does for a query without a relevant item:
+
+  * `"relevant_in_database"` (the default): the queries with a relevant item in the database;
+    one without any in its top `k` counts 0 in `map@k` (HashNet's Caffe `predict_parallel.py`).
+  * `"all"`: every query; one without a relevant item has AP 0 (`map@k`, `tie_aware_map`) and
+    NDCG_T 1. TALR's `AP.m` (0) and `tieNDCG.m` (1: its ideal DCG is 0), DPSH's `CalcTopMap`
+    and `CalcMap` (0: the other queries' sum over all). TALR's `tieAP.m` counts such a query 0
+    too, except those after its last query with a relevant item, which it leaves out (its array
+    of values grows only to the last query it assigns).
+  * `"relevant_in_top_k"`: in `map@k`, the queries with a relevant item in their top `k`
+    (HashNet's PyTorch `test.py`); in the tie-aware metrics, as the default.
+
+  On the papers' benchmarks every query has a relevant item in the database, so the default and
+  `"all"` agree there. He et al.'s numbers: `convention="released", averaged_over="all"`;
+  HashNet's PyTorch ones: `averaged_over="relevant_in_top_k"`; DPSH's: `averaged_over="all"`
+  (its `CalcMap`: `ks=(N,)`), the last two up to the order of ties.
 
   **Cost.** For each chunk of queries, one `[c, b] x [b, N]` product gives the distances, one
   `[c, N]` comparison (class labels) or `[c, C] x [C, N]` product (multi-hot) the levels, and one
   scatter-add the histograms `n_{d,v}`, `[c, b + 1, V + 1]` integers; the metrics come from those
   in O(b + V) per query. Each cut-off adds a `jax.lax.top_k` of the chunk's negated distances
-  (`k = max(ks)`). Time O(Q N (b + C) + Q N log k); memory O(chunk_size * N) (a few `[c, N]` int32
-  arrays), never the `Q x N` matrix; the database's codes and labels go to the device once.
-  Measured at the scale of NUS-WIDE (2,100 x 195,834, 48 bits, 21 labels) by
-  `experiments/benchmarks/hashing_eval.py`; docs/guide/hashing.rst gives its numbers. The scatter
-  is cheap on CPUs and GPUs; a TPU serialises it.
+  (`k = max(ks)`), whatever the convention. Time O(Q N (b + C) + Q N log k); memory
+  O(chunk_size * N) (a few `[c, N]` int32 arrays), never the `Q x N` matrix; the database's codes
+  and labels go to the device once; sums in float32 (float64 with x64). Measured at the scale of
+  NUS-WIDE (2,100 x 195,834, 48 bits, 21 labels) by `experiments/benchmarks/hashing_eval.py`;
+  docs/guide/hashing.rst gives its numbers. The scatter is cheap on CPUs and GPUs; a TPU
+  serialises it.
 
   Args:
     query_codes: `[Q, b]` binary codes, `+-1` or `{0, 1}` (integer, floating or boolean), as
@@ -300,16 +335,20 @@ def evaluate_hashing(
     affinity: optional `[Q, N]` non-negative integer affinity levels instead of labels.
     ks: the cut-offs of `map@k` (e.g. `(5000,)` for NUS-WIDE, `(1000,)` for ImageNet100); `()`
       for none (the default).
+    convention: `"textbook"` (default) or `"released"` (He et al.'s code): the AP@k above.
+    averaged_over: `"relevant_in_database"` (default), `"all"` or `"relevant_in_top_k"`: the
+      queries averaged, above.
     chunk_size: queries per step; `None`: 1,024, halved while a chunk would hold more than
       `DEFAULT_CHUNK_SCORES` distances (256 against NUS-WIDE's database).
-    reduce_fn: the reduction over queries, called as `reduce_fn(values, where=counted)` on numpy
-      float64 arrays `[Q]` (default `np.mean`: the mean over the queries with a relevant item);
-      `None` returns the per-query values.
+    reduce_fn: the reduction over queries, called as `reduce_fn(values, where=averaged)` on numpy
+      float64 arrays `[Q]`, `averaged` the boolean `[Q]` selection of `averaged_over` (default
+      `np.mean`: their mean, 0 if none); `None` returns the per-query values.
 
   Returns:
     A dict of Python floats with keys `tie_aware_map`, `tie_aware_ndcg` and `map@k` for each `k`.
-    With `reduce_fn=None`, float64 arrays `[Q]` under the same keys (0 for a query without a
-    relevant item) and `num_relevant`, int `[Q]`.
+    With `reduce_fn=None`, float64 arrays `[Q]` under the same keys (a query without a relevant
+    item: 0, but NDCG_T 1 with `averaged_over="all"`) and the int32 `[Q]` counts from which each
+    selection follows: `num_relevant` (in the database) and `num_relevant@k` (in the top `k`).
 
   >>> import numpy as np
   >>> queries = np.array([[1, 1, 1, 1]])
@@ -318,18 +357,71 @@ def evaluate_hashing(
   >>> result = evaluate_hashing(queries, database, np.array([0]), np.array([1, 0, 0]), ks=(2,))
   >>> {key: round(value, 4) for key, value in result.items()}
   {'tie_aware_map': 0.7083, 'tie_aware_ndcg': 0.8066, 'map@2': 0.5}
+  >>> # He et al.'s code drops rank 1: query 0000, database 0000 (relevant) and 1111, k = 2.
+  >>> bits, relevant = np.array([[0, 0, 0, 0], [1, 1, 1, 1]]), np.array([0, 1])
+  >>> for convention in ("textbook", "released"):
+  ...   result = evaluate_hashing(bits[:1], bits, [0], relevant, ks=(2,), convention=convention)
+  ...   print(convention, result["map@2"])
+  textbook 1.0
+  released 0.0
   """
   fn = "evaluate_hashing"
   ks = tuple(ks)
   for k in ks:
     checks.check_positive_int(fn, "each k in ks", k)
+  _check_choice(fn, "convention", convention, CONVENTIONS)
+  _check_choice(fn, "averaged_over", averaged_over, AVERAGED_OVER)
   if reduce_fn is not None:
     checks.check_callable(fn, "reduce_fn", reduce_fn, hint="e.g. np.mean, or None per query.")
   if chunk_size is not None:
     checks.check_positive_int(fn, "chunk_size", chunk_size)
   queries, database = _codes(fn, query_codes, database_codes)
+  relevance = _Relevance(fn, query_labels, database_labels, affinity, len(queries), len(database))
+  per_query, found = _per_query(
+    queries, database, relevance, ks, released=convention == "released", chunk_size=chunk_size
+  )
+  if averaged_over == "all":  # He et al.'s tieNDCG.m: NDCG 1 where the ideal DCG is 0.
+    ndcg = per_query["tie_aware_ndcg"]
+    per_query["tie_aware_ndcg"] = np.where(found["num_relevant"] > 0, ndcg, 1.0)
+  if reduce_fn is None:
+    return per_query | found
+  reduced = {}
+  for key, value in per_query.items():
+    averaged = _averaged(key, found, averaged_over)
+    if reduce_fn is np.mean or reduce_fn is jnp.mean:
+      reduced[key] = float(value[averaged].sum()) / max(int(averaged.sum()), 1)
+    else:
+      reduced[key] = float(reduce_fn(value, where=averaged))
+  return reduced
+
+
+CONVENTIONS = ("textbook", "released")
+"""`evaluate_hashing`'s `convention`s: the textbook AP@k, or He et al.'s released code's."""
+
+AVERAGED_OVER = ("relevant_in_database", "all", "relevant_in_top_k")
+"""`evaluate_hashing`'s `averaged_over`: the queries its reduction takes."""
+
+
+def _check_choice(fn, name, value, choices):
+  if not isinstance(value, str) or value not in choices:
+    raise ValueError(
+      f"{fn}: {name} must be one of {', '.join(repr(c) for c in choices)}, got {value!r}."
+    )
+
+
+def _averaged(key, found, averaged_over):
+  """The boolean `[Q]` selection of the queries that the reduction of metric `key` takes."""
+  if averaged_over == "all":
+    return np.ones(found["num_relevant"].shape, bool)
+  if averaged_over == "relevant_in_top_k" and key.startswith("map@"):
+    return found[f"num_relevant@{key[4:]}"] > 0
+  return found["num_relevant"] > 0
+
+
+def _per_query(queries, database, relevance, ks, *, released, chunk_size):
+  """The per-query metrics, float64 `[Q]` (0 for a query without a relevant item in the
+  database), and the int32 `[Q]` counts of relevant items, chunk by chunk."""
   num_queries, n = len(queries), len(database)
-  relevance = _Relevance(fn, query_labels, database_labels, affinity, num_queries, n)
   chunk = max(min(chunk_size or default_chunk_size(n), num_queries), 2)
   chunk = max(-(-num_queries // -(-num_queries // chunk)), 2)  # Even chunks: little padding.
   query_set, database_codes_on_device = jnp.asarray(queries), jnp.asarray(database)
@@ -346,20 +438,17 @@ def evaluate_hashing(
         kind=relevance.kind,
         levels=relevance.levels,
         ks=ks,
+        released=released,
       )
     )
   results = jax.device_get(results)
-  num_relevant = np.concatenate([r for _, r in results])[:num_queries]
-  keys = ["tie_aware_map", "tie_aware_ndcg"] + [f"map@{k}" for k in ks]
-  counted = num_relevant > 0
+  found = {
+    key: np.concatenate([f[key] for _, f in results])[:num_queries].astype(np.int32)
+    for key in results[0][1]
+  }
+  counted = found["num_relevant"] > 0
   per_query = {
     key: np.where(counted, np.concatenate([v[key] for v, _ in results])[:num_queries], 0.0)
-    for key in keys
+    for key in ["tie_aware_map", "tie_aware_ndcg"] + [f"map@{k}" for k in ks]
   }
-  per_query = {key: value.astype(np.float64) for key, value in per_query.items()}
-  if reduce_fn is None:
-    return per_query | {"num_relevant": num_relevant.astype(np.int32)}
-  if reduce_fn is np.mean or reduce_fn is jnp.mean:
-    denominator = max(int(counted.sum()), 1)
-    return {key: float(value.sum()) / denominator for key, value in per_query.items()}
-  return {key: float(reduce_fn(value, where=counted)) for key, value in per_query.items()}
+  return {key: value.astype(np.float64) for key, value in per_query.items()}, found

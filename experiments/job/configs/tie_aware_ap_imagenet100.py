@@ -2,8 +2,10 @@
 
 Follows He et al. 2018 (TALR-AP), Table 2: HashNet's setup, 13,000 training images (130 per
 class), the 5,000 validation images of the 100 classes as queries ranking the database by Hamming
-distance, scored by AP at cut-off 1,000; the paper reports AP@1000 0.5892, 0.6689, 0.6985 and
-0.7053 at 16, 32, 48 and 64 bits (AlexNet, batch 256, the pretrained layers' rate scaled down).
+distance, scored by AP at cut-off 1,000 (the job's `map@1000`, by the rule of the authors' code:
+`hashing_convention="released"` of `configs/papers/tie_aware.py`); the paper reports AP@1000
+0.5892, 0.6689, 0.6985 and 0.7053 at 16, 32, 48 and 64 bits (AlexNet, batch 256, the pretrained
+layers' rate scaled down).
 One run per code length (`get_sweep`, runs `16bits` ... `64bits`), each trained with AP_r
 (`tie_aware_ap`, `b + 1` bins). The recipe is `configs/papers/tie_aware.py`'s (a ResNet-18 in
 place of AlexNet); this table's: the data set and about 100 epochs of the 13,000 training images.
