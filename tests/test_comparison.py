@@ -26,6 +26,7 @@ from scipy import stats as scipy_stats
 from experiments import results
 from experiments.comparison import pretrain
 from experiments.comparison import protocol
+from experiments.comparison import records
 from experiments.comparison import report
 from experiments.comparison import run
 from experiments.comparison import stats
@@ -48,20 +49,18 @@ TINY = protocol.SIZES["tiny"]
 # The smoke test: the command, twice.
 
 
-def _command(workdir: pathlib.Path, output: pathlib.Path) -> dict:
-  done = subprocess.run(
+def _run_command(workdir: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
+  """`python -m experiments.comparison.main --size tiny --workdir WORKDIR *args`."""
+  return subprocess.run(
     [
       sys.executable,
       "-m",
       "experiments.comparison.main",
       "--size",
       "tiny",
-      "--only",
-      "fastap_bins",
       "--workdir",
       str(workdir),
-      "--output",
-      str(output),
+      *args,
     ],
     cwd=REPO,
     capture_output=True,
@@ -69,6 +68,12 @@ def _command(workdir: pathlib.Path, output: pathlib.Path) -> dict:
     timeout=600,
     check=False,
     env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+  )
+
+
+def _command(workdir: pathlib.Path, output: pathlib.Path, records: pathlib.Path) -> dict:
+  done = _run_command(
+    workdir, "--only", "fastap_bins", "--output", str(output), "--records", str(records)
   )
   assert done.returncode == 0, done.stderr[-3000:]
   with open(workdir / "comparison.json") as f:
@@ -92,8 +97,9 @@ def smoke(tmp_path_factory):
       }
     ),
   )
-  first = _command(root / "work", output)
-  second = _command(root / "work", output)
+  first = _command(root / "work", output, root / "records")
+  # Another machine: a new workdir, the records alone (the backbone pretrained again).
+  second = _command(root / "elsewhere", output, root / "records")
   return first, second, output.read_text()
 
 
@@ -126,7 +132,7 @@ def test_the_command_writes_a_section_that_parses(smoke):
 def test_a_rerun_trains_nothing(smoke):
   first, second, _ = smoke
   assert first["computed"] > 0 and first["backbone"]["new"]
-  assert second["computed"] == 0 and not second["backbone"]["new"]
+  assert second["computed"] == 0  # Its backbone is pretrained again, none of its runs.
   assert second["reused"] == first["computed"] + first["reused"]
   assert second["settings"] == first["settings"] and second["ablations"] == first["ablations"]
 
@@ -322,20 +328,72 @@ def test_the_store_computes_each_config_once_and_records_divergence(tmp_path):
     calls.append(directory)
     if config.seed == 2:
       raise FloatingPointError("the training loss is not finite at step 3")
-    return {"recall@1": 0.5 + config.seed, "map@r": 0.25, "map": 0.3}
+    return {"recall@1": 0.5 + config.seed, "map@r": 0.25, "map": 0.3, "step": 2}
 
   base = protocol.base_config(TINY, None)
-  store = run.Store(str(tmp_path))
-  first = store.result("a", base, compute)
-  assert first["metrics"] == {"recall@1": 0.5, "map@r": 0.25}
-  assert store.result("a", base, compute) == first and len(calls) == 1
-  store.result("a", dataclasses.replace(base, seed=1), compute)
-  diverged = store.result("a", dataclasses.replace(base, seed=2), compute)
+  store = records.Store(str(tmp_path / "work"), str(tmp_path / "records"))
+  first = store.result("a/b", base, compute)
+  assert first["metrics"] == {"recall@1": 0.5, "map@r": 0.25, "map": 0.3}
+  assert first["config"] == records.hashed_config(base) and first["machine"]["cores"] >= 1
+  assert store.result("a/b", base, compute) == first and len(calls) == 1
+  # The record is one file in the records folder, named by the label and the hash.
+  assert os.listdir(tmp_path / "records") == [f"a.b-{records.config_hash(base)}.json"]
+  # The same config under another label is the same run.
+  assert store.result("c", base, compute) == first and len(calls) == 1
+  store.result("a/b", dataclasses.replace(base, seed=1), compute)
+  diverged = store.result("a/b", dataclasses.replace(base, seed=2), compute)
   assert diverged["metrics"] is None and "step 3" in diverged["diverged"]
-  assert run.Store(str(tmp_path)).result("a", dataclasses.replace(base, seed=2), compute) == (
-    diverged
-  )
-  assert (store.computed, store.reused, len(calls)) == (3, 1, 3)
+  again = records.Store(str(tmp_path / "elsewhere"), str(tmp_path / "records"))
+  assert again.result("a/b", dataclasses.replace(base, seed=2), compute) == diverged
+  assert (store.computed, store.reused, len(calls)) == (3, 2, 3)
+  # Reading only, or another shard's run: no record, nothing computed, the run listed.
+  unseen = dataclasses.replace(base, seed=3)
+  for reader in (
+    records.Store(str(tmp_path / "w"), str(tmp_path / "records"), train_nothing=True),
+    records.Store(
+      str(tmp_path / "w"),
+      str(tmp_path / "records"),
+      records.Shard(1 - int(records.config_hash(unseen), 16) % 2, 2),
+    ),
+  ):
+    assert reader.result("a/b/seed3", unseen, compute) is None
+    assert reader.missing == ["a/b/seed3"] and len(calls) == 3
+
+
+def test_hashes_leave_out_new_fields_at_their_neutral_values_and_the_backbones_path():
+  base = protocol.base_config(TINY, None)
+  stored = records.hashed_config(base)
+  assert not set(records.HASH_NEUTRAL) & set(stored)
+  for name, value in records.HASH_NEUTRAL.items():
+    assert getattr(config_lib.Config(), name) == value  # Today's behaviour is the default.
+  here = dataclasses.replace(base, init_weights="/a/backbones/backbone-abc.npz")
+  there = dataclasses.replace(base, init_weights="/b/backbones/backbone-abc.npz")
+  assert records.config_hash(here) == records.config_hash(there)
+  assert records.config_hash(here) != records.config_hash(base)
+
+
+def test_a_stale_record_is_refused(tmp_path):
+  base = protocol.base_config(TINY, None)
+  store = records.Store(str(tmp_path / "work"), str(tmp_path / "records"))
+  store.result("a", base, lambda c, d: {"recall@1": 0.5, "map@r": 0.25})
+  (path,) = (tmp_path / "records").iterdir()
+  record = json.loads(path.read_text())
+  record["config"]["seed"] = 7
+  path.write_text(json.dumps(record))
+  with pytest.raises(ValueError, match="stale record"):
+    store.result("a", base, lambda c, d: {})
+
+
+@pytest.mark.parametrize(("text", "shard"), [("0/1", (0, 1)), ("1/3", (1, 3))])
+def test_shards_parse_and_split_the_runs(text, shard):
+  parsed = records.Shard.parse(text)
+  assert (parsed.index, parsed.count) == shard
+  digests = [f"{i:010x}" for i in range(30)]
+  owners = [[records.Shard(i, shard[1]).owns(d) for i in range(shard[1])] for d in digests]
+  assert all(sum(o) == 1 for o in owners)  # Each run belongs to exactly one shard.
+  for bad in ("2/2", "1", "-1/2", "a/b"):
+    with pytest.raises(ValueError, match="--shard"):
+      records.Shard.parse(bad)
 
 
 def _canned_output() -> dict:
@@ -453,3 +511,65 @@ def test_tables_only_writes_the_docs_from_the_document_and_runs_nothing(monkeypa
   assert data["source"] == results.RECORD_SOURCE
   seeds = {row[1]: row[2] for row in data["rows"]}
   assert seeds["triplet"] == "2/3" and seeds["fastap"] == "3/3"  # A diverged seed counted out.
+
+
+# ---------------------------------------------------------------------------------------------
+# Shards: their records merge into the tables of one process.
+
+
+def _fake_training(monkeypatch):
+  """Training replaced by metrics drawn from the config's hash: fast, and the same on any call."""
+
+  def fake(config, workdir, *, name=None):
+    del workdir, name
+    rng = np.random.default_rng(int(records.config_hash(config), 16))
+    return {"recall@1": float(rng.uniform()), "map@r": float(rng.uniform()), "step": 2}
+
+  monkeypatch.setattr(train, "train_and_evaluate", fake)
+
+
+def _tables(out: dict) -> str:
+  """The section without the line of when, where and how long."""
+  section = report.format_section(out, date="d", machine_name="m", package_versions={})
+  return "\n".join(line for line in section.splitlines() if not line.startswith("Run on"))
+
+
+def test_two_shards_records_merge_into_the_tables_of_one_process(monkeypatch, tmp_path):
+  _fake_training(monkeypatch)
+  work, only = str(tmp_path / "work"), ["fastap_bins"]
+  one = run.run_comparison("tiny", work, only, records_dir=str(tmp_path / "one"))
+  assert one["complete"] and one["computed"] > 0
+  merged = str(tmp_path / "merged")
+  shards = [records.Shard(i, 2) for i in range(2)]
+  first = [run.run_comparison("tiny", work, only, records_dir=merged, shard=s) for s in shards]
+  # Shard 0 ran alone first: its runs that need shard 1's trials waited, or shard 1's own runs
+  # were left to it.
+  assert not first[0]["complete"] and (first[0]["waiting"] or first[0]["missing"])
+  trained = sum(o["computed"] for o in first)
+  for _ in range(3):  # Each shard again, as the records of the other arrive.
+    outs = [run.run_comparison("tiny", work, only, records_dir=merged, shard=s) for s in shards]
+    trained += sum(o["computed"] for o in outs)
+    if all(o["complete"] for o in outs):
+      break
+  assert all(o["complete"] for o in outs)
+  assert trained == one["computed"]  # Every run trained once, by one of the shards.
+  assert sorted(os.listdir(merged)) == sorted(os.listdir(tmp_path / "one"))
+  alone = run.run_comparison("tiny", work, only, records_dir=merged, train_nothing=True)
+  assert alone["complete"] and alone["computed"] == 0
+  assert _tables(alone) == _tables(one)
+
+
+def test_from_records_refuses_listing_the_missing_runs(monkeypatch, tmp_path, capsys):
+  from experiments.comparison import main  # pylint: disable=g-import-not-at-top
+
+  _fake_training(monkeypatch)
+  monkeypatch.setattr(train, "train_and_evaluate", None)  # Nothing may train.
+  with pytest.raises(SystemExit) as exit_info:
+    main.main(
+      ["--size", "tiny", "--only", "fastap", "--from-records", "--records", str(tmp_path)]
+      + ["--workdir", str(tmp_path / "work")]
+    )
+  assert exit_info.value.code == main_lib.EXIT_CONFIG_ERROR
+  err = capsys.readouterr().err
+  assert "--from-records: cannot write up" in err and "pretrained/tune/fastap/0" in err
+  assert "backbone-" in err and "wait for other runs' records" in err
