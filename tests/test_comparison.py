@@ -24,6 +24,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from experiments import results
+from experiments.comparison import curves
 from experiments.comparison import pretrain
 from experiments.comparison import protocol
 from experiments.comparison import records
@@ -81,9 +82,15 @@ def _command(workdir: pathlib.Path, output: pathlib.Path, records: pathlib.Path)
 
 
 @pytest.fixture(scope="session")
-def smoke(tmp_path_factory):
+def comparison_root(tmp_path_factory):
+  """The smoke test's folder: its workdirs, its records, its document."""
+  return tmp_path_factory.mktemp("comparison")
+
+
+@pytest.fixture(scope="session")
+def smoke(comparison_root):
   """Both calls' outputs and the document, which held another section before."""
-  root = tmp_path_factory.mktemp("comparison")
+  root = comparison_root
   output = root / "RESULTS.md"
   other = results.EXPERIMENTS[1]
   results.write(
@@ -573,3 +580,73 @@ def test_from_records_refuses_listing_the_missing_runs(monkeypatch, tmp_path, ca
   err = capsys.readouterr().err
   assert "--from-records: cannot write up" in err and "pretrained/tune/fastap/0" in err
   assert "backbone-" in err and "wait for other runs' records" in err
+
+
+# ---------------------------------------------------------------------------------------------
+# The learning curves.
+
+
+@pytest.fixture(scope="session")
+def curves_out(smoke, comparison_root):
+  """`--stage curves --only fastap` on the smoke test's records: its trials are read, its two
+  curve runs (one per setting) trained."""
+  del smoke  # Its records: the trials and the seeds of the short budget.
+  root = comparison_root
+  done = _run_command(
+    root / "work", "--stage", "curves", "--only", "fastap", "--records", str(root / "records")
+  )
+  assert done.returncode == 0, done.stderr[-3000:]
+  with open(root / "work" / "curves.json") as f:
+    return {**json.load(f), "stdout": done.stdout}
+
+
+def test_the_curves_evaluate_validation_and_test_classes_at_fixed_steps(curves_out, tmp_path):
+  out = curves_out
+  assert out["complete"] and out["computed"] == len(protocol.SETTINGS)  # The trials are read.
+  steps = list(range(0, TINY.curve_steps + 1, TINY.curve_eval_every))
+  for setting in protocol.SETTINGS:
+    row = out["settings"][setting]["fastap"]
+    assert [p["step"] for p in row["curve"]] == steps
+    for point in row["curve"]:
+      assert {"recall@1", "map@r", "test/recall@1", "test/map@r"} <= set(point)
+    assert len(row["short"]) == TINY.seeds  # The comparison's seeds, read from their records.
+  assert "| fastap |" in out["stdout"] and "plateau" in out["stdout"]
+  paths = curves.write_docs(out, directory=tmp_path)
+  assert [p.name for p in paths] == [f"comparison_curves_{s}.json" for s in protocol.SETTINGS]
+  assert (tmp_path / "comparison_curves_pretrained.png").is_file()
+  data = json.loads(paths[0].read_text())
+  assert data["rows"][0][0] == "fastap" and data["command"] == curves.DOCS_COMMAND
+
+
+def test_the_plateau_is_the_first_evaluation_near_the_best_on_validation():
+  curve = [
+    {"step": 0, "recall@1": 0.2, "test/recall@1": 0.25},
+    {"step": 150, "recall@1": 0.495, "test/recall@1": 0.4},
+    {"step": 300, "recall@1": 0.5, "test/recall@1": 0.45},
+    {"step": 450, "recall@1": 0.48, "test/recall@1": 0.5},
+  ]
+  assert curves.plateau(curve)["step"] == 150  # Within 0.01 of the best, 0.5.
+  assert curves.plateau(curve, curves.TEST)["step"] == 450
+  assert curves.plateau([{"step": 0}]) is None
+
+
+def test_the_ranking_reading_compares_the_short_budget_with_the_plateau():
+  def row(short, test):
+    return {"curve": [{"step": 0, "recall@1": 0.1, "test/recall@1": test}], "short": [short]}
+
+  kept, reading = curves.setting_rows({"a": row(0.5, 0.6), "b": row(0.4, 0.5), "c": None})
+  assert [r[0] for r in kept] == ["a", "b"] and "holds at the plateau" in reading
+  _, reading = curves.setting_rows({"a": row(0.5, 0.4), "b": row(0.4, 0.5)})
+  assert "does not hold (a 1 -> 2, b 2 -> 1)" in reading and "-1.00" in reading
+
+
+def test_test_classes_are_evaluated_only_beside_a_validation_split():
+  base = protocol.base_config(TINY, None)
+  with pytest.raises(config_lib.ConfigError, match="eval_test_classes"):
+    check.check_config(dataclasses.replace(base, eval_test_classes=True))
+  curve = protocol.curve_config(base, "fastap", protocol.trials("fastap", 1)[0], TINY)
+  check.check_config(curve)
+  assert (curve.num_steps, curve.eval_every, curve.seed) == (TINY.curve_steps, 2, 0)
+  full = protocol.SIZES["full"]
+  assert full.curve_steps == 10 * full.num_steps and full.curve_eval_every == full.num_steps
+  assert full.curve_warmup_steps == 10 * full.warmup_steps

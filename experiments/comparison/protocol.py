@@ -117,6 +117,9 @@ class Size:
     validation_fraction: the training classes held out to choose each loss's trial.
     ablation_values: ablation name -> how many of its values run (`Ablation.values[:n]`).
     pretrain: the backbone's pretraining (`pretrain.Pretraining` fields).
+    curve_steps, curve_warmup_steps, curve_eval_every: the learning curves' schedule
+      (`curve_config`): 10 times `num_steps` and `warmup_steps` at `full`, evaluated every
+      `num_steps`.
   """
 
   dataset: str
@@ -131,6 +134,9 @@ class Size:
   validation_fraction: float
   ablation_values: int | None
   pretrain: Mapping[str, Any]
+  curve_steps: int
+  curve_warmup_steps: int
+  curve_eval_every: int
 
 
 SIZES: Mapping[str, Size] = {
@@ -157,6 +163,11 @@ SIZES: Mapping[str, Size] = {
       "batch_size": 128,
       "learning_rate": 1e-2,
     },
+    # The learning curves (issue 66): 10 times the steps and the warm-up, an evaluation every
+    # 150 steps (11 points with the untrained network's).
+    curve_steps=1500,
+    curve_warmup_steps=150,
+    curve_eval_every=150,
   ),
   # The smoke test: the glyphs' 31 + 31 commonest characters, a tiny network, two steps.
   "tiny": Size(
@@ -178,6 +189,9 @@ SIZES: Mapping[str, Size] = {
       "batch_size": 32,
       "learning_rate": 3e-3,
     },
+    curve_steps=4,
+    curve_warmup_steps=1,
+    curve_eval_every=2,
   ),
 }
 
@@ -235,6 +249,25 @@ def trial_config(base: config_lib.Config, loss: str, trial: Mapping[str, Any]) -
     loss_kwargs=kwargs,
     learning_rate=float(trial["learning_rate"]),
     proxy_lr_multiplier=float(trial.get("proxy_lr_multiplier", base.proxy_lr_multiplier)),
+  )
+
+
+def curve_config(
+  base: config_lib.Config, loss: str, chosen: Mapping[str, Any], size: Size
+) -> config_lib.Config:
+  """A row's learning-curve run: its chosen trial (`trial_config`), seed 0, trained like the
+  trials on the training classes less the validation classes for `size.curve_steps`, evaluated
+  every `size.curve_eval_every` steps on the validation classes and on the test classes
+  (`eval_test_classes`), and checkpointed as often (a run resumes across sessions)."""
+  return dataclasses.replace(
+    trial_config(base, loss, chosen),
+    seed=0,
+    validation_fraction=size.validation_fraction,
+    eval_test_classes=True,
+    num_steps=size.curve_steps,
+    warmup_steps=size.curve_warmup_steps,
+    eval_every=size.curve_eval_every,
+    checkpoint_every=size.curve_eval_every,
   )
 
 

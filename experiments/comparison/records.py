@@ -48,7 +48,7 @@ DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "records")
 KEPT = ("recall@1", "map@r")  # The metrics the tables report (and the curves keep).
 # Config fields added after the first records -> the value at which a run computes what it did
 # before the field existed: left out of the hash at that value.
-HASH_NEUTRAL: Mapping[str, Any] = {}
+HASH_NEUTRAL: Mapping[str, Any] = {"eval_test_classes": False}
 
 
 def hashed_config(config: config_lib.Config) -> dict[str, Any]:
@@ -134,6 +134,7 @@ class Store:
     seconds: the wall time of every run met with a record, computed or reused.
     missing: the labels of the runs met without a record that this process did not compute.
     waiting: the runs not met yet, each waiting for records of others (`wait`).
+    sources: the machines (`CPU, N cores`) and dates of the records met (`provenance`).
   """
 
   workdir: str
@@ -145,6 +146,17 @@ class Store:
   seconds: float = 0.0
   missing: list[str] = dataclasses.field(default_factory=list)
   waiting: list[str] = dataclasses.field(default_factory=list)
+  sources: set[tuple[str, str]] = dataclasses.field(default_factory=set)
+
+  def provenance(self) -> dict[str, Any]:
+    """`{"machines": [...], "first": date, "last": date}` of the records met (dates `YYYY-MM-DD`),
+    what the document says of where and when its runs ran."""
+    dates = sorted(d for _, d in self.sources)
+    return {
+      "machines": sorted({m for m, _ in self.sources}),
+      "first": dates[0] if dates else None,
+      "last": dates[-1] if dates else None,
+    }
 
   def read(self, config: config_lib.Config) -> dict[str, Any] | None:
     """The record of `config`'s hash under any label, None if there is none.
@@ -186,7 +198,7 @@ class Store:
     record = self.read(config)
     if record is not None:
       self.reused += 1
-      self.seconds += record["seconds"]
+      self._met(record)
       return record
     digest = config_hash(config)
     if self.train_nothing or not self.shard.owns(digest):
@@ -200,8 +212,13 @@ class Store:
       f.write("\n")
     os.replace(path + ".tmp", path)
     self.computed += 1
-    self.seconds += record["seconds"]
+    self._met(record)
     return record
+
+  def _met(self, record: Mapping[str, Any]) -> None:
+    self.seconds += record["seconds"]
+    where = record["machine"]
+    self.sources.add((f"{where['cpu']}, {where['cores']} cores", record["date"][:10]))
 
   def _compute(
     self,

@@ -284,15 +284,17 @@ def format_section(
 
 
 def write_section(out: Mapping[str, Any], path: str) -> str:
-  """Writes the comparison's section into the document at `path`, keeping the other sections."""
+  """Writes the comparison's section into the document at `path`, keeping the other sections;
+  its date is the last of its runs' records, its machines theirs (`out["recorded"]`)."""
   sections = {}
   if os.path.isfile(path):
     with open(path) as f:
       sections = results.read_sections(f.read())
+  recorded = out.get("recorded") or {}
   sections[NAME] = format_section(
     out,
-    date=datetime.date.today().isoformat(),
-    machine_name=results.machine(),
+    date=recorded.get("last") or datetime.date.today().isoformat(),
+    machine_name=" and ".join(recorded.get("machines") or [results.machine()]),
     package_versions=results.versions(),
   )
   results.write(path, results.format_document(sections))

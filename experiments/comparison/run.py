@@ -244,4 +244,72 @@ def run_comparison(
     "missing": store.missing,
     "waiting": store.waiting,
     "complete": not (store.missing or store.waiting),
+    "recorded": store.provenance(),
+  }
+
+
+def _short_budget(
+  store: Store, config: config_lib.Config, size: protocol.Size
+) -> list[float] | None:
+  """The test R@1 of each seed of a row's comparison run (`size.num_steps`), read from the
+  records and never trained here (the comparison stage trains them); None while one is missing."""
+  found = [store.read(dataclasses.replace(config, seed=seed)) for seed in range(size.seeds)]
+  if any(r is None for r in found):
+    return None
+  return [r["metrics"]["recall@1"] for r in found if r["metrics"] is not None]
+
+
+def run_curves(
+  size_name: str,
+  workdir: str,
+  only: Sequence[str] | None = None,
+  *,
+  records_dir: str = records.DIRECTORY,
+  shard: records.Shard = records.EVERY_RUN,
+  train_nothing: bool = False,
+) -> dict[str, Any]:
+  """The learning curves: every row in both settings at its chosen trial (its trials trained
+  first where they have no record), seed 0, `protocol.curve_config`.
+
+  Returns:
+    A JSON-able dict: `size`, `only`, `settings` (setting -> row -> `{"chosen", "curve",
+    "diverged", "seconds", "short"}` or None while its run has no record; `short` is the R@1 of
+    the comparison's seeds at `size.num_steps`, or None without their records), and `computed`,
+    `reused`, `missing`, `waiting`, `complete` as `run_comparison`'s.
+  """
+  size = protocol.SIZES[size_name]
+  losses, _ = selected(only)
+  store = Store(workdir, records_dir, shard, train_nothing)
+  path, _ = backbone(store, size)
+  bases = {
+    "pretrained": protocol.base_config(size, path),
+    "scratch": protocol.base_config(size, None),
+  }
+  settings: dict[str, dict[str, Any]] = {}
+  for setting in protocol.SETTINGS:
+    settings[setting] = {}
+    for loss in losses:
+      _, chosen = tune(store, bases[setting], setting, loss, size)
+      if chosen is None:
+        store.wait(f"{setting}/curve/{loss}", f"the records of every {setting}/tune/{loss} trial")
+        settings[setting][loss] = None
+        continue
+      config = protocol.curve_config(bases[setting], loss, chosen, size)
+      done = store.train(f"{setting}/curve/{loss}", config)
+      final = protocol.trial_config(bases[setting], loss, chosen)
+      settings[setting][loss] = done and {
+        "chosen": chosen,
+        **{k: done[k] for k in ("curve", "diverged", "seconds")},
+        "short": _short_budget(store, final, size),
+      }
+  return {
+    "size": size_name,
+    "only": list(only or []),
+    "settings": settings,
+    "computed": store.computed,
+    "reused": store.reused,
+    "missing": store.missing,
+    "waiting": store.waiting,
+    "complete": not (store.missing or store.waiting),
+    "recorded": store.provenance(),
   }

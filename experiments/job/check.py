@@ -145,6 +145,11 @@ def _check_data(config: Config, dataset: Any) -> None:
       f"config.validation_fraction must be in [0, 1) (the fraction of the training classes held "
       f"out for validation; 0 for none), got {config.validation_fraction!r}."
     )
+  if config.eval_test_classes and not config.validation_fraction:
+    _fail(
+      "config.eval_test_classes=True needs config.validation_fraction > 0: without a validation "
+      "split the run evaluates on the test classes already; leave eval_test_classes=False."
+    )
   if dataset.bundled_with is not None:
     if config.data_dir is not None:
       _fail(

@@ -92,6 +92,10 @@ class Config:
   eval_batch_size: int = 256
   eval_ks: tuple[int, ...] = (1, 2, 4, 8)
   eval_seen_classes: bool = False  # Also evaluate on the train split (metrics named "seen/...").
+  # With validation_fraction > 0, also evaluate on the data set's test classes at every
+  # evaluation (metrics named "test/..."): one run's learning curve on both the validation and
+  # the test classes. The test classes take no part in training or in choosing anything.
+  eval_test_classes: bool = False
   # A sweep's table also gets a row "raw_pixels": retrieval on the images themselves (see
   # evaluation.evaluate_raw_pixels), what an embedding must beat to have learned beyond the pixels.
   raw_pixels_baseline: bool = False
