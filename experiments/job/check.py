@@ -90,7 +90,7 @@ def _check_counts(config: Config) -> None:
     "batches_per_group",
   ):
     _positive_int(config, name)
-  for name in ("num_steps", "warmup_steps", "memory_batches"):
+  for name in ("num_steps", "warmup_steps", "memory_batches", "freeze_backbone_steps"):
     value = getattr(config, name)
     if not isinstance(value, int) or value < 0:
       _fail(f"config.{name} must be a non-negative int, got {value!r}.")
