@@ -62,7 +62,7 @@ def test_the_backbone_takes_no_step_for_the_frozen_steps_then_trains():
   assert not _changed(backbones[0], backbones[1]) and not _changed(backbones[0], backbones[2])
   assert _changed(backbones[2], backbones[3]) and _changed(backbones[3], backbones[4])
   assert all(_changed(heads[i], heads[i + 1]) for i in range(4))  # The head trains throughout.
-  assert int(state["opt_state"].inner_states["backbone"].inner_state.count) == 2
+  assert int(state["opt_state"].inner_states["backbone"].inner_state.seen) == 2
 
 
 def test_after_the_frozen_steps_the_backbone_follows_the_runs_schedule():

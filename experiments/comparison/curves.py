@@ -33,7 +33,9 @@ VALIDATION, TEST = "recall@1", "test/recall@1"
 DOCS_COMMAND = "python -m experiments.comparison.main --stage curves --from-records --docs"
 
 
-def plateau(curve: Sequence[Mapping[str, float]], key: str = VALIDATION) -> dict[str, Any] | None:
+def plateau(
+  curve: Sequence[Mapping[str, float]], key: str = VALIDATION
+) -> Mapping[str, float] | None:
   """The first point of `curve` whose `key` is within `PLATEAU_TOLERANCE` of its best (None for a
   curve without that metric)."""
   points = [p for p in curve if key in p and math.isfinite(p[key])]
@@ -51,27 +53,27 @@ def _ranks(values: Mapping[str, float]) -> dict[str, int]:
 
 def setting_rows(rows: Mapping[str, Mapping[str, Any] | None]) -> tuple[list[list[str]], str]:
   """The table's rows for one setting and the reading of its ranking under it."""
-  done = {r: v for r, v in rows.items() if v is not None and plateau(v["curve"]) is not None}
-  at_plateau = {r: plateau(v["curve"]).get(TEST, math.nan) for r, v in done.items()}
-  short = {r: float(np.mean(v["short"])) for r, v in done.items() if v["short"]}
+  points = {r: plateau(v["curve"]) for r, v in rows.items() if v is not None}
+  done = {r: v for r, v in rows.items() if v is not None and points[r] is not None}
+  at_plateau = {r: (points[r] or {}).get(TEST, math.nan) for r in done}
+  short = {r: float(np.mean(v["short"])) for r, v in done.items() if v.get("short")}
   ranked = [r for r in done if r in short and math.isfinite(at_plateau[r])]
   short_ranks = _ranks({r: short[r] for r in ranked})
   plateau_ranks = _ranks({r: at_plateau[r] for r in ranked})
   table = []
   for row, value in done.items():
-    point = plateau(value["curve"])
-    best = plateau(value["curve"], TEST) or {}
-    last = value["curve"][-1]
+    tested = [p for p in value["curve"] if TEST in p] or [{"step": "-", TEST: math.nan}]
+    best, last = max(tested, key=lambda p: p[TEST]), tested[-1]
     table.append(
       [
         row,
         f"{short[row]:.3f}" if row in short else "-",
         str(short_ranks.get(row, "-")),
-        str(point["step"]),
+        str((points[row] or {}).get("step")),
         f"{at_plateau[row]:.3f}",
         str(plateau_ranks.get(row, "-")),
-        f"{best.get(TEST, math.nan):.3f} ({best.get('step', '-')})",
-        f"{last.get(TEST, math.nan):.3f} ({last['step']})",
+        f"{best[TEST]:.3f} ({best['step']})",
+        f"{last[TEST]:.3f} ({last['step']})",
         "diverged" if value.get("diverged") else "",
       ]
     )

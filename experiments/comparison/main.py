@@ -3,7 +3,8 @@
 Command (not part of CI; 45 to 75 minutes on 2 CPU cores at `--size full`):
 
     python -m experiments.comparison.main --workdir runs/comparison
-    python -m experiments.comparison.main --workdir /tmp/comparison_tiny --size tiny
+    python -m experiments.comparison.main --workdir /tmp/tiny --size tiny --records /tmp/records
+    python -m experiments.comparison.main --stage curves --shard 0/2
 
 What it does (issue 28; Musgrave et al. 2020, "A Metric Learning Reality Check"): pretrains the
 job's backbone by classifying glyph characters that are neither training nor test classes
@@ -17,12 +18,19 @@ spaces, trials and chosen values, the tables of means with 95% intervals and the
 significantly (`stats.py`), and whether each claim holds (`report.py`). With `--docs` it also
 writes the test classes' tables of both settings and a figure of their intervals to
 docs/_generated/comparison_<setting>.json (docs/guide/comparison.rst shows them); `--tables-only`
-writes those from the document's section as it is, running nothing.
+writes those from the document's section as it is, running nothing. `--stage curves` trains each
+row's chosen setting 10 times longer instead, evaluated on the validation and test classes every
+150 steps (`curves.py`: the plateaus, the ranking at the plateau, the figure).
 
-Rerunning the command reuses every finished run (and the backbone) and resumes an interrupted one
-from its checkpoint; `--only NAME ...` runs some losses and ablations (an ablation brings its
-loss). Compiled steps are cached in `WORKDIR/jax_cache` (JAX's persistent compilation cache), so
-that runs differing only in their seed compile once.
+Each run's record goes to experiments/comparison/records/ (`--records DIR` elsewhere;
+`records.py`), which is committed: a run with a record is never trained again, on any machine, and
+`--from-records` writes the section and the docs from the records alone, training nothing.
+`--shard I/N` trains only the runs whose hash is I modulo N, so that N processes or hosts split the
+work; a loss's seeds wait for the records of all its trials (the shards run again once those are
+committed), and the call says what waits. An interrupted run resumes from its checkpoint in its
+workdir; `--only NAME ...` runs some losses and ablations (an ablation brings its loss). Compiled
+steps are cached in `WORKDIR/jax_cache` (JAX's persistent compilation cache), so that runs
+differing only in their seed compile once.
 """
 
 from __future__ import annotations

@@ -301,7 +301,7 @@ def write_section(out: Mapping[str, Any], path: str) -> str:
   return sections[NAME]
 
 
-DOCS_COMMAND = "python -m experiments.comparison.main --workdir runs/comparison --docs"
+DOCS_COMMAND = "python -m experiments.comparison.main --from-records --docs"
 _ESTIMATE = re.compile(r"^([\d.]+) \[([\d.]+), ([\d.]+)\]$")
 
 

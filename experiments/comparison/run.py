@@ -49,8 +49,9 @@ logger = logging.getLogger(__name__)
 KEPT = records.KEPT  # The metrics the tables report.
 
 
-def _score(result: dict[str, Any]) -> float:
+def _score(result: dict[str, Any] | None) -> float:
   """A trial's selection metric: its validation MAP@R, -inf when it diverged."""
+  assert result is not None  # Only read once every trial has its record.
   return -float("inf") if result["metrics"] is None else result["metrics"]["map@r"]
 
 
@@ -83,9 +84,10 @@ def over_seeds(
     store.train(f"{label}/seed{seed}", dataclasses.replace(config, seed=seed))
     for seed in range(size.seeds)
   ]
-  if any(r is None for r in found):
+  done = [r for r in found if r is not None]
+  if len(done) < len(found):
     return None
-  return [{k: r["metrics"][k] for k in KEPT} if r["metrics"] else None for r in found]
+  return [{k: r["metrics"][k] for k in KEPT} if r["metrics"] else None for r in done]
 
 
 def run_setting(
@@ -254,32 +256,14 @@ def _short_budget(
   """The test R@1 of each seed of a row's comparison run (`size.num_steps`), read from the
   records and never trained here (the comparison stage trains them); None while one is missing."""
   found = [store.read(dataclasses.replace(config, seed=seed)) for seed in range(size.seeds)]
-  if any(r is None for r in found):
+  done = [r for r in found if r is not None]
+  if len(done) < len(found):
     return None
-  return [r["metrics"]["recall@1"] for r in found if r["metrics"] is not None]
+  return [r["metrics"]["recall@1"] for r in done if r["metrics"] is not None]
 
 
-def run_curves(
-  size_name: str,
-  workdir: str,
-  only: Sequence[str] | None = None,
-  *,
-  records_dir: str = records.DIRECTORY,
-  shard: records.Shard = records.EVERY_RUN,
-  train_nothing: bool = False,
-) -> dict[str, Any]:
-  """The learning curves: every row in both settings at its chosen trial (its trials trained
-  first where they have no record), seed 0, `protocol.curve_config`.
-
-  Returns:
-    A JSON-able dict: `size`, `only`, `settings` (setting -> row -> `{"chosen", "curve",
-    "diverged", "seconds", "short"}` or None while its run has no record; `short` is the R@1 of
-    the comparison's seeds at `size.num_steps`, or None without their records), and `computed`,
-    `reused`, `missing`, `waiting`, `complete` as `run_comparison`'s.
-  """
-  size = protocol.SIZES[size_name]
-  losses, _ = selected(only)
-  store = Store(workdir, records_dir, shard, train_nothing)
+def _curves_pass(store: Store, size: protocol.Size, losses: Sequence[str]) -> dict[str, Any]:
+  """Every curve run met once (`run_curves`): setting -> row -> its entry or None."""
   path, _ = backbone(store, size)
   bases = {
     "pretrained": protocol.base_config(size, path),
@@ -302,12 +286,43 @@ def run_curves(
         **{k: done[k] for k in ("curve", "diverged", "seconds")},
         "short": _short_budget(store, final, size),
       }
+  return settings
+
+
+def run_curves(
+  size_name: str,
+  workdir: str,
+  only: Sequence[str] | None = None,
+  *,
+  records_dir: str = records.DIRECTORY,
+  shard: records.Shard = records.EVERY_RUN,
+  train_nothing: bool = False,
+) -> dict[str, Any]:
+  """The learning curves: every row in both settings at its chosen trial (its trials trained
+  first where they have no record), seed 0, `protocol.curve_config`; in passes, as
+  `run_comparison`.
+
+  Returns:
+    A JSON-able dict: `size`, `only`, `settings` (setting -> row -> `{"chosen", "curve",
+    "diverged", "seconds", "short"}` or None while its run has no record; `short` is the R@1 of
+    the comparison's seeds at `size.num_steps`, or None without their records), and `computed`,
+    `reused`, `missing`, `waiting`, `complete`, `recorded` as `run_comparison`'s.
+  """
+  size = protocol.SIZES[size_name]
+  losses, _ = selected(only)
+  computed = 0
+  while True:
+    store = Store(workdir, records_dir, shard, train_nothing)
+    settings = _curves_pass(store, size, losses)
+    computed += store.computed
+    if not store.computed or not (store.missing or store.waiting):
+      break
   return {
     "size": size_name,
     "only": list(only or []),
     "settings": settings,
-    "computed": store.computed,
-    "reused": store.reused,
+    "computed": computed,
+    "reused": store.reused - (computed - store.computed),
     "missing": store.missing,
     "waiting": store.waiting,
     "complete": not (store.missing or store.waiting),

@@ -41,7 +41,7 @@ def _network_groups(params):
 class FrozenState(NamedTuple):
   """The state of `frozen_for`: the updates seen (counting up to the frozen steps), `tx`'s own."""
 
-  count: jax.Array
+  seen: jax.Array
   inner: optax.OptState
 
 
@@ -58,7 +58,7 @@ def frozen_for(steps: int, tx: optax.GradientTransformation) -> optax.GradientTr
     return tx
 
   def init(params):
-    return FrozenState(count=jnp.zeros([], jnp.int32), inner=tx.init(params))
+    return FrozenState(seen=jnp.zeros([], jnp.int32), inner=tx.init(params))
 
   def update(updates, state, params=None):
     def frozen():
@@ -67,8 +67,8 @@ def frozen_for(steps: int, tx: optax.GradientTransformation) -> optax.GradientTr
     def live():
       return tx.update(updates, state.inner, params)
 
-    updates, inner = jax.lax.cond(state.count < steps, frozen, live)
-    return updates, FrozenState(count=jnp.minimum(state.count + 1, steps), inner=inner)
+    updates, inner = jax.lax.cond(state.seen < steps, frozen, live)
+    return updates, FrozenState(seen=jnp.minimum(state.seen + 1, steps), inner=inner)
 
   return optax.GradientTransformation(init, update)
 
