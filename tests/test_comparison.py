@@ -650,3 +650,22 @@ def test_test_classes_are_evaluated_only_beside_a_validation_split():
   full = protocol.SIZES["full"]
   assert full.curve_steps == 10 * full.num_steps and full.curve_eval_every == full.num_steps
   assert full.curve_warmup_steps == 10 * full.warmup_steps
+
+
+def test_the_converged_protocol_searches_the_head_of_every_loss_alike():
+  converged = protocol.converged(3000, 300)
+  assert (converged.num_steps, converged.heads[0]) == (3000, "embedding")
+  base = protocol.base_config(converged, None)
+  for loss in protocol.LOSSES:
+    space = protocol.search_space(loss, converged.heads)
+    assert space["head"] == ("embedding", "centred_embedding")
+    assert list(space)[-1] == "learning_rate"
+    trials = protocol.trials(loss, converged.trials, converged.heads)
+    assert trials[0]["head"] == "embedding"  # The default first, as for every dimension.
+    for trial in trials:
+      config = protocol.trial_config(base, loss, trial)
+      check.check_config(config)
+      assert config.head == trial["head"]
+    # One head is no search: the sizes of today draw the trials they drew before.
+    assert protocol.trials(loss, 4) == protocol.trials(loss, 4, ("embedding",))
+    assert "head" not in protocol.trials(loss, 4)[1]

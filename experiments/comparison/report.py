@@ -117,7 +117,7 @@ def trials_table(out: Mapping[str, Any], losses: Sequence[str]) -> str:
   for loss in losses:
     space = "; ".join(
       f"{k}: {', '.join(v if isinstance(v, str) else f'{v:g}' for v in vs)}"
-      for k, vs in protocol.SEARCH_SPACES[loss].items()
+      for k, vs in protocol.search_space(loss, protocol.SIZES[out["size"]].heads).items()
     )
     trials = out["settings"][protocol.SETTINGS[0]]["trials"][loss]
     for i, record in enumerate(trials):

@@ -64,7 +64,7 @@ def tune(
   while a trial has no record (another shard's).
   """
   done = []
-  for i, trial in enumerate(protocol.trials(loss, size.trials)):
+  for i, trial in enumerate(protocol.trials(loss, size.trials, size.heads)):
     config = dataclasses.replace(
       protocol.trial_config(base, loss, trial), seed=0, validation_fraction=size.validation_fraction
     )
