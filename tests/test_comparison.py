@@ -24,8 +24,10 @@ import pytest
 from scipy import stats as scipy_stats
 
 from experiments import results
+from experiments.comparison import curves
 from experiments.comparison import pretrain
 from experiments.comparison import protocol
+from experiments.comparison import records
 from experiments.comparison import report
 from experiments.comparison import run
 from experiments.comparison import stats
@@ -48,20 +50,18 @@ TINY = protocol.SIZES["tiny"]
 # The smoke test: the command, twice.
 
 
-def _command(workdir: pathlib.Path, output: pathlib.Path) -> dict:
-  done = subprocess.run(
+def _run_command(workdir: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
+  """`python -m experiments.comparison.main --size tiny --workdir WORKDIR *args`."""
+  return subprocess.run(
     [
       sys.executable,
       "-m",
       "experiments.comparison.main",
       "--size",
       "tiny",
-      "--only",
-      "fastap_bins",
       "--workdir",
       str(workdir),
-      "--output",
-      str(output),
+      *args,
     ],
     cwd=REPO,
     capture_output=True,
@@ -70,15 +70,27 @@ def _command(workdir: pathlib.Path, output: pathlib.Path) -> dict:
     check=False,
     env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
   )
+
+
+def _command(workdir: pathlib.Path, output: pathlib.Path, records: pathlib.Path) -> dict:
+  done = _run_command(
+    workdir, "--only", "fastap_bins", "--output", str(output), "--records", str(records)
+  )
   assert done.returncode == 0, done.stderr[-3000:]
   with open(workdir / "comparison.json") as f:
     return {**json.load(f), "stdout": done.stdout}
 
 
 @pytest.fixture(scope="session")
-def smoke(tmp_path_factory):
+def comparison_root(tmp_path_factory):
+  """The smoke test's folder: its workdirs, its records, its document."""
+  return tmp_path_factory.mktemp("comparison")
+
+
+@pytest.fixture(scope="session")
+def smoke(comparison_root):
   """Both calls' outputs and the document, which held another section before."""
-  root = tmp_path_factory.mktemp("comparison")
+  root = comparison_root
   output = root / "RESULTS.md"
   other = results.EXPERIMENTS[1]
   results.write(
@@ -92,8 +104,9 @@ def smoke(tmp_path_factory):
       }
     ),
   )
-  first = _command(root / "work", output)
-  second = _command(root / "work", output)
+  first = _command(root / "work", output, root / "records")
+  # Another machine: a new workdir, the records alone (the backbone pretrained again).
+  second = _command(root / "elsewhere", output, root / "records")
   return first, second, output.read_text()
 
 
@@ -126,7 +139,7 @@ def test_the_command_writes_a_section_that_parses(smoke):
 def test_a_rerun_trains_nothing(smoke):
   first, second, _ = smoke
   assert first["computed"] > 0 and first["backbone"]["new"]
-  assert second["computed"] == 0 and not second["backbone"]["new"]
+  assert second["computed"] == 0  # Its backbone is pretrained again, none of its runs.
   assert second["reused"] == first["computed"] + first["reused"]
   assert second["settings"] == first["settings"] and second["ablations"] == first["ablations"]
 
@@ -322,20 +335,72 @@ def test_the_store_computes_each_config_once_and_records_divergence(tmp_path):
     calls.append(directory)
     if config.seed == 2:
       raise FloatingPointError("the training loss is not finite at step 3")
-    return {"recall@1": 0.5 + config.seed, "map@r": 0.25, "map": 0.3}
+    return {"recall@1": 0.5 + config.seed, "map@r": 0.25, "map": 0.3, "step": 2}
 
   base = protocol.base_config(TINY, None)
-  store = run.Store(str(tmp_path))
-  first = store.result("a", base, compute)
-  assert first["metrics"] == {"recall@1": 0.5, "map@r": 0.25}
-  assert store.result("a", base, compute) == first and len(calls) == 1
-  store.result("a", dataclasses.replace(base, seed=1), compute)
-  diverged = store.result("a", dataclasses.replace(base, seed=2), compute)
+  store = records.Store(str(tmp_path / "work"), str(tmp_path / "records"))
+  first = store.result("a/b", base, compute)
+  assert first["metrics"] == {"recall@1": 0.5, "map@r": 0.25, "map": 0.3}
+  assert first["config"] == records.hashed_config(base) and first["machine"]["cores"] >= 1
+  assert store.result("a/b", base, compute) == first and len(calls) == 1
+  # The record is one file in the records folder, named by the label and the hash.
+  assert os.listdir(tmp_path / "records") == [f"a.b-{records.config_hash(base)}.json"]
+  # The same config under another label is the same run.
+  assert store.result("c", base, compute) == first and len(calls) == 1
+  store.result("a/b", dataclasses.replace(base, seed=1), compute)
+  diverged = store.result("a/b", dataclasses.replace(base, seed=2), compute)
   assert diverged["metrics"] is None and "step 3" in diverged["diverged"]
-  assert run.Store(str(tmp_path)).result("a", dataclasses.replace(base, seed=2), compute) == (
-    diverged
-  )
-  assert (store.computed, store.reused, len(calls)) == (3, 1, 3)
+  again = records.Store(str(tmp_path / "elsewhere"), str(tmp_path / "records"))
+  assert again.result("a/b", dataclasses.replace(base, seed=2), compute) == diverged
+  assert (store.computed, store.reused, len(calls)) == (3, 2, 3)
+  # Reading only, or another shard's run: no record, nothing computed, the run listed.
+  unseen = dataclasses.replace(base, seed=3)
+  for reader in (
+    records.Store(str(tmp_path / "w"), str(tmp_path / "records"), train_nothing=True),
+    records.Store(
+      str(tmp_path / "w"),
+      str(tmp_path / "records"),
+      records.Shard(1 - int(records.config_hash(unseen), 16) % 2, 2),
+    ),
+  ):
+    assert reader.result("a/b/seed3", unseen, compute) is None
+    assert reader.missing == ["a/b/seed3"] and len(calls) == 3
+
+
+def test_hashes_leave_out_new_fields_at_their_neutral_values_and_the_backbones_path():
+  base = protocol.base_config(TINY, None)
+  stored = records.hashed_config(base)
+  assert not set(records.HASH_NEUTRAL) & set(stored)
+  for name, value in records.HASH_NEUTRAL.items():
+    assert getattr(config_lib.Config(), name) == value  # Today's behaviour is the default.
+  here = dataclasses.replace(base, init_weights="/a/backbones/backbone-abc.npz")
+  there = dataclasses.replace(base, init_weights="/b/backbones/backbone-abc.npz")
+  assert records.config_hash(here) == records.config_hash(there)
+  assert records.config_hash(here) != records.config_hash(base)
+
+
+def test_a_stale_record_is_refused(tmp_path):
+  base = protocol.base_config(TINY, None)
+  store = records.Store(str(tmp_path / "work"), str(tmp_path / "records"))
+  store.result("a", base, lambda c, d: {"recall@1": 0.5, "map@r": 0.25})
+  (path,) = (tmp_path / "records").iterdir()
+  record = json.loads(path.read_text())
+  record["config"]["seed"] = 7
+  path.write_text(json.dumps(record))
+  with pytest.raises(ValueError, match="stale record"):
+    store.result("a", base, lambda c, d: {})
+
+
+@pytest.mark.parametrize(("text", "shard"), [("0/1", (0, 1)), ("1/3", (1, 3))])
+def test_shards_parse_and_split_the_runs(text, shard):
+  parsed = records.Shard.parse(text)
+  assert (parsed.index, parsed.count) == shard
+  digests = [f"{i:010x}" for i in range(30)]
+  owners = [[records.Shard(i, shard[1]).owns(d) for i in range(shard[1])] for d in digests]
+  assert all(sum(o) == 1 for o in owners)  # Each run belongs to exactly one shard.
+  for bad in ("2/2", "1", "-1/2", "a/b"):
+    with pytest.raises(ValueError, match="--shard"):
+      records.Shard.parse(bad)
 
 
 def _canned_output() -> dict:
@@ -453,3 +518,154 @@ def test_tables_only_writes_the_docs_from_the_document_and_runs_nothing(monkeypa
   assert data["source"] == results.RECORD_SOURCE
   seeds = {row[1]: row[2] for row in data["rows"]}
   assert seeds["triplet"] == "2/3" and seeds["fastap"] == "3/3"  # A diverged seed counted out.
+
+
+# ---------------------------------------------------------------------------------------------
+# Shards: their records merge into the tables of one process.
+
+
+def _fake_training(monkeypatch):
+  """Training replaced by metrics drawn from the config's hash: fast, and the same on any call."""
+
+  def fake(config, workdir, *, name=None):
+    del workdir, name
+    rng = np.random.default_rng(int(records.config_hash(config), 16))
+    return {"recall@1": float(rng.uniform()), "map@r": float(rng.uniform()), "step": 2}
+
+  monkeypatch.setattr(train, "train_and_evaluate", fake)
+
+
+def _tables(out: dict) -> str:
+  """The section without the line of when, where and how long."""
+  section = report.format_section(out, date="d", machine_name="m", package_versions={})
+  return "\n".join(line for line in section.splitlines() if not line.startswith("Run on"))
+
+
+def test_two_shards_records_merge_into_the_tables_of_one_process(monkeypatch, tmp_path):
+  _fake_training(monkeypatch)
+  work, only = str(tmp_path / "work"), ["fastap_bins"]
+  one = run.run_comparison("tiny", work, only, records_dir=str(tmp_path / "one"))
+  assert one["complete"] and one["computed"] > 0
+  merged = str(tmp_path / "merged")
+  shards = [records.Shard(i, 2) for i in range(2)]
+  first = [run.run_comparison("tiny", work, only, records_dir=merged, shard=s) for s in shards]
+  # Shard 0 ran alone first: its runs that need shard 1's trials waited, or shard 1's own runs
+  # were left to it.
+  assert not first[0]["complete"] and (first[0]["waiting"] or first[0]["missing"])
+  trained = sum(o["computed"] for o in first)
+  for _ in range(3):  # Each shard again, as the records of the other arrive.
+    outs = [run.run_comparison("tiny", work, only, records_dir=merged, shard=s) for s in shards]
+    trained += sum(o["computed"] for o in outs)
+    if all(o["complete"] for o in outs):
+      break
+  assert all(o["complete"] for o in outs)
+  assert trained == one["computed"]  # Every run trained once, by one of the shards.
+  assert sorted(os.listdir(merged)) == sorted(os.listdir(tmp_path / "one"))
+  alone = run.run_comparison("tiny", work, only, records_dir=merged, train_nothing=True)
+  assert alone["complete"] and alone["computed"] == 0
+  assert _tables(alone) == _tables(one)
+
+
+def test_from_records_refuses_listing_the_missing_runs(monkeypatch, tmp_path, capsys):
+  from experiments.comparison import main  # pylint: disable=g-import-not-at-top
+
+  _fake_training(monkeypatch)
+  monkeypatch.setattr(train, "train_and_evaluate", None)  # Nothing may train.
+  with pytest.raises(SystemExit) as exit_info:
+    main.main(
+      ["--size", "tiny", "--only", "fastap", "--from-records", "--records", str(tmp_path)]
+      + ["--workdir", str(tmp_path / "work")]
+    )
+  assert exit_info.value.code == main_lib.EXIT_CONFIG_ERROR
+  err = capsys.readouterr().err
+  assert "--from-records: cannot write up" in err and "pretrained/tune/fastap/0" in err
+  assert "backbone-" in err and "wait for other runs' records" in err
+
+
+# ---------------------------------------------------------------------------------------------
+# The learning curves.
+
+
+@pytest.fixture(scope="session")
+def curves_out(smoke, comparison_root):
+  """`--stage curves --only fastap` on the smoke test's records: its trials are read, its two
+  curve runs (one per setting) trained."""
+  del smoke  # Its records: the trials and the seeds of the short budget.
+  root = comparison_root
+  done = _run_command(
+    root / "work", "--stage", "curves", "--only", "fastap", "--records", str(root / "records")
+  )
+  assert done.returncode == 0, done.stderr[-3000:]
+  with open(root / "work" / "curves.json") as f:
+    return {**json.load(f), "stdout": done.stdout}
+
+
+def test_the_curves_evaluate_validation_and_test_classes_at_fixed_steps(curves_out, tmp_path):
+  out = curves_out
+  assert out["complete"] and out["computed"] == len(protocol.SETTINGS)  # The trials are read.
+  steps = list(range(0, TINY.curve_steps + 1, TINY.curve_eval_every))
+  for setting in protocol.SETTINGS:
+    row = out["settings"][setting]["fastap"]
+    assert [p["step"] for p in row["curve"]] == steps
+    for point in row["curve"]:
+      assert {"recall@1", "map@r", "test/recall@1", "test/map@r"} <= set(point)
+    assert len(row["short"]) == TINY.seeds  # The comparison's seeds, read from their records.
+  assert "| fastap |" in out["stdout"] and "plateau" in out["stdout"]
+  paths = curves.write_docs(out, directory=tmp_path)
+  assert [p.name for p in paths] == [f"comparison_curves_{s}.json" for s in protocol.SETTINGS]
+  assert (tmp_path / "comparison_curves_pretrained.png").is_file()
+  data = json.loads(paths[0].read_text())
+  assert data["rows"][0][0] == "fastap" and data["command"] == curves.DOCS_COMMAND
+
+
+def test_the_plateau_is_the_first_evaluation_near_the_best_on_validation():
+  curve = [
+    {"step": 0, "recall@1": 0.2, "test/recall@1": 0.25},
+    {"step": 150, "recall@1": 0.495, "test/recall@1": 0.4},
+    {"step": 300, "recall@1": 0.5, "test/recall@1": 0.45},
+    {"step": 450, "recall@1": 0.48, "test/recall@1": 0.5},
+  ]
+  assert curves.plateau(curve)["step"] == 150  # Within 0.01 of the best, 0.5.
+  assert curves.plateau(curve, curves.TEST)["step"] == 450
+  assert curves.plateau([{"step": 0}]) is None
+
+
+def test_the_ranking_reading_compares_the_short_budget_with_the_plateau():
+  def row(short, test):
+    return {"curve": [{"step": 0, "recall@1": 0.1, "test/recall@1": test}], "short": [short]}
+
+  kept, reading = curves.setting_rows({"a": row(0.5, 0.6), "b": row(0.4, 0.5), "c": None})
+  assert [r[0] for r in kept] == ["a", "b"] and "holds at the plateau" in reading
+  _, reading = curves.setting_rows({"a": row(0.5, 0.4), "b": row(0.4, 0.5)})
+  assert "does not hold (a 1 -> 2, b 2 -> 1)" in reading and "-1.00" in reading
+
+
+def test_test_classes_are_evaluated_only_beside_a_validation_split():
+  base = protocol.base_config(TINY, None)
+  with pytest.raises(config_lib.ConfigError, match="eval_test_classes"):
+    check.check_config(dataclasses.replace(base, eval_test_classes=True))
+  curve = protocol.curve_config(base, "fastap", protocol.trials("fastap", 1)[0], TINY)
+  check.check_config(curve)
+  assert (curve.num_steps, curve.eval_every, curve.seed) == (TINY.curve_steps, 2, 0)
+  full = protocol.SIZES["full"]
+  assert full.curve_steps == 10 * full.num_steps and full.curve_eval_every == full.num_steps
+  assert full.curve_warmup_steps == 10 * full.warmup_steps
+
+
+def test_the_converged_protocol_searches_the_head_of_every_loss_alike():
+  converged = protocol.converged(3000, 300)
+  assert (converged.num_steps, converged.heads[0]) == (3000, "embedding")
+  base = protocol.base_config(converged, None)
+  for loss in protocol.LOSSES:
+    space = protocol.search_space(loss, converged.heads)
+    assert space["head"] == ("embedding", "centred_embedding")
+    assert list(space)[-1] == "learning_rate"
+    trials = protocol.trials(loss, converged.trials, converged.heads)
+    assert trials[0]["head"] == "embedding"  # The default first, as for every dimension.
+    for trial in trials:
+      config = protocol.trial_config(base, loss, trial)
+      check.check_config(config)
+      assert config.head == trial["head"]
+    # One head is no search: the sizes of today draw the trials they drew before.
+    assert protocol.trials(loss, 4) == protocol.trials(loss, 4, ("embedding",))
+    assert "head" not in protocol.trials(loss, 4)[1]

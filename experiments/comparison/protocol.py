@@ -100,7 +100,8 @@ SEARCH_SPACES = {
   loss: {**space, "learning_rate": LEARNING_RATES} for loss, space in SEARCH_SPACES.items()
 }
 TRIALS_SEED = 28  # Issue 28.
-CONFIG_FIELDS = ("learning_rate", "proxy_lr_multiplier")  # Searched names that are Config fields.
+# Searched names that are Config fields.
+CONFIG_FIELDS = ("learning_rate", "proxy_lr_multiplier", "head")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +118,11 @@ class Size:
     validation_fraction: the training classes held out to choose each loss's trial.
     ablation_values: ablation name -> how many of its values run (`Ablation.values[:n]`).
     pretrain: the backbone's pretraining (`pretrain.Pretraining` fields).
+    curve_steps, curve_warmup_steps, curve_eval_every: the learning curves' schedule
+      (`curve_config`): 10 times `num_steps` and `warmup_steps` at `full`, evaluated every
+      `num_steps`.
+    heads: the embedding heads (`networks.HEADS`) every loss's trials choose among, the first
+      the default; one head is no search (`search_space`).
   """
 
   dataset: str
@@ -131,6 +137,10 @@ class Size:
   validation_fraction: float
   ablation_values: int | None
   pretrain: Mapping[str, Any]
+  curve_steps: int
+  curve_warmup_steps: int
+  curve_eval_every: int
+  heads: tuple[str, ...] = ("embedding",)
 
 
 SIZES: Mapping[str, Size] = {
@@ -157,6 +167,11 @@ SIZES: Mapping[str, Size] = {
       "batch_size": 128,
       "learning_rate": 1e-2,
     },
+    # The learning curves (issue 66): 10 times the steps and the warm-up, an evaluation every
+    # 150 steps (11 points with the untrained network's).
+    curve_steps=1500,
+    curve_warmup_steps=150,
+    curve_eval_every=150,
   ),
   # The smoke test: the glyphs' 31 + 31 commonest characters, a tiny network, two steps.
   "tiny": Size(
@@ -178,6 +193,9 @@ SIZES: Mapping[str, Size] = {
       "batch_size": 32,
       "learning_rate": 3e-3,
     },
+    curve_steps=4,
+    curve_warmup_steps=1,
+    curve_eval_every=2,
   ),
 }
 
@@ -204,15 +222,37 @@ def base_config(size: Size, backbone: str | None) -> config_lib.Config:
   )
 
 
-def grid(loss: str) -> list[dict[str, Any]]:
+def converged(num_steps: int, warmup_steps: int) -> Size:
+  """The protocol at convergence (issue 66), a scaffold: `full` at a budget read from the
+  learning curves, the embedding head (plain or centred) a searched choice of every loss alike.
+  Not in `SIZES` until the curves have chosen its budget."""
+  return dataclasses.replace(
+    SIZES["full"],
+    num_steps=num_steps,
+    warmup_steps=warmup_steps,
+    heads=("embedding", "centred_embedding"),
+  )
+
+
+def search_space(loss: str, heads: tuple[str, ...] = ("embedding",)) -> dict[str, tuple[Any, ...]]:
+  """A loss's search space (`SEARCH_SPACES`), with the head among its dimensions (before the
+  learning rate) when more than one is searched (`Size.heads`)."""
+  space = dict(SEARCH_SPACES[loss])
+  if len(heads) > 1:
+    rate = space.pop("learning_rate")
+    space.update(head=heads, learning_rate=rate)
+  return space
+
+
+def grid(loss: str, heads: tuple[str, ...] = ("embedding",)) -> list[dict[str, Any]]:
   """Every point of a loss's search space, the default (every first value) first."""
-  space = SEARCH_SPACES[loss]
+  space = search_space(loss, heads)
   return [dict(zip(space, values)) for values in itertools.product(*space.values())]
 
 
-def trials(loss: str, count: int) -> list[dict[str, Any]]:
+def trials(loss: str, count: int, heads: tuple[str, ...] = ("embedding",)) -> list[dict[str, Any]]:
   """`count` distinct points of the loss's grid: the default, then seeded draws from the rest."""
-  points = grid(loss)
+  points = grid(loss, heads)
   if not 1 <= count <= len(points):
     raise ValueError(f"trials: {loss} has {len(points)} points, cannot draw {count}.")
   rng = np.random.default_rng([TRIALS_SEED, zlib.crc32(loss.encode())])
@@ -235,6 +275,26 @@ def trial_config(base: config_lib.Config, loss: str, trial: Mapping[str, Any]) -
     loss_kwargs=kwargs,
     learning_rate=float(trial["learning_rate"]),
     proxy_lr_multiplier=float(trial.get("proxy_lr_multiplier", base.proxy_lr_multiplier)),
+    head=trial.get("head", base.head),
+  )
+
+
+def curve_config(
+  base: config_lib.Config, loss: str, chosen: Mapping[str, Any], size: Size
+) -> config_lib.Config:
+  """A row's learning-curve run: its chosen trial (`trial_config`), seed 0, trained like the
+  trials on the training classes less the validation classes for `size.curve_steps`, evaluated
+  every `size.curve_eval_every` steps on the validation classes and on the test classes
+  (`eval_test_classes`), and checkpointed as often (a run resumes across sessions)."""
+  return dataclasses.replace(
+    trial_config(base, loss, chosen),
+    seed=0,
+    validation_fraction=size.validation_fraction,
+    eval_test_classes=True,
+    num_steps=size.curve_steps,
+    warmup_steps=size.curve_warmup_steps,
+    eval_every=size.curve_eval_every,
+    checkpoint_every=size.curve_eval_every,
   )
 
 

@@ -117,7 +117,7 @@ def trials_table(out: Mapping[str, Any], losses: Sequence[str]) -> str:
   for loss in losses:
     space = "; ".join(
       f"{k}: {', '.join(v if isinstance(v, str) else f'{v:g}' for v in vs)}"
-      for k, vs in protocol.SEARCH_SPACES[loss].items()
+      for k, vs in protocol.search_space(loss, protocol.SIZES[out["size"]].heads).items()
     )
     trials = out["settings"][protocol.SETTINGS[0]]["trials"][loss]
     for i, record in enumerate(trials):
@@ -284,22 +284,24 @@ def format_section(
 
 
 def write_section(out: Mapping[str, Any], path: str) -> str:
-  """Writes the comparison's section into the document at `path`, keeping the other sections."""
+  """Writes the comparison's section into the document at `path`, keeping the other sections;
+  its date is the last of its runs' records, its machines theirs (`out["recorded"]`)."""
   sections = {}
   if os.path.isfile(path):
     with open(path) as f:
       sections = results.read_sections(f.read())
+  recorded = out.get("recorded") or {}
   sections[NAME] = format_section(
     out,
-    date=datetime.date.today().isoformat(),
-    machine_name=results.machine(),
+    date=recorded.get("last") or datetime.date.today().isoformat(),
+    machine_name=" and ".join(recorded.get("machines") or [results.machine()]),
     package_versions=results.versions(),
   )
   results.write(path, results.format_document(sections))
   return sections[NAME]
 
 
-DOCS_COMMAND = "python -m experiments.comparison.main --workdir runs/comparison --docs"
+DOCS_COMMAND = "python -m experiments.comparison.main --from-records --docs"
 _ESTIMATE = re.compile(r"^([\d.]+) \[([\d.]+), ([\d.]+)\]$")
 
 

@@ -1,12 +1,16 @@
 """Runs the comparison: the backbone, each loss's trials, its chosen setting's seeds, the ablations.
 
 Every training run goes through `experiments.job.train.train_and_evaluate` in a workdir of its
-own, `WORKDIR/runs/<label>-<hash>`, `<hash>` a hash of the run's whole config: a run is trained
-once, and an identical config met again (an ablation's value that is a loss's chosen setting, a
-rerun of the command) reuses it. When a run ends, its metrics go to `result.json` in its workdir,
-which a rerun reads instead of calling the job (`Store`); a run interrupted before that resumes
-from its last checkpoint, as the job does. A run whose loss or parameters stop being finite
-(`FloatingPointError`) is recorded as diverged: it loses its trial, and counts as a failed seed.
+own, `WORKDIR/runs/<label>-<hash>`, `<hash>` a hash of the run's whole config
+(`records.config_hash`). When a run ends, its record (metrics, learning curve, wall time, machine)
+is written to the records folder (`records.Store`; committed under
+`experiments/comparison/records/`), and a run whose hash has a record is never trained again, on
+any machine, whatever its label (an ablation's value that is a loss's chosen setting reuses the
+seeds' runs). A run interrupted before its record resumes from its last checkpoint in its
+workdir, as the job does. A run whose loss or parameters stop being finite (`FloatingPointError`)
+is recorded as diverged: it loses its trial, and counts as a failed seed. With a shard
+(`records.Shard`) a process trains only its share of the runs and reads the others' records; the
+runs that need records it does not have (another shard's trials) wait, and are listed.
 
 The order, in each setting (`pretrained`, then `scratch`):
 
@@ -24,135 +28,84 @@ chosen config, each over the seeds, on the test classes.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from experiments.comparison import pretrain
 from experiments.comparison import protocol
+from experiments.comparison import records
+from experiments.comparison.records import Store
 from experiments.job import config as config_lib
 from experiments.job import datasets
 from experiments.job import evaluation
 from experiments.job import main as main_lib
-from experiments.job import train
 
 logger = logging.getLogger(__name__)
 
-RESULT = "result.json"
-KEPT = ("recall@1", "map@r")  # The metrics the tables report.
+KEPT = records.KEPT  # The metrics the tables report.
 
 
-def config_hash(config: config_lib.Config) -> str:
-  """A hash of everything a run computes from (`config.to_json`)."""
-  text = json.dumps(config_lib.to_json(config), sort_keys=True)
-  return hashlib.sha256(text.encode()).hexdigest()[:10]
-
-
-@dataclasses.dataclass
-class Store:
-  """The runs of a comparison in `root/runs/`, each computed once.
-
-  Attributes:
-    root: the comparison's workdir.
-    computed: the runs computed by this process (trained, or evaluated untrained).
-    reused: the runs whose `result.json` was read instead.
-    seconds: the wall time of every run met, computed or reused (as its `result.json` says).
-  """
-
-  root: str
-  computed: int = 0
-  reused: int = 0
-  seconds: float = 0.0
-
-  def result(
-    self,
-    label: str,
-    config: config_lib.Config,
-    compute: Callable[[config_lib.Config, str], dict[str, Any]],
-  ) -> dict[str, Any]:
-    """`{"metrics": {...} or None, "seconds": s, "diverged": message or None}` of a run.
-
-    Read from the run's `result.json` when it is there, else `compute(config, workdir)` (the
-    final metrics) runs and its result is written there.
-    """
-    directory = os.path.join(self.root, "runs", f"{label}-{config_hash(config)}")
-    path = os.path.join(directory, RESULT)
-    if os.path.isfile(path):
-      self.reused += 1
-      with open(path) as f:
-        result = json.load(f)
-      self.seconds += result["seconds"]
-      return result
-    start = time.perf_counter()
-    try:
-      metrics = compute(config, directory)
-      result = {"metrics": {k: float(metrics[k]) for k in KEPT}, "diverged": None}
-    except FloatingPointError as e:
-      result = {"metrics": None, "diverged": " ".join(str(e).split())}
-    result["seconds"] = time.perf_counter() - start
-    os.makedirs(directory, exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-      json.dump(result, f, indent=1)
-    os.replace(path + ".tmp", path)
-    self.computed += 1
-    self.seconds += result["seconds"]
-    shown = (
-      "diverged"
-      if result["metrics"] is None
-      else ", ".join(f"{k} {v:.3f}" for k, v in result["metrics"].items())
-    )
-    logger.info("%s: %s (%.0f s)", label, shown, result["seconds"])
-    return result
-
-  def train(self, label: str, config: config_lib.Config) -> dict[str, Any]:
-    """The result of training `config` (`train.train_and_evaluate`)."""
-    return self.result(label, config, lambda c, d: train.train_and_evaluate(c, d, name=label))
-
-
-def _score(result: dict[str, Any]) -> float:
+def _score(result: dict[str, Any] | None) -> float:
   """A trial's selection metric: its validation MAP@R, -inf when it diverged."""
+  assert result is not None  # Only read once every trial has its record.
   return -float("inf") if result["metrics"] is None else result["metrics"]["map@r"]
 
 
 def tune(
   store: Store, base: config_lib.Config, setting: str, loss: str, size: protocol.Size
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
   """Each trial of `loss` on the validation classes; returns `(trials, chosen trial)`.
 
-  Each trial is `{"trial": hyperparameters, "result": Store.result}`.
+  Each trial is `{"trial": hyperparameters, "result": Store.result}`; the chosen trial is None
+  while a trial has no record (another shard's).
   """
-  records = []
-  for i, trial in enumerate(protocol.trials(loss, size.trials)):
+  done = []
+  for i, trial in enumerate(protocol.trials(loss, size.trials, size.heads)):
     config = dataclasses.replace(
       protocol.trial_config(base, loss, trial), seed=0, validation_fraction=size.validation_fraction
     )
-    records.append({"trial": trial, "result": store.train(f"{setting}/tune/{loss}/{i}", config)})
-  best = max(range(len(records)), key=lambda i: (_score(records[i]["result"]), -i))
-  return records, records[best]["trial"]
+    done.append({"trial": trial, "result": store.train(f"{setting}/tune/{loss}/{i}", config)})
+  if any(d["result"] is None for d in done):
+    return done, None
+  best = max(range(len(done)), key=lambda i: (_score(done[i]["result"]), -i))
+  return done, done[best]["trial"]
 
 
 def over_seeds(
   store: Store, config: config_lib.Config, label: str, size: protocol.Size
-) -> list[dict[str, float] | None]:
-  """The metrics of `config` trained with each seed (None where it diverged)."""
-  return [
-    store.train(f"{label}/seed{seed}", dataclasses.replace(config, seed=seed))["metrics"]
+) -> list[dict[str, float] | None] | None:
+  """The metrics of `config` trained with each seed (None where it diverged); None while a seed
+  has no record."""
+  found = [
+    store.train(f"{label}/seed{seed}", dataclasses.replace(config, seed=seed))
     for seed in range(size.seeds)
   ]
+  done = [r for r in found if r is not None]
+  if len(done) < len(found):
+    return None
+  return [{k: r["metrics"][k] for k in KEPT} if r["metrics"] else None for r in done]
 
 
 def run_setting(
   store: Store, base: config_lib.Config, setting: str, losses: Sequence[str], size: protocol.Size
 ) -> dict[str, Any]:
-  """One setting: every loss tuned, then its choice and the untrained network over the seeds."""
+  """One setting: every loss tuned, then its choice and the untrained network over the seeds.
+
+  A loss whose trials are not all recorded has no choice yet: its seeds wait (`Store.wait`), and
+  its `final` is None, as is that of a loss with a seed of another shard.
+  """
   out: dict[str, Any] = {"trials": {}, "chosen": {}, "final": {}}
   for loss in losses:
     out["trials"][loss], out["chosen"][loss] = tune(store, base, setting, loss, size)
   for loss in losses:
+    if out["chosen"][loss] is None:
+      store.wait(f"{setting}/final/{loss}", f"the records of every {setting}/tune/{loss} trial")
+      out["final"][loss] = None
+      continue
     config = protocol.trial_config(base, loss, out["chosen"][loss])
     out["final"][loss] = over_seeds(store, config, f"{setting}/final/{loss}", size)
   out["untrained"] = over_seeds(
@@ -167,7 +120,8 @@ def run_ablation(
   """Each value of an ablation on its loss's chosen config, over the seeds.
 
   Returns:
-    `[{"value": value, "name": run name, "seeds": metrics per seed}]`, in `ablation.values` order.
+    `[{"value": value, "name": run name, "seeds": metrics per seed, or None}]`, in
+    `ablation.values` order.
   """
   rows = []
   for value in protocol.ablation_values(ablation, size):
@@ -193,45 +147,184 @@ def selected(only: Sequence[str] | None) -> tuple[list[str], list[protocol.Ablat
   return [n for n in protocol.LOSSES if not only or n in only or n in needed], ablations
 
 
-def run_comparison(
-  size_name: str, workdir: str, only: Sequence[str] | None = None
-) -> dict[str, Any]:
-  """The whole comparison at a size; returns what the results document reports.
+def backbone(store: Store, size: protocol.Size) -> tuple[str, dict[str, Any] | None]:
+  """The pretrained backbone's file and report: the report from its record
+  (`records/backbone-<key>.json`), else pretrained now (`pretrain.pretrained_backbone`, cached in
+  the workdir) and recorded; `(path, None)` with `store.train_nothing` and no record.
 
-  Returns:
-    A JSON-able dict: `size`, `only`, `data` (`data_summary`), `backbone`
-    (`pretrain.pretrained_backbone`'s report), `settings` (setting -> `run_setting`'s dict),
-    `raw_pixels` (metrics), `ablations` (name -> `run_ablation`'s rows), `computed` and `reused`
-    (runs), `run_seconds` (the wall time of every run, computed or reused), `seconds` (this
-    call's wall time).
+  Each machine pretrains its own copy (the same settings, the same seeds); the runs' records
+  hold the checksum of the file they started from.
   """
-  start = time.perf_counter()
+  scratch = protocol.base_config(size, None)
+  settings = pretrain.Pretraining(**size.pretrain)
+  key = pretrain.settings_key(scratch, settings)
+  path = os.path.join(store.workdir, "backbones", f"backbone-{key}.npz")
+  record = os.path.join(store.records, f"backbone-{key}.json")
+  if os.path.isfile(record) and (store.train_nothing or os.path.isfile(path)):
+    with open(record) as f:
+      return path, {**json.load(f), "new": False}
+  if store.train_nothing:
+    store.missing.append(f"backbone-{key}")
+    return path, None
+  path, report = pretrain.pretrained_backbone(scratch, settings, store.workdir)
+  if not os.path.isfile(record):
+    os.makedirs(store.records, exist_ok=True)
+    with open(record, "w") as f:
+      json.dump({k: v for k, v in report.items() if k != "new"}, f, indent=1, sort_keys=True)
+      f.write("\n")
+  return path, report
+
+
+def _one_pass(store: Store, size_name: str, only: Sequence[str] | None) -> dict[str, Any]:
+  """Every run of the comparison met once, in the protocol's order (`run_comparison`)."""
   size = protocol.SIZES[size_name]
   losses, ablations = selected(only)
-  store = Store(workdir)
   scratch = protocol.base_config(size, None)
-  backbone, report = pretrain.pretrained_backbone(
-    scratch, pretrain.Pretraining(**size.pretrain), workdir
-  )
-  bases = {"pretrained": protocol.base_config(size, backbone), "scratch": scratch}
+  path, report = backbone(store, size)
+  bases = {"pretrained": protocol.base_config(size, path), "scratch": scratch}
   settings = {s: run_setting(store, bases[s], s, losses, size) for s in protocol.SETTINGS}
   raw = store.result("raw_pixels", scratch, lambda c, d: evaluation.evaluate_raw_pixels(c))
   done = {}
   for ablation in ablations:
-    chosen = protocol.trial_config(
-      bases["pretrained"], ablation.loss, settings["pretrained"]["chosen"][ablation.loss]
-    )
-    done[ablation.name] = run_ablation(store, chosen, ablation, size)
+    chosen = settings["pretrained"]["chosen"][ablation.loss]
+    if chosen is None:
+      store.wait(f"pretrained/ablation/{ablation.name}", f"the choice of {ablation.loss}")
+      continue
+    config = protocol.trial_config(bases["pretrained"], ablation.loss, chosen)
+    done[ablation.name] = run_ablation(store, config, ablation, size)
   return {
     "size": size_name,
     "only": list(only or []),
     "data": data_summary(scratch, size),
     "backbone": report,
     "settings": settings,
-    "raw_pixels": raw["metrics"],
+    "raw_pixels": None if raw is None else raw["metrics"],
     "ablations": done,
-    "computed": store.computed,
-    "reused": store.reused,
+  }
+
+
+def run_comparison(
+  size_name: str,
+  workdir: str,
+  only: Sequence[str] | None = None,
+  *,
+  records_dir: str = records.DIRECTORY,
+  shard: records.Shard = records.EVERY_RUN,
+  train_nothing: bool = False,
+) -> dict[str, Any]:
+  """The whole comparison at a size, or the part of it that `shard` trains; returns what the
+  results document reports.
+
+  The protocol is met in passes: each pass reads every run's record or trains the runs of this
+  shard that can run (a loss's seeds and ablations wait for the records of all its trials), and
+  a pass that trained something is followed by another (other shards writing to the same folder
+  may have recorded what this one waited for), until one trains nothing.
+
+  Returns:
+    A JSON-able dict: `size`, `only`, `data` (`data_summary`), `backbone`
+    (`pretrain.pretrained_backbone`'s report), `settings` (setting -> `run_setting`'s dict),
+    `raw_pixels` (metrics), `ablations` (name -> `run_ablation`'s rows), `computed` and `reused`
+    (runs, in the last pass: `reused` counts the runs computed in the earlier ones), `run_seconds`
+    (the wall time of every run with a record), `seconds` (this call's wall time), `missing`
+    (the labels of runs without a record this process did not compute), `waiting` (the runs
+    waiting for others' records) and `complete` (neither).
+  """
+  start = time.perf_counter()
+  computed = 0
+  while True:
+    store = Store(workdir, records_dir, shard, train_nothing)
+    out = _one_pass(store, size_name, only)
+    computed += store.computed
+    if not store.computed or not (store.missing or store.waiting):
+      break
+  return {
+    **out,
+    "computed": computed,
+    "reused": store.reused - (computed - store.computed),
     "run_seconds": store.seconds,
     "seconds": time.perf_counter() - start,
+    "missing": store.missing,
+    "waiting": store.waiting,
+    "complete": not (store.missing or store.waiting),
+    "recorded": store.provenance(),
+  }
+
+
+def _short_budget(
+  store: Store, config: config_lib.Config, size: protocol.Size
+) -> list[float] | None:
+  """The test R@1 of each seed of a row's comparison run (`size.num_steps`), read from the
+  records and never trained here (the comparison stage trains them); None while one is missing."""
+  found = [store.read(dataclasses.replace(config, seed=seed)) for seed in range(size.seeds)]
+  done = [r for r in found if r is not None]
+  if len(done) < len(found):
+    return None
+  return [r["metrics"]["recall@1"] for r in done if r["metrics"] is not None]
+
+
+def _curves_pass(store: Store, size: protocol.Size, losses: Sequence[str]) -> dict[str, Any]:
+  """Every curve run met once (`run_curves`): setting -> row -> its entry or None."""
+  path, _ = backbone(store, size)
+  bases = {
+    "pretrained": protocol.base_config(size, path),
+    "scratch": protocol.base_config(size, None),
+  }
+  settings: dict[str, dict[str, Any]] = {}
+  for setting in protocol.SETTINGS:
+    settings[setting] = {}
+    for loss in losses:
+      _, chosen = tune(store, bases[setting], setting, loss, size)
+      if chosen is None:
+        store.wait(f"{setting}/curve/{loss}", f"the records of every {setting}/tune/{loss} trial")
+        settings[setting][loss] = None
+        continue
+      config = protocol.curve_config(bases[setting], loss, chosen, size)
+      done = store.train(f"{setting}/curve/{loss}", config)
+      final = protocol.trial_config(bases[setting], loss, chosen)
+      settings[setting][loss] = done and {
+        "chosen": chosen,
+        **{k: done[k] for k in ("curve", "diverged", "seconds")},
+        "short": _short_budget(store, final, size),
+      }
+  return settings
+
+
+def run_curves(
+  size_name: str,
+  workdir: str,
+  only: Sequence[str] | None = None,
+  *,
+  records_dir: str = records.DIRECTORY,
+  shard: records.Shard = records.EVERY_RUN,
+  train_nothing: bool = False,
+) -> dict[str, Any]:
+  """The learning curves: every row in both settings at its chosen trial (its trials trained
+  first where they have no record), seed 0, `protocol.curve_config`; in passes, as
+  `run_comparison`.
+
+  Returns:
+    A JSON-able dict: `size`, `only`, `settings` (setting -> row -> `{"chosen", "curve",
+    "diverged", "seconds", "short"}` or None while its run has no record; `short` is the R@1 of
+    the comparison's seeds at `size.num_steps`, or None without their records), and `computed`,
+    `reused`, `missing`, `waiting`, `complete`, `recorded` as `run_comparison`'s.
+  """
+  size = protocol.SIZES[size_name]
+  losses, _ = selected(only)
+  computed = 0
+  while True:
+    store = Store(workdir, records_dir, shard, train_nothing)
+    settings = _curves_pass(store, size, losses)
+    computed += store.computed
+    if not store.computed or not (store.missing or store.waiting):
+      break
+  return {
+    "size": size_name,
+    "only": list(only or []),
+    "settings": settings,
+    "computed": computed,
+    "reused": store.reused - (computed - store.computed),
+    "missing": store.missing,
+    "waiting": store.waiting,
+    "complete": not (store.missing or store.waiting),
+    "recorded": store.provenance(),
   }

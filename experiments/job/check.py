@@ -93,7 +93,7 @@ def _check_counts(config: Config) -> None:
     "batches_per_group",
   ):
     _positive_int(config, name)
-  for name in ("num_steps", "warmup_steps", "memory_batches"):
+  for name in ("num_steps", "warmup_steps", "memory_batches", "freeze_backbone_steps"):
     value = getattr(config, name)
     if not isinstance(value, int) or value < 0:
       _fail(f"config.{name} must be a non-negative int, got {value!r}.")
@@ -147,6 +147,11 @@ def _check_data(config: Config, dataset: Any) -> None:
     _fail(
       f"config.validation_fraction must be in [0, 1) (the fraction of the training classes held "
       f"out for validation; 0 for none), got {config.validation_fraction!r}."
+    )
+  if config.eval_test_classes and not config.validation_fraction:
+    _fail(
+      "config.eval_test_classes=True needs config.validation_fraction > 0: without a validation "
+      "split the run evaluates on the test classes already; leave eval_test_classes=False."
     )
   if dataset.bundled_with is not None:
     if config.data_dir is not None:

@@ -50,7 +50,9 @@ class Config:
   # Model.
   model: str = "small_convnet"  # A key of networks.MODELS.
   model_features: tuple[int, ...] = (32, 64)  # SmallConvNet's stage widths.
-  head: str = "embedding"  # A key of networks.HEADS: "embedding" (L2-normalised) or "hashing".
+  # A key of networks.HEADS: "embedding" (L2-normalised), "centred_embedding" (the same on
+  # batch-centred features) or "hashing".
+  head: str = "embedding"
   embedding_dim: int = 32  # D, or the number of bits b of a hashing head.
   pooling: str = "average"  # A key of networks.POOLINGS: the pooling of a ResNet's feature map.
   # A local file of backbone weights: an .npz of `models.save_weights`, or a torchvision/timm
@@ -83,6 +85,9 @@ class Config:
   warmup_steps: int = 20
   weight_decay: float = 1e-4
   head_lr_multiplier: float = 10.0
+  # Kim et al. 2020's warm-up: the backbone's parameters take no step for the first N steps
+  # (the head and a loss's own parameters train), then train on the schedule. 0: from the first.
+  freeze_backbone_steps: int = 0
   # A proxy loss's proxies (one per training class, losses.PROXY_INITS) learn this many times
   # faster than the network: Kim et al. 2020's code trains Proxy-Anchor's 100x. Others ignore it.
   proxy_lr_multiplier: float = 100.0
@@ -97,6 +102,10 @@ class Config:
   hashing_convention: str = "textbook"
   hashing_averaged_over: str = "relevant_in_database"
   eval_seen_classes: bool = False  # Also evaluate on the train split (metrics named "seen/...").
+  # With validation_fraction > 0, also evaluate on the data set's test classes at every
+  # evaluation (metrics named "test/..."): one run's learning curve on both the validation and
+  # the test classes. The test classes take no part in training or in choosing anything.
+  eval_test_classes: bool = False
   # A sweep's table also gets a row "raw_pixels": retrieval on the images themselves (see
   # evaluation.evaluate_raw_pixels), what an embedding must beat to have learned beyond the pixels.
   raw_pixels_baseline: bool = False

@@ -3,6 +3,8 @@
 `make_embed_fn` (the network in inference mode, its head's evaluation transform: binary codes
 for a hashing head), `evaluate` (the test split embedded under the current state, then
 `jaxrank.evaluate_retrieval`, split over the devices of every process in a job of several), and
+`evaluate_others` (the train split's metrics, `seen/...`, with `eval_seen_classes`; the test
+classes', `test/...`, of a run that validates, with `eval_test_classes`), and
 `evaluate_raw_pixels` (the baseline of no learning at all). It imports nothing of `train` or
 `checkpoints`.
 
@@ -24,6 +26,7 @@ of its record in `networks.HEADS`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -96,6 +99,26 @@ def evaluate(
     mesh=placement.mesh(config) if count > 1 else None,
     codes=networks.HEADS[config.head].binary_codes,
   )
+
+
+def evaluate_others(
+  config: config_lib.Config, embed_fn, state, train_data: jd.LabeledImages
+) -> dict[str, float]:
+  """The metrics of the other splits a run evaluates besides its test split (`evaluate`): the
+  train split's, prefixed `seen/`, with `config.eval_seen_classes`; with
+  `config.eval_test_classes`, in a run whose test split is its validation classes
+  (`validation_fraction > 0`), the data set's test classes', by its protocol, prefixed `test/`.
+  """
+  metrics = {}
+  if config.eval_seen_classes:
+    seen = evaluate(config, embed_fn, state, train_data)
+    metrics.update({f"seen/{k}": v for k, v in seen.items()})
+  if config.eval_test_classes:
+    # The data set's own splits (loaded once: `datasets.load_splits` keeps them).
+    splits = datasets.load_splits(dataclasses.replace(config, validation_fraction=0.0))
+    test = evaluate(config, embed_fn, state, splits.test, splits.evaluations)
+    metrics.update({f"test/{k}": v for k, v in test.items()})
+  return metrics
 
 
 def retrieval_metrics(

@@ -3,12 +3,16 @@
 `learning_rate_schedule` (a linear warm-up to `config.learning_rate`, then cosine decay, which
 `train` also logs as `learning_rate`) and `make_optimizer` (AdamW on it, the embedding layer's
 learning rate `head_lr_multiplier` times larger, and a proxy loss's proxies' `proxy_lr_multiplier`
-times larger). It imports only `config` and `losses` of the job.
+times larger; the backbone frozen for the first `freeze_backbone_steps`, `frozen_for`). It
+imports only `config` and `losses` of the job.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
+import jax.numpy as jnp
 import optax
 
 from experiments.job import config as config_lib
@@ -34,17 +38,61 @@ def _network_groups(params):
   )
 
 
+class FrozenState(NamedTuple):
+  """The state of `frozen_for`: the updates seen (counting up to the frozen steps), `tx`'s own."""
+
+  seen: jax.Array
+  inner: optax.OptState
+
+
+def frozen_for(steps: int, tx: optax.GradientTransformation) -> optax.GradientTransformation:
+  """`tx`, except that its first `steps` updates are zeros and leave `tx`'s state as it was.
+
+  Kim et al. 2020's warm-up of Proxy-Anchor (their code: the backbone's parameters take no step
+  for the first epoch, while the embedding layer and the proxies train): the parameters that
+  `tx` updates do not move, not even by weight decay, and `tx`'s moments and step count start at
+  the first step after, as PyTorch's Adam starts a parameter's at its first gradient. The count
+  is in the optimiser's state, so a run resumed from a checkpoint keeps it. `steps=0`: `tx`.
+  """
+  if not steps:
+    return tx
+
+  def init(params):
+    return FrozenState(seen=jnp.zeros([], jnp.int32), inner=tx.init(params))
+
+  def update(updates, state, params=None):
+    def frozen():
+      return jax.tree.map(jnp.zeros_like, updates), state.inner
+
+    def live():
+      return tx.update(updates, state.inner, params)
+
+    updates, inner = jax.lax.cond(state.seen < steps, frozen, live)
+    return updates, FrozenState(seen=jnp.minimum(state.seen + 1, steps), inner=inner)
+
+  return optax.GradientTransformation(init, update)
+
+
+def _backbone(config: config_lib.Config, schedule: optax.Schedule) -> optax.GradientTransformation:
+  """The backbone's AdamW: frozen for `config.freeze_backbone_steps` (`frozen_for`), then on the
+  schedule at the run's step (its own count starts when it is unfrozen)."""
+  steps = config.freeze_backbone_steps
+  rate = schedule if not steps else (lambda count: schedule(count + steps))
+  return frozen_for(steps, optax.adamw(rate, weight_decay=config.weight_decay))
+
+
 def make_optimizer(config: config_lib.Config) -> optax.GradientTransformation:
   """AdamW with the schedule; the head's learning rate is `head_lr_multiplier` times larger.
 
   It trains the network's parameters (`state["params"]` of `step.init_state`) or, for a proxy
   loss (`losses.PROXY_INITS`), `{"network": params, "proxies": proxies}`, whose proxies' learning
   rate is `proxy_lr_multiplier` times the schedule's (Kim et al. 2020's code: 100 times, with the
-  same weight decay). One `optax.multi_transform`, a group per learning rate.
+  same weight decay). One `optax.multi_transform`, a group per learning rate; the backbone's group
+  takes no step for the first `freeze_backbone_steps` (`frozen_for`), the others from the first.
   """
   schedule = learning_rate_schedule(config)
   groups = {
-    "backbone": optax.adamw(schedule, weight_decay=config.weight_decay),
+    "backbone": _backbone(config, schedule),
     "head": optax.adamw(
       lambda step: config.head_lr_multiplier * schedule(step), weight_decay=config.weight_decay
     ),

@@ -317,9 +317,7 @@ def train_and_evaluate(
 
   def run_eval(state, step):
     metrics = evaluation.evaluate(config, embed_fn, state, splits.test, splits.evaluations)
-    if config.eval_seen_classes:
-      seen = evaluation.evaluate(config, embed_fn, state, train_data)
-      metrics.update({f"seen/{k}": v for k, v in seen.items()})
+    metrics.update(evaluation.evaluate_others(config, embed_fn, state, train_data))
     writer.write({"step": step, **metrics})
     writer.flush()
     return metrics
