@@ -379,6 +379,70 @@ def test_hashes_leave_out_new_fields_at_their_neutral_values_and_the_backbones_p
   assert records.config_hash(here) != records.config_hash(base)
 
 
+# The Config fields of the first committed records (2026-12-02): a field added since must join
+# records.HASH_NEUTRAL at the value that computes what the code did before it, or every record's
+# hash changes and every run trains again.
+FIRST_RECORDS_FIELDS = frozenset(
+  [
+    "batch_size",
+    "batches_per_group",
+    "check_traced_inputs",
+    "checkpoint_every",
+    "chunk_size",
+    "data_dir",
+    "dataset",
+    "embedding_dim",
+    "eval_batch_size",
+    "eval_every",
+    "eval_ks",
+    "eval_seen_classes",
+    "freeze_batchnorm",
+    "half_precision",
+    "head",
+    "head_lr_multiplier",
+    "image_size",
+    "include_self",
+    "init_weights",
+    "keep_checkpoints",
+    "learning_rate",
+    "log_every",
+    "loss",
+    "loss_block_size",
+    "loss_kwargs",
+    "memory_batches",
+    "model",
+    "model_features",
+    "num_steps",
+    "pooling",
+    "profile_num_steps",
+    "profile_start",
+    "progress_bar",
+    "proxy_lr_multiplier",
+    "raw_pixels_baseline",
+    "resize_size",
+    "sampler",
+    "samples_per_class",
+    "seed",
+    "shard",
+    "super_classes_per_batch",
+    "tanh_every",
+    "tanh_growth",
+    "tanh_initial",
+    "validation_fraction",
+    "warmup_steps",
+    "weight_decay",
+  ]
+)
+
+
+def test_every_field_added_since_the_first_records_is_hash_neutral():
+  added = {f.name for f in dataclasses.fields(config_lib.Config)} - FIRST_RECORDS_FIELDS
+  assert added == set(records.HASH_NEUTRAL), (
+    f"Config fields {sorted(added - set(records.HASH_NEUTRAL))} change every record's hash: "
+    "add each to records.HASH_NEUTRAL at the value that computes what the code did without it"
+  )
+
+
 def test_a_stale_record_is_refused(tmp_path):
   base = protocol.base_config(TINY, None)
   store = records.Store(str(tmp_path / "work"), str(tmp_path / "records"))

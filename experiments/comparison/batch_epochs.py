@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import hashlib
 import json
 import logging
 import os
@@ -62,6 +61,7 @@ from typing import Any
 import numpy as np
 
 from experiments import docs_data
+from experiments.comparison import records as records_lib
 from experiments.job import config as config_lib
 from experiments.job import main as main_lib
 
@@ -136,14 +136,10 @@ def plan(
   return dataclasses.replace(base, **changed)
 
 
-def config_hash(config: config_lib.Config) -> str:
-  """A hash of everything a run computes from (`config_lib.to_json`)."""
-  text = json.dumps(config_lib.to_json(config), sort_keys=True)
-  return hashlib.sha256(text.encode()).hexdigest()[:10]
-
-
 def record_path(records: str, loss: str, batch: str, config: config_lib.Config) -> str:
-  return os.path.join(records, f"{loss}-B{batch}-seed{config.seed}-{config_hash(config)}.json")
+  return os.path.join(
+    records, f"{loss}-B{batch}-seed{config.seed}-{records_lib.config_hash(config)}.json"
+  )
 
 
 def decomposability_gap_of(
@@ -221,8 +217,8 @@ def run_one(
     "batch_size": config.batch_size,
     "seed": config.seed,
     "epochs": epochs,
-    "config_hash": config_hash(config),
-    "config": config_lib.to_json(config),
+    "config_hash": records_lib.config_hash(config),
+    "config": records_lib.hashed_config(config),
     "metrics": {k: float(metrics[k]) for k in KEPT},
     "gap": gap,
     "seconds": trained,
@@ -313,7 +309,9 @@ def _run(args: argparse.Namespace) -> None:
         config = plan(
           dataclasses.replace(base, seed=seed), loss, batch, epochs=args.epochs, train_labels=labels
         )
-        workdir = os.path.join(args.workdir, f"{loss}-B{batch}-seed{seed}-{config_hash(config)}")
+        workdir = os.path.join(
+          args.workdir, f"{loss}-B{batch}-seed{seed}-{records_lib.config_hash(config)}"
+        )
         train.check_run(config, workdir)
         runs.append((config, batch, workdir, record_path(args.records, loss, batch, config)))
   os.makedirs(args.records, exist_ok=True)
