@@ -811,18 +811,56 @@ def write_inshop(
     raise ValueError(f"write_inshop: images_per_item must be at least 2, got {images_per_item}.")
   root = os.fspath(root)
   rng = np.random.default_rng(seed)
-  lines = []
+  rows = []
   for item in range(1, train_items + test_items + 1):
     category = categories[(item - 1) % len(categories)]
     for n in range(images_per_item):
       relative = f"img/{category}/id_{item:08d}/{n + 1:02d}_1_front.jpg"
       _write_jpeg(os.path.join(root, relative), rng, image_size)
       status = "train" if item <= train_items else ("query" if n % 2 == 0 else "gallery")
-      lines.append(f"{relative:<60}{f'id_{item:08d}':<20}{status}")
+      rows.append((relative, item, status))
+  _write_inshop_lines(os.path.join(root, "Eval", "list_eval_partition.txt"), rows)
+
+
+def _write_inshop_lines(path: str, rows: Sequence[tuple[str, int, str]]) -> None:
+  """`list_eval_partition.txt` of `(relative path, item, status)` rows: the count, the header,
+  one line per image, columns padded with spaces."""
+  lines = [f"{relative:<60}{f'id_{item:08d}':<20}{status}" for relative, item, status in rows]
   header = f"{'image_name':<60}{'item_id':<20}evaluation_status"
-  _write_text(
-    os.path.join(root, "Eval", "list_eval_partition.txt"), [str(len(lines)), header, *lines]
-  )
+  _write_text(path, [str(len(lines)), header, *lines])
+
+
+def _spread(total: int, parts: int) -> np.ndarray:
+  """`parts` counts summing to `total`, as equal as they can be (the first the larger)."""
+  return np.full(parts, total // parts) + (np.arange(parts) < total % parts)
+
+
+def write_inshop_partition(
+  path: str | os.PathLike,
+  *,
+  train: tuple[int, int] = (3997, 25882),
+  test: tuple[int, int, int] = (3985, 14218, 12612),
+  categories: Sequence[str] = ("MEN/Denim", "WOMEN/Dresses", "WOMEN/Blouses_Shirts"),
+) -> None:
+  """Writes In-Shop's `list_eval_partition.txt` alone, at the published size by default.
+
+  `train` = (items, images) and `test` = (items, queries, gallery images), each item's images
+  as equal in number as they can be (every test item with a query and a gallery image), in the
+  format of `write_inshop` (no image is written: for the parser's tests and benchmarks). Items
+  are numbered 1, 2, ... (the train items first), item `i` in category `categories[(i - 1) %
+  len(categories)]`.
+  """
+  rows = []
+  train_counts = _spread(train[1], train[0])
+  query_counts, gallery_counts = _spread(test[1], test[0]), _spread(test[2], test[0])
+  statuses = [["train"] * k for k in train_counts] + [
+    ["query"] * q + ["gallery"] * g for q, g in zip(query_counts, gallery_counts)
+  ]
+  for item, listed in enumerate(statuses, start=1):
+    category = categories[(item - 1) % len(categories)]
+    for n, status in enumerate(listed):
+      rows.append((f"img/{category}/id_{item:08d}/{n + 1:02d}_1_front.jpg", item, status))
+  _write_inshop_lines(os.fspath(path), rows)
 
 
 def write_vehicleid(
@@ -917,3 +955,55 @@ def write_inat2018(
       lists["train" if category < train_classes else "test"].append(relative)
   for split, lines in lists.items():
     _write_text(os.path.join(root, "Inat_dataset_splits", f"Inaturalist_{split}_set1.txt"), lines)
+
+
+VEHICLEID_LIST_SIZES = {
+  "train_list.txt": (13164, 113346),
+  "test_list_800.txt": (800, 6493),
+  "test_list_1600.txt": (1600, 13377),
+  "test_list_2400.txt": (2400, 19777),
+}
+"""VehicleID's lists as (vehicles, images): the small list's as its public copy holds it, the
+medium and large as Liu et al. 2016 give them, the train list as re-identification loaders do."""
+
+
+def write_vehicleid_lists(
+  root: str | os.PathLike,
+  *,
+  sizes: dict[str, tuple[int, int]] | None = None,
+  modelled: int = 10309,
+  num_models: int = 228,
+) -> None:
+  """Writes VehicleID's lists alone (no image), at the published sizes by default.
+
+  `root/train_test_split/<list>` for each list of `sizes` (`VEHICLEID_LIST_SIZES`; lines
+  `<7-digit image id> <vehicle id>`, a vehicle's images as equal in number as they can be) and
+  `root/attribute/model_attr.txt` (`<vehicle id> <model id>`) for the first `modelled` train
+  vehicles, as in the published file none of the test vehicles. The test lists are nested (the
+  first vehicles of a larger list are the smaller's, with the same images). For the parser's
+  tests and benchmarks; `write_vehicleid` writes a small copy with images.
+  """
+  root = os.fspath(root)
+  sizes = VEHICLEID_LIST_SIZES if sizes is None else sizes
+  train_name, *test_names = sizes
+  image_id, vehicle = 0, 0
+
+  def vehicles_lines(images: int, vehicles: int) -> list[str]:
+    nonlocal image_id, vehicle
+    lines = []
+    for count in _spread(images, vehicles).tolist():
+      vehicle += 1
+      lines += [f"{image_id + k:07d} {vehicle}" for k in range(1, count + 1)]
+      image_id += count
+    return lines
+
+  lists = {train_name: vehicles_lines(sizes[train_name][1], sizes[train_name][0])}
+  previous: list[str] = []
+  for name in test_names:
+    vehicles, images = sizes[name]
+    done = len({line.split()[1] for line in previous})
+    lists[name] = previous = previous + vehicles_lines(images - len(previous), vehicles - done)
+  for name, lines in lists.items():
+    _write_text(os.path.join(root, "train_test_split", name), lines)
+  models = [f"{v} {(v * 7) % num_models}" for v in range(1, modelled + 1)]
+  _write_text(os.path.join(root, "attribute", "model_attr.txt"), models)
