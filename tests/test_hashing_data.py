@@ -303,7 +303,7 @@ def test_imagenet100_lists_at_hashnets_full_size(tmp_path):
     num_classes=100,
     layout="caffe",
     database_size=128503,
-    images=False,
+    write_images=False,
   )
   counts = {}
   for split in hashing_data.SPLITS:

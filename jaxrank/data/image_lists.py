@@ -58,12 +58,15 @@ The test protocol (`load_vehicleid`'s docstring): leave-one-out retrieval within
   <root>/Inat_dataset_splits/Inaturalist_test_set1.txt
   <root>/train_val2018/Plantae/7477/<hash>.jpg ...
 
-The lists (from Brown et al.'s repository) hold one image path per line relative to the iNat
-root: `train_val2018/<supercategory>/<category id>/<file>.jpg` (as read by their code and
-ROADMAP's, `margin_ap/datasets/inaturalist.py`: the class is the path's second-to-last part, the
-super-class its third-to-last). 70% of the 8,142 categories train (5,690 classes, 325,846
-images) and the other 30% test (2,452 classes, 136,093 images): class-disjoint. Super-classes are
-the 14 supercategories of `INAT2018_SUPERCATEGORIES`, numbered in that (sorted) order.
+The lists (Brown et al.'s: a zip that Andrew-Brown1/Smooth_AP's README links to, unpacked in the
+iNat folder, read by its `src/datasets.py`) hold one image path per line relative to the iNat root:
+`train_val2018/<supercategory>/<category id>/<file>.jpg`, as ROADMAP's reader takes them
+(elias-ramzi/ROADMAP, `roadmap/datasets/inaturalist.py`: `<root>/Inat_dataset_splits/`, the class
+the path's second-to-last part, the super-class its third-to-last). 70% of the 8,142 categories
+train and the other 30% test, class-disjoint; the literature gives 5,690 classes and 325,846
+images, and 2,452 classes and 136,093 images (no public copy of the lists was found to check
+them). Super-classes are the 14 supercategories of `INAT2018_SUPERCATEGORIES`, numbered in that
+(sorted) order.
 
 >>> import jaxrank.data as jd
 >>> query = jd.load_inshop("/data/inshop", "query")  # doctest: +SKIP
@@ -442,7 +445,8 @@ def load_inat2018(root: str | os.PathLike, split: str, *, set_index: int = 1) ->
   path = _first_file(
     fn,
     [os.path.join(root, INAT2018_SPLIT_DIR, name), os.path.join(root, name)],
-    f"Brown et al.'s split list {name} (Smooth-AP's repository, data/inaturalist)",
+    f"Brown et al.'s split list {name} (the zip Andrew-Brown1/Smooth_AP's README links to, "
+    "unpacked in the iNat folder)",
   )
   relative = _read_lines(fn, path, f"Brown et al.'s {name}")
   labels, supers = [], []

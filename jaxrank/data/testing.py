@@ -604,6 +604,7 @@ def write_nuswide(
   *,
   sizes: tuple[int, int, int] = (42, 21, 84),
   image_size: int = 16,
+  write_images: bool = True,
   seed: int = 0,
 ) -> str:
   """Writes a small NUS-WIDE in DeepHash-pytorch's 21-label layout under `root` (`load_nuswide`).
@@ -613,7 +614,8 @@ def write_nuswide(
   separated by single spaces, a newline after every line. `sizes` = (train, query, other): the
   database lists the training images, then `other` more (as DeepHash-pytorch's `code.py` makes
   it: everything but the queries); the images are small JPEGs under `root/images/`, each with 1
-  to 3 of the 21 labels (image `i` of a split has label `i % 21`).
+  to 3 of the 21 labels (image `i` of a split has label `i % 21`). `write_images=False` writes
+  the lists only (the full size, `sizes=(10500, 2100, 183234)`, for benchmarks).
 
   Returns:
     `root`, as a str.
@@ -627,7 +629,8 @@ def write_nuswide(
     for row in _nuswide_labels(size, rng):
       name = "images/" + _flickr_name(rng, count)
       count += 1
-      _write_jpeg(os.path.join(root, name), rng, image_size)
+      if write_images:
+        _write_jpeg(os.path.join(root, name), rng, image_size)
       lines[split].append(_label_line(name, row))
   for split, listed in (
     ("train", lines["train"]),
@@ -651,6 +654,7 @@ def write_nuswide_he2018(
   unlabelled: int = 10,
   crlf: bool = False,
   image_size: int = 16,
+  write_images: bool = True,
   seed: int = 0,
 ) -> np.ndarray:
   """Writes a small NUS-WIDE in the layout of its own files (`load_nuswide_he2018`).
@@ -661,7 +665,8 @@ def write_nuswide_he2018(
   The first `images` images carry 1 to 3 labels among the 21 most frequent (columns 60 down to
   40, so the top 21 are not the first 21 columns), the last `unlabelled` only rarer labels
   (one of columns 0-9 each, which no kept image has; their images are not written: the loader
-  drops them first). `crlf`: Windows line ends.
+  drops them first). `crlf`: Windows line ends. `write_images=False` writes the two files only
+  (the full size, `images=195834, unlabelled=73814`, for benchmarks).
 
   Returns:
     `[images, 81]` the labels of the images with a frequent label, in file order.
@@ -677,7 +682,7 @@ def write_nuswide_he2018(
   paths, rows = [], []
   for i, row in enumerate(labels):
     relative = f"Flickr/{tags[i % len(tags)]}/{_flickr_name(rng, i)}"
-    if i < images:
+    if i < images and write_images:
       _write_jpeg(os.path.join(root, relative), rng, image_size)
     paths.append("C:\\ImageData\\" + relative.replace("/", "\\"))
     rows.append(" ".join(str(int(v)) for v in row))
@@ -695,7 +700,7 @@ def write_imagenet100(
   num_classes: int = 100,
   layout: str = "pytorch",
   image_size: int = 16,
-  images: bool = True,
+  write_images: bool = True,
   database_size: int | None = None,
   seed: int = 0,
 ) -> str:
@@ -716,7 +721,7 @@ def write_imagenet100(
 
   `database_size` (if given) is the database's size, the training images included, the others
   spread over the classes as evenly as possible (HashNet's full size: `images_per_class=(130, 50,
-  0)`, `database_size=128503`). `images=False` writes the lists only (the full size in seconds,
+  0)`, `database_size=128503`). `write_images=False` writes the lists only (the full size in seconds,
   for the parser's tests and benchmarks).
 
   Returns:
@@ -745,7 +750,7 @@ def write_imagenet100(
         if split == "query"
         else f"image/{wnids[c]}_{n}.JPEG"
       )
-      if images:
+      if write_images:
         _write_jpeg(os.path.join(root, name), rng, image_size)
       lines[split].append(_label_line(prefix + name, np.eye(100, dtype=np.int32)[c]))
   lines["database"] = lines["train"] + lines.pop("other")
