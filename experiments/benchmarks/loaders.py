@@ -2,7 +2,8 @@
 
 Command:
 
-    .venv/bin/python -m experiments.benchmarks.loaders            # about 3 minutes on 2 cores
+    .venv/bin/python -m experiments.benchmarks.loaders --docs     # 5-20 minutes on 2 cores
+    .venv/bin/python -m experiments.benchmarks.loaders --only In-Shop VehicleID
 
 Writes each data set's lists at the published size with `jaxrank.data.testing`'s writers (their
 exact line format; invented names), an empty file for every image they list (the loaders look
@@ -10,7 +11,8 @@ for each image: the time includes one `os.path.isfile` an image), in a temporary
 at the end, then reads every split with the loader, and prints one row a data set: the images of
 each split, the seconds of all its splits' reads (one process, files in the page cache) and the
 peak of the memory Python and numpy allocated during them (`tracemalloc`, measured in a second
-pass: it slows the reads). Nothing is downloaded.
+pass: it slows the reads). Nothing is downloaded. `--docs` also writes the table to
+docs/_generated/loaders.json, which docs/guide/real_data.rst shows ("The loaders at full size").
 
 * In-Shop (`load_inshop`): `list_eval_partition.txt` of 52,712 lines; train, query, gallery.
 * VehicleID (`load_vehicleid`): train list, test lists 800 / 1,600 / 2,400, `model_attr.txt`.
@@ -38,6 +40,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
 import jaxrank.data as jd  # noqa: E402
+from experiments import docs_data  # noqa: E402
 from jaxrank.data import hashing_data  # noqa: E402
 from jaxrank.data import image_lists  # noqa: E402
 from jaxrank.data import testing  # noqa: E402
@@ -150,21 +153,35 @@ def measure(load: Callable[[], dict[str, int]]) -> tuple[dict[str, int], float, 
   return counts, seconds, peak / 2**20
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--only", nargs="*", default=None, help="data sets to run (default: all)")
-  args = parser.parse_args()
+def table(names) -> list[str]:
+  """The printed table (Markdown lines), a row a data set of `names`."""
   base = tempfile.mkdtemp(prefix="jaxrank_loaders_")
+  lines = [
+    "The published-list loaders at their full size: every split read, each image looked for "
+    "(empty files), on this machine's CPU",
+    "| data set | images per split | time | peak traced memory |",
+    "| --- | --- | --- | --- |",
+  ]
+  print("\n".join(lines), flush=True)
   try:
-    print(f"{'data set':<30} {'seconds':>8} {'peak MiB':>9}  images per split")
-    for name, prepare in DATASETS.items():
-      if args.only and name not in args.only:
-        continue
-      counts, seconds, peak = measure(prepare(base))
+    for name in names:
+      counts, seconds, peak = measure(DATASETS[name](base))
       shown = ", ".join(f"{s} {n:,}" for s, n in counts.items())
-      print(f"{name:<30} {seconds:>8.2f} {peak:>9.1f}  {shown}", flush=True)
+      lines.append(f"| {name} | {shown} | {seconds:.2f} s | {peak:.1f} MiB |")
+      print(lines[-1], flush=True)
   finally:
     shutil.rmtree(base)
+  return lines
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--only", nargs="*", default=None, help="data sets to run (default: all)")
+  docs_data.add_docs_argument(parser, "loaders")
+  args = parser.parse_args(argv)
+  lines = table([n for n in DATASETS if not args.only or n in args.only])
+  if args.docs:
+    docs_data.write_markdown_tables({"loaders": lines})
 
 
 if __name__ == "__main__":

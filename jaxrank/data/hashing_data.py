@@ -3,8 +3,9 @@
 Each data set has three named splits: `train` (what the network trains on), `query` (the test
 set) and `database` (what every query ranks by Hamming distance; `jaxrank.evaluate_hashing`).
 Every loader returns the `LabeledImages` of one split; the splits are fixed by the files or by a
-seed, so separate calls agree. Counts below are those of the files named (checked against the
-published copies, docs/guide/papers.rst gives their repositories and paths).
+seed, so separate calls agree. Counts below are those of the files named, checked against the
+published copies where they could be read (docs/guide/papers.rst names each copy and says which
+counts are the authors' instead).
 
 * `load_cifar10`: tfds `cifar10` from a prepared `data_dir` (never downloaded), 60,000 32 x 32
   images of 10 classes, in He et al.'s two settings, drawn as their released code draws them
@@ -16,9 +17,10 @@ published copies, docs/guide/papers.rst gives their repositories and paths).
   split: statistically alike, not the same images). The draws are class-balanced and seeded.
 * `load_nuswide`: NUS-WIDE's 21 most frequent labels from 21-label list files (`train.txt`,
   `test.txt`, `database.txt`), as swuxyj/DeepHash-pytorch publishes them in `data/nuswide_21/`
-  (train 10,500 images, 500 per label; test 2,100, 100 per label; its database is every image of
-  the 195,834 that carry one of the 21 labels but the queries, 193,734, the training images
-  included, made by its `code.py`). HashNet's lists (thuml/HashNet, `pytorch/data/nuswide_81/`)
+  (train 10,500 images, 500 per label; test 2,100, 100 per label; its `database.txt`, too large
+  for the copy checked, is what its `code.py` makes: every image but the queries, the training
+  images included, 193,734 of the 195,834 with one of the 21 labels that its README counts).
+  HashNet's lists (thuml/HashNet, `pytorch/data/nuswide_81/`)
   are another split, of the 81 labels, and are refused with an error naming these files.
 * `load_nuswide_he2018`: He et al.'s own split of NUS-WIDE (TALR `+imdb/nus.m` and
   `+imdb/split_nus.m`), drawn from NUS-WIDE's `Imagelist.txt` and `AllLabels81.txt`: the images
