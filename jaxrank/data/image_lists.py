@@ -76,9 +76,9 @@ them). Super-classes are the 14 supercategories of `INAT2018_SUPERCATEGORIES`, n
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import numpy as np
 
@@ -195,7 +195,8 @@ def _number(token: str, prefix: str = "") -> int | None:
 # In-Shop Clothes Retrieval.
 
 
-class InShopPartition(NamedTuple):
+@dataclasses.dataclass(frozen=True, eq=False)
+class InShopPartition:
   """The lines of In-Shop's `list_eval_partition.txt` in the file's order (`read_inshop_partition`).
 
   Attributes:

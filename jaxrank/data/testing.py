@@ -721,8 +721,8 @@ def write_imagenet100(
 
   `database_size` (if given) is the database's size, the training images included, the others
   spread over the classes as evenly as possible (HashNet's full size: `images_per_class=(130, 50,
-  0)`, `database_size=128503`). `write_images=False` writes the lists only (the full size in seconds,
-  for the parser's tests and benchmarks).
+  0)`, `database_size=128503`). `write_images=False` writes the lists only (the full size in
+  seconds, for the parser's tests and benchmarks).
 
   Returns:
     `root`, as a str.
@@ -968,8 +968,9 @@ VEHICLEID_LIST_SIZES = {
   "test_list_1600.txt": (1600, 13377),
   "test_list_2400.txt": (2400, 19777),
 }
-"""VehicleID's lists as (vehicles, images): the small list's as its public copy holds it, the
-medium and large as Liu et al. 2016 give them, the train list as re-identification loaders do."""
+"""The vehicles and images of each of VehicleID's lists; the small list's as its public copy holds
+them, the medium and large lists' as Liu et al. 2016 give them, the train list's as
+re-identification loaders do."""
 
 
 def write_vehicleid_lists(
