@@ -1,6 +1,7 @@
 """The job on He et al. 2018's hashing benchmarks (`experiments/job/datasets.py`: `cifar10_1k`,
-`cifar10_10k`, `nuswide`, `imagenet100`): their splits and protocol, and a tiny hashing run on a
-small NUS-WIDE written in HashNet's layout, evaluated by `jaxrank.evaluate_hashing`.
+`cifar10_10k`, `cifar10_10k_tfds`, `nuswide`, `nuswide_he2018`, `imagenet100`): their splits and
+protocol, and a tiny hashing run on a small NUS-WIDE written in DeepHash-pytorch's 21-label
+layout, evaluated by `jaxrank.evaluate_hashing`.
 
 Nothing downloads: CIFAR-10 runs under `testing.mock_retrieval_data`, the list files and images
 are written in tmp_path.
@@ -46,18 +47,21 @@ HASHING = config_lib.Config(
 )
 
 
-@pytest.mark.parametrize("name,setting", [("cifar10_1k", 1), ("cifar10_10k", 2)])
-def test_cifar10_settings_rank_the_database(name, setting, monkeypatch):
+@pytest.mark.parametrize(
+  "name,sizes",
+  [("cifar10_1k", (20, 40, 20)), ("cifar10_10k", (20, 40, 40)), ("cifar10_10k_tfds", (30, 30, 30))],
+)
+def test_cifar10_settings_rank_the_database(name, sizes, monkeypatch):
   monkeypatch.setattr(hashing_data, "CIFAR10_QUERIES_PER_CLASS", 2)
   monkeypatch.setattr(hashing_data, "CIFAR10_TRAIN_PER_CLASS", 2)
+  monkeypatch.setattr(hashing_data, "CIFAR10_SETTING2_QUERIES_PER_CLASS", 2)
   config = dataclasses.replace(HASHING, dataset=name, data_dir="/nonexistent")
   mock = testing.mock_retrieval_data(classes_per_split=10, images_per_class=3, image_size=(32, 32))
   with mock:
     splits = datasets.DATASETS[name].load(config)
   (evaluation,) = splits.evaluations.values()
   assert evaluation.hashing_ks == ()
-  sizes = (len(evaluation.queries), len(evaluation.gallery), splits.train.num_examples)
-  assert sizes == ((20, 40, 20) if setting == 1 else (30, 30, 30))
+  assert (len(evaluation.queries), len(evaluation.gallery), splits.train.num_examples) == sizes
   assert not np.intersect1d(evaluation.queries, evaluation.gallery).size
 
 
@@ -77,12 +81,16 @@ def test_nuswide_trains_with_multi_hot_labels_and_is_evaluated_by_hashing(tmp_pa
     train.check_run(whole, str(tmp_path / "other"))
 
 
-def test_imagenet100_is_evaluated_at_1000(tmp_path):
-  root = testing.write_imagenet100(tmp_path, images_per_class=(1, 1, 2), num_classes=4)
+@pytest.mark.parametrize("layout", ["pytorch", "caffe"])
+def test_imagenet100_is_evaluated_at_1000(tmp_path, layout):
+  # Either of HashNet's layouts, their paths' prefixes dropped by the job.
+  root = testing.write_imagenet100(
+    tmp_path, images_per_class=(1, 2, 1), num_classes=4, layout=layout
+  )
   splits = datasets.load_splits(dataclasses.replace(HASHING, dataset="imagenet100", data_dir=root))
   (evaluation,) = splits.evaluations.values()
   assert evaluation.hashing_ks == (1000,)
-  np.testing.assert_array_equal(splits.test.labels[evaluation.gallery], [0, 0, 1, 1, 2, 2, 3, 3])
+  np.testing.assert_array_equal(splits.test.labels[evaluation.gallery], [0, 1, 2, 3] * 2)
 
 
 def test_the_hashing_convention_reaches_evaluate_hashing_and_is_checked():
@@ -133,3 +141,18 @@ def test_he_et_al_tables_use_the_released_rule():
     "textbook",
     "relevant_in_database",
   )
+
+
+def test_nuswide_he2018_is_drawn_from_the_data_sets_files(tmp_path, monkeypatch):
+  monkeypatch.setattr(hashing_data, "NUSWIDE_QUERIES_PER_LABEL", 1)
+  monkeypatch.setattr(hashing_data, "NUSWIDE_TRAIN_PER_LABEL", 2)
+  testing.write_nuswide_he2018(tmp_path, images=126, unlabelled=3)
+  config = dataclasses.replace(HASHING, dataset="nuswide_he2018", data_dir=str(tmp_path))
+  splits = datasets.load_splits(config)
+  (evaluation,) = splits.evaluations.values()
+  assert (len(evaluation.queries), len(evaluation.gallery), splits.train.num_examples) == (
+    21,
+    105,
+    42,
+  )
+  assert evaluation.hashing_ks == (5000,)

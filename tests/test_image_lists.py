@@ -83,6 +83,77 @@ def test_inshop_reads_the_partition_file_beside_img_too(roots, tmp_path):
   assert jd.load_inshop(root, "gallery").num_examples == 4
 
 
+def test_inshop_partition_parsed_at_the_published_size(tmp_path):
+  # list_eval_partition.txt at In-Shop's size: 3,997 train items of 25,882 images; 14,218
+  # queries and 12,612 gallery images of 3,985 test items (52,712 lines).
+  path = tmp_path / "list_eval_partition.txt"
+  testing.write_inshop_partition(path)
+  lines = path.read_text().splitlines()
+  assert lines[0] == "52712" and lines[1].split() == ["image_name", "item_id", "evaluation_status"]
+  partition = image_lists.read_inshop_partition(path)
+  counts = {}
+  for status in image_lists.INSHOP_SPLITS:
+    keep = partition.statuses == status
+    counts[status] = (int(keep.sum()), len(np.unique(partition.items[keep])))
+  assert counts == {"train": (25882, 3997), "query": (14218, 3985), "gallery": (12612, 3985)}
+  query, gallery = (partition.items[partition.statuses == s] for s in ("query", "gallery"))
+  assert set(query.tolist()) == set(gallery.tolist())
+  assert partition.images[0] == "img/MEN/Denim/id_00000001/01_1_front.jpg"
+
+
+def test_inshop_item_under_two_categories_keeps_its_first(roots, tmp_path):
+  # Item 1 (MEN/Denim) gets a second image folder under WOMEN/Skirts: accepted, the item keeps
+  # the category of its first line for all its images, which keep their own paths.
+  root = _copy(roots["inshop"], tmp_path)
+  moved = "img/WOMEN/Skirts/id_00000001/02_1_front.jpg"
+  (root / moved).parent.mkdir(parents=True)
+  (root / moved).write_bytes((root / "img/MEN/Denim/id_00000001/02_1_front.jpg").read_bytes())
+  _edit(
+    root / INSHOP_LIST,
+    lambda lines: [
+      *lines[:3],
+      lines[3].replace("img/MEN/Denim/id_00000001/02_1_front.jpg", moved),
+      *lines[4:],
+    ],
+  )
+  train = jd.load_inshop(root, "train")
+  assert train.images[1].endswith(moved)
+  assert _class_supers(train)[1] == {0}  # MEN/Denim, its first line's.
+  assert (
+    jd.load_inshop(root, "query").super_labels.tolist()
+    == jd.load_inshop(roots["inshop"], "query").super_labels.tolist()
+  )
+
+
+def test_vehicleid_lists_at_the_published_size(tmp_path):
+  # The lists' sizes (jaxrank.data.testing.VEHICLEID_LIST_SIZES): the small list as its public
+  # copy holds it (6,493 images of 800 vehicles), medium and large as Liu et al. give them.
+  testing.write_vehicleid_lists(tmp_path)
+  assert (tmp_path / "train_test_split" / "test_list_800.txt").read_text().split("\n")[0] == (
+    "0113347 13165"
+  )
+  pairs = {
+    name: np.loadtxt(tmp_path / "train_test_split" / name, dtype=np.int64)
+    for name in testing.VEHICLEID_LIST_SIZES
+  }
+  sizes = {name: (len(np.unique(p[:, 1])), len(p)) for name, p in pairs.items()}
+  assert sizes == testing.VEHICLEID_LIST_SIZES
+  assert sizes["test_list_800.txt"] == (800, 6493)
+
+
+def test_vehicleid_small_list_without_models_has_one_super_class(roots, tmp_path):
+  # As in the published model_attr.txt, none of the small list's vehicles has a model: all its
+  # images get the super-class of the vehicles without one (max model id + 1).
+  root = _copy(roots["vehicleid"], tmp_path)
+  small = jd.load_vehicleid(root, "small")
+  _edit(
+    root / VEHICLEID_MODELS,
+    lambda lines: [x for x in lines if int(x.split()[0]) not in set(small.labels.tolist())],
+  )
+  small = jd.load_vehicleid(root, "small")
+  assert small.super_labels.tolist() == [2] * small.num_examples
+
+
 def test_vehicleid_lists_vehicles_and_models(roots):
   train = jd.load_vehicleid(roots["vehicleid"], "train")
   tests = {s: jd.load_vehicleid(roots["vehicleid"], s) for s in image_lists.VEHICLEID_TEST_SPLITS}

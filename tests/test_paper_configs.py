@@ -84,10 +84,11 @@ def _inat2018(data_dir: pathlib.Path, config: config_lib.Config) -> ContextManag
 @contextlib.contextmanager
 def _cifar10(data_dir: pathlib.Path, config: config_lib.Config) -> Iterator[None]:
   """CIFAR-10 (tfds, both settings): 3 images of each class in each tfds split, 2 queries and 2
-  training images drawn per class in setting 1."""
+  training images drawn per class in setting 1, 2 queries in setting 2."""
   del data_dir, config
   with contextlib.ExitStack() as stack:
     stack.enter_context(mock.patch.object(hashing_data, "CIFAR10_QUERIES_PER_CLASS", 2))
+    stack.enter_context(mock.patch.object(hashing_data, "CIFAR10_SETTING2_QUERIES_PER_CLASS", 2))
     stack.enter_context(mock.patch.object(hashing_data, "CIFAR10_TRAIN_PER_CLASS", 2))
     stack.enter_context(
       testing.mock_retrieval_data(classes_per_split=10, images_per_class=3, image_size=(32, 32))
@@ -96,14 +97,16 @@ def _cifar10(data_dir: pathlib.Path, config: config_lib.Config) -> Iterator[None
 
 
 def _nuswide(data_dir: pathlib.Path, config: config_lib.Config) -> ContextManager[None]:
-  """NUS-WIDE (HashNet's lists): 42 training, 21 query and 42 database images, multi-hot."""
+  """NUS-WIDE (DeepHash-pytorch's 21-label lists): 42 training, 21 query and 42 + 42 database
+  images (the training images among them), multi-hot."""
   del config
   testing.write_nuswide(data_dir, sizes=(42, 21, 42))
   return contextlib.nullcontext()
 
 
 def _imagenet100(data_dir: pathlib.Path, config: config_lib.Config) -> ContextManager[None]:
-  """ImageNet100 (HashNet's lists): 4 classes, 4 training, 1 query and 2 database images each."""
+  """ImageNet100 (HashNet's PyTorch lists, the authors' absolute paths): 4 classes, 4 training,
+  1 query and 4 + 2 database images each."""
   del config
   testing.write_imagenet100(data_dir, images_per_class=(4, 1, 2), num_classes=4)
   return contextlib.nullcontext()

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, TypedDict
 import numpy as np
 
 from experiments.job import config as config_lib
-from experiments.job import protocols
+from experiments.job import published
 from experiments.job import samplers
 from experiments.job.protocols import Splits
 
@@ -158,55 +158,6 @@ def _published(read: Callable[[str], Splits]) -> Callable[[Config], Splits]:
   return load
 
 
-def _read_inshop(root: str) -> Splits:
-  """In-Shop: train on `train`; the `query` images rank the `gallery`."""
-  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
-
-  parts = [jd.load_inshop(root, s) for s in ("train", "query", "gallery")]
-  return protocols.with_gallery(*parts)
-
-
-def _read_vehicleid(root: str) -> Splits:
-  """VehicleID: each test list leave-one-out on its own (`jaxrank.data.load_vehicleid`)."""
-  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
-
-  tests = {s: jd.load_vehicleid(root, s) for s in jd.image_lists.VEHICLEID_TEST_SPLITS}
-  return protocols.separately(jd.load_vehicleid(root, "train"), tests)
-
-
-def _read_inat2018(root: str) -> Splits:
-  """iNaturalist-2018 with Brown et al.'s splits: the test split leave-one-out."""
-  import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
-
-  return Splits(jd.load_inat2018(root, "train"), jd.load_inat2018(root, "test"))
-
-
-# He et al. 2018's hashing benchmarks (`jaxrank.data.hashing_data`): the queries rank the database
-# (`protocols.Evaluation.hashing_ks`: with a hashing head, AP_T, NDCG_T and mAP@k at the cut-off of
-# the paper's table); CIFAR-10's setting 1 drawn with one seed, the same queries for every run.
-CIFAR10_SPLIT_SEED = 0
-
-
-def _read_cifar10(setting: int) -> Callable[[str], Splits]:
-  def read(root: str) -> Splits:
-    import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
-
-    parts = jd.hashing_data.cifar10_splits(root, setting=setting, seed=CIFAR10_SPLIT_SEED)
-    return protocols.with_gallery(*(parts[s] for s in jd.hashing_data.SPLITS), hashing_ks=())
-
-  return read
-
-
-def _read_hashnet_lists(loader: str, hashing_ks: tuple[int, ...]) -> Callable[[str], Splits]:
-  def read(root: str) -> Splits:
-    import jaxrank.data as jd  # pylint: disable=g-import-not-at-top
-
-    parts = [getattr(jd, loader)(root, s) for s in jd.hashing_data.SPLITS]
-    return protocols.with_gallery(*parts, hashing_ks=hashing_ks)
-
-  return read
-
-
 def _as_they_are(config: Config, train: bool) -> None:
   """Images the loader already gives as float arrays of the network's input size."""
   del config, train
@@ -268,28 +219,35 @@ DATASETS: Mapping[str, DatasetSpec] = {
   # (jaxrank.data.image_lists); super-classes: In-Shop's 23 categories, VehicleID's models,
   # iNaturalist's supercategories.
   "inshop": DatasetSpec(
-    load=_published(_read_inshop),
+    load=_published(published.read_inshop),
     in_channels=3,
     preprocess=_photographs,
     super_classes="dataset='inshop'",
   ),
   "vehicleid": DatasetSpec(
-    load=_published(_read_vehicleid),
+    load=_published(published.read_vehicleid),
     in_channels=3,
     preprocess=_photographs,
     super_classes="dataset='vehicleid'",
   ),
   "inat2018": DatasetSpec(
-    load=_published(_read_inat2018),
+    load=_published(published.read_inat2018),
     in_channels=3,
     preprocess=_photographs,
     super_classes="dataset='inat2018'",
   ),
   # He et al. 2018's hashing benchmarks; nuswide is multi-label (multi-hot labels, sampler random).
-  "cifar10_1k": _hashing(_read_cifar10(1)),
-  "cifar10_10k": _hashing(_read_cifar10(2)),
-  "nuswide": _hashing(_read_hashnet_lists("load_nuswide", (5000,))),
-  "imagenet100": _hashing(_read_hashnet_lists("load_imagenet100", (1000,))),
+  # cifar10_10k draws its queries as He et al.'s code does, cifar10_10k_tfds takes tfds' test
+  # split; nuswide reads 21-label lists (DeepHash-pytorch's), nuswide_he2018 draws He et al.'s
+  # split from NUS-WIDE's own files.
+  "cifar10_1k": _hashing(published.read_cifar10(1)),
+  "cifar10_10k": _hashing(published.read_cifar10(2)),
+  "cifar10_10k_tfds": _hashing(published.read_cifar10(2, queries="tfds_test")),
+  "nuswide": _hashing(published.read_hashnet_lists("load_nuswide", (5000,))),
+  "nuswide_he2018": _hashing(published.read_nuswide_he2018),
+  "imagenet100": _hashing(
+    published.read_hashnet_lists("load_imagenet100", (1000,), hashnet_prefixes=True)
+  ),
   # Any data_dir/{train,test}/class/image tree (category/class/image for super-classes).
   "image_folder": DatasetSpec(
     load=_load_image_folder,

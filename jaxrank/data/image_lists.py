@@ -17,27 +17,37 @@ The partition file's first line is the number of images, its second the header
 `image_name item_id evaluation_status`, then one line per image (columns separated by any
 whitespace): `img/WOMEN/Dresses/id_00000002/02_1_front.jpg id_00000002 train`. The status is
 `train` (25,882 images of 3,997 items), `query` (14,218) or `gallery` (12,612); query and gallery
-share the 3,985 test items, and the queries rank the gallery. Classes are items; super-classes the
-23 categories (`MEN/Denim`, `WOMEN/Dresses`, ...), numbered in sorted order of those in the file.
+share the 3,985 test items, and the queries rank the gallery (the counts of Liu et al. and of the
+papers; no public copy of the file was found to check them against, and `read_inshop_partition`
+is tested on a file written at that size). Classes are items; super-classes the 23 categories
+(`MEN/Denim`, `WOMEN/Dresses`, ...), numbered in sorted order of those in the file. An item listed
+under two categories (its images in two folders) keeps the category of its first line for all
+its images, so that each class lies in one super-class; the images keep their own paths.
 
 **PKU VehicleID** (Liu et al. 2016), `load_vehicleid`::
 
   <root>/image/<image id>.jpg
   <root>/train_test_split/train_list.txt          (13,164 vehicles, 113,346 images)
-  <root>/train_test_split/test_list_800.txt       (small: 800 vehicles, 7,332 images)
-  <root>/train_test_split/test_list_1600.txt      (medium: 1,600 vehicles, 12,995 images)
-  <root>/train_test_split/test_list_2400.txt      (large: 2,400 vehicles, 20,038 images)
-  <root>/attribute/model_attr.txt                 (vehicle id -> model id, 250 models)
+  <root>/train_test_split/test_list_800.txt       (small: 800 vehicles, 6,493 images)
+  <root>/train_test_split/test_list_1600.txt      (medium: 1,600 vehicles, 13,377 images)
+  <root>/train_test_split/test_list_2400.txt      (large: 2,400 vehicles, 19,777 images)
+  <root>/attribute/model_attr.txt                 (vehicle id -> model id: 10,309 vehicles)
 
-(The train list's counts are those of the re-identification loaders that read it; FastAP's text
-gives 13,134 vehicles and 110,178 images.) Each list line is `<image id> <vehicle id>` (image ids
-of 7 digits, the file names without `.jpg`); `model_attr.txt` lines are `<vehicle id> <model id>`,
-for part of the vehicles only (FastAP App. A: the 250 models cover about half the training set).
-Classes are vehicles; super-classes their models. The vehicles without a model share one more
-super-class, numbered after the models (`max model id + 1`): FastAP fills half of each batch
-from a modelled category and half from the unmodelled vehicles, which is what the super-class
-sampler's batches of the pairs that include that super-class are (its other pairs draw from two
-models).
+Each list line is `<image id> <vehicle id>` (image ids of 7 digits, the file names without
+`.jpg`: `0279029 23781`); `model_attr.txt` lines are `<vehicle id> <model id>` (`1 237`), for
+part of the vehicles only. The small list's counts are those of its public copy (docs/guide/
+papers.rst names it), which Liu et al. 2016 also give, with 13,377 and 19,777 for the medium and
+large lists (no public copy of those two was found); the train list's are those of the
+re-identification loaders that read it (FastAP's text gives 13,134 vehicles and 110,178 images).
+`model_attr.txt` (public copy checked) gives 10,309 of the 26,328 vehicles a model, 228 of the
+250 model ids (0-249, `model_names.txt`); these are the models the paper means (FastAP's released
+`vid.m` reads the colours of `color_attr.txt` into its model ids instead). None of the small
+list's 800 vehicles has a model. Classes are vehicles; super-classes their models. The vehicles
+without a model share one more super-class, numbered after the models (`max model id + 1`, 250):
+so every image of the small list has that super-class, which no evaluation reads (the test
+protocol compares vehicles). FastAP fills half of each batch from a modelled category and half
+from the unmodelled vehicles, which is what the super-class sampler's batches of the pairs that
+include that super-class are (its other pairs draw from two models).
 
 The test protocol (`load_vehicleid`'s docstring): leave-one-out retrieval within each test list.
 
@@ -48,12 +58,15 @@ The test protocol (`load_vehicleid`'s docstring): leave-one-out retrieval within
   <root>/Inat_dataset_splits/Inaturalist_test_set1.txt
   <root>/train_val2018/Plantae/7477/<hash>.jpg ...
 
-The lists (from Brown et al.'s repository) hold one image path per line relative to the iNat
-root: `train_val2018/<supercategory>/<category id>/<file>.jpg` (as read by their code and
-ROADMAP's, `margin_ap/datasets/inaturalist.py`: the class is the path's second-to-last part, the
-super-class its third-to-last). 70% of the 8,142 categories train (5,690 classes, 325,846
-images) and the other 30% test (2,452 classes, 136,093 images): class-disjoint. Super-classes are
-the 14 supercategories of `INAT2018_SUPERCATEGORIES`, numbered in that (sorted) order.
+The lists (Brown et al.'s: a zip that Andrew-Brown1/Smooth_AP's README links to, unpacked in the
+iNat folder, read by its `src/datasets.py`) hold one image path per line relative to the iNat root:
+`train_val2018/<supercategory>/<category id>/<file>.jpg`, as ROADMAP's reader takes them
+(elias-ramzi/ROADMAP, `roadmap/datasets/inaturalist.py`: `<root>/Inat_dataset_splits/`, the class
+the path's second-to-last part, the super-class its third-to-last). 70% of the 8,142 categories
+train and the other 30% test, class-disjoint; the literature gives 5,690 classes and 325,846
+images, and 2,452 classes and 136,093 images (no public copy of the lists was found to check
+them). Super-classes are the 14 supercategories of `INAT2018_SUPERCATEGORIES`, numbered in that
+(sorted) order.
 
 >>> import jaxrank.data as jd
 >>> query = jd.load_inshop("/data/inshop", "query")  # doctest: +SKIP
@@ -63,6 +76,7 @@ the 14 supercategories of `INAT2018_SUPERCATEGORIES`, numbered in that (sorted) 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 
@@ -181,6 +195,84 @@ def _number(token: str, prefix: str = "") -> int | None:
 # In-Shop Clothes Retrieval.
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class InShopPartition:
+  """The lines of In-Shop's `list_eval_partition.txt` in the file's order (`read_inshop_partition`).
+
+  Attributes:
+    images: str `[N]` image paths relative to the root (`img/WOMEN/Dresses/id_00000002/...`).
+    items: int64 `[N]` item numbers (`id_00000002` is 2).
+    categories: str `[N]` each image's category folder (`WOMEN/Dresses`).
+    statuses: str `[N]` `train`, `query` or `gallery`.
+  """
+
+  images: np.ndarray
+  items: np.ndarray
+  categories: np.ndarray
+  statuses: np.ndarray
+
+
+def read_inshop_partition(path: str | os.PathLike) -> InShopPartition:
+  """Parses In-Shop's `list_eval_partition.txt` (its format: the module docstring).
+
+  Args:
+    path: the partition file.
+
+  Returns:
+    `InShopPartition` of its lines. No image is looked for.
+
+  Raises:
+    FileNotFoundError: no such file.
+    ValueError: a first line that is not the number of image lines, a header that is not
+      `image_name item_id evaluation_status`, or a line that is not `img/<MEN|WOMEN>/<Category>/
+      id_<number>/<file> id_<number> <train|query|gallery>` (or whose item is not its folder's),
+      naming the file and the line.
+  """
+  fn = "read_inshop_partition"
+  path = os.fspath(path)
+  lines = _read_lines(fn, path, f"In-Shop's {INSHOP_PARTITION}")
+  if len(lines) < 2 or lines[1].split() != ["image_name", "item_id", "evaluation_status"]:
+    raise ValueError(
+      f"{fn}: {path!r} must open with the number of images and the header 'image_name item_id "
+      f"evaluation_status'; got {lines[:2]!r}."
+    )
+  rows = []
+  expected = "'img/<MEN|WOMEN>/<Category>/id_<number>/<file> id_<number> <train|query|gallery>'"
+  for number, line in enumerate(lines[2:], start=3):
+    parts = line.split()
+    folders = parts[0].split("/") if len(parts) == 3 else []
+    item = _number(parts[1], "id_") if len(parts) == 3 else None
+    if (
+      len(folders) != 5
+      or folders[0] != "img"
+      or item is None
+      or folders[3] != parts[1]
+      or parts[2] not in INSHOP_SPLITS
+    ):
+      raise _malformed(fn, path, number, line, expected)
+    rows.append((parts[0], item, f"{folders[1]}/{folders[2]}", parts[2]))
+  if not lines[0].isdigit() or int(lines[0]) != len(rows):
+    raise ValueError(
+      f"{fn}: {path!r} announces {lines[0]!r} images on its first line but lists "
+      f"{len(rows)}; download it again."
+    )
+  images, items, categories, statuses = zip(*rows) if rows else ((), (), (), ())
+  return InShopPartition(
+    images=np.asarray(images, dtype=str),
+    items=np.asarray(items, dtype=np.int64),
+    categories=np.asarray(categories, dtype=str),
+    statuses=np.asarray(statuses, dtype=str),
+  )
+
+
+def _item_categories(partition: InShopPartition) -> tuple[np.ndarray, np.ndarray]:
+  """`(names, super_labels)`: the sorted category names and each image's super-label, the
+  category of its item's first line (an item under two categories keeps its first)."""
+  names, per_image = np.unique(partition.categories, return_inverse=True)
+  _, first_line, item_of = np.unique(partition.items, return_index=True, return_inverse=True)
+  return names, per_image[first_line][item_of]
+
+
 def load_inshop(root: str | os.PathLike, split: str) -> LabeledImages:
   """In-Shop Clothes Retrieval (DeepFashion) from the published files (layout: the module).
 
@@ -196,13 +288,14 @@ def load_inshop(root: str | os.PathLike, split: str) -> LabeledImages:
   Returns:
     `LabeledImages` of the split's image paths, in the file's order; labels are the item
     numbers (`id_00000002` is 2), super-labels the categories (`MEN/Denim`, ...), numbered in
-    sorted order of the categories of the whole file (the same numbers in every split).
+    sorted order of the categories of the whole file (the same numbers in every split); an item
+    listed under two categories has the category of its first line (each class in one
+    super-class, as the super-class sampler needs; the images keep their own paths).
 
   Raises:
     FileNotFoundError: no partition file, or images it lists are missing.
-    ValueError: an unknown `split`; a line that is not `img/<MEN|WOMEN>/<Category>/id_<number>/
-      <file> id_<number> <train|query|gallery>` (or whose item differs from its folder's); an
-      item listed under two categories; a split without any image.
+    ValueError: an unknown `split`; a malformed line (`read_inshop_partition`); a split without
+      any image.
   """
   fn = "load_inshop"
   if split not in INSHOP_SPLITS:
@@ -213,49 +306,14 @@ def load_inshop(root: str | os.PathLike, split: str) -> LabeledImages:
     [os.path.join(root, "Eval", INSHOP_PARTITION), os.path.join(root, INSHOP_PARTITION)],
     f"In-Shop's {INSHOP_PARTITION} (DeepFashion, In-shop Clothes Retrieval Benchmark, Eval/)",
   )
-  lines = _read_lines(fn, path, f"In-Shop's {INSHOP_PARTITION}")
-  if len(lines) < 2 or lines[1].split() != ["image_name", "item_id", "evaluation_status"]:
-    raise ValueError(
-      f"{fn}: {path!r} must open with the number of images and the header 'image_name item_id "
-      f"evaluation_status'; got {lines[:2]!r}."
-    )
-  relative, items, categories, statuses = [], [], [], []
-  expected = "'img/<MEN|WOMEN>/<Category>/id_<number>/<file> id_<number> <train|query|gallery>'"
-  for number, line in enumerate(lines[2:], start=3):
-    parts = line.split()
-    folders = parts[0].split("/") if len(parts) == 3 else []
-    item = _number(parts[1], "id_") if len(parts) == 3 else None
-    if (
-      len(folders) != 5
-      or folders[0] != "img"
-      or item is None
-      or folders[3] != parts[1]
-      or parts[2] not in INSHOP_SPLITS
-    ):
-      raise _malformed(fn, path, number, line, expected)
-    relative.append(parts[0])
-    items.append(item)
-    categories.append(f"{folders[1]}/{folders[2]}")
-    statuses.append(parts[2])
-  if not lines[0].isdigit() or int(lines[0]) != len(relative):
-    raise ValueError(
-      f"{fn}: {path!r} announces {lines[0]!r} images on its first line but lists "
-      f"{len(relative)}; download it again."
-    )
-  names, super_labels = np.unique(categories, return_inverse=True)
-  labels = np.asarray(items, np.int64)
-  twice = _in_two_super_classes(labels, super_labels)
-  if twice is not None:
-    raise ValueError(
-      f"{fn}: {path!r} lists item id_{twice:08d} under several categories "
-      f"({np.unique(names[super_labels[labels == twice]]).tolist()}); an item lies in one."
-    )
-  keep = np.asarray(statuses) == split
+  partition = read_inshop_partition(path)
+  _, super_labels = _item_categories(partition)
+  keep = partition.statuses == split
   if not keep.any():
     raise ValueError(f"{fn}: {path!r} lists no {split!r} image.")
   return LabeledImages(
-    images=_image_paths(fn, root, [r for r, k in zip(relative, keep) if k]),
-    labels=labels[keep].astype(np.int32),
+    images=_image_paths(fn, root, partition.images[keep].tolist()),
+    labels=partition.items[keep].astype(np.int32),
     super_labels=super_labels[keep].astype(np.int32),
     image_format="path",
   )
@@ -301,7 +359,8 @@ def load_vehicleid(root: str | os.PathLike, split: str) -> LabeledImages:
   Returns:
     `LabeledImages` of the list's image paths (`root/image/<image id>.jpg`), in the list's order;
     labels are the vehicle ids; super-labels the vehicle models of `attribute/model_attr.txt`, and
-    for the vehicles without a model one more super-class, `max model id + 1` (see the module).
+    for the vehicles without a model one more super-class, `max model id + 1` (see the module;
+    with the published files, every image of the small list).
 
   Raises:
     FileNotFoundError: a list, `model_attr.txt`, or images a list names are missing.
@@ -387,7 +446,8 @@ def load_inat2018(root: str | os.PathLike, split: str, *, set_index: int = 1) ->
   path = _first_file(
     fn,
     [os.path.join(root, INAT2018_SPLIT_DIR, name), os.path.join(root, name)],
-    f"Brown et al.'s split list {name} (Smooth-AP's repository, data/inaturalist)",
+    f"Brown et al.'s split list {name} (the zip Andrew-Brown1/Smooth_AP's README links to, "
+    "unpacked in the iNat folder)",
   )
   relative = _read_lines(fn, path, f"Brown et al.'s {name}")
   labels, supers = [], []

@@ -3,8 +3,9 @@
 Four kinds: fake tfds builders (`mock_retrieval_data`, below: SOP, CUB-200-2011, Cars196,
 CIFAR-10); small copies of data sets published as files, written in their published layout for
 the loaders of `jaxrank.data.image_lists` (`write_inshop`, `write_vehicleid`, `write_inat2018`:
-a few tiny JPEG images per class, the lists as published); HashNet's list files with small
-PNG images for `jaxrank.data.hashing_data` (`write_nuswide`, `write_imagenet100`); and a
+a few tiny JPEG images per class, the lists as published); the hashing benchmarks' list files
+with small JPEG images for `jaxrank.data.hashing_data` (`write_nuswide`, `write_nuswide_he2018`,
+`write_imagenet100`); and a
 miniature landmark retrieval data set in the Revisited Oxford/Paris layout, with distractors and
 a training image folder (`write_landmark_miniature`: synthetic buildings shown easy, hard or
 junk, from a seed).
@@ -577,76 +578,190 @@ def _check_miniature(fn: str, name: str, arguments: dict) -> None:
 # HashNet's list files (jaxrank.data.hashing_data), written with small images.
 
 
-def _write_list_split(root, split, labels, image_size, rng):
-  """Writes `images/<split>_<i>.png` and the split's list file; returns the list's path."""
-  from jaxrank.data import hashing_data  # pylint: disable=g-import-not-at-top
+def _label_line(path: str, row: np.ndarray) -> str:
+  """A line of HashNet's lists: the path, then the 0/1 labels, separated by single spaces."""
+  return path + " " + " ".join(str(int(v)) for v in row)
 
-  os.makedirs(os.path.join(root, "images"), exist_ok=True)
-  lines = []
-  h, w = image_size
-  for i, row in enumerate(labels):
-    name = f"images/{split}_{i:05d}.png"
-    pixels = rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8)
-    tf.io.write_file(os.path.join(root, name), tf.io.encode_png(pixels))
-    lines.append(name + " " + " ".join(str(int(v)) for v in row))
-  path = os.path.join(root, hashing_data.LIST_FILES[split])
-  with open(path, "w") as f:
-    f.write("\n".join(lines) + "\n")
-  return path
+
+def _flickr_name(rng: np.random.Generator, i: int) -> str:
+  """A NUS-WIDE image name as its files give them: `<4 digits>_<Flickr photo id>.jpg`."""
+  return f"{i % 10000:04d}_{int(rng.integers(10**8, 10**10))}.jpg"
+
+
+def _nuswide_labels(size: int, rng: np.random.Generator) -> np.ndarray:
+  """`[size, 21]` 0/1 labels, 1 to 3 per image; image `i` has label `i % 21`."""
+  labels = np.zeros((size, 21), np.int32)
+  labels[np.arange(size), np.arange(size) % 21] = 1
+  extra = rng.integers(0, 21, size=(size, 2))
+  keep = rng.random((size, 2)) < 0.5
+  for j in range(2):
+    labels[np.arange(size)[keep[:, j]], extra[keep[:, j], j]] = 1
+  return labels
 
 
 def write_nuswide(
   root: str | os.PathLike,
   *,
   sizes: tuple[int, int, int] = (42, 21, 84),
-  image_size: tuple[int, int] = (16, 16),
+  image_size: int = 16,
+  write_images: bool = True,
   seed: int = 0,
 ) -> str:
-  """Writes a small NUS-WIDE in HashNet's layout under `root`, for `load_nuswide`.
+  """Writes a small NUS-WIDE in DeepHash-pytorch's 21-label layout under `root` (`load_nuswide`).
 
-  `train.txt`, `test.txt` and `database.txt` list `sizes` = (train, query, database) images,
-  `images/<split>_<i>.png` random RGB images of `image_size`, each with 1 to 3 of the 21 labels
-  (every label used in every split when the split has at least 21 images: image `i` has label
-  `i % 21`).
+  `train.txt`, `test.txt` and `database.txt` as swuxyj/DeepHash-pytorch's `data/nuswide_21/`
+  hold them: one image a line, `images/<4 digits>_<photo id>.jpg` and 21 labels of 0/1, all
+  separated by single spaces, a newline after every line. `sizes` = (train, query, other): the
+  database lists the training images, then `other` more (as DeepHash-pytorch's `code.py` makes
+  it: everything but the queries); the images are small JPEGs under `root/images/`, each with 1
+  to 3 of the 21 labels (image `i` of a split has label `i % 21`). `write_images=False` writes
+  the lists only (the full size, `sizes=(10500, 2100, 183234)`, for benchmarks).
 
   Returns:
     `root`, as a str.
   """
   root = os.fspath(root)
   rng = np.random.default_rng(seed)
-  for split, size in zip(("train", "query", "database"), sizes):
-    labels = np.zeros((size, 21), np.int32)
-    labels[np.arange(size), np.arange(size) % 21] = 1
-    extra = rng.integers(0, 21, size=(size, 2))
-    keep = rng.random((size, 2)) < 0.5
-    for j in range(2):
-      labels[np.arange(size)[keep[:, j]], extra[keep[:, j], j]] = 1
-    _write_list_split(root, split, labels, image_size, rng)
+  lines: dict[str, list[str]] = {}
+  count = 0
+  for split, size in zip(("train", "query", "other"), sizes):
+    lines[split] = []
+    for row in _nuswide_labels(size, rng):
+      name = "images/" + _flickr_name(rng, count)
+      count += 1
+      if write_images:
+        _write_jpeg(os.path.join(root, name), rng, image_size)
+      lines[split].append(_label_line(name, row))
+  for split, listed in (
+    ("train", lines["train"]),
+    ("query", lines["query"]),
+    ("database", lines["train"] + lines["other"]),
+  ):
+    _write_text(os.path.join(root, _hashing_list_name(split)), listed)
   return root
+
+
+def _hashing_list_name(split: str) -> str:
+  from jaxrank.data import hashing_data  # pylint: disable=g-import-not-at-top
+
+  return hashing_data.LIST_FILES[split]
+
+
+def write_nuswide_he2018(
+  root: str | os.PathLike,
+  *,
+  images: int = 120,
+  unlabelled: int = 10,
+  crlf: bool = False,
+  image_size: int = 16,
+  write_images: bool = True,
+  seed: int = 0,
+) -> np.ndarray:
+  """Writes a small NUS-WIDE in the layout of its own files (`load_nuswide_he2018`).
+
+  `root/Imagelist.txt` (one path a line, `C:\\ImageData\\Flickr\\<tag>\\<4 digits>_<photo
+  id>.jpg`, as NUS-WIDE's ImageList.zip gives it), `root/AllLabels81.txt` (a line of 81 0/1
+  labels separated by spaces per image, in the same order) and the JPEGs under `root/Flickr/`.
+  The first `images` images carry 1 to 3 labels among the 21 most frequent (columns 60 down to
+  40, so the top 21 are not the first 21 columns), the last `unlabelled` only rarer labels
+  (one of columns 0-9 each, which no kept image has; their images are not written: the loader
+  drops them first). `crlf`: Windows line ends. `write_images=False` writes the two files only
+  (the full size, `images=195834, unlabelled=73814`, for benchmarks).
+
+  Returns:
+    `[images, 81]` the labels of the images with a frequent label, in file order.
+  """
+  root = os.fspath(root)
+  rng = np.random.default_rng(seed)
+  frequent = np.arange(60, 39, -1)  # 21 columns.
+  labels = np.zeros((images + unlabelled, 81), np.int32)
+  labels[:images, frequent] = _nuswide_labels(images, rng)
+  labels[np.arange(images, images + unlabelled), rng.integers(0, 10, size=unlabelled)] = 1
+  labels[0, 70] = 1  # A rare label beside a frequent one: kept, the rare one dropped.
+  tags = ("actor", "airport", "animal")
+  paths, rows = [], []
+  for i, row in enumerate(labels):
+    relative = f"Flickr/{tags[i % len(tags)]}/{_flickr_name(rng, i)}"
+    if i < images and write_images:
+      _write_jpeg(os.path.join(root, relative), rng, image_size)
+    paths.append("C:\\ImageData\\" + relative.replace("/", "\\"))
+    rows.append(" ".join(str(int(v)) for v in row))
+  end = "\r\n" if crlf else "\n"
+  for name, lines in (("Imagelist.txt", paths), ("AllLabels81.txt", rows)):
+    with open(os.path.join(root, name), "w", encoding="utf-8", newline="") as f:
+      f.write("".join(line + end for line in lines))
+  return labels[:images]
 
 
 def write_imagenet100(
   root: str | os.PathLike,
   *,
-  images_per_class: tuple[int, int, int] = (1, 1, 2),
+  images_per_class: tuple[int, int, int] = (1, 1, 1),
   num_classes: int = 100,
-  image_size: tuple[int, int] = (16, 16),
+  layout: str = "pytorch",
+  image_size: int = 16,
+  write_images: bool = True,
+  database_size: int | None = None,
   seed: int = 0,
 ) -> str:
-  """Writes a small ImageNet100 in HashNet's layout under `root`, for `load_imagenet100`.
+  """Writes a small ImageNet100 in one of HashNet's layouts under `root` (`load_imagenet100`).
 
-  `train.txt`, `test.txt` and `database.txt` hold `images_per_class` = (train, query, database)
-  images of each of the first `num_classes` classes (class order), each line a path and a one-hot
-  vector of 100; `images/<split>_<i>.png` random RGB images of `image_size`.
+  The images: `root/image/<wnid>_<n>.JPEG` (training images) and
+  `root/val_image/ILSVRC2012_val_<8 digits>.JPEG` (queries), small JPEGs. `images_per_class` =
+  (train, query, other) images of each of the first `num_classes` classes; the database lists
+  the training images, then the others (HashNet's database holds its training set). Each list
+  line is a path and a one-hot vector of 100, separated by single spaces, as thuml/HashNet's
+  lists:
+
+  * `layout="pytorch"` (`pytorch/data/imagenet/`): `train.txt`, `test.txt`, `database.txt`,
+    paths `/home/caozhangjie/run-czj/dataset/imagenet/image/...` (the authors' machine);
+  * `layout="caffe"` (`caffe/data/imagenet/`): `train.txt` and `test/test0.txt` ... `test7.txt`,
+    `test/database0.txt` ... `database7.txt` (each list cut in 8 parts in order, the last parts
+    the shorter), paths `./data/imagenet/image/...`.
+
+  `database_size` (if given) is the database's size, the training images included, the others
+  spread over the classes as evenly as possible (HashNet's full size: `images_per_class=(130, 50,
+  0)`, `database_size=128503`). `write_images=False` writes the lists only (the full size in
+  seconds, for the parser's tests and benchmarks).
 
   Returns:
     `root`, as a str.
   """
+  from jaxrank.data import hashing_data  # pylint: disable=g-import-not-at-top
+
+  if layout not in ("pytorch", "caffe"):
+    raise ValueError(f"write_imagenet100: layout must be 'pytorch' or 'caffe', got {layout!r}.")
   root = os.fspath(root)
   rng = np.random.default_rng(seed)
-  for split, count in zip(("train", "query", "database"), images_per_class):
-    classes = np.repeat(np.arange(num_classes), count)
-    _write_list_split(root, split, np.eye(100, dtype=np.int32)[classes], image_size, rng)
+  prefix = hashing_data.HASHNET_IMAGENET_PREFIXES[0 if layout == "pytorch" else 1]
+  wnids = [f"n{int(w):08d}" for w in rng.choice(10**7, size=num_classes, replace=False)]
+  lines: dict[str, list[str]] = {}
+  n = int(rng.integers(1, 10**4))  # Image numbers, distinct.
+  counts = [np.full(num_classes, k) for k in images_per_class]
+  if database_size is not None:
+    others = database_size - num_classes * images_per_class[0]
+    counts[2] = np.diff(np.linspace(0, others, num_classes + 1).round().astype(int))
+  for split, count in zip(("train", "query", "other"), counts):
+    lines[split] = []
+    for c in np.repeat(np.arange(num_classes), count).tolist():
+      n += 1
+      name = (
+        f"val_image/ILSVRC2012_val_{n:08d}.JPEG"
+        if split == "query"
+        else f"image/{wnids[c]}_{n}.JPEG"
+      )
+      if write_images:
+        _write_jpeg(os.path.join(root, name), rng, image_size)
+      lines[split].append(_label_line(prefix + name, np.eye(100, dtype=np.int32)[c]))
+  lines["database"] = lines["train"] + lines.pop("other")
+  _write_text(os.path.join(root, "train.txt"), lines["train"])
+  for split in ("query", "database"):
+    stem = hashing_data.LIST_FILES[split]
+    if layout == "pytorch":
+      _write_text(os.path.join(root, stem), lines[split])
+      continue
+    for i, part in enumerate(np.array_split(np.asarray(lines[split], object), 8)):
+      _write_text(os.path.join(root, "test", stem.replace(".txt", f"{i}.txt")), part.tolist())
   return root
 
 
@@ -701,18 +816,56 @@ def write_inshop(
     raise ValueError(f"write_inshop: images_per_item must be at least 2, got {images_per_item}.")
   root = os.fspath(root)
   rng = np.random.default_rng(seed)
-  lines = []
+  rows = []
   for item in range(1, train_items + test_items + 1):
     category = categories[(item - 1) % len(categories)]
     for n in range(images_per_item):
       relative = f"img/{category}/id_{item:08d}/{n + 1:02d}_1_front.jpg"
       _write_jpeg(os.path.join(root, relative), rng, image_size)
       status = "train" if item <= train_items else ("query" if n % 2 == 0 else "gallery")
-      lines.append(f"{relative:<60}{f'id_{item:08d}':<20}{status}")
+      rows.append((relative, item, status))
+  _write_inshop_lines(os.path.join(root, "Eval", "list_eval_partition.txt"), rows)
+
+
+def _write_inshop_lines(path: str, rows: Sequence[tuple[str, int, str]]) -> None:
+  """`list_eval_partition.txt` of `(relative path, item, status)` rows: the count, the header,
+  one line per image, columns padded with spaces."""
+  lines = [f"{relative:<60}{f'id_{item:08d}':<20}{status}" for relative, item, status in rows]
   header = f"{'image_name':<60}{'item_id':<20}evaluation_status"
-  _write_text(
-    os.path.join(root, "Eval", "list_eval_partition.txt"), [str(len(lines)), header, *lines]
-  )
+  _write_text(path, [str(len(lines)), header, *lines])
+
+
+def _spread(total: int, parts: int) -> np.ndarray:
+  """`parts` counts summing to `total`, as equal as they can be (the first the larger)."""
+  return np.full(parts, total // parts) + (np.arange(parts) < total % parts)
+
+
+def write_inshop_partition(
+  path: str | os.PathLike,
+  *,
+  train: tuple[int, int] = (3997, 25882),
+  test: tuple[int, int, int] = (3985, 14218, 12612),
+  categories: Sequence[str] = ("MEN/Denim", "WOMEN/Dresses", "WOMEN/Blouses_Shirts"),
+) -> None:
+  """Writes In-Shop's `list_eval_partition.txt` alone, at the published size by default.
+
+  `train` = (items, images) and `test` = (items, queries, gallery images), each item's images
+  as equal in number as they can be (every test item with a query and a gallery image), in the
+  format of `write_inshop` (no image is written: for the parser's tests and benchmarks). Items
+  are numbered 1, 2, ... (the train items first), item `i` in category `categories[(i - 1) %
+  len(categories)]`.
+  """
+  rows = []
+  train_counts = _spread(train[1], train[0])
+  query_counts, gallery_counts = _spread(test[1], test[0]), _spread(test[2], test[0])
+  statuses = [["train"] * k for k in train_counts] + [
+    ["query"] * q + ["gallery"] * g for q, g in zip(query_counts, gallery_counts)
+  ]
+  for item, listed in enumerate(statuses, start=1):
+    category = categories[(item - 1) % len(categories)]
+    for n, status in enumerate(listed):
+      rows.append((f"img/{category}/id_{item:08d}/{n + 1:02d}_1_front.jpg", item, status))
+  _write_inshop_lines(os.fspath(path), rows)
 
 
 def write_vehicleid(
@@ -807,3 +960,56 @@ def write_inat2018(
       lists["train" if category < train_classes else "test"].append(relative)
   for split, lines in lists.items():
     _write_text(os.path.join(root, "Inat_dataset_splits", f"Inaturalist_{split}_set1.txt"), lines)
+
+
+VEHICLEID_LIST_SIZES = {
+  "train_list.txt": (13164, 113346),
+  "test_list_800.txt": (800, 6493),
+  "test_list_1600.txt": (1600, 13377),
+  "test_list_2400.txt": (2400, 19777),
+}
+"""The vehicles and images of each of VehicleID's lists; the small list's as its public copy holds
+them, the medium and large lists' as Liu et al. 2016 give them, the train list's as
+re-identification loaders do."""
+
+
+def write_vehicleid_lists(
+  root: str | os.PathLike,
+  *,
+  sizes: dict[str, tuple[int, int]] | None = None,
+  modelled: int = 10309,
+  num_models: int = 228,
+) -> None:
+  """Writes VehicleID's lists alone (no image), at the published sizes by default.
+
+  `root/train_test_split/<list>` for each list of `sizes` (`VEHICLEID_LIST_SIZES`; lines
+  `<7-digit image id> <vehicle id>`, a vehicle's images as equal in number as they can be) and
+  `root/attribute/model_attr.txt` (`<vehicle id> <model id>`) for the first `modelled` train
+  vehicles, as in the published file none of the test vehicles. The test lists are nested (the
+  first vehicles of a larger list are the smaller's, with the same images). For the parser's
+  tests and benchmarks; `write_vehicleid` writes a small copy with images.
+  """
+  root = os.fspath(root)
+  sizes = VEHICLEID_LIST_SIZES if sizes is None else sizes
+  train_name, *test_names = sizes
+  image_id, vehicle = 0, 0
+
+  def vehicles_lines(images: int, vehicles: int) -> list[str]:
+    nonlocal image_id, vehicle
+    lines = []
+    for count in _spread(images, vehicles).tolist():
+      vehicle += 1
+      lines += [f"{image_id + k:07d} {vehicle}" for k in range(1, count + 1)]
+      image_id += count
+    return lines
+
+  lists = {train_name: vehicles_lines(sizes[train_name][1], sizes[train_name][0])}
+  previous: list[str] = []
+  for name in test_names:
+    vehicles, images = sizes[name]
+    done = len({line.split()[1] for line in previous})
+    lists[name] = previous = previous + vehicles_lines(images - len(previous), vehicles - done)
+  for name, lines in lists.items():
+    _write_text(os.path.join(root, "train_test_split", name), lines)
+  models = [f"{v} {(v * 7) % num_models}" for v in range(1, modelled + 1)]
+  _write_text(os.path.join(root, "attribute", "model_attr.txt"), models)
