@@ -1,7 +1,9 @@
 """Tie-aware AP hashing on CIFAR-10, He et al.'s second setting, at 16, 24, 32 and 48 bits.
 
-Follows He et al. 2018 (TALR-AP), Table 1, CIFAR-10 setting 2 (S2): the 10,000 test images
-ranking the 50,000 training images by Hamming distance, all of which train; the paper reports
+Follows He et al. 2018 (TALR-AP), Table 1, CIFAR-10 setting 2 (S2): 10,000 queries, 1,000 per
+class drawn from all 60,000 images as their code draws them (kunhe/TALR `split_cifar.m`), ranking
+the other 50,000 by Hamming distance, all of which train (`--set dataset=cifar10_10k_tfds` takes
+tfds' 10,000 test images as the queries instead); the paper reports
 tie-aware mAP (AP_T) 0.939, 0.941, 0.943 and 0.945 at 16, 24, 32 and 48 bits (VGG-F). One run per
 code length (`get_sweep`, runs `16bits` ... `48bits`), each trained with AP_r (`tie_aware_ap`,
 `b + 1` bins). The recipe is `configs/papers/tie_aware.py`'s (a ResNet-18 in place of VGG-F);

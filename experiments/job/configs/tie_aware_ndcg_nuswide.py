@@ -8,8 +8,10 @@ labels they share (multi-level affinities, sec. 5.3); the paper reports tie-awar
 bins). The recipe is `configs/papers/tie_aware.py`'s (a ResNet-18 in place of VGG-F); this
 table's: the data set, the loss and about 100 epochs of the 10,500 training images.
 
-Command (DATA_DIR holds NUS-WIDE in HashNet's layout: `train.txt`, `test.txt`, `database.txt`
-beside the images they list; WEIGHTS is your ImageNet ResNet-18 (torchvision `resnet18`)
+Command (DATA_DIR holds DeepHash-pytorch's 21-label lists, `data/nuswide_21/{train,test,
+database}.txt`, beside the `images/` they list (`jaxrank.data.load_nuswide`); with NUS-WIDE's own
+`Imagelist.txt` and `AllLabels81.txt` instead, `--set dataset=nuswide_he2018` draws He et al.'s
+split by their code's rule (`load_nuswide_he2018`); WEIGHTS is your ImageNet ResNet-18 (torchvision `resnet18`)
 checkpoint, see docs/guide/pretrained.rst; nothing is downloaded):
 
     python -m experiments.job.main --config experiments/job/configs/tie_aware_ndcg_nuswide.py \\
