@@ -148,7 +148,11 @@ BAD_PICKLES = {
   "no_box": (ground_truth_file([query(0, ("bbx",)), query(1)]), r"gnd\[0\] lacks \['bbx'\]"),
   "index_outside": (
     ground_truth_file([query(0, junk=[3]), query(1)]),
-    r"gnd\[0\]\['junk'\] must hold integer indices into imlist's 3 images",
+    r"gnd\[0\]\['junk'\] must hold integer indices .*into imlist's 3 images",
+  ),
+  "fractional_index": (
+    ground_truth_file([query(0, easy=[0.5]), query(1)]),
+    r"gnd\[0\]\['easy'\] must hold integer indices",
   ),
   "empty_box": (
     ground_truth_file([query(0), query(1, bbx=[5, 1, 5, 2])]),
@@ -163,6 +167,14 @@ def test_malformed_ground_truth_names_the_file(roxford, content, message):
   write_pickle(roxford / "gnd_roxford5k.pkl", content)
   with pytest.raises(ValueError, match=f"load_revisited: .*gnd_roxford5k.pkl.*{message}"):
     jd.load_revisited(roxford, "roxford5k")
+
+
+def test_whole_float_indices_load_as_revisitop_builds_them(roxford):
+  # revisitop's example_evaluate.py joins lists with np.concatenate: float64 once one is empty.
+  floats = [query(0, easy=np.concatenate([[], [0]])), query(1, hard=np.concatenate([[], []]))]
+  write_pickle(roxford / "gnd_roxford5k.pkl", ground_truth_file(floats))
+  data = jd.load_revisited(roxford, "roxford5k")
+  assert data.ground_truth[0]["easy"].dtype == np.float64
 
 
 def test_missing_files_name_the_file_and_the_fix(roxford):

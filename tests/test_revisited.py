@@ -113,13 +113,28 @@ E2 = np.eye(3, dtype=np.float32)
     ([{"ok": [0]}] * 2, r"lacks \['junk'\]"),
     ([{"easy": [0], "hard": [], "junk": []}, {"ok": [0], "junk": []}], "mixes formats"),
     ([{"easy": [0], "ok": [1], "hard": [], "junk": []}] * 2, "mixes 'ok'"),
-    ([{"easy": [0.5], "hard": [], "junk": []}] * 2, "integer gallery indices"),
+    ([{"easy": [0.5], "hard": [], "junk": []}] * 2, r"integer gallery indices .*\(e.g. 0.5\)"),
+    ([{"easy": [np.nan], "hard": [], "junk": []}] * 2, "integer gallery indices"),
+    ([{"easy": [True], "hard": [], "junk": []}] * 2, "dtype bool"),
     ([[0, 1]] * 2, "must be a mapping"),
   ],
 )
 def test_bad_ground_truth_is_a_value_error_naming_the_fix(gnd, match):
   with pytest.raises(ValueError, match=f"evaluate_revisited: .*{match}"):
     jaxrank.evaluate_revisited(E2[:2], E2, gnd)
+
+
+def test_whole_float_indices_equal_integer_ones():
+  # revisitop's example_evaluate.py builds each setting with np.concatenate, which gives float64
+  # indices where a list is empty (`np.concatenate([[], [3, 4]])`); its compute_map takes them.
+  rng, q, g, _ = _tied_data(3, 4, 30)
+  gnd = _ground_truth(rng, 4, 30, 5)
+  floats = [{k: np.concatenate([[], np.asarray(v)]) for k, v in entry.items()} for entry in gnd]
+  assert floats[0]["easy"].dtype == np.float64
+  args = dict(ks=KS, similarity_fn=similarity.dot_product)
+  assert jaxrank.evaluate_revisited(q, g, floats, **args) == jaxrank.evaluate_revisited(
+    q, g, gnd, **args
+  )
 
 
 def test_bad_arguments():

@@ -78,15 +78,33 @@ def _format_of(fn, i, entry):
   return kind
 
 
-def _indices(fn, i, key, value, num_items):
-  """Query `i`'s `key` list as int64 indices, checked: 1-D integers in `[0, N)`, no repeats."""
+def integer_indices(value) -> np.ndarray | None:
+  """`value` as an int64 array if it holds integers: an integer dtype, or floats that are all
+  whole numbers (revisitop builds its lists with `np.concatenate`, and `np.concatenate([[],
+  [3, 4]])` is float64); `None` for anything else (fractions, NaN, infinities, booleans,
+  strings). Shared by `evaluate_revisited` and `jaxrank.data.load_revisited`."""
   index = np.asarray(value)
-  if index.size == 0:
+  if np.issubdtype(index.dtype, np.integer):
+    return index.astype(np.int64)
+  if not np.issubdtype(index.dtype, np.floating):
+    return None
+  with np.errstate(invalid="ignore"):
+    whole = np.isfinite(index) & (index == np.round(index)) & (np.abs(index) < 2.0**62)
+  return index.astype(np.int64) if np.all(whole) else None
+
+
+def _indices(fn, i, key, value, num_items):
+  """Query `i`'s `key` list as int64 indices, checked: 1-D integers (or whole floats) in
+  `[0, N)`, no repeats."""
+  given = np.asarray(value)
+  if given.size == 0:
     return np.zeros(0, np.int64)
-  if index.ndim != 1 or not np.issubdtype(index.dtype, np.integer):
+  index = integer_indices(given)
+  if given.ndim != 1 or index is None:
     raise ValueError(
-      f"{fn}: ground_truth[{i}]['{key}'] must be a flat list of integer gallery indices, got "
-      f"shape {index.shape} and dtype {index.dtype}."
+      f"{fn}: ground_truth[{i}]['{key}'] must be a flat list of integer gallery indices "
+      f"(integers, or floats with whole values), got shape {given.shape} and dtype "
+      f"{given.dtype}{_first_fraction(given)}."
     )
   bad = index[(index < 0) | (index >= num_items)]
   if bad.size:
@@ -96,7 +114,16 @@ def _indices(fn, i, key, value, num_items):
     )
   if np.unique(index).size != index.size:
     raise ValueError(f"{fn}: ground_truth[{i}]['{key}'] lists an index twice; list each once.")
-  return index.astype(np.int64)
+  return index
+
+
+def _first_fraction(given):
+  """`" (e.g. 0.5)"`: the first value of a float list that is no whole number, for messages."""
+  if given.ndim != 1 or not np.issubdtype(given.dtype, np.floating):
+    return ""
+  with np.errstate(invalid="ignore"):
+    bad = given[~(np.isfinite(given) & (given == np.round(given)))]
+  return f" (e.g. {float(bad[0])})" if bad.size else ""
 
 
 def _parse_ground_truth(fn, ground_truth, num_queries, num_items):
@@ -355,7 +382,9 @@ def evaluate_revisited(
     gallery_embeddings: `[N, D]` floating gallery descriptors, finite.
     ground_truth: one mapping per query, as the protocol's `gnd` lists hold it: lists of gallery
       indices in `[0, N)` under `'easy'`, `'hard'` and `'junk'`, or under `'ok'` and `'junk'`
-      (every query the same format). An index outside the gallery, one listed twice, an item in
+      (every query the same format): integers, or floats with whole values (what revisitop's
+      `np.concatenate` of lists gives, e.g. float64 for an empty list joined to others). A
+      fraction, an index outside the gallery, one listed twice, an item in
       two lists of a query, a missing key or mixed formats are a `ValueError`.
     ks: the cut-offs of mP@k, positive ints (the name of `evaluate_retrieval`'s cut-offs).
     similarity_fn: the scoring rule `(queries [c, D], gallery [g, D]) -> [c, g]` (see

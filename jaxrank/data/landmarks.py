@@ -42,6 +42,7 @@ import numpy as np
 import tensorflow as tf
 
 from jaxrank._src import checks
+from jaxrank._src import revisited
 
 NAMES = ("roxford5k", "rparis6k", "oxford5k", "paris6k")
 """The data sets of the published layout, each with its `gnd_<name>.pkl`."""
@@ -120,13 +121,12 @@ def _check_query(fn: str, path: str, i: int, entry: Any, num_items: int) -> np.n
       "junk) and bbx."
     )
   for key in _GROUND_TRUTH_KEYS[kind]:
-    index = np.asarray(entry[key])
-    if index.size and (
-      not np.issubdtype(index.dtype, np.integer) or index.min() < 0 or index.max() >= num_items
-    ):
+    given = np.asarray(entry[key])
+    index = revisited.integer_indices(given)  # Whole floats too, as revisitop accepts them.
+    if given.size and (index is None or index.min() < 0 or index.max() >= num_items):
       raise ValueError(
-        f"{fn}: {path!r}: gnd[{i}][{key!r}] must hold integer indices into imlist's "
-        f"{num_items} images, got {index.ravel()[:5].tolist()}..."
+        f"{fn}: {path!r}: gnd[{i}][{key!r}] must hold integer indices (or floats with whole "
+        f"values) into imlist's {num_items} images, got {given.ravel()[:5].tolist()}..."
       )
   return _box(fn, path, i, entry["bbx"])
 
