@@ -10,8 +10,10 @@ import pytest
 import reference_revisited
 
 import jaxrank
+from experiments.benchmarks import revisited as revisited_benchmark
 from jaxrank import similarity
 from jaxrank._src import ranking
+from jaxrank._src import revisited
 
 KS = (1, 3, 5)
 
@@ -164,3 +166,28 @@ def test_a_nan_score_makes_its_query_nan_and_per_query_keys():
   }
   assert np.isnan(got["medium/map"][0]) and got["medium/map"][1] == 0.0  # No positives: 0.
   np.testing.assert_array_equal(got["medium/num_positives"], [2, 0])
+
+
+def test_equals_revisitop_compute_map_on_its_own_settings():
+  # revisitop's example_evaluate.py path (the product, np.argsort, compute_map of each setting),
+  # transcribed in the benchmark; untied scores, where the tie rules cannot differ.
+  q, g, gnd = revisited_benchmark._data(6, 400, 8, seed=4)
+  ranks = np.argsort(-(g.astype(np.float64) @ q.T.astype(np.float64)), axis=0)
+  got = jaxrank.evaluate_revisited(q, g, gnd, ks=KS)
+  for name, setting in revisited_benchmark.revisitop_settings(gnd).items():
+    want_map, want_mp = revisited_benchmark.revisitop_compute_map(ranks, setting, KS)
+    np.testing.assert_allclose(got[f"{name}/map"], want_map, rtol=1e-6, err_msg=name)
+    np.testing.assert_allclose([got[f"{name}/mp@{k}"] for k in KS], want_mp, rtol=1e-6)
+
+
+def test_device_galleries_and_the_second_pass_give_the_same_results(monkeypatch):
+  # The positives' scores come first from their gathered rows; where those are not the bits the
+  # gallery's chunks give (forced here), a second pass counts around the chunks' own.
+  rng, q, g, _ = _tied_data(5, 5, 40)
+  gnd = _ground_truth(rng, 5, 40, 6)
+  args = dict(ks=KS, similarity_fn=similarity.dot_product, chunk_size=2, gallery_chunk_size=16)
+  want = jaxrank.evaluate_revisited(q, g, gnd, **args)
+  assert jaxrank.evaluate_revisited(jnp.asarray(q), jnp.asarray(g), gnd, **args) == want
+  listed = revisited._listed_scores
+  monkeypatch.setattr(revisited, "_listed_scores", lambda *a: listed(*a) + 0.5)
+  assert jaxrank.evaluate_revisited(q, g, gnd, **args) == want
