@@ -1,8 +1,9 @@
 """Benchmark: `jaxrank.evaluate_revisited` at the size of R1M (70 queries, 1,000,000 distractors).
 
-Command (heavy: a 512 MB gallery, about two minutes on 2 CPU cores; run it once, alone):
+Command (heavy: a 512 MB gallery, several minutes on 2 CPU cores, most of them revisitop's path;
+run it once, alone; `--docs` also writes the table docs/guide/landmarks.rst shows):
 
-    .venv/bin/python -m experiments.benchmarks.revisited
+    .venv/bin/python -m experiments.benchmarks.revisited --docs
     .venv/bin/python -m experiments.benchmarks.revisited --items 100000   # smaller
 
 Synthetic data from a fixed seed: `--queries` unit query descriptors and a gallery of `--items`
@@ -18,8 +19,9 @@ gallery is in memory at a time), each timed `--runs` times after one untimed cal
   runs it: the product, `np.argsort(-scores, axis=0)` of the whole `[N, Q]` matrix, and
   `compute_map` of each setting (`revisitop_compute_map`, a transcription of `python/evaluate.py`).
 
-Each row prints the median wall time and the process's peak resident memory (max RSS: Python,
-the runtime and the gallery included) and its growth over the data alone.
+The table gives each row's median wall time, its ratio to the product's, the process's peak
+resident memory (max RSS: Python, the runtime and the gallery included) and its growth over the
+data alone, and the Medium mAP (the same in the two evaluations).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ import sys
 import time
 
 import numpy as np
+
+from experiments import docs_data
 
 ROWS = ("evaluate_revisited", "product", "revisitop")
 KS = (1, 5, 10)
@@ -125,7 +129,8 @@ def _run_row(row, args):
       ranks = np.argsort(-(g @ q.T), axis=0)
       return {s: revisitop_compute_map(ranks, settings[s], KS)[0] for s in settings}
 
-  call()  # Compilation, caches.
+  if row != "revisitop":
+    call()  # Compilation, caches.
   seconds, result = [], {}
   for _ in range(args.runs):
     start = time.perf_counter()
@@ -134,7 +139,37 @@ def _run_row(row, args):
   return {"row": row, "seconds": seconds, "peak_mb": _peak_mb(), "data_mb": data_mb, **result}
 
 
-def main() -> None:
+def _lines(args, results):
+  """The Markdown table of the rows' results (`results`: `_run_row`'s dicts, in `ROWS` order)."""
+  product = next((statistics.median(r["seconds"]) for r in results if r["row"] == "product"), 0)
+  lines = [
+    f"evaluate_revisited beside the product and revisitop's path: {args.queries} queries x "
+    f"{args.items:,} gallery items x {args.dim}, float32",
+    "| row | median time (s) | runs (s) | x the product | peak RSS (MB) | over the data (MB) |"
+    " Medium mAP |",
+    "| --- | --- | --- | --- | --- | --- | --- |",
+  ]
+  for r in results:
+    median = statistics.median(r["seconds"])
+    ratio = f"{median / product:.1f}" if product else ""
+    lines.append(
+      f"| {r['row']} | {median:.2f} | {', '.join(f'{t:.2f}' for t in r['seconds'])} | {ratio} "
+      f"| {r['peak_mb']:,.0f} | {r['peak_mb'] - r['data_mb']:,.0f} | "
+      f"{r['medium']:.5f} |"
+      if "medium" in r
+      else f"| {r['row']} | {median:.2f} | {', '.join(f'{t:.2f}' for t in r['seconds'])} | "
+      f"{ratio} | {r['peak_mb']:,.0f} | {r['peak_mb'] - r['data_mb']:,.0f} | |"
+    )
+  lines.append(
+    "Each row in a process of its own, one after the other; the median of the runs after one "
+    "untimed call (compilation; none for revisitop's numpy). Peak RSS: the process's maximum "
+    "resident memory, Python and the runtime included; over the data: its growth after the "
+    "data were made (the gallery alone is 512 MB at the default size)."
+  )
+  return lines
+
+
+def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--queries", type=int, default=70)
   parser.add_argument("--items", type=int, default=1_000_000)
@@ -142,24 +177,24 @@ def main() -> None:
   parser.add_argument("--runs", type=int, default=3)
   parser.add_argument("--row", choices=ROWS, help="run one row here (the rows' own processes)")
   parser.add_argument("--rows", nargs="+", choices=ROWS, help="the rows to run (default: all)")
-  args = parser.parse_args()
+  docs_data.add_docs_argument(parser, "revisited_r1m")
+  args = parser.parse_args(argv)
   if args.row:
     print(json.dumps(_run_row(args.row, args)))
     return
-  print(f"{args.queries} queries x {args.items:,} gallery items x {args.dim}, float32")
   common = ["--queries", str(args.queries), "--items", str(args.items), "--dim", str(args.dim)]
+  results = []
   for row in args.rows or ROWS:
     command = [sys.executable, "-m", "experiments.benchmarks.revisited", "--row", row]
     out = subprocess.run(
       command + common + ["--runs", str(args.runs)], check=True, capture_output=True, text=True
     )
-    r = json.loads(out.stdout.strip().splitlines()[-1])
-    maps = " ".join(f"{s} {r[s]:.4f}" for s in ("easy", "medium", "hard") if s in r)
-    print(
-      f"{row:<20} {statistics.median(r['seconds']):7.2f} s (median of {args.runs}: "
-      f"{', '.join(f'{s:.2f}' for s in r['seconds'])})  peak RSS {r['peak_mb']:,.0f} MB "
-      f"(+{r['peak_mb'] - r['data_mb']:,.0f} MB over the data)  {maps}"
-    )
+    results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print(results[-1], flush=True)
+  lines = _lines(args, results)
+  print("\n".join(lines))
+  if args.docs:
+    docs_data.write_markdown_tables({"revisited_r1m": lines})
 
 
 if __name__ == "__main__":

@@ -52,8 +52,10 @@ def learn_whitening(
   whitening (the whitened training set has identity covariance), cirtorch's `pcawhitenlearn`
   (filipradenovic/cnnimageretrieval-pytorch, `cirtorch/utils/whiten.py`) and scikit-learn's
   `PCA(whiten=True)` (which divides by `N - 1`); `power=0.25`, eigenvalues square-rooted
-  before whitening, is the "square-rooted PCA" of Revaud et al. 2019 (sec. 4.2; `--whitenp
-  0.25` of naver/deep-image-retrieval), which whitens less the weak directions.
+  before whitening, is the "square-rooted PCA" of Revaud et al. 2019 (sec. 4.2), their code's
+  default (naver/deep-image-retrieval, `dirtorch/test_dir.py`, `--whitenp 0.25`:
+  `whiten_features` in `dirtorch/utils/common.py` divides scikit-learn's PCA projections by
+  `explained_variance_ ** whitenp`), which whitens less the weak directions.
 
   Accuracy: `\Sigma` is never formed. Its eigenvalues are the squared singular values of the
   centred descriptors (`/ N`), computed in the descriptors' precision (float32; float64 under
@@ -116,7 +118,9 @@ def apply_whitening(
   """Descriptors whitened by `learn_whitening`'s `(mean, projection)`, then L2-normalised.
 
   `normalise((x - mean) @ projection)` for each row, as the landmark literature applies a learned
-  whitening (a zero row stays zero).
+  whitening: a row whitened to zero stays zero (e.g. every row, with a whitening learned on
+  constant descriptors). cirtorch's `whitenapply` (`cirtorch/utils/whiten.py`) divides by the
+  norm plus 1e-6 instead: the same directions, its norms a hair below 1.
 
   Args:
     descriptors: `[N, D]` floating descriptors (queries or gallery: both take the same whitening).
@@ -187,11 +191,11 @@ def alpha_query_expansion(
      {\| q + \sum_{j \in \mathrm{top}_k(q)} \max(s_j, 0)^\alpha x_j \|}
 
   with `q` and the gallery rows `x_j` L2-normalised first and `s_j = q^T x_j` their cosine: the
-  query keeps weight 1 (its similarity to itself, `1 ** alpha`), as in the reference
-  implementations (Radenovic's and Revaud's, which average the query with its weighted
-  neighbours; the mean's `1 / (k + 1)` disappears in the normalisation). A neighbour of negative
-  similarity adds nothing (so that any real `alpha` is defined; with `alpha = 2` the papers'
-  `s ** 2` would add it). Defaults `k = 10`, `alpha = 2`: Revaud et al. 2019, sec. 4. Ties among
+  query keeps weight 1 (its similarity to itself, `1 ** alpha`), as in Revaud et al.'s
+  `expand_descriptors` (naver/deep-image-retrieval, `dirtorch/test_dir.py`), which averages the
+  query with its weighted neighbours (the mean's `1 / (k + 1)` disappears in the
+  normalisation). A neighbour of negative similarity adds nothing (so that any real `alpha` is
+  defined; that code's `sim ** alpha` adds it with `alpha = 2`). Defaults `k = 10`, `alpha = 2`: Revaud et al. 2019, sec. 4. Ties among
   neighbours are taken by `jax.lax.top_k` (the lower gallery index first). `alpha = 0` is
   average query expansion. Memory O(chunk_size * N + (Q + N) D), time O(Q N D).
 
@@ -232,7 +236,9 @@ def database_augmentation(
 
   Each item keeps weight 1 and adds its top `k` other items (itself left out by index, not by
   score, so a duplicate item counts as a neighbour), weighted `max(s_j, 0) ** alpha`; the result is
-  L2-normalised. Apply it to the gallery, then query (with or without alpha-QE) the augmented
+  L2-normalised. (deep-image-retrieval's `expand_descriptors` with `db=None` sets the item's
+  similarity to itself to 0 instead, so the item itself takes one of the `k` slots, with weight
+  0, where fewer than `k` others have a positive similarity.) Apply it to the gallery, then query (with or without alpha-QE) the augmented
   gallery. Memory O(chunk_size * N + N D), time O(N^2 D): for a million-item gallery, the
   literature computes the neighbours by approximate search instead.
 
