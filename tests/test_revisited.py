@@ -58,7 +58,8 @@ def _assert_close(got, want):
   ids=["compared", "sorted", "accelerator-form"],
 )
 def test_equals_reference_with_ties_empty_settings_and_junk(most, branch):
-  # `most` 20: up to 40 positives, beyond `counting.COMPARE_UP_TO`: the counts sort each chunk.
+  # `most` 20: up to 40 positives, beyond `counting.COMPARE_UP_TO` (still compared here, up to
+  # `revisited.COMPARE_UP_TO`; the sorted form: the next test).
   rng, q, g, scores = _tied_data(most, 7, 45)
   gnd = _ground_truth(rng, 7, 45, most)
   with ranking.descending_ranks_branch(branch) if branch else contextlib.nullcontext():
@@ -71,6 +72,21 @@ def test_equals_reference_with_ties_empty_settings_and_junk(most, branch):
       chunk_size=3,
       gallery_chunk_size=16,  # 45 items: chunks at 0, 16 and 29 (the last overlapping).
     )
+  _assert_close(got, reference_revisited.evaluate(scores, gnd, KS))
+
+
+@pytest.mark.parametrize("branch", [None, "xla"])
+def test_the_sorted_counts_beyond_compare_up_to_equal_reference(monkeypatch, branch):
+  # More positives than `revisited.COMPARE_UP_TO` (lowered to 8 here): each chunk is sorted.
+  monkeypatch.setattr(revisited, "COMPARE_UP_TO", 8)
+  revisited._count.clear_cache()
+  rng, q, g, scores = _tied_data(8, 5, 37)
+  gnd = _ground_truth(rng, 5, 37, 9)
+  with ranking.descending_ranks_branch(branch) if branch else contextlib.nullcontext():
+    got = jaxrank.evaluate_revisited(
+      q, g, gnd, ks=KS, similarity_fn=similarity.dot_product, chunk_size=3, gallery_chunk_size=16
+    )
+  revisited._count.clear_cache()
   _assert_close(got, reference_revisited.evaluate(scores, gnd, KS))
 
 
