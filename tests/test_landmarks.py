@@ -19,10 +19,12 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from flax import nnx  # noqa: E402
+from PIL import Image  # noqa: E402
 
 import jaxrank  # noqa: E402
 import jaxrank.data as jd  # noqa: E402
 from jaxrank import models  # noqa: E402
+from jaxrank.data import landmarks  # noqa: E402
 
 # (height, width) of each image of the miniature.
 GALLERY = {"all_souls_000001": (20, 30), "all_souls_000002": (30, 20), "radcliffe_000003": (9, 9)}
@@ -41,7 +43,9 @@ def write_jpeg(path, size, seed=0):
 
 
 def decoded(path):
-  return tf.io.decode_image(tf.io.read_file(str(path)), channels=3).numpy()
+  """The image as the reference codes read it: PIL's `Image.open(f).convert("RGB")`."""
+  with Image.open(path) as image:
+    return np.asarray(image.convert("RGB"))
 
 
 def write_pickle(path, content):
@@ -109,9 +113,51 @@ def test_images_are_capped_on_their_longer_side_never_upscaled(roxford):
   # A uniform-ish check of the content: the means of the capped and full images agree.
   np.testing.assert_allclose(small.mean(), full.mean(), atol=3)
   assert jd.read_gallery_image(data, 1, max_side=10).shape == (10, 7, 3)  # 30 x 20: 10 x 6.67.
-  assert jd.read_query_image(data, 0, max_side=9).shape == (4, 9, 3)  # the 7 x 18 crop, halved.
+  # The 7 x 18 crop of a 24 x 32 image at 9: scaled as the image would be, 18 * 9 / 32 -> 5 wide.
+  assert jd.read_query_image(data, 0, max_side=9).shape == (2, 5, 3)
   with pytest.raises(ValueError, match="max_side must be a positive int"):
     jd.read_gallery_image(data, 0, max_side=0)
+
+
+def _cirtorch_query_size(full_size, box, imsize):
+  """The (width, height) of a query as cirtorch's `ImagesFromList` with `bbxs` reads it
+  (filipradenovic/cnnimageretrieval-pytorch, `cirtorch/datasets/genericdataset.py` and
+  `datahelpers.imresize` at 1e66a417): PIL's crop, then `thumbnail` to `imsize * max(crop.size) /
+  max(full.size)`, in PIL itself (Lanczos, cirtorch's `Image.ANTIALIAS`)."""
+  image = Image.new("L", full_size).crop(box)
+  image.thumbnail((imsize * max(image.size) / max(full_size),) * 2, Image.Resampling.LANCZOS)
+  return image.size
+
+
+def test_query_crops_are_scaled_by_the_full_image_as_cirtorch_does(roxford):
+  # The issue's example: a 1200 x 900 image, a 1050 x 800 box, at 1024: 896 x 683 (w x h).
+  assert _cirtorch_query_size((1200, 900), (0, 0, 1050, 800), 1024) == (896, 683)
+  write_jpeg(roxford / "jpg" / "all_souls_000013.jpg", (900, 1200))
+  data = jd.load_revisited(roxford, "roxford5k")
+  data = dataclasses.replace(data, query_boxes=np.array([[100.0, 50, 1150, 850], [0, 0, 5, 5]]))
+  assert jd.read_query_image(data, 0).shape == (683, 896, 3)
+  assert jd.read_query_image(data, 0, max_side=None).shape == (800, 1050, 3)
+  # PIL's thumbnail rounding, on random sizes and sides (crops and whole images alike).
+  rng = np.random.default_rng(0)
+  for _ in range(300):
+    width, height = (int(v) for v in rng.integers(1, 90, 2))
+    side = float(rng.uniform(1, 100))
+    image = Image.new("L", (width, height))
+    image.thumbnail((side, side))
+    assert landmarks._thumbnail_size(height, width, side) == image.size[::-1], (width, height, side)
+
+
+@pytest.mark.parametrize("mode, suffix", [("RGB", "jpg"), ("L", "jpg"), ("RGB", "png")])
+def test_images_decode_as_pil_decodes_them(tmp_path, mode, suffix):
+  rng = np.random.default_rng(1)
+  smooth = np.cumsum(rng.integers(-6, 7, size=(61, 83, 3)), axis=1) % 256  # Photo-like content.
+  image = Image.fromarray(smooth.astype(np.uint8)).convert(mode)
+  path = tmp_path / f"image.{suffix}"
+  image.save(path, quality=90) if suffix == "jpg" else image.save(path)
+  np.testing.assert_array_equal(jd.read_image(path), decoded(path))  # Bit for bit.
+  if mode == "RGB" and suffix == "jpg":  # tf.io.decode_image's fast DCT does not.
+    fast = tf.io.decode_image(tf.io.read_file(str(path)), channels=3).numpy()
+    assert np.any(fast != decoded(path))
 
 
 def test_distractors_extend_the_gallery_after_the_data_set(roxford, tmp_path):
@@ -148,7 +194,11 @@ BAD_PICKLES = {
   "no_box": (ground_truth_file([query(0, ("bbx",)), query(1)]), r"gnd\[0\] lacks \['bbx'\]"),
   "index_outside": (
     ground_truth_file([query(0, junk=[3]), query(1)]),
-    r"gnd\[0\]\['junk'\] must hold integer indices into imlist's 3 images",
+    r"gnd\[0\]\['junk'\] must hold integer indices .*into imlist's 3 images",
+  ),
+  "fractional_index": (
+    ground_truth_file([query(0, easy=[0.5]), query(1)]),
+    r"gnd\[0\]\['easy'\] must hold integer indices",
   ),
   "empty_box": (
     ground_truth_file([query(0), query(1, bbx=[5, 1, 5, 2])]),
@@ -163,6 +213,14 @@ def test_malformed_ground_truth_names_the_file(roxford, content, message):
   write_pickle(roxford / "gnd_roxford5k.pkl", content)
   with pytest.raises(ValueError, match=f"load_revisited: .*gnd_roxford5k.pkl.*{message}"):
     jd.load_revisited(roxford, "roxford5k")
+
+
+def test_whole_float_indices_load_as_revisitop_builds_them(roxford):
+  # revisitop's example_evaluate.py joins lists with np.concatenate: float64 once one is empty.
+  floats = [query(0, easy=np.concatenate([[], [0]])), query(1, hard=np.concatenate([[], []]))]
+  write_pickle(roxford / "gnd_roxford5k.pkl", ground_truth_file(floats))
+  data = jd.load_revisited(roxford, "roxford5k")
+  assert data.ground_truth[0]["easy"].dtype == np.float64
 
 
 def test_missing_files_name_the_file_and_the_fix(roxford):

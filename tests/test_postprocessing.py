@@ -6,8 +6,10 @@ from __future__ import annotations
 import functools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from sklearn import decomposition
 
 import jaxrank
 
@@ -63,6 +65,84 @@ def test_whitening_is_jittable_and_finite_on_rank_deficient_data():
   assert projection.shape == (5, 4) and np.all(np.isfinite(projection))
   y = jax.jit(jaxrank.apply_whitening)(Q, (mean, projection))
   np.testing.assert_allclose(np.linalg.norm(y, axis=1), 1.0, rtol=1e-5)
+
+
+def _cirtorch_pcawhitenlearn(x):
+  """A transcription of cirtorch's `pcawhitenlearn` (filipradenovic/cnnimageretrieval-pytorch,
+  `cirtorch/utils/whiten.py` at 1e66a417afa2247edde6d35f3a9a2a465778a3a8): `x [D, N]`, one
+  descriptor per column; the covariance over N, symmetrised, `np.linalg.eig`, eigenvalues sorted
+  decreasing, `P = diag(eigval) ** -1/2 @ eigvec.T`. Returns `(m [D, 1], P [D, D])`."""
+  n = x.shape[1]
+  m = x.mean(axis=1, keepdims=True)
+  xc = x - m
+  cov = xc @ xc.T
+  cov = (cov + cov.T) / (2 * n)
+  eigval, eigvec = np.linalg.eig(cov)
+  order = eigval.argsort()[::-1]
+  eigval, eigvec = eigval[order], eigvec[:, order]
+  return m, np.linalg.inv(np.sqrt(np.diag(eigval))) @ eigvec.T
+
+
+def _cirtorch_whitenapply(x, m, p, dimensions=None):
+  """A transcription of cirtorch's `whitenapply` (same file): `x [D, N]` columns, the first
+  `dimensions` rows of `P`, each column divided by its norm plus 1e-6."""
+  dimensions = dimensions or p.shape[0]
+  y = p[:dimensions, :] @ (x - m)
+  return y / (np.linalg.norm(y, ord=2, axis=0, keepdims=True) + 1e-6)
+
+
+def _steep(seed, n, d=128, smallest=1e-7):
+  """float32 `[n, d]` descriptors whose covariance has eigenvalues from 1 down to `smallest`,
+  geometrically spaced, in a random basis, around a random mean."""
+  rng = np.random.default_rng(seed)
+  basis = np.linalg.qr(rng.normal(size=(d, d)))[0]
+  spectrum = np.logspace(0, np.log10(smallest), d)
+  x = (rng.normal(size=(n, d)) * np.sqrt(spectrum)) @ basis.T + rng.normal(size=d) * 0.1
+  return x.astype(np.float32)
+
+
+def test_whitening_of_a_steep_spectrum_equals_cirtorch_and_scikit_learn():
+  # Eigenvalues down to 1e-7 of the largest: a float32 covariance cannot resolve them.
+  x = _steep(0, 2000)
+  x, held_out = x[:1500], x[1500:]
+  x64, h64 = x.astype(np.float64), held_out.astype(np.float64)
+  whitening = jaxrank.learn_whitening(x)
+  assert whitening[1].dtype == np.float32
+  mean, projection = (np.asarray(a, np.float64) for a in whitening)
+  w = (x64 - mean) @ projection
+  np.testing.assert_allclose(w.T @ w / len(x), np.eye(128), atol=2e-3)  # Identity covariance.
+  centred = jnp.asarray(x - x.mean(axis=0))  # A float32 covariance's eigh (jaxrank before).
+  values, vectors = (np.asarray(a, np.float64) for a in jnp.linalg.eigh(centred.T @ centred))
+  w32 = (x64 - mean) @ (vectors / np.sqrt(np.maximum(values / len(x), 1e-30)))
+  assert np.abs(w32.T @ w32 / len(x) - np.eye(128)).max() > 0.1
+  # cirtorch's whitening of the held-out descriptors: the same cosines between them.
+  got = np.asarray(jaxrank.apply_whitening(held_out, whitening), np.float64)
+  m, p = _cirtorch_pcawhitenlearn(x64.T)
+  want = _cirtorch_whitenapply(h64.T, m, np.real(p)).T
+  np.testing.assert_allclose(got @ got.T, want @ want.T, atol=1e-4)
+  # scikit-learn's PCA: whitened (power 0.5), and its components over eigenvalues ** 0.25.
+  for power, dim in [(0.5, None), (0.25, 64)]:
+    pca = decomposition.PCA(n_components=dim, whiten=power == 0.5).fit(x64)
+    want = pca.transform(h64)
+    want = _unit(want if power == 0.5 else want / pca.explained_variance_**power)
+    learned = jaxrank.learn_whitening(x, power=power, dim=dim)
+    got = np.asarray(jaxrank.apply_whitening(held_out, learned), np.float64)
+    np.testing.assert_allclose(got @ got.T, want @ want.T, atol=1e-4, err_msg=f"power {power}")
+
+
+def test_non_finite_descriptors_are_refused_and_constant_ones_give_zero_rows():
+  bad = X.copy()
+  bad[3, 1] = np.nan
+  with pytest.raises(ValueError, match="learn_whitening: descriptors contain NaN or infinite"):
+    jaxrank.learn_whitening(bad)
+  with pytest.raises(ValueError, match="learn_whitening: descriptors contain NaN or infinite"):
+    jaxrank.learn_whitening(np.where(bad > 0, np.inf, 0.0))
+  constant = np.full((10, 5), 0.5, np.float32)
+  whitening = jaxrank.learn_whitening(constant)
+  assert np.all(np.isfinite(whitening[1]))
+  np.testing.assert_array_equal(jaxrank.apply_whitening(constant, whitening), 0.0)
+  others = np.asarray(jaxrank.apply_whitening(Q, whitening))
+  np.testing.assert_allclose(np.linalg.norm(others, axis=1), 1.0, rtol=1e-5)
 
 
 @pytest.mark.parametrize("k, alpha", [(3, 2.0), (5, 0.5)])

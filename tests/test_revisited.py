@@ -10,8 +10,10 @@ import pytest
 import reference_revisited
 
 import jaxrank
+from experiments.benchmarks import revisited as revisited_benchmark
 from jaxrank import similarity
 from jaxrank._src import ranking
+from jaxrank._src import revisited
 
 KS = (1, 3, 5)
 
@@ -56,7 +58,8 @@ def _assert_close(got, want):
   ids=["compared", "sorted", "accelerator-form"],
 )
 def test_equals_reference_with_ties_empty_settings_and_junk(most, branch):
-  # `most` 20: up to 40 positives, beyond `counting.COMPARE_UP_TO`: the counts sort each chunk.
+  # `most` 20: up to 40 positives, beyond `counting.COMPARE_UP_TO` (still compared here, up to
+  # `revisited.COMPARE_UP_TO`; the sorted form: the next test).
   rng, q, g, scores = _tied_data(most, 7, 45)
   gnd = _ground_truth(rng, 7, 45, most)
   with ranking.descending_ranks_branch(branch) if branch else contextlib.nullcontext():
@@ -69,6 +72,21 @@ def test_equals_reference_with_ties_empty_settings_and_junk(most, branch):
       chunk_size=3,
       gallery_chunk_size=16,  # 45 items: chunks at 0, 16 and 29 (the last overlapping).
     )
+  _assert_close(got, reference_revisited.evaluate(scores, gnd, KS))
+
+
+@pytest.mark.parametrize("branch", [None, "xla"])
+def test_the_sorted_counts_beyond_compare_up_to_equal_reference(monkeypatch, branch):
+  # More positives than `revisited.COMPARE_UP_TO` (lowered to 8 here): each chunk is sorted.
+  monkeypatch.setattr(revisited, "COMPARE_UP_TO", 8)
+  revisited._count.clear_cache()
+  rng, q, g, scores = _tied_data(8, 5, 37)
+  gnd = _ground_truth(rng, 5, 37, 9)
+  with ranking.descending_ranks_branch(branch) if branch else contextlib.nullcontext():
+    got = jaxrank.evaluate_revisited(
+      q, g, gnd, ks=KS, similarity_fn=similarity.dot_product, chunk_size=3, gallery_chunk_size=16
+    )
+  revisited._count.clear_cache()
   _assert_close(got, reference_revisited.evaluate(scores, gnd, KS))
 
 
@@ -113,13 +131,28 @@ E2 = np.eye(3, dtype=np.float32)
     ([{"ok": [0]}] * 2, r"lacks \['junk'\]"),
     ([{"easy": [0], "hard": [], "junk": []}, {"ok": [0], "junk": []}], "mixes formats"),
     ([{"easy": [0], "ok": [1], "hard": [], "junk": []}] * 2, "mixes 'ok'"),
-    ([{"easy": [0.5], "hard": [], "junk": []}] * 2, "integer gallery indices"),
+    ([{"easy": [0.5], "hard": [], "junk": []}] * 2, r"integer gallery indices .*\(e.g. 0.5\)"),
+    ([{"easy": [np.nan], "hard": [], "junk": []}] * 2, "integer gallery indices"),
+    ([{"easy": [True], "hard": [], "junk": []}] * 2, "dtype bool"),
     ([[0, 1]] * 2, "must be a mapping"),
   ],
 )
 def test_bad_ground_truth_is_a_value_error_naming_the_fix(gnd, match):
   with pytest.raises(ValueError, match=f"evaluate_revisited: .*{match}"):
     jaxrank.evaluate_revisited(E2[:2], E2, gnd)
+
+
+def test_whole_float_indices_equal_integer_ones():
+  # revisitop's example_evaluate.py builds each setting with np.concatenate, which gives float64
+  # indices where a list is empty (`np.concatenate([[], [3, 4]])`); its compute_map takes them.
+  rng, q, g, _ = _tied_data(3, 4, 30)
+  gnd = _ground_truth(rng, 4, 30, 5)
+  floats = [{k: np.concatenate([[], np.asarray(v)]) for k, v in entry.items()} for entry in gnd]
+  assert floats[0]["easy"].dtype == np.float64
+  args = dict(ks=KS, similarity_fn=similarity.dot_product)
+  assert jaxrank.evaluate_revisited(q, g, floats, **args) == jaxrank.evaluate_revisited(
+    q, g, gnd, **args
+  )
 
 
 def test_bad_arguments():
@@ -149,3 +182,28 @@ def test_a_nan_score_makes_its_query_nan_and_per_query_keys():
   }
   assert np.isnan(got["medium/map"][0]) and got["medium/map"][1] == 0.0  # No positives: 0.
   np.testing.assert_array_equal(got["medium/num_positives"], [2, 0])
+
+
+def test_equals_revisitop_compute_map_on_its_own_settings():
+  # revisitop's example_evaluate.py path (the product, np.argsort, compute_map of each setting),
+  # transcribed in the benchmark; untied scores, where the tie rules cannot differ.
+  q, g, gnd = revisited_benchmark._data(6, 400, 8, seed=4)
+  ranks = np.argsort(-(g.astype(np.float64) @ q.T.astype(np.float64)), axis=0)
+  got = jaxrank.evaluate_revisited(q, g, gnd, ks=KS)
+  for name, setting in revisited_benchmark.revisitop_settings(gnd).items():
+    want_map, want_mp = revisited_benchmark.revisitop_compute_map(ranks, setting, KS)
+    np.testing.assert_allclose(got[f"{name}/map"], want_map, rtol=1e-6, err_msg=name)
+    np.testing.assert_allclose([got[f"{name}/mp@{k}"] for k in KS], want_mp, rtol=1e-6)
+
+
+def test_device_galleries_and_the_second_pass_give_the_same_results(monkeypatch):
+  # The positives' scores come first from their gathered rows; where those are not the bits the
+  # gallery's chunks give (forced here), a second pass counts around the chunks' own.
+  rng, q, g, _ = _tied_data(5, 5, 40)
+  gnd = _ground_truth(rng, 5, 40, 6)
+  args = dict(ks=KS, similarity_fn=similarity.dot_product, chunk_size=2, gallery_chunk_size=16)
+  want = jaxrank.evaluate_revisited(q, g, gnd, **args)
+  assert jaxrank.evaluate_revisited(jnp.asarray(q), jnp.asarray(g), gnd, **args) == want
+  listed = revisited._listed_scores
+  monkeypatch.setattr(revisited, "_listed_scores", lambda *a: listed(*a) + 0.5)
+  assert jaxrank.evaluate_revisited(q, g, gnd, **args) == want

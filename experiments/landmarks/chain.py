@@ -97,10 +97,8 @@ def _extract_group(embed: EmbedFn, images: list[np.ndarray], max_side: int | Non
 
 
 def read_image(path: str) -> np.ndarray:
-  """The image file at `path` as uint8 `[h, w, 3]`."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-  return tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False).numpy()
+  """The image file at `path` as uint8 `[h, w, 3]`, a JPEG decoded as PIL does (`jd.read_image`)."""
+  return jd.read_image(path)
 
 
 def image_files(directory: str) -> list[str]:

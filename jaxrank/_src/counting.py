@@ -57,7 +57,11 @@ class Counts(NamedTuple):
 
 
 def count_above_and_tied(
-  scores: jax.Array, thresholds: jax.Array, *, host_callback: bool = True
+  scores: jax.Array,
+  thresholds: jax.Array,
+  *,
+  host_callback: bool = True,
+  compare_up_to: int = COMPARE_UP_TO,
 ) -> Counts:
   """For each threshold, the scores of its list strictly above it and equal to it.
 
@@ -67,11 +71,14 @@ def count_above_and_tied(
       scores); NaN marks an empty slot.
     host_callback: whether the CPU path may sort in numpy through `jax.pure_callback`; `False`
       takes XLA's sort instead (same counts), for programs where a host callback must not run.
+    compare_up_to: the most thresholds counted by comparing (`COMPARE_UP_TO` by default; a
+      caller whose lists are long against their count, such as `evaluate_revisited`'s gallery
+      chunks of 65,536 items, compares more: a sort costs O(n log n) whatever R).
 
   Returns:
     `Counts`: the thresholds and their counts (int32) in the same order: the order given when
     counted by the CPU's comparing loop, else decreasing. The same integers on every path.
-    With at most `COMPARE_UP_TO` thresholds, by comparing, O(n R) per list: on CPU a loop over
+    With at most `compare_up_to` thresholds, by comparing, O(n R) per list: on CPU a loop over
     the items with `[R, c]` accumulators; on GPU and TPU one fused comparison and reduction over
     the items (nothing `[c, R, n]` is written; the thresholds are sorted first, `[c, R]`). Beyond,
     by one sort of each list and a binary search of the sorted thresholds, O((n + R) log n) per
@@ -80,7 +87,7 @@ def count_above_and_tied(
     `ranking.descending_ranks_branch` forces either platform's path ("numpy": the CPU's, "xla": the
     others'). Memory O(c (n + R)).
   """
-  if thresholds.shape[-1] <= COMPARE_UP_TO:
+  if thresholds.shape[-1] <= compare_up_to:
     cpu, accelerator = _compare_counts, _fused_compare_counts
   else:
     cpu = _cpu_sorted_counts if host_callback else xla_sorted_counts

@@ -25,6 +25,19 @@ def _unit(x: jax.Array) -> jax.Array:
   return x / jnp.maximum(norm, jnp.finfo(x.dtype).tiny)
 
 
+def _principal_axes(centred: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """`(eigenvalues [D], eigenvectors [D, D])` of `centred^T centred / N`, decreasing, from the
+  singular values of `centred` (QR first where `N >= D`; zeros past `N` where `N < D`)."""
+  n, d = centred.shape
+  if n >= d:
+    r = jnp.linalg.qr(centred, mode="r")  # [D, D]: the same singular values, a D x D SVD.
+    _, singular, vt = jnp.linalg.svd(r, full_matrices=False)
+  else:
+    _, singular, vt = jnp.linalg.svd(centred, full_matrices=True)
+    singular = jnp.pad(singular, (0, d - n))
+  return singular**2 / n, vt.T
+
+
 def learn_whitening(
   descriptors: jax.typing.ArrayLike, *, power: float = 0.5, dim: int | None = None
 ) -> tuple[jax.Array, jax.Array]:
@@ -33,19 +46,35 @@ def learn_whitening(
   .. math::
 
      \Sigma = \frac{1}{N} \sum_i (x_i - \mu)(x_i - \mu)^\top = V \Lambda V^\top, \qquad
-     P = V_{:, :d} \, \Lambda_{:d}^{-p}
+     P = V_{:, :d} \, \max(\Lambda_{:d}, \lambda_0)^{-p}
 
   with the eigenvalues in decreasing order, `p = power` and `d = dim`. `power=0.5` is full PCA
-  whitening (the whitened training set has identity covariance); `power=0.25`, eigenvalues
-  square-rooted before whitening, is Revaud et al. 2019's "square-rooted PCA whitening" (sec. 4),
-  which whitens less the weak directions. Eigenvalues below `D * eps * max(eigenvalue)` are
-  raised to it, so that a rank-deficient training set gives a finite projection. The scale of
-  `\Sigma` (`1/N` or `1/(N - 1)`) and the signs of its eigenvectors do not matter after
-  `apply_whitening`'s L2 normalisation. Give L2-normalised descriptors, as the literature does.
-  Time O(N D^2 + D^3), memory O(N D + D^2).
+  whitening (the whitened training set has identity covariance), cirtorch's `pcawhitenlearn`
+  (filipradenovic/cnnimageretrieval-pytorch, `cirtorch/utils/whiten.py`) and scikit-learn's
+  `PCA(whiten=True)` (which divides by `N - 1`); `power=0.25`, eigenvalues square-rooted
+  before whitening, is the "square-rooted PCA" of Revaud et al. 2019 (sec. 4.2), their code's
+  default (naver/deep-image-retrieval, `dirtorch/test_dir.py`, `--whitenp 0.25`:
+  `whiten_features` in `dirtorch/utils/common.py` divides scikit-learn's PCA projections by
+  `explained_variance_ ** whitenp`), which whitens less the weak directions.
+
+  Accuracy: `\Sigma` is never formed. Its eigenvalues are the squared singular values of the
+  centred descriptors (`/ N`), computed in the descriptors' precision (float32; float64 under
+  x64) by a QR decomposition and an SVD, which resolve eigenvalues down to about `eps^2`
+  times the largest, where a float32 covariance loses those below `eps` (1.2e-7) times the
+  largest: real CNN descriptors have eigenvalues down to 1e-6-1e-7 of the largest, and full
+  whitening amplifies exactly those. Eigenvalues below the floor `\lambda_0 = (D \epsilon)^2
+  \lambda_{max}` (`\epsilon` the dtype's eps; in float32 2.3e-10 `\lambda_{max}` at D = 128,
+  6.0e-8 at D = 2,048; in float64 below 1e-24) are raised to it, so that a rank-deficient
+  training set gives a finite projection; where that floor is below the dtype's smallest normal
+  number (constant descriptors, no variance at all) the eigenvalues are taken as 1 (the
+  projection is the PCA rotation). The scale of `\Sigma` and the signs of its eigenvectors do not
+  matter after `apply_whitening`'s L2 normalisation. Give L2-normalised descriptors, as the
+  literature does. Time O(N D^2 + D^3), memory O(N D + D^2).
 
   Args:
-    descriptors: `[N, D]` floating training descriptors, `N >= 2`.
+    descriptors: `[N, D]` floating training descriptors, `N >= 2`, finite (NaN or infinite
+      values are a `ValueError` when the descriptors are known; under `jit` they give a NaN
+      projection, unless checked with `jaxrank.traced_checks`).
     power: the exponent `p` of the eigenvalues, a real `>= 0` (0: PCA rotation only).
     dim: keep the top `dim` components (`1 <= dim <= D`); `None` keeps all `D`.
 
@@ -71,12 +100,15 @@ def learn_whitening(
   if dim is not None and dim > d:
     raise ValueError(f"{fn}: dim {dim} exceeds the descriptors' dimension {d}; give dim <= {d}.")
   x = x.astype(lists.compute_dtype(x.dtype))
+  message = f"{fn}: descriptors contain NaN or infinite values; give finite descriptors."
+  if checks.known_any(~jnp.isfinite(x), message):
+    raise ValueError(message)
   mean = jnp.mean(x, axis=0)
-  centred = x - mean
-  covariance = centred.T @ centred / n
-  eigenvalues, eigenvectors = jnp.linalg.eigh(covariance)  # Increasing.
-  eigenvalues, eigenvectors = eigenvalues[::-1][:dim], eigenvectors[:, ::-1][:, :dim]
-  floor = jnp.maximum(eigenvalues[0], jnp.finfo(x.dtype).tiny) * d * jnp.finfo(x.dtype).eps
+  eigenvalues, eigenvectors = _principal_axes(x - mean)
+  eigenvalues, eigenvectors = eigenvalues[:dim], eigenvectors[:, :dim]
+  info = jnp.finfo(x.dtype)
+  floor = eigenvalues[0] * (d * info.eps) ** 2
+  floor = jnp.where(floor >= info.smallest_normal, floor, 1.0)  # No variance: a rotation.
   return mean, eigenvectors * jnp.maximum(eigenvalues, floor) ** -power
 
 
@@ -86,7 +118,9 @@ def apply_whitening(
   """Descriptors whitened by `learn_whitening`'s `(mean, projection)`, then L2-normalised.
 
   `normalise((x - mean) @ projection)` for each row, as the landmark literature applies a learned
-  whitening (a zero row stays zero).
+  whitening: a row whitened to zero stays zero (e.g. every row, with a whitening learned on
+  constant descriptors). cirtorch's `whitenapply` (`cirtorch/utils/whiten.py`) divides by the
+  norm plus 1e-6 instead: the same directions, its norms a hair below 1.
 
   Args:
     descriptors: `[N, D]` floating descriptors (queries or gallery: both take the same whitening).
@@ -157,11 +191,11 @@ def alpha_query_expansion(
      {\| q + \sum_{j \in \mathrm{top}_k(q)} \max(s_j, 0)^\alpha x_j \|}
 
   with `q` and the gallery rows `x_j` L2-normalised first and `s_j = q^T x_j` their cosine: the
-  query keeps weight 1 (its similarity to itself, `1 ** alpha`), as in the reference
-  implementations (Radenovic's and Revaud's, which average the query with its weighted
-  neighbours; the mean's `1 / (k + 1)` disappears in the normalisation). A neighbour of negative
-  similarity adds nothing (so that any real `alpha` is defined; with `alpha = 2` the papers'
-  `s ** 2` would add it). Defaults `k = 10`, `alpha = 2`: Revaud et al. 2019, sec. 4. Ties among
+  query keeps weight 1 (its similarity to itself, `1 ** alpha`), as in Revaud et al.'s
+  `expand_descriptors` (naver/deep-image-retrieval, `dirtorch/test_dir.py`), which averages the
+  query with its weighted neighbours (the mean's `1 / (k + 1)` disappears in the
+  normalisation). A neighbour of negative similarity adds nothing (so that any real `alpha` is
+  defined; that code's `sim ** alpha` adds it with `alpha = 2`). Defaults `k = 10`, `alpha = 2`: Revaud et al. 2019, sec. 4. Ties among
   neighbours are taken by `jax.lax.top_k` (the lower gallery index first). `alpha = 0` is
   average query expansion. Memory O(chunk_size * N + (Q + N) D), time O(Q N D).
 
@@ -202,7 +236,9 @@ def database_augmentation(
 
   Each item keeps weight 1 and adds its top `k` other items (itself left out by index, not by
   score, so a duplicate item counts as a neighbour), weighted `max(s_j, 0) ** alpha`; the result is
-  L2-normalised. Apply it to the gallery, then query (with or without alpha-QE) the augmented
+  L2-normalised. (deep-image-retrieval's `expand_descriptors` with `db=None` sets the item's
+  similarity to itself to 0 instead, so the item itself takes one of the `k` slots, with weight
+  0, where fewer than `k` others have a positive similarity.) Apply it to the gallery, then query (with or without alpha-QE) the augmented
   gallery. Memory O(chunk_size * N + N D), time O(N^2 D): for a million-item gallery, the
   literature computes the neighbours by approximate search instead.
 

@@ -15,13 +15,15 @@ Hard        hard                junk, easy
 
 Ignored items are removed from the ranking before positions are counted; every other gallery item
 is a negative. Positions are counted, not sorted: for each positive, the gallery items scored
-above and tied with it (`counting.count_above_and_tied`), chunk of queries by chunk of gallery,
-less the ignored items and positives among them (a few hundred per query at most, on the host).
+above and tied with it (`counting.count_above_and_tied`), chunk of queries by chunk of gallery in
+one pass, less the ignored items and positives among them (a few hundred per query at most, on
+the host).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Mapping, Sequence
 
 import jax
@@ -78,15 +80,33 @@ def _format_of(fn, i, entry):
   return kind
 
 
-def _indices(fn, i, key, value, num_items):
-  """Query `i`'s `key` list as int64 indices, checked: 1-D integers in `[0, N)`, no repeats."""
+def integer_indices(value) -> np.ndarray | None:
+  """`value` as an int64 array if it holds integers: an integer dtype, or floats that are all
+  whole numbers (revisitop builds its lists with `np.concatenate`, and `np.concatenate([[],
+  [3, 4]])` is float64); `None` for anything else (fractions, NaN, infinities, booleans,
+  strings). Shared by `evaluate_revisited` and `jaxrank.data.load_revisited`."""
   index = np.asarray(value)
-  if index.size == 0:
+  if np.issubdtype(index.dtype, np.integer):
+    return index.astype(np.int64)
+  if not np.issubdtype(index.dtype, np.floating):
+    return None
+  with np.errstate(invalid="ignore"):
+    whole = np.isfinite(index) & (index == np.round(index)) & (np.abs(index) < 2.0**62)
+  return index.astype(np.int64) if np.all(whole) else None
+
+
+def _indices(fn, i, key, value, num_items):
+  """Query `i`'s `key` list as int64 indices, checked: 1-D integers (or whole floats) in
+  `[0, N)`, no repeats."""
+  given = np.asarray(value)
+  if given.size == 0:
     return np.zeros(0, np.int64)
-  if index.ndim != 1 or not np.issubdtype(index.dtype, np.integer):
+  index = integer_indices(given)
+  if given.ndim != 1 or index is None:
     raise ValueError(
-      f"{fn}: ground_truth[{i}]['{key}'] must be a flat list of integer gallery indices, got "
-      f"shape {index.shape} and dtype {index.dtype}."
+      f"{fn}: ground_truth[{i}]['{key}'] must be a flat list of integer gallery indices "
+      f"(integers, or floats with whole values), got shape {given.shape} and dtype "
+      f"{given.dtype}{_first_fraction(given)}."
     )
   bad = index[(index < 0) | (index >= num_items)]
   if bad.size:
@@ -96,7 +116,16 @@ def _indices(fn, i, key, value, num_items):
     )
   if np.unique(index).size != index.size:
     raise ValueError(f"{fn}: ground_truth[{i}]['{key}'] lists an index twice; list each once.")
-  return index.astype(np.int64)
+  return index
+
+
+def _first_fraction(given):
+  """`" (e.g. 0.5)"`: the first value of a float list that is no whole number, for messages."""
+  if given.ndim != 1 or not np.issubdtype(given.dtype, np.floating):
+    return ""
+  with np.errstate(invalid="ignore"):
+    bad = given[~(np.isfinite(given) & (given == np.round(given)))]
+  return f" (e.g. {float(bad[0])})" if bad.size else ""
 
 
 def _parse_ground_truth(fn, ground_truth, num_queries, num_items):
@@ -150,6 +179,26 @@ def _slots(per_query):
   return index, kind, num_pos
 
 
+def _gallery_source(fn, x):
+  """The gallery as it is (a device array, or a host array that `_rows` puts on the device block
+  by block: never copied whole) and its compute dtype, checked finite without a copy."""
+  name = "gallery_embeddings"
+  checks.check_array(fn, name, x, kind="floating", ndim=2, layout="[N, D]")
+  if not isinstance(x, jax.Array):
+    x = np.asarray(x)
+    if x.dtype == np.float64 and not jax.config.read("jax_enable_x64"):
+      return _as_embeddings(fn, name, x), np.dtype(np.float32)  # One float32 copy.
+  if x.shape[0] == 0:
+    raise ValueError(f"{fn}: {name} are empty (shape {x.shape}); give at least one row.")
+  xp = jnp if isinstance(x, jax.Array) else np
+  # A finite sum means finite values (one pass, no temporary); else look closer (an overflow).
+  with np.errstate(over="ignore", invalid="ignore"):
+    finite = bool(xp.isfinite(xp.sum(x))) or bool(xp.all(xp.isfinite(x)))
+  if not finite:
+    raise ValueError(f"{fn}: {name} contain NaN or infinite values (or overflow float32).")
+  return x, np.dtype(lists.compute_dtype(x.dtype))
+
+
 def _as_embeddings(fn, name, x):
   """A finite `[n, D]` host array of the compute dtype (float32; float64 under x64)."""
   checks.check_array(fn, name, x, kind="floating", ndim=2, layout="[N, D]")
@@ -168,12 +217,19 @@ def _as_embeddings(fn, name, x):
 # The device's part: scores chunk by chunk, the listed items' scores, the counts around positives.
 
 
-@functools.partial(jax.jit, static_argnames=("size", "similarity_fn"))
-def _chunk_scores(queries, gallery, start, *, size, similarity_fn):
-  """Scores `[c, size]` of `queries` against gallery rows `start, ..., start + size - 1`: one
-  program for both passes, so that an item's score is the same bits when picked and counted."""
-  rows = jax.lax.dynamic_slice_in_dim(gallery, start, size)
-  scores = similarity_fn(queries, rows)
+COMPARE_UP_TO = 1024
+"""Positive slots per query up to which the counts compare each gallery item with every
+positive's score (`count_above_and_tied(compare_up_to=...)`); beyond, each chunk is sorted. On
+chunks of 65,536 items comparing is the faster way well past a thousand slots (measured on the
+CPU: 180 slots 6x, 1,024 slots 2x faster than the sort)."""
+
+
+@functools.partial(jax.jit, static_argnames=("similarity_fn", "dtype"))
+def _chunk_scores(queries, rows, *, similarity_fn, dtype):
+  """Scores `[c, size]` of `queries` against `rows [size, D]` (cast to `dtype` here, on the
+  device): one program for every block of rows of one size, so that an item's score is the same
+  bits in a block of the gallery and in the block of gathered listed items."""
+  scores = similarity_fn(queries, rows.astype(dtype))
   return scores.astype(lists.compute_dtype(scores.dtype))
 
 
@@ -186,46 +242,111 @@ def _pick(scores, index, start, picked):
   return jnp.where(here, taken, picked)
 
 
-@functools.partial(jax.jit, static_argnames=("branch",))
-def _count(scores, thresholds, fresh, totals, *, branch):
-  """`totals` (`(above, tied, poisoned)`) plus this chunk's: the fresh rows (`fresh [size]`, those
-  no earlier chunk counted) scored above and tied with each threshold (`[c, R]`, decreasing, NaN
-  last: the order of every path of `count_above_and_tied`), and whether one scores NaN."""
+@functools.partial(jax.jit, static_argnames=("branch", "overlap"))
+def _count(scores, thresholds, start, done, totals, *, branch, overlap):
+  """`totals` (`(above, tied, poisoned)`) plus this chunk's: its rows scored above and tied with
+  each threshold (`[c, R]`, decreasing, NaN last: the order of every path of
+  `count_above_and_tied`), and whether one scores NaN. With `overlap`, only the fresh rows
+  (gallery rows `start + j >= done`, those no earlier chunk counted)."""
   del branch  # Read by `platforms.by_platform` when traced; a key of the compiled code.
-  scores = jnp.where(fresh[None, :], scores, jnp.nan)
-  counts = counting.count_above_and_tied(scores, thresholds)
+  if overlap:
+    fresh = start + jnp.arange(scores.shape[1]) >= done
+    scores = jnp.where(fresh[None, :], scores, jnp.nan)
+    nan = jnp.any(jnp.isnan(scores) & fresh[None, :], axis=1)
+  else:
+    nan = jnp.any(jnp.isnan(scores), axis=1)
+  counts = counting.count_above_and_tied(scores, thresholds, compare_up_to=COMPARE_UP_TO)
   above, tied, poisoned = totals
-  nan = jnp.any(jnp.isnan(scores) & fresh[None, :], axis=1)
   return above + counts.above, tied + counts.tied, poisoned | nan
 
 
-def _gallery_counts(queries, gallery, index, num_positive, *, gallery_chunk, similarity_fn):
+def _aligned_copy(block: np.ndarray) -> np.ndarray:
+  """A copy of `block` in a fresh buffer aligned to 64 bytes, which a CPU device aliases."""
+  buffer = np.empty(block.nbytes + 64, np.uint8)
+  offset = -buffer.ctypes.data % 64
+  out = buffer[offset : offset + block.nbytes].view(block.dtype).reshape(block.shape)
+  np.copyto(out, block)
+  return out
+
+
+def _rows(gallery, start, size):
+  """Gallery rows `start, ..., start + size - 1` on the device: a slice of a device array, or
+  one block of a host array put there alone, so that the whole gallery is never copied (on a
+  CPU device the block is copied into an aligned buffer that the device aliases: a plain
+  `device_put` copies about 4 times slower)."""
+  if isinstance(gallery, jax.Array):
+    return jax.lax.dynamic_slice_in_dim(gallery, start, size)
+  block = gallery[start : start + size]
+  if jax.default_backend() == "cpu":
+    return jax.device_put(_aligned_copy(block), may_alias=True)
+  return jax.device_put(block)
+
+
+def _listed_scores(queries, gallery, index, size, score):
+  """`[c, K]` scores of each query's listed items (`index [c, K]`, -1: NaN), by `score` on
+  blocks of `size` gathered rows: the gallery chunks' program, so the same bits as those chunks
+  give them (checked by the caller)."""
+  c, k = index.shape
+  flat = np.clip(index, 0, None).ravel()
+  flat = np.concatenate([flat, np.zeros(-len(flat) % size, flat.dtype)])
+  blocks = []
+  for begin in range(0, len(flat), size):
+    rows = flat[begin : begin + size]
+    if isinstance(gallery, jax.Array):
+      block = jnp.take(gallery, jnp.asarray(rows), axis=0)
+    else:
+      block = jax.device_put(gallery[rows])
+    blocks.append(np.asarray(score(queries, block)))
+  every = np.concatenate(blocks, axis=1)[:, : c * k].reshape(c, c, k)
+  own = every[np.arange(c), np.arange(c)]  # Query i's own items.
+  return np.where(index >= 0, own, np.nan)
+
+
+def _gallery_counts(queries, gallery, index, num_positive, *, gallery_chunk, similarity_fn, dtype):
   """For one chunk of queries: the listed items' scores `[c, K]`, for each positive slot the
   gallery items scored at least as high (`[c, num_positive]`), and whether a query has a NaN
-  score. Two passes over the gallery in chunks (the first picks the listed items' scores, the
-  thresholds of the second); memory O(c (gallery_chunk + K))."""
+  score. The positives' scores first, on their gathered rows; then one pass over the gallery in
+  chunks that picks the listed items' scores and counts around the positives'; a second pass only
+  where the picked scores are not the same bits as the first ones. Memory O(c (gallery_chunk +
+  K) + gallery_chunk D) beside the gallery."""
   n = gallery.shape[0]
   size = min(gallery_chunk, n)
   starts = [min(s, n - size) for s in range(0, n, size)]  # The last chunk overlaps.
-  score = functools.partial(_chunk_scores, size=size, similarity_fn=similarity_fn)
-  dtype = score(queries, gallery, 0).dtype
-  picked = jnp.full(index.shape, jnp.nan, dtype)
-  for start in starts:
-    picked = _pick(score(queries, gallery, start), index, start, picked)
-  thresholds = picked[:, :num_positive]
-  order = jnp.argsort(jnp.where(jnp.isnan(thresholds), jnp.inf, -thresholds), axis=1)
-  ordered = jnp.take_along_axis(thresholds, order, axis=1)
+  score = functools.partial(_chunk_scores, similarity_fn=similarity_fn, dtype=dtype)
+  thresholds = _listed_scores(queries, gallery, index[:, :num_positive], size, score)
+  picked = None
+  while True:
+    order = np.argsort(np.where(np.isnan(thresholds), np.inf, -thresholds), axis=1)
+    ordered = jnp.asarray(np.take_along_axis(thresholds, order, axis=1))
+    fresh = jnp.full(index.shape, jnp.nan, lists.compute_dtype(dtype)) if picked is None else None
+    totals, found = _pass(queries, gallery, index, starts, size, score, ordered, fresh)
+    picked = np.asarray(found) if picked is None else picked
+    if np.array_equal(picked[:, :num_positive], thresholds, equal_nan=True):
+      break
+    # Rare: the gathered blocks scored an item otherwise than its chunk; count again around
+    # the chunks' own scores.
+    logging.debug("evaluate_revisited: the listed items' scores differ; counting again.")
+    thresholds = picked[:, :num_positive]
+  above, tied, poisoned = jax.device_get(totals)
+  at_least = np.empty_like(above)
+  np.put_along_axis(at_least, order, above + tied, axis=1)
+  return picked, at_least, poisoned
+
+
+def _pass(queries, gallery, index, starts, size, score, ordered, picked):
+  """One pass over the gallery's chunks: the counts around `ordered` thresholds and, unless
+  `picked` is None, the listed items' scores picked into it."""
   zeros = jnp.zeros(ordered.shape, jnp.int32)
   totals = (zeros, zeros, jnp.zeros(ordered.shape[0], bool))  # above, tied, poisoned
   branch, done = ranking.forced_branch(), 0
   for start in starts:
-    fresh = jnp.arange(start, start + size) >= done
-    totals = _count(score(queries, gallery, start), ordered, fresh, totals, branch=branch)
+    scores = score(queries, _rows(gallery, start, size))
+    if picked is not None:
+      picked = _pick(scores, index, start, picked)
+    overlap = start < done
+    totals = _count(scores, ordered, start, done, totals, branch=branch, overlap=overlap)
     done = start + size
-  above, tied, poisoned = jax.device_get(totals)
-  at_least = np.empty_like(above)
-  np.put_along_axis(at_least, np.asarray(order), above + tied, axis=1)
-  return np.asarray(picked), at_least, poisoned
+  return totals, picked
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,20 +463,28 @@ def evaluate_revisited(
   its AP to NaN and divides by the other queries); a setting without any query with positives
   gives 0 (the reference 0/0). A NaN score makes its query's values NaN, and so the mean.
 
-  Nothing `[Q, N]` is held: chunks of `chunk_size` queries against `gallery_chunk_size` gallery
-  items, in two passes over the gallery (the first reads the scores of the listed items, the
-  second counts, for each positive, the gallery items scored at least as high:
-  `count_above_and_tied`, O(N P) per query up to 32 positives, one sort of each chunk beyond).
-  Time O(Q N (D + min(P, 32) + log N)), the products computed twice; memory
-  O(chunk_size * gallery_chunk_size + (Q + N) D). Positions are then found on the host from
-  the listed items' scores (O(Q K^2), `K` the most listed items of a query).
+  Nothing `[Q, N]` is held, and the gallery is not copied: a device array is read in place,
+  a host (numpy) array is put on the device one chunk at a time. Chunks of `chunk_size` queries
+  against `gallery_chunk_size` gallery items: the positives' scores are computed first from
+  their gathered rows (by the chunks' own program), then one pass over the gallery picks the
+  listed items' scores and counts, for each positive, the gallery items scored at least as high
+  (`count_above_and_tied`, by comparing up to `COMPARE_UP_TO` = 1,024 positives per query, one
+  sort of each chunk beyond); where a picked score is not the same bits as the first one (not
+  seen on CPU), a second pass counts around the picked scores, so the result is always that of
+  the chunks' scores. Time O(Q N (D + min(P, 1024))) for `P` positives per query; memory
+  O(chunk_size * gallery_chunk_size + gallery_chunk_size * D + Q K) beside the inputs.
+  Positions are then found on the host from the listed items' scores (O(Q K^2), `K` the most
+  listed items of a query). The time at R1M's size against the product of the same matrices and
+  revisitop's own path: docs/guide/landmarks.rst.
 
   Args:
     query_embeddings: `[Q, D]` floating query descriptors, finite.
     gallery_embeddings: `[N, D]` floating gallery descriptors, finite.
     ground_truth: one mapping per query, as the protocol's `gnd` lists hold it: lists of gallery
       indices in `[0, N)` under `'easy'`, `'hard'` and `'junk'`, or under `'ok'` and `'junk'`
-      (every query the same format). An index outside the gallery, one listed twice, an item in
+      (every query the same format): integers, or floats with whole values (what revisitop's
+      `np.concatenate` of lists gives, e.g. float64 for an empty list joined to others). A
+      fraction, an index outside the gallery, one listed twice, an item in
       two lists of a query, a missing key or mixed formats are a `ValueError`.
     ks: the cut-offs of mP@k, positive ints (the name of `evaluate_retrieval`'s cut-offs).
     similarity_fn: the scoring rule `(queries [c, D], gallery [g, D]) -> [c, g]` (see
@@ -387,7 +516,7 @@ def evaluate_revisited(
   if reduce_fn is not None:
     checks.check_callable(fn, "reduce_fn", reduce_fn, hint="e.g. np.mean, or None per query.")
   queries = _as_embeddings(fn, "query_embeddings", query_embeddings)
-  gallery = _as_embeddings(fn, "gallery_embeddings", gallery_embeddings)
+  gallery, dtype = _gallery_source(fn, gallery_embeddings)
   if gallery.shape[1] != queries.shape[1]:
     raise ValueError(
       f"{fn}: gallery_embeddings {gallery.shape} and query_embeddings {queries.shape} differ in "
@@ -404,6 +533,7 @@ def evaluate_revisited(
     chunk_size=chunk_size or DEFAULT_CHUNK_SIZE,
     gallery_chunk=gallery_chunk_size or DEFAULT_GALLERY_CHUNK_SIZE,
     similarity_fn=similarity_fn,
+    dtype=dtype,
   )
   return _reduce(_query_values(fmt, picked, at_least, kind, poisoned, ks), reduce_fn)
 
@@ -413,7 +543,7 @@ def _over_query_chunks(queries, gallery, index, num_positive, *, chunk_size, **k
   rows: one row would take XLA's matrix-vector kernel), concatenated `[Q, ...]`."""
   num_queries = len(queries)
   chunk = max(min(chunk_size, num_queries), 2)
-  query_set, gallery = jnp.asarray(queries), jnp.asarray(gallery)
+  query_set = jnp.asarray(queries)
   results = []
   for begin in range(0, num_queries, chunk):
     rows = np.arange(begin, begin + chunk)

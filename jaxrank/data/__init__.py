@@ -52,6 +52,7 @@ from jaxrank.data.image_lists import load_inshop as load_inshop
 from jaxrank.data.image_lists import load_vehicleid as load_vehicleid
 from jaxrank.data.landmarks import load_revisited as load_revisited
 from jaxrank.data.landmarks import read_gallery_image as read_gallery_image
+from jaxrank.data.landmarks import read_image as read_image
 from jaxrank.data.landmarks import read_query_image as read_query_image
 from jaxrank.data.landmarks import RevisitedData as RevisitedData
 from jaxrank.data.landmarks import with_distractors as with_distractors

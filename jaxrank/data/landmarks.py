@@ -33,6 +33,7 @@ missing or malformed file is an error that names the file and what to do.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import pickle
 from collections.abc import Mapping, Sequence
@@ -42,6 +43,7 @@ import numpy as np
 import tensorflow as tf
 
 from jaxrank._src import checks
+from jaxrank._src import revisited
 
 NAMES = ("roxford5k", "rparis6k", "oxford5k", "paris6k")
 """The data sets of the published layout, each with its `gnd_<name>.pkl`."""
@@ -120,13 +122,12 @@ def _check_query(fn: str, path: str, i: int, entry: Any, num_items: int) -> np.n
       "junk) and bbx."
     )
   for key in _GROUND_TRUTH_KEYS[kind]:
-    index = np.asarray(entry[key])
-    if index.size and (
-      not np.issubdtype(index.dtype, np.integer) or index.min() < 0 or index.max() >= num_items
-    ):
+    given = np.asarray(entry[key])
+    index = revisited.integer_indices(given)  # Whole floats too, as revisitop accepts them.
+    if given.size and (index is None or index.min() < 0 or index.max() >= num_items):
       raise ValueError(
-        f"{fn}: {path!r}: gnd[{i}][{key!r}] must hold integer indices into imlist's "
-        f"{num_items} images, got {index.ravel()[:5].tolist()}..."
+        f"{fn}: {path!r}: gnd[{i}][{key!r}] must hold integer indices (or floats with whole "
+        f"values) into imlist's {num_items} images, got {given.ravel()[:5].tolist()}..."
       )
   return _box(fn, path, i, entry["bbx"])
 
@@ -257,9 +258,15 @@ def with_distractors(data: RevisitedData, root: str | os.PathLike) -> RevisitedD
 
 
 def _decode(fn: str, path: str) -> tf.Tensor:
-  """The image at `path`, uint8 `[h, w, 3]`, or an error naming the file."""
+  """The image at `path`, uint8 `[h, w, 3]` (a JPEG as PIL decodes it), or an error naming the
+  file."""
   try:
-    return tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+    encoded = tf.io.read_file(path)
+    if bool(tf.io.is_jpeg(encoded)):
+      # libjpeg's integer DCT: the bits PIL gives (`tf.io.decode_image` uses the fast DCT, one
+      # grey level off on average, up to 7, in most pixels).
+      return tf.io.decode_jpeg(encoded, channels=3, dct_method="INTEGER_ACCURATE")
+    return tf.io.decode_image(encoded, channels=3, expand_animations=False)
   except tf.errors.OpError as e:
     raise ValueError(
       f"{fn}: cannot read {path!r} as an image ({e.message}); replace the file with the "
@@ -267,14 +274,50 @@ def _decode(fn: str, path: str) -> tf.Tensor:
     ) from e
 
 
-def _capped(fn: str, image: tf.Tensor, max_side: int | None) -> np.ndarray:
-  """`image` scaled down so that its longer side is at most `max_side` (never up), as uint8."""
-  checks.check_positive_int(fn, "max_side", max_side, allow_none=True)
-  height, width = int(image.shape[0]), int(image.shape[1])
-  if max_side is None or max(height, width) <= max_side:
+def read_image(path: str | os.PathLike) -> np.ndarray:
+  """The image file at `path` as uint8 `[h, w, 3]` RGB, a JPEG decoded bit for bit as PIL does.
+
+  The reference codes of landmark retrieval (revisitop, cirtorch, deep-image-retrieval) read
+  images with PIL (`Image.open(f).convert("RGB")`); a JPEG is decoded here by libjpeg's
+  integer DCT (`tf.io.decode_jpeg(..., dct_method="INTEGER_ACCURATE")`), which gives PIL's
+  pixels exactly, where `tf.io.decode_image` differs by about one grey level in most pixels.
+  PNG, GIF (the first frame) and BMP are decoded by `tf.io.decode_image` (lossless: the same
+  pixels as PIL). Grey images are repeated on 3 channels, an alpha channel dropped.
+
+  Args:
+    path: an image file.
+
+  Returns:
+    uint8 `[h, w, 3]`.
+
+  Raises:
+    ValueError: a file that does not decode.
+  """
+  return _decode("read_image", os.fspath(path)).numpy()
+
+
+def _thumbnail_size(height: int, width: int, side: float) -> tuple[int, int]:
+  """`(h, w)` of PIL's `Image.thumbnail((side, side))` on a `width x height` image: unchanged
+  where both sides are at most `floor(side)`; else the longer side `floor(side)` and the other
+  the integer next to the exact one (below or above) whose aspect ratio is the closer, at least
+  1 (Pillow 13's rule, that of Pillow 7 on)."""
+  limit = math.floor(side)
+  if limit >= width and limit >= height:
+    return height, width
+  aspect = width / height
+  if limit / limit >= aspect:  # Taller than wide: the height is the limit.
+    candidates = (math.floor(limit * aspect), math.ceil(limit * aspect))
+    new_width = min(candidates, key=lambda n: abs(aspect - n / limit))
+    return limit, max(new_width, 1)
+  candidates = (math.floor(limit / aspect), math.ceil(limit / aspect))
+  new_height = min(candidates, key=lambda n: 0 if n == 0 else abs(aspect - limit / n))
+  return max(new_height, 1), limit
+
+
+def _resized(image: tf.Tensor, size: tuple[int, int]) -> np.ndarray:
+  """`image` at `size` `(h, w)` (bilinear with antialiasing), as uint8."""
+  if size == (int(image.shape[0]), int(image.shape[1])):
     return image.numpy()
-  scale = max_side / max(height, width)
-  size = (max(1, round(height * scale)), max(1, round(width * scale)))
   resized = tf.image.resize(image, size, method="bilinear", antialias=True)
   return tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8).numpy()
 
@@ -289,27 +332,36 @@ def _index(fn: str, i: int, count: int, what: str) -> int:
 def read_query_image(
   data: RevisitedData, i: int, *, max_side: int | None = DEFAULT_MAX_SIDE
 ) -> np.ndarray:
-  """Query `i`'s image cropped to its box, its longer side at most `max_side`: the protocol's query.
+  """Query `i`'s image cropped to its box and scaled as cirtorch scales it: the protocol's query.
 
   The box `(x1, y1, x2, y2)` is rounded to whole pixels (as PIL's `Image.crop`, which the
-  revisitop extraction code crops with) and **clamped to the image**: where PIL would fill the
-  part of a box outside the image with black, the crop here stops at the image's edge. A box
-  that keeps no pixel once clamped is an error. The crop is then scaled down, never up, so that
-  its longer side is at most `max_side` (the aspect ratio kept; bilinear with antialiasing), as
-  the reference extraction does after cropping.
+  revisitop example and cirtorch crop with) and **clamped to the image**: where PIL would fill
+  the part of a box outside the image with black, the crop here stops at the image's edge. A box
+  that keeps no pixel once clamped is an error. The crop is then scaled **by the full image's
+  scale**, as cirtorch's `ImagesFromList` with `bbxs` does
+  (filipradenovic/cnnimageretrieval-pytorch, `cirtorch/datasets/genericdataset.py`): its longer
+  side becomes `max_side * (crop's longer side) / (image's longer side)`, by PIL's
+  `Image.thumbnail` rounding, so that the crop keeps the scale the gallery
+  images are read at; never enlarged. A 1200 x 900 image (width x height) and a 1050 x 800 box
+  at `max_side` 1024 give 896 x 683. (revisitop's own `example_process_images.py` crops and
+  does not resize; the published images are at most 1024 pixels a side, so at the default the
+  crop is kept as it is.) Resampling is bilinear with antialiasing, where cirtorch uses PIL's
+  Lanczos (`Image.ANTIALIAS`): the sizes are the same, the pixels close, not equal.
 
   Args:
     data: a `RevisitedData` from `load_revisited`.
     i: the query's index, in `[0, Q)`.
-    max_side: the longest side in pixels, a positive int, or `None` for the crop as it is.
+    max_side: the longer side in pixels the whole image would be read at, a positive int, or
+      `None` for the crop as it is.
 
   Returns:
-    uint8 `[h, w, 3]`, RGB.
+    uint8 `[h, w, 3]`, RGB (a JPEG decoded as PIL decodes it: `read_image`).
 
   Raises:
     ValueError: `i` out of range; a file that does not decode; a box outside its image.
   """
   fn = "read_query_image"
+  checks.check_positive_int(fn, "max_side", max_side, allow_none=True)
   i = _index(fn, i, len(data.query_paths), "queries")
   path = str(data.query_paths[i])
   image = _decode(fn, path)
@@ -322,7 +374,11 @@ def read_query_image(
       f"{path!r} ({width} x {height} pixels); the ground truth's bbx and the image do not "
       "match: check that jpg/ holds the published images, at their published size."
     )
-  return _capped(fn, image[y1:y2, x1:x2], max_side)
+  crop = image[y1:y2, x1:x2]
+  if max_side is None:
+    return crop.numpy()
+  side = max_side * max(y2 - y1, x2 - x1) / max(height, width)
+  return _resized(crop, _thumbnail_size(y2 - y1, x2 - x1, side))
 
 
 def read_gallery_image(
@@ -331,8 +387,9 @@ def read_gallery_image(
   """Gallery image `i` (a distractor past the data set's images) whole, its longer side capped.
 
   The image at its own size, scaled down, never up, so that its longer side is at most
-  `max_side` (the aspect ratio kept; bilinear with antialiasing). The published images are at
-  most 1024 pixels a side, so the default leaves them as they are.
+  `max_side` (the aspect ratio kept, the sizes of PIL's `Image.thumbnail`, which cirtorch's
+  `imresize` calls; bilinear with antialiasing, where cirtorch uses Lanczos).
+  The published images are at most 1024 pixels a side, so the default leaves them as they are.
 
   Args:
     data: a `RevisitedData` from `load_revisited` (or `with_distractors`).
@@ -340,11 +397,15 @@ def read_gallery_image(
     max_side: the longest side in pixels, a positive int, or `None` for the image as it is.
 
   Returns:
-    uint8 `[h, w, 3]`, RGB.
+    uint8 `[h, w, 3]`, RGB (a JPEG decoded as PIL decodes it: `read_image`).
 
   Raises:
     ValueError: `i` out of range; a file that does not decode.
   """
   fn = "read_gallery_image"
+  checks.check_positive_int(fn, "max_side", max_side, allow_none=True)
   i = _index(fn, i, len(data.gallery_paths), "gallery images")
-  return _capped(fn, _decode(fn, str(data.gallery_paths[i])), max_side)
+  image = _decode(fn, str(data.gallery_paths[i]))
+  if max_side is None:
+    return image.numpy()
+  return _resized(image, _thumbnail_size(int(image.shape[0]), int(image.shape[1]), max_side))
