@@ -24,6 +24,10 @@ from jaxrank._src.hashing_evaluation import evaluate_hashing as evaluate_hashing
 from jaxrank._src.histogram import class_balancing_weights as class_balancing_weights
 from jaxrank._src.histogram import fastap_loss as fastap_loss
 from jaxrank._src.histogram import soft_binning_ap_loss as soft_binning_ap_loss
+from jaxrank._src.hierarchical import asi_metric as asi_metric
+from jaxrank._src.hierarchical import hap_metric as hap_metric
+from jaxrank._src.hierarchical import hierarchical_relevance as hierarchical_relevance
+from jaxrank._src.hierarchical import tie_aware_hap_metric as tie_aware_hap_metric
 from jaxrank._src.metrics import ap_metric as ap_metric
 from jaxrank._src.metrics import dcg_metric as dcg_metric
 from jaxrank._src.metrics import map_at_r_metric as map_at_r_metric
@@ -70,6 +74,7 @@ __all__ = [
   "alpha_query_expansion",
   "ap_metric",
   "apply_whitening",
+  "asi_metric",
   "batch_retrieval",
   "blackbox_ap_loss",
   "blackbox_ranks",
@@ -88,8 +93,10 @@ __all__ = [
   "fastap_loss",
   "hamming_tie_aware_ap_metric",
   "hamming_tie_aware_ndcg_metric",
+  "hap_metric",
   "hashing",
   "heaviside_step",
+  "hierarchical_relevance",
   "host_chunked_value_and_grad",
   "landscape",
   "learn_whitening",
@@ -120,6 +127,7 @@ __all__ = [
   "supap_negative_step",
   "tie_aware_ap_loss",
   "tie_aware_ap_metric",
+  "tie_aware_hap_metric",
   "tie_aware_ndcg_loss",
   "tie_aware_ndcg_metric",
   "traced_checks",
