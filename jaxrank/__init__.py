@@ -39,6 +39,9 @@ from jaxrank._src.metrics import recall_at_k_metric as recall_at_k_metric
 from jaxrank._src.metrics import relevant_fraction_at_k_metric as relevant_fraction_at_k_metric
 from jaxrank._src.metrics import tie_aware_ap_metric as tie_aware_ap_metric
 from jaxrank._src.metrics import tie_aware_ndcg_metric as tie_aware_ndcg_metric
+from jaxrank._src.mixup import embedding_mixup as embedding_mixup
+from jaxrank._src.mixup import mixup_pairs as mixup_pairs
+from jaxrank._src.mixup import similarity_mixup as similarity_mixup
 from jaxrank._src.pairwise import contrastive_loss as contrastive_loss
 from jaxrank._src.pairwise import multi_similarity_loss as multi_similarity_loss
 from jaxrank._src.pairwise import triplet_loss as triplet_loss
@@ -87,6 +90,7 @@ __all__ = [
   "database_augmentation",
   "dcg_metric",
   "decomposability_gap",
+  "embedding_mixup",
   "evaluate_hashing",
   "evaluate_retrieval",
   "evaluate_revisited",
@@ -102,6 +106,7 @@ __all__ = [
   "learn_whitening",
   "map_at_r_metric",
   "memory",
+  "mixup_pairs",
   "mrr_metric",
   "multi_similarity_loss",
   "ndcg_metric",
@@ -118,6 +123,7 @@ __all__ = [
   "sharded_mean",
   "sigmoid_step",
   "similarity",
+  "similarity_mixup",
   "simplified_tie_aware_ap_loss",
   "simplified_tie_aware_ndcg_loss",
   "smooth_rank_ap_loss",
