@@ -59,7 +59,9 @@ def test_segments_equal_the_segments_lists(name):
   segments = np.random.default_rng(2).integers(0, 3, size=(3, 8))
   expected = reference.per_segment(reference_fn, scores, labels, where, segments=segments)
   with jax.enable_x64(True):
-    got = fn(jnp.asarray(scores), jnp.asarray(labels), where=where, segments=segments, reduce_fn=None)
+    got = fn(
+      jnp.asarray(scores), jnp.asarray(labels), where=where, segments=segments, reduce_fn=None
+    )
   np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-12, atol=1e-12)
 
 
@@ -74,7 +76,9 @@ def test_invariances(name):
   np.testing.assert_allclose(permuted, base, rtol=1e-6)
   # A strictly increasing transform of the scores changes nothing (ties stay ties).
   np.testing.assert_allclose(fn(jnp.exp(3 * scores) - 2, labels, where=where, reduce_fn=None), base)
-  np.testing.assert_allclose(jax.jit(lambda s: fn(s, labels, where=where, reduce_fn=None))(scores), base)
+  np.testing.assert_allclose(
+    jax.jit(lambda s: fn(s, labels, where=where, reduce_fn=None))(scores), base
+  )
   for row in range(5):  # `where` equals slicing.
     kept = np.flatnonzero(where[row])
     sliced = fn(scores[row, kept], labels[row, kept], reduce_fn=None)
@@ -182,7 +186,10 @@ def test_equals_happier_released_evaluation(seed, fan_out):
     asi_of_squares = jaxrank.asi_metric(scores, levels**2, where=others, reduce_fn=None)
   counts = np.stack([np.bincount(levels[i][others[i]], minlength=num_levels + 1) for i in range(n)])
   rel_per_level = np.stack(
-    [[(lv / num_levels) / max(c + (lv == num_levels), 1) for lv, c in enumerate(row)] for row in counts]
+    [
+      [(lv / num_levels) / max(c + (lv == num_levels), 1) for lv, c in enumerate(row)]
+      for row in counts
+    ]
   )
   keep = distinct_level_relevances(rel_per_level, counts)
   assert keep.mean() > 0.5

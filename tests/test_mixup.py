@@ -1,4 +1,4 @@
-"""Similarity mixup (SiMix): against the released recipe (`released_simix.py`), relevance, shapes."""
+"""Similarity mixup (SiMix) against the released recipe (`released_simix.py`); relevance, shapes."""
 
 from __future__ import annotations
 
@@ -50,7 +50,12 @@ def test_mixed_similarities_equal_the_released_recipe(per_class):
     # SiMix on the lists: the real queries' similarities to the virtual items are the same.
     scores, relevance, where = jaxrank.batch_retrieval(jnp.asarray(x), labels)
     s, r, m = jaxrank.similarity_mixup(
-      scores, relevance, labels, where=where, key=jax.random.key(0), num_pairs=num_pairs,
+      scores,
+      relevance,
+      labels,
+      where=where,
+      key=jax.random.key(0),
+      num_pairs=num_pairs,
       weights=weights,
     )
     sims = released[rows[: 3 * per_class]] @ released[placed].T

@@ -47,6 +47,8 @@ there is no tie-aware ASI.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 
@@ -226,9 +228,9 @@ def asi_metric(
   the ideal top `d`, divided by `d`, averaged over the depths `1..R` (HAPPIER's released `asi`,
   happier/engine/metrics.py, with its default `at_R=True`, on the levels: 0 for nothing shared,
   `L` for the query's class; also SupRank's). Only the equality and order of the grades matter
-  (a strictly increasing map of the levels changes nothing). Items scored `-inf` count in `R` and in the ideal
-  order but take no place. Ties: lower grades first inside a group of equal scores, a fixed order
-  (not the worst one for ASI: module docstring). Cost: O(n^2) per list.
+  (a strictly increasing map of the levels changes nothing). Items scored `-inf` count in `R`
+  and in the ideal order but take no place. Ties: lower grades first inside a group of equal
+  scores, a fixed order (not the worst one for ASI: module docstring). Cost: O(n^2) per list.
 
   Args:
     scores: `[..., n]` floating scores, higher is better; `-inf` is not retrieved.
@@ -339,3 +341,121 @@ def hierarchical_relevance(
   per_level = jnp.where(jnp.arange(num_levels + 1) > 0, weight / jnp.maximum(counts, 1), 0)
   rel = jnp.sum(jnp.where(one_hot, per_level[..., None, :], 0), axis=-1)
   return rel.astype(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole test sets (`evaluate_retrieval(..., super_labels=...)`): by counting, without pairs.
+
+
+class PositiveOrders(NamedTuple):
+  """A chunk's positives (items of level >= 1) sorted two ways, each array `[c, P]`.
+
+  Both orders sort by decreasing score (empty slots last), so position `p` holds the same score in
+  both (and in `thresholds`): what is counted around `thresholds[:, p]` serves both. Ties: lower
+  relevance first in `by_relevance` (H-AP's pessimistic order), lower level first in `by_level`
+  (ASI's and NDCG's, as `asi_metric` and `ndcg_metric` on the levels).
+
+  Attributes:
+    thresholds: the positives' scores, decreasing, NaN in empty slots (last).
+    by_relevance: `(level, relevance, filled)` in H-AP's order.
+    by_level: `(level, relevance, filled)` in ASI's order.
+  """
+
+  thresholds: jax.Array
+  by_relevance: tuple[jax.Array, jax.Array, jax.Array]
+  by_level: tuple[jax.Array, jax.Array, jax.Array]
+
+
+def sort_positives(scores, level, relevance, filled) -> PositiveOrders:
+  """`PositiveOrders` of the positives' `scores [c, P]` (any value in empty slots), their levels,
+  relevances and filled slots: two sorts of `[c, P]`."""
+  key = jnp.where(filled, -scores, jnp.inf)  # Decreasing scores, empty slots last.
+  key = jnp.where(key == 0, jnp.zeros_like(key), key)  # -0.0 and 0.0: one key.
+  operands = (key, relevance, level, filled.astype(jnp.int32), scores)
+  by_rel = jax.lax.sort(operands, dimension=1, num_keys=2)
+  by_level = jax.lax.sort(
+    (key, level, relevance, filled.astype(jnp.int32)), dimension=1, num_keys=2
+  )
+  thresholds = jnp.where(by_rel[3] > 0, by_rel[4], jnp.nan)
+  return PositiveOrders(
+    thresholds=thresholds,
+    by_relevance=(by_rel[2], by_rel[1], by_rel[3] > 0),
+    by_level=(by_level[1], by_level[2], by_level[3] > 0),
+  )
+
+
+def metrics_from_counts(
+  orders: PositiveOrders,
+  negatives_above: jax.Array,
+  negatives_tied: jax.Array,
+  level_relevance: jax.Array,
+  level_counts: jax.Array,
+  *,
+  sum_fn=metrics.sum_in_order,
+) -> dict[str, jax.Array]:
+  """Per-query `h-ap`, `asi` and `ndcg` `[c]` of a chunk from its sorted positives and, for each
+  position `p`, the negatives (level-0 items) scored above and tied with `orders.thresholds[:, p]`.
+
+  Pessimistic ranks: a positive at position `p` of an order has every tied negative and the `p`
+  positives before it in that order above it, `rank = above + tied + p + 1`. H-AP: H-rank by a
+  cumulative count of each level's positives (`O(P L)`); ASI: the levels at depths `1..P` (a
+  scatter of the ranks that fall there), counted per level against the ideal counts; NDCG: the
+  levels' gains `2**l - 1` at their ranks over the ideal order's.
+
+  Args:
+    orders: the positives, `sort_positives`.
+    negatives_above: `[c, P]` integer counts of the negatives above each position's score.
+    negatives_tied: `[c, P]` integer counts of the negatives tied with it.
+    level_relevance: `[c, L + 1]` the relevance of each level (0 at level 0).
+    level_counts: `[c, L + 1]` the positives of each level in the query's list (level 0 unused).
+    sum_fn: the sum over the last axis (in a fixed order by default: the same bits in every
+      program).
+  """
+  dtype = level_relevance.dtype
+  num_levels = level_relevance.shape[-1] - 1
+  p = orders.thresholds.shape[-1]
+  rank = negatives_above + negatives_tied + jnp.arange(1, p + 1)[None, :]
+  return {
+    "h-ap": _hap_of_order(orders.by_relevance, rank, level_relevance, num_levels, sum_fn),
+    **_asi_and_ndcg(orders.by_level, rank, level_counts.astype(jnp.int32), dtype, sum_fn),
+  }
+
+
+def _hap_of_order(order, rank, level_relevance, num_levels, sum_fn):
+  level, rel, filled = order
+  dtype = level_relevance.dtype
+  h_rank = jnp.zeros(rel.shape, dtype)
+  for v in range(1, num_levels + 1):  # A few levels: one cumulative count each.
+    count = jnp.cumsum((filled & (level == v)).astype(jnp.int32), axis=1).astype(dtype)
+    h_rank = h_rank + jnp.minimum(level_relevance[:, v : v + 1], rel) * count
+  zero = jnp.zeros((), dtype)
+  total = sum_fn(jnp.where(filled, rel, zero))
+  summed = sum_fn(jnp.where(filled, h_rank / rank.astype(dtype), zero))
+  return summed / jnp.where(total > 0, total, jnp.ones((), dtype))
+
+
+def _asi_and_ndcg(order, rank, counts, dtype, sum_fn):
+  level, _, filled = order
+  c, p = level.shape
+  num_levels = counts.shape[-1] - 1
+  # The level found at each depth 1..P (0: a negative, or nothing).
+  at = jnp.where(filled & (rank <= p), rank - 1, p)
+  at_depth = jnp.zeros((c, p + 1), jnp.int32).at[jnp.arange(c)[:, None], at].set(level.astype(jnp.int32))[:, :p]
+  depth = jnp.arange(1, p + 1)[None, :]
+  shared = jnp.zeros((c, p), jnp.int32)
+  ideal_gain = jnp.zeros((c, p), dtype)
+  for v in range(1, num_levels + 1):
+    better = jnp.sum(counts[:, v + 1 :], axis=1, keepdims=True)
+    size = counts[:, v : v + 1]
+    in_ranking = jnp.cumsum((at_depth == v).astype(jnp.int32), axis=1)
+    shared = shared + jnp.minimum(in_ranking, jnp.clip(depth - better, 0, size))
+    ideal_gain = ideal_gain + jnp.where((depth > better) & (depth <= better + size), 2.0**v - 1, 0)
+  zero = jnp.zeros((), dtype)
+  num_relevant = jnp.sum(counts[:, 1:], axis=1)
+  kept = depth <= num_relevant[:, None]
+  asi = sum_fn(jnp.where(kept, shared.astype(dtype) / depth.astype(dtype), zero))
+  asi = asi / jnp.maximum(num_relevant, 1).astype(dtype)
+  gains = jnp.where(filled, 2.0 ** level.astype(dtype) - 1, zero)
+  dcg = sum_fn(gains / jnp.log2(1 + rank.astype(dtype)))
+  ideal = sum_fn(ideal_gain / jnp.log2(1 + depth.astype(dtype)))
+  return {"asi": asi, "ndcg": dcg / jnp.where(ideal > 0, ideal, jnp.ones((), dtype))}
