@@ -1044,11 +1044,13 @@ def _hierarchy_values(orders, above, tied, level_rel, level_counts, poisoned):
   return {key: jnp.where(poisoned, nan, v) for key, v in values.items()}
 
 
-@functools.partial(jax.jit, static_argnames=("similarity_fn",))
-def _hierarchy_chunk(query_set, rows, gallery_coarse, prepared, parts, *, similarity_fn):
+@functools.partial(jax.jit, static_argnames=("similarity_fn", "branch"))
+def _hierarchy_chunk(query_set, rows, gallery_coarse, prepared, parts, *, similarity_fn, branch):
   """Per-query `h-ap`, `asi`, `ndcg` `[c]` of one chunk (`parts`: `_HierarchyRelevance`'s): the
   positives' scores gathered, the negatives around each counted (`counting.count_above_and_tied`
-  of the scores with every positive and the query itself made NaN)."""
+  of the scores with every positive and the query itself made NaN). `branch`: as in
+  `_evaluate_chunk`, a key of the compiled code."""
+  del branch  # Read by `platforms.by_platform` when traced.
   self_index, coarse, index, filled, level, rel, level_rel, level_counts = parts
   queries = jnp.take(query_set, jnp.maximum(rows, 0), axis=0)
   scores = similarity.score_prepared(similarity_fn, queries, prepared)
@@ -1084,6 +1086,7 @@ def _evaluate_hierarchy_local(queries, gallery, relevance, *, chunk_size, simila
         prepared,
         tuple(jnp.asarray(x) for x in parts),
         similarity_fn=similarity_fn,
+        branch=ranking.forced_branch(),
       )
     )
   results = jax.device_get(results)
