@@ -25,7 +25,7 @@ CIFAR-10, NUS-WIDE, ImageNet100) its codes are evaluated by He et al.'s protocol
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -146,13 +146,13 @@ def retrieval_metrics(
   for name, evaluation in evaluations.items():
     queries = local(evaluation.queries)
     gallery_embeddings = gallery_labels = None
-    hierarchy = {}
+    hierarchy: dict[str, Any] = {}
     if super_labels is not None and labels.ndim == 1:
       hierarchy["super_labels"] = super_labels[queries]
     if evaluation.gallery is not None:
       rows = local(evaluation.gallery)
       gallery_embeddings, gallery_labels = embeddings[rows], labels[rows]
-      if hierarchy:
+      if super_labels is not None and hierarchy:
         hierarchy["gallery_super_labels"] = super_labels[rows]
     if codes and evaluation.hashing_ks is not None:
       values = _hashing_metrics(

@@ -828,11 +828,7 @@ def evaluate_retrieval(
   ks = checks.check_cutoffs(fn, ks)
   if reduce_fn is not None:
     checks.check_callable(fn, "reduce_fn", reduce_fn, hint="e.g. np.mean, or None per query.")
-  if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
-    raise TypeError(
-      f"{fn}: mesh must be a jax.sharding.Mesh (e.g. jax.make_mesh((jax.device_count(),), "
-      f"('batch',))) or None, got {type(mesh).__name__}."
-    )
+  _check_mesh(fn, mesh)
   if chunk_size is not None:
     checks.check_positive_int(fn, "chunk_size", chunk_size)
   queries, gallery, q_labels, g_labels = _evaluation_inputs(
@@ -840,14 +836,9 @@ def evaluate_retrieval(
   )
   leave_one_out = gallery is None
   gallery = queries if leave_one_out else gallery
-  hierarchy = None
-  if super_labels is not None:
-    hierarchy = _hierarchy_inputs(
-      fn, q_labels, g_labels, super_labels, gallery_super_labels, leave_one_out
-    )
-  elif gallery_super_labels is not None:
-    raise ValueError(f"{fn}: gallery_super_labels given without super_labels.")
-  relevance_options = (float(relevance_alpha), bool(relevance_counts_query))
+  hierarchy = _hierarchy_inputs(
+    fn, q_labels, g_labels, super_labels, gallery_super_labels, leave_one_out
+  )
   if chunk_size is None:  # Against this process's gallery rows, on each of its devices.
     devices = 1 if mesh is None else max(len(mesh.local_devices), 1)
     chunk_size = default_chunk_size(mesh, -(-gallery.shape[0] // devices))
@@ -871,22 +862,48 @@ def evaluate_retrieval(
   result = _reduce_queries(per_query, num_relevant, reduce_fn)
   if hierarchy is None:
     return result
-  del kwargs["ks"]
+  options = (float(relevance_alpha), bool(relevance_counts_query), leave_one_out)
+  return result | _evaluate_hierarchy(
+    fn, mesh, queries, gallery, hierarchy, options, reduce_fn, chunk_size, similarity_fn
+  )
+
+
+def _check_mesh(fn, mesh):
+  if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
+    raise TypeError(
+      f"{fn}: mesh must be a jax.sharding.Mesh (e.g. jax.make_mesh((jax.device_count(),), "
+      f"('batch',))) or None, got {type(mesh).__name__}."
+    )
+
+
+def _evaluate_hierarchy(
+  fn, mesh, queries, gallery, hierarchy, options, reduce_fn, chunk_size, similarity_fn
+):
+  """`h-ap`, `asi`, `ndcg` of `evaluate_retrieval(super_labels=)`, reduced over the queries with
+  an item of level >= 1 (`num_hierarchy_relevant` with `reduce_fn=None`)."""
+  alpha, counts_query, leave_one_out = options
+  kwargs = dict(chunk_size=chunk_size, similarity_fn=similarity_fn)
   if mesh is None:
-    relevance = _HierarchyRelevance(*hierarchy, leave_one_out, *relevance_options, queries.dtype)
+    dtype = queries.dtype
+    relevance = _HierarchyRelevance(*hierarchy, leave_one_out, alpha, counts_query, dtype)
     per_query, num_positive = _evaluate_hierarchy_local(queries, gallery, relevance, **kwargs)
   else:
     per_query, num_positive = _evaluate_hierarchy_sharded(
-      fn, mesh, queries, gallery, hierarchy, relevance_options, leave_one_out, **kwargs
+      fn, mesh, queries, gallery, hierarchy, (alpha, counts_query), leave_one_out, **kwargs
     )
-  hierarchical_result = _reduce_queries(per_query, num_positive, reduce_fn)
+  result = _reduce_queries(per_query, num_positive, reduce_fn)
   if reduce_fn is None:
-    hierarchical_result["num_hierarchy_relevant"] = hierarchical_result.pop("num_relevant")
-  return result | hierarchical_result
+    result["num_hierarchy_relevant"] = result.pop("num_relevant")
+  return result
 
 
 def _hierarchy_inputs(fn, q_labels, g_labels, super_labels, gallery_super_labels, leave_one_out):
-  """The label columns `[Q, L]`, `[N, L]` of the hierarchy (class first), checked."""
+  """The label columns `[Q, L]`, `[N, L]` of the hierarchy (class first), checked; `None`
+  without super-labels."""
+  if super_labels is None:
+    if gallery_super_labels is not None:
+      raise ValueError(f"{fn}: gallery_super_labels given without super_labels.")
+    return None
   if q_labels is None or q_labels.ndim != 1:
     raise ValueError(
       f"{fn}: super_labels= needs integer class labels [Q] (and [N]), not multi-hot labels "

@@ -62,7 +62,9 @@ from jaxrank._src import segmented
 _REASON = "a relevance or a level, 0 for an item that shares nothing with the query"
 
 
-def _graded_lists(fn, scores, labels, where, segments):
+def _graded_lists(
+  fn, scores, labels, where, segments
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jnp.dtype]:
   """Checked lists `(scores, where, grades, retrieved, dtype)`, grades 0 where masked."""
   scores, labels, where = checks.check_lists(fn, scores, labels, where)
   checks.check_graded_labels(fn, labels, where, reason=_REASON)
