@@ -21,13 +21,13 @@ from jaxrank._src.evaluation import evaluate_retrieval as evaluate_retrieval
 from jaxrank._src.hamming import hamming_tie_aware_ap_metric as hamming_tie_aware_ap_metric
 from jaxrank._src.hamming import hamming_tie_aware_ndcg_metric as hamming_tie_aware_ndcg_metric
 from jaxrank._src.hashing_evaluation import evaluate_hashing as evaluate_hashing
-from jaxrank._src.histogram import class_balancing_weights as class_balancing_weights
-from jaxrank._src.histogram import fastap_loss as fastap_loss
-from jaxrank._src.histogram import soft_binning_ap_loss as soft_binning_ap_loss
 from jaxrank._src.hierarchical import asi_metric as asi_metric
 from jaxrank._src.hierarchical import hap_metric as hap_metric
 from jaxrank._src.hierarchical import hierarchical_relevance as hierarchical_relevance
 from jaxrank._src.hierarchical import tie_aware_hap_metric as tie_aware_hap_metric
+from jaxrank._src.histogram import class_balancing_weights as class_balancing_weights
+from jaxrank._src.histogram import fastap_loss as fastap_loss
+from jaxrank._src.histogram import soft_binning_ap_loss as soft_binning_ap_loss
 from jaxrank._src.metrics import ap_metric as ap_metric
 from jaxrank._src.metrics import dcg_metric as dcg_metric
 from jaxrank._src.metrics import map_at_r_metric as map_at_r_metric

@@ -25,7 +25,7 @@ CIFAR-10, NUS-WIDE, ImageNet100) its codes are evaluated by He et al.'s protocol
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, TYPE_CHECKING
 
 import jax
 import numpy as np

@@ -442,7 +442,8 @@ def _asi_and_ndcg(order, rank, counts, dtype, sum_fn):
   num_levels = counts.shape[-1] - 1
   # The level found at each depth 1..P (0: a negative, or nothing).
   at = jnp.where(filled & (rank <= p), rank - 1, p)
-  at_depth = jnp.zeros((c, p + 1), jnp.int32).at[jnp.arange(c)[:, None], at].set(level.astype(jnp.int32))[:, :p]
+  at_depth = jnp.zeros((c, p + 1), jnp.int32).at[jnp.arange(c)[:, None], at]
+  at_depth = at_depth.set(level.astype(jnp.int32))[:, :p]
   depth = jnp.arange(1, p + 1)[None, :]
   shared = jnp.zeros((c, p), jnp.int32)
   ideal_gain = jnp.zeros((c, p), dtype)
