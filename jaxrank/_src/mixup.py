@@ -58,7 +58,7 @@ def mixup_pairs(
   *,
   num_pairs: int,
   where: jax.typing.ArrayLike | None = None,
-) -> MixupPairs:
+) -> tuple[jax.Array, jax.Array, jax.Array]:
   """The first `num_pairs` pairs `i < j` of valid items with equal class labels, row-major.
 
   Args:
@@ -67,7 +67,9 @@ def mixup_pairs(
     where: optional `[B]` boolean mask of valid items (masked items are in no pair).
 
   Returns:
-    `MixupPairs` of `[num_pairs]` arrays. O(B^2) time and memory.
+    `(first, second, valid)`, a named tuple of `[num_pairs]` arrays: the pairs' items `a` and `b`
+    (0 for a missing pair) and whether each pair exists (False past the batch's number of
+    same-label pairs). O(B^2) time and memory.
 
   >>> import jax.numpy as jnp
   >>> pairs = mixup_pairs(jnp.array([0, 0, 1, 1, 0]), num_pairs=5)
@@ -147,13 +149,12 @@ def similarity_mixup(
   if scores.ndim != 2:
     raise ValueError(f"{fn}: scores must be lists [Q, n], got shape {scores.shape}.")
   in_some_list = jnp.any(where, axis=0)
-  pairs = mixup_pairs(labels, num_pairs=num_pairs, where=in_some_list)
+  a, b, valid = mixup_pairs(labels, num_pairs=num_pairs, where=in_some_list)
   alpha = _weights(fn, key, weights, num_pairs, scores.dtype)
-  a, b = pairs.first, pairs.second
   mixed = alpha * scores[:, a] + (1 - alpha) * scores[:, b]
   # The relevance of the pair's first item valid in the list (a and b share a class).
   mixed_relevance = jnp.where(where[:, a], relevance[:, a], relevance[:, b])
-  mixed_where = pairs.valid[None, :] & (where[:, a] | where[:, b])
+  mixed_where = valid[None, :] & (where[:, a] | where[:, b])
   return (
     jnp.concatenate([scores, mixed], axis=1),
     jnp.concatenate([relevance, mixed_relevance.astype(relevance.dtype)], axis=1),
@@ -210,13 +211,13 @@ def embedding_mixup(
   checks.check_array(fn, "embeddings", embeddings, kind="floating", ndim=2, layout="[B, D]")
   embeddings = jnp.asarray(embeddings)
   where = checks.check_mask(fn, "where", where, embeddings.shape[:1])
-  pairs = mixup_pairs(labels, num_pairs=num_pairs, where=where)
+  first, second, valid = mixup_pairs(labels, num_pairs=num_pairs, where=where)
   alpha = _weights(fn, key, weights, num_pairs, embeddings.dtype)[:, None]
-  alpha = jnp.where(pairs.valid[:, None], alpha, 1)  # An invalid pair copies row 0, masked.
-  mixed = alpha * embeddings[pairs.first] + (1 - alpha) * embeddings[pairs.second]
+  alpha = jnp.where(valid[:, None], alpha, 1)  # An invalid pair copies row 0, masked.
+  mixed = alpha * embeddings[first] + (1 - alpha) * embeddings[second]
   labels = jnp.asarray(labels)
   return (
     jnp.concatenate([embeddings, mixed]),
-    jnp.concatenate([labels, labels[pairs.first]]),
-    jnp.concatenate([where, pairs.valid]),
+    jnp.concatenate([labels, labels[first]]),
+    jnp.concatenate([where, valid]),
   )
