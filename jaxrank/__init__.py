@@ -21,6 +21,10 @@ from jaxrank._src.evaluation import evaluate_retrieval as evaluate_retrieval
 from jaxrank._src.hamming import hamming_tie_aware_ap_metric as hamming_tie_aware_ap_metric
 from jaxrank._src.hamming import hamming_tie_aware_ndcg_metric as hamming_tie_aware_ndcg_metric
 from jaxrank._src.hashing_evaluation import evaluate_hashing as evaluate_hashing
+from jaxrank._src.hierarchical import asi_metric as asi_metric
+from jaxrank._src.hierarchical import hap_metric as hap_metric
+from jaxrank._src.hierarchical import hierarchical_relevance as hierarchical_relevance
+from jaxrank._src.hierarchical import tie_aware_hap_metric as tie_aware_hap_metric
 from jaxrank._src.histogram import class_balancing_weights as class_balancing_weights
 from jaxrank._src.histogram import fastap_loss as fastap_loss
 from jaxrank._src.histogram import soft_binning_ap_loss as soft_binning_ap_loss
@@ -35,6 +39,9 @@ from jaxrank._src.metrics import recall_at_k_metric as recall_at_k_metric
 from jaxrank._src.metrics import relevant_fraction_at_k_metric as relevant_fraction_at_k_metric
 from jaxrank._src.metrics import tie_aware_ap_metric as tie_aware_ap_metric
 from jaxrank._src.metrics import tie_aware_ndcg_metric as tie_aware_ndcg_metric
+from jaxrank._src.mixup import embedding_mixup as embedding_mixup
+from jaxrank._src.mixup import mixup_pairs as mixup_pairs
+from jaxrank._src.mixup import similarity_mixup as similarity_mixup
 from jaxrank._src.pairwise import contrastive_loss as contrastive_loss
 from jaxrank._src.pairwise import multi_similarity_loss as multi_similarity_loss
 from jaxrank._src.pairwise import triplet_loss as triplet_loss
@@ -70,6 +77,7 @@ __all__ = [
   "alpha_query_expansion",
   "ap_metric",
   "apply_whitening",
+  "asi_metric",
   "batch_retrieval",
   "blackbox_ap_loss",
   "blackbox_ranks",
@@ -82,19 +90,23 @@ __all__ = [
   "database_augmentation",
   "dcg_metric",
   "decomposability_gap",
+  "embedding_mixup",
   "evaluate_hashing",
   "evaluate_retrieval",
   "evaluate_revisited",
   "fastap_loss",
   "hamming_tie_aware_ap_metric",
   "hamming_tie_aware_ndcg_metric",
+  "hap_metric",
   "hashing",
   "heaviside_step",
+  "hierarchical_relevance",
   "host_chunked_value_and_grad",
   "landscape",
   "learn_whitening",
   "map_at_r_metric",
   "memory",
+  "mixup_pairs",
   "mrr_metric",
   "multi_similarity_loss",
   "ndcg_metric",
@@ -111,6 +123,7 @@ __all__ = [
   "sharded_mean",
   "sigmoid_step",
   "similarity",
+  "similarity_mixup",
   "simplified_tie_aware_ap_loss",
   "simplified_tie_aware_ndcg_loss",
   "smooth_rank_ap_loss",
@@ -120,6 +133,7 @@ __all__ = [
   "supap_negative_step",
   "tie_aware_ap_loss",
   "tie_aware_ap_metric",
+  "tie_aware_hap_metric",
   "tie_aware_ndcg_loss",
   "tie_aware_ndcg_metric",
   "traced_checks",

@@ -52,6 +52,7 @@ import numpy as np
 import pytest
 import reference
 import reference_hashing
+import reference_hierarchical
 import reference_histogram
 import reference_pairwise
 import reference_smooth_rank
@@ -248,6 +249,12 @@ TABLE = [
   _metric(
     "opa", jaxrank.opa_metric, reference.opa, graded=True, defined=reference.has_ordered_pair
   ),
+  # Hierarchical metrics (Ramzi et al. 2022): grades as relevances (H-AP) or levels (ASI).
+  _metric("hap", jaxrank.hap_metric, reference_hierarchical.hap, graded=True),
+  _metric(
+    "tie_aware_hap", jaxrank.tie_aware_hap_metric, reference_hierarchical.tie_aware_hap, graded=True
+  ),
+  _metric("asi", jaxrank.asi_metric, reference_hierarchical.asi, graded=True),
   _hamming("hamming_ap", jaxrank.hamming_tie_aware_ap_metric, rx.hamming_ap_t),
   _hamming("hamming_ndcg", jaxrank.hamming_tie_aware_ndcg_metric, rx.hamming_ndcg_t, graded=True),
   # Histogram losses (Cakir et al. 2019; Revaud et al. 2019).

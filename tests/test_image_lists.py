@@ -383,6 +383,29 @@ def test_retrieval_metrics_of_named_and_gallery_evaluations_equal_evaluate_retri
   assert reporting.evaluation_names({**named, "seen/map@r": 0.0, "loss": 1.0}) == ["a", "b"]
 
 
+def test_retrieval_metrics_add_the_hierarchical_metrics_of_super_labels():
+  rng = np.random.default_rng(1)
+  queries, gallery = _images([0, 0, 1, 1, 2, 4], "q"), _images([0, 1, 2, 2, 3, 1], "g")
+  splits = protocols.with_gallery(queries, queries, gallery)
+  embeddings = rng.normal(size=(splits.test.num_examples, 4)).astype(np.float32)
+  supers = splits.test.labels // 2  # Two classes a category: a hierarchy.
+  config = dataclasses.replace(TINY, eval_ks=(1, 2))
+  got = evaluation.retrieval_metrics(
+    config, embeddings, splits.test.labels, splits.evaluations, super_labels=supers
+  )
+  want = jaxrank.evaluate_retrieval(
+    embeddings[:6],
+    queries.labels,
+    embeddings[6:],
+    gallery.labels,
+    ks=(1, 2),
+    super_labels=supers[:6],
+    gallery_super_labels=supers[6:],
+  )
+  assert {"h-ap", "asi", "ndcg"} <= set(got)
+  assert got == pytest.approx(want, abs=0) and list(got) == list(want)
+
+
 def test_table_carries_the_named_evaluations():
   row = {
     f"{name}/{metric}": 0.5

@@ -70,6 +70,14 @@ def _proxy_loss(name, e):
   return jax.jit(loss)(e, jnp.asarray(Y), jnp.asarray(PROXIES, e.dtype))
 
 
+def _mixup(fn, e):
+  key = jax.random.key(0)
+  if fn is jaxrank.embedding_mixup:
+    return fn(e, Y, key=key, num_pairs=20)
+  scores, relevance, where = jaxrank.batch_retrieval(e, Y)
+  return fn(scores, relevance, Y, where=where, key=key, num_pairs=20)
+
+
 def _mesh():
   return jax.make_mesh((1,), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
 
@@ -154,7 +162,11 @@ def calls(dtype) -> dict[str, object]:
   x = jnp.asarray(SCORES, dtype)
   out.update(
     batch_retrieval=jaxrank.batch_retrieval(e, Y),
-    evaluate_retrieval=jaxrank.evaluate_retrieval(e, Y),
+    evaluate_retrieval=jaxrank.evaluate_retrieval(e, Y, super_labels=Y // 2),
+    hierarchical_relevance=jaxrank.hierarchical_relevance(jnp.asarray(LABELS) * 2, num_levels=2),
+    mixup_pairs=jaxrank.mixup_pairs(Y, num_pairs=4),
+    similarity_mixup=_mixup(jaxrank.similarity_mixup, e),
+    embedding_mixup=_mixup(jaxrank.embedding_mixup, e),
     evaluate_revisited=jaxrank.evaluate_revisited(
       e[:2], e, [{"easy": [0, 1], "hard": [4], "junk": [8]}] * 2, reduce_fn=None
     ),

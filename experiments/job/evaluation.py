@@ -9,7 +9,8 @@ classes', `test/...`, of a run that validates, with `eval_test_classes`), and
 `checkpoints`.
 
 Evaluation embeds the test split (unseen classes) once with the network in inference mode and
-computes `jaxrank.evaluate_retrieval` for each evaluation of the data set's protocol
+computes `jaxrank.evaluate_retrieval` for each evaluation of the data set's protocol (with the
+hierarchical metrics `h-ap`, `asi`, `ndcg` of its super-classes where it has them)
 (`protocols.Splits.evaluations`): leave-one-out on the whole split (SOP, CUB), queries ranking a
 gallery (In-Shop), or several test lists each on its own, their metrics prefixed with the
 list's name (VehicleID's `small/recall@1`). A hashing model (`head="hashing"`) trains on relaxed
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 import jax
 import numpy as np
@@ -89,12 +90,14 @@ def evaluate(
     e = np.asarray(embed_fn(params, rest, batch["image"], step))
     embeddings.append(e[batch["mask"]])
     labels.append(batch["label"][batch["mask"]])
+  supers = None if test.super_labels is None else test.super_labels[share[0] : share[1]]
   return retrieval_metrics(
     config,
     np.concatenate(embeddings),
     np.concatenate(labels),
     evaluations,
     share=share,
+    super_labels=supers,
     similarity_fn=networks.HEADS[config.head].similarity_fn,
     mesh=placement.mesh(config) if count > 1 else None,
     codes=networks.HEADS[config.head].binary_codes,
@@ -128,6 +131,7 @@ def retrieval_metrics(
   evaluations: Mapping[str, protocols.Evaluation],
   *,
   share: tuple[int, int] | None = None,
+  super_labels: np.ndarray | None = None,
   similarity_fn=jaxrank.similarity.cosine,
   mesh: jax.sharding.Mesh | None = None,
   codes: bool = False,
@@ -142,6 +146,11 @@ def retrieval_metrics(
     labels: `[n]` their labels.
     evaluations: name -> `protocols.Evaluation`, whose rows index the whole split.
     share: the rows of the split that this process holds.
+    super_labels: optional `[n]` super-class labels of the rows (the data set's, where it has
+      them: the glyphs' scripts, SOP's categories, In-Shop's, iNaturalist's supercategories):
+      then each evaluation of class labels adds the hierarchical metrics of the two-level
+      hierarchy, `h-ap`, `asi` and `ndcg` (`jaxrank.evaluate_retrieval(super_labels=)`,
+      HAPPIER's relevance with its defaults).
     similarity_fn: the scoring rule.
     mesh: the mesh of a job of several processes, whose evaluation each process's rows join.
     codes: whether `embeddings` are binary codes (a hashing head's): then an evaluation of a
@@ -161,9 +170,14 @@ def retrieval_metrics(
   for name, evaluation in evaluations.items():
     queries = local(evaluation.queries)
     gallery_embeddings = gallery_labels = None
+    hierarchy: dict[str, Any] = {}
+    if super_labels is not None and labels.ndim == 1:
+      hierarchy["super_labels"] = super_labels[queries]
     if evaluation.gallery is not None:
       rows = local(evaluation.gallery)
       gallery_embeddings, gallery_labels = embeddings[rows], labels[rows]
+      if super_labels is not None and hierarchy:
+        hierarchy["gallery_super_labels"] = super_labels[rows]
     if codes and evaluation.hashing_ks is not None:
       values = _hashing_metrics(
         config,
@@ -181,6 +195,7 @@ def retrieval_metrics(
         ks=config.eval_ks,
         similarity_fn=similarity_fn,
         mesh=mesh,
+        **hierarchy,
       )
     # Floats: the default reduce_fn.
     metrics.update({protocols.metric_name(name, k): float(v) for k, v in values.items()})
@@ -230,8 +245,20 @@ def evaluate_raw_pixels(config: config_lib.Config) -> dict[str, float]:
   train_pixels, train_labels = pixels(splits.train)
   mean = train_pixels.mean(axis=0)
   test_pixels, test_labels = pixels(splits.test)
-  metrics = retrieval_metrics(config, test_pixels - mean, test_labels, splits.evaluations)
+  metrics = retrieval_metrics(
+    config,
+    test_pixels - mean,
+    test_labels,
+    splits.evaluations,
+    super_labels=splits.test.super_labels,
+  )
   if config.eval_seen_classes:
-    seen = retrieval_metrics(config, train_pixels - mean, train_labels, protocols.LEAVE_ONE_OUT)
+    seen = retrieval_metrics(
+      config,
+      train_pixels - mean,
+      train_labels,
+      protocols.LEAVE_ONE_OUT,
+      super_labels=splits.train.super_labels,
+    )
     metrics.update({f"seen/{k}": v for k, v in seen.items()})
   return metrics

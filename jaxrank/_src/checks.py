@@ -496,20 +496,23 @@ def known_any(mask: Any, message: str | None = None) -> bool:
     return False
 
 
-def check_graded_labels(fn: str, labels: jax.Array, where: jax.Array) -> None:
+def check_graded_labels(
+  fn: str, labels: jax.Array, where: jax.Array, *, reason: str = "the gain is 2**label - 1"
+) -> None:
   """Raises `ValueError` when a valid graded label (NDCG's relevance) is negative and known.
 
-  A gain `2**label - 1` below 0 would make NDCG leave `[0, 1]`. Masked labels are not read;
-  traced labels (under `jit`) are checked only inside `traced_checks` (`known_any`).
+  A gain `2**label - 1` below 0 would make NDCG leave `[0, 1]` (`reason`, in the message: why the
+  labels must be non-negative, for the metrics other than NDCG that read grades). Masked labels
+  are not read; traced labels (under `jit`) are checked only inside `traced_checks` (`known_any`).
   """
   bad = where & (labels < 0)
   fix = "; clip them (jnp.maximum(labels, 0)) or mask those items out with where."
-  if known_any(bad, f"{fn}: graded labels must be >= 0 (the gain is 2**label - 1){fix}"):
+  if known_any(bad, f"{fn}: graded labels must be >= 0 ({reason}){fix}"):
     try:
       got = f"{np.asarray(labels)[np.asarray(bad)].flat[0]} at a valid item"
     except _UNREADABLE:
       got = f"{int(jnp.sum(bad))} negative valid labels"
-    raise ValueError(f"{fn}: graded labels must be >= 0 (the gain is 2**label - 1), got {got}{fix}")
+    raise ValueError(f"{fn}: graded labels must be >= 0 ({reason}), got {got}{fix}")
 
 
 def check_cutoffs(fn: str, ks) -> tuple[int, ...]:

@@ -21,6 +21,7 @@ from jax.sharding import PartitionSpec as P
 from jaxrank import types
 from jaxrank._src import checks
 from jaxrank._src import counting
+from jaxrank._src import hierarchical
 from jaxrank._src import lists
 from jaxrank._src import metrics
 from jaxrank._src import platforms
@@ -648,6 +649,10 @@ def evaluate_retrieval(
   similarity_fn: types.SimilarityFn = similarity.cosine,
   reduce_fn: types.ReduceFn | None = np.mean,
   mesh: jax.sharding.Mesh | None = None,
+  super_labels: jax.typing.ArrayLike | None = None,
+  gallery_super_labels: jax.typing.ArrayLike | None = None,
+  relevance_alpha: float = 1.0,
+  relevance_counts_query: bool = False,
 ) -> dict[str, float] | dict[str, np.ndarray]:
   """Retrieval metrics of a whole test set, computed in query chunks of bounded memory.
 
@@ -699,6 +704,25 @@ def evaluate_retrieval(
   copied through the host), and the items' side of the scoring rule (for cosine, the rows' scale
   and norms) is computed once, not per chunk. A Python loop over chunks calls one jitted function
   (compiled once: the last chunk is padded), which takes its queries from the set on the device.
+
+  **Hierarchical metrics** (`super_labels=`, HAPPIER's evaluation; `jaxrank.hap_metric`): with
+  class labels and one or more levels of super-labels, each gallery item has a level for each
+  query, the number of its labels (class, super-classes) equal to the query's: `L` (the number of
+  labels) for the query's class, 0 for nothing shared. Then, per query, over its whole list:
+
+  * `h-ap`: `hap_metric` with HAPPIER's relevance of the levels, `hierarchical_relevance` (each
+    level weighs `(l / L)^relevance_alpha`, shared among its items; `relevance_counts_query=True`
+    counts the query among its own class, as the released code does);
+  * `asi`: `asi_metric` on the levels (HAPPIER's ASI);
+  * `ndcg`: `ndcg_metric` on the levels, gain `2**l - 1` (HAPPIER's "NDCG", which is that
+    function on the levels: no metric of its own).
+
+  Ties are ranked as those functions rank them (pessimistically: lower relevance, or lower level,
+  first); no tie-aware form here. They are computed by counting too: the items sharing a query's
+  coarsest label (its positives, `P` at most per query) are sorted (`[chunk_size, P]`), and for
+  each the gallery's other items scored above and tied are counted, in a second pass over the
+  chunks: time O(Q N (D + log N) + Q P (L + log P)), memory O(chunk_size (N + P L)). Also
+  across devices and processes (`mesh=`).
 
   **Across devices and processes** (`mesh=`), for galleries too big for one device or one host:
   the work is split over every device of `mesh` (all its axes), which may span the processes of a
@@ -772,13 +796,23 @@ def evaluate_retrieval(
     mesh: optional `jax.sharding.Mesh` to split the evaluation over (see above); its devices must
       include devices of every process. `None` (the default): this process alone, on its default
       device.
+    super_labels: optional integer super-class labels of the queries, `[Q]` (one level) or
+      `[Q, S]` (S levels, finest first), with class labels: adds the hierarchical metrics (below).
+      The levels must nest (each class in one super-class of each level), else `ValueError`.
+    gallery_super_labels: the gallery's, `[N]` or `[N, S]`, with a gallery and `super_labels`.
+    relevance_alpha: HAPPIER's `alpha`, the exponent of a level's weight `(l / L)^alpha`
+      (`hierarchical_relevance`; default 1, HAPPIER's).
+    relevance_counts_query: whether the query counts as one more item of its class in `|Omega^(L)|`
+      (HAPPIER's released evaluation: `True`; default `False`, the items of its list only).
 
   Returns:
-    A dict of Python floats with keys `recall@k` (for each k), `map@r`, `map`, `tie_aware_map`.
-    With `reduce_fn=None`, a dict of float64 numpy arrays `[Q]` with the same keys, each query's
-    value as the list metric with `reduce_fn=None` gives it (0 for a query without a relevant
-    item), and `num_relevant`, int `[Q]`: the queries with `num_relevant > 0` are those the
-    reduction counts.
+    A dict of Python floats with keys `recall@k` (for each k), `map@r`, `map`, `tie_aware_map`;
+    with `super_labels`, also `h-ap`, `asi`, `ndcg` (the hierarchical metrics, reduced over the
+    queries with an item of level >= 1). With `reduce_fn=None`, a dict of float64 numpy arrays
+    `[Q]` with the same keys, each query's value as the list metric with `reduce_fn=None` gives
+    it (0 for a query without a relevant item), and `num_relevant`, int `[Q]`: the queries with
+    `num_relevant > 0` are those the reduction counts (with `super_labels`, also
+    `num_hierarchy_relevant`, the items of level >= 1, for the hierarchical metrics).
 
   >>> import numpy as np
   >>> e = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
@@ -794,11 +828,7 @@ def evaluate_retrieval(
   ks = checks.check_cutoffs(fn, ks)
   if reduce_fn is not None:
     checks.check_callable(fn, "reduce_fn", reduce_fn, hint="e.g. np.mean, or None per query.")
-  if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
-    raise TypeError(
-      f"{fn}: mesh must be a jax.sharding.Mesh (e.g. jax.make_mesh((jax.device_count(),), "
-      f"('batch',))) or None, got {type(mesh).__name__}."
-    )
+  _check_mesh(fn, mesh)
   if chunk_size is not None:
     checks.check_positive_int(fn, "chunk_size", chunk_size)
   queries, gallery, q_labels, g_labels = _evaluation_inputs(
@@ -806,6 +836,9 @@ def evaluate_retrieval(
   )
   leave_one_out = gallery is None
   gallery = queries if leave_one_out else gallery
+  hierarchy = _hierarchy_inputs(
+    fn, q_labels, g_labels, super_labels, gallery_super_labels, leave_one_out
+  )
   if chunk_size is None:  # Against this process's gallery rows, on each of its devices.
     devices = 1 if mesh is None else max(len(mesh.local_devices), 1)
     chunk_size = default_chunk_size(mesh, -(-gallery.shape[0] // devices))
@@ -821,12 +854,79 @@ def evaluate_retrieval(
     per_query, num_relevant = _evaluate_sharded(
       fn, mesh, queries, q_labels, gallery, g_labels, leave_one_out, **kwargs
     )
-    return _reduce_queries(per_query, num_relevant, reduce_fn)
-  relevance = _relevance(
-    fn, q_labels, g_labels, affinity, queries, gallery, leave_one_out, chunk_size
+  else:
+    relevance = _relevance(
+      fn, q_labels, g_labels, affinity, queries, gallery, leave_one_out, chunk_size
+    )
+    per_query, num_relevant = _evaluate_local(queries, gallery, relevance, **kwargs)
+  result = _reduce_queries(per_query, num_relevant, reduce_fn)
+  if hierarchy is None:
+    return result
+  options = (float(relevance_alpha), bool(relevance_counts_query), leave_one_out)
+  return result | _evaluate_hierarchy(
+    fn, mesh, queries, gallery, hierarchy, options, reduce_fn, chunk_size, similarity_fn
   )
-  per_query, num_relevant = _evaluate_local(queries, gallery, relevance, **kwargs)
-  return _reduce_queries(per_query, num_relevant, reduce_fn)
+
+
+def _check_mesh(fn, mesh):
+  if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
+    raise TypeError(
+      f"{fn}: mesh must be a jax.sharding.Mesh (e.g. jax.make_mesh((jax.device_count(),), "
+      f"('batch',))) or None, got {type(mesh).__name__}."
+    )
+
+
+def _evaluate_hierarchy(
+  fn, mesh, queries, gallery, hierarchy, options, reduce_fn, chunk_size, similarity_fn
+):
+  """`h-ap`, `asi`, `ndcg` of `evaluate_retrieval(super_labels=)`, reduced over the queries with
+  an item of level >= 1 (`num_hierarchy_relevant` with `reduce_fn=None`)."""
+  alpha, counts_query, leave_one_out = options
+  kwargs = dict(chunk_size=chunk_size, similarity_fn=similarity_fn)
+  if mesh is None:
+    dtype = queries.dtype
+    relevance = _HierarchyRelevance(*hierarchy, leave_one_out, alpha, counts_query, dtype)
+    per_query, num_positive = _evaluate_hierarchy_local(queries, gallery, relevance, **kwargs)
+  else:
+    per_query, num_positive = _evaluate_hierarchy_sharded(
+      fn, mesh, queries, gallery, hierarchy, (alpha, counts_query), leave_one_out, **kwargs
+    )
+  result = _reduce_queries(per_query, num_positive, reduce_fn)
+  if reduce_fn is None:
+    result["num_hierarchy_relevant"] = result.pop("num_relevant")
+  return result
+
+
+def _hierarchy_inputs(fn, q_labels, g_labels, super_labels, gallery_super_labels, leave_one_out):
+  """The label columns `[Q, L]`, `[N, L]` of the hierarchy (class first), checked; `None`
+  without super-labels."""
+  if super_labels is None:
+    if gallery_super_labels is not None:
+      raise ValueError(f"{fn}: gallery_super_labels given without super_labels.")
+    return None
+  if q_labels is None or q_labels.ndim != 1:
+    raise ValueError(
+      f"{fn}: super_labels= needs integer class labels [Q] (and [N]), not multi-hot labels "
+      "or affinity=."
+    )
+  q_columns = _hierarchy_columns(fn, q_labels, super_labels, "super_labels", len(q_labels))
+  if leave_one_out:
+    if gallery_super_labels is not None:
+      raise ValueError(f"{fn}: gallery_super_labels given without gallery_embeddings.")
+    g_columns = q_columns
+  else:
+    if gallery_super_labels is None:
+      raise ValueError(f"{fn}: with a gallery, super_labels= needs gallery_super_labels= too.")
+    g_columns = _hierarchy_columns(
+      fn, g_labels, gallery_super_labels, "gallery_super_labels", len(g_labels)
+    )
+    if g_columns.shape[1] != q_columns.shape[1]:
+      raise ValueError(
+        f"{fn}: gallery_super_labels have {g_columns.shape[1] - 1} levels, super_labels "
+        f"{q_columns.shape[1] - 1}; give both the same levels."
+      )
+  _check_nested(fn, np.concatenate([q_columns, g_columns]))
+  return q_columns, g_columns
 
 
 def _relevance(fn, q_labels, g_labels, affinity, queries, gallery, leave_one_out, chunk_size):
@@ -898,3 +998,200 @@ def _reduce_queries(per_query, num_relevant, reduce_fn):
     denominator = max(int(counted.sum()), 1)
     return {key: float(value.sum()) / denominator for key, value in per_query.items()}
   return {key: float(reduce_fn(value, where=counted)) for key, value in per_query.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# The hierarchical metrics (`super_labels=`): H-AP, ASI and NDCG of the levels, by counting.
+
+
+def _hierarchy_columns(fn, labels, super_labels, name, n):
+  """`[n, L]` integer label columns: the class, then each level of super-classes."""
+  super_labels = np.asarray(super_labels)
+  if super_labels.ndim == 1:
+    super_labels = super_labels[:, None]
+  if super_labels.ndim != 2 or not np.issubdtype(super_labels.dtype, np.integer):
+    raise ValueError(
+      f"{fn}: {name} must be integer super-class labels [{n}] (one level) or [{n}, S] (S levels, "
+      f"finest first), got shape {super_labels.shape} and dtype {super_labels.dtype}."
+    )
+  checks.check_shape(fn, name, super_labels, (n, None), layout=f"[{n}, S]")
+  return np.concatenate([np.asarray(labels)[:, None], super_labels], axis=1).astype(np.int64)
+
+
+def _check_nested(fn, columns):
+  """Raises unless each label of a level lies in one label of every coarser level."""
+  for level in range(columns.shape[1] - 1):
+    pairs = np.unique(columns[:, level : level + 2], axis=0)
+    if len(pairs) != len(np.unique(columns[:, level])):
+      raise ValueError(
+        f"{fn}: the super-labels are not a hierarchy: some label of level {level} (0: the class) "
+        f"lies in several labels of level {level + 1}; give each class one super-class per level."
+      )
+
+
+class _HierarchyRelevance:
+  """The positives of a chunk of queries (the items sharing their coarsest label, which in a
+  hierarchy holds every item sharing a label) with their levels and HAPPIER's relevance
+  (`hierarchical.hierarchical_relevance`), from label columns `[Q, L]` and `[N, L]`."""
+
+  def __init__(self, q_columns, g_columns, leave_one_out, alpha, counts_query, dtype):
+    self.positives = _ClassRelevance(q_columns[:, -1], g_columns[:, -1], leave_one_out)
+    self.q_columns, self.g_columns = q_columns, g_columns
+    self.num_levels = q_columns.shape[1]
+    weight = (np.arange(self.num_levels + 1) / self.num_levels) ** alpha
+    self.weight, self.counts_query, self.dtype = weight, counts_query, dtype
+
+  def __call__(self, rows):
+    self_ids, index, filled = self.positives(rows)
+    q = self.q_columns[np.maximum(rows, 0)]
+    level = np.where(filled, np.sum(q[:, None, :] == self.g_columns[index], axis=-1), 0)
+    every = np.arange(self.num_levels + 1)
+    counts = np.sum((level[:, :, None] == every) & filled[:, :, None], axis=1)
+    counts[:, 0] = 0
+    norm = counts + (self.counts_query & (every == self.num_levels))
+    level_rel = np.where(every > 0, self.weight / np.maximum(norm, 1), 0).astype(self.dtype)
+    rel = np.take_along_axis(level_rel, level, axis=1)
+    level, counts = level.astype(np.int32), counts.astype(np.int32)
+    return self_ids, q[:, -1], index, filled, level, rel, level_rel, counts
+
+
+def _hierarchy_values(orders, above, tied, level_rel, level_counts, poisoned):
+  values = hierarchical.metrics_from_counts(orders, above, tied, level_rel, level_counts)
+  nan = jnp.asarray(jnp.nan, level_rel.dtype)
+  return {key: jnp.where(poisoned, nan, v) for key, v in values.items()}
+
+
+@functools.partial(jax.jit, static_argnames=("similarity_fn", "branch"))
+def _hierarchy_chunk(query_set, rows, gallery_coarse, prepared, parts, *, similarity_fn, branch):
+  """Per-query `h-ap`, `asi`, `ndcg` `[c]` of one chunk (`parts`: `_HierarchyRelevance`'s): the
+  positives' scores gathered, the negatives around each counted (`counting.count_above_and_tied`
+  of the scores with every positive and the query itself made NaN). `branch`: as in
+  `_evaluate_chunk`, a key of the compiled code."""
+  del branch  # Read by `platforms.by_platform` when traced.
+  self_index, coarse, index, filled, level, rel, level_rel, level_counts = parts
+  queries = jnp.take(query_set, jnp.maximum(rows, 0), axis=0)
+  scores = similarity.score_prepared(similarity_fn, queries, prepared)
+  scores = scores.astype(lists.compute_dtype(scores.dtype))
+  column = jax.lax.broadcasted_iota(jnp.int32, scores.shape, 1)
+  scores, poisoned = _without_excluded(scores, column == self_index[:, None])
+  orders = hierarchical.sort_positives(
+    _relevant_scores(scores, index, filled), level, rel.astype(scores.dtype), filled
+  )
+  negatives = jnp.where(gallery_coarse[None, :] == coarse[:, None], jnp.nan, scores)
+  counts = counting.count_above_and_tied(negatives, orders.thresholds)
+  return _hierarchy_values(
+    orders, counts.above, counts.tied, level_rel.astype(scores.dtype), level_counts, poisoned
+  )
+
+
+def _evaluate_hierarchy_local(queries, gallery, relevance, *, chunk_size, similarity_fn):
+  """Per-query hierarchical values `[Q]` and positive counts, in this process."""
+  num_queries = len(queries)
+  query_set = jnp.asarray(queries)
+  gallery = query_set if gallery is queries else jnp.asarray(gallery)
+  prepared = _prepare_items(similarity_fn, gallery, queries.dtype)
+  gallery_coarse = jnp.asarray(relevance.g_columns[:, -1])
+  results, positives = [], []
+  for rows in _chunks(num_queries, chunk_size):
+    parts = relevance(rows)
+    positives.append(parts[3].sum(axis=1))
+    results.append(
+      _hierarchy_chunk(
+        query_set,
+        jnp.asarray(rows),
+        gallery_coarse,
+        prepared,
+        tuple(jnp.asarray(x) for x in parts),
+        similarity_fn=similarity_fn,
+        branch=ranking.forced_branch(),
+      )
+    )
+  results = jax.device_get(results)
+  per_query = {key: np.concatenate([r[key] for r in results])[:num_queries] for key in results[0]}
+  return per_query, np.concatenate(positives)[:num_queries]
+
+
+def _hierarchy_sharded_step(
+  take, queries, prepared, gallery_ids, gallery_coarse, parts, *, axes, similarity_fn
+):
+  """`_hierarchy_chunk` on one device inside `shard_map` (as `_sharded_step`): the chunk's queries
+  assembled by an exact `psum`, scored against this device's rows; each positive's score read
+  where it lies and shared by an exact `psum`; the negatives above and tied with each positive
+  counted on every device and summed."""
+  self_ids, coarse, index, filled, level, rel, level_rel, level_counts = parts
+  held = take >= 0
+  q = jax.lax.psum(jnp.where(held[:, None], queries[jnp.clip(take, 0)], 0), axes)
+  scores = similarity.score_prepared(similarity_fn, q, prepared)
+  dtype = lists.compute_dtype(scores.dtype)
+  padding = (gallery_ids < 0)[None, :]
+  excluded = padding | (gallery_ids[None, :] == self_ids[:, None])
+  scores, poisoned = _without_excluded(scores.astype(dtype), excluded)
+  position = index - gallery_ids[0]  # This device's rows are consecutive gallery ids.
+  here = filled & (position >= 0) & (position < jnp.sum(~padding))
+  picked = jax.lax.psum(jnp.where(here, _relevant_scores(scores, position, here), 0), axes)
+  orders = hierarchical.sort_positives(picked, level, rel.astype(dtype), filled)
+  negatives = jnp.where(gallery_coarse[None, :] == coarse[:, None], jnp.nan, scores)
+  counts = counting.count_above_and_tied(negatives, orders.thresholds, host_callback=False)
+  above, tied = (jax.lax.psum(x, axes) for x in (counts.above, counts.tied))
+  poisoned = jax.lax.psum(poisoned.astype(jnp.int32), axes) > 0
+  return _hierarchy_values(orders, above, tied, level_rel.astype(dtype), level_counts, poisoned)
+
+
+@functools.partial(jax.jit, static_argnames=("mesh", "similarity_fn"))
+def _hierarchy_sharded_jit(
+  take, queries, prepared, gallery_ids, gallery_coarse, parts, *, mesh, similarity_fn
+):
+  axes = tuple(mesh.axis_names)
+  body = functools.partial(_hierarchy_sharded_step, axes=axes, similarity_fn=similarity_fn)
+  split, same = P(axes), P()
+  return jax.shard_map(
+    body, mesh=mesh, in_specs=(split,) * 5 + (same,), out_specs=same, check_vma=False
+  )(take, queries, prepared, gallery_ids, gallery_coarse, parts)
+
+
+def _evaluate_hierarchy_sharded(
+  fn, mesh, queries, gallery, hierarchy, options, leave_one_out, *, chunk_size, similarity_fn
+):
+  """Per-query hierarchical values `[Q]` and positive counts of the job's whole query set, on
+  every process (as `_evaluate_sharded`)."""
+  sizes = _job_sizes(fn, mesh, queries, gallery)
+  num_queries = int(sizes[:, 0].sum())
+  q_columns = _allgather_rows(hierarchy[0], sizes[:, 0])
+  g_columns = q_columns if leave_one_out else _allgather_rows(hierarchy[1], sizes[:, 1])
+  relevance = _HierarchyRelevance(q_columns, g_columns, leave_one_out, *options, queries.dtype)
+  query_array, q_layout = _put_rows(mesh, sizes[:, 0], queries, 0)
+  if leave_one_out:
+    gallery_array = query_array
+  else:
+    gallery_array, _ = _put_rows(mesh, sizes[:, 1], gallery, 0)
+  g_first = int(sizes[: jax.process_index(), 1].sum())
+  ids = np.arange(g_first, g_first + len(gallery), dtype=np.int32)
+  gallery_ids, _ = _put_rows(mesh, sizes[:, 1], ids, -1)
+  local_coarse = g_columns[g_first : g_first + len(gallery), -1]
+  gallery_coarse, _ = _put_rows(mesh, sizes[:, 1], local_coarse, -1)
+  prepared = _prepare_sharded(
+    gallery_array, mesh=mesh, similarity_fn=similarity_fn, query_dtype=queries.dtype
+  )
+  results, positives = [], []
+  for rows in _chunks(num_queries, chunk_size):
+    take = {
+      d: np.where((rows >= start) & (rows < start + held), rows - start, -1)
+      for d, start, held in q_layout
+    }
+    parts = relevance(rows)
+    positives.append(parts[3].sum(axis=1))
+    results.append(
+      _hierarchy_sharded_jit(
+        _put(mesh, {d: t.astype(np.int32) for d, t in take.items()}),
+        query_array,
+        prepared,
+        gallery_ids,
+        gallery_coarse,
+        tuple(_replicated(mesh, np.asarray(x)) for x in parts),
+        mesh=mesh,
+        similarity_fn=similarity_fn,
+      )
+    )
+  results = [{k: np.asarray(v.addressable_data(0)) for k, v in r.items()} for r in results]
+  per_query = {key: np.concatenate([r[key] for r in results])[:num_queries] for key in results[0]}
+  return per_query, np.concatenate(positives)[:num_queries]

@@ -63,6 +63,20 @@ close = (rng.standard_normal(64) + 1e-3 * rng.standard_normal((1500, 64))).astyp
 close_labels = np.append(rng.integers(0, 40, 1499), 99)  # The last has no relevant item.
 check("float, nearly collinear, 1,500 items", close, close_labels, 700, chunk_size=250)
 
+# The hierarchical metrics (super_labels=): each process passes its share of the super-labels too.
+classes = rng.integers(0, 12, 45)
+tree = np.stack([classes // 3, classes // 6], axis=1)
+tree_e = (rng.integers(-1, 2, (12, 6))[classes] + rng.integers(-1, 2, (45, 6))).astype(np.float32)
+want = jaxrank.evaluate_retrieval(tree_e, classes, super_labels=tree, chunk_size=8, reduce_fn=None)
+got = jaxrank.evaluate_retrieval(
+  mine(tree_e, 19), mine(classes, 19), super_labels=mine(tree, 19), chunk_size=8, reduce_fn=None,
+  mesh=mesh,
+)
+assert sorted(got) == sorted(want) and "h-ap" in got
+for key in want:
+  assert np.array_equal(got[key], want[key]), (key, got[key], want[key])
+print("ok hierarchy", flush=True)
+
 # A mesh without the other process's devices is refused at once on every process (a collective
 # would wait for the missing devices).
 alone = jax.sharding.Mesh(np.array(jax.local_devices()), ("batch",))
@@ -79,4 +93,4 @@ else:
 def test_distributed_evaluation_equals_one_process():
   finished = launcher.run(["-c", _SCRIPT], num_processes=2, devices_per_process=2, timeout=150)
   for f in finished:
-    assert f.output.count("ok ") == 4, f.output
+    assert f.output.count("ok ") == 5, f.output
