@@ -28,6 +28,7 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from experiments.job import config as config_lib
+from experiments.job import losses
 from experiments.job import placement
 
 # "experiments.job.checkpoints"; experiments.job.main shows its INFO lines.
@@ -235,6 +236,21 @@ def save(
     args=ocp.args.Composite(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data)),
     force=True,
   )
+
+
+def save_step(
+  manager: ocp.CheckpointManager,
+  step: int,
+  state,
+  position: tuple[int, int],
+  config: config_lib.Config,
+) -> None:
+  """`save` with what a run of `config` records beside its state: the network's compute dtype,
+  and the rows of the loss's own parameters (`losses.OWN_PARAMETERS`), which a restore needs
+  before it has the data."""
+  own = losses.own_parameters(config.loss)
+  rows = None if own is None else int(state[own.name].shape[0])
+  save(manager, step, state, position, config_lib.compute_dtype(config), rows)
 
 
 def num_classes(manager: ocp.CheckpointManager, step: int) -> int | None:

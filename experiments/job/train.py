@@ -204,7 +204,7 @@ def _train_loop(loop: _Loop, state, step: int, batches, interrupted: list[bool],
     if interrupted:
       if step > saved:
         step_lib.check_finite(loop.name, first_bad, saved)
-        _save(loop, step, state, batches.position)
+        checkpoints.save_step(loop.manager, step, state, batches.position, config)
         saved = step
       loop.manager.wait_until_finished()
       raise Interrupted(loop.name, loop.workdir, saved)
@@ -232,7 +232,7 @@ def _train_loop(loop: _Loop, state, step: int, batches, interrupted: list[bool],
     loop.progress.update()
     if step % config.checkpoint_every == 0 or step == config.num_steps:
       step_lib.check_finite(loop.name, first_bad, saved)
-      _save(loop, step, state, batches.position)
+      checkpoints.save_step(loop.manager, step, state, batches.position, config)
       loop.writer.flush()
       saved = step
     if step % config.eval_every == 0 or step == config.num_steps:
@@ -241,15 +241,6 @@ def _train_loop(loop: _Loop, state, step: int, batches, interrupted: list[bool],
   if interrupted:  # During the last steps: the run is saved and done; stop a sweep here.
     raise Interrupted(loop.name, loop.workdir, saved)
   return state, step, metrics
-
-
-def _save(loop: _Loop, step: int, state, position: tuple[int, int]) -> None:
-  """The checkpoint of `step`, with the network's compute dtype and the rows of the loss's own
-  parameters (`step.own_parameters`), which a restore needs before it has the data."""
-  own = step_lib.own_parameters(loop.config, state)
-  num_classes = next((int(rows.shape[0]) for rows in own.values()), None)
-  dtype = config_lib.compute_dtype(loop.config)
-  checkpoints.save(loop.manager, step, state, position, dtype, num_classes)
 
 
 def _log_step(loop: _Loop, step: int, loss: float, clock: _Clock) -> _Clock:
