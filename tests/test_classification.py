@@ -311,3 +311,21 @@ def test_equals_pytorch_metric_learning(name, kind, x64):
   np.testing.assert_allclose(got, value, rtol=1e-12)
   np.testing.assert_allclose(got_e, grad_e, rtol=1e-10, atol=1e-13)
   np.testing.assert_allclose(got_w, grad_w, rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("name", ["arcface", "arcface_small"])
+def test_arcface_at_a_cosine_of_one_equals_pytorch_metric_learning(name, x64):
+  """Embeddings exactly on their class's weights and exactly opposite (cosines of exactly 1 and
+  -1, where `d sin(theta) / ds` is infinite): the value and both gradients are theirs (their
+  clamp passes no gradient at its bounds, nor does the target's cosine here), and finite."""
+  make_loss, fn, kwargs = PML_CASES[name]
+  w = np.vstack([np.eye(D), np.ones((C - D, D))]) * np.arange(1, C + 1)[:, None]  # Axes, mostly.
+  y = np.array([0, 1, 2, 3, 0, 1])
+  e = w[y] * np.array([2.0, 1.0, 0.5, 3.0, -1.0, -2.0])[:, None]
+  e[:, 0] += np.array([0, 0, 0, 0, 0.3, 0])  # One item off its axis: a gradient to compare.
+  value, grad_e, grad_w = pml_value_and_grads(make_loss(), e, y, w)
+  got, (got_e, got_w) = jitted(fn, grad=True)(e, y, w, **kwargs)
+  assert np.abs(grad_e).max() > 1e-3 and np.isfinite(grad_e).all() and np.isfinite(grad_w).all()
+  np.testing.assert_allclose(got, value, rtol=1e-12)
+  np.testing.assert_allclose(got_e, grad_e, rtol=1e-10, atol=1e-13)
+  np.testing.assert_allclose(got_w, grad_w, rtol=1e-10, atol=1e-13)

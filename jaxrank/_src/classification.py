@@ -71,12 +71,13 @@ def _arcface_target(cosine: jax.Array, margin: jax.Array) -> jax.Array:
 
   `cos(theta + m) = cos(theta) cos(m) - sin(theta) sin(m)` with `sin(theta) = sqrt(1 - cos^2)`:
   pytorch-metric-learning's `cos(acos(clamp(s, -1, 1)) + m)` without the arccosine, the same
-  value and, for `|s| < 1`, the same derivative. At `|s| = 1` (an embedding parallel to its class
-  weights, where `d sin(theta) / ds` is infinite and theirs is NaN) `sin(theta)` is taken as a
-  constant 0: the derivative is the clamp's beyond it, and finite. The cosines are already in
-  `[-1, 1]` (`similarity.cosine` clips them).
+  value and, for `|s| < 1`, the same derivative. At `|s| = 1` (an embedding parallel or opposite
+  to its class weights, where `d sin(theta) / ds` is infinite) the target's derivative is 0, as
+  theirs is (PyTorch's clamp passes no gradient at its bounds): finite. The cosines are already
+  in `[-1, 1]` (`similarity.cosine` clips them).
   """
   inside = jnp.abs(cosine) < 1
+  cosine = jnp.where(inside, cosine, jax.lax.stop_gradient(cosine))
   sine = jnp.where(inside, jnp.sqrt(jnp.where(inside, 1 - cosine * cosine, 1)), 0)
   shifted = cosine * jnp.cos(margin) - sine * jnp.sin(margin)
   fallback = cosine - margin * jnp.sin(margin)
@@ -139,9 +140,10 @@ def normalized_softmax_loss(
   all of them), `w_c` the class weights and `T = temperature`: Zhai & Wu 2019, "Classification is
   a Strong Baseline for Deep Metric Learning", sec. 3.1 (the normalised softmax loss: the
   softmax over normalised class weights and embeddings, at a temperature). The default `T =
-  0.05` is theirs and pytorch-metric-learning's. Their layer normalisation and class-balanced sampling are the
-  network's and the sampler's, not the loss's. It is ProxyNCA++ (`proxy_nca_plus_plus_loss`) at
-  temperature `2 T` with the class weights as proxies (`-d / 2T = (s - 1) / T`).
+  0.05` is theirs and pytorch-metric-learning's. Their layer normalisation and class-balanced
+  sampling are the network's and the sampler's, not the loss's. It is ProxyNCA++
+  (`proxy_nca_plus_plus_loss`) at temperature `2 T` with the class weights as proxies
+  (`-d / 2T = (s - 1) / T`).
 
   **pytorch-metric-learning.** `NormalizedSoftmaxLoss(C, D, temperature=temperature)` (its
   `DotProductSimilarity` on normalised embeddings and `W`, its `MeanReducer`) with `W =
@@ -204,9 +206,10 @@ def arcface_loss(
   `margin` is in cosine units).
 
   **Gradient.** `cos(theta + m)` is computed as `cos(theta) cos(m) - sin(theta) sin(m)`, equal
-  in value and derivative to pytorch-metric-learning's `cos(acos(s) + m)` for `|s| < 1`; at
-  `|s| = 1` (an embedding parallel or antiparallel to a class's weights, where theirs is NaN)
-  the derivative of `sin(theta)` is taken as 0, so the gradient is finite.
+  in value and derivative to pytorch-metric-learning's `cos(acos(clamp(s, -1, 1)) + m)` for
+  `|s| < 1`; at `|s| = 1` (an embedding parallel or opposite to its class's weights, where the
+  derivative of `sin(theta)` is infinite) the target logit's derivative is 0, as their clamp's
+  is, so the gradient is finite and still theirs.
 
   **pytorch-metric-learning.** `ArcFaceLoss(C, D, margin=degrees(angular_margin), scale=scale)`
   (its `CosineSimilarity`, its `MeanReducer`) with `W = class_weights.T` is exactly this loss with
