@@ -149,6 +149,7 @@ def normalized_softmax_loss(
   `DotProductSimilarity` on normalised embeddings and `W`, its `MeanReducer`) with `W =
   class_weights.T` is exactly this loss with `jnp.mean`, in value and gradient (embeddings and
   class weights). See the module docstring for the inputs, reduction, devices and cost.
+
   Args:
     embeddings: `[B, D]` floating embeddings (need not be normalised).
     labels: `[B]` integer classes in `[0, C)`, or `[B, C]` multi-hot labels (`>= 1` where a class
@@ -215,6 +216,7 @@ def arcface_loss(
   (its `CosineSimilarity`, its `MeanReducer`) with `W = class_weights.T` is exactly this loss with
   `jnp.mean`, in value and gradient (embeddings and class weights). See the module docstring for
   the inputs, reduction, devices and cost.
+
   Args:
     embeddings: `[B, D]` floating embeddings (need not be normalised).
     labels: `[B]` integer classes in `[0, C)`.
@@ -278,6 +280,7 @@ def cosface_loss(
   `CosineSimilarity`, its `MeanReducer`) with `W = class_weights.T` is exactly this loss with
   `jnp.mean`, in value and gradient (embeddings and class weights). See the module docstring for
   the inputs, reduction, devices and cost.
+
   Args:
     embeddings: `[B, D]` floating embeddings (need not be normalised).
     labels: `[B]` integer classes in `[0, C)`.
