@@ -17,6 +17,9 @@ from jaxrank._src.blocked import blocked_loss as blocked_loss
 from jaxrank._src.checks import traced_checks as traced_checks
 from jaxrank._src.chunked import chunked_value_and_grad as chunked_value_and_grad
 from jaxrank._src.chunked import host_chunked_value_and_grad as host_chunked_value_and_grad
+from jaxrank._src.classification import arcface_loss as arcface_loss
+from jaxrank._src.classification import cosface_loss as cosface_loss
+from jaxrank._src.classification import normalized_softmax_loss as normalized_softmax_loss
 from jaxrank._src.evaluation import evaluate_retrieval as evaluate_retrieval
 from jaxrank._src.hamming import hamming_tie_aware_ap_metric as hamming_tie_aware_ap_metric
 from jaxrank._src.hamming import hamming_tie_aware_ndcg_metric as hamming_tie_aware_ndcg_metric
@@ -76,6 +79,7 @@ __version__ = "0.1.0.dev0"
 __all__ = [
   "alpha_query_expansion",
   "ap_metric",
+  "arcface_loss",
   "apply_whitening",
   "asi_metric",
   "batch_retrieval",
@@ -87,6 +91,7 @@ __all__ = [
   "chunked_value_and_grad",
   "class_balancing_weights",
   "contrastive_loss",
+  "cosface_loss",
   "database_augmentation",
   "dcg_metric",
   "decomposability_gap",
@@ -110,6 +115,7 @@ __all__ = [
   "mrr_metric",
   "multi_similarity_loss",
   "ndcg_metric",
+  "normalized_softmax_loss",
   "opa_metric",
   "precision_at_k_metric",
   "proxy_anchor_loss",

@@ -204,7 +204,7 @@ def test_readings_follow_the_difference_intervals():
 def test_every_loss_of_the_glyphs_sweep_has_a_search_space():
   # The main job's sweep, then the proxy losses, which the comparison adds to it (issue 60).
   swept = [changes["loss"] for changes in glyphs.get_sweep().values()]
-  proxies = list(losses.PROXY_INITS)
+  proxies = [n for n, own in losses.OWN_PARAMETERS.items() if own.name == "proxies"]
   rows = [row for row in protocol.LOSSES if row not in protocol.ROW_LOSSES]
   assert rows == swept + proxies
   assert list(protocol.LOSSES) == list(protocol.SEARCH_SPACES)

@@ -218,6 +218,21 @@ def test_the_derivative_of_a_blocked_product_is_the_plain_products(platform):
     jtu.check_grads(similarity.dot_product, (queries, items), order=1, modes=["fwd"], eps=1e-6)
 
 
+def test_the_cosine_of_a_one_hot_row_has_the_whole_derivative():
+  """A row whose one nonzero entry is a power of two scales to squares of exactly 1/4, the floor
+  that keeps a zero row finite: its derivative is cosine's own (the floor, a tie there, once
+  passed only half of the norm's derivative), and a zero row's stays finite."""
+  with jax.enable_x64(True):
+    items = jnp.asarray([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    for row in ([2.0, 0.0, 0.0], [0.0, -0.25, 0.0], [1.3, 0.2, 0.1]):
+      queries = jnp.asarray([row])
+      got = jax.grad(lambda q: jnp.sum(jnp.sin(similarity.cosine(q, items))))(queries)
+      want = jax.grad(lambda q: jnp.sum(jnp.sin(_definition("cosine", q, items))))(queries)
+      np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+    zero = jax.grad(lambda q: jnp.sum(similarity.cosine(q, items)))(jnp.zeros((1, 3)))
+    assert np.isfinite(zero).all()
+
+
 def _definition(name, q, x):
   """The rules in plain jax.numpy, differentiable: the relaxed Hamming rule for `hamming`."""
   if name == "cosine":

@@ -305,8 +305,8 @@ def test_every_loss_of_the_table_is_the_loss_it_names():
     "triplet": jaxrank.triplet_loss,
     "multi_similarity": jaxrank.multi_similarity_loss,
   }
-  # The proxy losses, which take no lists, are tests/test_train_proxies.py's.
-  assert set(losses.LOSSES) - set(losses.PROXY_INITS) == set(expected)
+  # The losses with parameters of their own, which take no lists, are tests/test_train_proxies.py's.
+  assert set(losses.LOSSES) - set(losses.OWN_PARAMETERS) == set(expected)
   e = jax.random.normal(jax.random.key(0), (12, 4))
   scores, relevance, where = jaxrank.batch_retrieval(e, np.arange(12) % 3)
   values = {}

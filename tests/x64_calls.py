@@ -60,12 +60,20 @@ def _list_level(name, fn, dtype):
   return jax.jit(lambda s: fn(s, LABELS, **kwargs))(scores)
 
 
-PROXY_LOSSES = ("proxy_anchor_loss", "proxy_nca_loss", "proxy_nca_plus_plus_loss")
+# The losses on one learned row per class: the proxy and the classification losses.
+PROXY_LOSSES = (
+  "proxy_anchor_loss",
+  "proxy_nca_loss",
+  "proxy_nca_plus_plus_loss",
+  "normalized_softmax_loss",
+  "arcface_loss",
+  "cosface_loss",
+)
 PROXIES = RNG.normal(size=(3, 4))  # One per class of Y.
 
 
 def _proxy_loss(name, e):
-  """The value and the gradients (embeddings, proxies) of a proxy loss, jitted."""
+  """The value and the gradients (embeddings, proxies or class weights) of such a loss, jitted."""
   loss = jax.value_and_grad(getattr(jaxrank, name), argnums=(0, 2))
   return jax.jit(loss)(e, jnp.asarray(Y), jnp.asarray(PROXIES, e.dtype))
 

@@ -53,6 +53,7 @@ HASH_NEUTRAL: Mapping[str, Any] = {
   "eval_test_classes": False,
   "hashing_convention": "textbook",  # Read only by a hashing protocol's evaluation.
   "hashing_averaged_over": "relevant_in_database",
+  "class_weight_lr_multiplier": 1.0,  # Read only by the classification losses' runs.
 }
 
 

@@ -57,7 +57,7 @@ def check_config(config: Config) -> None:
   _check_optimizer(config)
   _check_data(config, dataset)
   _check_model(config)
-  _check_proxies(config)
+  _check_own_parameters(config)
   _check_chunks(config)
   _check_blocks(config)
   _check_devices(config)
@@ -133,12 +133,14 @@ def _check_batches(config: Config, dataset: Any, sampler: Any) -> None:
 
 
 def _check_optimizer(config: Config) -> None:
-  rates = (config.learning_rate, config.head_lr_multiplier, config.proxy_lr_multiplier)
-  if min(rates) <= 0 or config.weight_decay < 0:
-    _fail(
-      "config.learning_rate, config.head_lr_multiplier and config.proxy_lr_multiplier must be "
-      "positive and config.weight_decay non-negative."
-    )
+  """The learning rate and its multipliers (the head's, and those the losses' own parameters
+  declare, `losses.OWN_PARAMETERS`) positive, the weight decay not negative."""
+  multipliers = dict.fromkeys(p.lr_multiplier for p in losses.OWN_PARAMETERS.values())
+  for name in ("learning_rate", "head_lr_multiplier", *multipliers):
+    if getattr(config, name) <= 0:
+      _fail(f"config.{name} must be positive, got {getattr(config, name)!r}.")
+  if config.weight_decay < 0:
+    _fail(f"config.weight_decay must be non-negative, got {config.weight_decay!r}.")
 
 
 def _check_data(config: Config, dataset: Any) -> None:
@@ -192,21 +194,14 @@ def _check_model(config: Config) -> None:
     )
 
 
-# The options of the in-batch lists that a proxy loss cannot take: field -> why not.
-_NOT_WITH_PROXIES = {
-  "chunk_size": "the chunked gradient reaches the network's parameters only, never the proxies",
-  "loss_block_size": "it compares each embedding with the proxies, not with blocks of the batch",
-  "memory_batches": "it compares each embedding with the proxies, not with a gallery",
-  "include_self": "it compares each embedding with the proxies, never with itself",
-}
-
-
-def _check_proxies(config: Config) -> None:
-  """A proxy loss (`losses.PROXY_INITS`) with none of the options of the in-batch lists."""
-  if not losses.takes_proxies(config.loss):
+def _check_own_parameters(config: Config) -> None:
+  """A loss with parameters of its own (`losses.OWN_PARAMETERS`) with none of the options its
+  declaration refuses (those of the in-batch lists)."""
+  own = losses.own_parameters(config.loss)
+  if own is None:
     return
   default = Config()
-  for name, why in _NOT_WITH_PROXIES.items():
+  for name, why in own.refuses.items():
     value, unset = getattr(config, name), getattr(default, name)
     if value != unset:
       _fail(

@@ -7,7 +7,8 @@ writes its `config.json` (process 0); `checkpoint_manager` keeps the last `keep_
 to `<workdir>/unreadable_checkpoints/` (never deleting it), raising `CheckpointError` for one
 that reads but does not fit this run's state and `ConfigError` for one trained in another
 precision (each checkpoint records the dtype its network computed in, `config.compute_dtype`, and
-the number of a proxy loss's proxies, which `num_proxies` reads back).
+the number of rows of a loss's own parameters, `losses.OWN_PARAMETERS`, which `num_classes` reads
+back).
 Every process calls them (orbax saves and restores collectively); only process 0 writes
 `config.json` or moves a checkpoint.
 """
@@ -27,6 +28,7 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from experiments.job import config as config_lib
+from experiments.job import losses
 from experiments.job import placement
 
 # "experiments.job.checkpoints"; experiments.job.main shows its INFO lines.
@@ -221,12 +223,14 @@ def save(
   state,
   position: tuple[int, int],
   compute_dtype: str = "float32",
+  num_classes: int | None = None,
 ) -> None:
   """Saves `state`, the data `position` and the network's `compute_dtype` as the checkpoint of
-  `step` (asynchronously), with the number of the state's proxies if it has any."""
+  `step` (asynchronously), with `num_classes`, the rows of the loss's own parameters (proxies,
+  class weights) when it has any."""
   data: dict[str, Any] = {"position": list(position), "compute_dtype": compute_dtype}
-  if "proxies" in state:
-    data["num_proxies"] = int(state["proxies"].shape[0])
+  if num_classes is not None:
+    data["num_classes"] = num_classes
   manager.save(
     step,
     args=ocp.args.Composite(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data)),
@@ -234,8 +238,24 @@ def save(
   )
 
 
-def num_proxies(manager: ocp.CheckpointManager, step: int) -> int | None:
-  """The number of proxies (training classes) of checkpoint `step`, None if it has none: what
-  `step.init_state` needs to build a state that the checkpoint restores into, without the data."""
+def save_step(
+  manager: ocp.CheckpointManager,
+  step: int,
+  state,
+  position: tuple[int, int],
+  config: config_lib.Config,
+) -> None:
+  """`save` with what a run of `config` records beside its state: the network's compute dtype,
+  and the rows of the loss's own parameters (`losses.OWN_PARAMETERS`), which a restore needs
+  before it has the data."""
+  own = losses.own_parameters(config.loss)
+  rows = None if own is None else int(state[own.name].shape[0])
+  save(manager, step, state, position, config_lib.compute_dtype(config), rows)
+
+
+def num_classes(manager: ocp.CheckpointManager, step: int) -> int | None:
+  """The rows of the loss's own parameters (training classes) of checkpoint `step`, None if it
+  has none: what `step.init_state` needs to build a state that the checkpoint restores into,
+  without the data. A checkpoint written before the key was renamed holds `num_proxies`."""
   data = manager.restore(step, args=ocp.args.Composite(data=ocp.args.JsonRestore()))["data"]
-  return data.get("num_proxies")
+  return data.get("num_classes", data.get("num_proxies"))

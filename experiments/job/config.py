@@ -88,9 +88,12 @@ class Config:
   # Kim et al. 2020's warm-up: the backbone's parameters take no step for the first N steps
   # (the head and a loss's own parameters train), then train on the schedule. 0: from the first.
   freeze_backbone_steps: int = 0
-  # A proxy loss's proxies (one per training class, losses.PROXY_INITS) learn this many times
+  # A proxy loss's proxies (one per training class, losses.OWN_PARAMETERS) learn this many times
   # faster than the network: Kim et al. 2020's code trains Proxy-Anchor's 100x. Others ignore it.
   proxy_lr_multiplier: float = 100.0
+  # A classification loss's class weights (normalized_softmax, arcface, cosface; one row per
+  # training class) learn this many times faster than the network: 1, the network's own rate.
+  class_weight_lr_multiplier: float = 1.0
   seed: int = 0
   # Bookkeeping.
   eval_every: int = 100

@@ -7,11 +7,14 @@ hyperparameters (`{"num_bins": 20}` for soft_binning_ap). The entries are the li
 themselves, except the sums the papers train with, which are spelled out here so that their
 weights are visible.
 
-The proxy losses (the keys of `PROXY_INITS`) are called as `fn(embeddings [B, D], labels [B],
-proxies [C, D], *, reduce_fn, **hyperparameters)`: no lists, the batch's embeddings against one
-learned proxy per training class, the labels the classes' indices in `[0, C)`. A run of one trains
-the proxies beside the network (`step.init_state`, `optimizer.make_optimizer`), starting from
-`PROXY_INITS[name]`.
+The losses with parameters of their own (the keys of `OWN_PARAMETERS`: the proxy losses and the
+classification losses) are called as `fn(embeddings [B, D], labels [B], own [C, D], *, reduce_fn,
+**hyperparameters)`: no lists, the batch's embeddings against one learned row per training class
+(proxies, or a classifier's class weights), the labels the classes' indices in `[0, C)`. Each
+declares its parameters once, as an `OwnParameters` (their name, how they start, the config field
+of their learning rate, the options they refuse), and the job reads that declaration: the state
+holds them (`step.init_state`), the optimiser trains them (`optimizer.make_optimizer`), the checks
+refuse what they cannot take (`check.check_config`) and the checkpoints record their rows.
 
 `SUMMARIES` (name -> one line) is plain data, and `LOSSES` (name -> function) is built from it on
 first use, so that listing the losses (`python -m experiments.job.main --help`) imports neither JAX
@@ -20,6 +23,7 @@ nor jaxrank.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import math
@@ -52,10 +56,14 @@ SUMMARIES: Mapping[str, str] = {
   "contrastive": "contrastive, Hadsell et al. 2006 (pos_margin, neg_margin)",
   "triplet": "triplet, batch-hard (Hermans et al. 2017) or all triplets (margin, mining)",
   "multi_similarity": "multi-similarity, Wang et al. 2019 (alpha, beta, base, epsilon)",
-  # Proxy-based baselines: one learned proxy per training class (see PROXY_INITS).
+  # Proxy-based baselines: one learned proxy per training class (see OWN_PARAMETERS).
   "proxy_nca": "Proxy-NCA, Movshovitz-Attias et al. 2017 (no hyperparameter)",
   "proxy_nca_plus_plus": "ProxyNCA++, Teh et al. 2020 (temperature)",
   "proxy_anchor": "Proxy-Anchor, Kim et al. 2020 (margin, alpha)",
+  # Classification baselines: one learned row of class weights per training class.
+  "normalized_softmax": "normalised softmax, Zhai & Wu 2019 (temperature)",
+  "arcface": "ArcFace, Deng et al. 2019 (angular_margin, scale)",
+  "cosface": "CosFace, Wang et al. 2018 (margin, scale)",
 }
 
 
@@ -75,15 +83,74 @@ def _kaiming_normal_fan_out(key: Any, num_classes: int, dim: int) -> Any:
   return jax.random.normal(key, (num_classes, dim)) * math.sqrt(2 / num_classes)
 
 
-# The proxy losses: name -> `init(key, C, D) -> [C, D]` float32, how a run's proxies start, as the
-# authors' code starts them. pytorch-metric-learning starts both of its proxy losses at N(0, 1)
-# instead; the scale matters only through the optimiser (the losses take cosines of the proxies,
-# and Adam's steps have a fixed size, so a longer proxy turns more slowly).
-PROXY_INITS: Mapping[str, Callable[[Any, int, int], Any]] = {
-  "proxy_nca": _normal_over_eight,
-  "proxy_nca_plus_plus": _normal_over_eight,
-  "proxy_anchor": _kaiming_normal_fan_out,
+def _standard_normal(key: Any, num_classes: int, dim: int) -> Any:
+  """`N(0, 1)`: `torch.nn.init.normal_`, how pytorch-metric-learning 2.9.0 starts the `W` of its
+  `NormalizedSoftmaxLoss`, `ArcFaceLoss` and `CosFaceLoss` (its `WeightMixin`'s default)."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  return jax.random.normal(key, (num_classes, dim))
+
+
+def _refusals(noun: str) -> Mapping[str, str]:
+  """The options of the in-batch lists that a loss on one learned row per class cannot take:
+  config field -> why not."""
+  return {
+    "chunk_size": f"the chunked gradient reaches the network's parameters only, never the {noun}",
+    "loss_block_size": f"it compares each embedding with the {noun}, not with blocks of the batch",
+    "memory_batches": f"it compares each embedding with the {noun}, not with a gallery",
+    "include_self": f"it compares each embedding with the {noun}, never with itself",
+  }
+
+
+@dataclasses.dataclass(frozen=True)
+class OwnParameters:
+  """The parameters a loss trains beside the network: `[C, D]`, one row per training class (`C`
+  the training split's classes, `D = config.embedding_dim`), declared once per loss.
+
+  Attributes:
+    name: the loss's argument that takes them, and their key in the training state, the
+      optimiser's groups and the checkpoints ("proxies", "class_weights").
+    init: `init(key, C, D) -> [C, D]`, how a run's rows start (from a key of the config's seed).
+    lr_multiplier: the `Config` field whose value multiplies the network's learning rate for them.
+    refuses: the `Config` fields that must keep their defaults with this loss -> why.
+  """
+
+  name: str
+  init: Callable[[Any, int, int], Any]
+  lr_multiplier: str
+  refuses: Mapping[str, str]
+
+
+# The proxies start as the authors' code starts them. pytorch-metric-learning starts both of its
+# proxy losses at N(0, 1) instead; the scale matters only through the optimiser (the losses take
+# cosines of the proxies, and Adam's steps have a fixed size, so a longer proxy turns more slowly).
+_PROXIES = OwnParameters(
+  name="proxies",
+  init=_normal_over_eight,
+  lr_multiplier="proxy_lr_multiplier",
+  refuses=_refusals("proxies"),
+)
+_CLASS_WEIGHTS = OwnParameters(
+  name="class_weights",
+  init=_standard_normal,
+  lr_multiplier="class_weight_lr_multiplier",
+  refuses=_refusals("class weights"),
+)
+# The losses of the table with parameters of their own: name -> their declaration.
+OWN_PARAMETERS: Mapping[str, OwnParameters] = {
+  "proxy_nca": _PROXIES,
+  "proxy_nca_plus_plus": _PROXIES,
+  "proxy_anchor": dataclasses.replace(_PROXIES, init=_kaiming_normal_fan_out),
+  "normalized_softmax": _CLASS_WEIGHTS,
+  "arcface": _CLASS_WEIGHTS,
+  "cosface": _CLASS_WEIGHTS,
 }
+
+
+def _positional(fn: Callable[..., Any]) -> list[str]:
+  return [
+    p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD
+  ]
 
 
 @functools.cache
@@ -135,10 +202,16 @@ def _table() -> dict[str, Callable[..., Any]]:
     "proxy_nca": jaxrank.proxy_nca_loss,
     "proxy_nca_plus_plus": jaxrank.proxy_nca_plus_plus_loss,
     "proxy_anchor": jaxrank.proxy_anchor_loss,
+    "normalized_softmax": jaxrank.normalized_softmax_loss,
+    "arcface": jaxrank.arcface_loss,
+    "cosface": jaxrank.cosface_loss,
   }
   assert list(table) == list(SUMMARIES), "SUMMARIES and the table must name the same losses."
-  takes = {n for n, fn in table.items() if "proxies" in inspect.signature(fn).parameters}
-  assert takes == set(PROXY_INITS), "PROXY_INITS must name the losses that take proxies."
+  # A loss with parameters of its own takes them as its third positional argument, by their name.
+  positional = {n: _positional(fn) for n, fn in table.items()}
+  third = {n: args[2] for n, args in positional.items() if len(args) > 2}
+  declared = {n: p.name for n, p in OWN_PARAMETERS.items()}
+  assert third == declared, "OWN_PARAMETERS must declare the losses that take parameters."
   return table
 
 
@@ -157,8 +230,8 @@ def get_loss(name: str, hyperparameters: Mapping[str, object] | None = None) -> 
     hyperparameters: keyword arguments of that loss (not `where`, `reduce_fn`).
 
   Returns:
-    `fn(scores, labels, *, where=None, reduce_fn=jnp.mean)`, or for a proxy loss
-    `fn(embeddings, labels, proxies, *, where=None, reduce_fn=jnp.mean)`.
+    `fn(scores, labels, *, where=None, reduce_fn=jnp.mean)`, or for a loss with parameters of
+    its own (`OWN_PARAMETERS`) `fn(embeddings, labels, own, *, where=None, reduce_fn=jnp.mean)`.
 
   Raises:
     ConfigError: an unknown name or hyperparameter.
@@ -191,10 +264,10 @@ def takes_relevant_bound(name: str) -> bool:
   return "max_relevant" in inspect.signature(_table()[name]).parameters
 
 
-def takes_proxies(name: str) -> bool:
-  """Whether loss `name` compares the embeddings with learned proxies, one per training class
-  (`PROXY_INITS`), instead of ranking lists of the batch."""
-  return name in PROXY_INITS
+def own_parameters(name: str) -> OwnParameters | None:
+  """The parameters that loss `name` trains beside the network (`OWN_PARAMETERS`), or None for a
+  loss on the lists of the batch."""
+  return OWN_PARAMETERS.get(name)
 
 
 def check_loss(name: str, hyperparameters: Mapping[str, object] | None = None) -> None:
@@ -205,8 +278,8 @@ def check_loss(name: str, hyperparameters: Mapping[str, object] | None = None) -
   workdir and the first evaluation were written. jaxrank checks hyperparameters when a function is
   traced, so tracing (`jax.eval_shape`, nothing compiled or run: well under a second) is enough.
   The lists are cosine-like scores in [-1, 1], each with relevant and non-relevant items, as
-  `jaxrank.batch_retrieval` gives them; a proxy loss gets four embeddings of two classes and their
-  two proxies instead.
+  `jaxrank.batch_retrieval` gives them; a loss with parameters of its own gets four embeddings of
+  two classes and two rows of its parameters instead.
 
   Raises:
     ConfigError: an unknown name or hyperparameter, or a value the loss rejects.
@@ -220,9 +293,9 @@ def check_loss(name: str, hyperparameters: Mapping[str, object] | None = None) -
   labels = np.array([[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0]], np.float32)
   where = np.ones_like(labels, dtype=bool)
   objective, inputs = (lambda s: fn(s, labels, where=where)), scores
-  if takes_proxies(name):  # Four embeddings (the columns) of classes 0, 1, 1, 0; two proxies.
-    classes, proxies = np.array([0, 1, 1, 0], np.int32), np.eye(2, dtype=np.float32)
-    objective, inputs = (lambda e: fn(e, classes, proxies)), scores.T
+  if name in OWN_PARAMETERS:  # Four embeddings (the columns) of classes 0, 1, 1, 0; two rows.
+    classes, own = np.array([0, 1, 1, 0], np.int32), np.eye(2, dtype=np.float32)
+    objective, inputs = (lambda e: fn(e, classes, own)), scores.T
   try:
     jax.eval_shape(jax.value_and_grad(objective), inputs)
   except (TypeError, ValueError) as e:

@@ -2,8 +2,9 @@
 
 `learning_rate_schedule` (a linear warm-up to `config.learning_rate`, then cosine decay, which
 `train` also logs as `learning_rate`) and `make_optimizer` (AdamW on it, the embedding layer's
-learning rate `head_lr_multiplier` times larger, and a proxy loss's proxies' `proxy_lr_multiplier`
-times larger; the backbone frozen for the first `freeze_backbone_steps`, `frozen_for`). It
+learning rate `head_lr_multiplier` times larger, and the parameters a loss declares of its own,
+`losses.OWN_PARAMETERS` (proxies, class weights), at the multiplier that declaration names; the
+backbone frozen for the first `freeze_backbone_steps`, `frozen_for`). It
 imports only `config` and `losses` of the job.
 """
 
@@ -84,11 +85,13 @@ def _backbone(config: config_lib.Config, schedule: optax.Schedule) -> optax.Grad
 def make_optimizer(config: config_lib.Config) -> optax.GradientTransformation:
   """AdamW with the schedule; the head's learning rate is `head_lr_multiplier` times larger.
 
-  It trains the network's parameters (`state["params"]` of `step.init_state`) or, for a proxy
-  loss (`losses.PROXY_INITS`), `{"network": params, "proxies": proxies}`, whose proxies' learning
-  rate is `proxy_lr_multiplier` times the schedule's (Kim et al. 2020's code: 100 times, with the
-  same weight decay). One `optax.multi_transform`, a group per learning rate; the backbone's group
-  takes no step for the first `freeze_backbone_steps` (`frozen_for`), the others from the first.
+  It trains the network's parameters (`state["params"]` of `step.init_state`) or, for a loss
+  with parameters of its own (`losses.OWN_PARAMETERS`), `{"network": params, name: own}` (`name`
+  its declaration's, "proxies" say), whose learning rate is the config field the declaration
+  names times the schedule's (`proxy_lr_multiplier`: Kim et al. 2020's code trains the proxies
+  100 times faster, with the same weight decay). One `optax.multi_transform`, a group per
+  learning rate; the backbone's group takes no step for the first `freeze_backbone_steps`
+  (`frozen_for`), the others from the first.
   """
   schedule = learning_rate_schedule(config)
   groups = {
@@ -97,12 +100,14 @@ def make_optimizer(config: config_lib.Config) -> optax.GradientTransformation:
       lambda step: config.head_lr_multiplier * schedule(step), weight_decay=config.weight_decay
     ),
   }
-  if not losses.takes_proxies(config.loss):
+  own = losses.own_parameters(config.loss)
+  if own is None:
     return optax.multi_transform(groups, _network_groups)
-  groups["proxies"] = optax.adamw(
-    lambda step: config.proxy_lr_multiplier * schedule(step), weight_decay=config.weight_decay
+  multiplier = getattr(config, own.lr_multiplier)
+  groups[own.name] = optax.adamw(
+    lambda step: multiplier * schedule(step), weight_decay=config.weight_decay
   )
   return optax.multi_transform(
     groups,
-    lambda trained: {"network": _network_groups(trained["network"]), "proxies": "proxies"},
+    lambda trained: {"network": _network_groups(trained["network"]), own.name: own.name},
   )

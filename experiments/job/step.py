@@ -2,12 +2,13 @@
 
 The batch loss (`jaxrank.batch_retrieval` with the head's similarity, then the configured loss,
 blocked, chunked or sharded on request, with the sampler's `relevant_bound` for the losses that take
-one; a proxy loss on the embeddings and the run's proxies instead); `init_state` (the model's graph
-definitions and the training state, a pytree of arrays saved and restored as a whole, with a proxy
-loss's proxies beside the network's parameters); `make_train_step` (the jitted step, which donates
-the state it is given and also records the first step whose loss or parameters are not finite, for
-`check_finite`). The step takes the optimiser of `optimizer.make_optimizer` and the mesh of
-`placement.mesh`; it imports neither, nor anything of `train` or `checkpoints`.
+one; a loss with parameters of its own, `losses.OWN_PARAMETERS`, on the embeddings and those
+parameters instead); `init_state` (the model's graph definitions and the training state, a pytree
+of arrays saved and restored as a whole, with such a loss's parameters beside the network's);
+`make_train_step` (the jitted step, which donates the state it is given and also records the first
+step whose loss or parameters are not finite, for `check_finite`). The step takes the optimiser of
+`optimizer.make_optimizer` and the mesh of `placement.mesh`; it imports neither, nor anything of
+`train` or `checkpoints`.
 """
 
 from __future__ import annotations
@@ -60,13 +61,14 @@ def relevant_bound(config: config_lib.Config) -> int | None:
   return (k if config.include_self else k - 1) + config.memory_batches * k
 
 
-def _proxy_loss_fn(
+def _own_parameters_loss_fn(
   config: config_lib.Config, mesh: jax.sharding.Mesh | None
 ) -> Callable[[jax.Array, Any], jax.Array]:
-  """`fn(embeddings [B, D], (labels [B], None, proxies [C, D])) -> scalar`: a proxy loss.
+  """`fn(embeddings [B, D], (labels [B], None, own [C, D])) -> scalar`: a loss on the loss's own
+  parameters (`losses.OWN_PARAMETERS`: proxies, class weights).
 
   The labels are the training classes' indices (`datasets.class_indices`), the rows of the
-  proxies. On a mesh each device takes its slice of the batch against every proxy (replicated),
+  parameters. On a mesh each device takes its slice of the batch against every row (replicated),
   and `jaxrank.sharded_mean` makes the loss the whole batch's, as `jaxrank.sharded_loss` does
   for the lists of the other losses.
   """
@@ -81,15 +83,16 @@ def _proxy_loss_fn(
 def _batch_loss_fn(
   config: config_lib.Config, mesh: jax.sharding.Mesh | None
 ) -> Callable[[jax.Array, Any], jax.Array]:
-  """`fn(embeddings [B, D], (labels [B], memory or None, proxies or None)) -> scalar`: retrieval,
-  then the loss; a proxy loss compares the embeddings with the proxies instead (`_proxy_loss_fn`).
+  """`fn(embeddings [B, D], (labels [B], memory or None, own or None)) -> scalar`: retrieval, then
+  the loss; a loss with parameters of its own compares the embeddings with them instead
+  (`_own_parameters_loss_fn`).
 
   A loss that takes `max_relevant` gets the sampler's bound (`relevant_bound`) unless
   `config.loss_kwargs` sets one. With `loss_block_size`, the lists are scored and the loss taken
   that many queries at a time (`jaxrank.blocked_loss`, or `sharded_loss(block_size=)`).
   """
-  if losses.takes_proxies(config.loss):
-    return _proxy_loss_fn(config, mesh)
+  if losses.own_parameters(config.loss) is not None:
+    return _own_parameters_loss_fn(config, mesh)
   kwargs = dict(config.loss_kwargs)
   bound = relevant_bound(config)
   if bound is not None and losses.takes_relevant_bound(config.loss):
@@ -161,10 +164,11 @@ def init_state(
 ):
   """The model's graph definitions and the initial training state (a pytree of arrays).
 
-  For a proxy loss (`losses.PROXY_INITS`) the state also holds `proxies [C, D]`, one row per
-  training class (`C = num_classes`, required then) in the embedding dimension, started as
-  `PROXY_INITS[config.loss]` says, and the optimiser trains them with the network's parameters
-  (`trained`).
+  For a loss with parameters of its own (`losses.OWN_PARAMETERS[config.loss]`, its declaration)
+  the state also holds them under the declaration's name (`proxies [C, D]`, `class_weights [C,
+  D]`), one row per training class (`C = num_classes`, required then) in the embedding dimension,
+  started as the declaration's `init` says, and the optimiser trains them with the network's
+  parameters (`trained`).
   """
   in_channels = datasets.DATASETS[config.dataset].in_channels
   model = networks.make_model(config, in_channels, nnx.Rngs(config.seed))
@@ -175,11 +179,9 @@ def init_state(
   if config.freeze_batchnorm:
     model.backbone.eval()
   train_graph, _, _ = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]
-  proxies = _init_proxies(config, num_classes) if losses.takes_proxies(config.loss) else None
-  opt_state = tx.init(trained(params, proxies))
-  state = {"params": params, "rest": rest, "opt_state": opt_state, "step": jnp.int32(0)}
-  if proxies is not None:
-    state["proxies"] = proxies
+  own = _init_own_parameters(config, num_classes)
+  opt_state = tx.init(trained(params, own))
+  state = {"params": params, "rest": rest, "opt_state": opt_state, "step": jnp.int32(0), **own}
   if config.memory_batches:
     state["memory"] = jaxrank.memory.init(
       config.memory_batches * config.batch_size, config.embedding_dim
@@ -187,30 +189,40 @@ def init_state(
   return Model(train_graph, eval_graph), state
 
 
-def _init_proxies(config: config_lib.Config, num_classes: int | None) -> jax.Array:
-  """The proxies `[C, D]` of a proxy loss as its authors' code starts them, from the config's seed
-  (a key split from it, never one of the network's: the network starts as in any run)."""
+def _init_own_parameters(config: config_lib.Config, num_classes: int | None) -> dict[str, Any]:
+  """`{name: [C, D]}`, the loss's own parameters as its declaration starts them (`{}` for a loss
+  without), from the config's seed (a key split from it, never one of the network's: the network
+  starts as in any run)."""
+  own = losses.own_parameters(config.loss)
+  if own is None:
+    return {}
   if num_classes is None:
     raise ValueError(
-      f"init_state: loss={config.loss!r} trains one proxy per training class; give num_classes, "
-      "the number of classes of the training split."
+      f"init_state: loss={config.loss!r} trains {own.name} with one row per training class; give "
+      "num_classes, the number of classes of the training split."
     )
   key = jax.random.split(jax.random.key(config.seed))[1]
-  init = losses.PROXY_INITS[config.loss]
-  return jnp.asarray(init(key, num_classes, config.embedding_dim), jnp.float32)
+  rows = own.init(key, num_classes, config.embedding_dim)
+  return {own.name: jnp.asarray(rows, jnp.float32)}
 
 
-def trained(params, proxies: jax.Array | None):
+def own_parameters(config: config_lib.Config, state: dict[str, Any]) -> dict[str, Any]:
+  """`{name: [C, D]}`: the state's entry of the loss's own parameters, `{}` for a loss without."""
+  own = losses.own_parameters(config.loss)
+  return {} if own is None else {own.name: state[own.name]}
+
+
+def trained(params, own: dict[str, Any]):
   """What the optimiser trains (`optimizer.make_optimizer`): the network's parameters, or
-  `{"network": params, "proxies": proxies}` for a proxy loss."""
-  return params if proxies is None else {"network": params, "proxies": proxies}
+  `{"network": params, **own}` for a loss with parameters of its own (`own`, by their name)."""
+  return {"network": params, **own} if own else params
 
 
-def _as_state(new_trained, with_proxies: bool) -> dict[str, Any]:
-  """The state's entries of the trained parameters: `params`, and `proxies` for a proxy loss."""
-  if not with_proxies:
+def _as_state(new_trained, names: tuple[str, ...]) -> dict[str, Any]:
+  """The state's entries of the trained parameters: `params`, and the loss's own (`names`)."""
+  if not names:
     return {"params": new_trained}
-  return {"params": new_trained["network"], "proxies": new_trained["proxies"]}
+  return {"params": new_trained["network"], **{n: new_trained[n] for n in names}}
 
 
 def make_train_step(
@@ -223,11 +235,12 @@ def make_train_step(
 
   One optimiser step on the configured loss of the batch's embeddings (the network in training mode,
   at the tanh scale of `state["step"]` for a hashing head; chunked with `chunk_size`), the memory
-  pushed when there is one; a proxy loss's proxies (`state["proxies"]`) are trained by the same
-  step, at their own learning rate. `state` is donated: its buffers hold the new state afterwards,
-  and the caller must use only the state returned (keep a copy, `jax.tree.map(jnp.copy, state)`, to
-  use the old one again). With `config.half_precision` the network computes in bfloat16; the
-  embeddings, the loss, the gradients and the state are float32 either way.
+  pushed when there is one; a loss's own parameters (`state["proxies"]`, say) are trained by the
+  same step, at their own learning rate. `state` is donated: its buffers hold the new state
+  afterwards, and the caller must use only the state returned (keep a copy,
+  `jax.tree.map(jnp.copy, state)`, to use the old one again). With `config.half_precision` the
+  network computes in bfloat16; the embeddings, the loss, the gradients and the state are float32
+  either way.
 
   Args:
     config: the run's configuration.
@@ -250,33 +263,34 @@ def make_train_step(
 
   def step_fn(state, images, labels, first_bad):
     scale = tanh_scale(config, state["step"])
-    memory, proxies = state.get("memory"), state.get("proxies")
+    memory, own = state.get("memory"), own_parameters(config, state)
     if config.chunk_size is None:
 
-      def objective(params, proxies):
+      def objective(params, own):
         embeddings, rest = embed(params, state["rest"], images, scale)
-        return batch_loss(embeddings, (labels, memory, proxies)), (embeddings, rest)
+        targets = (labels, memory, next(iter(own.values()), None))
+        return batch_loss(embeddings, targets), (embeddings, rest)
 
       (loss, (embeddings, rest)), grads = jax.value_and_grad(
         objective, argnums=(0, 1), has_aux=True
-      )(state["params"], proxies)
-    else:  # Never with proxies (check.py), which the chunked gradient does not reach.
+      )(state["params"], own)
+    else:  # Never with a loss's own parameters (check.py): the chunked gradient misses them.
       embed_params = lambda params, x: embed(params, state["rest"], x, scale)[0]
       loss, network_grads = jaxrank.chunked_value_and_grad(
         embed_params, batch_loss, chunk_size=config.chunk_size
       )(state["params"], images, (labels, memory, None))
-      grads, embeddings, rest = (network_grads, None), None, state["rest"]
-    params = trained(state["params"], proxies)
+      grads, embeddings, rest = (network_grads, {}), None, state["rest"]
+    params = trained(state["params"], own)
     updates, opt_state = tx.update(trained(*grads), state["opt_state"], params)
-    new = _as_state(optax.apply_updates(params, updates), proxies is not None)
+    new = _as_state(optax.apply_updates(params, updates), tuple(own))
     new.update(rest=rest, opt_state=opt_state, step=state["step"] + 1)
     if memory is not None:
       new["memory"] = jaxrank.memory.push(memory, embeddings, labels)
-    # The first step whose loss or updated parameters (and proxies) are not finite (-1: none
-    # yet), checked here on every step at the cost of one reduction, read on the host only
+    # The first step whose loss or updated parameters (the loss's own too) are not finite (-1:
+    # none yet), checked here on every step at the cost of one reduction, read on the host only
     # before saving and on logging steps (`check_finite`).
     finite = jnp.isfinite(loss)
-    for leaf in jax.tree.leaves((new["params"], new.get("proxies"))):
+    for leaf in jax.tree.leaves((new["params"], [new[n] for n in own])):
       finite &= jnp.all(jnp.isfinite(leaf))
     first_bad = jnp.where((first_bad < 0) & ~finite, new["step"], first_bad)
     return new, loss, first_bad

@@ -204,9 +204,7 @@ def _train_loop(loop: _Loop, state, step: int, batches, interrupted: list[bool],
     if interrupted:
       if step > saved:
         step_lib.check_finite(loop.name, first_bad, saved)
-        checkpoints.save(
-          loop.manager, step, state, batches.position, config_lib.compute_dtype(config)
-        )
+        checkpoints.save_step(loop.manager, step, state, batches.position, config)
         saved = step
       loop.manager.wait_until_finished()
       raise Interrupted(loop.name, loop.workdir, saved)
@@ -234,9 +232,7 @@ def _train_loop(loop: _Loop, state, step: int, batches, interrupted: list[bool],
     loop.progress.update()
     if step % config.checkpoint_every == 0 or step == config.num_steps:
       step_lib.check_finite(loop.name, first_bad, saved)
-      checkpoints.save(
-        loop.manager, step, state, batches.position, config_lib.compute_dtype(config)
-      )
+      checkpoints.save_step(loop.manager, step, state, batches.position, config)
       loop.writer.flush()
       saved = step
     if step % config.eval_every == 0 or step == config.num_steps:
@@ -390,7 +386,7 @@ def restore_model(
         f"restore_model: {workdir!r} holds no checkpoint"
         f"{'' if step is None else f' of step {step}'}; it has steps {list(manager.all_steps())}."
       )
-    graphs, state = step_lib.init_state(config, tx, checkpoints.num_proxies(manager, step))
+    graphs, state = step_lib.init_state(config, tx, checkpoints.num_classes(manager, step))
     restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(state)))
   finally:
     manager.close()

@@ -59,86 +59,8 @@ import jax.numpy as jnp
 
 from jaxrank import types
 from jaxrank._src import checks
+from jaxrank._src import class_vectors
 from jaxrank._src import lists
-from jaxrank._src import similarity
-
-
-def _positive_proxies(
-  fn: str, labels: jax.typing.ArrayLike, where: jax.Array, num_items: int, num_classes: int
-) -> jax.Array:
-  """`[B, C]` boolean: whether proxy `c` is a positive of item `i` (its class, or one of its
-  labels), from class labels `[B]` or multi-hot labels `[B, C]`."""
-  labels = jnp.asarray(labels)
-  layouts = (
-    f"[{num_items}] (one class per embedding) or [{num_items}, {num_classes}] (multi-hot, one "
-    "column per proxy)"
-  )
-  if labels.ndim == 1:
-    checks.check_int_labels(fn, "labels", labels, layout="[B]")
-    checks.check_shape(fn, "labels", labels, (num_items,), layout=layouts)
-    checks.check_class_indices(
-      fn,
-      labels,
-      where,
-      num_classes,
-      fix=f"proxies [C, D] has C = {num_classes} rows, one per class: give every class a proxy, "
-      "or mask the item out with where.",
-    )
-    return labels[:, None] == jnp.arange(num_classes)[None, :]
-  if labels.ndim != 2:
-    raise ValueError(
-      f"{fn}: labels must be integer class labels [B] or multi-hot labels [B, C], got shape "
-      f"{labels.shape}."
-    )
-  if not (jnp.issubdtype(labels.dtype, jnp.number) or labels.dtype == jnp.bool_):
-    raise TypeError(f"{fn}: multi-hot labels must be numeric or boolean, got dtype {labels.dtype}.")
-  checks.check_shape(fn, "labels", labels, (num_items, num_classes), layout=layouts)
-  return labels >= 1
-
-
-def _check_inputs(
-  fn: str,
-  embeddings: jax.typing.ArrayLike,
-  labels: jax.typing.ArrayLike,
-  proxies: jax.typing.ArrayLike,
-  where: jax.typing.ArrayLike | None,
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-  """Checked `embeddings [B, D]`, `proxies [C, D]`, positive proxies `[B, C]` and mask `[B]`."""
-  embeddings = checks.check_floating(fn, "embeddings", embeddings, ndim=2, layout="[B, D]")
-  proxies = checks.check_floating(fn, "proxies", proxies, ndim=2, layout="[C, D]")
-  (num_items, dim), num_classes = embeddings.shape, proxies.shape[0]
-  if proxies.shape[1] != dim or num_classes == 0:
-    raise ValueError(
-      f"{fn}: proxies have shape {proxies.shape} but embeddings {embeddings.shape}; give one "
-      f"proxy per class with the embeddings' dimension, proxies [C, {dim}] with C >= 1."
-    )
-  where = checks.check_mask(fn, "where", where, (num_items,), like="batch", broadcast=False)
-  positive = _positive_proxies(fn, labels, where, num_items, num_classes)
-  return embeddings, proxies, positive, where
-
-
-def _scores(embeddings: jax.Array, proxies: jax.Array, where: jax.Array) -> jax.Array:
-  """Cosine similarities `[B, C]` in at least float32, masked items' rows set to 0.
-
-  Masked embeddings are replaced by ones before the cosine (so a NaN among them reaches neither
-  the value nor any gradient, the proxies' included). Inside `shard_map` the replicated proxies
-  are marked varying like the embeddings: the transpose of that marking sums their gradient over
-  the devices.
-  """
-  proxies = lists.varying_like(proxies, embeddings)
-  safe = jnp.where(where[:, None], embeddings, jnp.ones_like(embeddings))
-  scores = similarity.cosine(safe, proxies)
-  return jnp.where(where[:, None], scores, jnp.zeros_like(scores))
-
-
-def _masked_logsumexp(x: jax.Array, mask: jax.Array) -> jax.Array:
-  """`log sum_{mask} exp(x)` over the last axis, shifted by the largest kept entry; 0 where the
-  mask is empty (lists the callers leave out); masked entries get a zero gradient."""
-  top = jnp.max(jnp.where(mask, x, -jnp.inf), axis=-1)
-  top = jax.lax.stop_gradient(jnp.where(jnp.isinf(top), jnp.zeros_like(top), top))
-  shifted = jnp.where(mask, x - top[..., None], jnp.zeros_like(x))
-  total = jnp.sum(jnp.where(mask, jnp.exp(shifted), jnp.zeros_like(x)), axis=-1)
-  return top + jnp.log(jnp.where(total > 0, total, jnp.ones_like(total)))
 
 
 @functools.partial(jax.jit, static_argnames=("include_positive",))
@@ -153,13 +75,17 @@ def _nca_values(scores, positive, where, inverse_temperature, *, include_positiv
   # -d / T = (2 s - 2) / T; the constant -2 / T cancels between numerator and denominator.
   logits = 2 * inverse_temperature * s
   denominator = jnp.ones_like(positive) if include_positive else negative
-  values = _masked_logsumexp(logits, denominator) - _masked_logsumexp(logits, positive)
+  values = class_vectors.masked_logsumexp(logits, denominator) - class_vectors.masked_logsumexp(
+    logits, positive
+  )
   return values, valid
 
 
 def _nca_loss(fn, embeddings, labels, proxies, where, reduce_fn, temperature, include_positive):
-  embeddings, proxies, positive, where = _check_inputs(fn, embeddings, labels, proxies, where)
-  scores = _scores(embeddings, proxies, where)
+  embeddings, proxies, positive, where = class_vectors.check_inputs(
+    fn, embeddings, labels, proxies, where, class_vectors.PROXIES
+  )
+  scores = class_vectors.cosine_scores(embeddings, proxies, where)
   inverse_temperature = 1 / jnp.asarray(temperature, scores.dtype)
   values, valid = _nca_values(
     scores, positive, where, inverse_temperature, include_positive=include_positive
@@ -407,8 +333,10 @@ def proxy_anchor_loss(
   fn = "proxy_anchor_loss"
   checks.check_real(fn, "margin", margin)
   checks.check_real(fn, "alpha", alpha, above=0, hint="It scales the exponents (Kim et al.: 32).")
-  embeddings, proxies, positive, where = _check_inputs(fn, embeddings, labels, proxies, where)
-  scores = _scores(embeddings, proxies, where)
+  embeddings, proxies, positive, where = class_vectors.check_inputs(
+    fn, embeddings, labels, proxies, where, class_vectors.PROXIES
+  )
+  scores = class_vectors.cosine_scores(embeddings, proxies, where)
   margin, alpha = jnp.asarray(margin, scores.dtype), jnp.asarray(alpha, scores.dtype)
   pos, neg, with_positives = _anchor_terms(
     scores, positive, where, margin, alpha, _items_summed_by(reduce_fn)

@@ -269,9 +269,11 @@ def unit_scaled(x: jax.Array, dtype) -> tuple[jax.Array, jax.Array]:
   scaled = scaled * _power_of_two(first - exponent, dtype)[:, None]
   squares = squared_norms(scaled)
   # A nonzero scaled row has an entry of magnitude >= 1/2, so the floor changes only zero rows.
+  # It is a `where`, not a `maximum`: a row whose one nonzero entry is a power of two (a one-hot
+  # row) has squares of exactly 1/4, where a maximum would pass half of the derivative.
   # `sqrt` is correctly rounded wherever XLA computes it (an `rsqrt` is not: its vectorised
   # approximation rounds differently from the scalar one).
-  norms = jnp.sqrt(jnp.maximum(squares, jnp.asarray(0.25, dtype)))
+  norms = jnp.sqrt(jnp.where(squares > 0, squares, jnp.asarray(0.25, dtype)))
   norms = jnp.where(jnp.isfinite(largest), norms, jnp.asarray(np.nan, dtype))
   return scaled, jax.lax.optimization_barrier(norms)
 

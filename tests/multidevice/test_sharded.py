@@ -1,6 +1,7 @@
 """Sharded in-batch retrieval on 8 devices equals the single-device computation: loss, gradient.
 
-The proxy losses too: proxies replicated, the batch split over the devices.
+The proxy and classification losses too: proxies (class weights) replicated, the batch split over
+the devices.
 """
 
 from __future__ import annotations
@@ -218,6 +219,10 @@ PROXY_LOSSES = {
   "proxy_nca": jaxrank.proxy_nca_loss,
   "proxy_nca_plus_plus": jaxrank.proxy_nca_plus_plus_loss,
   "proxy_anchor": jaxrank.proxy_anchor_loss,
+  # The classification losses, on class weights replicated as the proxies are.
+  "normalized_softmax": jaxrank.normalized_softmax_loss,
+  "arcface": jaxrank.arcface_loss,
+  "cosface": jaxrank.cosface_loss,
 }
 
 

@@ -24,8 +24,9 @@ TINY = main_lib.load_config_module(
     {"loss": "blackbox_ap"},
     {"loss": "tie_aware_ap", "head": "hashing", "loss_kwargs": {"num_bins": 9}},
     {"loss": "proxy_anchor"},
+    {"loss": "arcface"},
   ],
-  ids=["fastap", "blackbox_ap", "hashing", "proxy_anchor"],
+  ids=["fastap", "blackbox_ap", "hashing", "proxy_anchor", "arcface"],
 )
 def test_sharded_training_equals_single_device(tmp_path, overrides):
   # 5 classes x 8 images: a batch of 40 splits into 8 device slices of 5.
