@@ -40,7 +40,8 @@ from experiments.job.configs import glyphs
 
 # The rows compared: the losses of the main job's table, in its order (its sweep, at the losses'
 # defaults), with the triplet loss twice (over all triplets, and batch-hard as the main job
-# trains it), then the proxy losses (`losses.OWN_PARAMETERS` named "proxies"), which the quick run leaves out.
+# trains it), then the proxy losses (`losses.OWN_PARAMETERS` named "proxies"), which the quick
+# run leaves out.
 LOSSES = (
   "fastap",
   "soft_binning_ap",

@@ -193,11 +193,11 @@ def alpha_query_expansion(
   with `q` and the gallery rows `x_j` L2-normalised first and `s_j = q^T x_j` their cosine: the
   query keeps weight 1 (its similarity to itself, `1 ** alpha`), as in Revaud et al.'s
   `expand_descriptors` (naver/deep-image-retrieval, `dirtorch/test_dir.py`), which averages the
-  query with its weighted neighbours (the mean's `1 / (k + 1)` disappears in the
-  normalisation). A neighbour of negative similarity adds nothing (so that any real `alpha` is
-  defined; that code's `sim ** alpha` adds it with `alpha = 2`). Defaults `k = 10`, `alpha = 2`: Revaud et al. 2019, sec. 4. Ties among
-  neighbours are taken by `jax.lax.top_k` (the lower gallery index first). `alpha = 0` is
-  average query expansion. Memory O(chunk_size * N + (Q + N) D), time O(Q N D).
+  query with its weighted neighbours (the mean's `1 / (k + 1)` disappears in the normalisation). A
+  neighbour of negative similarity adds nothing (so that any real `alpha` is defined; that code's
+  `sim ** alpha` adds it with `alpha = 2`). Defaults `k = 10`, `alpha = 2`: Revaud et al. 2019,
+  sec. 4. Ties among neighbours are taken by `jax.lax.top_k` (the lower gallery index first).
+  `alpha = 0` is average query expansion. Memory O(chunk_size * N + (Q + N) D), time O(Q N D).
 
   Args:
     query_embeddings: `[Q, D]` floating descriptors.
@@ -234,13 +234,13 @@ def database_augmentation(
   r"""Database-side augmentation (alpha-DBA; Radenovic et al. 2018): every gallery item replaced
   by `alpha_query_expansion` of itself against the rest of the gallery.
 
-  Each item keeps weight 1 and adds its top `k` other items (itself left out by index, not by
-  score, so a duplicate item counts as a neighbour), weighted `max(s_j, 0) ** alpha`; the result is
+  Each item keeps weight 1 and adds its top `k` other items (itself left out by index, not by score,
+  so a duplicate item counts as a neighbour), weighted `max(s_j, 0) ** alpha`; the result is
   L2-normalised. (deep-image-retrieval's `expand_descriptors` with `db=None` sets the item's
-  similarity to itself to 0 instead, so the item itself takes one of the `k` slots, with weight
-  0, where fewer than `k` others have a positive similarity.) Apply it to the gallery, then query (with or without alpha-QE) the augmented
-  gallery. Memory O(chunk_size * N + N D), time O(N^2 D): for a million-item gallery, the
-  literature computes the neighbours by approximate search instead.
+  similarity to itself to 0 instead, so the item itself takes one of the `k` slots, with weight 0,
+  where fewer than `k` others have a positive similarity.) Apply it to the gallery, then query (with
+  or without alpha-QE) the augmented gallery. Memory O(chunk_size * N + N D), time O(N^2 D): for a
+  million-item gallery, the literature computes the neighbours by approximate search instead.
 
   Args:
     gallery_embeddings: `[N, D]` floating descriptors, `N > k`.

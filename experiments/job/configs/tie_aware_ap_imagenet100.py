@@ -12,8 +12,9 @@ place of AlexNet); this table's: the data set and about 100 epochs of the 13,000
 
 Command (DATA_DIR holds HashNet's lists, the PyTorch `train.txt` / `test.txt` / `database.txt`
 or the Caffe `train.txt`, `test0..7.txt`, `database0..7.txt` (`jaxrank.data.load_imagenet100`),
-beside `image/` and `val_image/`: the job drops either list's path prefix; WEIGHTS is your ImageNet ResNet-18 (torchvision `resnet18`)
-checkpoint, see docs/guide/pretrained.rst; nothing is downloaded):
+beside `image/` and `val_image/`: the job drops either list's path prefix; WEIGHTS is your
+ImageNet ResNet-18 (torchvision `resnet18`) checkpoint, see docs/guide/pretrained.rst; nothing
+is downloaded):
 
     python -m experiments.job.main --config experiments/job/configs/tie_aware_ap_imagenet100.py \\
         --workdir runs/tie_aware_ap_imagenet100 \\

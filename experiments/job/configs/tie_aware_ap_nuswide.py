@@ -13,8 +13,8 @@ table's: the data set and about 100 epochs of the 10,500 training images.
 Command (DATA_DIR holds DeepHash-pytorch's 21-label lists, `data/nuswide_21/{train,test,
 database}.txt`, beside the `images/` they list (`jaxrank.data.load_nuswide`); with NUS-WIDE's own
 `Imagelist.txt` and `AllLabels81.txt` instead, `--set dataset=nuswide_he2018` draws He et al.'s
-split by their code's rule (`load_nuswide_he2018`); WEIGHTS is your ImageNet ResNet-18 (torchvision `resnet18`)
-checkpoint, see docs/guide/pretrained.rst; nothing is downloaded):
+split by their code's rule (`load_nuswide_he2018`); WEIGHTS is your ImageNet ResNet-18
+(torchvision `resnet18`) checkpoint, see docs/guide/pretrained.rst; nothing is downloaded):
 
     python -m experiments.job.main --config experiments/job/configs/tie_aware_ap_nuswide.py \\
         --workdir runs/tie_aware_ap_nuswide \\
