@@ -110,3 +110,44 @@ def exact_recall_at_k(scores, labels, where=None, *, ks) -> float:
   return recall_at_k(
     scores, labels, where, ks=ks, h_pos=ref.heaviside, h_neg=ref.heaviside, count=ref.heaviside
   )
+
+
+def _gain(label: float) -> float:
+  """`2**label - 1` for a relevant item (label >= 1), else 0."""
+  return 2.0**label - 1 if label >= 1 else 0.0
+
+
+def ndcg(scores, labels, where=None, *, h_pos, h_neg, graded: bool) -> float:
+  """DCG of the smoothed ranks over the ideal DCG. `graded`: `H^-` against the items of lower gain
+  than the item ranked and `H^+` against the others (SupRank); else `H^+` against the relevant
+  items and `H^-` against the rest."""
+  items = [(s, _gain(y)) for s, y in reference.valid_items(scores, labels, where)]
+  if not any(g > 0 for _, g in items):
+    return 0.0
+  dcg = 0.0
+  for k, (s_k, g_k) in enumerate(items):
+    if g_k == 0:
+      continue
+    rank = 1.0
+    for j, (s_j, g_j) in enumerate(items):
+      if j == k:
+        continue
+      lower = g_j < g_k if graded else g_j == 0
+      rank += h_neg(s_j - s_k) if lower else h_pos(s_j - s_k)
+    dcg += g_k / math.log2(1 + rank)
+  ideal = sorted((g for _, g in items), reverse=True)
+  return dcg / math.fsum(g / math.log2(2 + i) for i, g in enumerate(ideal))
+
+
+def smooth_ndcg_loss(scores, labels, where=None, *, temperature=0.01) -> float:
+  """SmoothNDCG: the sigmoid for every step of the rank."""
+  step = lambda t: ref.sigmoid(t / temperature)  # noqa: E731
+  value = ndcg(scores, labels, where, h_pos=step, h_neg=step, graded=False)
+  return _loss(value, scores, labels, where)
+
+
+def sup_ndcg_loss(scores, labels, where=None, *, temperature=0.01, rho=100.0, delta=0.05) -> float:
+  """SupNDCG: Heaviside against items at least as relevant, eq. 4's step against the others."""
+  h_neg = lambda t: ref.supap_negative_step(t, temperature, rho, delta)  # noqa: E731
+  value = ndcg(scores, labels, where, h_pos=ref.heaviside, h_neg=h_neg, graded=True)
+  return _loss(value, scores, labels, where)

@@ -137,3 +137,17 @@ def suprank_recall_at_k(embeddings, labels, *, sup, at_k=(1, 2, 4, 8, 16), tau=0
     approximation = lambda t, y: suprank_tau_sigmoid(t, tau)  # noqa: E731
   rank = suprank_quick_forward(scores, target, approximation)
   return suprank_recall_loss(rank, target.sum(-1).to(scores.dtype), at_k)
+
+
+def suprank_ndcg(embeddings, labels, *, sup, tau=0.01, **step):
+  """`SmoothNDCGLoss` (`sup=False`) or `SupNDCGLoss` (`sup=True`) on a batch with
+  `hierarchy_level="MULTI"`: `labels` `[B, L]` (one column per level), the relevance of two items
+  the number of levels they share (`create_label_matrix`)."""
+  scores = torch.mm(embeddings, embeddings.t())
+  target = suprank_label_matrix(labels, labels)
+  if sup:
+    approximation = lambda t, y: suprank_step_rank(t, y, tau=tau, **step)  # noqa: E731
+  else:
+    approximation = lambda t, y: suprank_tau_sigmoid(t, tau)  # noqa: E731
+  dcg, idcg = suprank_quick_forward(scores, target, approximation, rank_type="ndcg")
+  return torch.mean(1 - dcg.sum(-1) / idcg.sum(-1))

@@ -29,6 +29,7 @@ from jax.test_util import check_grads
 
 import jaxrank
 from jaxrank._src import platforms
+from jaxrank._src import precision_sums
 
 
 class Case(NamedTuple):
@@ -59,9 +60,21 @@ CASES = [
     ref.sup_recall_at_k_loss,
     {"ks": (1, 2), "temperature": 0.05, "rho": 10.0, "delta": 0.1, "k_temperature": 2.0},
   ),
+  Case("smooth_ndcg", jaxrank.smooth_ndcg_loss, ref.smooth_ndcg_loss, {"temperature": 0.05}),
+  Case("sup_ndcg", jaxrank.sup_ndcg_loss, ref.sup_ndcg_loss, {}),
+  Case(
+    "sup_ndcg_custom",
+    jaxrank.sup_ndcg_loss,
+    ref.sup_ndcg_loss,
+    {"temperature": 0.05, "rho": 10.0, "delta": 0.1},
+  ),
 ]
 # One case per function for the costlier tests.
-CORE = [c for c in CASES if c.name in ("rs_at_k_clipped", "smooth_recall", "sup_recall")]
+CORE = [
+  c
+  for c in CASES
+  if c.name in ("rs_at_k_clipped", "smooth_recall", "sup_recall", "smooth_ndcg", "sup_ndcg")
+]
 BATCH, N = (3, 4), 8
 TOL64 = dict(rtol=1e-10, atol=1e-12)
 
@@ -248,6 +261,11 @@ def test_blocked_loss_equals_the_whole_batch(x64):
 
 def test_hyperparameter_errors():
   scores, labels = jnp.array([0.3, 0.2, 0.1]), jnp.array([1, 0, 1])
+  for fn in (jaxrank.smooth_ndcg_loss, jaxrank.sup_ndcg_loss):
+    with pytest.raises(ValueError, match="graded labels"):
+      fn(scores, jnp.array([1, -1, 0]))
+    with pytest.raises(ValueError, match="temperature"):
+      fn(scores, labels, temperature=0.0)
   for fn in (
     jaxrank.recall_at_k_surrogate_loss,
     jaxrank.smooth_recall_at_k_loss,
@@ -342,3 +360,45 @@ def test_suprank_recall_equals_its_released_code(sup, x64):
   np.testing.assert_allclose(float(f(e)), value, rtol=1e-12)
   np.testing.assert_allclose(jax.grad(f)(e), grad, rtol=1e-9, atol=1e-13)
   assert abs(float(f(e, include_self=False)) - value) > 1e-3
+
+
+@pytest.mark.parametrize("sup", [False, True], ids=["smooth_ndcg", "sup_ndcg"])
+def test_suprank_ndcg_equals_its_released_code(sup, x64):
+  """SupRank's SmoothNDCGLoss / SupNDCGLoss on a two-level hierarchy (classes, and super-classes
+  of two classes each): the relevance of two items is the number of levels they share, which
+  `batch_retrieval` gives for multi-hot labels (class and super-class one-hot side by side); the
+  query ranked among its batch, itself included (`include_self=True`)."""
+  e, y = _in_batch()
+  levels = np.stack([y, y // 2], axis=1)
+  multi_hot = np.concatenate([np.eye(4)[y], np.eye(2)[y // 2]], axis=1).astype(np.int32)
+  loss = jaxrank.sup_ndcg_loss if sup else jaxrank.smooth_ndcg_loss
+
+  def f(x, include_self=True):
+    scores, relevance, where = jaxrank.batch_retrieval(
+      x, multi_hot, include_self=include_self, similarity_fn=jaxrank.similarity.dot_product
+    )
+    return loss(scores, relevance, where=where)
+
+  step = {"rho": 100.0, "delta": 0.05, "start": 0.5} if sup else {}
+  value, grad = _torch_value_and_grad(
+    lambda x: released.suprank_ndcg(x, torch.tensor(levels), sup=sup, **step), e
+  )
+  np.testing.assert_allclose(float(f(e)), value, rtol=1e-12)
+  np.testing.assert_allclose(jax.grad(f)(e), grad, rtol=1e-9, atol=1e-13)
+  assert abs(float(f(e, include_self=False)) - value) > 1e-3
+
+
+def test_compiled_once_per_shape_whatever_the_hyperparameters(x64):
+  """The metric's hyperparameters (cut-offs of one count, temperatures, the clip) are arrays of
+  the jitted engine: new values reuse its compilation, as the AP losses' do."""
+  jitted = precision_sums._smooth_rank_lists_jit  # pylint: disable=protected-access
+  scores, labels, where = random_lists(8, (2, 6))
+  jaxrank.recall_at_k_surrogate_loss(scores, labels, where=where, ks=(1, 2), temperature=0.1)
+  jaxrank.sup_ndcg_loss(scores, labels, where=where)
+  before = jitted._cache_size()  # pylint: disable=protected-access
+  jaxrank.recall_at_k_surrogate_loss(
+    scores, labels, where=where, ks=(3, 5), temperature=0.2, k_temperature=3.0, clip_at_k=True
+  )
+  jaxrank.smooth_recall_at_k_loss(scores, labels, where=where, ks=(4, 6), temperature=0.3)
+  jaxrank.sup_ndcg_loss(scores, labels + 1, where=where, rho=3.0)
+  assert jitted._cache_size() == before  # pylint: disable=protected-access

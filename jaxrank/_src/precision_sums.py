@@ -1,9 +1,15 @@
-r"""The engine under the smooth-rank losses: sums of smoothed precisions, their forms and VJPs.
+r"""The engine under the smooth-rank losses: sums over relevant items of a metric's terms of their
+smoothed ranks, their forms and VJPs.
 
 For each list, `smoothed_ap` computes the mean over its relevant valid items `k` of
 `rank^+(k) / rank(k)` (Ramzi et al. 2021, eq. 3 and 5), with `rank^+` and `rank^-` sums of step
 functions of the score differences `s_j - s_k` (`jaxrank._src.smooth_rank` states the formula and
-the papers' choices of steps; this module never names a paper's loss). It never forms the
+the papers' choices of steps; this module never names a paper's loss). `smoothed_metric` computes
+any other rank metric from the same ranks: a `Metric` gives each relevant item's term from its
+`rank^+` and `rank^-` (AP's precision, Recall@k's sigmoids of `k - rank`, NDCG's discounted gain),
+the engine sums the terms over the relevant items in every form below, and the metric finishes
+each list from the sums (the custom VJPs take the terms' derivatives from `Metric.cotangents`, or
+from `jax.vjp` of the terms). It never forms the
 `[B, n, n]` differences: each relevant item is compared with its list, a few at a time, and the
 gradient is a custom VJP that counts again rather than keep the pairs.
 
@@ -167,12 +173,17 @@ class Metric(NamedTuple):
   * `cotangents(rank_pos, rank_neg, in_slot, cotangent, consts, items)`: the cotangents of
     `rank^+` and `rank^-` given that of the terms' sums (`cotangent` `[B, 1, *shape]`, broadcast
     over the slots); `None` derives them from `value` by `jax.vjp`.
+  * `graded`: the pairs split by graded relevance, the first per-item array (SupRank's rule):
+    `H^-` against the valid items of lower relevance than the slot's item, `H^+` against the
+    others; else `H^+` against the relevant items and `H^-` against the rest (the same on binary
+    labels).
   """
 
   value: Callable[..., jax.Array]
   finish: Callable[..., jax.Array]
   cotangents: Callable[..., tuple[jax.Array, jax.Array]] | None = None
   shape: Callable[..., tuple[int, ...]] = _no_axes
+  graded: bool = False
 
 
 class Kernel(NamedTuple):
@@ -216,6 +227,19 @@ def _items_at(params, items, platform):
     return ()
   safe = jnp.where(items < per_item[0].shape[1], items, 0)
   return tuple(_scores_at(values, safe, platform) for values in per_item)
+
+
+def _graded_pairs(kernel, params, relevant, other, pos_pairs, neg_pairs, item_values):
+  """The pairs of `H^+` and `H^-` (`[B, chunk, n]`, or `[B, n]` for one slot per list), split by
+  the relevance `params[2][1][0]` for a graded metric (`Metric.graded`): `H^-` against the
+  items of lower relevance than the slot's item (`item_values[0]`), `H^+` against the others."""
+  if not kernel.metric.graded:
+    return pos_pairs, neg_pairs
+  gains, gain_k = params[2][1][0], item_values[0][..., None]
+  if gain_k.ndim == 3:  # Chunks: the slots on axis 1.
+    gains, relevant, other = gains[:, None, :], relevant[:, None, :], other[:, None, :]
+  lower = gains < gain_k
+  return pos_pairs & ~lower, other | (relevant & lower)
 
 
 def _items_where(params, at):
@@ -262,10 +286,13 @@ def _forward_loop(kernel, chunk, platform, width, num_steps, scores, relevant, o
     after, total, slots, rank_pos, rank_neg = carry
     items = items_at(c, after)
     diff, pos_pairs, neg_pairs, _ = _chunk_pairs(scores, relevant, other, items, platform)
+    item_values = _items_at(params, items, platform)
+    pos_pairs, neg_pairs = _graded_pairs(
+      kernel, params, relevant, other, pos_pairs, neg_pairs, item_values
+    )
     h_pos, h_neg = _steps(kernel, diff, params)
     above_pos = 1 + jnp.sum(jnp.where(pos_pairs, h_pos, 0), axis=-1)
     above_neg = jnp.sum(jnp.where(neg_pairs, h_neg, 0), axis=-1)
-    item_values = _items_at(params, items, platform)
     terms = _slot_values(kernel, above_pos, above_neg, items < n, params, item_values)
     total = total + jnp.sum(terms, axis=1)
     start = c * chunk
@@ -343,6 +370,9 @@ def _backward_loop(
     grad, grad_params = carry
     items, cp, cn = coefficients(c * chunk)
     diff, pos_pairs, neg_pairs, safe = _chunk_pairs(scores, relevant, other, items, platform)
+    pos_pairs, neg_pairs = _graded_pairs(
+      kernel, params, relevant, other, pos_pairs, neg_pairs, _items_at(params, items, platform)
+    )
     ct_pos = jnp.where(pos_pairs, cp, 0)
     ct_neg = jnp.where(neg_pairs, cn, 0)
     _, vjp = jax.vjp(steps_of_free, diff, free)
@@ -409,10 +439,13 @@ def _one_shot_forward(kernel, count, scores, relevant, other, params, after=None
   items = _slot_items(relevant, count, after)
   for item in items:
     diff, at, pos_pairs = _slot_pairs(scores, relevant, item)
+    item_values = _items_where(params, at)
+    pos_pairs, neg_pairs = _graded_pairs(
+      kernel, params, relevant, other, pos_pairs, other, item_values
+    )
     h_pos, h_neg = _steps(kernel, diff, params)
     above_pos = 1 + jnp.sum(jnp.where(pos_pairs, h_pos, 0), axis=-1)
-    above_neg = jnp.sum(jnp.where(other, h_neg, 0), axis=-1)
-    item_values = _items_where(params, at)
+    above_neg = jnp.sum(jnp.where(neg_pairs, h_neg, 0), axis=-1)
     total = total + _slot_values(kernel, above_pos, above_neg, item < n, params, item_values)
     ranks_pos.append(above_pos)
     ranks_neg.append(above_neg)
@@ -425,15 +458,7 @@ def _one_shot_forward(kernel, count, scores, relevant, other, params, after=None
 
 
 def _one_shot_backward(
-  kernel,
-  scores,
-  relevant,
-  other,
-  params,
-  slots,
-  rank_pos,
-  rank_neg,
-  cotangent,
+  kernel, scores, relevant, other, params, slots, rank_pos, rank_neg, cotangent
 ):
   """The accelerators' backward pass with a bound, from the `[B, count]` slots: one pass for the
   slots' own cotangents (sums over the list), one for the scores' `[B, n]` cotangent. On GPUs the
@@ -454,8 +479,12 @@ def _one_shot_backward(
     """Slot `k`'s cotangent of the differences `[B, n]`, the hyperparameters', and its item's
     mask."""
     diff, at, pos_pairs = _slot_pairs(scores, relevant, slots[:, k])
+    slot_values = tuple(values[:, k] for values in item_values)
+    pos_pairs, neg_pairs = _graded_pairs(
+      kernel, params, relevant, other, pos_pairs, other, slot_values
+    )
     ct_pos = jnp.where(pos_pairs, ct_ranks[0][:, k, None], 0)
-    ct_neg = jnp.where(other, ct_ranks[1][:, k, None], 0)
+    ct_neg = jnp.where(neg_pairs, ct_ranks[1][:, k, None], 0)
     _, vjp = jax.vjp(steps_of_free, diff, free)
     if kernel.negative is None:  # One evaluation of the shared step; the masks are disjoint.
       ct_diff, ct_free = vjp((ct_pos + ct_neg, jnp.zeros_like(ct_neg)))
@@ -786,7 +815,8 @@ def _smooth_rank_lists(
   flat = lists.counted_scores(scores, where, num_relevant > 0)
   flat = flat.astype(dtype).reshape(num_lists, n)
   consts, per_item = metric_params
-  flat_items = tuple(values.astype(dtype).reshape(num_lists, n) for values in per_item)
+  per_item = tuple(values.astype(dtype) for values in per_item)
+  flat_items = tuple(values.reshape(num_lists, n) for values in per_item)
   params = (*params, (consts, flat_items))
   args = (flat, relevant.reshape(num_lists, n), other.reshape(num_lists, n), params)
   sums = _choose_form(kernel, chunk, count, platform, *args)
