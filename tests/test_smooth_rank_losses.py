@@ -402,3 +402,15 @@ def test_compiled_once_per_shape_whatever_the_hyperparameters(x64):
   jaxrank.smooth_recall_at_k_loss(scores, labels, where=where, ks=(4, 6), temperature=0.3)
   jaxrank.sup_ndcg_loss(scores, labels + 1, where=where, rho=3.0)
   assert jitted._cache_size() == before  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("max_relevant", [None, N])
+def test_gpu_backward_that_computes_the_differences_again_equals_the_cpu(max_relevant, x64):
+  """The GPUs' one-shot backward (`recomputed`) with a metric of several sums (Recall@k) and a
+  graded one (SupNDCG)."""
+  scores, labels, where = random_lists(9)
+  for case in (CASES[1], CASES[-2]):
+    grad = jax.grad(lambda s: run(case, s, labels, where=where, max_relevant=max_relevant))
+    want = grad(scores)
+    with platforms.forced_platform(platforms.GPU):
+      np.testing.assert_allclose(grad(scores), want, **TOL64)
