@@ -34,7 +34,7 @@ query itself left out): `jaxrank.batch_retrieval(...)`'s default `include_self=F
 released codes differ, each in its own way (see each loss).
 
 **Cost.** Time O(B * P * n) and memory O(B * n) plus one chunk of `B * chunk_size * n` pairs (the
-engine's, see `jaxrank.smooth_rank_ap_loss`), plus O(B * |K|) for the cut-offs. The metric's
+engine's, see `jaxrank.smooth_rank_ap_loss`), plus O(B * len(ks)) for the cut-offs. The metric's
 hyperparameters (`ks`, `k_temperature`) take no gradient; the steps' do.
 """
 
