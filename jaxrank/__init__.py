@@ -69,6 +69,11 @@ from jaxrank._src.smooth_rank import smooth_rank_ap_loss as smooth_rank_ap_loss
 from jaxrank._src.smooth_rank import smoothap_loss as smoothap_loss
 from jaxrank._src.smooth_rank import supap_loss as supap_loss
 from jaxrank._src.smooth_rank import supap_negative_step as supap_negative_step
+from jaxrank._src.smooth_rank_losses import recall_at_k_surrogate_loss as recall_at_k_surrogate_loss
+from jaxrank._src.smooth_rank_losses import smooth_ndcg_loss as smooth_ndcg_loss
+from jaxrank._src.smooth_rank_losses import smooth_recall_at_k_loss as smooth_recall_at_k_loss
+from jaxrank._src.smooth_rank_losses import sup_ndcg_loss as sup_ndcg_loss
+from jaxrank._src.smooth_rank_losses import sup_recall_at_k_loss as sup_recall_at_k_loss
 from jaxrank._src.tie_aware import simplified_tie_aware_ap_loss as simplified_tie_aware_ap_loss
 from jaxrank._src.tie_aware import simplified_tie_aware_ndcg_loss as simplified_tie_aware_ndcg_loss
 from jaxrank._src.tie_aware import tie_aware_ap_loss as tie_aware_ap_loss
@@ -122,6 +127,7 @@ __all__ = [
   "proxy_nca_loss",
   "proxy_nca_plus_plus_loss",
   "recall_at_k_metric",
+  "recall_at_k_surrogate_loss",
   "relevant_fraction_at_k_metric",
   "roadmap_loss",
   "sharded_batch_retrieval",
@@ -132,9 +138,13 @@ __all__ = [
   "similarity_mixup",
   "simplified_tie_aware_ap_loss",
   "simplified_tie_aware_ndcg_loss",
+  "smooth_ndcg_loss",
   "smooth_rank_ap_loss",
+  "smooth_recall_at_k_loss",
   "smoothap_loss",
   "soft_binning_ap_loss",
+  "sup_ndcg_loss",
+  "sup_recall_at_k_loss",
   "supap_loss",
   "supap_negative_step",
   "tie_aware_ap_loss",

@@ -40,6 +40,8 @@ LOSSES = {
     negative_step_fn=jaxrank.sigmoid_step,
   ),
   "supap": jaxrank.supap_loss,
+  "recall_at_k_surrogate": functools.partial(jaxrank.recall_at_k_surrogate_loss, ks=(1, 2, 4)),
+  "sup_ndcg": jaxrank.sup_ndcg_loss,
   "calibration": jaxrank.calibration_loss,
   "roadmap": jaxrank.roadmap_loss,
   "contrastive": functools.partial(jaxrank.contrastive_loss, pos_margin=0.9, neg_margin=0.1),

@@ -55,6 +55,10 @@ LOSSES = {
   "smoothap": in_batch(functools.partial(jaxrank.smoothap_loss, temperature=0.05)),
   "blackbox_ap": in_batch(jaxrank.blackbox_ap_loss),
   "blackbox_recall": in_batch(functools.partial(jaxrank.blackbox_recall_loss, interpolation=1.0)),
+  # Patel et al. 2022's recipe: RS@k through the two-pass chunked gradient.
+  "recall_at_k_surrogate": in_batch(
+    functools.partial(jaxrank.recall_at_k_surrogate_loss, temperature=0.05)
+  ),
 }
 
 

@@ -55,6 +55,7 @@ import reference_hashing
 import reference_hierarchical
 import reference_histogram
 import reference_pairwise
+import reference_rank_losses
 import reference_smooth_rank
 from helpers import precision
 
@@ -219,6 +220,7 @@ def _on_branch(branch, fn):
 
 rh, rs, rx = reference_histogram, reference_smooth_rank, reference_hashing
 rp = reference_pairwise
+rr = reference_rank_losses
 TABLE = [
   # Exact metrics.
   _metric("ap", jaxrank.ap_metric, reference.ap),
@@ -296,6 +298,32 @@ TABLE = [
     ),
     "derivative",
   ),
+  # Smooth-rank losses beyond AP (Patel et al. 2022; Ramzi et al., SupRank, TPAMI 2023).
+  _loss(
+    "recall_at_k_surrogate",
+    jaxrank.recall_at_k_surrogate_loss,
+    rr.recall_at_k_surrogate_loss,
+    temperature=0.1,
+    ks=(1, 2, 4),
+  ),
+  _loss(
+    "smooth_recall_at_k",
+    jaxrank.smooth_recall_at_k_loss,
+    rr.recall_at_k_surrogate_loss,
+    temperature=0.1,
+    ks=(1, 2, 4),
+  ),
+  # rho = 5: with 100, the ranks of misordered positives pass every cut-off and the counts'
+  # sigmoids saturate (a gradient below 1e-3 on these lists).
+  _loss(
+    "sup_recall_at_k",
+    jaxrank.sup_recall_at_k_loss,
+    rr.sup_recall_at_k_loss,
+    ks=(1, 2, 4),
+    rho=5.0,
+  ),
+  _loss("smooth_ndcg", jaxrank.smooth_ndcg_loss, rr.smooth_ndcg_loss, graded=True, temperature=0.1),
+  _loss("sup_ndcg", jaxrank.sup_ndcg_loss, rr.sup_ndcg_loss, graded=True),
   Entry(
     "decomposability_gap",
     functools.partial(jaxrank.decomposability_gap, num_batches=2),
@@ -376,6 +404,11 @@ _SURROGATES = (
   "calibration",
   "roadmap",
   "smooth_rank_ap",
+  "recall_at_k_surrogate",
+  "smooth_recall_at_k",
+  "sup_recall_at_k",
+  "smooth_ndcg",
+  "sup_ndcg",
   "contrastive",
   "triplet",
   "multi_similarity",

@@ -1,9 +1,15 @@
-r"""The engine under the smooth-rank losses: sums of smoothed precisions, their forms and VJPs.
+r"""The engine under the smooth-rank losses: sums over relevant items of a metric's terms of their
+smoothed ranks, their forms and VJPs.
 
 For each list, `smoothed_ap` computes the mean over its relevant valid items `k` of
 `rank^+(k) / rank(k)` (Ramzi et al. 2021, eq. 3 and 5), with `rank^+` and `rank^-` sums of step
 functions of the score differences `s_j - s_k` (`jaxrank._src.smooth_rank` states the formula and
-the papers' choices of steps; this module never names a paper's loss). It never forms the
+the papers' choices of steps; this module never names a paper's loss). `smoothed_metric` computes
+any other rank metric from the same ranks: a `Metric` gives each relevant item's term from its
+`rank^+` and `rank^-` (AP's precision, Recall@k's sigmoids of `k - rank`, NDCG's discounted gain),
+the engine sums the terms over the relevant items in every form below, and the metric finishes
+each list from the sums (the custom VJPs take the terms' derivatives from `Metric.cotangents`, or
+from `jax.vjp` of the terms). It never forms the
 `[B, n, n]` differences: each relevant item is compared with its list, a few at a time, and the
 gradient is a custom VJP that counts again rather than keep the pairs.
 
@@ -48,6 +54,8 @@ O(B * n) plus one chunk of `B * chunk * n` pairs in the general loop, O(B * n) i
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.extend
@@ -137,12 +145,106 @@ def _scores_at(scores: jax.Array, items: jax.Array, platform) -> jax.Array:
   return platforms.by_platform(scores, items, cpu=cpu, accelerator=accelerator, platform=platform)
 
 
-def _steps(positive_step, negative_step, diff, params):
-  """`(H^+(diff), H^-(diff))` in the dtype of `diff`; `negative_step=None` means the same step."""
-  up = positive_step(diff, *params[0]).astype(diff.dtype)
-  if negative_step is None:
+def _steps(kernel, diff, params):
+  """`(H^+(diff), H^-(diff))` in the dtype of `diff`; `kernel.negative=None` means the same step."""
+  up = kernel.positive(diff, *params[0]).astype(diff.dtype)
+  if kernel.negative is None:
     return up, up
-  return up, negative_step(diff, *params[1]).astype(diff.dtype)
+  return up, kernel.negative(diff, *params[1]).astype(diff.dtype)
+
+
+def _no_axes(consts) -> tuple[int, ...]:
+  """The metric axes of a metric with one value per list (AP, NDCG): none."""
+  del consts
+  return ()
+
+
+class Metric(NamedTuple):
+  """A rank metric read from the smoothed ranks of each list's relevant items (static: its
+  functions are hashed by identity, so module-level functions compile once per shape).
+
+  * `value(rank_pos, rank_neg, in_slot, consts, items)`: the terms of the relevant items held by
+    slots shaped like `rank_pos` (`[B, chunk]` or `[B]`), zero where `in_slot` is False, with the
+    metric's axes `shape(consts)` last; `consts` is a tuple of arrays (hyperparameters) and
+    `items` a tuple of the per-item arrays read at each slot's item.
+  * `finish(sums, num_relevant, consts, items)`: the per-list metric `[...]` from the sums of the
+    terms over the relevant items `[..., *shape]`, the number of relevant valid items `[...]` and
+    the per-item arrays `[..., n]` (masked items zero).
+  * `cotangents(rank_pos, rank_neg, in_slot, cotangent, consts, items)`: the cotangents of
+    `rank^+` and `rank^-` given that of the terms' sums (`cotangent` `[B, 1, *shape]`, broadcast
+    over the slots); `None` derives them from `value` by `jax.vjp`.
+  * `graded`: the pairs split by graded relevance, the first per-item array (SupRank's rule):
+    `H^-` against the valid items of lower relevance than the slot's item, `H^+` against the
+    others; else `H^+` against the relevant items and `H^-` against the rest (the same on binary
+    labels).
+  """
+
+  value: Callable[..., jax.Array]
+  finish: Callable[..., jax.Array]
+  cotangents: Callable[..., tuple[jax.Array, jax.Array]] | None = None
+  shape: Callable[..., tuple[int, ...]] = _no_axes
+  graded: bool = False
+
+
+class Kernel(NamedTuple):
+  """What the engine computes: the steps `H^+` and `H^-` (`negative` None for the same step) as
+  functions `fn(x, *params)`, and the metric their ranks feed (static arguments)."""
+
+  positive: Callable[..., jax.Array]
+  negative: Callable[..., jax.Array] | None
+  metric: Metric
+
+
+def _slot_values(kernel, rank_pos, rank_neg, in_slot, params, items):
+  """The metric's terms of the slots (`Metric.value`), `params[2]` its `(consts, per-item)`."""
+  return kernel.metric.value(rank_pos, rank_neg, in_slot, params[2][0], items)
+
+
+def _slot_cotangents(kernel, rank_pos, rank_neg, in_slot, cotangent, params, items):
+  """The cotangents of the slots' `rank^+` and `rank^-` (`Metric.cotangents`, else by `jax.vjp`
+  of `Metric.value`), `cotangent` `[B, 1, *shape]` that of the sums."""
+  metric, consts = kernel.metric, params[2][0]
+  if metric.cotangents is not None:
+    return metric.cotangents(rank_pos, rank_neg, in_slot, cotangent, consts, items)
+
+  def value(rank_pos, rank_neg):
+    return metric.value(rank_pos, rank_neg, in_slot, consts, items)
+
+  out, vjp = jax.vjp(value, rank_pos, rank_neg)
+  return vjp(jnp.broadcast_to(cotangent, out.shape).astype(out.dtype))
+
+
+def _zero_sums(kernel, params, num_lists, dtype):
+  """`[B, *shape]` zeros: the sums of the metric's terms before the first slot."""
+  return jnp.zeros((num_lists, *kernel.metric.shape(params[2][0])), dtype)
+
+
+def _items_at(params, items, platform):
+  """The metric's per-item arrays `[B, n]` read at the `items` `[B, chunk]` (`n` past the last
+  relevant item: item 0 read, the slot discarded); `()` for a metric without any."""
+  per_item = params[2][1]
+  if not per_item:
+    return ()
+  safe = jnp.where(items < per_item[0].shape[1], items, 0)
+  return tuple(_scores_at(values, safe, platform) for values in per_item)
+
+
+def _graded_pairs(kernel, params, relevant, other, pos_pairs, neg_pairs, item_values):
+  """The pairs of `H^+` and `H^-` (`[B, chunk, n]`, or `[B, n]` for one slot per list), split by
+  the relevance `params[2][1][0]` for a graded metric (`Metric.graded`): `H^-` against the
+  items of lower relevance than the slot's item (`item_values[0]`), `H^+` against the others."""
+  if not kernel.metric.graded:
+    return pos_pairs, neg_pairs
+  gains, gain_k = params[2][1][0], item_values[0][..., None]
+  if gain_k.ndim == 3:  # Chunks: the slots on axis 1.
+    gains, relevant, other = gains[:, None, :], relevant[:, None, :], other[:, None, :]
+  lower = gains < gain_k
+  return pos_pairs & ~lower, other | (relevant & lower)
+
+
+def _items_where(params, at):
+  """The metric's per-item arrays at one slot's item, `at` `[B, n]` its mask (compare-and-sum)."""
+  return tuple(jnp.sum(jnp.where(at, values, 0), axis=-1) for values in params[2][1])
 
 
 def _item_finder(relevant, chunk, width, platform):
@@ -173,9 +275,7 @@ def _item_finder(relevant, chunk, width, platform):
   )
 
 
-def _forward_loop(
-  positive_step, negative_step, chunk, platform, width, num_steps, scores, relevant, other, params
-):
+def _forward_loop(kernel, chunk, platform, width, num_steps, scores, relevant, other, params):
   """The sums of precisions `[B]`, and what the backward pass reads of each of the `width` slots
   of a list (its item, rank^+ and rank^-, each `[B, width]`), in `num_steps` steps of `chunk`
   relevant items of every list."""
@@ -186,12 +286,15 @@ def _forward_loop(
     after, total, slots, rank_pos, rank_neg = carry
     items = items_at(c, after)
     diff, pos_pairs, neg_pairs, _ = _chunk_pairs(scores, relevant, other, items, platform)
-    h_pos, h_neg = _steps(positive_step, negative_step, diff, params)
+    item_values = _items_at(params, items, platform)
+    pos_pairs, neg_pairs = _graded_pairs(
+      kernel, params, relevant, other, pos_pairs, neg_pairs, item_values
+    )
+    h_pos, h_neg = _steps(kernel, diff, params)
     above_pos = 1 + jnp.sum(jnp.where(pos_pairs, h_pos, 0), axis=-1)
     above_neg = jnp.sum(jnp.where(neg_pairs, h_neg, 0), axis=-1)
-    in_slot = items < n
-    rank = jnp.where(in_slot, above_pos + above_neg, 1)
-    total = total + jnp.sum(jnp.where(in_slot, above_pos / rank, 0), axis=-1)
+    terms = _slot_values(kernel, above_pos, above_neg, items < n, params, item_values)
+    total = total + jnp.sum(terms, axis=1)
     start = c * chunk
     return (
       items[:, -1],
@@ -207,7 +310,7 @@ def _forward_loop(
 
   init = (
     varying(jnp.full((num_lists,), -1, jnp.int32)),
-    varying(jnp.zeros((num_lists,), scores.dtype)),
+    varying(_zero_sums(kernel, params, num_lists, scores.dtype)),
     varying(jnp.full((num_lists, width), n, jnp.int32)),
     varying(jnp.zeros((num_lists, width), scores.dtype)),
     varying(jnp.zeros((num_lists, width), scores.dtype)),
@@ -216,24 +319,25 @@ def _forward_loop(
   return total, slots, rank_pos, rank_neg
 
 
-def _free_params(positive_step, negative_step, params):
+def _free_params(kernel, params):
   """The floating hyperparameters (`None` for the others, held fixed: only they get a cotangent)
-  and `steps_of_free(diff, free)`, the steps as a function of them for `jax.vjp`."""
-  inexact = jax.tree.map(lambda p: jnp.issubdtype(jnp.result_type(p), jnp.inexact), params)
-  free = jax.tree.map(lambda p, d: p if d else None, params, inexact)
+  and `steps_of_free(diff, free)`, the steps as a function of them for `jax.vjp`. The metric's
+  parameters (`params[2]`) get no cotangent (`None`)."""
+  steps = params[:2]
+  inexact = jax.tree.map(lambda p: jnp.issubdtype(jnp.result_type(p), jnp.inexact), steps)
+  free = (*jax.tree.map(lambda p, d: p if d else None, steps, inexact), None)
 
   def steps_of_free(diff, free):
     merged = jax.tree.map(
-      lambda p, d, f: f if d else p, params, inexact, free, is_leaf=lambda x: x is None
+      lambda p, d, f: f if d else p, steps, inexact, free[:2], is_leaf=lambda x: x is None
     )
-    return _steps(positive_step, negative_step, diff, merged)
+    return _steps(kernel, diff, merged)
 
   return free, steps_of_free
 
 
 def _backward_loop(
-  positive_step,
-  negative_step,
+  kernel,
   chunk,
   platform,
   num_steps,
@@ -249,27 +353,30 @@ def _backward_loop(
   """The cotangents of the scores `[B, n]` and of the floating hyperparameters, in the steps of
   the forward loop, from the slots it kept."""
   n = scores.shape[1]
-  free, steps_of_free = _free_params(positive_step, negative_step, params)
+  free, steps_of_free = _free_params(kernel, params)
 
   def coefficients(start):
     """`[B, chunk, 1]` cotangents of rank^+ and rank^- of the slots of this step."""
     items = lax.dynamic_slice_in_dim(slots, start, chunk, axis=1)
     pos = lax.dynamic_slice_in_dim(rank_pos, start, chunk, axis=1)
     neg = lax.dynamic_slice_in_dim(rank_neg, start, chunk, axis=1)
-    in_slot = items < n
-    # With rank = rank^+ + rank^-: d(rank^+ / rank) / d rank^+ = rank^- / rank^2 and
-    # d(rank^+ / rank) / d rank^- = -rank^+ / rank^2.
-    scale = jnp.where(in_slot, cotangent[:, None] / jnp.square(jnp.where(in_slot, pos + neg, 1)), 0)
-    return items, (scale * neg)[:, :, None], (-scale * pos)[:, :, None]
+    item_values = _items_at(params, items, platform)
+    ct_pos, ct_neg = _slot_cotangents(
+      kernel, pos, neg, items < n, cotangent[:, None], params, item_values
+    )
+    return items, ct_pos[:, :, None], ct_neg[:, :, None]
 
   def body(c, carry):
     grad, grad_params = carry
     items, cp, cn = coefficients(c * chunk)
     diff, pos_pairs, neg_pairs, safe = _chunk_pairs(scores, relevant, other, items, platform)
+    pos_pairs, neg_pairs = _graded_pairs(
+      kernel, params, relevant, other, pos_pairs, neg_pairs, _items_at(params, items, platform)
+    )
     ct_pos = jnp.where(pos_pairs, cp, 0)
     ct_neg = jnp.where(neg_pairs, cn, 0)
     _, vjp = jax.vjp(steps_of_free, diff, free)
-    if negative_step is None:  # One evaluation of the shared step; the masks are disjoint.
+    if kernel.negative is None:  # One evaluation of the shared step; the masks are disjoint.
       ct_diff, ct_free = vjp((ct_pos + ct_neg, jnp.zeros_like(ct_neg)))
     else:
       ct_diff, ct_free = vjp((ct_pos, ct_neg))
@@ -322,9 +429,7 @@ def _slot_items(relevant, count, after=None):
   return found
 
 
-def _one_shot_forward(
-  positive_step, negative_step, count, scores, relevant, other, params, after=None
-):
+def _one_shot_forward(kernel, count, scores, relevant, other, params, after=None):
   """The accelerators' forward pass with a bound: all `count` slots in one step, one `[B, n]`
   expression per slot, whose sums over the list XLA fuses into one pass (nothing `[B, count, n]`
   is formed). Returns the sums of precisions `[B]` and the slots `[B, count]` (item, rank^+,
@@ -333,13 +438,15 @@ def _one_shot_forward(
   total, ranks_pos, ranks_neg = 0, [], []
   items = _slot_items(relevant, count, after)
   for item in items:
-    diff, _, pos_pairs = _slot_pairs(scores, relevant, item)
-    h_pos, h_neg = _steps(positive_step, negative_step, diff, params)
+    diff, at, pos_pairs = _slot_pairs(scores, relevant, item)
+    item_values = _items_where(params, at)
+    pos_pairs, neg_pairs = _graded_pairs(
+      kernel, params, relevant, other, pos_pairs, other, item_values
+    )
+    h_pos, h_neg = _steps(kernel, diff, params)
     above_pos = 1 + jnp.sum(jnp.where(pos_pairs, h_pos, 0), axis=-1)
-    above_neg = jnp.sum(jnp.where(other, h_neg, 0), axis=-1)
-    in_slot = item < n
-    rank = jnp.where(in_slot, above_pos + above_neg, 1)
-    total = total + jnp.where(in_slot, above_pos / rank, 0)
+    above_neg = jnp.sum(jnp.where(neg_pairs, h_neg, 0), axis=-1)
+    total = total + _slot_values(kernel, above_pos, above_neg, item < n, params, item_values)
     ranks_pos.append(above_pos)
     ranks_neg.append(above_neg)
   return (
@@ -351,16 +458,7 @@ def _one_shot_forward(
 
 
 def _one_shot_backward(
-  positive_step,
-  negative_step,
-  scores,
-  relevant,
-  other,
-  params,
-  slots,
-  rank_pos,
-  rank_neg,
-  cotangent,
+  kernel, scores, relevant, other, params, slots, rank_pos, rank_neg, cotangent
 ):
   """The accelerators' backward pass with a bound, from the `[B, count]` slots: one pass for the
   slots' own cotangents (sums over the list), one for the scores' `[B, n]` cotangent. On GPUs the
@@ -370,23 +468,25 @@ def _one_shot_backward(
   # them to memory to read them back). The masks stay out of it: XLA recomputes them from the
   # labels in each pass.
   scores, slots = lax.optimization_barrier((scores, slots))
-  free, steps_of_free = _free_params(positive_step, negative_step, params)
+  free, steps_of_free = _free_params(kernel, params)
 
-  in_slot = slots < n
-  # With rank = rank^+ + rank^-: d(rank^+ / rank) / d rank^+ = rank^- / rank^2 and
-  # d(rank^+ / rank) / d rank^- = -rank^+ / rank^2.
-  scale = jnp.where(
-    in_slot, cotangent[:, None] / jnp.square(jnp.where(in_slot, rank_pos + rank_neg, 1)), 0
+  item_values = _items_at(params, slots, platforms.ACCELERATOR)
+  ct_ranks = _slot_cotangents(
+    kernel, rank_pos, rank_neg, slots < n, cotangent[:, None], params, item_values
   )
 
   def slot_cotangent(scores, k):
     """Slot `k`'s cotangent of the differences `[B, n]`, the hyperparameters', and its item's
     mask."""
     diff, at, pos_pairs = _slot_pairs(scores, relevant, slots[:, k])
-    ct_pos = jnp.where(pos_pairs, (scale[:, k] * rank_neg[:, k])[:, None], 0)
-    ct_neg = jnp.where(other, (-scale[:, k] * rank_pos[:, k])[:, None], 0)
+    slot_values = tuple(values[:, k] for values in item_values)
+    pos_pairs, neg_pairs = _graded_pairs(
+      kernel, params, relevant, other, pos_pairs, other, slot_values
+    )
+    ct_pos = jnp.where(pos_pairs, ct_ranks[0][:, k, None], 0)
+    ct_neg = jnp.where(neg_pairs, ct_ranks[1][:, k, None], 0)
     _, vjp = jax.vjp(steps_of_free, diff, free)
-    if negative_step is None:  # One evaluation of the shared step; the masks are disjoint.
+    if kernel.negative is None:  # One evaluation of the shared step; the masks are disjoint.
       ct_diff, ct_free = vjp((ct_pos + ct_neg, jnp.zeros_like(ct_neg)))
     else:
       ct_diff, ct_free = vjp((ct_pos, ct_neg))
@@ -426,7 +526,7 @@ def _one_shot_backward(
   return platforms.by_platform(scores, cpu=shared, accelerator=shared, gpu=recomputed)
 
 
-def _grouped_forward(positive_step, negative_step, scores, relevant, other, params):
+def _grouped_forward(kernel, scores, relevant, other, params):
   """The accelerators' forward pass without a bound: the one-shot pass over `GROUP` slots,
   repeated from the last item found until the list with the most relevant items is done. Returns
   the sums of precisions `[B]` only: the backward pass counts each group again
@@ -434,32 +534,29 @@ def _grouped_forward(positive_step, negative_step, scores, relevant, other, para
 
   def body(_, carry):
     after, total = carry
-    part, items, _, _ = _one_shot_forward(
-      positive_step, negative_step, GROUP, scores, relevant, other, params, after
-    )
+    part, items, _, _ = _one_shot_forward(kernel, GROUP, scores, relevant, other, params, after)
     return items[:, -1], total + part
 
   init = (
     lists.varying_like(jnp.full(scores.shape[:1], -1, jnp.int32), scores),
-    lists.varying_like(jnp.zeros(scores.shape[:1], scores.dtype), scores),
+    lists.varying_like(_zero_sums(kernel, params, scores.shape[0], scores.dtype), scores),
   )
   _, total = lax.fori_loop(0, _general_steps(relevant, GROUP), body, init)
   return total
 
 
-def _grouped_backward(positive_step, negative_step, scores, relevant, other, params, cotangent):
+def _grouped_backward(kernel, scores, relevant, other, params, cotangent):
   """The cotangents of `_grouped_forward`: for each group of `GROUP` slots, its ranks counted
   again (one pass), then `_one_shot_backward` (another), the cotangents summed over the groups."""
-  free, _ = _free_params(positive_step, negative_step, params)
+  free, _ = _free_params(kernel, params)
 
   def body(_, carry):
     after, grad, grad_free = carry
     _, items, rank_pos, rank_neg = _one_shot_forward(
-      positive_step, negative_step, GROUP, scores, relevant, other, params, after
+      kernel, GROUP, scores, relevant, other, params, after
     )
     part, part_free = _one_shot_backward(
-      positive_step,
-      negative_step,
+      kernel,
       scores,
       relevant,
       other,
@@ -487,33 +584,25 @@ def _general_steps(relevant, chunk):
   return (most + chunk - 1) // chunk
 
 
-def _precision_sums_fwd(
-  positive_step, negative_step, chunk, count, platform, scores, relevant, other, params
-):
+def _precision_sums_fwd(kernel, chunk, count, platform, scores, relevant, other, params):
   n = scores.shape[1]
   args = (scores, relevant, other, params)
   if count is None:  # Until the list with the most relevant items is done.
     width, num_steps = -(-n // chunk) * chunk, _general_steps(relevant, chunk)
-    total, *slots = _forward_loop(
-      positive_step, negative_step, chunk, platform, width, num_steps, *args
-    )
+    total, *slots = _forward_loop(kernel, chunk, platform, width, num_steps, *args)
     return total, (*args, *slots)
   # A static trip count and `[B, count]` slots (rounded up to whole steps on CPU).
   num_steps = -(-count // chunk)
   width = num_steps * chunk
 
   def cpu(*args):
-    return _forward_loop(
-      positive_step, negative_step, chunk, platforms.CPU, width, num_steps, *args
-    )
+    return _forward_loop(kernel, chunk, platforms.CPU, width, num_steps, *args)
 
   def accelerator(*args):
     if not _one_shot(count):
-      total, *slots = _forward_loop(
-        positive_step, negative_step, chunk, platforms.ACCELERATOR, width, num_steps, *args
-      )
+      total, *slots = _forward_loop(kernel, chunk, platforms.ACCELERATOR, width, num_steps, *args)
       return (total, *slots)
-    total, *slots = _one_shot_forward(positive_step, negative_step, count, *args)
+    total, *slots = _one_shot_forward(kernel, count, *args)
     return (total, *_pad_slots(slots, width, n))
 
   total, *slots = platforms.by_platform(*args, cpu=cpu, accelerator=accelerator, platform=platform)
@@ -529,24 +618,19 @@ def _pad_slots(slots, width, n):
   return (jnp.pad(items, pad, constant_values=n), jnp.pad(rank_pos, pad), jnp.pad(rank_neg, pad))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3, 4))
-def _precision_sums(
-  positive_step, negative_step, chunk, count, platform, scores, relevant, other, params
-):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
+def _precision_sums(kernel, chunk, count, platform, scores, relevant, other, params):
   """`[B]`: for each list, the sum over its relevant items `k` of `rank^+(k) / rank(k)`; with a
   bound `count`, over its first `count` relevant items only."""
-  out, _ = _precision_sums_fwd(
-    positive_step, negative_step, chunk, count, platform, scores, relevant, other, params
-  )
+  out, _ = _precision_sums_fwd(kernel, chunk, count, platform, scores, relevant, other, params)
   return out
 
 
-def _precision_sums_bwd(positive_step, negative_step, chunk, count, platform, residuals, cotangent):
+def _precision_sums_bwd(kernel, chunk, count, platform, residuals, cotangent):
   scores, relevant, other, params, slots, rank_pos, rank_neg = residuals
   if count is None:
     grad, grad_free = _backward_loop(
-      positive_step,
-      negative_step,
+      kernel,
       chunk,
       platform,
       _general_steps(relevant, chunk),
@@ -562,15 +646,12 @@ def _precision_sums_bwd(positive_step, negative_step, chunk, count, platform, re
     return grad, None, None, grad_free
 
   def cpu(*args):
-    return _backward_loop(
-      positive_step, negative_step, chunk, platforms.CPU, -(-count // chunk), *args
-    )
+    return _backward_loop(kernel, chunk, platforms.CPU, -(-count // chunk), *args)
 
   def accelerator(scores, relevant, other, params, slots, rank_pos, rank_neg, cotangent):
     if not _one_shot(count):
       return _backward_loop(
-        positive_step,
-        negative_step,
+        kernel,
         chunk,
         platforms.ACCELERATOR,
         -(-count // chunk),
@@ -584,8 +665,7 @@ def _precision_sums_bwd(positive_step, negative_step, chunk, count, platform, re
         cotangent,
       )
     return _one_shot_backward(
-      positive_step,
-      negative_step,
+      kernel,
       scores,
       relevant,
       other,
@@ -615,7 +695,7 @@ def _precision_sums_bwd(positive_step, negative_step, chunk, count, platform, re
 _precision_sums.defvjp(_precision_sums_fwd, _precision_sums_bwd)
 
 
-def _choose_form(positive_step, negative_step, chunk, count, platform, *args):
+def _choose_form(kernel, chunk, count, platform, *args):
   """`[B]` sums of precisions in the form each platform runs (module docstring, "Forms").
 
   With a static bound `count`: `_precision_sums`, whose forward and backward rules take the general
@@ -624,13 +704,11 @@ def _choose_form(positive_step, negative_step, chunk, count, platform, *args):
   on accelerators `_chosen_precision_sums`, which chooses on the device.
   """
   if count is not None:
-    return _precision_sums(positive_step, negative_step, chunk, count, platform, *args)
+    return _precision_sums(kernel, chunk, count, platform, *args)
   return platforms.by_platform(
     *args,
-    cpu=functools.partial(
-      _precision_sums, positive_step, negative_step, chunk, None, platforms.CPU
-    ),
-    accelerator=functools.partial(_chosen_precision_sums, positive_step, negative_step),
+    cpu=functools.partial(_precision_sums, kernel, chunk, None, platforms.CPU),
+    accelerator=functools.partial(_chosen_precision_sums, kernel),
     platform=platform,
   )
 
@@ -640,8 +718,8 @@ def chosen_capacities(n: int) -> tuple[int, ...]:
   return tuple(k for k in bounds.capacities_for(n) if k <= GROUP)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
-def _chosen_precision_sums(positive_step, negative_step, scores, relevant, other, params):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _chosen_precision_sums(kernel, scores, relevant, other, params):
   """The accelerators' `_precision_sums` without a bound: the one-shot form of the smallest
   capacity (`bounds.CAPACITIES`, up to `GROUP`) that holds every list's relevant items, or above
   them groups of `GROUP` slots in a loop (`_grouped_forward`), chosen on the device by one index
@@ -653,11 +731,11 @@ def _chosen_precision_sums(positive_step, negative_step, scores, relevant, other
   GB). Here the residuals are the inputs and one set of `[B, GROUP]` slots (the loop's are
   empty: it counts each group again in the backward pass), so that no branch keeps a `[B, n]`
   array beyond the inputs."""
-  out, _ = _chosen_precision_sums_fwd(positive_step, negative_step, scores, relevant, other, params)
+  out, _ = _chosen_precision_sums_fwd(kernel, scores, relevant, other, params)
   return out
 
 
-def _chosen_precision_sums_fwd(positive_step, negative_step, *args):
+def _chosen_precision_sums_fwd(kernel, *args):
   scores, relevant = args[0], args[1]
   n = scores.shape[1]
   bounded = chosen_capacities(n)
@@ -665,13 +743,13 @@ def _chosen_precision_sums_fwd(positive_step, negative_step, *args):
 
   def one_shot(count):
     def run(*args):
-      total, *slots = _one_shot_forward(positive_step, negative_step, count, *args)
+      total, *slots = _one_shot_forward(kernel, count, *args)
       return total, _pad_slots(slots, GROUP, n)
 
     return run
 
   def grouped(*args):
-    total = _grouped_forward(positive_step, negative_step, *args)
+    total = _grouped_forward(kernel, *args)
     items = jnp.full((scores.shape[0], GROUP), n, jnp.int32)
     ranks = jnp.zeros(items.shape, scores.dtype)
     return total, tuple(lists.varying_like(x, scores) for x in (items, ranks, ranks))
@@ -680,7 +758,7 @@ def _chosen_precision_sums_fwd(positive_step, negative_step, *args):
   return total, (*args, index, *slots)
 
 
-def _chosen_precision_sums_bwd(positive_step, negative_step, residuals, cotangent):
+def _chosen_precision_sums_bwd(kernel, residuals, cotangent):
   *args, index, items, rank_pos, rank_neg = residuals
   bounded = chosen_capacities(args[0].shape[1])
 
@@ -688,8 +766,7 @@ def _chosen_precision_sums_bwd(positive_step, negative_step, residuals, cotangen
     def run(*operands):
       *args, items, rank_pos, rank_neg, cotangent = operands
       return _one_shot_backward(
-        positive_step,
-        negative_step,
+        kernel,
         *args,
         items[:, :count],
         rank_pos[:, :count],
@@ -701,7 +778,7 @@ def _chosen_precision_sums_bwd(positive_step, negative_step, residuals, cotangen
 
   def grouped(*operands):
     *args, _, _, _, cotangent = operands
-    return _grouped_backward(positive_step, negative_step, *args, cotangent)
+    return _grouped_backward(kernel, *args, cotangent)
 
   branches = [*map(one_shot, bounded), grouped]
   grad, grad_free = lax.switch(index, branches, *args, items, rank_pos, rank_neg, cotangent)
@@ -717,10 +794,11 @@ def _chunk_for(chunk_size: int | None, num_lists: int, n: int) -> int:
   return max(1, min(chunk_size, n))
 
 
-def _smooth_ap_lists(
-  scores, relevant, where, params, *, positive_step, negative_step, chunk, count, platform
+def _smooth_rank_lists(
+  scores, relevant, where, params, metric_params, *, kernel, chunk, count, platform
 ):
-  """Per-list smoothed AP `[...]` (0 without a relevant item) and the mask of lists with one."""
+  """The per-list metric `[...]` (0 without a relevant item) and the mask of lists with one;
+  `params` the steps', `metric_params` the metric's `(consts, per-item [..., n])`."""
   dtype = lists.compute_dtype(scores.dtype)
   other = where & ~relevant
   relevant = where & relevant
@@ -736,20 +814,50 @@ def _smooth_ap_lists(
   # the gradient (which is exactly 0 for them).
   flat = lists.counted_scores(scores, where, num_relevant > 0)
   flat = flat.astype(dtype).reshape(num_lists, n)
+  consts, per_item = metric_params
+  per_item = tuple(values.astype(dtype) for values in per_item)
+  flat_items = tuple(values.reshape(num_lists, n) for values in per_item)
+  params = (*params, (consts, flat_items))
   args = (flat, relevant.reshape(num_lists, n), other.reshape(num_lists, n), params)
-  sums = _choose_form(positive_step, negative_step, chunk, count, platform, *args)
-  ap = sums.reshape(list_shape) / jnp.maximum(num_relevant, 1).astype(dtype)
+  sums = _choose_form(kernel, chunk, count, platform, *args)
+  sums = sums.reshape(list_shape + sums.shape[1:])
+  value = kernel.metric.finish(sums, num_relevant, consts, per_item)
   if count is not None:  # A list beyond the bound was summed over its first `count` items only.
-    ap = jnp.where(num_relevant > count, jnp.asarray(jnp.nan, dtype), ap)
-  return ap, num_relevant > 0
+    value = jnp.where(num_relevant > count, jnp.asarray(jnp.nan, dtype), value)
+  return value, num_relevant > 0
 
 
-# Compiled once per shape for a given pair of step functions (static, hashed by identity): the
-# built-in steps are module-level functions whose hyperparameters are arguments.
-_smooth_ap_lists_jit = jax.jit(
-  _smooth_ap_lists,
-  static_argnames=("positive_step", "negative_step", "chunk", "count", "platform"),
+# Compiled once per shape for a given pair of step functions and metric (static, hashed by
+# identity): the built-in steps and metrics are module-level functions whose hyperparameters are
+# arguments.
+_smooth_rank_lists_jit = jax.jit(
+  _smooth_rank_lists,
+  static_argnames=("kernel", "chunk", "count", "platform"),
 )
+
+
+def _ap_terms(rank_pos, rank_neg, in_slot, consts, items):
+  """AP's term of a relevant item `k`: its precision `rank^+(k) / rank(k)`."""
+  del consts, items
+  rank = jnp.where(in_slot, rank_pos + rank_neg, 1)
+  return jnp.where(in_slot, rank_pos / rank, 0)
+
+
+def _ap_cotangents(rank_pos, rank_neg, in_slot, cotangent, consts, items):
+  """With rank = rank^+ + rank^-: d(rank^+ / rank) / d rank^+ = rank^- / rank^2 and
+  d(rank^+ / rank) / d rank^- = -rank^+ / rank^2."""
+  del consts, items
+  scale = jnp.where(in_slot, cotangent / jnp.square(jnp.where(in_slot, rank_pos + rank_neg, 1)), 0)
+  return scale * rank_neg, -scale * rank_pos
+
+
+def _ap_finish(sums, num_relevant, consts, items):
+  """AP: the mean of the precisions over the relevant items."""
+  del consts, items
+  return sums / jnp.maximum(num_relevant, 1).astype(sums.dtype)
+
+
+AP = Metric(value=_ap_terms, finish=_ap_finish, cotangents=_ap_cotangents)
 
 
 def _closure_convert(step_fn, example):
@@ -775,7 +883,32 @@ def smoothed_ap(
   fn, scores, labels, where, segments, positive, negative, chunk_size, max_relevant
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
   """Per-list smoothed AP `[...]`, the mask of lists with a relevant item, and the checked
-  `(scores, labels, where)`: those of the segments' lists with `segments` (`segmented.as_lists`).
+  `(scores, labels, where)` (`smoothed_metric` with the metric `AP`)."""
+  return smoothed_metric(
+    fn, scores, labels, where, segments, positive, negative, chunk_size, max_relevant, AP
+  )
+
+
+def smoothed_metric(
+  fn,
+  scores,
+  labels,
+  where,
+  segments,
+  positive,
+  negative,
+  chunk_size,
+  max_relevant,
+  metric: Metric,
+  consts: tuple = (),
+  items_fn: Callable[..., tuple] | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
+  """Per-list `metric` `[...]` of the smoothed ranks, the mask of lists with a relevant item, and
+  the checked `(scores, labels, where)`: those of the segments' lists with `segments`
+  (`segmented.as_lists`).
+
+  `consts` are the metric's hyperparameters (arrays, no gradient) and `items_fn(labels, where)`
+  gives its per-item arrays `[..., n]` (masked items zero) from the checked labels.
 
   `positive` is a step `(fn, params)`, `params` a tuple of hyperparameters (numbers or arrays,
   cast to the computation's dtype); `negative` is another, or `None` for the same step. Either
@@ -806,13 +939,14 @@ def smoothed_ap(
   converted = (positive_fn is not positive[0]) or (
     negative is not None and negative_fn is not negative[0]
   )
-  ap, valid = (_smooth_ap_lists if converted else _smooth_ap_lists_jit)(
+  per_item = () if items_fn is None else tuple(items_fn(labels, where))
+  ap, valid = (_smooth_rank_lists if converted else _smooth_rank_lists_jit)(
     scores,
     labels >= 1,  # A boolean mask: one compilation whatever the labels' dtype.
     where,
     (positive_params, negative_params),
-    positive_step=positive_fn,
-    negative_step=negative_fn,
+    (tuple(jnp.asarray(c, dtype) for c in consts), per_item),
+    kernel=Kernel(positive_fn, negative_fn, metric),
     chunk=chunk,
     count=None if max_relevant is None else min(max_relevant, n),
     platform=platforms.forced(),

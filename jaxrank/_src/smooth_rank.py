@@ -20,6 +20,10 @@ the losses of the papers are choices of them:
   (`supap_negative_step`), which lies above `H`, so that the SupAP loss is an upper bound of the
   exact AP loss `1 - ap_metric` (on lists whose relevant items are not tied with each other).
 
+The same smoothed ranks, from the same engine (`precision_sums`, its `Metric` the rank metric
+they feed), give Recall@k and NDCG: `recall_at_k_surrogate_loss`, `smooth_recall_at_k_loss`,
+`sup_recall_at_k_loss`, `smooth_ndcg_loss` and `sup_ndcg_loss` (`jaxrank._src.smooth_rank_losses`).
+
 `calibration_loss` (eq. 7) pushes relevant scores above `alpha` and the others below `beta`;
 `roadmap_loss` is eq. 2, `(1 - calibration_weight) * supap_loss + calibration_weight *
 calibration_loss` (the paper's lambda). `decomposability_gap` (eq. 6) measures how much the mean
@@ -308,14 +312,16 @@ def _ap_loss(fn, scores, labels, where, segments, steps, chunk_size, max_relevan
   return lists.finish(1 - ap, scores, where, valid, reduce_fn)
 
 
-def _sigmoid_steps(fn, temperature):
-  """SmoothAP's steps, its hyperparameter checked: the sigmoid for both `H^+` and `H^-`."""
+def sigmoid_steps(fn, temperature):
+  """SmoothAP's steps, its hyperparameter checked: the sigmoid for both `H^+` and `H^-` (shared
+  with the losses of `smooth_rank_losses`)."""
   _check_temperature(fn, temperature)
   return (_sigmoid, (temperature,)), None
 
 
-def _supap_steps(fn, temperature, rho, delta):
-  """SupAP's steps, its hyperparameters checked: the Heaviside step for `H^+`, eq. 4's for `H^-`."""
+def supap_steps(fn, temperature, rho, delta):
+  """SupAP's steps, its hyperparameters checked: the Heaviside step for `H^+`, eq. 4's for `H^-`
+  (shared with the losses of `smooth_rank_losses`)."""
   _check_supap(fn, temperature, rho, delta)
   return (_heaviside, ()), (_supap_negative, (temperature, rho, delta))
 
@@ -399,7 +405,7 @@ def smoothap_loss(
   >>> round(float(smoothap_loss(scores, labels, temperature=0.1)), 4)
   0.2373
   """
-  steps = _sigmoid_steps("smoothap_loss", temperature)
+  steps = sigmoid_steps("smoothap_loss", temperature)
   return _ap_loss(
     "smoothap_loss", scores, labels, where, segments, steps, chunk_size, max_relevant, reduce_fn
   )
@@ -467,7 +473,7 @@ def supap_loss(
   >>> round(float(supap_loss(scores, labels)), 4)  # The exact AP loss is 0.1667.
   0.3823
   """
-  steps = _supap_steps("supap_loss", temperature, rho, delta)
+  steps = supap_steps("supap_loss", temperature, rho, delta)
   return _ap_loss(
     "supap_loss", scores, labels, where, segments, steps, chunk_size, max_relevant, reduce_fn
   )
@@ -624,7 +630,7 @@ def roadmap_loss(
     at_most=1,
     hint="It weighs the calibration loss.",
   )
-  positive, negative = _supap_steps(fn, temperature, rho, delta)
+  positive, negative = supap_steps(fn, temperature, rho, delta)
   _check_calibration(fn, alpha, beta)
   ap, valid, scores, labels, where = precision_sums.smoothed_ap(
     fn, scores, labels, where, segments, positive, negative, chunk_size, max_relevant

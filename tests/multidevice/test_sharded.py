@@ -36,6 +36,9 @@ LOSSES = {
   "smoothap": functools.partial(jaxrank.smoothap_loss, temperature=0.05),
   "supap": jaxrank.supap_loss,
   "roadmap": jaxrank.roadmap_loss,
+  # The smooth-rank engine's other metrics: Recall@k (one sum per cut-off) and graded NDCG.
+  "recall_at_k_surrogate": functools.partial(jaxrank.recall_at_k_surrogate_loss, ks=(1, 2, 4)),
+  "sup_ndcg": jaxrank.sup_ndcg_loss,
   "blackbox_ap": jaxrank.blackbox_ap_loss,
   "blackbox_recall": functools.partial(jaxrank.blackbox_recall_loss, interpolation=1.0),
   # 3 relevant items per list without the query (counting), 4 with it (more: the sort).
