@@ -452,10 +452,12 @@ def test_the_job_trains_and_evaluates_by_the_protocol(dataset, roots, tmp_path):
     **overrides,
   )
   metrics = train.train_and_evaluate(config, str(tmp_path / "run"))
+  # Each data set has super-classes (categories, models, supercategories): the hierarchical
+  # metrics of `evaluate_retrieval(super_labels=)` follow each evaluation's flat ones.
   want = [
     f"{p}{m}"
     for p in prefixes
-    for m in [*(f"recall@{k}" for k in ks), "map@r", "map", "tie_aware_map"]
+    for m in [*(f"recall@{k}" for k in ks), "map@r", "map", "tie_aware_map", "asi", "h-ap", "ndcg"]
   ]
   assert list(metrics) == [*want, "step"] and metrics["step"] == 2
   assert all(0 <= metrics[k] <= 1 for k in want)

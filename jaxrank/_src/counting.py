@@ -61,7 +61,7 @@ def count_above_and_tied(
   thresholds: jax.Array,
   *,
   host_callback: bool = True,
-  compare_up_to: int = COMPARE_UP_TO,
+  compare_up_to: int | None = None,
 ) -> Counts:
   """For each threshold, the scores of its list strictly above it and equal to it.
 
@@ -71,9 +71,10 @@ def count_above_and_tied(
       scores); NaN marks an empty slot.
     host_callback: whether the CPU path may sort in numpy through `jax.pure_callback`; `False`
       takes XLA's sort instead (same counts), for programs where a host callback must not run.
-    compare_up_to: the most thresholds counted by comparing (`COMPARE_UP_TO` by default; a
-      caller whose lists are long against their count, such as `evaluate_revisited`'s gallery
-      chunks of 65,536 items, compares more: a sort costs O(n log n) whatever R).
+    compare_up_to: the most thresholds counted by comparing (`None`: `COMPARE_UP_TO`, read
+      when traced; a caller whose lists are long against their count, such as
+      `evaluate_revisited`'s gallery chunks of 65,536 items, compares more: a sort costs
+      O(n log n) whatever R).
 
   Returns:
     `Counts`: the thresholds and their counts (int32) in the same order: the order given when
@@ -87,7 +88,7 @@ def count_above_and_tied(
     `ranking.descending_ranks_branch` forces either platform's path ("numpy": the CPU's, "xla": the
     others'). Memory O(c (n + R)).
   """
-  if thresholds.shape[-1] <= compare_up_to:
+  if thresholds.shape[-1] <= (COMPARE_UP_TO if compare_up_to is None else compare_up_to):
     cpu, accelerator = _compare_counts, _fused_compare_counts
   else:
     cpu = _cpu_sorted_counts if host_callback else xla_sorted_counts
