@@ -126,6 +126,20 @@ class HeadSpec:
   binary_codes: bool = False
 
 
+def _centring(in_features: int, rngs: nnx.Rngs) -> nnx.BatchNorm:
+  """The centred heads' normalisation: a float32 BatchNorm without scale or offset (a bfloat16
+  backbone's features are cast up)."""
+  return nnx.BatchNorm(
+    in_features,
+    use_scale=False,
+    use_bias=False,
+    momentum=0.9,
+    epsilon=1e-5,
+    dtype=jnp.float32,
+    rngs=rngs,
+  )
+
+
 class CentredHashingHead(nnx.Module):
   r"""`jaxrank.models.HashingHead` on features centred and scaled over the batch.
 
@@ -170,15 +184,7 @@ class CentredHashingHead(nnx.Module):
   ):
     # The normalisation in float32 (a bfloat16 backbone's features are cast up), then the hashing
     # head's linear layer in `dtype`.
-    self.norm = nnx.BatchNorm(
-      in_features,
-      use_scale=False,
-      use_bias=False,
-      momentum=0.9,
-      epsilon=1e-5,
-      dtype=jnp.float32,
-      rngs=rngs,
-    )
+    self.norm = _centring(in_features, rngs)
     self.hashing = models.HashingHead(in_features, num_bits, dtype=dtype, rngs=rngs)
 
   def __call__(self, x: jax.Array, *, scale: jax.typing.ArrayLike = 1.0) -> jax.Array:
@@ -225,15 +231,7 @@ class CentredEmbeddingHead(nnx.Module):
     dtype: jax.typing.DTypeLike | None = None,
     rngs: nnx.Rngs,
   ):
-    self.norm = nnx.BatchNorm(
-      in_features,
-      use_scale=False,
-      use_bias=False,
-      momentum=0.9,
-      epsilon=1e-5,
-      dtype=jnp.float32,
-      rngs=rngs,
-    )
+    self.norm = _centring(in_features, rngs)
     self.embedding = models.EmbeddingHead(in_features, dim, dtype=dtype, rngs=rngs)
 
   def __call__(self, x: jax.Array) -> jax.Array:
