@@ -62,13 +62,24 @@ $(ACCEL_STAMP): pyproject.toml
 # accelerator forms had brought it to 35; on 2026-11-29, fresh clones of `.ci/run` on the AMD
 # EPYC: 26.4 minutes before the shared compilation cache below, 22.6 with it and 134 more tests,
 # the main run 1,418 s -> 1,196 s; on 2026-12-02, after wave 7's tests, 2,644 s for 3,688 tests,
-# the whole .ci/run 2,827 s: over the goal again); its tests/test_accelerators.py compiles every
+# the whole .ci/run 2,827 s: over the goal again; CI's own machine then took 5,222 s for the
+# first run and was stopped at its 90 minutes during the second; here, quiet, 2,388 s and 130 s,
+# the tests' own times 4,610 s; py-spy on tests/test_blocked.py: XLA:CPU compiling 45% of it,
+# tracing 32%, lowering 8%);
+# its tests/test_accelerators.py compiles every
 # step for a TPU and an H100 in .venv-accel. Most of the suite's time is XLA:CPU compiling small
 # programs that then run for microseconds: `--xla_backend_optimization_level=0` (LLVM without its
 # optimisations) ran test_histogram and test_smooth_rank in 493 s instead of 583 s (and under a
 # higher load); the suite passes with it, and the benchmarks, the notebooks (they run longer
 # programs, which it slows down) and the default run keep XLA's default.
-TEST_XLA_FLAGS := --xla_backend_optimization_level=0
+# On 2026-12-02 (tests/test_blocked.py alone, one process, quiet AMD EPYC): 89 s with that flag,
+# 73 s adding `--xla_llvm_disable_expensive_passes=true --xla_cpu_parallel_codegen_split_count=1`,
+# 51 s adding `--xla_cpu_use_fusion_emitters=false` (XLA:CPU's older loop emitters compile these
+# small programs in about half the time), 45 s with pytest's unraisable-exception plugin off
+# (`-p no:unraisableexception`: it ran `gc.collect()` several times after every test, 5-7% of the
+# suite's time). The notebooks drop these flags (tests/test_notebooks.py, SUITE_ONLY_FLAGS).
+TEST_XLA_FLAGS := --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true \
+  --xla_cpu_parallel_codegen_split_count=1 --xla_cpu_use_fusion_emitters=false
 # JAX's persistent compilation cache, shared by every process of the run: both workers of each
 # pytest run, the processes the tests start (the job's command line, the multi-process runs, the
 # comparison's command) and the notebooks' kernels. A program compiled once is read back wherever
@@ -84,10 +95,10 @@ TEST_CACHE := $(CURDIR)/.jax_cache
 TEST_ENV := JAX_COMPILATION_CACHE_DIR=$(TEST_CACHE) JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
 test: $(STAMP) $(ACCEL_STAMP)
 	rm -rf $(TEST_CACHE)
-	$(TEST_ENV) XLA_FLAGS="$(TEST_XLA_FLAGS)" $(PY) -m pytest -q -n 2 --dist loadgroup tests \
+	$(TEST_ENV) XLA_FLAGS="$(TEST_XLA_FLAGS)" $(PY) -m pytest -q -n 2 -p no:unraisableexception --dist loadgroup tests \
 	  jaxrank --doctest-modules --ignore=tests/multidevice --durations=15
 	$(TEST_ENV) XLA_FLAGS="$(TEST_XLA_FLAGS) --xla_force_host_platform_device_count=8" \
-	  $(PY) -m pytest -q -n 2 --dist loadgroup tests/multidevice
+	  $(PY) -m pytest -q -n 2 -p no:unraisableexception --dist loadgroup tests/multidevice
 
 # Lint (ruff), formatting (ruff format: reports, changes nothing) and types (mypy), configured in
 # pyproject.toml; each runs even when an earlier one failed. Under a minute with mypy's cache.
