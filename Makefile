@@ -76,8 +76,8 @@ $(ACCEL_STAMP): pyproject.toml
 # 73 s adding `--xla_llvm_disable_expensive_passes=true --xla_cpu_parallel_codegen_split_count=1`,
 # 51 s adding `--xla_cpu_use_fusion_emitters=false` (XLA:CPU's older loop emitters compile these
 # small programs in about half the time), 45 s with pytest's unraisable-exception plugin off
-# (`-p no:unraisableexception`: it ran `gc.collect()` several times after every test, 5-7% of the
-# suite's time). The notebooks drop these flags (tests/test_notebooks.py, SUITE_ONLY_FLAGS).
+# (`-p no:unraisableexception`: it ran `gc.collect()` several times after every test, 5-7% of that
+# file's time). The notebooks drop these flags (tests/test_notebooks.py, SUITE_ONLY_FLAGS).
 TEST_XLA_FLAGS := --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true \
   --xla_cpu_parallel_codegen_split_count=1 --xla_cpu_use_fusion_emitters=false
 # JAX's persistent compilation cache, shared by every process of the run: both workers of each
